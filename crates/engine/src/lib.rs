@@ -1,0 +1,9 @@
+//! Kestrel's serving engine. No tensor code lives here: the model runner plugs in from the
+//! `model` crate.
+//!
+//! * [`sampling`] — [`sampling::SamplingParams`] and the [`sampling::Sampler`] that turns a
+//!   logits row into a token (greedy, temperature, top-k/top-p/min-p, penalties, seeded RNG).
+//! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
+
+pub mod output;
+pub mod sampling;

@@ -1,0 +1,17 @@
+//! Kestrel's CPU kernels: the only crate in the workspace that contains `unsafe` code.
+//!
+//! * [`quant`] — the GGUF tensor types ([`DType`]): block layouts, a scalar reference
+//!   dequantize / dot product for each (the spec), SIMD variants, and the activation formats
+//!   ([`ActFormat`]) that the integer dot products consume.
+//! * [`cpu`] — ISA detection ([`cpu::Isa`]), the persistent thread pool, matrix products,
+//!   element-wise ops and attention.
+//!
+//! SIMD variants are chosen once at run time from the detected ISA, never only by
+//! `cfg(target_feature)`, and every variant is tested against its scalar reference.
+
+pub mod bytes;
+pub mod cpu;
+pub mod quant;
+
+pub use bytes::SharedBytes;
+pub use quant::{ActFormat, DType, TypeKernels};

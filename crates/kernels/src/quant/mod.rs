@@ -1,0 +1,211 @@
+//! GGUF tensor types: block layouts, reference kernels (the spec) and SIMD variants.
+//!
+//! Every quantized type stores a row of `n` weights as `n / block_size` fixed-size blocks.
+//! A weight row is multiplied with an activation row that was first converted into the
+//! type's [`ActFormat`] (8-bit blocks for the quantized types, plain `f32` for float types),
+//! so the inner loop is an integer dot product.
+//!
+//! Each format module (`q4_0.rs`, `q4_k.rs`, ...) holds a `#[repr(C)]` block struct with a
+//! compile-time size assert, a scalar `reference` implementation and x86 variants, and exposes
+//! `kernels(isa) -> TypeKernels`: the fastest variant that `isa` can run. [`kernels`] picks the
+//! variant for the detected CPU once.
+
+use std::sync::OnceLock;
+
+use crate::cpu::Isa;
+
+pub mod act;
+pub mod float;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod q8_k;
+
+/// Tensor element types, with their GGUF (`ggml_type`) ids as discriminants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DType {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q8_0 = 8,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    BF16 = 30,
+}
+
+impl DType {
+    pub const ALL: [DType; 10] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q8_0,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+    ];
+
+    /// The type with GGUF id `id`, or `None` for ids Kestrel does not support.
+    pub fn from_ggml_id(id: u32) -> Option<DType> {
+        Self::ALL.into_iter().find(|t| *t as u32 == id)
+    }
+
+    /// Elements per block.
+    pub const fn block_size(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => 1,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 => 32,
+            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q8_0 => 34,
+            DType::Q4_K => 144,
+            DType::Q5_K => 176,
+            DType::Q6_K => 210,
+        }
+    }
+
+    /// Bytes for `n` elements, or `None` if `n` is not a whole number of blocks.
+    pub fn row_bytes(self, n: usize) -> Option<usize> {
+        (n % self.block_size() == 0).then(|| n / self.block_size() * self.block_bytes())
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    /// Average storage bits per weight.
+    pub fn bits_per_weight(self) -> f64 {
+        self.block_bytes() as f64 * 8.0 / self.block_size() as f64
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::Q4_0 => "Q4_0",
+            DType::Q4_1 => "Q4_1",
+            DType::Q5_0 => "Q5_0",
+            DType::Q8_0 => "Q8_0",
+            DType::Q4_K => "Q4_K",
+            DType::Q5_K => "Q5_K",
+            DType::Q6_K => "Q6_K",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The form an activation row takes before it is multiplied with a weight row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActFormat {
+    /// Plain little-endian `f32` (for F32/F16/BF16 weights).
+    F32,
+    /// Blocks of 32: `f16` scale + 32 × `i8` (34 bytes). Pairs with Q4_0, Q5_0, Q8_0.
+    Q8_0,
+    /// Blocks of 32: `f16` scale, `f16` scale × sum of quants, 32 × `i8` (36 bytes). Pairs with Q4_1.
+    Q8_1,
+    /// Blocks of 256: `f32` scale, 256 × `i8`, 16 × `i16` sums of each 16 quants (292 bytes).
+    /// Pairs with the K-quants.
+    Q8K,
+}
+
+impl ActFormat {
+    pub const fn block_size(self) -> usize {
+        match self {
+            ActFormat::F32 => 1,
+            ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
+            ActFormat::Q8K => 256,
+        }
+    }
+
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            ActFormat::F32 => 4,
+            ActFormat::Q8_0 => 34,
+            ActFormat::Q8_1 => 36,
+            ActFormat::Q8K => 292,
+        }
+    }
+
+    /// Bytes for an activation row of `n` elements (`n` a multiple of the block size).
+    pub const fn row_bytes(self, n: usize) -> usize {
+        n / self.block_size() * self.block_bytes()
+    }
+
+    /// Convert `src` into this format, writing `row_bytes(src.len())` bytes to `dst`.
+    pub fn quantize(self, src: &[f32], dst: &mut [u8]) {
+        (act::kernels().quantize[self as usize])(src, dst)
+    }
+}
+
+/// The kernels of one [`DType`] for one ISA.
+#[derive(Clone, Copy)]
+pub struct TypeKernels {
+    pub dtype: DType,
+    /// Which ISA this set was compiled for (the weakest among its functions).
+    pub isa: Isa,
+    /// The activation format `vec_dot` expects.
+    pub act: ActFormat,
+    /// Dequantize one row: `src` holds exactly the blocks of `dst.len()` elements.
+    pub dequantize: fn(src: &[u8], dst: &mut [f32]),
+    /// Dot product of `n` elements: weight row `w` (this dtype) with activation row `a`
+    /// (in `act` format).
+    pub vec_dot: fn(n: usize, w: &[u8], a: &[u8]) -> f32,
+}
+
+impl TypeKernels {
+    /// The fastest kernels for `dtype` that `isa` can run.
+    pub fn for_isa(dtype: DType, isa: Isa) -> TypeKernels {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => float::kernels(dtype, isa),
+            DType::Q4_0 => q4_0::kernels(isa),
+            DType::Q4_1 => q4_1::kernels(isa),
+            DType::Q5_0 => q5_0::kernels(isa),
+            DType::Q8_0 => q8_0::kernels(isa),
+            DType::Q4_K => q4_k::kernels(isa),
+            DType::Q5_K => q5_k::kernels(isa),
+            DType::Q6_K => q6_k::kernels(isa),
+        }
+    }
+}
+
+/// The kernels for `dtype` on this CPU, chosen once.
+pub fn kernels(dtype: DType) -> &'static TypeKernels {
+    static TABLE: OnceLock<Vec<TypeKernels>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let isa = Isa::detected();
+        DType::ALL.iter().map(|&t| TypeKernels::for_isa(t, isa)).collect()
+    });
+    let idx = DType::ALL.iter().position(|t| *t == dtype).expect("DType::ALL lists every variant");
+    &table[idx]
+}
+
+/// Dequantize a row of `dst.len()` elements of type `dtype` from `src`.
+pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) {
+    (kernels(dtype).dequantize)(src, dst)
+}

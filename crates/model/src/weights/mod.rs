@@ -1,0 +1,32 @@
+//! Reading weight files: GGUF ([`gguf::GgufFile`]) and HF safetensors checkpoints
+//! ([`safetensors::SafetensorsCheckpoint`]). Both hand tensors out as [`TensorView`]s through the
+//! [`TensorSource`] trait so the architectures load from either without caring which.
+
+use kestrel_kernels::{DType, SharedBytes};
+
+pub mod gguf;
+pub mod safetensors;
+
+/// One tensor: its element type, its shape in row-major order (outermost dimension first, so a
+/// `[out_features, in_features]` matrix has `shape == [rows, cols]`), and its raw bytes.
+#[derive(Debug, Clone)]
+pub struct TensorView {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: SharedBytes,
+}
+
+impl TensorView {
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// Anything that can hand out named tensors.
+pub trait TensorSource {
+    /// The tensor called `name` (in the source's own naming), if present.
+    fn tensor(&self, name: &str) -> Option<TensorView>;
+    /// All tensor names, in file order.
+    fn tensor_names(&self) -> Vec<String>;
+}

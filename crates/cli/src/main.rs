@@ -1,1 +1,48 @@
-fn main() {}
+//! `kestrel`: run, inspect and (later) serve LLMs on the CPU.
+
+mod default_model;
+mod generate;
+mod inspect;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "kestrel", version, about = "Fast LLM inference on the CPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (or a chat message) and stream it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Describe a model file: architecture, parameters, tensor types, sizes, chat template.
+    Inspect(inspect::InspectArgs),
+    /// Make sure the default model is cached (fetching it with pip if needed); print its path.
+    Fetch,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("KESTREL_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Generate(args) => generate::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Fetch => {
+            println!("{}", default_model::ensure_default_model()?.display());
+            Ok(())
+        }
+    }
+}
+
+/// The model to use: `--model` if given, else the default model (fetched on first use).
+pub fn resolve_model(model: Option<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+    match model {
+        Some(path) => Ok(path),
+        None => default_model::ensure_default_model(),
+    }
+}

@@ -1,1 +1,480 @@
-//! (in progress)
+//! Turning one row of logits into one token.
+//!
+//! [`SamplingParams`] is the validated description of how a request samples;
+//! [`Sampler`] owns a seeded ChaCha RNG and scratch buffers and applies, in order:
+//!
+//! ```text
+//! logits ─► repetition penalty (prompt + generated, HF/vLLM: divide > 0, multiply < 0)
+//!        ─► frequency / presence penalty (generated only, OpenAI: l -= f·count + p·[count > 0])
+//!        ─► temperature == 0 ? argmax (ties → lowest id)
+//!        ─► / temperature ─► top-k ─► top-p ─► min-p ─► categorical draw
+//! ```
+//!
+//! Top-k uses partial selection (`select_nth_unstable`), and top-p without top-k grows a
+//! sorted head of the distribution until it holds the nucleus, so a 49k vocabulary is never
+//! fully sorted in the common case. [`logprobs`] computes log-softmax values for the chosen token
+//! and the top alternatives.
+
+use std::cmp::Ordering;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Most alternatives a request may ask [`logprobs`] for.
+pub const MAX_LOGPROBS: usize = 20;
+
+/// Temperatures below this are treated as greedy decoding.
+const GREEDY_EPSILON: f32 = 1e-5;
+
+/// How a request samples its tokens. Build one, then call [`SamplingParams::validate`] (or
+/// [`Sampler::new`], which validates).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; `0` means greedy (argmax).
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens; `None` disables.
+    pub top_k: Option<usize>,
+    /// Nucleus sampling mass in `(0, 1]`; `1` disables.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` times the top probability; `0` disables.
+    pub min_p: f32,
+    /// HF-style repetition penalty over prompt and generated tokens; `1` disables.
+    pub repetition_penalty: f32,
+    /// OpenAI frequency penalty in `[-2, 2]` over generated tokens.
+    pub frequency_penalty: f32,
+    /// OpenAI presence penalty in `[-2, 2]` over generated tokens.
+    pub presence_penalty: f32,
+    /// RNG seed; `None` draws one from the OS.
+    pub seed: Option<u64>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Extra token ids that end generation (besides the tokenizer's end-of-generation ids).
+    pub stop_token_ids: Vec<u32>,
+    /// Strings that end generation; the text is cut before them.
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// Number of top alternatives to report per token; `None` reports none.
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_k: None,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: None,
+            max_tokens: 256,
+            stop_token_ids: Vec::new(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+        }
+    }
+}
+
+/// A sampling parameter outside its allowed range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplingParamError {
+    #[error("temperature must be a finite number >= 0, got {0}")]
+    Temperature(f32),
+    #[error("top_k must be at least 1 (omit it to disable top-k)")]
+    TopK,
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
+    #[error("min_p must be in [0, 1], got {0}")]
+    MinP(f32),
+    #[error("repetition_penalty must be a finite number > 0, got {0}")]
+    RepetitionPenalty(f32),
+    #[error("frequency_penalty must be in [-2, 2], got {0}")]
+    FrequencyPenalty(f32),
+    #[error("presence_penalty must be in [-2, 2], got {0}")]
+    PresencePenalty(f32),
+    #[error("max_tokens must be at least 1")]
+    MaxTokens,
+    #[error("logprobs must be at most {MAX_LOGPROBS}, got {0}")]
+    Logprobs(usize),
+    #[error("stop strings must not be empty")]
+    EmptyStop,
+}
+
+impl SamplingParamError {
+    /// The name of the offending parameter, as it appears on the wire.
+    pub fn param(&self) -> &'static str {
+        match self {
+            SamplingParamError::Temperature(_) => "temperature",
+            SamplingParamError::TopK => "top_k",
+            SamplingParamError::TopP(_) => "top_p",
+            SamplingParamError::MinP(_) => "min_p",
+            SamplingParamError::RepetitionPenalty(_) => "repetition_penalty",
+            SamplingParamError::FrequencyPenalty(_) => "frequency_penalty",
+            SamplingParamError::PresencePenalty(_) => "presence_penalty",
+            SamplingParamError::MaxTokens => "max_tokens",
+            SamplingParamError::Logprobs(_) => "logprobs",
+            SamplingParamError::EmptyStop => "stop",
+        }
+    }
+}
+
+/// A logits row that cannot be sampled from.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SampleError {
+    #[error("logits row is empty")]
+    EmptyLogits,
+    #[error("every logit is -inf or NaN; no token can be chosen")]
+    NoFiniteLogits,
+    #[error("token {token} is outside a vocabulary of {vocab}")]
+    TokenOutOfRange { token: u32, vocab: usize },
+}
+
+impl SamplingParams {
+    /// Checks every field's range; the first violation is returned.
+    pub fn validate(&self) -> Result<(), SamplingParamError> {
+        let t = self.temperature;
+        if !t.is_finite() || t < 0.0 {
+            return Err(SamplingParamError::Temperature(t));
+        }
+        if self.top_k == Some(0) {
+            return Err(SamplingParamError::TopK);
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(SamplingParamError::TopP(self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(SamplingParamError::MinP(self.min_p));
+        }
+        let rp = self.repetition_penalty;
+        if !rp.is_finite() || rp <= 0.0 {
+            return Err(SamplingParamError::RepetitionPenalty(rp));
+        }
+        if !(-2.0..=2.0).contains(&self.frequency_penalty) {
+            return Err(SamplingParamError::FrequencyPenalty(self.frequency_penalty));
+        }
+        if !(-2.0..=2.0).contains(&self.presence_penalty) {
+            return Err(SamplingParamError::PresencePenalty(self.presence_penalty));
+        }
+        if self.max_tokens == 0 {
+            return Err(SamplingParamError::MaxTokens);
+        }
+        match self.logprobs {
+            Some(n) if n > MAX_LOGPROBS => return Err(SamplingParamError::Logprobs(n)),
+            _ => {}
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(SamplingParamError::EmptyStop);
+        }
+        Ok(())
+    }
+
+    /// Whether these parameters decode greedily.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature < GREEDY_EPSILON
+    }
+
+    /// Whether `token` ends generation, given the tokenizer's end-of-generation ids.
+    pub fn is_stop_token(&self, token: u32, eos_ids: &[u32]) -> bool {
+        self.stop_token_ids.contains(&token) || (!self.ignore_eos && eos_ids.contains(&token))
+    }
+}
+
+/// The tokens a request has seen so far: its prompt followed by what it generated.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenHistory<'a> {
+    tokens: &'a [u32],
+    prompt_len: usize,
+}
+
+impl<'a> TokenHistory<'a> {
+    /// `tokens` is prompt + generated; the first `prompt_len` (clamped) are the prompt.
+    pub fn new(tokens: &'a [u32], prompt_len: usize) -> Self {
+        TokenHistory {
+            tokens,
+            prompt_len: prompt_len.min(tokens.len()),
+        }
+    }
+
+    /// Prompt and generated tokens together.
+    pub fn all(&self) -> &'a [u32] {
+        self.tokens
+    }
+
+    /// Only the generated tokens.
+    pub fn generated(&self) -> &'a [u32] {
+        &self.tokens[self.prompt_len..]
+    }
+}
+
+/// Per-request sampler: parameters, a seeded RNG and reusable scratch space.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    seed: u64,
+    rng: ChaCha8Rng,
+    candidates: Vec<(u32, f32)>,
+    seen: Vec<u64>,
+    counts: Vec<u32>,
+}
+
+impl Sampler {
+    /// Validates `params` and seeds the RNG from `params.seed` (or the OS when `None`).
+    pub fn new(params: SamplingParams) -> Result<Self, SamplingParamError> {
+        params.validate()?;
+        let seed = params.seed.unwrap_or_else(|| rand::thread_rng().gen());
+        Ok(Sampler {
+            params,
+            seed,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            candidates: Vec::new(),
+            seen: Vec::new(),
+            counts: Vec::new(),
+        })
+    }
+
+    /// The parameters this sampler was built with.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The seed actually used (drawn from the OS when the request gave none).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Picks the next token. `logits` is modified in place (penalties, temperature), so copy it
+    /// first if raw [`logprobs`] are wanted.
+    pub fn sample(
+        &mut self,
+        logits: &mut [f32],
+        history: TokenHistory<'_>,
+    ) -> Result<u32, SampleError> {
+        if logits.is_empty() {
+            return Err(SampleError::EmptyLogits);
+        }
+        self.apply_penalties(logits, history);
+        if self.params.is_greedy() {
+            return argmax(logits).ok_or(SampleError::NoFiniteLogits);
+        }
+        let inv_t = 1.0 / self.params.temperature;
+        for l in logits.iter_mut() {
+            *l = if l.is_nan() {
+                f32::NEG_INFINITY
+            } else {
+                *l * inv_t
+            };
+        }
+        self.filter_candidates(logits)?;
+        Ok(self.draw())
+    }
+
+    fn apply_penalties(&mut self, logits: &mut [f32], history: TokenHistory<'_>) {
+        let rp = self.params.repetition_penalty;
+        if rp != 1.0 {
+            self.seen.clear();
+            self.seen.resize(logits.len().div_ceil(64), 0);
+            for &t in history.all() {
+                let i = t as usize;
+                if i >= logits.len() || self.seen[i / 64] & (1 << (i % 64)) != 0 {
+                    continue;
+                }
+                self.seen[i / 64] |= 1 << (i % 64);
+                let l = &mut logits[i];
+                *l = if *l > 0.0 { *l / rp } else { *l * rp };
+            }
+        }
+        let (fp, pp) = (self.params.frequency_penalty, self.params.presence_penalty);
+        if fp == 0.0 && pp == 0.0 {
+            return;
+        }
+        self.counts.clear();
+        self.counts.resize(logits.len(), 0);
+        for &t in history.generated() {
+            if let Some(c) = self.counts.get_mut(t as usize) {
+                *c += 1;
+            }
+        }
+        for &t in history.generated() {
+            let i = t as usize;
+            if i < logits.len() && self.counts[i] > 0 {
+                logits[i] -= fp * self.counts[i] as f32 + pp;
+                self.counts[i] = 0;
+            }
+        }
+    }
+
+    /// Leaves the surviving `(id, logit)` pairs in `self.candidates`.
+    fn filter_candidates(&mut self, logits: &[f32]) -> Result<(), SampleError> {
+        let cands = &mut self.candidates;
+        cands.clear();
+        cands.extend(
+            logits
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l > f32::NEG_INFINITY)
+                .map(|(i, &l)| (i as u32, l)),
+        );
+        if cands.is_empty() {
+            return Err(SampleError::NoFiniteLogits);
+        }
+        let mut sorted = false;
+        if let Some(k) = self.params.top_k {
+            if k < cands.len() {
+                cands.select_nth_unstable_by(k - 1, by_logit_desc);
+                cands.truncate(k);
+            }
+            cands.sort_unstable_by(by_logit_desc);
+            sorted = true;
+        }
+        if self.params.top_p < 1.0 {
+            keep_nucleus(cands, sorted, self.params.top_p);
+        }
+        if self.params.min_p > 0.0 {
+            let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+            let threshold = max + self.params.min_p.ln();
+            cands.retain(|c| c.1 >= threshold);
+        }
+        Ok(())
+    }
+
+    /// Categorical draw over `self.candidates` (non-empty, finite logits).
+    fn draw(&mut self) -> u32 {
+        let cands = &self.candidates;
+        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        let total: f64 = cands.iter().map(|c| f64::from((c.1 - max).exp())).sum();
+        let mut target = self.rng.gen::<f64>() * total;
+        for &(id, l) in cands {
+            target -= f64::from((l - max).exp());
+            if target < 0.0 {
+                return id;
+            }
+        }
+        // Rounding left a sliver of mass; the last candidate owns it. `cands` is non-empty
+        // because `filter_candidates` returned Ok and every filter keeps at least one token.
+        cands[cands.len() - 1].0
+    }
+}
+
+/// Descending by logit, ties broken by ascending id (deterministic order).
+fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// Index of the largest logit, lowest id on ties; NaN is ignored. `None` if no logit is a number
+/// greater than -inf.
+pub fn argmax(logits: &[f32]) -> Option<u32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > f32::NEG_INFINITY && best.map_or(true, |(_, b)| l > b) {
+            best = Some((i, l));
+        }
+    }
+    best.map(|(i, _)| i as u32)
+}
+
+/// Truncates `cands` to the smallest most-likely set whose probability mass reaches `top_p`
+/// (HF/vLLM: a token is kept while the mass strictly before it is below `top_p`).
+///
+/// Unsorted input is not fully sorted: a head of 64 is selected and sorted, and grown 4x until
+/// it contains the nucleus.
+fn keep_nucleus(cands: &mut Vec<(u32, f32)>, mut sorted: bool, top_p: f32) {
+    let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+    let total: f64 = cands.iter().map(|c| f64::from((c.1 - max).exp())).sum();
+    let target = f64::from(top_p) * total;
+    let mut head = if sorted {
+        cands.len()
+    } else {
+        64.min(cands.len())
+    };
+    loop {
+        if !sorted {
+            if head < cands.len() {
+                cands.select_nth_unstable_by(head - 1, by_logit_desc);
+            }
+            cands[..head].sort_unstable_by(by_logit_desc);
+            sorted = head == cands.len();
+        }
+        let mut mass = 0.0f64;
+        for (i, c) in cands[..head].iter().enumerate() {
+            mass += f64::from((c.1 - max).exp());
+            if mass >= target {
+                cands.truncate(i + 1);
+                return;
+            }
+        }
+        if head == cands.len() {
+            return;
+        }
+        head = (head * 4).min(cands.len());
+    }
+}
+
+/// One token and its log-probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+}
+
+/// The chosen token's log-probability and the `n` most likely alternatives (descending, ties by
+/// ascending id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logprobs {
+    pub chosen: TokenLogprob,
+    pub top: Vec<TokenLogprob>,
+}
+
+/// Log-softmax of `logits` at `chosen`, plus the `top_n` best tokens. NaN logits count as -inf.
+pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Result<Logprobs, SampleError> {
+    let vocab = logits.len();
+    let chosen_logit = *logits
+        .get(chosen as usize)
+        .ok_or(SampleError::TokenOutOfRange {
+            token: chosen,
+            vocab,
+        })?;
+    let max = logits
+        .iter()
+        .filter(|l| !l.is_nan())
+        .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    if max == f32::NEG_INFINITY {
+        return Err(SampleError::NoFiniteLogits);
+    }
+    let sum: f64 = logits
+        .iter()
+        .filter(|l| !l.is_nan())
+        .map(|&l| f64::from((l - max).exp()))
+        .sum();
+    let lse = max + sum.ln() as f32;
+    let lp = |l: f32| {
+        if l.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            l - lse
+        }
+    };
+    let mut pairs: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, lp(l)))
+        .collect();
+    let n = top_n.min(vocab);
+    if n > 0 && n < vocab {
+        pairs.select_nth_unstable_by(n - 1, by_logit_desc);
+    }
+    pairs.truncate(n);
+    pairs.sort_unstable_by(by_logit_desc);
+    Ok(Logprobs {
+        chosen: TokenLogprob {
+            token: chosen,
+            logprob: lp(chosen_logit),
+        },
+        top: pairs
+            .into_iter()
+            .map(|(token, logprob)| TokenLogprob { token, logprob })
+            .collect(),
+    })
+}

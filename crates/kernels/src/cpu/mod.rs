@@ -1,5 +1,10 @@
 //! CPU execution: ISA dispatch, thread pool, matrix products, element-wise ops, attention.
 
+pub mod attention;
 pub mod dispatch;
+pub mod gemm;
+pub mod ops;
+pub mod threadpool;
 
 pub use dispatch::Isa;
+pub use threadpool::ThreadPool;

@@ -1,7 +1,322 @@
-//! Placeholder until the format lands.
-use super::TypeKernels;
+//! [`DType::Q4_1`]: blocks of 32 weights as 4-bit unsigned quants with a scale and a minimum
+//! (20 bytes, 5 bits per weight). Multiplied with [`ActFormat::Q8_1`] activations.
+//!
+//! ```text
+//! BlockQ4_1 (20 bytes)
+//! +--------+--------+----------------------------------------------+
+//! | d: f16 | m: f16 | qs[0] qs[1] ...                       qs[15] |
+//! +--------+--------+----------------------------------------------+
+//! qs[j] = x[j] quant in the low nibble | x[j + 16] quant in the high nibble << 4
+//! x[j] = q[j] * d + m,  q in 0..=15
+//! ```
+//!
+//! Dot product with a Q8_1 block `(d_a, s_a = d_a * sum(a_q), a_q)`:
+//! `sum_j (q_j d + m) (a_qj d_a) = d d_a sum_j q_j a_qj + m s_a` — the minimum costs one
+//! multiply per block, and `q_j` being unsigned suits `maddubs` / `vpdpbusd` directly.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::act::BlockQ8_1;
+use super::q8_0::{cast_blocks, check_dot, KernelFns, QK};
+use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
-pub fn kernels(_isa: Isa) -> TypeKernels {
-    unimplemented!("q4_1 kernels")
+/// One Q4_1 block.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
+pub struct BlockQ4_1 {
+    /// Scale.
+    pub d: f16,
+    /// Minimum (offset).
+    pub m: f16,
+    /// Packed quants: element `j` in the low nibble of `qs[j]`, element `j + 16` in the high.
+    pub qs: [u8; QK / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4_1>() == 20);
+const _: () = assert!(DType::Q4_1.block_bytes() == 20);
+
+const B: usize = 20;
+const A: usize = 36;
+
+/// Reference quantization (llama.cpp's `quantize_row_q4_1_ref`): `d = (max - min) / 15`,
+/// `q = min(15, trunc((x - min) / d + 0.5))`. `x.len()` must be a multiple of 32.
+pub fn quantize_ref(x: &[f32]) -> Vec<BlockQ4_1> {
+    assert!(
+        x.len() % QK == 0,
+        "Q4_1: length {} is not a multiple of {QK}",
+        x.len()
+    );
+    x.chunks_exact(QK).map(quantize_block).collect()
+}
+
+fn quantize_block(x: &[f32]) -> BlockQ4_1 {
+    let (min, max) = x
+        .iter()
+        .fold((f32::MAX, -f32::MAX), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let d = (max - min) / 15.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let q = |v: f32| (((v - min) * id + 0.5) as i8).min(15) as u8;
+    let mut qs = [0u8; QK / 2];
+    for (j, b) in qs.iter_mut().enumerate() {
+        *b = q(x[j]) | q(x[j + QK / 2]) << 4;
+    }
+    BlockQ4_1 {
+        d: f16::from_f32(d),
+        m: f16::from_f32(min),
+        qs,
+    }
+}
+
+/// Reference dequantization: `x = q * d + m` (a rounded multiply, then a rounded add).
+pub fn dequantize_ref(blocks: &[BlockQ4_1], out: &mut [f32]) {
+    assert!(
+        out.len() <= blocks.len() * QK,
+        "Q4_1 dequantize: too few blocks"
+    );
+    for (b, o) in blocks.iter().zip(out.chunks_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (j, &q) in b.qs.iter().enumerate() {
+            o[j] = (q & 0x0F) as f32 * d + m;
+            o[j + QK / 2] = (q >> 4) as f32 * d + m;
+        }
+    }
+}
+
+/// Reference dot product: per block `(d * d_a) * sum(q * a_q) + m * s_a`, summed in `f32`.
+pub fn vec_dot_ref(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        let mut sumi = 0i32;
+        for (j, &q) in x.qs.iter().enumerate() {
+            sumi += (q & 0x0F) as i32 * y.qs[j] as i32 + (q >> 4) as i32 * y.qs[j + QK / 2] as i32;
+        }
+        sum += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
+    }
+    sum
+}
+
+fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
+    let nb = dst.len().div_ceil(QK);
+    dequantize_ref(&cast_blocks(&src[..nb * B]), dst);
+}
+
+fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = check_dot(n, w, B, a, A);
+    vec_dot_ref(&cast_blocks(&w[..nb * B]), &cast_blocks(&a[..nb * A]))
+}
+
+/// The fastest Q4_1 kernels that `isa` (capped to what this CPU runs) allows.
+pub fn kernels(isa: Isa) -> TypeKernels {
+    let isa = isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar));
+    let (dequantize, vec_dot): KernelFns = match isa {
+        Isa::Scalar => (dequantize_scalar, vec_dot_scalar),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => (x86::dequantize_avx2, x86::vec_dot_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => (x86::dequantize_avx512, x86::vec_dot_avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("only Isa::Scalar is available off x86-64"),
+    };
+    TypeKernels {
+        dtype: DType::Q4_1,
+        isa,
+        act: ActFormat::Q8_1,
+        dequantize,
+        vec_dot,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! AVX2 (`maddubs`) and AVX-512 VNNI (`vpdpbusd`) Q4_1 x Q8_1 kernels. Pointers passed to
+    //! the `unsafe fn`s address whole blocks (checked by the safe wrappers); loads are
+    //! unaligned. Both blocks start with two `f16`s, `(d, m)` and `(d_a, s_a)`, which are
+    //! converted together: `[d, m, d_a, s_a] * [d_a, s_a, d, m] = [d d_a, m s_a, ..]`.
+    use std::arch::x86_64::*;
+
+    use super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
+    use super::super::q8_0::x86::hsum256;
+    use super::{check_dot, A, B, QK};
+
+    /// `[d d_a, m s_a, d d_a, m s_a]` (as f32) for the weight block `w` and activation block `a`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(w: *const u8, a: *const u8) -> __m128 {
+        // SAFETY: both blocks start with four readable bytes.
+        let (x, y) = unsafe {
+            (
+                w.cast::<u32>().read_unaligned(),
+                a.cast::<u32>().read_unaligned(),
+            )
+        };
+        let v = _mm_cvtph_ps(_mm_cvtsi64_si128((x as u64 | (y as u64) << 32) as i64));
+        _mm_mul_ps(v, _mm_permute_ps::<0b01_00_11_10>(v))
+    }
+
+    /// `[d d_a, m s_a, d d_a, m s_a]` for block pair 0, then for block pair 1 (one conversion).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales2(w0: *const u8, a0: *const u8, w1: *const u8, a1: *const u8) -> __m256 {
+        // SAFETY: all four blocks start with four readable bytes.
+        let h = unsafe { [w0, a0, w1, a1].map(|p| p.cast::<u32>().read_unaligned() as u64) };
+        let v = _mm256_cvtph_ps(_mm_set_epi64x(
+            (h[2] | h[3] << 32) as i64,
+            (h[0] | h[1] << 32) as i64,
+        ));
+        _mm256_mul_ps(v, _mm256_permute_ps::<0b01_00_11_10>(v))
+    }
+
+    pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        let nb = check_dot(n, w, B, a, A);
+        // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; the rows hold `nb` blocks.
+        unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_avx2(nb: usize, w: *const u8, a: *const u8) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc_m = _mm_setzero_ps();
+        for i in 0..nb {
+            // SAFETY: block i < nb of both rows is in bounds.
+            let (x, y, s) = unsafe {
+                let (wb, ab) = (w.add(i * B), a.add(i * A));
+                (
+                    nibbles_avx2(wb.add(4)),
+                    _mm256_loadu_si256(ab.add(4).cast()),
+                    scales(wb, ab),
+                )
+            };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+            let d = _mm256_broadcastss_ps(s);
+            acc[i & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[i & 1]);
+            acc_m = _mm_add_ps(acc_m, s);
+        }
+        let m = _mm_cvtss_f32(_mm_movehdup_ps(acc_m));
+        hsum256(_mm256_add_ps(acc[0], acc[1])) + m
+    }
+
+    pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        let nb = check_dot(n, w, B, a, A);
+        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); the
+        // rows hold `nb` blocks.
+        unsafe { dot_avx512(nb, w.as_ptr(), a.as_ptr()) }
+    }
+
+    /// Two blocks per step: weights unpacked by `nibbles2_avx512`, activations
+    /// `[a0.qs | a1.qs]`; lanes line up with elements 0..32 of block 0, then of block 1.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn dot_avx512(nb: usize, w: *const u8, a: *const u8) -> f32 {
+        let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+        let mut acc = _mm512_setzero_ps();
+        let mut acc_m = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 2 <= nb {
+            // SAFETY: blocks i and i+1 < nb of both rows are in bounds.
+            let (x, y, s) = unsafe {
+                let (w0, a0) = (w.add(i * B), a.add(i * A));
+                let (w1, a1) = (w0.add(B), a0.add(A));
+                let x = nibbles2_avx512(w0.add(4), w1.add(4));
+                let y0 = _mm256_loadu_si256(a0.add(4).cast());
+                let y = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(y0),
+                    _mm256_loadu_si256(a1.add(4).cast()),
+                );
+                let s = scales2(w0, a0, w1, a1);
+                (x, y, s)
+            };
+            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, y);
+            let d = _mm512_permutexvar_ps(idx, _mm512_castps256_ps512(s));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc);
+            acc_m = _mm256_add_ps(acc_m, s);
+            i += 2;
+        }
+        let m = _mm256_movehdup_ps(acc_m);
+        let m = _mm_cvtss_f32(_mm_add_ss(
+            _mm256_castps256_ps128(m),
+            _mm256_extractf128_ps::<1>(m),
+        ));
+        let mut sum = _mm512_reduce_add_ps(acc) + m;
+        if i < nb {
+            // SAFETY: block i < nb is in bounds; AVX2+FMA+F16C are among the enabled features.
+            sum += unsafe { dot_avx2(1, w.add(i * B), a.add(i * A)) };
+        }
+        sum
+    }
+
+    pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
+        let nb = dst.len() / QK;
+        assert!(
+            src.len() >= dst.len().div_ceil(QK) * B,
+            "Q4_1 dequantize: too few blocks"
+        );
+        // SAFETY: handed out only on CPUs with AVX2; `src` holds `nb` blocks and `dst` `nb * 32`
+        // elements (checked above).
+        unsafe { deq_avx2(nb, src.as_ptr(), dst.as_mut_ptr()) };
+        super::dequantize_scalar(&src[nb * B..], &mut dst[nb * QK..]);
+    }
+
+    /// `q * d + m` as a multiply then an add (no FMA), bit-identical to the reference.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn deq_avx2(nb: usize, src: *const u8, dst: *mut f32) {
+        for i in 0..nb {
+            // SAFETY: block i of `src` and elements 32i..32i+32 of `dst` are in bounds.
+            unsafe {
+                let b = src.add(i * B);
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.cast::<i32>().read_unaligned()));
+                let d = _mm256_broadcastss_ps(dm);
+                let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+                let q = nibbles_avx2(b.add(4));
+                let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
+                for (h, half) in halves.into_iter().enumerate() {
+                    for (k, part) in [half, _mm_unpackhi_epi64(half, half)]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part));
+                        let v = _mm256_add_ps(_mm256_mul_ps(f, d), m);
+                        _mm256_storeu_ps(dst.add(i * QK + 16 * h + 8 * k), v);
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
+        let nb = dst.len() / QK;
+        assert!(
+            src.len() >= dst.len().div_ceil(QK) * B,
+            "Q4_1 dequantize: too few blocks"
+        );
+        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL; `src` holds `nb` blocks and
+        // `dst` `nb * 32` elements (checked above).
+        unsafe { deq_avx512(nb, src.as_ptr(), dst.as_mut_ptr()) };
+        super::dequantize_scalar(&src[nb * B..], &mut dst[nb * QK..]);
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn deq_avx512(nb: usize, src: *const u8, dst: *mut f32) {
+        for i in 0..nb {
+            // SAFETY: block i of `src` and elements 32i..32i+32 of `dst` are in bounds.
+            unsafe {
+                let b = src.add(i * B);
+                let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(b.cast::<i32>().read_unaligned()));
+                let d = _mm512_broadcastss_ps(dm);
+                let m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+                let q = _mm_loadu_si128(b.add(4).cast());
+                let lo_hi = [
+                    _mm_and_si128(q, _mm_set1_epi8(0x0F)),
+                    _mm_and_si128(_mm_srli_epi16::<4>(q), _mm_set1_epi8(0x0F)),
+                ];
+                for (h, part) in lo_hi.into_iter().enumerate() {
+                    let f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(part));
+                    _mm512_storeu_ps(
+                        dst.add(i * QK + 16 * h),
+                        _mm512_add_ps(_mm512_mul_ps(f, d), m),
+                    );
+                }
+            }
+        }
+    }
 }

@@ -1,7 +1,495 @@
-//! Placeholder until the format lands.
-use super::TypeKernels;
+//! Q4_K: 4-bit weights in super-blocks of 256 with a 6-bit scale and a 6-bit min per
+//! sub-block of 32 (4.5 bits per weight). Multiplied with [`ActFormat::Q8K`] activations.
+//!
+//! ```text
+//! offset  0: d       f16        super-scale for the sub-block scales
+//! offset  2: dmin    f16        super-scale for the sub-block mins
+//! offset  4: scales  [u8; 12]   8 six-bit scales sc[j] and 8 six-bit mins mn[j], packed:
+//!              byte 0..4 : sc[0..4]  (low 6 bits) | top 2 bits of sc[4..8]
+//!              byte 4..8 : mn[0..4]  (low 6 bits) | top 2 bits of mn[4..8]
+//!              byte 8..12: low 4 bits of sc[4..8] | low 4 bits of mn[4..8] << 4
+//! offset 16: qs      [u8; 128]  nibbles; byte qs[32p + l] holds
+//!              low  nibble = q of element 64p + l       (sub-block 2p)
+//!              high nibble = q of element 64p + 32 + l  (sub-block 2p + 1)
+//! total 144 bytes
+//!
+//! x[32j + l] = d * sc[j] * q - dmin * mn[j]
+//! ```
+//!
+//! The dot with a Q8_K block is `a.d * (d * Σ_j sc[j] * Σ_l q*a.qs - dmin * Σ_j mn[j] *
+//! (bsums[2j] + bsums[2j+1]))`, all inner sums exact integers.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::q8_k::{block_count, runnable, split_row, BlockQ8K, QK_K};
+use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
-pub fn kernels(_isa: Isa) -> TypeKernels {
-    unimplemented!("q4_k kernels")
+/// One Q4_K super-block (see the module docs for the layout).
+#[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockQ4K {
+    /// Super-scale of the sub-block scales.
+    pub d: f16,
+    /// Super-scale of the sub-block mins.
+    pub dmin: f16,
+    /// Packed 6-bit scales and mins.
+    pub scales: [u8; 12],
+    /// Packed 4-bit quants.
+    pub qs: [u8; QK_K / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == DType::Q4_K.block_bytes());
+
+/// Unpack the 12 scale bytes into (`sc[0..8]`, `mn[0..8]`), each 0..=63.
+#[inline(always)]
+pub(crate) fn unpack_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    let sc_lo = w0 & LOW6;
+    let mn_lo = w1 & LOW6;
+    let sc_hi = (w2 & LOW4) | (((w0 >> 6) & TOP2) << 4);
+    let mn_hi = ((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4);
+    let join = |lo: u32, hi: u32| (((hi as u64) << 32) | lo as u64).to_le_bytes();
+    (join(sc_lo, sc_hi), join(mn_lo, mn_hi))
+}
+
+/// Pack 6-bit scales and mins (each `< 64`) into the 12-byte layout.
+pub(crate) fn pack_scales(sc: &[u8; 8], mn: &[u8; 8]) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for j in 0..4 {
+        s[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        s[j + 4] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
+        s[j + 8] = (sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4);
+    }
+    s
+}
+
+#[inline(always)]
+fn dequantize_block(b: &BlockQ4K, y: &mut [f32]) {
+    let (sc, mn) = unpack_scales(&b.scales);
+    let (d, dmin) = (b.d.to_f32(), b.dmin.to_f32());
+    for p in 0..4 {
+        let q = &b.qs[32 * p..32 * p + 32];
+        let (d1, m1) = (d * sc[2 * p] as f32, dmin * mn[2 * p] as f32);
+        let (d2, m2) = (d * sc[2 * p + 1] as f32, dmin * mn[2 * p + 1] as f32);
+        let y = &mut y[64 * p..64 * p + 64];
+        for l in 0..32 {
+            y[l] = d1 * (q[l] & 0xF) as f32 - m1;
+            y[32 + l] = d2 * (q[l] >> 4) as f32 - m2;
+        }
+    }
+}
+
+#[inline(always)]
+fn dequantize_blocks(src: &[BlockQ4K], dst: &mut [f32]) {
+    assert_eq!(
+        dst.len(),
+        src.len() * QK_K,
+        "Q4_K dequantize: length mismatch"
+    );
+    for (b, y) in src.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        dequantize_block(b, y);
+    }
+}
+
+/// Dequantize `src` into `dst` (`dst.len() == 256 * src.len()`): the reference.
+pub fn dequantize_ref(src: &[BlockQ4K], dst: &mut [f32]) {
+    dequantize_blocks(src, dst)
+}
+
+/// Dot product of a Q4_K row with a Q8_K row of the same number of blocks: the reference.
+pub fn vec_dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
+    let mut sum = 0f32;
+    for (wb, ab) in w.iter().zip(a) {
+        let (sc, mn) = unpack_scales(&wb.scales);
+        let (mut isum, mut msum) = (0i32, 0i32);
+        for j in 0..8 {
+            let q = &wb.qs[32 * (j / 2)..32 * (j / 2) + 32];
+            let shift = 4 * (j % 2);
+            let act = &ab.qs[32 * j..32 * j + 32];
+            let dot: i32 = q
+                .iter()
+                .zip(act)
+                .map(|(&q, &a)| ((q >> shift) & 0xF) as i32 * a as i32)
+                .sum();
+            isum += sc[j] as i32 * dot;
+            msum += mn[j] as i32 * (ab.bsums[2 * j] as i32 + ab.bsums[2 * j + 1] as i32);
+        }
+        sum += ab.d * (wb.d.to_f32() * isum as f32 - wb.dmin.to_f32() * msum as f32);
+    }
+    sum
+}
+
+/// Quantize `src` (a multiple of 256 values) to Q4_K: the reference quantizer.
+///
+/// Each sub-block gets the (scale, min) pair from a small search that minimizes squared
+/// error (see [`fit_scale_min`]); the 8 scales and 8 mins are then quantized to 6 bits
+/// against `f16` super-scales, and every weight is re-quantized against the final values.
+///
+/// # Panics
+/// If `src.len()` is not a multiple of 256.
+pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ4K> {
+    block_count(src.len());
+    src.chunks_exact(QK_K).map(quantize_block).collect()
+}
+
+fn quantize_block(x: &[f32]) -> BlockQ4K {
+    let p = ScaleMin::choose(x, 15);
+    let q = p.quants(x, 15);
+    let mut qs = [0u8; QK_K / 2];
+    for (i, b) in qs.iter_mut().enumerate() {
+        let (pair, l) = (i / 32, i % 32);
+        *b = q[64 * pair + l] | (q[64 * pair + 32 + l] << 4);
+    }
+    BlockQ4K {
+        d: p.d,
+        dmin: p.dmin,
+        scales: pack_scales(&p.sc, &p.mn),
+        qs,
+    }
+}
+
+/// Quantized per-sub-block affine parameters of one super-block (shared with Q5_K):
+/// `x ≈ d * sc[j] * q - dmin * mn[j]`.
+pub(crate) struct ScaleMin {
+    pub d: f16,
+    pub dmin: f16,
+    pub sc: [u8; 8],
+    pub mn: [u8; 8],
+}
+
+impl ScaleMin {
+    /// Fit each sub-block of 32 with `q ∈ 0..=levels`, then quantize scales and mins.
+    pub(crate) fn choose(x: &[f32], levels: u8) -> ScaleMin {
+        let mut s = [0f32; 8];
+        let mut m = [0f32; 8];
+        for (j, sub) in x.chunks_exact(32).enumerate() {
+            (s[j], m[j]) = fit_scale_min(sub, levels);
+        }
+        let (d, sc) = quantize_6bit(&s);
+        let (dmin, mn) = quantize_6bit(&m);
+        ScaleMin { d, dmin, sc, mn }
+    }
+
+    /// The quants of all 256 values against the final (quantized) scales and mins.
+    pub(crate) fn quants(&self, x: &[f32], levels: u8) -> [u8; QK_K] {
+        let mut q = [0u8; QK_K];
+        for (j, (sub, qj)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+            let s = self.d.to_f32() * self.sc[j] as f32;
+            let m = self.dmin.to_f32() * self.mn[j] as f32;
+            for (qv, &v) in qj.iter_mut().zip(sub) {
+                *qv = if s > 0.0 {
+                    ((v + m) / s).round().clamp(0.0, levels as f32) as u8
+                } else {
+                    0
+                };
+            }
+        }
+        q
+    }
+}
+
+/// `f16` super-scale and 6-bit multipliers for 8 non-negative values.
+fn quantize_6bit(v: &[f32; 8]) -> (f16, [u8; 8]) {
+    let max = v.iter().fold(0f32, |a, &b| a.max(b));
+    let d = f16::from_f32((max / 63.0).min(f16::MAX.to_f32()));
+    let df = d.to_f32();
+    if df <= 0.0 {
+        return (f16::ZERO, [0; 8]);
+    }
+    (d, v.map(|x| (x / df).round().clamp(0.0, 63.0) as u8))
+}
+
+/// Fit `x ≈ s * q - m` with `q = clamp(round((x + m) / s), 0, levels)`, `s >= 0`, `m >= 0`.
+///
+/// Tries 21 initial step sizes around `(max - min) / levels` (with `min` clamped to `<= 0`),
+/// refits `(s, m)` by least squares for each quantization, and keeps the pair with the
+/// smallest squared error.
+pub(crate) fn fit_scale_min(x: &[f32], levels: u8) -> (f32, f32) {
+    let lo = x.iter().fold(0f32, |a, &v| a.min(v));
+    let hi = x.iter().fold(lo, |a, &v| a.max(v));
+    let nmax = levels as f32;
+    if hi <= lo {
+        return (0.0, -lo);
+    }
+    let quant = |v: f32, s: f32, m: f32| {
+        if s > 0.0 {
+            ((v + m) / s).round().clamp(0.0, nmax)
+        } else {
+            0.0
+        }
+    };
+    let err = |s: f32, m: f32| {
+        x.iter()
+            .map(|&v| (s * quant(v, s, m) - m - v).powi(2))
+            .sum::<f32>()
+    };
+    let (s0, m0) = ((hi - lo) / nmax, -lo);
+    let mut best = (err(s0, m0), s0, m0);
+    for step in 0..=20 {
+        let s_try = (hi - lo) / (nmax - 1.0 + 0.1 * step as f32);
+        let (s, m) = least_squares(x, |v| quant(v, s_try, -lo)).unwrap_or((s0, m0));
+        let e = err(s, m);
+        if e < best.0 {
+            best = (e, s, m);
+        }
+    }
+    (best.1, best.2)
+}
+
+/// Least-squares `(s, m)` for `x ≈ s * q(x) - m` subject to `m >= 0`; `None` if all `q` are equal.
+fn least_squares(x: &[f32], q: impl Fn(f32) -> f32) -> Option<(f32, f32)> {
+    let n = x.len() as f32;
+    let (mut sq, mut sqq, mut sx, mut sxq) = (0f32, 0f32, 0f32, 0f32);
+    for &v in x {
+        let qv = q(v);
+        (sq, sqq, sx, sxq) = (sq + qv, sqq + qv * qv, sx + v, sxq + v * qv);
+    }
+    let det = n * sqq - sq * sq;
+    if det <= 0.0 {
+        return None;
+    }
+    let s = (n * sxq - sq * sx) / det;
+    let b = (sqq * sx - sq * sxq) / det;
+    let (s, b) = if b > 0.0 { (sxq / sqq, 0.0) } else { (s, b) };
+    (s > 0.0).then_some((s, -b))
+}
+
+/// The fastest Q4_K kernels `isa` can run (capped to what this CPU supports).
+pub fn kernels(isa: Isa) -> TypeKernels {
+    let (isa, dequantize, vec_dot) = variant(runnable(isa));
+    TypeKernels {
+        dtype: DType::Q4_K,
+        isa,
+        act: ActFormat::Q8K,
+        dequantize,
+        vec_dot,
+    }
+}
+
+type Variant = (Isa, fn(&[u8], &mut [f32]), fn(usize, &[u8], &[u8]) -> f32);
+
+fn variant(isa: Isa) -> Variant {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => (Isa::Avx2, dequantize_avx2, vec_dot_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => (Isa::Avx512Vnni, dequantize_avx512, vec_dot_avx512),
+        _ => (Isa::Scalar, dequantize_scalar, vec_dot_scalar),
+    }
+}
+
+fn weight_blocks(src: &[u8], n: usize) -> &[BlockQ4K] {
+    bytemuck::cast_slice(&src[..block_count(n) * std::mem::size_of::<BlockQ4K>()])
+}
+
+fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
+    dequantize_ref(weight_blocks(src, dst.len()), dst)
+}
+
+fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (w, a) = split_row::<BlockQ4K>(n, w, a);
+    vec_dot_ref(w, a)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
+    let src = weight_blocks(src, dst.len());
+    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
+    unsafe { x86::dequantize_avx2(src, dst) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
+    let src = weight_blocks(src, dst.len());
+    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
+    unsafe { x86::dequantize_avx512(src, dst) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (w, a) = split_row::<BlockQ4K>(n, w, a);
+    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
+    unsafe { x86::vec_dot_avx2(w, a) }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (w, a) = split_row::<BlockQ4K>(n, w, a);
+    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
+    unsafe { x86::vec_dot_avx512(w, a) }
+}
+
+/// x86 variants. Both dots keep per-sub-block integer sums exact and apply `d` and `dmin`
+/// once per super-block in `f32`, so they differ from the reference only by float rounding.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{dequantize_blocks, unpack_scales, BlockQ4K};
+    use crate::quant::q8_k::x86::{
+        f16_to_f32, hsum128, hsum256, load128, load256, load512, load64,
+    };
+    use crate::quant::q8_k::BlockQ8K;
+
+    /// `pshufb` controls broadcasting i16 scale `j` (of 8) across a 256-bit vector.
+    pub(crate) static PICK256: [[u8; 32]; 8] = pick_tables::<32, 8>(32);
+    /// `pshufb` controls putting i16 scale `2m` in 128-bit lanes 0-1 and `2m + 1` in lanes 2-3.
+    pub(crate) static PICK512: [[u8; 64]; 4] = pick_tables::<64, 4>(32);
+
+    /// Table `t`, byte `i` selects bytes of i16 element `t * N / per + i / per` (`per` bytes
+    /// of the vector share one scale).
+    pub(crate) const fn pick_tables<const N: usize, const T: usize>(per: usize) -> [[u8; N]; T] {
+        let mut out = [[0u8; N]; T];
+        let mut t = 0;
+        while t < T {
+            let mut i = 0;
+            while i < N {
+                let elem = t * N / per + i / per;
+                out[t][i] = (2 * elem + i % 2) as u8;
+                i += 1;
+            }
+            t += 1;
+        }
+        out
+    }
+
+    /// `Σ_j mn[j] * (bsums[2j] + bsums[2j + 1])`, spread over 4 i32 lanes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(crate) fn mins_dot(mn: &[u8; 8], bsums: &[i16; 16]) -> __m128i {
+        let pair = _mm_hadd_epi16(load128(bsums, 0), load128(bsums, 8));
+        _mm_madd_epi16(pair, _mm_cvtepu8_epi16(load64(mn)))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn dequantize_avx2(src: &[BlockQ4K], dst: &mut [f32]) {
+        dequantize_blocks(src, dst)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn dequantize_avx512(src: &[BlockQ4K], dst: &mut [f32]) {
+        dequantize_blocks(src, dst)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn vec_dot_avx2(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
+        let m0f = _mm256_set1_epi8(0x0F);
+        let mut acc = _mm256_setzero_ps();
+        let mut acc_m = _mm_setzero_ps();
+        for (wb, ab) in w.iter().zip(a) {
+            let (sc, mn) = unpack_scales(&wb.scales);
+            let dd = ab.d * f16_to_f32(wb.d.to_bits());
+            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
+            let mins = _mm_cvtepi32_ps(mins_dot(&mn, &ab.bsums));
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
+            let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(load64(&sc)));
+            let mut isum = _mm256_setzero_si256();
+            for p in 0..4 {
+                let q = load256(&wb.qs, 32 * p);
+                let lo = _mm256_and_si256(q, m0f);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m0f);
+                let p0 = _mm256_maddubs_epi16(lo, load256(&ab.qs, 64 * p));
+                let p1 = _mm256_maddubs_epi16(hi, load256(&ab.qs, 64 * p + 32));
+                let s0 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p], 0));
+                let s1 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p + 1], 0));
+                let sum = _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1));
+                isum = _mm256_add_epi32(isum, sum);
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
+        }
+        hsum256(acc) - hsum128(acc_m)
+    }
+
+    /// AVX-512: 128 quants per step. The 64 low nibbles of `qs[64k..64k + 64]` are sub-blocks
+    /// `[4k | 4k+2]` and the high nibbles `[4k+1 | 4k+3]`; two `vshufi64x2` regroup them as
+    /// `[4k | 4k+1]`, `[4k+2 | 4k+3]` to match the activation order. `vpmaddubsw` makes i16 pair
+    /// sums and `vpdpwssd` multiplies by the sub-block scale and accumulates in i32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(crate) fn vec_dot_avx512(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
+        let m0f = _mm512_set1_epi8(0x0F);
+        let mut acc = _mm512_setzero_ps();
+        let mut acc_m = _mm_setzero_ps();
+        for (wb, ab) in w.iter().zip(a) {
+            let (sc, mn) = unpack_scales(&wb.scales);
+            let dd = ab.d * f16_to_f32(wb.d.to_bits());
+            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
+            let mins = _mm_cvtepi32_ps(mins_dot(&mn, &ab.bsums));
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
+            let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(load64(&sc)));
+            let mut isum = _mm512_setzero_si512();
+            for k in 0..2 {
+                let q = load512(&wb.qs, 64 * k);
+                let lo = _mm512_and_si512(q, m0f);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m0f);
+                let v0 = _mm512_shuffle_i64x2::<0x44>(lo, hi);
+                let v1 = _mm512_shuffle_i64x2::<0xEE>(lo, hi);
+                let s0 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k], 0));
+                let s1 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k + 1], 0));
+                let p0 = _mm512_maddubs_epi16(v0, load512(&ab.qs, 128 * k));
+                let p1 = _mm512_maddubs_epi16(v1, load512(&ab.qs, 128 * k + 64));
+                isum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum, p0, s0), p1, s1);
+            }
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
+        }
+        _mm512_reduce_add_ps(acc) - hsum128(acc_m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scale/min of sub-block `j` exactly as the GGUF spec spells it.
+    fn spec_scale_min(j: usize, q: &[u8; 12]) -> (u8, u8) {
+        if j < 4 {
+            (q[j] & 63, q[j + 4] & 63)
+        } else {
+            (
+                (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+                (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+            )
+        }
+    }
+
+    #[test]
+    fn unpack_matches_spec_and_pack_inverts() {
+        let mut state = 0x1234_5678_9abc_def0u64;
+        for _ in 0..1000 {
+            let mut s = [0u8; 12];
+            for b in &mut s {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *b = (state >> 56) as u8;
+            }
+            let (sc, mn) = unpack_scales(&s);
+            for j in 0..8 {
+                assert_eq!(
+                    (sc[j], mn[j]),
+                    spec_scale_min(j, &s),
+                    "sub-block {j} of {s:?}"
+                );
+            }
+            assert_eq!(pack_scales(&sc, &mn), s);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn pick_tables_select_the_right_scale() {
+        assert_eq!(&x86::PICK256[3][..4], &[6, 7, 6, 7]);
+        assert_eq!(&x86::PICK512[1][..2], &[4, 5]);
+        assert_eq!(&x86::PICK512[1][32..34], &[6, 7]);
+        assert_eq!(&x86::PICK512[3][62..], &[14, 15]);
+    }
 }

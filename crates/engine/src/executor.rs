@@ -1,0 +1,65 @@
+//! The boundary between the engine and the model: the engine schedules a [`BatchInput`], an
+//! [`Executor`] (the model runner, or a mock in tests) runs one forward pass over it and returns
+//! logits rows for the sequences that sample this step.
+
+/// One sequence's share of a step: the tokens it computes now (a prefill chunk or one decode
+/// token), where they start, and the KV blocks that hold its context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqBatch {
+    /// Tokens to run this step, at positions `start_pos..start_pos + tokens.len()`.
+    pub tokens: Vec<u32>,
+    /// Number of this sequence's tokens already in the KV cache (its computed tokens).
+    pub start_pos: usize,
+    /// Physical KV block ids, in logical order; covers `start_pos + tokens.len()` positions.
+    pub block_table: Vec<u32>,
+    /// Whether the last token's logits are needed (false for a non-final prefill chunk).
+    pub need_logits: bool,
+}
+
+/// A ragged batch: every sequence contributes its own number of tokens, with no padding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchInput {
+    pub seqs: Vec<SeqBatch>,
+}
+
+impl BatchInput {
+    /// Total tokens computed in this step.
+    pub fn num_tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.tokens.len()).sum()
+    }
+}
+
+/// Logits for each sequence of the batch with `need_logits`, in batch order, `vocab` wide.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOutput {
+    pub vocab: usize,
+    pub logits: Vec<f32>,
+}
+
+impl BatchOutput {
+    /// The `i`-th logits row.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.logits[i * self.vocab..(i + 1) * self.vocab]
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.logits.len().checked_div(self.vocab).unwrap_or(0)
+    }
+}
+
+/// Why a forward pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("batch is invalid: {0}")]
+    InvalidBatch(String),
+    #[error("model execution failed: {0}")]
+    Failed(String),
+}
+
+/// Runs forward passes. The engine thread owns its executor; nothing else touches it.
+pub trait Executor: Send {
+    /// Run one step over `input`, writing each sequence's new K/V into its blocks.
+    fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError>;
+    /// Vocabulary size of the logits rows.
+    fn vocab_size(&self) -> usize;
+}

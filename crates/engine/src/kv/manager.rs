@@ -1,0 +1,255 @@
+//! [`KvCacheManager`]: per-request block tables on top of the [`BlockPool`], with automatic
+//! prefix caching.
+//!
+//! Life of a request's blocks:
+//! 1. [`KvCacheManager::get_computed_blocks`] finds the longest run of cached full blocks that
+//!    match the request's prefix (a pure lookup; it never covers the whole sequence, because the
+//!    last token must run through the model to produce logits).
+//! 2. [`KvCacheManager::allocate_slots`] takes references on those hits and allocates new
+//!    blocks so the table covers `num_computed + hits + num_new` tokens — or changes nothing and
+//!    returns `None` when too few blocks are free.
+//! 3. After a step ran, [`KvCacheManager::cache_computed_blocks`] registers the blocks that became
+//!    full *and computed*, so later requests only ever hit K/V that was really written.
+//! 4. [`KvCacheManager::free`] drops the request's references, tail block first, so under
+//!    eviction a shared prefix outlives the private suffixes that follow it.
+
+use std::collections::HashMap;
+
+use super::block_hash::extend_block_hashes;
+use super::{BlockId, BlockPool, KvError};
+use crate::request::{Request, RequestId};
+
+/// KV-cache geometry and policy. The model side converts its memory budget into `num_blocks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheConfig {
+    /// Blocks in the pool.
+    pub num_blocks: usize,
+    /// Token slots per block.
+    pub block_size: usize,
+    /// Reuse full blocks across requests with equal prefixes.
+    pub enable_prefix_caching: bool,
+}
+
+impl KvCacheConfig {
+    /// `num_blocks` blocks of 16 tokens with prefix caching on.
+    pub fn new(num_blocks: usize) -> Self {
+        KvCacheConfig {
+            num_blocks,
+            block_size: 16,
+            enable_prefix_caching: true,
+        }
+    }
+}
+
+/// Prefix-cache hits found for a request: blocks to share and how many tokens they hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComputedBlocks {
+    /// Cached blocks covering the start of the request, in order.
+    pub blocks: Vec<BlockId>,
+    /// Tokens they hold (`blocks.len() * block_size`).
+    pub num_tokens: usize,
+}
+
+/// Prefix-cache counters, in tokens, counted once per admission of a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixCacheStats {
+    /// Tokens of admitted requests that were looked up.
+    pub queries: u64,
+    /// Of those, tokens found in the cache.
+    pub hits: u64,
+}
+
+impl PrefixCacheStats {
+    /// `hits / queries`, or 0 before any query.
+    pub fn hit_rate(&self) -> f64 {
+        if self.queries == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.queries as f64
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct RequestBlocks {
+    blocks: Vec<BlockId>,
+    /// Leading blocks already registered in the prefix cache (or found there).
+    num_cached: usize,
+}
+
+/// Owns the block pool and every request's block table.
+#[derive(Debug, Clone)]
+pub struct KvCacheManager {
+    pool: BlockPool,
+    block_size: usize,
+    enable_caching: bool,
+    tables: HashMap<RequestId, RequestBlocks>,
+    stats: PrefixCacheStats,
+}
+
+impl KvCacheManager {
+    /// A manager over a fresh pool.
+    pub fn new(config: KvCacheConfig) -> Result<Self, KvError> {
+        if config.block_size == 0 {
+            return Err(KvError::ZeroBlockSize);
+        }
+        Ok(KvCacheManager {
+            pool: BlockPool::new(config.num_blocks)?,
+            block_size: config.block_size,
+            enable_caching: config.enable_prefix_caching,
+            tables: HashMap::new(),
+            stats: PrefixCacheStats::default(),
+        })
+    }
+
+    /// Token slots per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks in the pool.
+    pub fn num_blocks(&self) -> usize {
+        self.pool.num_blocks()
+    }
+
+    /// Blocks with no user.
+    pub fn num_free_blocks(&self) -> usize {
+        self.pool.num_free_blocks()
+    }
+
+    /// Fraction of blocks in use.
+    pub fn usage(&self) -> f64 {
+        self.pool.usage()
+    }
+
+    /// Prefix-cache counters.
+    pub fn stats(&self) -> PrefixCacheStats {
+        self.stats
+    }
+
+    /// Whether prefix caching is on.
+    pub fn prefix_caching_enabled(&self) -> bool {
+        self.enable_caching
+    }
+
+    /// The underlying pool (reference counts, free order), for inspection.
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// Blocks needed to hold `num_tokens` tokens.
+    pub fn blocks_for(&self, num_tokens: usize) -> usize {
+        num_tokens.div_ceil(self.block_size)
+    }
+
+    /// The block table of request `id` (empty if it holds no blocks).
+    pub fn block_table(&self, id: RequestId) -> &[BlockId] {
+        self.tables.get(&id).map_or(&[], |t| t.blocks.as_slice())
+    }
+
+    /// Number of requests holding blocks.
+    pub fn num_tables(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// The longest cached prefix of `req` in whole blocks, leaving at least its last token
+    /// uncomputed. Empty when caching is off or the request already holds blocks.
+    pub fn get_computed_blocks(&mut self, req: &mut Request) -> ComputedBlocks {
+        if !self.enable_caching || self.tables.contains_key(&req.id()) || req.num_tokens() == 0 {
+            return ComputedBlocks::default();
+        }
+        self.update_hashes(req);
+        let max_blocks = (req.num_tokens() - 1) / self.block_size;
+        let blocks: Vec<BlockId> = req
+            .block_hashes()
+            .iter()
+            .take(max_blocks)
+            .map_while(|&h| self.pool.lookup(h))
+            .collect();
+        let num_tokens = blocks.len() * self.block_size;
+        ComputedBlocks { blocks, num_tokens }
+    }
+
+    /// Grows `req`'s table to cover `num_computed_tokens + computed.num_tokens + num_new_tokens`
+    /// tokens, sharing `computed` (from [`Self::get_computed_blocks`], only on the first
+    /// allocation). Returns the newly allocated blocks, or `None` with nothing changed if the
+    /// pool lacks free blocks.
+    pub fn allocate_slots(
+        &mut self,
+        req: &Request,
+        num_new_tokens: usize,
+        computed: &ComputedBlocks,
+    ) -> Option<Vec<BlockId>> {
+        let total = req.num_computed_tokens() + computed.num_tokens + num_new_tokens;
+        let held = self.tables.get(&req.id()).map_or(0, |t| t.blocks.len());
+        let needed = self
+            .blocks_for(total)
+            .saturating_sub(held + computed.blocks.len());
+        // Free cached hits leave the free list when touched, so they cannot also be allocated.
+        let revived = computed
+            .blocks
+            .iter()
+            .filter(|&&b| self.pool.ref_count(b) == 0)
+            .count();
+        if needed + revived > self.pool.num_free_blocks() {
+            return None;
+        }
+        let first_allocation = !self.tables.contains_key(&req.id());
+        if first_allocation && self.enable_caching {
+            self.stats.queries += req.num_tokens() as u64;
+            self.stats.hits += computed.num_tokens as u64;
+        }
+        self.pool.touch(&computed.blocks);
+        // The capacity check above guarantees `needed` free blocks remain after the touch.
+        let new_blocks = self.pool.allocate(needed)?;
+        let table = self.tables.entry(req.id()).or_default();
+        if table.blocks.is_empty() {
+            table.num_cached = computed.blocks.len();
+        }
+        table.blocks.extend_from_slice(&computed.blocks);
+        table.blocks.extend_from_slice(&new_blocks);
+        Some(new_blocks)
+    }
+
+    /// Registers in the prefix cache every full block of `req` whose tokens are all computed.
+    pub fn cache_computed_blocks(&mut self, req: &mut Request) {
+        if !self.enable_caching {
+            return;
+        }
+        let Some(num_cached) = self.tables.get(&req.id()).map(|t| t.num_cached) else {
+            return;
+        };
+        let num_full = req.num_computed_tokens() / self.block_size;
+        if num_full <= num_cached {
+            return;
+        }
+        self.update_hashes(req);
+        let Some(table) = self.tables.get_mut(&req.id()) else {
+            return;
+        };
+        let num_full = num_full.min(table.blocks.len());
+        for i in table.num_cached..num_full {
+            self.pool
+                .cache_block(table.blocks[i], req.block_hashes()[i]);
+        }
+        table.num_cached = num_full.max(table.num_cached);
+    }
+
+    /// Releases all of request `id`'s blocks, last block first (so its tail is evicted first).
+    pub fn free(&mut self, id: RequestId) {
+        if let Some(table) = self.tables.remove(&id) {
+            self.pool.free(table.blocks.into_iter().rev());
+        }
+    }
+
+    /// Forgets all cached prefixes; only possible while no request holds blocks.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.pool.reset_prefix_cache()
+    }
+
+    fn update_hashes(&self, req: &mut Request) {
+        let key = req.params().cache_key;
+        let (tokens, hashes) = req.block_hashes_mut();
+        extend_block_hashes(hashes, tokens, self.block_size, key);
+    }
+}

@@ -1,0 +1,216 @@
+//! [`MockExecutor`]: a deterministic stand-in for the model runner, for engine tests.
+//!
+//! It keeps a shadow KV cache (which token, at which position, sits in each block slot) and
+//! checks every [`BatchInput`] the way a real runner would depend on it:
+//! * each sequence's block table has exactly `ceil((start_pos + len) / block_size)` distinct,
+//!   in-range blocks;
+//! * every context position `< start_pos` was written in an *earlier* step, at that position
+//!   (so prefix-cache hits only ever point at K/V that really exists);
+//! * no slot is written twice in one step, and no slot is read and written in the same step.
+//!
+//! The "model" reads the context back from the shadow cache, so a wrong block table changes its
+//! output: the next token is [`reference_next_token`] of the whole context, returned as a
+//! one-hot logits row.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, SeqBatch};
+
+/// What a shadow KV slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    token: u32,
+    pos: usize,
+    step: u64,
+}
+
+/// The "model": the token that follows `context`, a hash of every (position, token) pair
+/// reduced to `vocab`.
+pub fn reference_next_token(context: &[u32], vocab: usize) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (pos, &t) in context.iter().enumerate() {
+        h ^= u64::from(t) | ((pos as u64) << 32);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        h ^= h >> 29;
+    }
+    (h % vocab.max(1) as u64) as u32
+}
+
+/// Greedy generation with [`reference_next_token`] and no scheduler: what the engine must
+/// reproduce for `prompt` (stopping early at any of `stop_ids`).
+pub fn reference_generate(
+    prompt: &[u32],
+    max_tokens: usize,
+    stop_ids: &[u32],
+    vocab: usize,
+) -> Vec<u32> {
+    let mut ctx = prompt.to_vec();
+    let mut out = Vec::new();
+    while out.len() < max_tokens {
+        let t = reference_next_token(&ctx, vocab);
+        ctx.push(t);
+        out.push(t);
+        if stop_ids.contains(&t) {
+            break;
+        }
+    }
+    out
+}
+
+/// Index of each row's largest logit (the token a one-hot row encodes).
+pub fn argmax_rows(out: &BatchOutput) -> Vec<u32> {
+    (0..out.num_rows())
+        .map(|i| {
+            let row = out.row(i);
+            let best = row
+                .iter()
+                .enumerate()
+                .fold(0, |b, (j, &x)| if x > row[b] { j } else { b });
+            best as u32
+        })
+        .collect()
+}
+
+/// Deterministic executor with a validated shadow KV cache.
+#[derive(Debug, Clone)]
+pub struct MockExecutor {
+    block_size: usize,
+    num_blocks: usize,
+    vocab: usize,
+    kv: HashMap<u32, Vec<Option<Slot>>>,
+    step: u64,
+    tokens_computed: usize,
+}
+
+impl MockExecutor {
+    /// A mock over `num_blocks` blocks of `block_size` slots with a `vocab`-wide output.
+    pub fn new(num_blocks: usize, block_size: usize, vocab: usize) -> Self {
+        MockExecutor {
+            block_size,
+            num_blocks,
+            vocab,
+            kv: HashMap::new(),
+            step: 0,
+            tokens_computed: 0,
+        }
+    }
+
+    /// Steps executed so far.
+    pub fn num_steps(&self) -> u64 {
+        self.step
+    }
+
+    /// Tokens computed over all steps (prefix-cache hits are not computed).
+    pub fn tokens_computed(&self) -> usize {
+        self.tokens_computed
+    }
+
+    fn invalid(msg: String) -> ExecutorError {
+        ExecutorError::InvalidBatch(msg)
+    }
+
+    /// Checks one sequence's table and reads its cached context.
+    fn read_context(
+        &self,
+        i: usize,
+        s: &SeqBatch,
+        reads: &mut HashSet<(u32, usize)>,
+    ) -> Result<Vec<u32>, ExecutorError> {
+        if s.tokens.is_empty() {
+            return Err(Self::invalid(format!("seq {i}: no tokens")));
+        }
+        let end = s.start_pos + s.tokens.len();
+        let want = end.div_ceil(self.block_size);
+        if s.block_table.len() != want {
+            return Err(Self::invalid(format!(
+                "seq {i}: {} blocks for {end} positions",
+                s.block_table.len()
+            )));
+        }
+        let distinct: HashSet<u32> = s.block_table.iter().copied().collect();
+        if distinct.len() != want || s.block_table.iter().any(|&b| b as usize >= self.num_blocks) {
+            return Err(Self::invalid(format!(
+                "seq {i}: bad block table {:?}",
+                s.block_table
+            )));
+        }
+        let mut ctx = Vec::with_capacity(end);
+        for pos in 0..s.start_pos {
+            let (b, off) = (s.block_table[pos / self.block_size], pos % self.block_size);
+            let slot = self.kv.get(&b).and_then(|v| v[off]);
+            match slot {
+                Some(sl) if sl.pos == pos && sl.step < self.step => ctx.push(sl.token),
+                other => {
+                    return Err(Self::invalid(format!(
+                        "seq {i}: position {pos} in block {b} holds {other:?}"
+                    )))
+                }
+            }
+            reads.insert((b, off));
+        }
+        Ok(ctx)
+    }
+
+    fn validate(&self, input: &BatchInput) -> Result<Vec<Vec<u32>>, ExecutorError> {
+        let mut reads = HashSet::new();
+        let mut writes = HashSet::new();
+        let mut contexts = Vec::with_capacity(input.seqs.len());
+        for (i, s) in input.seqs.iter().enumerate() {
+            let mut ctx = self.read_context(i, s, &mut reads)?;
+            for (k, &t) in s.tokens.iter().enumerate() {
+                let pos = s.start_pos + k;
+                let slot = (s.block_table[pos / self.block_size], pos % self.block_size);
+                if !writes.insert(slot) {
+                    return Err(Self::invalid(format!(
+                        "seq {i}: slot {slot:?} written twice"
+                    )));
+                }
+                ctx.push(t);
+            }
+            contexts.push(ctx);
+        }
+        if let Some(slot) = reads.intersection(&writes).next() {
+            return Err(Self::invalid(format!(
+                "slot {slot:?} read and written in one step"
+            )));
+        }
+        Ok(contexts)
+    }
+}
+
+impl Executor for MockExecutor {
+    fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
+        let contexts = self.validate(input)?;
+        let mut logits = Vec::new();
+        for (s, ctx) in input.seqs.iter().zip(&contexts) {
+            for (k, &token) in s.tokens.iter().enumerate() {
+                let pos = s.start_pos + k;
+                let b = s.block_table[pos / self.block_size];
+                let block = self
+                    .kv
+                    .entry(b)
+                    .or_insert_with(|| vec![None; self.block_size]);
+                block[pos % self.block_size] = Some(Slot {
+                    token,
+                    pos,
+                    step: self.step,
+                });
+            }
+            self.tokens_computed += s.tokens.len();
+            if s.need_logits {
+                let mut row = vec![0.0f32; self.vocab];
+                row[reference_next_token(ctx, self.vocab) as usize] = 1.0;
+                logits.extend_from_slice(&row);
+            }
+        }
+        self.step += 1;
+        Ok(BatchOutput {
+            vocab: self.vocab,
+            logits,
+        })
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+}

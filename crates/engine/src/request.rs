@@ -1,0 +1,264 @@
+//! [`Request`]: one generation request as the scheduler sees it.
+//!
+//! Following the vLLM v1 rule, a request has no prefill or decode phase: it has `num_tokens`
+//! (prompt plus generated tokens) and `num_computed_tokens` (tokens whose K/V sit in the cache),
+//! and every step schedules tokens so the second catches up with the first.
+//!
+//! ```text
+//! tokens:   | prompt .................. | output ...... |
+//!           0          num_computed ^              num_tokens ^
+//!                      (KV cached)   \__ scheduled next __/
+//! ```
+
+use std::fmt;
+
+use crate::kv::BlockHash;
+
+/// Engine-wide request identifier.
+pub type RequestId = u64;
+
+/// Why a request stopped generating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// An end-of-sequence or stop token was sampled.
+    Stop,
+    /// `max_tokens` was reached, or the sequence filled the model's context.
+    Length,
+    /// The client cancelled the request.
+    Abort,
+}
+
+impl FinishReason {
+    /// The OpenAI-style `finish_reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a request is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestStatus {
+    /// Queued, never scheduled.
+    Waiting,
+    /// Holds KV blocks and is scheduled each step.
+    Running,
+    /// Lost its blocks under memory pressure; waits to be recomputed.
+    Preempted,
+    /// Done; its blocks are released.
+    Finished(FinishReason),
+}
+
+/// The per-request settings the scheduler needs; the engine core fills them from the validated
+/// sampling parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestParams {
+    /// Most tokens to generate (at least 1).
+    pub max_tokens: usize,
+    /// End-of-sequence and stop tokens are ignored until this many tokens were generated.
+    pub min_tokens: usize,
+    /// Higher runs first; ties go to the earlier arrival.
+    pub priority: i32,
+    /// The model's end-of-sequence token ids.
+    pub eos_token_ids: Vec<u32>,
+    /// Extra token ids that end generation.
+    pub stop_token_ids: Vec<u32>,
+    /// Keep generating past end-of-sequence tokens (stop tokens still apply).
+    pub ignore_eos: bool,
+    /// Prefix-cache namespace (model, LoRA adapter or cache salt); blocks are shared only
+    /// between requests with the same key.
+    pub cache_key: Option<u64>,
+}
+
+impl RequestParams {
+    /// Parameters generating at most `max_tokens`, priority 0, no stop tokens.
+    pub fn new(max_tokens: usize) -> Self {
+        RequestParams {
+            max_tokens,
+            min_tokens: 0,
+            priority: 0,
+            eos_token_ids: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            cache_key: None,
+        }
+    }
+}
+
+/// A generation request: its tokens, progress and status.
+#[derive(Debug, Clone)]
+pub struct Request {
+    id: RequestId,
+    tokens: Vec<u32>,
+    num_prompt_tokens: usize,
+    num_computed_tokens: usize,
+    params: RequestParams,
+    arrival_seq: u64,
+    status: RequestStatus,
+    num_preemptions: u32,
+    block_hashes: Vec<BlockHash>,
+}
+
+impl Request {
+    /// A waiting request for `prompt` (arrival order is set when the scheduler accepts it).
+    pub fn new(id: RequestId, prompt: Vec<u32>, params: RequestParams) -> Self {
+        Request {
+            id,
+            num_prompt_tokens: prompt.len(),
+            tokens: prompt,
+            num_computed_tokens: 0,
+            params,
+            arrival_seq: 0,
+            status: RequestStatus::Waiting,
+            num_preemptions: 0,
+            block_hashes: Vec::new(),
+        }
+    }
+
+    /// The request id.
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// Prompt followed by generated tokens.
+    pub fn all_token_ids(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The prompt tokens.
+    pub fn prompt_token_ids(&self) -> &[u32] {
+        &self.tokens[..self.num_prompt_tokens]
+    }
+
+    /// The generated tokens.
+    pub fn output_token_ids(&self) -> &[u32] {
+        &self.tokens[self.num_prompt_tokens..]
+    }
+
+    /// Prompt plus generated tokens.
+    pub fn num_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Tokens whose K/V are in the cache.
+    pub fn num_computed_tokens(&self) -> usize {
+        self.num_computed_tokens
+    }
+
+    /// The request's parameters.
+    pub fn params(&self) -> &RequestParams {
+        &self.params
+    }
+
+    /// Scheduling priority (higher first).
+    pub fn priority(&self) -> i32 {
+        self.params.priority
+    }
+
+    /// Position in arrival order (set by the scheduler).
+    pub fn arrival_seq(&self) -> u64 {
+        self.arrival_seq
+    }
+
+    /// Current status.
+    pub fn status(&self) -> RequestStatus {
+        self.status
+    }
+
+    /// How many times the request lost its blocks to preemption.
+    pub fn num_preemptions(&self) -> u32 {
+        self.num_preemptions
+    }
+
+    /// Hashes of the full blocks hashed so far (see [`crate::kv::block_hash`]).
+    pub fn block_hashes(&self) -> &[BlockHash] {
+        &self.block_hashes
+    }
+
+    /// Sets the count of computed tokens, clamped to `num_tokens`.
+    pub fn set_num_computed_tokens(&mut self, n: usize) {
+        debug_assert!(
+            n <= self.tokens.len(),
+            "{n} computed of {} tokens",
+            self.tokens.len()
+        );
+        self.num_computed_tokens = n.min(self.tokens.len());
+    }
+
+    /// Appends one generated token.
+    pub fn append_output_token(&mut self, token: u32) {
+        self.tokens.push(token);
+    }
+
+    /// Why the request must stop now, if it must: checks the last generated token against the
+    /// stop sets, then `max_tokens`, then the context limit `max_model_len`.
+    pub fn check_stop(&self, max_model_len: usize) -> Option<FinishReason> {
+        let out = self.output_token_ids();
+        let last = *out.last()?;
+        if out.len() > self.params.min_tokens {
+            let eos = !self.params.ignore_eos && self.params.eos_token_ids.contains(&last);
+            if eos || self.params.stop_token_ids.contains(&last) {
+                return Some(FinishReason::Stop);
+            }
+        }
+        if out.len() >= self.params.max_tokens || self.tokens.len() >= max_model_len {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    pub(crate) fn set_arrival_seq(&mut self, seq: u64) {
+        self.arrival_seq = seq;
+    }
+
+    pub(crate) fn set_status(&mut self, status: RequestStatus) {
+        self.status = status;
+    }
+
+    /// Drops all progress after a preemption: the KV cache must be recomputed.
+    pub(crate) fn mark_preempted(&mut self) {
+        self.num_computed_tokens = 0;
+        self.num_preemptions += 1;
+        self.status = RequestStatus::Preempted;
+    }
+
+    pub(crate) fn block_hashes_mut(&mut self) -> (&[u32], &mut Vec<BlockHash>) {
+        (&self.tokens, &mut self.block_hashes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_conditions() {
+        let mut p = RequestParams::new(3);
+        p.eos_token_ids = vec![2];
+        p.stop_token_ids = vec![9];
+        p.min_tokens = 1;
+        let mut r = Request::new(1, vec![5, 6], p);
+        assert_eq!(r.check_stop(100), None);
+        r.append_output_token(2);
+        assert_eq!(r.check_stop(100), None, "eos ignored before min_tokens");
+        r.append_output_token(9);
+        assert_eq!(r.check_stop(100), Some(FinishReason::Stop));
+        let mut r2 = Request::new(2, vec![5], RequestParams::new(2));
+        r2.append_output_token(2);
+        assert_eq!(r2.check_stop(100), None);
+        assert_eq!(r2.check_stop(2), Some(FinishReason::Length));
+        r2.append_output_token(3);
+        assert_eq!(r2.check_stop(100), Some(FinishReason::Length));
+        assert_eq!(r2.output_token_ids(), &[2, 3]);
+        assert_eq!(r2.prompt_token_ids(), &[5]);
+    }
+}

@@ -1,0 +1,516 @@
+//! The continuous-batching [`Scheduler`].
+//!
+//! One step is `schedule -> execute -> update`. [`Scheduler::schedule`] hands out a token
+//! budget (`max_num_batched_tokens`) so every request's `num_computed_tokens` catches up with its
+//! `num_tokens`; there is no prefill or decode mode:
+//!
+//! 1. Running requests first, in admission order: a decode step needs one token, an unfinished
+//!    (chunked) prefill takes what the budget allows. If the KV pool is full, the running
+//!    request with the lowest priority, latest arrival is preempted (blocks freed, progress
+//!    reset, back to the front of its priority class) until the allocation fits — possibly the
+//!    requester itself.
+//! 2. If nothing was preempted, waiting requests are admitted in queue order (higher priority
+//!    first, then FIFO) while budget, `max_num_seqs` and KV blocks allow, starting from their
+//!    cached prefix. A waiting request may preempt running requests of strictly lower priority,
+//!    never equal or higher ones; otherwise admission stops at the first request that does not
+//!    fit.
+//!
+//! [`Scheduler::update`] then advances the computed counts, registers newly full blocks in the
+//! prefix cache, appends sampled tokens and finishes requests on a stop token, `max_tokens` or
+//! the context limit, freeing their blocks.
+//!
+//! Liveness: the context limit is clamped to the KV pool (and, without chunked prefill, to the
+//! token budget), so a request running alone always fits; victims keep their arrival order, so
+//! a preempted request becomes the oldest of its class and is not chosen again while newer
+//! requests of its priority run.
+
+pub mod output;
+pub mod queue;
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, HashSet};
+
+pub use output::{RequestOutput, ScheduledSeq, SchedulerOutput};
+pub use queue::WaitingQueue;
+
+use crate::kv::{ComputedBlocks, KvCacheConfig, KvCacheManager, KvError, PrefixCacheStats};
+use crate::request::{Request, RequestId, RequestStatus};
+
+/// Scheduling limits and KV-cache geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Most requests running at once.
+    pub max_num_seqs: usize,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: usize,
+    /// Token slots per KV block.
+    pub block_size: usize,
+    /// KV blocks in the pool (the model side derives it from its memory budget).
+    pub num_kv_blocks: usize,
+    /// Share full KV blocks between requests with equal prefixes.
+    pub enable_prefix_caching: bool,
+    /// Split prompts longer than the remaining budget across steps.
+    pub enable_chunked_prefill: bool,
+    /// Most prompt tokens one request may compute per step, leaving budget for others.
+    pub long_prefill_threshold: Option<usize>,
+    /// Context limit of the model (prompt plus output); further clamped to what the KV pool
+    /// holds.
+    pub max_model_len: Option<usize>,
+}
+
+impl SchedulerConfig {
+    /// Defaults (256 sequences, 2048 tokens per step, 16-token blocks, prefix caching and
+    /// chunked prefill on) over `num_kv_blocks` blocks.
+    pub fn new(num_kv_blocks: usize) -> Self {
+        SchedulerConfig {
+            max_num_seqs: 256,
+            max_num_batched_tokens: 2048,
+            block_size: 16,
+            num_kv_blocks,
+            enable_prefix_caching: true,
+            enable_chunked_prefill: true,
+            long_prefill_threshold: None,
+            max_model_len: None,
+        }
+    }
+}
+
+/// Errors from the scheduler's API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedulerError {
+    /// The KV-cache part of the configuration is invalid.
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    /// Another part of the configuration is invalid.
+    #[error("invalid scheduler configuration: {0}")]
+    InvalidConfig(&'static str),
+    /// A request with this id is already queued or running.
+    #[error("request {0} already exists")]
+    DuplicateRequest(RequestId),
+    /// The prompt has no tokens.
+    #[error("request {0} has an empty prompt")]
+    EmptyPrompt(RequestId),
+    /// `max_tokens` is zero.
+    #[error("request {0}: max_tokens must be at least 1")]
+    ZeroMaxTokens(RequestId),
+    /// The prompt leaves no room for one generated token.
+    #[error("request {id}: prompt of {len} tokens exceeds the limit of {max}")]
+    PromptTooLong {
+        /// The request.
+        id: RequestId,
+        /// Its prompt length.
+        len: usize,
+        /// Longest prompt accepted.
+        max: usize,
+    },
+    /// `update` got a different number of sampled tokens than sequences that sample.
+    #[error("expected {expected} sampled tokens, got {got}")]
+    SampledCountMismatch {
+        /// Sequences with `need_logits`.
+        expected: usize,
+        /// Tokens passed.
+        got: usize,
+    },
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SchedulerStats {
+    /// Requests holding KV blocks.
+    pub num_running: usize,
+    /// Requests queued (new or preempted).
+    pub num_waiting: usize,
+    /// Fraction of KV blocks in use.
+    pub kv_usage: f64,
+    /// Preemptions since start.
+    pub num_preemptions: u64,
+    /// Prefix-cache queries and hits, in tokens.
+    pub prefix_cache: PrefixCacheStats,
+}
+
+/// The step being built: remaining budget, who runs how many tokens, who was preempted.
+struct Step {
+    budget: usize,
+    scheduled: Vec<(RequestId, usize)>,
+    preempted: Vec<RequestId>,
+}
+
+impl Step {
+    fn push(&mut self, id: RequestId, n: usize) {
+        self.budget -= n;
+        self.scheduled.push((id, n));
+    }
+
+    fn unschedule(&mut self, id: RequestId) {
+        if let Some(pos) = self.scheduled.iter().position(|&(r, _)| r == id) {
+            let (_, n) = self.scheduled.remove(pos);
+            self.budget += n;
+        }
+    }
+}
+
+/// Owns every live request, the waiting queue, the running list and the KV manager.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    kv: KvCacheManager,
+    requests: HashMap<RequestId, Request>,
+    waiting: WaitingQueue,
+    running: Vec<RequestId>,
+    next_arrival: u64,
+    max_model_len: usize,
+    num_preemptions: u64,
+}
+
+impl Scheduler {
+    /// A scheduler with an empty KV pool of `config.num_kv_blocks` blocks.
+    pub fn new(config: SchedulerConfig) -> Result<Self, SchedulerError> {
+        if config.max_num_seqs == 0 {
+            return Err(SchedulerError::InvalidConfig(
+                "max_num_seqs must be at least 1",
+            ));
+        }
+        if config.max_num_batched_tokens == 0 {
+            return Err(SchedulerError::InvalidConfig(
+                "max_num_batched_tokens must be at least 1",
+            ));
+        }
+        if config.long_prefill_threshold == Some(0) {
+            return Err(SchedulerError::InvalidConfig(
+                "long_prefill_threshold must be at least 1",
+            ));
+        }
+        let kv = KvCacheManager::new(KvCacheConfig {
+            num_blocks: config.num_kv_blocks,
+            block_size: config.block_size,
+            enable_prefix_caching: config.enable_prefix_caching,
+        })?;
+        let mut max_model_len = config.max_model_len.unwrap_or(usize::MAX);
+        max_model_len = max_model_len.min(config.num_kv_blocks * config.block_size);
+        if !config.enable_chunked_prefill {
+            max_model_len = max_model_len.min(config.max_num_batched_tokens);
+        }
+        if max_model_len < 2 {
+            return Err(SchedulerError::InvalidConfig(
+                "context limit leaves no room to generate",
+            ));
+        }
+        Ok(Scheduler {
+            config,
+            kv,
+            requests: HashMap::new(),
+            waiting: WaitingQueue::new(),
+            running: Vec::new(),
+            next_arrival: 0,
+            max_model_len,
+            num_preemptions: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Effective context limit: prompt plus output tokens never exceed it.
+    pub fn max_model_len(&self) -> usize {
+        self.max_model_len
+    }
+
+    /// The KV-cache manager (block tables, pool state), for inspection.
+    pub fn kv(&self) -> &KvCacheManager {
+        &self.kv
+    }
+
+    /// A live (waiting or running) request.
+    pub fn request(&self, id: RequestId) -> Option<&Request> {
+        self.requests.get(&id)
+    }
+
+    /// Running request ids in scheduling order.
+    pub fn running_ids(&self) -> &[RequestId] {
+        &self.running
+    }
+
+    /// Waiting request ids in admission order.
+    pub fn waiting_ids(&self) -> Vec<RequestId> {
+        self.waiting.iter().collect()
+    }
+
+    /// Whether any request is waiting or running.
+    pub fn has_unfinished(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            kv_usage: self.kv.usage(),
+            num_preemptions: self.num_preemptions,
+            prefix_cache: self.kv.stats(),
+        }
+    }
+
+    /// Queues a new request behind earlier ones of the same priority.
+    pub fn add_request(&mut self, mut req: Request) -> Result<(), SchedulerError> {
+        let id = req.id();
+        if self.requests.contains_key(&id) {
+            return Err(SchedulerError::DuplicateRequest(id));
+        }
+        if req.num_tokens() == 0 {
+            return Err(SchedulerError::EmptyPrompt(id));
+        }
+        if req.params().max_tokens == 0 {
+            return Err(SchedulerError::ZeroMaxTokens(id));
+        }
+        if req.num_tokens() >= self.max_model_len {
+            let max = self.max_model_len - 1;
+            return Err(SchedulerError::PromptTooLong {
+                id,
+                len: req.num_tokens(),
+                max,
+            });
+        }
+        req.set_arrival_seq(self.next_arrival);
+        req.set_status(RequestStatus::Waiting);
+        req.set_num_computed_tokens(0);
+        self.next_arrival += 1;
+        self.waiting.push_back(id, req.priority());
+        self.requests.insert(id, req);
+        Ok(())
+    }
+
+    /// Cancels request `id`, waiting or running, releasing all its blocks. False if unknown.
+    pub fn abort(&mut self, id: RequestId) -> bool {
+        let Some(req) = self.requests.remove(&id) else {
+            return false;
+        };
+        self.waiting.remove(id);
+        if req.status() == RequestStatus::Running {
+            self.running.retain(|&r| r != id);
+        }
+        self.kv.free(id);
+        true
+    }
+
+    /// Decides the next step: which requests run and how many tokens each.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut step = Step {
+            budget: self.config.max_num_batched_tokens,
+            scheduled: Vec::new(),
+            preempted: Vec::new(),
+        };
+        self.schedule_running(&mut step);
+        if step.preempted.is_empty() {
+            self.schedule_waiting(&mut step);
+        }
+        self.build_output(step)
+    }
+
+    /// Applies a finished step: `sampled` holds one token per sequence of `out` with
+    /// `need_logits`, in batch order. Returns the new tokens and finish reasons; requests
+    /// aborted since `schedule` are skipped.
+    pub fn update(
+        &mut self,
+        out: &SchedulerOutput,
+        sampled: &[u32],
+    ) -> Result<Vec<RequestOutput>, SchedulerError> {
+        let expected = out.seqs.iter().filter(|s| s.need_logits).count();
+        if expected != sampled.len() {
+            return Err(SchedulerError::SampledCountMismatch {
+                expected,
+                got: sampled.len(),
+            });
+        }
+        let mut tokens = sampled.iter().copied();
+        let mut outputs = Vec::new();
+        let mut finished = HashSet::new();
+        for seq in &out.seqs {
+            let token = if seq.need_logits { tokens.next() } else { None };
+            if let Some(o) = self.apply_seq(seq, token) {
+                if o.finish_reason.is_some() {
+                    finished.insert(o.request_id);
+                }
+                outputs.push(o);
+            }
+        }
+        if !finished.is_empty() {
+            self.running.retain(|r| !finished.contains(r));
+        }
+        Ok(outputs)
+    }
+
+    fn apply_seq(&mut self, seq: &ScheduledSeq, token: Option<u32>) -> Option<RequestOutput> {
+        let req = self.requests.get_mut(&seq.request_id)?;
+        if req.status() != RequestStatus::Running || req.num_computed_tokens() != seq.start_pos {
+            return None;
+        }
+        req.set_num_computed_tokens(seq.start_pos + seq.tokens.len());
+        self.kv.cache_computed_blocks(req);
+        let token = token?;
+        req.append_output_token(token);
+        let finish_reason = req.check_stop(self.max_model_len);
+        if let Some(reason) = finish_reason {
+            req.set_status(RequestStatus::Finished(reason));
+            self.kv.free(seq.request_id);
+            self.requests.remove(&seq.request_id);
+        }
+        Some(RequestOutput {
+            request_id: seq.request_id,
+            new_token_ids: vec![token],
+            finish_reason,
+        })
+    }
+
+    /// Tokens to give a request with `remaining` uncomputed tokens; 0 if it cannot run now.
+    fn chunk_len(&self, remaining: usize, budget: usize) -> usize {
+        let n = self
+            .config
+            .long_prefill_threshold
+            .map_or(remaining, |t| remaining.min(t));
+        if n <= budget {
+            n
+        } else if self.config.enable_chunked_prefill {
+            budget
+        } else {
+            0
+        }
+    }
+
+    fn schedule_running(&mut self, step: &mut Step) {
+        let order = self.running.clone();
+        for id in order {
+            if step.budget == 0 {
+                break;
+            }
+            let Some(req) = self.requests.get(&id) else {
+                continue;
+            };
+            if req.status() != RequestStatus::Running {
+                continue; // preempted earlier in this step
+            }
+            let n = self.chunk_len(req.num_tokens() - req.num_computed_tokens(), step.budget);
+            if n > 0 && self.allocate_running(id, n, step) {
+                step.push(id, n);
+            }
+        }
+    }
+
+    /// Allocates `n` new slots for running request `id`, preempting victims as needed; false if
+    /// `id` itself was preempted.
+    fn allocate_running(&mut self, id: RequestId, n: usize, step: &mut Step) -> bool {
+        loop {
+            let Some(req) = self.requests.get(&id) else {
+                return false;
+            };
+            if self
+                .kv
+                .allocate_slots(req, n, &ComputedBlocks::default())
+                .is_some()
+            {
+                return true;
+            }
+            let Some(victim) = self.pick_victim(None) else {
+                return false;
+            };
+            self.preempt(victim, step);
+            if victim == id {
+                return false;
+            }
+        }
+    }
+
+    fn schedule_waiting(&mut self, step: &mut Step) {
+        while step.budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(id) = self.waiting.peek() else { break };
+            let Some(req) = self.requests.get_mut(&id) else {
+                self.waiting.pop();
+                continue;
+            };
+            let computed = self.kv.get_computed_blocks(req);
+            let remaining = req.num_tokens() - computed.num_tokens;
+            let n = self.chunk_len(remaining, step.budget);
+            if n == 0 || !self.allocate_waiting(id, n, &computed, step) {
+                break;
+            }
+            self.waiting.pop();
+            if let Some(req) = self.requests.get_mut(&id) {
+                req.set_num_computed_tokens(computed.num_tokens);
+                req.set_status(RequestStatus::Running);
+            }
+            self.running.push(id);
+            step.push(id, n);
+        }
+    }
+
+    /// Allocates blocks to admit waiting request `id`, preempting only running requests of
+    /// strictly lower priority; false if it does not fit.
+    fn allocate_waiting(
+        &mut self,
+        id: RequestId,
+        n: usize,
+        computed: &ComputedBlocks,
+        step: &mut Step,
+    ) -> bool {
+        loop {
+            let Some(req) = self.requests.get(&id) else {
+                return false;
+            };
+            let priority = req.priority();
+            if self.kv.allocate_slots(req, n, computed).is_some() {
+                return true;
+            }
+            let Some(victim) = self.pick_victim(Some(priority)) else {
+                return false;
+            };
+            self.preempt(victim, step);
+        }
+    }
+
+    /// The running request to preempt: lowest priority, then latest arrival; only priorities
+    /// below `below` when given.
+    fn pick_victim(&self, below: Option<i32>) -> Option<RequestId> {
+        self.running
+            .iter()
+            .filter_map(|id| self.requests.get(id))
+            .filter(|r| below.map_or(true, |p| r.priority() < p))
+            .min_by_key(|r| (r.priority(), Reverse(r.arrival_seq())))
+            .map(Request::id)
+    }
+
+    fn preempt(&mut self, victim: RequestId, step: &mut Step) {
+        self.running.retain(|&r| r != victim);
+        self.kv.free(victim);
+        if let Some(req) = self.requests.get_mut(&victim) {
+            req.mark_preempted();
+            self.waiting.push_front(victim, req.priority());
+        }
+        step.unschedule(victim);
+        step.preempted.push(victim);
+        self.num_preemptions += 1;
+    }
+
+    fn build_output(&self, step: Step) -> SchedulerOutput {
+        let seqs = step
+            .scheduled
+            .iter()
+            .filter_map(|&(id, n)| {
+                let req = self.requests.get(&id)?;
+                let start = req.num_computed_tokens();
+                Some(ScheduledSeq {
+                    request_id: id,
+                    tokens: req.all_token_ids()[start..start + n].to_vec(),
+                    start_pos: start,
+                    block_table: self.kv.block_table(id).to_vec(),
+                    need_logits: start + n == req.num_tokens(),
+                })
+            })
+            .collect();
+        SchedulerOutput {
+            seqs,
+            preempted: step.preempted,
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Matrix products against (quantized) weight matrices: `y = x · Wᵀ`.
+//!
+//! ```text
+//!   x: m × cols (f32)   ──quantize once per row──▶  a: m × act_row_bytes (ActFormat)
+//!   W: rows × cols (dtype blocks, row-major)
+//!   y[j][r] = vec_dot(cols, W[r], a[j])           y: m × rows (f32)
+//!
+//!   threads split r:  | t0: rows 0..R/n | t1: rows R/n..2R/n | ... |
+//!   inside a thread:  for each tile of weight rows (≈ TILE_BYTES, stays in L1/L2)
+//!                       for each x row j: for each r in the tile: y[j][r] = ...
+//! ```
+//!
+//! The weight matrix is streamed from memory once per call whatever `m` is; the quantized
+//! activations (small) are re-read from cache for each weight tile.
+
+use crate::cpu::threadpool::SharedMut;
+use crate::cpu::{Isa, ThreadPool};
+use crate::quant::{self, act::ActKernels, ActFormat, DType, TypeKernels};
+
+/// Weight bytes per tile: a tile is reused for every x row while it sits in L1/L2.
+const TILE_BYTES: usize = 16 * 1024;
+
+/// Rows per thread below which activations are quantized serially.
+const PARALLEL_QUANT_ROWS: usize = 4;
+
+/// A row-major matrix of `rows × cols` elements of `dtype`, each row
+/// `dtype.row_bytes(cols)` bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef<'a> {
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+/// Reusable buffers for [`matmul`] (quantized activations); grows as needed, never shrinks.
+#[derive(Default)]
+pub struct Scratch {
+    act: Vec<u8>,
+}
+
+/// The kernels one matrix product needs: the weight type's dot product and, for quantized
+/// activation formats, the activation quantizer.
+#[derive(Clone, Copy)]
+pub struct GemmKernels {
+    pub weights: TypeKernels,
+    /// `None` when the activation format is plain `f32` (used as is, no copy).
+    pub quantize: Option<fn(&[f32], &mut [u8])>,
+}
+
+impl GemmKernels {
+    /// The kernels for `dtype` compiled for `isa` (tests use this to cover every variant).
+    pub fn for_isa(dtype: DType, isa: Isa) -> GemmKernels {
+        let weights = TypeKernels::for_isa(dtype, isa);
+        let quantize = (weights.act != ActFormat::F32)
+            .then(|| ActKernels::for_isa(isa).quantize[weights.act as usize]);
+        GemmKernels { weights, quantize }
+    }
+
+    /// The kernels for `dtype` on this CPU.
+    pub fn detected(dtype: DType) -> GemmKernels {
+        let weights = *quant::kernels(dtype);
+        let quantize = (weights.act != ActFormat::F32)
+            .then(|| quant::act::kernels().quantize[weights.act as usize]);
+        GemmKernels { weights, quantize }
+    }
+}
+
+/// `y (m × w.rows, row-major) = x (m × w.cols, row-major) · Wᵀ`. Quantizes each x row once
+/// into the dtype's [`ActFormat`], then splits output rows over the pool's threads.
+///
+/// Panics if the slice lengths do not match the shapes or `w.cols` is not a whole number of
+/// blocks.
+pub fn matmul(
+    pool: &ThreadPool,
+    w: MatRef<'_>,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    matmul_with(pool, &GemmKernels::detected(w.dtype), w, x, m, y, scratch)
+}
+
+/// [`matmul`] with explicit kernels (which must be for `w.dtype`).
+pub fn matmul_with(
+    pool: &ThreadPool,
+    k: &GemmKernels,
+    w: MatRef<'_>,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    scratch: &mut Scratch,
+) {
+    let w_row = check_shapes(k, &w, x, m, y);
+    if m == 0 || w.rows == 0 {
+        return;
+    }
+    let act = k.weights.act;
+    let a_row = act.row_bytes(w.cols);
+    let acts: &[u8] = match k.quantize {
+        Some(q) => quantize_rows(pool, q, x, m, w.cols, a_row, scratch),
+        None => f32_bytes(x, scratch),
+    };
+    let vec_dot = k.weights.vec_dot;
+    let tile_rows = (TILE_BYTES / w_row.max(1)).clamp(1, w.rows);
+    let out = SharedMut::new(y);
+    pool.broadcast(&|t, n| {
+        let (r0, r1) = (w.rows * t / n, w.rows * (t + 1) / n);
+        let mut tile = r0;
+        while tile < r1 {
+            let tile_end = (tile + tile_rows).min(r1);
+            for (j, a) in acts.chunks_exact(a_row).enumerate().take(m) {
+                for r in tile..tile_end {
+                    let v = vec_dot(w.cols, &w.data[r * w_row..(r + 1) * w_row], a);
+                    // SAFETY: thread t writes only columns r0..r1 of y, and the ranges
+                    // [rows·t/n, rows·(t+1)/n) of different t are disjoint.
+                    unsafe { out.write(j * w.rows + r, v) };
+                }
+            }
+            tile = tile_end;
+        }
+    });
+}
+
+/// Validates shapes; returns the weight row size in bytes.
+fn check_shapes(k: &GemmKernels, w: &MatRef<'_>, x: &[f32], m: usize, y: &[f32]) -> usize {
+    assert_eq!(k.weights.dtype, w.dtype, "matmul: kernels are for another dtype");
+    let w_row = w.dtype.row_bytes(w.cols).unwrap_or_else(|| {
+        panic!("matmul: {} cols is not a whole number of {} blocks", w.cols, w.dtype)
+    });
+    assert!(
+        w.cols % k.weights.act.block_size() == 0,
+        "matmul: {} cols is not a whole number of activation blocks",
+        w.cols
+    );
+    assert_eq!(w.data.len(), w.rows * w_row, "matmul: weight data size mismatch");
+    assert_eq!(x.len(), m * w.cols, "matmul: x must be m × cols");
+    assert_eq!(y.len(), m * w.rows, "matmul: y must be m × rows");
+    w_row
+}
+
+/// Quantize the `m` rows of `x` into `scratch`, in parallel when there are enough rows.
+fn quantize_rows<'s>(
+    pool: &ThreadPool,
+    quantize: fn(&[f32], &mut [u8]),
+    x: &[f32],
+    m: usize,
+    cols: usize,
+    a_row: usize,
+    scratch: &'s mut Scratch,
+) -> &'s [u8] {
+    if scratch.act.len() < m * a_row {
+        scratch.act.resize(m * a_row, 0);
+    }
+    let buf = &mut scratch.act[..m * a_row];
+    if m < PARALLEL_QUANT_ROWS * pool.n_threads() {
+        for (src, dst) in x.chunks_exact(cols).zip(buf.chunks_exact_mut(a_row)) {
+            quantize(src, dst);
+        }
+    } else {
+        let shared = SharedMut::new(buf);
+        pool.broadcast(&|t, n| {
+            for j in m * t / n..m * (t + 1) / n {
+                // SAFETY: thread t quantizes rows [m·t/n, m·(t+1)/n), disjoint across t,
+                // and each row owns bytes [j·a_row, (j+1)·a_row).
+                let dst = unsafe { shared.slice_mut(j * a_row, a_row) };
+                quantize(&x[j * cols..(j + 1) * cols], dst);
+            }
+        });
+    }
+    &scratch.act[..m * a_row]
+}
+
+/// `x` as little-endian bytes: a zero-copy view on little-endian targets.
+fn f32_bytes<'s>(x: &'s [f32], scratch: &'s mut Scratch) -> &'s [u8] {
+    if cfg!(target_endian = "little") {
+        bytemuck::cast_slice(x)
+    } else {
+        scratch.act.clear();
+        scratch.act.extend(x.iter().flat_map(|v| v.to_le_bytes()));
+        &scratch.act
+    }
+}

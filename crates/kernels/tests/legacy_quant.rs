@@ -1,0 +1,446 @@
+//! Q4_0, Q4_1, Q5_0 and Q8_0: every ISA variant against the scalar reference, the reference
+//! dot product against an `f64` dot of dequantized rows, and quantize -> dequantize error
+//! bounds.
+//!
+//! Tolerances:
+//! * `dequantize`: bit-exact on every ISA (the SIMD code does the reference's `f32` ops).
+//! * `vec_dot` (SIMD vs reference): `|simd - ref| <= 4 (nb + 16) eps L1`, where `nb` is the
+//!   block count and `L1 = sum_b |d_w d_a| sum_j |q_j a_j| + |m s_a|` bounds every partial sum.
+//!   Integer block sums are exact on both sides; only the `f32` accumulation order differs.
+//! * `vec_dot_ref` vs the exact dot of dequantized rows: the same bound, plus (Q4_1) the exact
+//!   effect of `s_a` being rounded to `f16`: `sum_b |m| |d_a sum(a_q) - s_a|`.
+//! * Round trip, per element: half a quantization step (a full step where the format clamps
+//!   the extreme value), plus the `f16` rounding of `d` (times the largest quant) and of `m`.
+
+use bytemuck::Pod;
+use half::f16;
+use kestrel_kernels::cpu::Isa;
+use kestrel_kernels::quant::act::{self, BlockQ8_1};
+use kestrel_kernels::quant::q8_0::BlockQ8_0;
+use kestrel_kernels::quant::{q4_0, q4_1, q5_0, q8_0, ActFormat, DType, TypeKernels};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const EPS: f64 = f32::EPSILON as f64;
+/// Block counts: single, odd, the SmolLM2 hidden size (18), and larger.
+const BLOCKS: [usize; 7] = [1, 2, 3, 7, 18, 48, 97];
+
+/// One legacy format, seen through its reference functions.
+trait Format {
+    type W: Pod;
+    type A: Pod;
+    const DTYPE: DType;
+    fn quantize(x: &[f32]) -> Vec<Self::W>;
+    fn dequantize(w: &[Self::W], out: &mut [f32]);
+    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32;
+    fn quantize_act(x: &[f32]) -> Vec<Self::A>;
+    /// Per block: (`d_w`, `m`, the 32 integer quants as they enter the dot, centred).
+    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]);
+    /// Largest quant magnitude and the clamping slack (in steps) of the rounding.
+    const QMAX: f32;
+    const CLAMP_STEPS: f32;
+    /// The quantization step of a block with these values.
+    fn step(x: &[f32]) -> f32;
+}
+
+fn act_parts_q8_0(a: &BlockQ8_0) -> (f32, f32, [i8; 32]) {
+    (a.d.to_f32(), 0.0, a.qs)
+}
+
+fn act_parts_q8_1(a: &BlockQ8_1) -> (f32, f32, [i8; 32]) {
+    (a.d.to_f32(), a.s.to_f32(), a.qs)
+}
+
+fn nibbles(qs: &[u8; 16], offset: i32) -> [i32; 32] {
+    std::array::from_fn(|j| {
+        let q = if j < 16 {
+            qs[j] & 0x0F
+        } else {
+            qs[j - 16] >> 4
+        };
+        q as i32 - offset
+    })
+}
+
+fn amax(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+struct Q40;
+struct Q41;
+struct Q50;
+struct Q80;
+
+impl Format for Q40 {
+    type W = q4_0::BlockQ4_0;
+    type A = BlockQ8_0;
+    const DTYPE: DType = DType::Q4_0;
+    const QMAX: f32 = 8.0;
+    const CLAMP_STEPS: f32 = 1.0;
+    fn quantize(x: &[f32]) -> Vec<Self::W> {
+        q4_0::quantize_ref(x)
+    }
+    fn dequantize(w: &[Self::W], out: &mut [f32]) {
+        q4_0::dequantize_ref(w, out)
+    }
+    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
+        q4_0::vec_dot_ref(w, a)
+    }
+    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
+        act::quantize_q8_0_ref(x)
+    }
+    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+        (w.d.to_f32(), 0.0, nibbles(&w.qs, 8))
+    }
+    fn step(x: &[f32]) -> f32 {
+        amax(x) / 8.0
+    }
+}
+
+impl Format for Q41 {
+    type W = q4_1::BlockQ4_1;
+    type A = BlockQ8_1;
+    const DTYPE: DType = DType::Q4_1;
+    const QMAX: f32 = 15.0;
+    const CLAMP_STEPS: f32 = 0.5;
+    fn quantize(x: &[f32]) -> Vec<Self::W> {
+        q4_1::quantize_ref(x)
+    }
+    fn dequantize(w: &[Self::W], out: &mut [f32]) {
+        q4_1::dequantize_ref(w, out)
+    }
+    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
+        q4_1::vec_dot_ref(w, a)
+    }
+    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
+        act::quantize_q8_1_ref(x)
+    }
+    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+        (w.d.to_f32(), w.m.to_f32(), nibbles(&w.qs, 0))
+    }
+    fn step(x: &[f32]) -> f32 {
+        let (lo, hi) = x
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+        (hi - lo) / 15.0
+    }
+}
+
+impl Format for Q50 {
+    type W = q5_0::BlockQ5_0;
+    type A = BlockQ8_0;
+    const DTYPE: DType = DType::Q5_0;
+    const QMAX: f32 = 16.0;
+    const CLAMP_STEPS: f32 = 1.0;
+    fn quantize(x: &[f32]) -> Vec<Self::W> {
+        q5_0::quantize_ref(x)
+    }
+    fn dequantize(w: &[Self::W], out: &mut [f32]) {
+        q5_0::dequantize_ref(w, out)
+    }
+    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
+        q5_0::vec_dot_ref(w, a)
+    }
+    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
+        act::quantize_q8_0_ref(x)
+    }
+    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+        let qh = u32::from_le_bytes(w.qh);
+        let mut q = nibbles(&w.qs, 0);
+        for (j, q) in q.iter_mut().enumerate() {
+            *q += ((qh >> j & 1) << 4) as i32 - 16;
+        }
+        (w.d.to_f32(), 0.0, q)
+    }
+    fn step(x: &[f32]) -> f32 {
+        amax(x) / 16.0
+    }
+}
+
+impl Format for Q80 {
+    type W = BlockQ8_0;
+    type A = BlockQ8_0;
+    const DTYPE: DType = DType::Q8_0;
+    const QMAX: f32 = 127.0;
+    const CLAMP_STEPS: f32 = 0.5;
+    fn quantize(x: &[f32]) -> Vec<Self::W> {
+        q8_0::quantize_ref(x)
+    }
+    fn dequantize(w: &[Self::W], out: &mut [f32]) {
+        q8_0::dequantize_ref(w, out)
+    }
+    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
+        q8_0::vec_dot_ref(w, a)
+    }
+    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
+        act::quantize_q8_0_ref(x)
+    }
+    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+        (w.d.to_f32(), 0.0, w.qs.map(|q| q as i32))
+    }
+    fn step(x: &[f32]) -> f32 {
+        amax(x) / 127.0
+    }
+}
+
+/// `(d_a, s_a, qs)` of an activation block of either format.
+fn act_parts<F: Format>(a: &F::A) -> (f32, f32, [i8; 32]) {
+    let bytes = bytemuck::bytes_of(a);
+    if bytes.len() == 36 {
+        act_parts_q8_1(bytemuck::from_bytes(bytes))
+    } else {
+        act_parts_q8_0(bytemuck::from_bytes(bytes))
+    }
+}
+
+/// The `L1` magnitude of the module docs.
+fn l1<F: Format>(w: &[F::W], a: &[F::A]) -> f64 {
+    let mut sum = 0.0;
+    for (w, a) in w.iter().zip(a) {
+        let (dw, m, q) = F::parts(w);
+        let (da, s, aq) = act_parts::<F>(a);
+        let qa: f64 = q
+            .iter()
+            .zip(aq)
+            .map(|(&q, a)| (q as f64 * a as f64).abs())
+            .sum();
+        sum += (dw as f64 * da as f64).abs() * qa;
+        if m != 0.0 {
+            sum += (m as f64 * s as f64).abs();
+        }
+    }
+    sum
+}
+
+/// Random `f32` rows of several shapes, plus edge cases.
+fn rows(rng: &mut ChaCha8Rng, n: usize) -> Vec<(String, Vec<f32>)> {
+    let mut out = vec![
+        (
+            "uniform".to_string(),
+            (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect(),
+        ),
+        (
+            "offset".to_string(),
+            (0..n).map(|_| rng.gen_range(-0.2f32..1.5)).collect(),
+        ),
+        ("zeros".to_string(), vec![0.0; n]),
+        ("constant".to_string(), vec![0.75; n]),
+    ];
+    let spiky = (0..n)
+        .map(|i| match i % 11 {
+            0 => 3.0e4,
+            5 => -6.0e4,
+            _ => rng.gen_range(-1.0e-3f32..1.0e-3),
+        })
+        .collect();
+    out.push(("extreme".to_string(), spiky));
+    out.push((
+        "tiny".to_string(),
+        (0..n).map(|_| rng.gen_range(-1.0e-6f32..1.0e-6)).collect(),
+    ));
+    out
+}
+
+/// Random raw weight blocks: arbitrary quant bytes with sane scales.
+fn raw_blocks<F: Format>(rng: &mut ChaCha8Rng, nb: usize) -> Vec<F::W> {
+    let size = std::mem::size_of::<F::W>();
+    (0..nb)
+        .flat_map(|_| {
+            let mut b: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
+            b[..2].copy_from_slice(&f16::from_f32(rng.gen_range(-0.1f32..0.1)).to_le_bytes());
+            if F::DTYPE == DType::Q4_1 {
+                b[2..4].copy_from_slice(&f16::from_f32(rng.gen_range(-1.0f32..1.0)).to_le_bytes());
+            }
+            b
+        })
+        .collect::<Vec<u8>>()
+        .chunks_exact(size)
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
+}
+
+fn kernels_of(dtype: DType, isa: Isa) -> TypeKernels {
+    let k = TypeKernels::for_isa(dtype, isa);
+    assert_eq!(k.dtype, dtype);
+    assert_eq!(k.isa, isa, "{dtype}: expected the {} variant", isa.name());
+    k
+}
+
+fn check_variants<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
+    let n = w.len() * 32;
+    let (wb, ab): (&[u8], &[u8]) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
+    let reference = F::vec_dot(w, a);
+    let mut deq_ref = vec![0.0f32; n];
+    F::dequantize(w, &mut deq_ref);
+    let tol = 4.0 * (w.len() as f64 + 16.0) * EPS * l1::<F>(w, a);
+    for isa in Isa::available() {
+        let k = kernels_of(F::DTYPE, isa);
+        let got = (k.vec_dot)(n, wb, ab);
+        let err = (got as f64 - reference as f64).abs();
+        assert!(
+            err <= tol,
+            "{} {} {label} n={n}: {got} vs ref {reference} (tol {tol:e})",
+            F::DTYPE,
+            isa.name()
+        );
+        let mut deq = vec![f32::NAN; n];
+        (k.dequantize)(wb, &mut deq);
+        for (j, (x, y)) in deq.iter().zip(&deq_ref).enumerate() {
+            assert!(
+                x.to_bits() == y.to_bits(),
+                "{} {} {label}: dequantize[{j}] {x} vs {y}",
+                F::DTYPE,
+                isa.name()
+            );
+        }
+    }
+}
+
+fn check_ref_against_f64<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
+    let n = w.len() * 32;
+    let mut wf = vec![0.0f32; n];
+    F::dequantize(w, &mut wf);
+    let mut exact = 0.0f64;
+    let mut s_err = 0.0f64;
+    for (b, (wb, ab)) in w.iter().zip(a).enumerate() {
+        let (da, s, aq) = act_parts::<F>(ab);
+        for (j, q) in aq.iter().enumerate() {
+            exact += wf[b * 32 + j] as f64 * (*q as f64 * da as f64);
+        }
+        let (_, m, _) = F::parts(wb);
+        if m != 0.0 {
+            let sum: f64 = aq.iter().map(|&q| q as f64).sum();
+            s_err += (m as f64).abs() * (da as f64 * sum - s as f64).abs();
+        }
+    }
+    let got = F::vec_dot(w, a) as f64;
+    let tol = 4.0 * (w.len() as f64 + 16.0) * EPS * l1::<F>(w, a) + s_err;
+    assert!(
+        (got - exact).abs() <= tol,
+        "{} {label}: ref {got} vs dequantized dot {exact} (tol {tol:e})",
+        F::DTYPE
+    );
+}
+
+fn check_round_trip<F: Format>(x: &[f32], label: &str) {
+    let w = F::quantize(x);
+    let mut y = vec![0.0f32; x.len()];
+    F::dequantize(&w, &mut y);
+    let ulp16 = |v: f32| (v.abs() * 2.0f32.powi(-11)).max(2.0f32.powi(-25));
+    for (b, (xb, yb)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
+        let (d, m, _) = F::parts(&w[b]);
+        let step = F::step(xb);
+        let bound = step * F::CLAMP_STEPS + F::QMAX * ulp16(d) + ulp16(m) + 1e-6 * amax(xb);
+        for (j, (u, v)) in xb.iter().zip(yb).enumerate() {
+            assert!(
+                (u - v).abs() <= bound,
+                "{} {label}: block {b}[{j}] {u} -> {v} (bound {bound:e})",
+                F::DTYPE
+            );
+        }
+    }
+}
+
+fn run_format<F: Format>(seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for nb in BLOCKS {
+        let n = nb * 32;
+        for (name, x) in rows(&mut rng, n) {
+            check_round_trip::<F>(&x, &name);
+            let w = F::quantize(&x);
+            for (aname, y) in rows(&mut rng, n) {
+                let a = F::quantize_act(&y);
+                if a.iter().any(|a| !act_parts::<F>(a).1.is_finite()) {
+                    // Q8_1's `s = d * sum(q)` overflows f16 once |sum(x)| > 65504: a limit of
+                    // the format (shared with GGML), only reachable by the "extreme" rows.
+                    assert_eq!((F::DTYPE, aname.as_str()), (DType::Q4_1, "extreme"));
+                    continue;
+                }
+                let label = format!("w={name} a={aname}");
+                check_variants::<F>(&w, &a, &label);
+                check_ref_against_f64::<F>(&w, &a, &label);
+            }
+        }
+        let raw = raw_blocks::<F>(&mut rng, nb);
+        let y: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+        let a = F::quantize_act(&y);
+        check_variants::<F>(&raw, &a, "raw blocks");
+        check_ref_against_f64::<F>(&raw, &a, "raw blocks");
+    }
+}
+
+#[test]
+fn q4_0_matches_reference() {
+    run_format::<Q40>(40);
+}
+
+#[test]
+fn q4_1_matches_reference() {
+    run_format::<Q41>(41);
+}
+
+#[test]
+fn q5_0_matches_reference() {
+    run_format::<Q50>(50);
+}
+
+#[test]
+fn q8_0_matches_reference() {
+    run_format::<Q80>(80);
+}
+
+#[test]
+fn legacy_kernels_pair_with_their_activation_format() {
+    for isa in Isa::available() {
+        assert_eq!(TypeKernels::for_isa(DType::Q4_0, isa).act, ActFormat::Q8_0);
+        assert_eq!(TypeKernels::for_isa(DType::Q4_1, isa).act, ActFormat::Q8_1);
+        assert_eq!(TypeKernels::for_isa(DType::Q5_0, isa).act, ActFormat::Q8_0);
+        assert_eq!(TypeKernels::for_isa(DType::Q8_0, isa).act, ActFormat::Q8_0);
+    }
+}
+
+/// Known blocks, checked by hand against the GGUF layout.
+#[test]
+fn known_block_layouts() {
+    // Q4_0: x[j] = j - 16 for j < 16 and 0 above; max magnitude -16 => d = 2, q = x/2 + 8.
+    let x: Vec<f32> = (0..32)
+        .map(|j| if j < 16 { j as f32 - 16.0 } else { 0.0 })
+        .collect();
+    let b = q4_0::quantize_ref(&x)[0];
+    assert_eq!(b.d.to_f32(), 2.0);
+    assert_eq!(
+        b.qs[0], 0x80,
+        "element 0 -> q 0 (low nibble), element 16 -> q 8 (high)"
+    );
+    assert_eq!(b.qs[15] & 0x0F, 8, "x = -1 -> -0.5 + 8.5 = 8");
+    // Q5_0: max 16 => d = -1; q(16) = 0, q(-16) = trunc(32.5) -> clamped to 31,
+    // q(15) = trunc(1.5) = 1, q(0) = 16.
+    let mut x = vec![0.0f32; 32];
+    x[0] = 16.0;
+    x[1] = -16.0;
+    x[31] = 15.0;
+    let b = q5_0::quantize_ref(&x)[0];
+    let qh = u32::from_le_bytes(b.qh);
+    assert_eq!(b.d.to_f32(), -1.0);
+    assert_eq!(
+        b.qs[0], 0x00,
+        "element 0 -> 0, element 16 -> 16 (low bits 0)"
+    );
+    assert_eq!(b.qs[1] & 0x0F, 15, "element 1 -> 31");
+    assert_eq!(b.qs[15] >> 4, 1, "element 31 -> 1");
+    assert_eq!(qh & 0b11, 0b10, "fifth bits of elements 0 and 1");
+    assert_eq!(qh >> 16 & 1, 1, "element 16 -> 16 has its fifth bit set");
+    assert_eq!(qh >> 31, 0);
+    // Q4_1: min -1, max 14 => d = 1, m = -1, q = x + 1.
+    let x: Vec<f32> = (0..32).map(|j| (j % 16) as f32 - 1.0).collect();
+    let b = q4_1::quantize_ref(&x)[0];
+    assert_eq!((b.d.to_f32(), b.m.to_f32()), (1.0, -1.0));
+    assert_eq!(b.qs[3], 0x33, "x = 2 -> q = 3 in both nibbles");
+    // Q8_0: ties round away from zero: amax 127 => d = 1, 2.5 -> 3, -0.5 -> -1.
+    let mut x = vec![0.0f32; 32];
+    x[0] = 127.0;
+    x[1] = 2.5;
+    x[2] = -0.5;
+    let b = q8_0::quantize_ref(&x)[0];
+    assert_eq!(&b.qs[..3], &[127, 3, -1]);
+}

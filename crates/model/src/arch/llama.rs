@@ -1,0 +1,258 @@
+//! [`LlamaModel`]: the Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU).
+//!
+//! One forward pass runs a ragged batch: the tokens of all sequences are stacked into one
+//! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
+//! prefill chunks and decode tokens.
+
+use kestrel_engine::executor::BatchInput;
+use kestrel_kernels::cpu::attention::{attention, store_kv, AttnSeq};
+use kestrel_kernels::cpu::ops::{add_assign, rope, silu_mul, RopeStyle};
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+
+use super::naming::{LayerTensor, TensorNaming};
+use super::workspace::{Workspace, WorkspaceDims};
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::kv_cache::KvCache;
+use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::layers::to_f32_vec;
+use crate::weights::{TensorSource, TensorView};
+
+/// Sizes the forward pass needs.
+#[derive(Debug, Clone, Copy)]
+pub struct LlamaDims {
+    pub hidden: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub n_layers: usize,
+}
+
+struct Layer {
+    attn_norm: RmsNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    ffn_norm: RmsNorm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+pub struct LlamaModel {
+    dims: LlamaDims,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    head: Linear,
+    tied_head: bool,
+    inv_freq: Vec<f32>,
+    rope_style: RopeStyle,
+    window: Option<usize>,
+}
+
+/// Loads tensors by name and checks their shapes.
+struct Loader<'a> {
+    src: &'a dyn TensorSource,
+    naming: TensorNaming,
+}
+
+impl Loader<'_> {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
+        let view = self.src.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        if view.shape != shape {
+            return Err(ModelError::BadShape {
+                name: name.into(),
+                expected: shape.to_vec(),
+                actual: view.shape,
+            });
+        }
+        Ok(view)
+    }
+
+    fn linear(&self, layer: usize, t: LayerTensor, rows: usize, cols: usize) -> Result<Linear, ModelError> {
+        let view = self.get(&self.naming.layer(layer, t, "weight"), &[rows, cols])?;
+        let bias_name = self.naming.layer(layer, t, "bias");
+        let bias = match self.src.tensor(&bias_name) {
+            Some(_) => Some(to_f32_vec(&self.get(&bias_name, &[rows])?)?),
+            None => None,
+        };
+        Linear::new(view, bias)
+    }
+
+    fn norm(&self, name: &str, hidden: usize, eps: f32) -> Result<RmsNorm, ModelError> {
+        RmsNorm::new(self.get(name, &[hidden])?, eps)
+    }
+
+    fn layer(&self, i: usize, d: &LlamaDims, eps: f32) -> Result<Layer, ModelError> {
+        let (h, q, kv) = (d.hidden, d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        Ok(Layer {
+            attn_norm: self.norm(&self.naming.layer(i, LayerTensor::AttnNorm, "weight"), h, eps)?,
+            q: self.linear(i, LayerTensor::Q, q, h)?,
+            k: self.linear(i, LayerTensor::K, kv, h)?,
+            v: self.linear(i, LayerTensor::V, kv, h)?,
+            o: self.linear(i, LayerTensor::O, h, q)?,
+            ffn_norm: self.norm(&self.naming.layer(i, LayerTensor::FfnNorm, "weight"), h, eps)?,
+            gate: self.linear(i, LayerTensor::Gate, d.ffn, h)?,
+            up: self.linear(i, LayerTensor::Up, d.ffn, h)?,
+            down: self.linear(i, LayerTensor::Down, h, d.ffn)?,
+        })
+    }
+}
+
+impl LlamaModel {
+    /// Load from `src`. GGUF files store Q/K rows permuted for interleaved RoPE; HF
+    /// checkpoints use the rotate-half (NeoX) pairing.
+    pub fn load(cfg: &ModelConfig, src: &dyn TensorSource, naming: TensorNaming) -> Result<LlamaModel, ModelError> {
+        let dims = LlamaDims {
+            hidden: cfg.hidden_size,
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            ffn: cfg.intermediate_size,
+            vocab: cfg.vocab_size,
+            n_layers: cfg.n_layers,
+        };
+        let eps = cfg.rms_norm_eps;
+        let ld = Loader { src, naming };
+        let embed = Embedding::new(ld.get(naming.embedding(), &[dims.vocab, dims.hidden])?)?;
+        let tied_head = src.tensor(naming.output()).is_none();
+        let head = match tied_head {
+            false => Linear::new(ld.get(naming.output(), &[dims.vocab, dims.hidden])?, None)?,
+            true => embed.as_linear().clone(),
+        };
+        let layers = (0..dims.n_layers).map(|i| ld.layer(i, &dims, eps)).collect::<Result<_, _>>()?;
+        Ok(LlamaModel {
+            dims,
+            embed,
+            layers,
+            norm: ld.norm(naming.final_norm(), dims.hidden, eps)?,
+            head,
+            tied_head,
+            inv_freq: cfg.rope_inv_freq(),
+            rope_style: match naming {
+                TensorNaming::Gguf => RopeStyle::Interleaved,
+                TensorNaming::HuggingFace => RopeStyle::Neox,
+            },
+            window: cfg.sliding_window,
+        })
+    }
+
+    pub fn dims(&self) -> LlamaDims {
+        self.dims
+    }
+
+    /// Bytes of weights (as stored).
+    pub fn weight_bytes(&self) -> usize {
+        let per_layer = |l: &Layer| {
+            [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].iter().map(|x| x.n_bytes()).sum::<usize>()
+        };
+        let head = if self.tied_head { 0 } else { self.head.n_bytes() };
+        self.embed.as_linear().n_bytes() + head + self.layers.iter().map(per_layer).sum::<usize>()
+    }
+
+    /// Run `batch`, writing K/V into `kv`, and put the logits of the flat token indices in
+    /// `logit_rows` into `logits` (`[logit_rows.len(), vocab]`). Token ids and block tables must
+    /// have been validated by the caller.
+    pub fn forward(
+        &self,
+        batch: &BatchInput,
+        logit_rows: &[usize],
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        pool: &ThreadPool,
+        logits: &mut Vec<f32>,
+    ) {
+        let d = self.dims;
+        let t = batch.num_tokens();
+        ws.reserve(&WorkspaceDims {
+            tokens: t,
+            hidden: d.hidden,
+            q_dim: d.n_heads * d.head_dim,
+            kv_dim: d.n_kv_heads * d.head_dim,
+            ffn: d.ffn,
+        });
+        flatten(batch, ws);
+        let tokens = std::mem::take(&mut ws.tokens);
+        self.embed.forward(&tokens, &mut ws.x[..t * d.hidden]);
+        ws.tokens = tokens;
+        for (l, layer) in self.layers.iter().enumerate() {
+            self.attention_block(l, layer, batch, kv, ws, pool);
+            self.mlp_block(layer, t, ws, pool);
+        }
+        self.logits(logit_rows, ws, pool, logits);
+    }
+
+    fn attention_block(&self, l: usize, layer: &Layer, batch: &BatchInput, kv: &mut KvCache, ws: &mut Workspace, pool: &ThreadPool) {
+        let d = self.dims;
+        let t = batch.num_tokens();
+        let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        layer.attn_norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        layer.q.forward(pool, &ws.h, t, &mut ws.q, &mut ws.scratch);
+        layer.k.forward(pool, &ws.h, t, &mut ws.k, &mut ws.scratch);
+        layer.v.forward(pool, &ws.h, t, &mut ws.v, &mut ws.scratch);
+        for (i, &pos) in ws.positions[..t].iter().enumerate() {
+            rope(&mut ws.q[i * qd..(i + 1) * qd], d.head_dim, pos, &self.inv_freq, self.rope_style);
+            rope(&mut ws.k[i * kvd..(i + 1) * kvd], d.head_dim, pos, &self.inv_freq, self.rope_style);
+        }
+        let mut cache = kv.layer_mut(l);
+        let mut i = 0;
+        for seq in &batch.seqs {
+            for j in 0..seq.tokens.len() {
+                let (k_row, v_row) = (&ws.k[i * kvd..(i + 1) * kvd], &ws.v[i * kvd..(i + 1) * kvd]);
+                store_kv(&mut cache, &seq.block_table, seq.start_pos + j, k_row, v_row);
+                i += 1;
+            }
+        }
+        let mut offset = 0;
+        let seqs: Vec<AttnSeq<'_>> = batch
+            .seqs
+            .iter()
+            .map(|s| {
+                let n = s.tokens.len();
+                let a = AttnSeq { q: &ws.q[offset * qd..(offset + n) * qd], n_q: n, q_start_pos: s.start_pos, block_table: &s.block_table };
+                offset += n;
+                a
+            })
+            .collect();
+        let scale = 1.0 / (d.head_dim as f32).sqrt();
+        attention(pool, &kv.layer(l), &seqs, d.n_heads, scale, self.window, &mut ws.attn[..t * qd]);
+        layer.o.forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
+        add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+    }
+
+    fn mlp_block(&self, layer: &Layer, t: usize, ws: &mut Workspace, pool: &ThreadPool) {
+        let d = self.dims;
+        layer.ffn_norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        layer.gate.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
+        layer.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
+        silu_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
+        layer.down.forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
+        add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+    }
+
+    fn logits(&self, rows: &[usize], ws: &mut Workspace, pool: &ThreadPool, logits: &mut Vec<f32>) {
+        let h = self.dims.hidden;
+        ws.rows.clear();
+        for &r in rows {
+            ws.rows.extend_from_slice(&ws.x[r * h..(r + 1) * h]);
+        }
+        ws.rows_normed.resize(ws.rows.len(), 0.0);
+        self.norm.forward(&ws.rows, &mut ws.rows_normed);
+        logits.resize(rows.len() * self.dims.vocab, 0.0);
+        self.head.forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);
+    }
+}
+
+/// Stack the batch's tokens and positions into the workspace.
+fn flatten(batch: &BatchInput, ws: &mut Workspace) {
+    ws.tokens.clear();
+    ws.positions.clear();
+    for s in &batch.seqs {
+        ws.tokens.extend_from_slice(&s.tokens);
+        ws.positions.extend(s.start_pos..s.start_pos + s.tokens.len());
+    }
+}

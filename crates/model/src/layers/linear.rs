@@ -1,0 +1,85 @@
+//! [`Linear`]: `y = x · Wᵀ (+ b)` over a weight matrix of any [`DType`].
+
+use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+use kestrel_kernels::{DType, SharedBytes};
+
+use crate::error::ModelError;
+use crate::weights::TensorView;
+
+/// A dense layer with `rows` outputs and `cols` inputs; weights stay in their file format.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    data: SharedBytes,
+    bias: Option<Vec<f32>>,
+}
+
+impl Linear {
+    /// Wrap a `[rows, cols]` tensor, checking its byte size against its type.
+    pub fn new(view: TensorView, bias: Option<Vec<f32>>) -> Result<Linear, ModelError> {
+        let [rows, cols] = view.shape[..] else {
+            return Err(ModelError::BadTensor {
+                name: view.name,
+                reason: format!("expected a matrix, got shape {:?}", view.shape),
+            });
+        };
+        let row_bytes = view.dtype.row_bytes(cols).ok_or_else(|| ModelError::BadTensor {
+            name: view.name.clone(),
+            reason: format!("{cols} columns is not a multiple of the {} block size", view.dtype),
+        })?;
+        if view.data.len() != rows * row_bytes {
+            return Err(ModelError::BadTensor {
+                name: view.name,
+                reason: format!("{} bytes of data, expected {}", view.data.len(), rows * row_bytes),
+            });
+        }
+        if let Some(b) = &bias {
+            if b.len() != rows {
+                return Err(ModelError::BadShape {
+                    name: format!("{}.bias", view.name),
+                    expected: vec![rows],
+                    actual: vec![b.len()],
+                });
+            }
+        }
+        Ok(Linear { dtype: view.dtype, rows, cols, data: view.data, bias })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of weight data.
+    pub fn n_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// `y[m × rows] = x[m × cols] · Wᵀ (+ b)`.
+    pub fn forward(&self, pool: &ThreadPool, x: &[f32], m: usize, y: &mut [f32], scratch: &mut Scratch) {
+        let w = MatRef { dtype: self.dtype, rows: self.rows, cols: self.cols, data: &self.data };
+        matmul(pool, w, &x[..m * self.cols], m, &mut y[..m * self.rows], scratch);
+        if let Some(bias) = &self.bias {
+            for row in y[..m * self.rows].chunks_exact_mut(self.rows) {
+                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+        }
+    }
+
+    /// Dequantize row `r` into `out` (used for embedding lookups through a tied head).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let row_bytes = self.data.len() / self.rows;
+        let src = &self.data[r * row_bytes..(r + 1) * row_bytes];
+        kestrel_kernels::quant::dequantize_row(self.dtype, src, &mut out[..self.cols]);
+    }
+}

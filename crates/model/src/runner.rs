@@ -1,0 +1,95 @@
+//! [`ModelRunner`]: the engine's [`Executor`] for a loaded model. It owns the KV cache memory and
+//! the activation workspace, validates each batch, and runs the forward pass.
+
+use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError};
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+
+use crate::arch::{LlamaModel, Workspace};
+use crate::kv_cache::{KvCache, KvCacheShape};
+
+pub struct ModelRunner {
+    model: LlamaModel,
+    kv: KvCache,
+    ws: Workspace,
+    pool: &'static ThreadPool,
+    logit_rows: Vec<usize>,
+}
+
+impl ModelRunner {
+    /// A runner with `num_blocks` KV blocks of `block_size` tokens.
+    pub fn new(model: LlamaModel, block_size: usize, num_blocks: usize, pool: &'static ThreadPool) -> ModelRunner {
+        let d = model.dims();
+        let shape = KvCacheShape {
+            n_layers: d.n_layers,
+            n_kv_heads: d.n_kv_heads,
+            head_dim: d.head_dim,
+            block_size,
+            num_blocks,
+        };
+        ModelRunner { model, kv: KvCache::new(shape), ws: Workspace::default(), pool, logit_rows: Vec::new() }
+    }
+
+    pub fn model(&self) -> &LlamaModel {
+        &self.model
+    }
+
+    pub fn kv_shape(&self) -> KvCacheShape {
+        self.kv.shape()
+    }
+
+    /// Like [`Executor::execute`] but returns the logits of every token of the batch, in order
+    /// (for perplexity and teacher-forced checks).
+    pub fn execute_all_logits(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
+        self.validate(input)?;
+        self.logit_rows.clear();
+        self.logit_rows.extend(0..input.num_tokens());
+        Ok(self.run(input))
+    }
+
+    fn run(&mut self, input: &BatchInput) -> BatchOutput {
+        let mut logits = Vec::new();
+        self.model.forward(input, &self.logit_rows, &mut self.kv, &mut self.ws, self.pool, &mut logits);
+        BatchOutput { vocab: self.model.dims().vocab, logits }
+    }
+
+    /// Reject batches the forward pass cannot run safely.
+    fn validate(&self, input: &BatchInput) -> Result<(), ExecutorError> {
+        let vocab = self.model.dims().vocab;
+        let shape = self.kv.shape();
+        for (i, s) in input.seqs.iter().enumerate() {
+            if let Some(t) = s.tokens.iter().find(|t| **t as usize >= vocab) {
+                return Err(ExecutorError::InvalidBatch(format!("sequence {i}: token id {t} is outside the vocabulary ({vocab})")));
+            }
+            let end = s.start_pos + s.tokens.len();
+            if s.block_table.len() * shape.block_size < end {
+                return Err(ExecutorError::InvalidBatch(format!(
+                    "sequence {i}: block table of {} blocks cannot hold {end} positions",
+                    s.block_table.len()
+                )));
+            }
+            if let Some(b) = s.block_table.iter().find(|b| **b as usize >= shape.num_blocks) {
+                return Err(ExecutorError::InvalidBatch(format!("sequence {i}: block id {b} is out of range")));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Executor for ModelRunner {
+    fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
+        self.validate(input)?;
+        self.logit_rows.clear();
+        let mut end = 0;
+        for s in &input.seqs {
+            end += s.tokens.len();
+            if s.need_logits && !s.tokens.is_empty() {
+                self.logit_rows.push(end - 1);
+            }
+        }
+        Ok(self.run(input))
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.dims().vocab
+    }
+}

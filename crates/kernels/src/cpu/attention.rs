@@ -75,7 +75,10 @@ pub fn store_kv(
     v_row: &[f32],
 ) {
     let row = kv.n_kv_heads * kv.head_dim;
-    assert!(k_row.len() == row && v_row.len() == row, "store_kv: rows must be n_kv·head_dim");
+    assert!(
+        k_row.len() == row && v_row.len() == row,
+        "store_kv: rows must be n_kv·head_dim"
+    );
     let off = slot_offset(block_table, kv.block_size, row, pos);
     kv.k[off..off + row].copy_from_slice(k_row);
     kv.v[off..off + row].copy_from_slice(v_row);
@@ -119,7 +122,11 @@ pub fn attention(
     window: Option<usize>,
     out: &mut [f32],
 ) {
-    let params = AttnParams { n_heads, scale, window };
+    let params = AttnParams {
+        n_heads,
+        scale,
+        window,
+    };
     attention_with(Isa::detected(), pool, kv, seqs, params, out)
 }
 
@@ -135,7 +142,12 @@ pub fn attention_with(
     out: &mut [f32],
 ) {
     validate(kv, seqs, &params, out.len());
-    let ctx = Ctx { kv, seqs, params, group: params.n_heads / kv.n_kv_heads.max(1) };
+    let ctx = Ctx {
+        kv,
+        seqs,
+        params,
+        group: params.n_heads / kv.n_kv_heads.max(1),
+    };
     let run = unit_fn(isa);
     let total = count_units(seqs, kv.n_kv_heads);
     let next = AtomicUsize::new(0);
@@ -173,32 +185,59 @@ fn unit_fn(isa: Isa) -> UnitFn {
 }
 
 #[cfg(target_arch = "x86_64")]
-simd_entry!(run_unit_avx2, "avx2,fma", fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-    run_unit::<true, 16>(c, u, b));
+simd_entry!(
+    run_unit_avx2,
+    "avx2,fma",
+    fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
+    run_unit::<true, 16>(c, u, b)
+);
 #[cfg(target_arch = "x86_64")]
-simd_entry!(run_unit_avx512, "avx512f,avx2,fma", fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-    run_unit::<true, 32>(c, u, b));
+simd_entry!(
+    run_unit_avx512,
+    "avx512f,avx2,fma",
+    fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
+    run_unit::<true, 32>(c, u, b)
+);
 
 fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usize) {
     let (bs, hd, n_kv) = (kv.block_size, kv.head_dim, kv.n_kv_heads);
-    assert!(bs > 0 && hd > 0 && n_kv > 0, "attention: zero-sized cache geometry");
-    assert!(p.n_heads % n_kv == 0 && p.n_heads > 0, "attention: n_heads % n_kv_heads != 0");
+    assert!(
+        bs > 0 && hd > 0 && n_kv > 0,
+        "attention: zero-sized cache geometry"
+    );
+    assert!(
+        p.n_heads % n_kv == 0 && p.n_heads > 0,
+        "attention: n_heads % n_kv_heads != 0"
+    );
     assert!(p.window != Some(0), "attention: window must be at least 1");
     let block_len = bs * n_kv * hd;
-    assert!(kv.k.len() == kv.v.len() && kv.k.len() % block_len == 0, "attention: cache size");
+    assert!(
+        kv.k.len() == kv.v.len() && kv.k.len() % block_len == 0,
+        "attention: cache size"
+    );
     let num_blocks = (kv.k.len() / block_len) as u32;
     let mut total = 0;
     for s in seqs {
-        assert_eq!(s.q.len(), s.n_q * p.n_heads * hd, "attention: q must be n_q × n_heads × hd");
+        assert_eq!(
+            s.q.len(),
+            s.n_q * p.n_heads * hd,
+            "attention: q must be n_q × n_heads × hd"
+        );
         let needed = (s.q_start_pos + s.n_q).div_ceil(bs);
-        assert!(s.block_table.len() >= needed, "attention: block table too short");
+        assert!(
+            s.block_table.len() >= needed,
+            "attention: block table too short"
+        );
         assert!(
             s.block_table[..needed].iter().all(|&b| b < num_blocks),
             "attention: block table entry out of range"
         );
         total += s.q.len();
     }
-    assert_eq!(out_len, total, "attention: out must match the concatenated queries");
+    assert_eq!(
+        out_len, total,
+        "attention: out must match the concatenated queries"
+    );
 }
 
 /// Everything a work unit reads.
@@ -232,7 +271,13 @@ fn locate(seqs: &[AttnSeq<'_>], n_kv: usize, mut idx: usize) -> Unit {
         if idx < tiles * n_kv {
             let tile = tiles - 1 - idx / n_kv;
             let q0 = tile * Q_TILE;
-            return Unit { seq, kv_head: idx % n_kv, q0, q1: (q0 + Q_TILE).min(s.n_q), out_base };
+            return Unit {
+                seq,
+                kv_head: idx % n_kv,
+                q0,
+                q1: (q0 + Q_TILE).min(s.n_q),
+                out_base,
+            };
         }
         idx -= tiles * n_kv;
         out_base += s.q.len();
@@ -277,7 +322,11 @@ fn run_unit<const F: bool, const L: usize>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec
                     *s = vmath::dot::<F, L>(q, &kv.k[key(j)..key(j) + hd]) * p.scale;
                 }
                 let m_new = m[r].max(vmath::max::<L>(sc));
-                let corr = if m[r] == f32::NEG_INFINITY { 0.0 } else { vmath::exp::<F>(m[r] - m_new) };
+                let corr = if m[r] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    vmath::exp::<F>(m[r] - m_new)
+                };
                 let acc_r = &mut acc[r * hd..(r + 1) * hd];
                 if corr != 1.0 {
                     vmath::scale(acc_r, corr);
@@ -311,7 +360,11 @@ fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
 /// an explicit causal/window mask (−∞), softmax each row in `f64`, multiply by V.
 pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mut [f32]) {
     validate(kv, seqs, &p, out.len());
-    let (hd, row_len, g) = (kv.head_dim, kv.n_kv_heads * kv.head_dim, p.n_heads / kv.n_kv_heads);
+    let (hd, row_len, g) = (
+        kv.head_dim,
+        kv.n_kv_heads * kv.head_dim,
+        p.n_heads / kv.n_kv_heads,
+    );
     let mut out_base = 0;
     for s in seqs {
         let ctx_len = s.q_start_pos + s.n_q;
@@ -327,7 +380,10 @@ pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mu
                             return f64::NEG_INFINITY;
                         }
                         let k = &kv.k[key_off(j) + kvh * hd..][..hd];
-                        q.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
+                        q.iter()
+                            .zip(k)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
                             * p.scale as f64
                     })
                     .collect();

@@ -125,16 +125,26 @@ pub fn matmul_with(
 
 /// Validates shapes; returns the weight row size in bytes.
 fn check_shapes(k: &GemmKernels, w: &MatRef<'_>, x: &[f32], m: usize, y: &[f32]) -> usize {
-    assert_eq!(k.weights.dtype, w.dtype, "matmul: kernels are for another dtype");
+    assert_eq!(
+        k.weights.dtype, w.dtype,
+        "matmul: kernels are for another dtype"
+    );
     let w_row = w.dtype.row_bytes(w.cols).unwrap_or_else(|| {
-        panic!("matmul: {} cols is not a whole number of {} blocks", w.cols, w.dtype)
+        panic!(
+            "matmul: {} cols is not a whole number of {} blocks",
+            w.cols, w.dtype
+        )
     });
     assert!(
         w.cols % k.weights.act.block_size() == 0,
         "matmul: {} cols is not a whole number of activation blocks",
         w.cols
     );
-    assert_eq!(w.data.len(), w.rows * w_row, "matmul: weight data size mismatch");
+    assert_eq!(
+        w.data.len(),
+        w.rows * w_row,
+        "matmul: weight data size mismatch"
+    );
     assert_eq!(x.len(), m * w.cols, "matmul: x must be m × cols");
     assert_eq!(y.len(), m * w.rows, "matmul: y must be m × rows");
     w_row

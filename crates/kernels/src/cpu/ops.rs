@@ -87,9 +87,20 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
 /// (a, b) -> (a·cos − b·sin, a·sin + b·cos)
 /// ```
 pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f32], style: RopeStyle) {
-    assert!(head_dim % 2 == 0 && head_dim > 0, "rope: head_dim {head_dim} must be even");
-    assert_eq!(x.len() % head_dim, 0, "rope: x.len() is not a multiple of head_dim");
-    assert_eq!(inv_freq.len(), head_dim / 2, "rope: inv_freq must have head_dim/2 entries");
+    assert!(
+        head_dim % 2 == 0 && head_dim > 0,
+        "rope: head_dim {head_dim} must be even"
+    );
+    assert_eq!(
+        x.len() % head_dim,
+        0,
+        "rope: x.len() is not a multiple of head_dim"
+    );
+    assert_eq!(
+        inv_freq.len(),
+        head_dim / 2,
+        "rope: inv_freq must have head_dim/2 entries"
+    );
     let half = head_dim / 2;
     for (i, &f) in inv_freq.iter().enumerate() {
         let (sin, cos) = (pos as f32 * f).sin_cos();
@@ -145,7 +156,10 @@ pub mod reference {
 }
 
 fn check_len3(a: usize, b: usize, c: usize) {
-    assert!(a == b && b == c, "rms_norm: lengths differ (x {a}, weight {b}, out {c})");
+    assert!(
+        a == b && b == c,
+        "rms_norm: lengths differ (x {a}, weight {b}, out {c})"
+    );
 }
 
 /// Lane-structured vector math: loops over `[f32; L]` chunks that LLVM turns into SIMD when
@@ -212,7 +226,11 @@ pub(crate) mod vmath {
     pub fn max<const L: usize>(x: &[f32]) -> f32 {
         let mut acc = [f32::NEG_INFINITY; L];
         let chunks = x.chunks_exact(L);
-        let mut m = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut m = chunks
+            .remainder()
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
         for c in chunks {
             for l in 0..L {
                 acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
@@ -236,7 +254,15 @@ pub(crate) mod vmath {
         let r = fma::<F>(n, -0.693_145_75, x);
         let r = fma::<F>(n, -1.428_606_8e-6, r);
         let mut p = 1.0 / 5040.0;
-        for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        for c in [
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ] {
             p = fma::<F>(p, r, c);
         }
         let two_n = f32::from_bits(((n_bits + 127) as u32) << 23);
@@ -263,7 +289,12 @@ pub(crate) mod vmath {
     }
 
     #[inline(always)]
-    pub fn rms_norm<const F: bool, const L: usize>(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    pub fn rms_norm<const F: bool, const L: usize>(
+        x: &[f32],
+        w: &[f32],
+        eps: f32,
+        out: &mut [f32],
+    ) {
         super::check_len3(x.len(), w.len(), out.len());
         let ss = dot::<F, L>(x, x);
         let inv = 1.0 / (ss / x.len().max(1) as f32 + eps).sqrt();
@@ -315,23 +346,55 @@ mod x86 {
     use super::{vmath, OpsKernels};
     use crate::cpu::Isa;
 
-    simd_entry!(rms_norm_avx2, "avx2,fma", fn(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]),
-        vmath::rms_norm::<true, 16>(x, w, eps, out));
-    simd_entry!(silu_mul_avx2, "avx2,fma", fn(g: &mut [f32], u: &[f32]),
-        vmath::silu_mul::<true>(g, u));
-    simd_entry!(softmax_avx2, "avx2,fma", fn(x: &mut [f32]), vmath::softmax::<true, 16>(x));
-    simd_entry!(add_assign_avx2, "avx2,fma", fn(x: &mut [f32], y: &[f32]),
-        vmath::add_assign(x, y));
-
-    simd_entry!(rms_norm_avx512, "avx512f,avx2,fma",
+    simd_entry!(
+        rms_norm_avx2,
+        "avx2,fma",
         fn(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]),
-        vmath::rms_norm::<true, 32>(x, w, eps, out));
-    simd_entry!(silu_mul_avx512, "avx512f,avx2,fma", fn(g: &mut [f32], u: &[f32]),
-        vmath::silu_mul::<true>(g, u));
-    simd_entry!(softmax_avx512, "avx512f,avx2,fma", fn(x: &mut [f32]),
-        vmath::softmax::<true, 32>(x));
-    simd_entry!(add_assign_avx512, "avx512f,avx2,fma", fn(x: &mut [f32], y: &[f32]),
-        vmath::add_assign(x, y));
+        vmath::rms_norm::<true, 16>(x, w, eps, out)
+    );
+    simd_entry!(
+        silu_mul_avx2,
+        "avx2,fma",
+        fn(g: &mut [f32], u: &[f32]),
+        vmath::silu_mul::<true>(g, u)
+    );
+    simd_entry!(
+        softmax_avx2,
+        "avx2,fma",
+        fn(x: &mut [f32]),
+        vmath::softmax::<true, 16>(x)
+    );
+    simd_entry!(
+        add_assign_avx2,
+        "avx2,fma",
+        fn(x: &mut [f32], y: &[f32]),
+        vmath::add_assign(x, y)
+    );
+
+    simd_entry!(
+        rms_norm_avx512,
+        "avx512f,avx2,fma",
+        fn(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]),
+        vmath::rms_norm::<true, 32>(x, w, eps, out)
+    );
+    simd_entry!(
+        silu_mul_avx512,
+        "avx512f,avx2,fma",
+        fn(g: &mut [f32], u: &[f32]),
+        vmath::silu_mul::<true>(g, u)
+    );
+    simd_entry!(
+        softmax_avx512,
+        "avx512f,avx2,fma",
+        fn(x: &mut [f32]),
+        vmath::softmax::<true, 32>(x)
+    );
+    simd_entry!(
+        add_assign_avx512,
+        "avx512f,avx2,fma",
+        fn(x: &mut [f32], y: &[f32]),
+        vmath::add_assign(x, y)
+    );
 
     pub(super) fn avx2_kernels() -> OpsKernels {
         OpsKernels {

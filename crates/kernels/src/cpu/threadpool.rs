@@ -27,8 +27,11 @@ use std::time::{Duration, Instant};
 /// The work a broadcast runs: `f(thread_index, n_threads)`.
 type Job = dyn Fn(usize, usize) + Sync;
 
-/// How long an idle thread spins before parking.
+/// How long an idle thread polls before parking.
 const SPIN: Duration = Duration::from_micros(100);
+
+/// Within [`SPIN`], how long it polls without yielding its core.
+const PURE_SPIN: Duration = Duration::from_micros(5);
 
 /// Keeps hot atomics on their own cache lines (128 bytes covers adjacent-line prefetch).
 #[repr(align(128))]
@@ -86,7 +89,9 @@ impl ThreadPool {
             epoch: Padded(AtomicUsize::new(0)),
             remaining: Padded(AtomicUsize::new(0)),
             job: UnsafeCell::new(None),
-            worker_parked: (1..n_threads).map(|_| Padded(AtomicBool::new(false))).collect(),
+            worker_parked: (1..n_threads)
+                .map(|_| Padded(AtomicBool::new(false)))
+                .collect(),
             caller_parked: AtomicBool::new(false),
             caller: Mutex::new(None),
             panicked: AtomicBool::new(false),
@@ -101,7 +106,11 @@ impl ThreadPool {
                     .expect("failed to spawn a thread-pool worker")
             })
             .collect();
-        ThreadPool { shared, workers, lock: Mutex::new(()) }
+        ThreadPool {
+            shared,
+            workers,
+            lock: Mutex::new(()),
+        }
     }
 
     /// The process-wide pool, sized by the `KESTREL_THREADS` environment variable, else by
@@ -109,9 +118,11 @@ impl ThreadPool {
     pub fn global() -> &'static ThreadPool {
         static GLOBAL: OnceLock<ThreadPool> = OnceLock::new();
         GLOBAL.get_or_init(|| {
-            let from_env = std::env::var("KESTREL_THREADS").ok().and_then(|s| s.parse().ok());
-            let n = from_env
-                .unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get()));
+            let from_env = std::env::var("KESTREL_THREADS")
+                .ok()
+                .and_then(|s| s.parse().ok());
+            let n =
+                from_env.unwrap_or_else(|| thread::available_parallelism().map_or(1, |n| n.get()));
             ThreadPool::new(n)
         })
     }
@@ -139,8 +150,16 @@ impl ThreadPool {
         // reference between the epoch bump below and their decrement of `remaining`, and we
         // do not return (or unwind) before `remaining` is zero. See `Shared`'s Sync impl for
         // why this write does not race.
-        unsafe { *shared.job.get() = Some(std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f)) };
-        shared.remaining.0.store(shared.n_threads - 1, Ordering::Relaxed);
+        unsafe {
+            *shared.job.get() = Some(std::mem::transmute::<
+                &(dyn Fn(usize, usize) + Sync),
+                &'static Job,
+            >(f))
+        };
+        shared
+            .remaining
+            .0
+            .store(shared.n_threads - 1, Ordering::Relaxed);
         shared.epoch.0.fetch_add(1, Ordering::SeqCst);
         self.wake_workers();
         let own = catch_unwind(AssertUnwindSafe(|| {
@@ -261,8 +280,13 @@ fn spin_until<T>(ready: impl Fn() -> Option<T>) -> Option<T> {
             }
             std::hint::spin_loop();
         }
-        if start.elapsed() > SPIN {
+        let waited = start.elapsed();
+        if waited > SPIN {
             return None;
+        }
+        if waited > PURE_SPIN {
+            // Under oversubscription, let the thread we are waiting for run.
+            thread::yield_now();
         }
     }
 }
@@ -284,7 +308,11 @@ unsafe impl<T: Send> Sync for SharedMut<'_, T> {}
 
 impl<'a, T> SharedMut<'a, T> {
     pub(crate) fn new(slice: &'a mut [T]) -> Self {
-        SharedMut { ptr: slice.as_mut_ptr(), len: slice.len(), _slice: PhantomData }
+        SharedMut {
+            ptr: slice.as_mut_ptr(),
+            len: slice.len(),
+            _slice: PhantomData,
+        }
     }
 
     /// Write `value` at `index`.
@@ -293,7 +321,11 @@ impl<'a, T> SharedMut<'a, T> {
     /// No other thread reads or writes `index` while this `SharedMut` is shared.
     #[inline]
     pub(crate) unsafe fn write(&self, index: usize, value: T) {
-        assert!(index < self.len, "SharedMut index {index} out of bounds ({})", self.len);
+        assert!(
+            index < self.len,
+            "SharedMut index {index} out of bounds ({})",
+            self.len
+        );
         // SAFETY: in bounds (checked), and exclusive by the caller's contract.
         unsafe { self.ptr.add(index).write(value) }
     }
@@ -305,7 +337,10 @@ impl<'a, T> SharedMut<'a, T> {
     #[inline]
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [T] {
-        assert!(start <= self.len && len <= self.len - start, "SharedMut range out of bounds");
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "SharedMut range out of bounds"
+        );
         // SAFETY: in bounds (checked), and exclusive by the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
     }

@@ -333,10 +333,8 @@ fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{dequantize_blocks, unpack_scales, BlockQ4K};
-    use crate::quant::q8_k::x86::{
-        f16_to_f32, hsum128, hsum256, load128, load256, load512, load64,
-    };
+    use super::{dequantize_blocks, BlockQ4K};
+    use crate::quant::q8_k::x86::{f16_to_f32, hsum128, hsum256, load128, load256, load512};
     use crate::quant::q8_k::BlockQ8K;
 
     /// `pshufb` controls broadcasting i16 scale `j` (of 8) across a 256-bit vector.
@@ -361,12 +359,36 @@ pub(crate) mod x86 {
         out
     }
 
-    /// `Σ_j mn[j] * (bsums[2j] + bsums[2j + 1])`, spread over 4 i32 lanes.
+    /// The SIMD form of [`super::unpack_scales`]: `raw` holds the 12 scale bytes in its low 3 u32
+    /// lanes; returns (8 scales, 8 mins) as u16 lanes.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
-    pub(crate) fn mins_dot(mn: &[u8; 8], bsums: &[i16; 16]) -> __m128i {
+    pub(crate) fn scales_mins(raw: __m128i) -> (__m128i, __m128i) {
+        let lo6 = _mm_and_si128(raw, _mm_set1_epi32(0x3f3f_3f3f)); // [sc 0..4, mn 0..4, ..]
+                                                                   // Bits 6-7 of each byte of w0 / w1 become bits 4-5 of sc / mn 4..8.
+        let top = _mm_and_si128(_mm_srli_epi32::<2>(raw), _mm_set1_epi32(0x3030_3030));
+        let w2 = _mm_srlv_epi32(_mm_shuffle_epi32::<0xAA>(raw), _mm_set_epi32(0, 0, 4, 0));
+        let hi = _mm_or_si128(_mm_and_si128(w2, _mm_set1_epi32(0x0f0f_0f0f)), top); // [sc 4..8, mn 4..8, ..]
+        let both = _mm_unpacklo_epi32(lo6, hi); // bytes: sc[0..8], mn[0..8]
+        (
+            _mm_cvtepu8_epi16(both),
+            _mm_cvtepu8_epi16(_mm_unpackhi_epi64(both, both)),
+        )
+    }
+
+    /// Scales and mins of a Q4_K / Q5_K block (both keep `scales` at byte offset 4).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(crate) fn block_scales_mins<B: bytemuck::Pod>(b: &B) -> (__m128i, __m128i) {
+        scales_mins(load128(bytemuck::bytes_of(b), 4))
+    }
+
+    /// `Σ_j mn[j] * (bsums[2j] + bsums[2j + 1])`, spread over 4 i32 lanes (`mn16`: u16 mins).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(crate) fn mins_dot(mn16: __m128i, bsums: &[i16; 16]) -> __m128i {
         let pair = _mm_hadd_epi16(load128(bsums, 0), load128(bsums, 8));
-        _mm_madd_epi16(pair, _mm_cvtepu8_epi16(load64(mn)))
+        _mm_madd_epi16(pair, mn16)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -386,12 +408,12 @@ pub(crate) mod x86 {
         let mut acc = _mm256_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
-            let (sc, mn) = unpack_scales(&wb.scales);
+            let (sc16, mn16) = block_scales_mins(wb);
             let dd = ab.d * f16_to_f32(wb.d.to_bits());
             let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(&mn, &ab.bsums));
+            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
             acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(load64(&sc)));
+            let sc16 = _mm256_broadcastsi128_si256(sc16);
             let mut isum = _mm256_setzero_si256();
             for p in 0..4 {
                 let q = load256(&wb.qs, 32 * p);
@@ -420,12 +442,12 @@ pub(crate) mod x86 {
         let mut acc = _mm512_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
-            let (sc, mn) = unpack_scales(&wb.scales);
+            let (sc16, mn16) = block_scales_mins(wb);
             let dd = ab.d * f16_to_f32(wb.d.to_bits());
             let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(&mn, &ab.bsums));
+            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
             acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(load64(&sc)));
+            let sc16 = _mm512_broadcast_i32x4(sc16);
             let mut isum = _mm512_setzero_si512();
             for k in 0..2 {
                 let q = load512(&wb.qs, 64 * k);
@@ -481,6 +503,35 @@ mod tests {
                 );
             }
             assert_eq!(pack_scales(&sc, &mn), s);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_scale_unpack_matches_scalar() {
+        if !Isa::available().contains(&Isa::Avx2) {
+            return; // nothing to compare on this CPU: the SIMD path is never selected
+        }
+        let mut state = 0x0fed_cba9_8765_4321u64;
+        for _ in 0..1000 {
+            let mut block = BlockQ4K::zeroed();
+            for b in bytemuck::bytes_of_mut(&mut block) {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *b = (state >> 56) as u8;
+            }
+            // SAFETY: AVX2 + FMA + F16C presence was checked above.
+            let (sc, mn) = unsafe { x86::block_scales_mins(&block) };
+            let (mut sc16, mut mn16) = ([0u16; 8], [0u16; 8]);
+            // SAFETY: each array is 16 writable bytes; stores are unaligned.
+            unsafe {
+                std::arch::x86_64::_mm_storeu_si128(sc16.as_mut_ptr().cast(), sc);
+                std::arch::x86_64::_mm_storeu_si128(mn16.as_mut_ptr().cast(), mn);
+            }
+            let (want_sc, want_mn) = unpack_scales(&block.scales);
+            assert_eq!(sc16, want_sc.map(u16::from));
+            assert_eq!(mn16, want_mn.map(u16::from));
         }
     }
 

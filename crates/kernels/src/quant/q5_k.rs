@@ -191,9 +191,9 @@ fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{dequantize_blocks, unpack_scales, BlockQ5K};
-    use crate::quant::q4_k::x86::{mins_dot, PICK256, PICK512};
-    use crate::quant::q8_k::x86::{f16_to_f32, hsum128, hsum256, load256, load512, load64};
+    use super::{dequantize_blocks, BlockQ5K};
+    use crate::quant::q4_k::x86::{block_scales_mins, mins_dot, PICK256, PICK512};
+    use crate::quant::q8_k::x86::{f16_to_f32, hsum128, hsum256, load256, load512};
     use crate::quant::q8_k::BlockQ8K;
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -215,12 +215,12 @@ mod x86 {
         let mut acc = _mm256_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
-            let (sc, mn) = unpack_scales(&wb.scales);
+            let (sc16, mn16) = block_scales_mins(wb);
             let dd = ab.d * f16_to_f32(wb.d.to_bits());
             let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(&mn, &ab.bsums));
+            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
             acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(load64(&sc)));
+            let sc16 = _mm256_broadcastsi128_si256(sc16);
             let mut h = load256(&wb.qh, 0);
             let mut isum = _mm256_setzero_si256();
             for p in 0..4 {
@@ -263,12 +263,12 @@ mod x86 {
         let mut acc = _mm512_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for (wb, ab) in w.iter().zip(a) {
-            let (sc, mn) = unpack_scales(&wb.scales);
+            let (sc16, mn16) = block_scales_mins(wb);
             let dd = ab.d * f16_to_f32(wb.d.to_bits());
             let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(&mn, &ab.bsums));
+            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
             acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(load64(&sc)));
+            let sc16 = _mm512_broadcast_i32x4(sc16);
             let qh = _mm512_broadcast_i64x4(load256(&wb.qh, 0));
             let hb = [
                 _mm512_sllv_epi16(qh, shifts[0]),

@@ -308,7 +308,7 @@ mod x86 {
                 _mm256_permute2x128_si256::<0x00>(sc16, sc16),
                 _mm256_permute2x128_si256::<0x11>(sc16, sc16),
             ];
-            for n in 0..2 {
+            for (n, scn) in halves.into_iter().enumerate() {
                 let (ql0, ql1) = (load256(&wb.ql, 64 * n), load256(&wb.ql, 64 * n + 32));
                 let qh = load256(&wb.qh, 32 * n);
                 let v = [
@@ -323,7 +323,7 @@ mod x86 {
                 for (g, (low, high)) in v.into_iter().enumerate() {
                     let q = _mm256_or_si256(low, _mm256_and_si256(high, m30));
                     let p = _mm256_maddubs_epi16(q, load256(&ab.qs, 128 * n + 32 * g));
-                    let s = _mm256_shuffle_epi8(halves[n], load256(&PICK_PAIR[g], 0));
+                    let s = _mm256_shuffle_epi8(scn, load256(&PICK_PAIR[g], 0));
                     isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, s));
                 }
             }

@@ -97,7 +97,7 @@ pub(crate) fn runnable(isa: Isa) -> Isa {
 /// If `n` is not a multiple of [`QK_K`].
 pub(crate) fn block_count(n: usize) -> usize {
     assert!(
-        n % QK_K == 0,
+        n.is_multiple_of(QK_K),
         "K-quant row length {n} is not a multiple of {QK_K}"
     );
     n / QK_K
@@ -229,13 +229,6 @@ pub(crate) mod x86 {
         let s = &bytes[at * std::mem::size_of::<T>()..][..16];
         // SAFETY: `s` is exactly 16 readable bytes; the load is unaligned.
         unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
-    }
-
-    /// Load 8 bytes into the low half of an `__m128i`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn load64(b: &[u8; 8]) -> __m128i {
-        _mm_cvtsi64_si128(i64::from_le_bytes(*b))
     }
 
     /// Load 64 bytes from `b[at..at + 64]` (bounds-checked).

@@ -84,7 +84,7 @@ impl SafetensorsCheckpoint {
         weight_map: &HashMap<String, String>,
     ) -> Result<SafetensorsCheckpoint, SafetensorsError> {
         let mut tensors = Vec::new();
-        let mut index = HashMap::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
         let mut origin: Vec<usize> = Vec::new();
         for (file_idx, path) in files.iter().enumerate() {
             for view in load_file(path)? {

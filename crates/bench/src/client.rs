@@ -1,0 +1,183 @@
+//! HTTP side: request bodies, one streamed request, and model discovery.
+
+use std::time::{Duration, Instant};
+
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use reqwest::Client;
+use serde_json::{json, Value};
+
+use crate::chunk::clip;
+use crate::error::BenchError;
+use crate::measure::Tracker;
+use crate::outcome::{RequestFailure, RequestOutcome};
+use crate::plan::{ApiKind, Plan};
+use crate::prompts::PromptSpec;
+
+/// Longest wait for `GET /v1/models` during model discovery.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest wait for the end of the body after `[DONE]`.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Everything a request needs besides its prompt; shared by all request tasks.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub client: Client,
+    pub url: String,
+    pub api: ApiKind,
+    pub model: String,
+    pub api_key: Option<String>,
+    pub min_tokens: Option<u32>,
+    pub timeout: Duration,
+}
+
+/// Builds the HTTP client: a pool sized to the load, no proxy (a proxy would distort latency).
+pub(crate) fn build_client(plan: &Plan) -> Result<Client, BenchError> {
+    Client::builder()
+        .pool_max_idle_per_host(plan.max_in_flight())
+        .tcp_nodelay(true)
+        .connect_timeout(plan.timeout)
+        .no_proxy()
+        .build()
+        .map_err(BenchError::Client)
+}
+
+/// The streaming request body for one prompt.
+pub(crate) fn request_body(target: &Target, prompt: &PromptSpec) -> Value {
+    let mut body = json!({
+        "model": target.model,
+        "max_tokens": prompt.output_len,
+        "temperature": 0.0,
+        "ignore_eos": true,
+        "stream": true,
+        "stream_options": { "include_usage": true },
+    });
+    match target.api {
+        ApiKind::Completions => body["prompt"] = json!(prompt.text),
+        ApiKind::Chat => body["messages"] = json!([{ "role": "user", "content": prompt.text }]),
+    }
+    if let Some(min) = target.min_tokens {
+        body["min_tokens"] = json!(min);
+    }
+    body
+}
+
+/// Sends one request and measures its stream; never returns early on failure.
+pub(crate) async fn send_one(target: &Target, prompt: &PromptSpec) -> RequestOutcome {
+    match tokio::time::timeout(target.timeout, stream_one(target, prompt)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(RequestFailure::Timeout(target.timeout)),
+    }
+}
+
+async fn stream_one(target: &Target, prompt: &PromptSpec) -> RequestOutcome {
+    let body = request_body(target, prompt).to_string();
+    let mut req = target
+        .client
+        .post(&target.url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
+        .body(body);
+    if let Some(key) = &target.api_key {
+        req = req.bearer_auth(key);
+    }
+    let start = Instant::now();
+    let mut resp = req.send().await.map_err(transport)?;
+    let status = resp.status();
+    if !status.is_success() {
+        let text = resp.text().await.unwrap_or_default();
+        return Err(RequestFailure::Http { status: status.as_u16(), body: clip(text.trim()) });
+    }
+    let mut tracker = Tracker::new(start, prompt.est_prompt_tokens);
+    let mut parser = crate::sse::SseParser::new();
+    while !tracker.is_done() {
+        let Some(bytes) = resp.chunk().await.map_err(transport)? else {
+            if let Some(payload) = parser.finish() {
+                tracker.on_payload(&payload, Instant::now())?;
+            }
+            break;
+        };
+        let at = Instant::now();
+        for payload in parser.feed(&bytes) {
+            tracker.on_payload(&payload, at)?;
+        }
+    }
+    drain(&mut resp).await;
+    tracker.finish()
+}
+
+/// Reads what follows `[DONE]` (normally just the end of the chunked body) so the connection
+/// can return to the pool; gives up after [`DRAIN_GRACE`] so a server that keeps the stream open
+/// cannot stall the run. Latency was already taken at `[DONE]`.
+async fn drain(resp: &mut reqwest::Response) {
+    let read_rest = async { while let Ok(Some(_)) = resp.chunk().await {} };
+    // A timeout here only means the connection is dropped instead of reused.
+    let _ = tokio::time::timeout(DRAIN_GRACE, read_rest).await;
+}
+
+fn transport(e: reqwest::Error) -> RequestFailure {
+    let mut msg = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    RequestFailure::Transport(msg)
+}
+
+/// The first model id from `GET {base}/v1/models`, or `"default"` when that fails.
+pub(crate) async fn discover_model(client: &Client, base_url: &str, api_key: Option<&str>) -> String {
+    let mut req = client.get(format!("{base_url}/v1/models")).timeout(DISCOVERY_TIMEOUT);
+    if let Some(key) = api_key {
+        req = req.bearer_auth(key);
+    }
+    let first_id = async {
+        let resp = req.send().await.ok()?.error_for_status().ok()?;
+        let v: Value = serde_json::from_slice(&resp.bytes().await.ok()?).ok()?;
+        v["data"][0]["id"].as_str().map(str::to_owned)
+    };
+    first_id.await.unwrap_or_else(|| "default".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(api: ApiKind, min_tokens: Option<u32>) -> Target {
+        Target {
+            client: Client::new(),
+            url: "http://127.0.0.1:1/v1/completions".into(),
+            api,
+            model: "m".into(),
+            api_key: None,
+            min_tokens,
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn prompt() -> PromptSpec {
+        PromptSpec { text: "a b".into(), output_len: 32, est_prompt_tokens: 2 }
+    }
+
+    #[test]
+    fn completions_body() {
+        let b = request_body(&target(ApiKind::Completions, None), &prompt());
+        assert_eq!(b["prompt"], "a b");
+        assert_eq!(b["model"], "m");
+        assert_eq!(b["max_tokens"], 32);
+        assert_eq!(b["ignore_eos"], true);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        assert!(b.get("messages").is_none() && b.get("min_tokens").is_none());
+    }
+
+    #[test]
+    fn chat_body_with_min_tokens() {
+        let b = request_body(&target(ApiKind::Chat, Some(32)), &prompt());
+        assert_eq!(b["messages"][0]["role"], "user");
+        assert_eq!(b["messages"][0]["content"], "a b");
+        assert_eq!(b["min_tokens"], 32);
+        assert!(b.get("prompt").is_none());
+    }
+}

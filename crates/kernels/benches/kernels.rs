@@ -1,0 +1,121 @@
+//! Criterion benches for the CPU execution kernels: thread-pool broadcast, matmul (Q4_1,
+//! Q8_0, F32 at SmolLM2-135M shapes) and paged attention. Threads: `KESTREL_THREADS`, else
+//! all cores.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kestrel_kernels::cpu::attention::{attention, AttnSeq, PagedKv};
+use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
+use kestrel_kernels::cpu::ThreadPool;
+use kestrel_kernels::DType;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Random blocks with small, finite f16 scales at the given byte offsets of each block.
+fn weights(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let mut data = vec![0u8; rows * dtype.row_bytes(cols).expect("whole blocks")];
+    if dtype == DType::F32 {
+        for c in data.chunks_exact_mut(4) {
+            c.copy_from_slice(&rng.gen_range(-1.0f32..1.0).to_le_bytes());
+        }
+        return data;
+    }
+    rng.fill(&mut data[..]);
+    let scales: &[usize] = if dtype == DType::Q4_1 { &[0, 2] } else { &[0] };
+    for blk in data.chunks_exact_mut(dtype.block_bytes()) {
+        for &off in scales {
+            let d = half::f16::from_f32(rng.gen_range(0.001f32..0.02));
+            blk[off..off + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    data
+}
+
+fn bench_broadcast(c: &mut Criterion) {
+    let pool = ThreadPool::global();
+    c.bench_function(&format!("broadcast_empty/{}t", pool.n_threads()), |b| {
+        b.iter(|| pool.broadcast(&|_, _| {}))
+    });
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    let pool = ThreadPool::global();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut group = c.benchmark_group("matmul");
+    for dtype in [DType::Q4_1, DType::Q8_0, DType::F32] {
+        for (rows, cols) in [(576, 576), (1536, 576)] {
+            let data = weights(dtype, rows, cols, &mut rng);
+            let w = MatRef {
+                dtype,
+                rows,
+                cols,
+                data: &data,
+            };
+            for m in [1, 64] {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let mut y = vec![0.0; m * rows];
+                let mut scratch = Scratch::default();
+                group.throughput(Throughput::Elements((2 * m * rows * cols) as u64));
+                let id = BenchmarkId::new(format!("{dtype}/{rows}x{cols}"), format!("m{m}"));
+                group.bench_function(id, |b| {
+                    b.iter(|| matmul(pool, w, &x, m, &mut y, &mut scratch))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+/// SmolLM2-135M geometry: 9 query heads, 3 kv heads, head_dim 64; block size 16.
+fn bench_attention(c: &mut Criterion) {
+    let pool = ThreadPool::global();
+    let (n_heads, n_kv, hd, bs): (usize, usize, usize, usize) = (9, 3, 64, 16);
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    let mut group = c.benchmark_group("attention");
+    // (label, number of sequences, context before the queries, queries per sequence)
+    for (label, n_seqs, ctx, n_q) in [
+        ("decode_ctx512", 1usize, 511usize, 1usize),
+        ("decode_ctx2048", 1, 2047, 1),
+        ("decode_8seqs_ctx512", 8, 511, 1),
+        ("prefill_128", 1, 0, 128),
+        ("prefill_chunk_64_after_448", 1, 448, 64),
+    ] {
+        let blocks_per_seq = (ctx + n_q).div_ceil(bs);
+        let len = n_seqs * blocks_per_seq * bs * n_kv * hd;
+        let k: Vec<f32> = (0..len).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let v: Vec<f32> = (0..len).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let kv = PagedKv {
+            k: &k,
+            v: &v,
+            block_size: bs,
+            n_kv_heads: n_kv,
+            head_dim: hd,
+        };
+        let tables: Vec<Vec<u32>> = (0..n_seqs)
+            .map(|s| {
+                (0..blocks_per_seq)
+                    .map(|b| (b * n_seqs + s) as u32)
+                    .collect()
+            })
+            .collect();
+        let q: Vec<f32> = (0..n_q * n_heads * hd)
+            .map(|_| rng.gen_range(-1.0..1.0))
+            .collect();
+        let seqs: Vec<AttnSeq<'_>> = tables
+            .iter()
+            .map(|t| AttnSeq {
+                q: &q,
+                n_q,
+                q_start_pos: ctx,
+                block_table: t,
+            })
+            .collect();
+        let mut out = vec![0.0; n_seqs * q.len()];
+        group.bench_function(label, |b| {
+            b.iter(|| attention(pool, &kv, &seqs, n_heads, 0.125, None, &mut out))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_broadcast, bench_matmul, bench_attention);
+criterion_main!(benches);

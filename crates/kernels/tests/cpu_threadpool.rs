@@ -1,0 +1,150 @@
+//! ThreadPool: every index runs exactly once per broadcast, under repetition, nesting,
+//! panics and concurrent callers; reports the per-broadcast overhead.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use kestrel_kernels::cpu::ThreadPool;
+
+#[test]
+fn broadcast_runs_every_index_exactly_once() {
+    for n in [1, 2, 3, 4, 7] {
+        let pool = ThreadPool::new(n);
+        assert_eq!(pool.n_threads(), n);
+        let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        pool.broadcast(&|i, total| {
+            assert_eq!(total, n);
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(
+            hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+            "n = {n}"
+        );
+    }
+}
+
+#[test]
+fn many_repeated_broadcasts() {
+    let pool = ThreadPool::new(3);
+    let counts: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+    let rounds = 20_000;
+    for round in 0..rounds {
+        pool.broadcast(&|i, _| {
+            // Every thread sees the previous round completed by all threads.
+            assert_eq!(counts[i].fetch_add(1, Ordering::Relaxed), round);
+        });
+    }
+    for c in &counts {
+        assert_eq!(c.load(Ordering::Relaxed), rounds);
+    }
+}
+
+#[test]
+fn broadcasts_after_workers_parked() {
+    let pool = ThreadPool::new(3);
+    let total = AtomicUsize::new(0);
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        pool.broadcast(&|i, _| {
+            total.fetch_add(i + 1, Ordering::Relaxed);
+        });
+    }
+    assert_eq!(total.load(Ordering::Relaxed), 5 * (1 + 2 + 3));
+}
+
+#[test]
+fn parallel_writes_to_nested_data() {
+    let pool = ThreadPool::new(4);
+    let rows: Vec<Vec<AtomicUsize>> = (0..37)
+        .map(|r| (0..r + 1).map(|_| AtomicUsize::new(0)).collect())
+        .collect();
+    pool.broadcast(&|t, n| {
+        for (r, row) in rows.iter().enumerate().skip(t).step_by(n) {
+            for (c, cell) in row.iter().enumerate() {
+                cell.store(r * 100 + c, Ordering::Relaxed);
+            }
+        }
+    });
+    for (r, row) in rows.iter().enumerate() {
+        for (c, cell) in row.iter().enumerate() {
+            assert_eq!(cell.load(Ordering::Relaxed), r * 100 + c);
+        }
+    }
+}
+
+#[test]
+fn nested_broadcast_runs_inline() {
+    let pool = ThreadPool::new(3);
+    let inner_calls = AtomicUsize::new(0);
+    pool.broadcast(&|_, _| {
+        pool.broadcast(&|i, n| {
+            assert_eq!((i, n), (0, 1));
+            inner_calls.fetch_add(1, Ordering::Relaxed);
+        });
+    });
+    assert_eq!(inner_calls.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn concurrent_callers_are_serialized() {
+    let pool = ThreadPool::new(2);
+    let sum = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                for _ in 0..500 {
+                    pool.broadcast(&|i, _| {
+                        sum.fetch_add(i + 1, Ordering::Relaxed);
+                    });
+                }
+            });
+        }
+    });
+    assert_eq!(sum.load(Ordering::Relaxed), 3 * 500 * 3);
+}
+
+#[test]
+fn worker_panic_is_reraised_and_pool_survives() {
+    let pool = ThreadPool::new(3);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.broadcast(&|i, _| assert_ne!(i, 2, "boom"));
+    }));
+    assert!(r.is_err());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.broadcast(&|i, _| assert_ne!(i, 0, "boom on caller"));
+    }));
+    assert!(r.is_err());
+    let hits = AtomicUsize::new(0);
+    pool.broadcast(&|_, _| {
+        hits.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(hits.load(Ordering::Relaxed), 3);
+}
+
+#[test]
+fn global_pool_is_shared() {
+    let a = ThreadPool::global();
+    assert!(std::ptr::eq(a, ThreadPool::global()));
+    assert!(a.n_threads() >= 1);
+}
+
+/// Not a pass/fail check: prints the per-broadcast cost of an empty job.
+#[test]
+fn report_broadcast_overhead() {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let pool = ThreadPool::new(n);
+    let rounds = 20_000;
+    let hits = AtomicUsize::new(0);
+    for _ in 0..1000 {
+        pool.broadcast(&|_, _| {});
+    }
+    let t = Instant::now();
+    for _ in 0..rounds {
+        pool.broadcast(&|_, _| {
+            hits.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / rounds as f64;
+    assert_eq!(hits.load(Ordering::Relaxed), rounds * n);
+    println!("broadcast overhead, {n} threads: {us:.2} µs per call");
+}

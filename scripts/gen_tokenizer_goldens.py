@@ -82,6 +82,76 @@ CHATS = [
     },
 ]
 
+# A Llama-2/Mistral-style template written for these tests: [INST] turns, an optional system
+# prompt folded into the first user turn, and raise_exception on non-alternating roles.
+INST_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set system = messages[0]['content'] %}{% set turns = messages[1:] %}"
+    "{% else %}{% set system = none %}{% set turns = messages %}{% endif %}"
+    "{{ bos_token }}"
+    "{% for message in turns %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Roles must alternate user/assistant, starting with user.') }}"
+    "{% endif %}"
+    "{% if message['role'] == 'user' %}"
+    "{% if loop.first and system is not none %}"
+    "{{ '[INST] <<SYS>>\\n' + system + '\\n<</SYS>>\\n\\n' + message['content'].strip() + ' [/INST]' }}"
+    "{% else %}{{ '[INST] ' + message['content'].strip() + ' [/INST]' }}{% endif %}"
+    "{% else %}{{ ' ' + message['content'].strip() + eos_token }}{% endif %}"
+    "{% endfor %}"
+)
+
+# Exercises what HF's environment offers: trim/lstrip blocks, loop controls, Python string and
+# dict methods, and tojson with and without indent.
+FEATURES_TEMPLATE = """{% for m in messages %}
+{% if m.content.startswith('stop') %}{% break %}{% endif %}
+  {{ m | tojson }}
+{{ m.role.upper() }}: {{ m.content.strip().replace('x', 'y') }}|{{ m.content.split(' ') | length }}
+{% endfor %}
+{{ messages[0] | tojson(indent=2) }}
+{% for k, v in messages[0].items() %}[{{ k }}={{ v }}]{% endfor %}
+{% if add_generation_prompt %}GEN{% endif %}"""
+
+TEMPLATE_CASES = [
+    {
+        "name": "inst",
+        "template": INST_TEMPLATE,
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "  Hi!  "},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Bye"},
+        ],
+        "add_generation_prompt": False,
+    },
+    {
+        "name": "inst_no_system",
+        "template": INST_TEMPLATE,
+        "messages": [{"role": "user", "content": "One"}],
+        "add_generation_prompt": True,
+    },
+    {
+        "name": "inst_bad_roles",
+        "template": INST_TEMPLATE,
+        "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "user", "content": "b"},
+        ],
+        "add_generation_prompt": False,
+    },
+    {
+        "name": "features",
+        "template": FEATURES_TEMPLATE,
+        "messages": [
+            {"role": "user", "content": " fix the \"x\" — naïve 🦀 "},
+            {"role": "assistant", "content": "x marks it"},
+            {"role": "user", "content": "stop here"},
+            {"role": "assistant", "content": "never shown"},
+        ],
+        "add_generation_prompt": True,
+    },
+]
+
 SMOLLM_STYLE_PRE = {"smollm", "starcoder", "refact", "codeshell", "command-r", "exaone"}
 
 
@@ -147,6 +217,24 @@ def chat_cases(fixed):
     return out
 
 
+def template_cases(fixed):
+    """Each extra template rendered by HF, or the message it raised."""
+    out = []
+    for case in TEMPLATE_CASES:
+        result = dict(case)
+        try:
+            result["rendered"] = fixed.apply_chat_template(
+                case["messages"],
+                chat_template=case["template"],
+                add_generation_prompt=case["add_generation_prompt"],
+                tokenize=False,
+            )
+        except Exception as err:  # jinja2's TemplateError from raise_exception
+            result["error"] = str(err)
+        out.append(result)
+    return out
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("KESTREL_DEFAULT_MODEL")
     if not path:
@@ -163,6 +251,7 @@ def main():
         "chat_template": fixed.chat_template,
         "cases": encode_cases(raw, fixed),
         "chats": chat_cases(fixed),
+        "templates": template_cases(fixed),
     }
     os.makedirs(os.path.dirname(out_path), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as handle:

@@ -110,13 +110,23 @@ mod tests {
         assert_eq!(a.base_url, "http://127.0.0.1:8000");
         assert_eq!(a.endpoint, "/v1/completions");
         assert_eq!((a.input_len, a.output_len, a.seed), (128, 128, 0));
-        assert_eq!((a.concurrency, a.request_rate, a.num_prompts), (None, None, None));
+        assert_eq!(
+            (a.concurrency, a.request_rate, a.num_prompts),
+            (None, None, None)
+        );
         assert_eq!(a.timeout, 300.0);
     }
 
     #[test]
     fn flags_parse() {
-        let a = parse(&["--request-rate", "2.5", "--max-concurrency", "3", "--num-prompts", "8"]);
+        let a = parse(&[
+            "--request-rate",
+            "2.5",
+            "--max-concurrency",
+            "3",
+            "--num-prompts",
+            "8",
+        ]);
         let a = a.unwrap();
         assert_eq!(a.request_rate, Some(2.5));
         assert_eq!(a.max_concurrency, Some(3));

@@ -119,7 +119,10 @@ mod tests {
     #[test]
     fn usage_chunk_with_empty_choices() {
         let c = r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":32,"total_tokens":44}}"#;
-        let usage = Usage { prompt_tokens: Some(12), completion_tokens: Some(32) };
+        let usage = Usage {
+            prompt_tokens: Some(12),
+            completion_tokens: Some(32),
+        };
         assert_eq!(parse_chunk(c), chunk(false, Some(usage)));
     }
 
@@ -128,7 +131,10 @@ mod tests {
         let e = r#"{"error":{"code":500,"message":"boom"}}"#;
         assert!(matches!(parse_chunk(e), ChunkEvent::Error(m) if m.contains("boom")));
         assert!(matches!(parse_chunk("not json"), ChunkEvent::Error(m) if m.contains("not json")));
-        assert_eq!(parse_chunk(r#"{"error":null,"choices":[]}"#), chunk(false, None));
+        assert_eq!(
+            parse_chunk(r#"{"error":null,"choices":[]}"#),
+            chunk(false, None)
+        );
     }
 
     #[test]

@@ -72,23 +72,16 @@ pub(crate) async fn send_one(target: &Target, prompt: &PromptSpec) -> RequestOut
 
 async fn stream_one(target: &Target, prompt: &PromptSpec) -> RequestOutcome {
     let body = request_body(target, prompt).to_string();
-    let mut req = target
-        .client
-        .post(&target.url)
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream")
-        .body(body);
-    if let Some(key) = &target.api_key {
-        req = req.bearer_auth(key);
-    }
-    let start = Instant::now();
-    let mut resp = req.send().await.map_err(transport)?;
+    let (mut resp, start, retried) = send_with_retry(target, body).await?;
     let status = resp.status();
     if !status.is_success() {
         let text = resp.text().await.unwrap_or_default();
-        return Err(RequestFailure::Http { status: status.as_u16(), body: clip(text.trim()) });
+        return Err(RequestFailure::Http {
+            status: status.as_u16(),
+            body: clip(text.trim()),
+        });
     }
-    let mut tracker = Tracker::new(start, prompt.est_prompt_tokens);
+    let mut tracker = Tracker::new(start, prompt.est_prompt_tokens, retried);
     let mut parser = crate::sse::SseParser::new();
     while !tracker.is_done() {
         let Some(bytes) = resp.chunk().await.map_err(transport)? else {
@@ -115,6 +108,44 @@ async fn drain(resp: &mut reqwest::Response) {
     let _ = tokio::time::timeout(DRAIN_GRACE, read_rest).await;
 }
 
+/// Sends the request; returns the response, the instant it was sent and whether it was retried.
+///
+/// Some servers (llama.cpp's among them) close a keep-alive connection right after a streamed
+/// response. A request written to such a pooled connection before its close was noticed fails
+/// with no response; it is sent once more, with a fresh clock, on a new connection. Connect
+/// errors and timeouts are not retried.
+async fn send_with_retry(
+    target: &Target,
+    body: String,
+) -> Result<(reqwest::Response, Instant, bool), RequestFailure> {
+    let start = Instant::now();
+    match build_request(target, body.clone()).send().await {
+        Ok(resp) => Ok((resp, start, false)),
+        Err(e) if e.is_request() && !e.is_connect() && !e.is_timeout() => {
+            let start = Instant::now();
+            let resp = build_request(target, body)
+                .send()
+                .await
+                .map_err(transport)?;
+            Ok((resp, start, true))
+        }
+        Err(e) => Err(transport(e)),
+    }
+}
+
+fn build_request(target: &Target, body: String) -> reqwest::RequestBuilder {
+    let req = target
+        .client
+        .post(&target.url)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
+        .body(body);
+    match &target.api_key {
+        Some(key) => req.bearer_auth(key),
+        None => req,
+    }
+}
+
 fn transport(e: reqwest::Error) -> RequestFailure {
     let mut msg = e.to_string();
     let mut source = std::error::Error::source(&e);
@@ -127,8 +158,14 @@ fn transport(e: reqwest::Error) -> RequestFailure {
 }
 
 /// The first model id from `GET {base}/v1/models`, or `"default"` when that fails.
-pub(crate) async fn discover_model(client: &Client, base_url: &str, api_key: Option<&str>) -> String {
-    let mut req = client.get(format!("{base_url}/v1/models")).timeout(DISCOVERY_TIMEOUT);
+pub(crate) async fn discover_model(
+    client: &Client,
+    base_url: &str,
+    api_key: Option<&str>,
+) -> String {
+    let mut req = client
+        .get(format!("{base_url}/v1/models"))
+        .timeout(DISCOVERY_TIMEOUT);
     if let Some(key) = api_key {
         req = req.bearer_auth(key);
     }
@@ -157,7 +194,11 @@ mod tests {
     }
 
     fn prompt() -> PromptSpec {
-        PromptSpec { text: "a b".into(), output_len: 32, est_prompt_tokens: 2 }
+        PromptSpec {
+            text: "a b".into(),
+            output_len: 32,
+            est_prompt_tokens: 2,
+        }
     }
 
     #[test]

@@ -65,8 +65,10 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
     let report = BenchReport::build(&plan, &model, &load);
     if let Some(path) = &plan.json_out {
         let json = serde_json::to_string_pretty(&report).map_err(BenchError::Serialize)?;
-        std::fs::write(path, json + "\n")
-            .map_err(|source| BenchError::JsonOut { path: path.clone(), source })?;
+        std::fs::write(path, json + "\n").map_err(|source| BenchError::JsonOut {
+            path: path.clone(),
+            source,
+        })?;
     }
     if report.successful_requests == 0 {
         let first_error = load
@@ -74,7 +76,10 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
             .iter()
             .find_map(|o| o.as_ref().err())
             .map_or_else(String::new, ToString::to_string);
-        return Err(BenchError::AllFailed { total: report.num_prompts, first_error });
+        return Err(BenchError::AllFailed {
+            total: report.num_prompts,
+            first_error,
+        });
     }
     Ok(report)
 }

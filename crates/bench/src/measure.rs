@@ -22,11 +22,12 @@ pub(crate) struct Tracker {
     content_chunks: u64,
     usage: Usage,
     done_at: Option<Instant>,
+    retried: bool,
 }
 
 impl Tracker {
-    /// Starts timing a request sent at `start`.
-    pub fn new(start: Instant, est_prompt_tokens: u64) -> Self {
+    /// Starts timing a request sent at `start` (`retried`: it is a second attempt).
+    pub fn new(start: Instant, est_prompt_tokens: u64, retried: bool) -> Self {
         Self {
             start,
             est_prompt_tokens,
@@ -36,6 +37,7 @@ impl Tracker {
             content_chunks: 0,
             usage: Usage::default(),
             done_at: None,
+            retried,
         }
     }
 
@@ -55,7 +57,8 @@ impl Tracker {
             ChunkEvent::Chunk { has_content, usage } => {
                 if let Some(u) = usage {
                     self.usage.prompt_tokens = u.prompt_tokens.or(self.usage.prompt_tokens);
-                    self.usage.completion_tokens = u.completion_tokens.or(self.usage.completion_tokens);
+                    self.usage.completion_tokens =
+                        u.completion_tokens.or(self.usage.completion_tokens);
                 }
                 if has_content {
                     self.on_content(at);
@@ -81,7 +84,9 @@ impl Tracker {
             return Err(RequestFailure::Stream("stream ended before [DONE]".into()));
         };
         let Some(first) = self.first_content else {
-            return Err(RequestFailure::Stream("no generated text before [DONE]".into()));
+            return Err(RequestFailure::Stream(
+                "no generated text before [DONE]".into(),
+            ));
         };
         Ok(Measured {
             ttft: first.saturating_duration_since(self.start),
@@ -91,6 +96,7 @@ impl Tracker {
             usage_completion_tokens: self.usage.completion_tokens,
             usage_prompt_tokens: self.usage.prompt_tokens,
             est_prompt_tokens: self.est_prompt_tokens,
+            retried: self.retried,
         })
     }
 }
@@ -111,7 +117,7 @@ mod tests {
     #[test]
     fn ttft_itl_e2e_from_timestamps() {
         let t0 = Instant::now();
-        let mut t = Tracker::new(t0, 3);
+        let mut t = Tracker::new(t0, 3, false);
         t.on_payload(EMPTY, ms(t0, 10)).unwrap();
         for at in [100, 150, 150, 230] {
             t.on_payload(TEXT, ms(t0, at)).unwrap();
@@ -131,17 +137,17 @@ mod tests {
     #[test]
     fn missing_done_or_text_fails() {
         let t0 = Instant::now();
-        let mut t = Tracker::new(t0, 1);
+        let mut t = Tracker::new(t0, 1, false);
         t.on_payload(TEXT, ms(t0, 5)).unwrap();
         assert!(matches!(t.finish(), Err(RequestFailure::Stream(m)) if m.contains("[DONE]")));
-        let mut t = Tracker::new(t0, 1);
+        let mut t = Tracker::new(t0, 1, false);
         t.on_payload("[DONE]", ms(t0, 5)).unwrap();
         assert!(matches!(t.finish(), Err(RequestFailure::Stream(m)) if m.contains("no generated")));
     }
 
     #[test]
     fn error_event_fails_immediately() {
-        let mut t = Tracker::new(Instant::now(), 1);
+        let mut t = Tracker::new(Instant::now(), 1, true);
         let err = t.on_payload(r#"{"error":{"message":"kv cache full"}}"#, Instant::now());
         assert!(matches!(err, Err(RequestFailure::Stream(m)) if m.contains("kv cache full")));
     }

@@ -20,6 +20,8 @@ pub struct Measured {
     pub usage_prompt_tokens: Option<u64>,
     /// Prompt tokens estimated on the client side.
     pub est_prompt_tokens: u64,
+    /// The first attempt hit a connection the server had closed and was sent again.
+    pub retried: bool,
 }
 
 impl Measured {
@@ -106,12 +108,16 @@ mod tests {
             usage_completion_tokens: usage,
             usage_prompt_tokens: None,
             est_prompt_tokens: 10,
+            retried: false,
         }
     }
 
     #[test]
     fn tpot_uses_usage_tokens_when_present() {
-        assert_eq!(measured(Some(4), 2).tpot(), Some(Duration::from_millis(100)));
+        assert_eq!(
+            measured(Some(4), 2).tpot(),
+            Some(Duration::from_millis(100))
+        );
         assert_eq!(measured(None, 7).tpot(), Some(Duration::from_millis(50)));
         assert_eq!(measured(Some(1), 1).tpot(), None);
         assert_eq!(measured(None, 5).prompt_tokens(), 10);
@@ -119,9 +125,15 @@ mod tests {
 
     #[test]
     fn failure_kinds() {
-        let http = RequestFailure::Http { status: 429, body: "slow down".into() };
+        let http = RequestFailure::Http {
+            status: 429,
+            body: "slow down".into(),
+        };
         assert_eq!(http.kind(), "http_429");
         assert_eq!(http.to_string(), "HTTP 429: slow down");
-        assert_eq!(RequestFailure::Timeout(Duration::from_secs(2)).kind(), "timeout");
+        assert_eq!(
+            RequestFailure::Timeout(Duration::from_secs(2)).kind(),
+            "timeout"
+        );
     }
 }

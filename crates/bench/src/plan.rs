@@ -69,12 +69,21 @@ impl Plan {
     pub fn from_args(args: &BenchArgs) -> Result<Self, BenchError> {
         let base_url = args.base_url.trim_end_matches('/').to_owned();
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(invalid(format!("--base-url must start with http:// or https://, got {base_url:?}")));
+            return Err(invalid(format!(
+                "--base-url must start with http:// or https://, got {base_url:?}"
+            )));
         }
         if !args.endpoint.starts_with('/') {
-            return Err(invalid(format!("--endpoint must start with '/', got {:?}", args.endpoint)));
+            return Err(invalid(format!(
+                "--endpoint must start with '/', got {:?}",
+                args.endpoint
+            )));
         }
-        let api = match args.endpoint.trim_end_matches('/').ends_with("chat/completions") {
+        let api = match args
+            .endpoint
+            .trim_end_matches('/')
+            .ends_with("chat/completions")
+        {
             true => ApiKind::Chat,
             false => ApiKind::Completions,
         };
@@ -102,14 +111,18 @@ impl Plan {
     pub fn max_in_flight(&self) -> usize {
         match self.load {
             LoadMode::Concurrency { concurrency } => concurrency,
-            LoadMode::Poisson { max_concurrency, .. } => max_concurrency.unwrap_or(self.prompts.len()),
+            LoadMode::Poisson {
+                max_concurrency, ..
+            } => max_concurrency.unwrap_or(self.prompts.len()),
         }
     }
 }
 
 fn load_mode(args: &BenchArgs) -> Result<LoadMode, BenchError> {
     match (args.request_rate, args.concurrency) {
-        (Some(_), Some(_)) => Err(invalid("--concurrency and --request-rate exclude each other")),
+        (Some(_), Some(_)) => Err(invalid(
+            "--concurrency and --request-rate exclude each other",
+        )),
         (Some(rate), None) => {
             if !(rate.is_finite() && rate > 0.0) {
                 return Err(invalid("--request-rate must be a positive, finite number"));
@@ -117,11 +130,16 @@ fn load_mode(args: &BenchArgs) -> Result<LoadMode, BenchError> {
             if args.max_concurrency == Some(0) {
                 return Err(invalid("--max-concurrency must be at least 1"));
             }
-            Ok(LoadMode::Poisson { request_rate: rate, max_concurrency: args.max_concurrency })
+            Ok(LoadMode::Poisson {
+                request_rate: rate,
+                max_concurrency: args.max_concurrency,
+            })
         }
         (None, concurrency) => {
             if args.max_concurrency.is_some() {
-                return Err(invalid("--max-concurrency needs --request-rate (use --concurrency)"));
+                return Err(invalid(
+                    "--max-concurrency needs --request-rate (use --concurrency)",
+                ));
             }
             match concurrency.unwrap_or(1) {
                 0 => Err(invalid("--concurrency must be at least 1")),
@@ -143,7 +161,12 @@ fn load_prompts(args: &BenchArgs) -> Result<Vec<PromptSpec>, BenchError> {
         None if args.input_len == 0 => Err(invalid("--input-len must be at least 1")),
         None => {
             let n = args.num_prompts.unwrap_or(DEFAULT_NUM_PROMPTS);
-            Ok(prompts::synthetic(n, args.input_len, args.output_len, args.seed))
+            Ok(prompts::synthetic(
+                n,
+                args.input_len,
+                args.output_len,
+                args.seed,
+            ))
         }
     }
 }
@@ -153,7 +176,11 @@ mod tests {
     use super::*;
 
     fn args() -> BenchArgs {
-        BenchArgs { num_prompts: Some(3), input_len: 4, ..BenchArgs::default() }
+        BenchArgs {
+            num_prompts: Some(3),
+            input_len: 4,
+            ..BenchArgs::default()
+        }
     }
 
     #[test]
@@ -174,35 +201,85 @@ mod tests {
             ..args()
         };
         let p = Plan::from_args(&a).unwrap();
-        assert_eq!((p.api, p.url.as_str()), (ApiKind::Chat, "http://h:1/v1/chat/completions"));
+        assert_eq!(
+            (p.api, p.url.as_str()),
+            (ApiKind::Chat, "http://h:1/v1/chat/completions")
+        );
     }
 
     #[test]
     fn poisson_mode_and_in_flight_bound() {
-        let a = BenchArgs { request_rate: Some(2.0), max_concurrency: Some(2), ..args() };
+        let a = BenchArgs {
+            request_rate: Some(2.0),
+            max_concurrency: Some(2),
+            ..args()
+        };
         let p = Plan::from_args(&a).unwrap();
-        assert_eq!(p.load, LoadMode::Poisson { request_rate: 2.0, max_concurrency: Some(2) });
+        assert_eq!(
+            p.load,
+            LoadMode::Poisson {
+                request_rate: 2.0,
+                max_concurrency: Some(2)
+            }
+        );
         assert_eq!(p.max_in_flight(), 2);
-        let unbounded = Plan::from_args(&BenchArgs { max_concurrency: None, ..a }).unwrap();
+        let unbounded = Plan::from_args(&BenchArgs {
+            max_concurrency: None,
+            ..a
+        })
+        .unwrap();
         assert_eq!(unbounded.max_in_flight(), 3);
     }
 
     #[test]
     fn rejects_bad_values() {
         let bad = [
-            BenchArgs { base_url: "127.0.0.1:8000".into(), ..args() },
-            BenchArgs { endpoint: "v1/completions".into(), ..args() },
-            BenchArgs { concurrency: Some(0), ..args() },
-            BenchArgs { request_rate: Some(0.0), ..args() },
-            BenchArgs { request_rate: Some(f64::INFINITY), ..args() },
-            BenchArgs { max_concurrency: Some(2), ..args() },
-            BenchArgs { num_prompts: Some(0), ..args() },
-            BenchArgs { output_len: 0, ..args() },
-            BenchArgs { input_len: 0, ..args() },
-            BenchArgs { timeout: -1.0, ..args() },
+            BenchArgs {
+                base_url: "127.0.0.1:8000".into(),
+                ..args()
+            },
+            BenchArgs {
+                endpoint: "v1/completions".into(),
+                ..args()
+            },
+            BenchArgs {
+                concurrency: Some(0),
+                ..args()
+            },
+            BenchArgs {
+                request_rate: Some(0.0),
+                ..args()
+            },
+            BenchArgs {
+                request_rate: Some(f64::INFINITY),
+                ..args()
+            },
+            BenchArgs {
+                max_concurrency: Some(2),
+                ..args()
+            },
+            BenchArgs {
+                num_prompts: Some(0),
+                ..args()
+            },
+            BenchArgs {
+                output_len: 0,
+                ..args()
+            },
+            BenchArgs {
+                input_len: 0,
+                ..args()
+            },
+            BenchArgs {
+                timeout: -1.0,
+                ..args()
+            },
         ];
         for a in bad {
-            assert!(matches!(Plan::from_args(&a), Err(BenchError::InvalidArgs(_))), "{a:?}");
+            assert!(
+                matches!(Plan::from_args(&a), Err(BenchError::InvalidArgs(_))),
+                "{a:?}"
+            );
         }
     }
 }

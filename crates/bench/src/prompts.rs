@@ -79,7 +79,11 @@ pub fn from_jsonl(
         source,
     })?;
     let mut lines = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let bad = |message: String| BenchError::PromptsFileFormat {
             path: path.to_owned(),
             line: i + 1,
@@ -111,7 +115,8 @@ mod tests {
     use super::*;
 
     fn temp_file(name: &str, body: &str) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("kestrel-bench-{}-{name}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("kestrel-bench-{}-{name}", std::process::id()));
         std::fs::write(&path, body).unwrap();
         path
     }
@@ -131,12 +136,17 @@ mod tests {
 
     #[test]
     fn words_are_plain_lowercase_ascii() {
-        assert!(WORDS.iter().all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase())));
+        assert!(WORDS
+            .iter()
+            .all(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_lowercase())));
     }
 
     #[test]
     fn jsonl_lines_with_and_without_output_len() {
-        let path = temp_file("ok.jsonl", "{\"prompt\": \"a b c\", \"output_len\": 7}\n\n{\"prompt\": \"d\"}\n");
+        let path = temp_file(
+            "ok.jsonl",
+            "{\"prompt\": \"a b c\", \"output_len\": 7}\n\n{\"prompt\": \"d\"}\n",
+        );
         let got = from_jsonl(&path, None, 16).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].output_len, got[0].est_prompt_tokens), (7, 3));
@@ -149,13 +159,19 @@ mod tests {
 
     #[test]
     fn jsonl_errors_name_the_line() {
-        let path = temp_file("bad.jsonl", "{\"prompt\": \"ok\"}\n{\"text\": \"no prompt\"}\n");
+        let path = temp_file(
+            "bad.jsonl",
+            "{\"prompt\": \"ok\"}\n{\"text\": \"no prompt\"}\n",
+        );
         match from_jsonl(&path, None, 16) {
             Err(BenchError::PromptsFileFormat { line, .. }) => assert_eq!(line, 2),
             other => panic!("expected a format error, got {other:?}"),
         }
         std::fs::remove_file(path).unwrap();
         let missing = Path::new("/nonexistent/kestrel/prompts.jsonl");
-        assert!(matches!(from_jsonl(missing, None, 1), Err(BenchError::PromptsFileIo { .. })));
+        assert!(matches!(
+            from_jsonl(missing, None, 1),
+            Err(BenchError::PromptsFileIo { .. })
+        ));
     }
 }

@@ -101,6 +101,9 @@ pub struct BenchReport {
     /// Successful requests whose token count exceeds their content chunks: some chunk carried
     /// several tokens, so those requests have fewer ITL samples than tokens - 1.
     pub multi_token_chunk_requests: usize,
+    /// Successful requests that were sent twice because the server had closed the pooled
+    /// connection of the first attempt (their timings are those of the second attempt).
+    pub retried_requests: usize,
     /// Failures grouped by kind.
     pub errors: Vec<ErrorSummary>,
 }
@@ -112,13 +115,26 @@ fn ms(d: Duration) -> f64 {
 impl BenchReport {
     /// Aggregates the outcomes of a load phase.
     pub(crate) fn build(plan: &Plan, model: &str, load: &LoadResult) -> Self {
-        let ok: Vec<&Measured> = load.outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+        let ok: Vec<&Measured> = load
+            .outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok())
+            .collect();
         let total_in: u64 = ok.iter().map(|m| m.prompt_tokens()).sum();
         let total_out: u64 = ok.iter().map(|m| m.output_tokens()).sum();
         let secs = load.duration.as_secs_f64().max(f64::MIN_POSITIVE);
-        let in_reported = ok.iter().filter(|m| m.usage_prompt_tokens.is_some()).count();
-        let out_reported = ok.iter().filter(|m| m.usage_completion_tokens.is_some()).count();
-        let itl: Vec<f64> = ok.iter().flat_map(|m| m.itl.iter().map(|d| ms(*d))).collect();
+        let in_reported = ok
+            .iter()
+            .filter(|m| m.usage_prompt_tokens.is_some())
+            .count();
+        let out_reported = ok
+            .iter()
+            .filter(|m| m.usage_completion_tokens.is_some())
+            .count();
+        let itl: Vec<f64> = ok
+            .iter()
+            .flat_map(|m| m.itl.iter().map(|d| ms(*d)))
+            .collect();
         Self {
             base_url: plan.base_url.clone(),
             endpoint: plan.endpoint.clone(),
@@ -139,11 +155,20 @@ impl BenchReport {
             output_throughput: total_out as f64 / secs,
             total_token_throughput: (total_in + total_out) as f64 / secs,
             ttft_ms: LatencyStats::from_ms(&ok.iter().map(|m| ms(m.ttft)).collect::<Vec<_>>()),
-            tpot_ms: LatencyStats::from_ms(&ok.iter().filter_map(|m| m.tpot()).map(ms).collect::<Vec<_>>()),
+            tpot_ms: LatencyStats::from_ms(
+                &ok.iter()
+                    .filter_map(|m| m.tpot())
+                    .map(ms)
+                    .collect::<Vec<_>>(),
+            ),
             itl_ms: LatencyStats::from_ms(&itl),
             e2el_ms: LatencyStats::from_ms(&ok.iter().map(|m| ms(m.e2e)).collect::<Vec<_>>()),
             content_chunks: ok.iter().map(|m| m.content_chunks).sum(),
-            multi_token_chunk_requests: ok.iter().filter(|m| m.output_tokens() > m.content_chunks).count(),
+            multi_token_chunk_requests: ok
+                .iter()
+                .filter(|m| m.output_tokens() > m.content_chunks)
+                .count(),
+            retried_requests: ok.iter().filter(|m| m.retried).count(),
             errors: summarize_errors(load),
         }
     }
@@ -156,19 +181,61 @@ impl BenchReport {
             let _ = writeln!(t, "{k:<42}{v:>16}");
         };
         let _ = writeln!(t, "{:=^58}", " Serving Benchmark Result ");
-        line(&mut t, "Endpoint:", format!("{}{}", self.base_url, self.endpoint));
+        line(
+            &mut t,
+            "Endpoint:",
+            format!("{}{}", self.base_url, self.endpoint),
+        );
         line(&mut t, "Model:", self.model.clone());
         line(&mut t, "Load:", load_label(&self.load));
-        line(&mut t, "Successful requests:", self.successful_requests.to_string());
+        line(
+            &mut t,
+            "Successful requests:",
+            self.successful_requests.to_string(),
+        );
         line(&mut t, "Failed requests:", self.failed_requests.to_string());
-        line(&mut t, "Benchmark duration (s):", format!("{:.2}", self.duration_s));
-        line(&mut t, "Peak concurrent requests:", self.peak_concurrency.to_string());
-        let src = |s: TokenSource| if s == TokenSource::Server { "" } else { " (est.)" };
-        line(&mut t, &format!("Total input tokens{}:", src(self.input_tokens_source)), self.total_input_tokens.to_string());
-        line(&mut t, &format!("Total generated tokens{}:", src(self.output_tokens_source)), self.total_output_tokens.to_string());
-        line(&mut t, "Request throughput (req/s):", format!("{:.2}", self.request_throughput));
-        line(&mut t, "Output token throughput (tok/s):", format!("{:.2}", self.output_throughput));
-        line(&mut t, "Total token throughput (tok/s):", format!("{:.2}", self.total_token_throughput));
+        line(
+            &mut t,
+            "Benchmark duration (s):",
+            format!("{:.2}", self.duration_s),
+        );
+        line(
+            &mut t,
+            "Peak concurrent requests:",
+            self.peak_concurrency.to_string(),
+        );
+        let src = |s: TokenSource| {
+            if s == TokenSource::Server {
+                ""
+            } else {
+                " (est.)"
+            }
+        };
+        line(
+            &mut t,
+            &format!("Total input tokens{}:", src(self.input_tokens_source)),
+            self.total_input_tokens.to_string(),
+        );
+        line(
+            &mut t,
+            &format!("Total generated tokens{}:", src(self.output_tokens_source)),
+            self.total_output_tokens.to_string(),
+        );
+        line(
+            &mut t,
+            "Request throughput (req/s):",
+            format!("{:.2}", self.request_throughput),
+        );
+        line(
+            &mut t,
+            "Output token throughput (tok/s):",
+            format!("{:.2}", self.output_throughput),
+        );
+        line(
+            &mut t,
+            "Total token throughput (tok/s):",
+            format!("{:.2}", self.total_token_throughput),
+        );
         self.render_latency(&mut t);
         self.render_notes(&mut t);
         let _ = writeln!(t, "{}", "=".repeat(58));
@@ -177,10 +244,23 @@ impl BenchReport {
 
     fn render_latency(&self, t: &mut String) {
         let _ = writeln!(t, "{:-^58}", " Latency (ms) ");
-        let _ = writeln!(t, "{:<6}{:>10}{:>10}{:>10}{:>10}{:>12}", "", "mean", "median", "p90", "p99", "samples");
-        for (name, s) in [("TTFT", &self.ttft_ms), ("TPOT", &self.tpot_ms), ("ITL", &self.itl_ms), ("E2EL", &self.e2el_ms)] {
+        let _ = writeln!(
+            t,
+            "{:<6}{:>10}{:>10}{:>10}{:>10}{:>12}",
+            "", "mean", "median", "p90", "p99", "samples"
+        );
+        for (name, s) in [
+            ("TTFT", &self.ttft_ms),
+            ("TPOT", &self.tpot_ms),
+            ("ITL", &self.itl_ms),
+            ("E2EL", &self.e2el_ms),
+        ] {
             if s.count == 0 {
-                let _ = writeln!(t, "{name:<6}{:>10}{:>10}{:>10}{:>10}{:>12}", "-", "-", "-", "-", 0);
+                let _ = writeln!(
+                    t,
+                    "{name:<6}{:>10}{:>10}{:>10}{:>10}{:>12}",
+                    "-", "-", "-", "-", 0
+                );
                 continue;
             }
             let _ = writeln!(
@@ -199,6 +279,13 @@ impl BenchReport {
                 self.multi_token_chunk_requests
             );
         }
+        if self.retried_requests > 0 {
+            let _ = writeln!(
+                t,
+                "note: {} request(s) resent after the server closed a kept-alive connection",
+                self.retried_requests
+            );
+        }
         if !self.errors.is_empty() {
             let _ = writeln!(t, "{:-^58}", " Errors ");
             for e in &self.errors {
@@ -211,8 +298,14 @@ impl BenchReport {
 fn load_label(load: &LoadMode) -> String {
     match load {
         LoadMode::Concurrency { concurrency } => format!("concurrency {concurrency}"),
-        LoadMode::Poisson { request_rate, max_concurrency: Some(m) } => format!("{request_rate} req/s, max {m}"),
-        LoadMode::Poisson { request_rate, max_concurrency: None } => format!("{request_rate} req/s"),
+        LoadMode::Poisson {
+            request_rate,
+            max_concurrency: Some(m),
+        } => format!("{request_rate} req/s, max {m}"),
+        LoadMode::Poisson {
+            request_rate,
+            max_concurrency: None,
+        } => format!("{request_rate} req/s"),
     }
 }
 
@@ -221,7 +314,11 @@ fn summarize_errors(load: &LoadResult) -> Vec<ErrorSummary> {
     for failure in load.outcomes.iter().filter_map(|o| o.as_ref().err()) {
         by_kind
             .entry(failure.kind())
-            .or_insert_with(|| ErrorSummary { kind: failure.kind(), count: 0, example: failure.to_string() })
+            .or_insert_with(|| ErrorSummary {
+                kind: failure.kind(),
+                count: 0,
+                example: failure.to_string(),
+            })
             .count += 1;
     }
     by_kind.into_values().collect()
@@ -242,18 +339,29 @@ mod tests {
             usage_completion_tokens: usage,
             usage_prompt_tokens: usage.map(|_| 20),
             est_prompt_tokens: 10,
+            retried: false,
         }
     }
 
     fn report() -> BenchReport {
-        let args = BenchArgs { num_prompts: Some(4), input_len: 10, ..BenchArgs::default() };
+        let args = BenchArgs {
+            num_prompts: Some(4),
+            input_len: 10,
+            ..BenchArgs::default()
+        };
         let plan = Plan::from_args(&args).unwrap();
         let load = LoadResult {
             outcomes: vec![
                 Ok(measured(100, &[50, 50, 50], 250, Some(4))),
                 Ok(measured(200, &[100], 300, Some(3))),
-                Err(RequestFailure::Http { status: 429, body: "busy".into() }),
-                Err(RequestFailure::Http { status: 429, body: "busy again".into() }),
+                Err(RequestFailure::Http {
+                    status: 429,
+                    body: "busy".into(),
+                }),
+                Err(RequestFailure::Http {
+                    status: 429,
+                    body: "busy again".into(),
+                }),
             ],
             duration: Duration::from_secs(2),
             peak_in_flight: 1,
@@ -264,9 +372,15 @@ mod tests {
     #[test]
     fn aggregates_successes_only() {
         let r = report();
-        assert_eq!((r.successful_requests, r.failed_requests, r.num_prompts), (2, 2, 4));
+        assert_eq!(
+            (r.successful_requests, r.failed_requests, r.num_prompts),
+            (2, 2, 4)
+        );
         assert_eq!((r.total_input_tokens, r.total_output_tokens), (40, 7));
-        assert_eq!((r.input_tokens_source, r.output_tokens_source), (TokenSource::Server, TokenSource::Server));
+        assert_eq!(
+            (r.input_tokens_source, r.output_tokens_source),
+            (TokenSource::Server, TokenSource::Server)
+        );
         assert!((r.request_throughput - 1.0).abs() < 1e-9);
         assert!((r.output_throughput - 3.5).abs() < 1e-9);
         assert!((r.total_token_throughput - 23.5).abs() < 1e-9);
@@ -277,7 +391,10 @@ mod tests {
         assert!((r.itl_ms.max_ms - 100.0).abs() < 1e-9);
         assert_eq!(r.multi_token_chunk_requests, 1, "3 tokens in 2 chunks");
         assert_eq!(r.errors.len(), 1);
-        assert_eq!((r.errors[0].kind.as_str(), r.errors[0].count), ("http_429", 2));
+        assert_eq!(
+            (r.errors[0].kind.as_str(), r.errors[0].count),
+            ("http_429", 2)
+        );
         assert_eq!(r.errors[0].example, "HTTP 429: busy");
     }
 
@@ -287,7 +404,9 @@ mod tests {
         let table = r.render_table();
         assert!(table.contains("Successful requests:"));
         assert!(table.contains("http_429"));
-        assert!(table.lines().any(|l| l.starts_with("TPOT") && l.contains("50.00")));
+        assert!(table
+            .lines()
+            .any(|l| l.starts_with("TPOT") && l.contains("50.00")));
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["failed_requests"], 2);
         assert_eq!(json["load"]["mode"], "concurrency");

@@ -68,9 +68,13 @@ pub(crate) async fn run_load(plan: &Plan, target: Target, progress: ProgressBar)
     let n = plan.prompts.len();
     let (arrivals, limit) = match plan.load {
         LoadMode::Concurrency { concurrency } => (vec![Duration::ZERO; n], Some(concurrency)),
-        LoadMode::Poisson { request_rate, max_concurrency } => {
-            (poisson_arrivals(n, request_rate, plan.seed), max_concurrency)
-        }
+        LoadMode::Poisson {
+            request_rate,
+            max_concurrency,
+        } => (
+            poisson_arrivals(n, request_rate, plan.seed),
+            max_concurrency,
+        ),
     };
     let shared = Arc::new(Shared {
         target,
@@ -82,7 +86,10 @@ pub(crate) async fn run_load(plan: &Plan, target: Target, progress: ProgressBar)
     let mut handles = Vec::with_capacity(n);
     for (prompt, offset) in plan.prompts.iter().zip(arrivals) {
         tokio::time::sleep_until((start + offset).into()).await;
-        handles.push(tokio::spawn(one_request(Arc::clone(&shared), prompt.clone())));
+        handles.push(tokio::spawn(one_request(
+            Arc::clone(&shared),
+            prompt.clone(),
+        )));
     }
     let mut outcomes = Vec::with_capacity(n);
     for handle in handles {
@@ -101,7 +108,11 @@ pub(crate) async fn run_load(plan: &Plan, target: Target, progress: ProgressBar)
 async fn one_request(shared: Arc<Shared>, prompt: PromptSpec) -> RequestOutcome {
     let _permit = match &shared.limit {
         // The semaphore is never closed, so acquire only fails if that invariant breaks.
-        Some(sem) => Some(sem.acquire().await.map_err(|e| RequestFailure::Internal(e.to_string()))?),
+        Some(sem) => Some(
+            sem.acquire()
+                .await
+                .map_err(|e| RequestFailure::Internal(e.to_string()))?,
+        ),
         None => None,
     };
     let outcome = {

@@ -45,7 +45,10 @@ mod tests {
     use super::*;
 
     fn gaps(arrivals: &[Duration]) -> Vec<f64> {
-        arrivals.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect()
+        arrivals
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64())
+            .collect()
     }
 
     #[test]
@@ -70,7 +73,10 @@ mod tests {
             let g = gaps(&poisson_arrivals(20_001, rate, seed));
             let mean = g.iter().sum::<f64>() / g.len() as f64;
             let want = 1.0 / rate;
-            assert!((mean - want).abs() / want < 0.03, "rate {rate}: mean gap {mean}, want {want}");
+            assert!(
+                (mean - want).abs() / want < 0.03,
+                "rate {rate}: mean gap {mean}, want {want}"
+            );
         }
     }
 
@@ -84,7 +90,10 @@ mod tests {
         // Exponential: coefficient of variation 1, P(gap > mean) = e^-1 ~ 0.368.
         assert!((std / mean - 1.0).abs() < 0.05, "cv = {}", std / mean);
         let above = g.iter().filter(|&&x| x > 1.0 / rate).count() as f64 / n;
-        assert!((above - (-1.0f64).exp()).abs() < 0.02, "P(gap > mean) = {above}");
+        assert!(
+            (above - (-1.0f64).exp()).abs() < 0.02,
+            "P(gap > mean) = {above}"
+        );
         assert!(g.iter().all(|x| x.is_finite() && *x >= 0.0));
     }
 }

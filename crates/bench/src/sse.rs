@@ -53,7 +53,9 @@ impl SseParser {
         let rest = std::mem::take(&mut self.pending);
         if !rest.is_empty() {
             let line = String::from_utf8_lossy(&rest).into_owned();
-            self.process_line(line.trim_end_matches('\r'));
+            if let Some(event) = self.process_line(line.trim_end_matches('\r')) {
+                return Some(event);
+            }
         }
         self.dispatch()
     }
@@ -132,7 +134,8 @@ mod tests {
 
     #[test]
     fn byte_by_byte_feeding_matches_whole_feeding() {
-        let body: &[u8] = b": keep-alive\n\ndata: a\n\nevent: x\ndata: b\nid: 3\n\ndata: [DONE]\n\n";
+        let body: &[u8] =
+            b": keep-alive\n\ndata: a\n\nevent: x\ndata: b\nid: 3\n\ndata: [DONE]\n\n";
         let bytes: Vec<&[u8]> = body.chunks(1).collect();
         assert_eq!(feed_all(&bytes), feed_all(&[body]));
         assert_eq!(feed_all(&[body]), vec!["a", "b", "[DONE]"]);
@@ -154,25 +157,38 @@ mod tests {
 
     #[test]
     fn multi_line_data_is_joined_with_newline() {
-        assert_eq!(feed_all(&[b"data: a\ndata:b\ndata:  c\n\n"]), vec!["a\nb\n c"]);
+        assert_eq!(
+            feed_all(&[b"data: a\ndata:b\ndata:  c\n\n"]),
+            vec!["a\nb\n c"]
+        );
     }
 
     #[test]
     fn crlf_and_cr_line_endings_even_when_split() {
-        assert_eq!(feed_all(&[b"data: a\r", b"\n\r", b"\ndata: b\r\r"]), vec!["a", "b"]);
+        assert_eq!(
+            feed_all(&[b"data: a\r", b"\n\r", b"\ndata: b\r\r"]),
+            vec!["a", "b"]
+        );
     }
 
     #[test]
     fn utf8_split_inside_a_character() {
         let body = "data: {\"text\":\"héllo\"}\n\n".as_bytes();
         let cut = body.iter().position(|&b| b == 0xC3).unwrap() + 1;
-        assert_eq!(feed_all(&[&body[..cut], &body[cut..]]), vec!["{\"text\":\"héllo\"}"]);
+        assert_eq!(
+            feed_all(&[&body[..cut], &body[cut..]]),
+            vec!["{\"text\":\"héllo\"}"]
+        );
     }
 
     #[test]
     fn usage_chunk_then_done() {
         let usage = br#"data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#;
-        let got = feed_all(&[b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n", usage, b"\n\ndata: [DONE]\n\n"]);
+        let got = feed_all(&[
+            b"data: {\"choices\":[{\"text\":\"a\"}]}\n\n",
+            usage,
+            b"\n\ndata: [DONE]\n\n",
+        ]);
         assert_eq!(got.len(), 3);
         assert!(got[1].contains("\"completion_tokens\":3"));
         assert_eq!(got[2], "[DONE]");

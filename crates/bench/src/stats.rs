@@ -109,7 +109,13 @@ mod tests {
     fn percentile_interpolates_linearly_like_numpy() {
         let s = [10.0, 20.0, 30.0, 40.0];
         // numpy.percentile([10,20,30,40], [0,25,50,90,99,100])
-        let expected = [(0.0, 10.0), (25.0, 17.5), (50.0, 25.0), (90.0, 37.0), (99.0, 39.7)];
+        let expected = [
+            (0.0, 10.0),
+            (25.0, 17.5),
+            (50.0, 25.0),
+            (90.0, 37.0),
+            (99.0, 39.7),
+        ];
         for (p, want) in expected {
             let got = percentile(&s, p).unwrap();
             assert!(close(got, want), "p{p}: got {got}, want {want}");

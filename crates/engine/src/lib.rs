@@ -4,6 +4,13 @@
 //! * [`sampling`] — [`sampling::SamplingParams`] and the [`sampling::Sampler`] that turns a
 //!   logits row into a token (greedy, temperature, top-k/top-p/min-p, penalties, seeded RNG).
 //! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
+//! * [`request`] — [`request::Request`]: tokens, `num_computed_tokens`, status, finish reason.
+//! * [`kv`] — paged KV bookkeeping: [`kv::BlockPool`] (ref counts, O(1) LRU free list, prefix
+//!   cache) and [`kv::KvCacheManager`] (block tables, prefix hits, allocation).
+//! * [`scheduler`] — the continuous-batching [`scheduler::Scheduler`]: `schedule` returns a
+//!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
+//!   applies sampled tokens.
+//! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
 
 pub mod executor;
 pub mod kv;

@@ -10,9 +10,9 @@
 //!        ─► / temperature ─► top-k ─► top-p ─► min-p ─► categorical draw
 //! ```
 //!
-//! Top-k uses partial selection (`select_nth_unstable`), and top-p without top-k grows a
-//! sorted head of the distribution until it holds the nucleus, so a 49k vocabulary is never
-//! fully sorted in the common case. [`logprobs`] computes log-softmax values for the chosen token
+//! Top-k uses partial selection (`select_nth_unstable`) and top-p a quickselect-style search
+//! for the nucleus boundary, so a 49k vocabulary is never sorted; exponentials are computed once
+//! per step. [`logprobs`] computes log-softmax values for the chosen token
 //! and the top alternatives.
 
 use std::cmp::Ordering;
@@ -215,7 +215,7 @@ pub struct Sampler {
     params: SamplingParams,
     seed: u64,
     rng: ChaCha8Rng,
-    candidates: Vec<(u32, f32)>,
+    candidates: Vec<Candidate>,
     seen: Vec<u64>,
     counts: Vec<u32>,
 }
@@ -245,8 +245,8 @@ impl Sampler {
         self.seed
     }
 
-    /// Picks the next token. `logits` is modified in place (penalties, temperature), so copy it
-    /// first if raw [`logprobs`] are wanted.
+    /// Picks the next token. Penalties are applied to `logits` in place, so copy it first if
+    /// raw [`logprobs`] are wanted.
     pub fn sample(
         &mut self,
         logits: &mut [f32],
@@ -258,14 +258,6 @@ impl Sampler {
         self.apply_penalties(logits, history);
         if self.params.is_greedy() {
             return argmax(logits).ok_or(SampleError::NoFiniteLogits);
-        }
-        let inv_t = 1.0 / self.params.temperature;
-        for l in logits.iter_mut() {
-            *l = if l.is_nan() {
-                f32::NEG_INFINITY
-            } else {
-                *l * inv_t
-            };
         }
         self.filter_candidates(logits)?;
         Ok(self.draw())
@@ -306,8 +298,16 @@ impl Sampler {
         }
     }
 
-    /// Leaves the surviving `(id, logit)` pairs in `self.candidates`.
+    /// Leaves the surviving tokens, with their unnormalized probabilities, in
+    /// `self.candidates`.
     fn filter_candidates(&mut self, logits: &[f32]) -> Result<(), SampleError> {
+        let max = logits
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
+        if max == f32::NEG_INFINITY {
+            return Err(SampleError::NoFiniteLogits);
+        }
+        let inv_t = 1.0 / self.params.temperature;
         let cands = &mut self.candidates;
         cands.clear();
         cands.extend(
@@ -315,101 +315,118 @@ impl Sampler {
                 .iter()
                 .enumerate()
                 .filter(|(_, l)| **l > f32::NEG_INFINITY)
-                .map(|(i, &l)| (i as u32, l)),
+                .map(|(i, &l)| Candidate {
+                    id: i as u32,
+                    logit: l,
+                    weight: 0.0,
+                }),
         );
-        if cands.is_empty() {
-            return Err(SampleError::NoFiniteLogits);
-        }
-        let mut sorted = false;
         if let Some(k) = self.params.top_k {
             if k < cands.len() {
-                cands.select_nth_unstable_by(k - 1, by_logit_desc);
+                cands.select_nth_unstable_by(k - 1, Candidate::better_first);
                 cands.truncate(k);
             }
-            cands.sort_unstable_by(by_logit_desc);
-            sorted = true;
+        }
+        // Exponentials only for what survived top-k.
+        for c in cands.iter_mut() {
+            c.weight = ((c.logit - max) * inv_t).exp();
         }
         if self.params.top_p < 1.0 {
-            keep_nucleus(cands, sorted, self.params.top_p);
+            keep_nucleus(cands, self.params.top_p);
         }
         if self.params.min_p > 0.0 {
-            let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-            let threshold = max + self.params.min_p.ln();
-            cands.retain(|c| c.1 >= threshold);
+            let top = cands.iter().fold(0.0f32, |m, c| m.max(c.weight));
+            let threshold = self.params.min_p * top;
+            cands.retain(|c| c.weight >= threshold);
         }
         Ok(())
     }
 
-    /// Categorical draw over `self.candidates` (non-empty, finite logits).
+    /// Categorical draw over `self.candidates` (non-empty, positive total weight: the best
+    /// token has weight 1 and every filter keeps it).
     fn draw(&mut self) -> u32 {
         let cands = &self.candidates;
-        let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-        let total: f64 = cands.iter().map(|c| f64::from((c.1 - max).exp())).sum();
+        let total: f64 = cands.iter().map(|c| f64::from(c.weight)).sum();
         let mut target = self.rng.gen::<f64>() * total;
-        for &(id, l) in cands {
-            target -= f64::from((l - max).exp());
+        for c in cands {
+            target -= f64::from(c.weight);
             if target < 0.0 {
-                return id;
+                return c.id;
             }
         }
-        // Rounding left a sliver of mass; the last candidate owns it. `cands` is non-empty
+        // Rounding left a sliver of mass: it goes to the last candidate. The list is non-empty
         // because `filter_candidates` returned Ok and every filter keeps at least one token.
-        cands[cands.len() - 1].0
+        cands[cands.len() - 1].id
     }
 }
 
-/// Descending by logit, ties broken by ascending id (deterministic order).
-fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
-    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+/// A token still in the running: its (penalized) logit and `exp((logit - max) / T)`.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    id: u32,
+    logit: f32,
+    weight: f32,
+}
+
+impl Candidate {
+    /// Orders more likely tokens first, ties by ascending id (a strict total order).
+    fn better_first(a: &Candidate, b: &Candidate) -> Ordering {
+        b.logit.total_cmp(&a.logit).then(a.id.cmp(&b.id))
+    }
 }
 
 /// Index of the largest logit, lowest id on ties; NaN is ignored. `None` if no logit is a number
 /// greater than -inf.
 pub fn argmax(logits: &[f32]) -> Option<u32> {
-    let mut best: Option<(usize, f32)> = None;
+    let mut best = 0usize;
+    let mut best_logit = f32::NEG_INFINITY;
     for (i, &l) in logits.iter().enumerate() {
-        if l > f32::NEG_INFINITY && best.map_or(true, |(_, b)| l > b) {
-            best = Some((i, l));
+        if l > best_logit {
+            best = i;
+            best_logit = l;
         }
     }
-    best.map(|(i, _)| i as u32)
+    (best_logit > f32::NEG_INFINITY).then_some(best as u32)
 }
 
-/// Truncates `cands` to the smallest most-likely set whose probability mass reaches `top_p`
-/// (HF/vLLM: a token is kept while the mass strictly before it is below `top_p`).
+/// Keeps the smallest most-likely set whose probability mass reaches `top_p` (HF/vLLM: a token is
+/// kept while the mass strictly before it is below `top_p`).
 ///
-/// Unsorted input is not fully sorted: a head of 64 is selected and sorted, and grown 4x until
-/// it contains the nucleus.
-fn keep_nucleus(cands: &mut Vec<(u32, f32)>, mut sorted: bool, top_p: f32) {
-    let max = cands.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-    let total: f64 = cands.iter().map(|c| f64::from((c.1 - max).exp())).sum();
-    let target = f64::from(top_p) * total;
-    let mut head = if sorted {
-        cands.len()
-    } else {
-        64.min(cands.len())
-    };
-    loop {
-        if !sorted {
-            if head < cands.len() {
-                cands.select_nth_unstable_by(head - 1, by_logit_desc);
-            }
-            cands[..head].sort_unstable_by(by_logit_desc);
-            sorted = head == cands.len();
+/// Nothing is sorted: a quickselect-style search halves the undecided range each round,
+///
+/// ```text
+/// [ kept (mass counted) | undecided lo..hi, boundary inside | dropped ]
+///   partition lo..hi at mid; if mass(lo..=mid) reaches what is still needed, the boundary is
+///   in lo..=mid, otherwise everything up to mid is kept and the search continues above it
+/// ```
+///
+/// so the whole search is O(n) expected, and only the last few candidates are sorted.
+fn keep_nucleus(cands: &mut Vec<Candidate>, top_p: f32) {
+    let total: f64 = cands.iter().map(|c| f64::from(c.weight)).sum();
+    let mut needed = f64::from(top_p) * total;
+    let (mut lo, mut hi) = (0, cands.len());
+    while hi - lo > 16 {
+        let mid = lo + (hi - lo) / 2;
+        cands[lo..hi].select_nth_unstable_by(mid - lo, Candidate::better_first);
+        let mass: f64 = cands[lo..=mid].iter().map(|c| f64::from(c.weight)).sum();
+        if mass >= needed {
+            hi = mid + 1;
+        } else {
+            needed -= mass;
+            lo = mid + 1;
         }
-        let mut mass = 0.0f64;
-        for (i, c) in cands[..head].iter().enumerate() {
-            mass += f64::from((c.1 - max).exp());
-            if mass >= target {
-                cands.truncate(i + 1);
-                return;
-            }
-        }
-        if head == cands.len() {
+    }
+    cands[lo..hi].sort_unstable_by(Candidate::better_first);
+    let mut mass = 0.0f64;
+    for i in lo..hi {
+        mass += f64::from(cands[i].weight);
+        if mass >= needed {
+            cands.truncate(i + 1);
             return;
         }
-        head = (head * 4).min(cands.len());
     }
+    // Rounding kept the mass just short of `needed`: keep everything up to `hi`.
+    cands.truncate(hi.max(1));
 }
 
 /// One token and its log-probability.
@@ -463,10 +480,10 @@ pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Result<Logprobs, S
         .collect();
     let n = top_n.min(vocab);
     if n > 0 && n < vocab {
-        pairs.select_nth_unstable_by(n - 1, by_logit_desc);
+        pairs.select_nth_unstable_by(n - 1, pair_desc);
     }
     pairs.truncate(n);
-    pairs.sort_unstable_by(by_logit_desc);
+    pairs.sort_unstable_by(pair_desc);
     Ok(Logprobs {
         chosen: TokenLogprob {
             token: chosen,
@@ -477,4 +494,57 @@ pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Result<Logprobs, S
             .map(|(token, logprob)| TokenLogprob { token, logprob })
             .collect(),
     })
+}
+
+/// `(id, value)` pairs by descending value, ties by ascending id.
+fn pair_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The nucleus by full sort, as the definition states it.
+    fn reference(cands: &[Candidate], top_p: f32) -> Vec<u32> {
+        let mut sorted = cands.to_vec();
+        sorted.sort_by(Candidate::better_first);
+        let total: f64 = sorted.iter().map(|c| f64::from(c.weight)).sum();
+        let mut mass = 0.0;
+        let mut kept = Vec::new();
+        for c in sorted {
+            kept.push(c.id);
+            mass += f64::from(c.weight);
+            if mass >= f64::from(top_p) * total {
+                break;
+            }
+        }
+        kept.sort_unstable();
+        kept
+    }
+
+    #[test]
+    fn nucleus_search_matches_full_sort() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for case in 0..300 {
+            let n = [1, 2, 17, 100, 1000, 5000][case % 6];
+            // Coarse logits make many ties, which must break by id.
+            let cands: Vec<Candidate> = (0..n)
+                .map(|i| {
+                    let logit = (rng.gen_range(0..40) as f32) * 0.25;
+                    Candidate {
+                        id: i as u32,
+                        logit,
+                        weight: (logit - 10.0).exp(),
+                    }
+                })
+                .collect();
+            let top_p = rng.gen_range(0.01f32..=1.0);
+            let mut got = cands.clone();
+            keep_nucleus(&mut got, top_p);
+            let mut ids: Vec<u32> = got.iter().map(|c| c.id).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, reference(&cands, top_p), "n={n} top_p={top_p}");
+        }
+    }
 }

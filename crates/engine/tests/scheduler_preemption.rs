@@ -101,23 +101,26 @@ fn requester_preempts_itself_when_it_is_the_latest() {
     let (mut s, mut ex) = setup(4, false);
     s.add_request(req(1, vec![1, 2, 3, 4], 3, 0)).unwrap();
     s.add_request(req(2, (10..18).collect(), 3, 0)).unwrap();
-    let (o1, _) = step(&mut s, &mut ex);
+    let mut tokens: HashMap<u64, Vec<u32>> = HashMap::new();
+    let (o1, r1) = step(&mut s, &mut ex);
     assert_eq!(shape(&o1), vec![(1, 0, 4), (2, 0, 8)]);
-    let (o2, _) = step(&mut s, &mut ex);
+    let (o2, r2) = step(&mut s, &mut ex);
     // Request 1 takes the last block; request 2 then needs one and is itself the victim.
     assert_eq!(shape(&o2), vec![(1, 4, 1)]);
     assert_eq!(o2.preempted, vec![2]);
     assert_eq!(s.waiting_ids(), vec![2]);
     assert_eq!(s.request(2).unwrap().num_computed_tokens(), 0);
     assert_eq!(s.kv().block_table(2), &[] as &[u32]);
-    let mut tokens = HashMap::new();
-    tokens.insert(
-        2,
-        vec![reference_generate(&(10..18).collect::<Vec<_>>(), 1, &[], VOCAB)[0]],
-    );
+    for o in r1.into_iter().chain(r2) {
+        tokens
+            .entry(o.request_id)
+            .or_default()
+            .extend(o.new_token_ids);
+    }
     let (_, tokens) = drain(&mut s, &mut ex, tokens);
     let prompt2: Vec<u32> = (10..18).collect();
     assert_eq!(tokens[&2], reference_generate(&prompt2, 3, &[], VOCAB));
+    assert_eq!(tokens[&1], reference_generate(&[1, 2, 3, 4], 3, &[], VOCAB));
 }
 
 #[test]

@@ -76,9 +76,11 @@ struct Harness {
     eos: u32,
     prompts: Vec<(u64, Vec<u32>, usize)>,
     aborted: HashSet<u64>,
+    rejected: HashSet<u64>,
     produced: HashMap<u64, Vec<u32>>,
     finished: HashMap<u64, FinishReason>,
     empty_streak: usize,
+    chunks: usize,
 }
 
 impl Harness {
@@ -89,7 +91,7 @@ impl Harness {
         max_tokens: usize,
         priority: i32,
     ) -> Result<(), TestCaseError> {
-        let id = self.prompts.len() as u64;
+        let id = (self.prompts.len() + self.rejected.len()) as u64;
         let prompt: Vec<u32> = (0..PREFIX_LENS[prefix] as u32)
             .map(|t| (t * 7 + 3) % VOCAB as u32)
             .chain(suffix)
@@ -101,8 +103,7 @@ impl Harness {
             Ok(()) => self.prompts.push((id, prompt, max_tokens)),
             Err(SchedulerError::PromptTooLong { len, .. }) => {
                 prop_assert!(len >= self.s.max_model_len());
-                self.prompts.push((id, prompt, 0));
-                self.aborted.insert(id);
+                self.rejected.insert(id);
             }
             Err(e) => return Err(TestCaseError::fail(e.to_string())),
         }
@@ -118,6 +119,7 @@ impl Harness {
             self.empty_streak = 0;
         }
         let batch = out.to_batch_input();
+        self.chunks += batch.seqs.iter().filter(|q| !q.need_logits).count();
         prop_assert!(batch.num_tokens() <= self.s.config().max_num_batched_tokens);
         prop_assert!(batch.seqs.len() <= self.s.config().max_num_seqs);
         let logits = self
@@ -155,6 +157,10 @@ impl Harness {
         prop_assert!((0..kv.num_blocks() as u32).all(|b| kv.pool().ref_count(b) == 0));
         prop_assert_eq!(kv.usage(), 0.0);
         prop_assert_eq!(kv.num_tables(), 0);
+        prop_assert!(self
+            .rejected
+            .iter()
+            .all(|id| !self.produced.contains_key(id)));
         let max_len = self.s.max_model_len();
         for (id, prompt, max_tokens) in &self.prompts {
             let limit = (*max_tokens).min(max_len.saturating_sub(prompt.len()));
@@ -180,16 +186,28 @@ impl Harness {
     }
 }
 
-fn run(cfg: SchedulerConfig, eos: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
+/// What a run exercised: preemptions, prefix-cache hit tokens, aborts, steps with a partial
+/// (non-sampling) prefill chunk.
+#[derive(Debug, Default, Clone, Copy)]
+struct Coverage {
+    preemptions: u64,
+    hits: u64,
+    aborts: usize,
+    chunks: usize,
+}
+
+fn run(cfg: SchedulerConfig, eos: u32, ops: Vec<Op>) -> Result<Coverage, TestCaseError> {
     let mut h = Harness {
         s: Scheduler::new(cfg).map_err(|e| TestCaseError::fail(e.to_string()))?,
         ex: MockExecutor::new(cfg.num_kv_blocks, cfg.block_size, VOCAB),
         eos,
         prompts: Vec::new(),
         aborted: HashSet::new(),
+        rejected: HashSet::new(),
         produced: HashMap::new(),
         finished: HashMap::new(),
         empty_streak: 0,
+        chunks: 0,
     };
     for op in ops {
         match op {
@@ -215,7 +233,14 @@ fn run(cfg: SchedulerConfig, eos: u32, ops: Vec<Op>) -> Result<(), TestCaseError
         steps += 1;
         prop_assert!(steps < 20_000, "requests never finished");
     }
-    h.check_final()
+    h.check_final()?;
+    let stats = h.s.stats();
+    Ok(Coverage {
+        preemptions: stats.num_preemptions,
+        hits: stats.prefix_cache.hits,
+        aborts: h.aborted.len(),
+        chunks: h.chunks,
+    })
 }
 
 proptest! {
@@ -228,4 +253,37 @@ proptest! {
     ) {
         run(cfg, eos, ops)?;
     }
+}
+
+/// Guards the random test against silently exercising nothing: over 300 cases, preemption,
+/// prefix hits, aborts and chunked prefill all happen.
+#[test]
+fn random_traffic_covers_preemption_caching_abort_and_chunking() {
+    use proptest::test_runner::{Config, TestRunner};
+    use std::cell::Cell;
+    let total = Cell::new(Coverage::default());
+    let mut runner = TestRunner::new(Config {
+        cases: 300,
+        ..Config::default()
+    });
+    let strategy = (config(), prop::collection::vec(op(), 1..60));
+    runner
+        .run(&strategy, |((cfg, eos), ops)| {
+            let c = run(cfg, eos, ops)?;
+            let t = total.get();
+            total.set(Coverage {
+                preemptions: t.preemptions + c.preemptions,
+                hits: t.hits + c.hits,
+                aborts: t.aborts + c.aborts,
+                chunks: t.chunks + c.chunks,
+            });
+            Ok(())
+        })
+        .unwrap();
+    let t = total.get();
+    assert!(
+        t.preemptions > 0 && t.hits > 0 && t.aborts > 0 && t.chunks > 0,
+        "{t:?}"
+    );
+    eprintln!("coverage over 300 cases: {t:?}");
 }

@@ -39,6 +39,7 @@ impl Architecture {
         }
     }
 
+    /// The lower-case name (`llama`, `mistral`, `qwen2`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
@@ -54,7 +55,12 @@ pub enum RopeScaling {
     /// Position interpolation: every inverse frequency divided by `factor`.
     Linear { factor: f32 },
     /// Llama 3.1: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
-    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position: usize },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: usize,
+    },
     /// Per-frequency divisors, one per rotary pair (GGUF `rope_freqs.weight`, which llama.cpp
     /// writes instead of the Llama 3.1 parameters).
     FreqFactors { factors: Vec<f32> },
@@ -106,7 +112,11 @@ pub enum ConfigError {
     #[error("unsupported configuration: {0}")]
     Unsupported(String),
     #[error("tensor {name:?} has ggml dims {found:?}, the config implies {expected:?}")]
-    TensorShape { name: String, expected: Vec<u64>, found: Vec<u64> },
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
     #[error("invalid config: {0}")]
     Invalid(String),
 }
@@ -127,14 +137,17 @@ impl ModelConfig {
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!("{name} is 0")));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(ConfigError::Invalid(format!(
                 "n_heads ({}) is not a multiple of n_kv_heads ({})",
                 self.n_heads, self.n_kv_heads
             )));
         }
-        if self.head_dim % 2 != 0 {
-            return Err(ConfigError::Invalid(format!("head_dim ({}) is odd; rotary needs pairs", self.head_dim)));
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(ConfigError::Invalid(format!(
+                "head_dim ({}) is odd; rotary needs pairs",
+                self.head_dim
+            )));
         }
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
@@ -158,6 +171,8 @@ fn positive(name: &str, value: f32) -> Result<(), ConfigError> {
     if value.is_finite() && value > 0.0 {
         Ok(())
     } else {
-        Err(ConfigError::Invalid(format!("{name} must be a positive finite number, got {value}")))
+        Err(ConfigError::Invalid(format!(
+            "{name} must be a positive finite number, got {value}"
+        )))
     }
 }

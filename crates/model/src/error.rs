@@ -23,6 +23,8 @@ pub enum ModelError {
     BadTensor { name: String, reason: String },
     #[error("unsupported architecture `{0}` (supported: llama, mistral, qwen2)")]
     UnsupportedArchitecture(String),
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
     #[error("cannot read model at {path}: {reason}")]
     Unreadable { path: String, reason: String },
 }

@@ -9,3 +9,13 @@ pub mod chat_template;
 pub mod config;
 pub mod tokenizer;
 pub mod weights;
+pub mod arch;
+pub mod error;
+pub mod kv_cache;
+pub mod layers;
+pub mod loader;
+pub mod runner;
+
+pub use error::ModelError;
+pub use loader::{load_model, LoadedModel, ModelFormat};
+pub use runner::ModelRunner;

@@ -472,8 +472,8 @@ fn merges_from_scores(
         .map(|(i, t)| (*t, i as u32))
         .collect();
     let mergeable = |i: usize| {
-        types.map_or(true, |t| {
-            !matches!(
+        !types.is_some_and(|t| {
+            matches!(
                 t[i],
                 token_type::CONTROL | token_type::UNKNOWN | token_type::BYTE
             )

@@ -5,7 +5,9 @@ mod gguf_common;
 
 use gguf_common::*;
 use kestrel_kernels::DType;
-use kestrel_model::weights::gguf::{GgufError, GgufWriteError, GgufWriter, MetaArray, MetaValue, OptionalKey};
+use kestrel_model::weights::gguf::{
+    GgufError, GgufWriteError, GgufWriter, MetaArray, MetaValue, OptionalKey,
+};
 use kestrel_model::weights::TensorSource;
 
 #[test]
@@ -28,9 +30,14 @@ fn metadata_of_every_type_round_trips_in_order() {
     assert_eq!(f.get("t.bool"), Some(&MetaValue::Bool(true)));
     assert_eq!(f.get_str("t.string").unwrap(), "héllo ✓");
     let nested = f.get_array("t.nested").unwrap();
-    let MetaArray::Array(inner) = nested else { panic!("expected nested array, got {nested:?}") };
+    let MetaArray::Array(inner) = nested else {
+        panic!("expected nested array, got {nested:?}")
+    };
     assert_eq!(inner[0], MetaArray::U8(vec![1, 2]));
-    assert_eq!(inner[1], MetaArray::Array(vec![MetaArray::String(vec!["deep".into()])]));
+    assert_eq!(
+        inner[1],
+        MetaArray::Array(vec![MetaArray::String(vec!["deep".into()])])
+    );
     assert!(f.get_array("t.arr_empty").unwrap().is_empty());
     assert_eq!(f.get("missing"), None);
 }
@@ -50,13 +57,22 @@ fn typed_getters_convert_and_reject_clearly() {
     assert_eq!(f.get_f32_array("t.arr_f32").unwrap(), [0.5, -0.25]);
 
     let err = f.get_u32("t.i32").unwrap_err();
-    assert!(matches!(err, GgufError::WrongType { ref key, .. } if key == "t.i32"), "{err}");
+    assert!(
+        matches!(err, GgufError::WrongType { ref key, .. } if key == "t.i32"),
+        "{err}"
+    );
     let err = f.get_u32("t.string").unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("t.string") && msg.contains("string") && msg.contains("u32"), "{msg}");
+    assert!(
+        msg.contains("t.string") && msg.contains("string") && msg.contains("u32"),
+        "{msg}"
+    );
     let err = f.get_str_array("t.arr_i32").unwrap_err();
     assert!(err.to_string().contains("array of i32"), "{err}");
-    assert!(matches!(f.get_f32("t.u32"), Err(GgufError::WrongType { .. })));
+    assert!(matches!(
+        f.get_f32("t.u32"),
+        Err(GgufError::WrongType { .. })
+    ));
     assert!(matches!(f.get_str("nope"), Err(GgufError::MissingKey { ref key }) if key == "nope"));
     assert_eq!(f.get_u32("nope").optional().unwrap(), None);
     assert_eq!(f.get_u32("t.u16").optional().unwrap(), Some(60000));
@@ -100,9 +116,12 @@ fn tensor_data_rejects_foreign_infos() {
 #[test]
 fn custom_alignment_is_honoured() {
     let mut w = GgufWriter::new();
-    w.add_metadata("general.alignment", MetaValue::U32(64)).unwrap();
-    w.add_tensor("a", DType::F32, &[3], f32_bytes(&[1.0, 2.0, 3.0])).unwrap();
-    w.add_tensor("b", DType::F32, &[1], f32_bytes(&[9.0])).unwrap();
+    w.add_metadata("general.alignment", MetaValue::U32(64))
+        .unwrap();
+    w.add_tensor("a", DType::F32, &[3], f32_bytes(&[1.0, 2.0, 3.0]))
+        .unwrap();
+    w.add_tensor("b", DType::F32, &[1], f32_bytes(&[9.0]))
+        .unwrap();
     let f = parse(w.to_bytes().unwrap()).unwrap();
     assert_eq!(f.alignment(), 64);
     assert_eq!(f.data_start() % 64, 0);
@@ -112,7 +131,12 @@ fn custom_alignment_is_honoured() {
 
 #[test]
 fn version_2_files_parse() {
-    let bytes = Raw::header(2, 1, 1).kv_u32("k", 1).tensor("x", &[4], 0, 0).pad(32).zeros(16).buf;
+    let bytes = Raw::header(2, 1, 1)
+        .kv_u32("k", 1)
+        .tensor("x", &[4], 0, 0)
+        .pad(32)
+        .zeros(16)
+        .buf;
     let f = parse(bytes).unwrap();
     assert_eq!(f.version(), 2);
     assert_eq!(f.tensors()[0].shape(), vec![4]);
@@ -129,21 +153,44 @@ fn file_without_tensors_needs_no_padding() {
 fn writer_rejects_bad_input() {
     let mut w = GgufWriter::new();
     w.add_metadata("k", MetaValue::U8(1)).unwrap();
-    assert!(matches!(w.add_metadata("k", MetaValue::U8(2)), Err(GgufWriteError::DuplicateKey(_))));
+    assert!(matches!(
+        w.add_metadata("k", MetaValue::U8(2)),
+        Err(GgufWriteError::DuplicateKey(_))
+    ));
     assert!(matches!(
         w.add_metadata("general.alignment", MetaValue::U32(24)),
         Err(GgufWriteError::BadAlignment(_))
     ));
-    let err = w.add_tensor("q", DType::Q4_0, &[2, 33], vec![0; 36]).unwrap_err();
-    assert!(matches!(err, GgufWriteError::SizeMismatch { expected: None, .. }), "{err}");
-    let err = w.add_tensor("f", DType::F32, &[2, 2], vec![0; 15]).unwrap_err();
-    assert!(matches!(err, GgufWriteError::SizeMismatch { expected: Some(16), got: 15, .. }), "{err}");
+    let err = w
+        .add_tensor("q", DType::Q4_0, &[2, 33], vec![0; 36])
+        .unwrap_err();
+    assert!(
+        matches!(err, GgufWriteError::SizeMismatch { expected: None, .. }),
+        "{err}"
+    );
+    let err = w
+        .add_tensor("f", DType::F32, &[2, 2], vec![0; 15])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GgufWriteError::SizeMismatch {
+                expected: Some(16),
+                got: 15,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(matches!(
         w.add_tensor("d", DType::F32, &[1, 1, 1, 1, 1], vec![0; 4]),
         Err(GgufWriteError::TooManyDims { n_dims: 5, .. })
     ));
     w.add_tensor("t", DType::F32, &[1], vec![0; 4]).unwrap();
-    assert!(matches!(w.add_tensor("t", DType::F32, &[1], vec![0; 4]), Err(GgufWriteError::DuplicateTensor(_))));
+    assert!(matches!(
+        w.add_tensor("t", DType::F32, &[1], vec![0; 4]),
+        Err(GgufWriteError::DuplicateTensor(_))
+    ));
 }
 
 #[test]

@@ -475,7 +475,10 @@ impl Scheduler {
         self.running
             .iter()
             .filter_map(|id| self.requests.get(id))
-            .filter(|r| below.map_or(true, |p| r.priority() < p))
+            .filter(|r| match below {
+                Some(p) => r.priority() < p,
+                None => true,
+            })
             .min_by_key(|r| (r.priority(), Reverse(r.arrival_seq())))
             .map(Request::id)
     }

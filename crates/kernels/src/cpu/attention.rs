@@ -174,13 +174,13 @@ pub fn attention_with(
 fn unit_fn(isa: Isa) -> UnitFn {
     let best = Isa::available().last().copied().unwrap_or(Isa::Scalar);
     match isa.min(best) {
-        Isa::Scalar => run_unit::<false, 4>,
+        Isa::Scalar => run_unit::<false, 4, ScalarVec>,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => run_unit_avx2,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => run_unit_avx512,
         #[cfg(not(target_arch = "x86_64"))]
-        _ => run_unit::<false, 4>,
+        _ => run_unit::<false, 4, ScalarVec>,
     }
 }
 
@@ -189,14 +189,14 @@ simd_entry!(
     run_unit_avx2,
     "avx2,fma",
     fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-    run_unit::<true, 16>(c, u, b)
+    run_unit::<true, 16, x86vec::Avx2>(c, u, b)
 );
 #[cfg(target_arch = "x86_64")]
 simd_entry!(
     run_unit_avx512,
     "avx512f,avx2,fma",
     fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-    run_unit::<true, 32>(c, u, b)
+    run_unit::<true, 16, x86vec::Avx512>(c, u, b)
 );
 
 fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usize) {
@@ -289,7 +289,7 @@ fn locate(seqs: &[AttnSeq<'_>], n_kv: usize, mut idx: usize) -> Unit {
 /// `l[rows]`, `m[rows]` and a block of scores. Row `qi·group + gi` is query `q0+qi`, head
 /// `kv_head·group + gi`. On return the accumulators hold the normalized outputs.
 #[inline(always)]
-fn run_unit<const F: bool, const L: usize>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
+fn run_unit<const F: bool, const L: usize, V: VecOps>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
     let (kv, p, g) = (ctx.kv, &ctx.params, ctx.group);
     let (hd, bs, row_len) = (kv.head_dim, kv.block_size, kv.n_kv_heads * kv.head_dim);
     let seq = &ctx.seqs[u.seq];
@@ -319,7 +319,10 @@ fn run_unit<const F: bool, const L: usize>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec
                 let r = qi * g + gi;
                 let sc = &mut scores[..hi - lo];
                 for (j, s) in sc.iter_mut().enumerate() {
-                    *s = vmath::dot::<F, L>(q, &kv.k[key(j)..key(j) + hd]) * p.scale;
+                    let k = &kv.k[key(j)..key(j) + hd];
+                    // SAFETY: `run_unit::<_, _, V>` is only called from an entry point
+                    // compiled with V's target features (see `unit_fn`).
+                    *s = unsafe { V::dot(q, k) } * p.scale;
                 }
                 let m_new = m[r].max(vmath::max::<L>(sc));
                 let corr = if m[r] == f32::NEG_INFINITY {
@@ -333,14 +336,220 @@ fn run_unit<const F: bool, const L: usize>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec
                 }
                 l[r] = l[r] * corr + vmath::exp_sub_sum::<F, L>(sc, m_new);
                 m[r] = m_new;
-                for (j, &pj) in sc.iter().enumerate() {
-                    vmath::axpy::<F>(acc_r, pj, &kv.v[key(j)..key(j) + hd]);
-                }
+                let v = &kv.v[key(0)..key(sc.len() - 1) + hd];
+                // SAFETY: as for `V::dot` above.
+                unsafe { V::weighted_sum(acc_r, sc, v, row_len) };
             }
         }
     }
     for (acc_r, &l_r) in acc.chunks_exact_mut(hd).zip(l.iter()) {
         vmath::scale(acc_r, 1.0 / l_r);
+    }
+}
+
+/// Dot product and `y += a·x` over one head (`head_dim` floats).
+///
+/// # Safety
+/// Implementations may use SIMD instructions: callers must run on a CPU with the
+/// implementation's target features, from code compiled with them (so they inline).
+trait VecOps {
+    unsafe fn dot(a: &[f32], b: &[f32]) -> f32;
+    unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]);
+
+    /// `acc += Σ_j p[j] · v[j·stride .. j·stride + acc.len()]`.
+    #[inline(always)]
+    unsafe fn weighted_sum(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+        for (j, &pj) in p.iter().enumerate() {
+            // SAFETY: forwarded contract.
+            unsafe { Self::axpy(acc, pj, &v[j * stride..j * stride + acc.len()]) };
+        }
+    }
+}
+
+/// Portable lanes, no FMA.
+struct ScalarVec;
+
+impl VecOps for ScalarVec {
+    #[inline(always)]
+    unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        vmath::dot::<false, 4>(a, b)
+    }
+    #[inline(always)]
+    unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+        vmath::axpy::<false>(y, a, x)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86vec {
+    use std::arch::x86_64::*;
+
+    use super::VecOps;
+
+    /// AVX2 + FMA, 8 lanes, two accumulators.
+    pub(super) struct Avx2;
+
+    impl VecOps for Avx2 {
+        #[inline(always)]
+        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+            let n = a.len().min(b.len());
+            let (pa, pb) = (a.as_ptr(), b.as_ptr());
+            // SAFETY: every load reads 8 floats at i < n − 7 (i + 8 ≤ n) of both slices;
+            // AVX2/FMA availability is the caller's contract.
+            unsafe {
+                let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                let mut i = 0;
+                while i + 16 <= n {
+                    s0 =
+                        _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+                    s1 = _mm256_fmadd_ps(
+                        _mm256_loadu_ps(pa.add(i + 8)),
+                        _mm256_loadu_ps(pb.add(i + 8)),
+                        s1,
+                    );
+                    i += 16;
+                }
+                if i + 8 <= n {
+                    s0 =
+                        _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+                    i += 8;
+                }
+                let s = _mm256_add_ps(s0, s1);
+                let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                let h = _mm_add_ss(h, _mm_movehdup_ps(h));
+                let mut total = _mm_cvtss_f32(h);
+                for j in i..n {
+                    total = a[j].mul_add(b[j], total);
+                }
+                total
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+            let n = y.len().min(x.len());
+            let (py, px) = (y.as_mut_ptr(), x.as_ptr());
+            // SAFETY: loads and stores touch 8 floats at i with i + 8 ≤ n in both slices;
+            // AVX2/FMA availability is the caller's contract.
+            unsafe {
+                let va = _mm256_set1_ps(a);
+                let mut i = 0;
+                while i + 8 <= n {
+                    let v =
+                        _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
+                    _mm256_storeu_ps(py.add(i), v);
+                    i += 8;
+                }
+                for j in i..n {
+                    y[j] = a.mul_add(x[j], y[j]);
+                }
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn weighted_sum(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+            // SAFETY: forwarded contract.
+            unsafe { weighted_sum_avx2(acc, p, v, stride) }
+        }
+    }
+
+    /// `acc += Σ_j p[j]·v_j` keeping 32 columns of `acc` in registers across all `j`.
+    #[inline(always)]
+    unsafe fn weighted_sum_avx2(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+        let hd = acc.len();
+        assert!(
+            p.is_empty() || (p.len() - 1) * stride + hd <= v.len(),
+            "weighted_sum bounds"
+        );
+        let (pacc, pv) = (acc.as_mut_ptr(), v.as_ptr());
+        let mut c = 0;
+        // SAFETY: row j reads v[j·stride + c .. j·stride + c + 32] with c + 32 ≤ hd, in bounds
+        // by the assert; acc accesses are c..c+32 ≤ hd. AVX2/FMA: the caller's contract.
+        unsafe {
+            while c + 32 <= hd {
+                let mut r = [0; 4].map(|_| _mm256_setzero_ps());
+                for (k, reg) in r.iter_mut().enumerate() {
+                    *reg = _mm256_loadu_ps(pacc.add(c + 8 * k));
+                }
+                for (j, &pj) in p.iter().enumerate() {
+                    let w = _mm256_set1_ps(pj);
+                    let row = pv.add(j * stride + c);
+                    for (k, reg) in r.iter_mut().enumerate() {
+                        *reg = _mm256_fmadd_ps(w, _mm256_loadu_ps(row.add(8 * k)), *reg);
+                    }
+                }
+                for (k, reg) in r.iter().enumerate() {
+                    _mm256_storeu_ps(pacc.add(c + 8 * k), *reg);
+                }
+                c += 32;
+            }
+        }
+        if c < hd {
+            for (j, &pj) in p.iter().enumerate() {
+                // SAFETY: as above.
+                unsafe { Avx2::axpy(&mut acc[c..], pj, &v[j * stride + c..j * stride + hd]) };
+            }
+        }
+    }
+
+    /// AVX-512F, 16 lanes.
+    pub(super) struct Avx512;
+
+    impl VecOps for Avx512 {
+        #[inline(always)]
+        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+            let n = a.len().min(b.len());
+            let (pa, pb) = (a.as_ptr(), b.as_ptr());
+            // SAFETY: every load reads 16 floats at i with i + 16 ≤ n; the tail goes to the
+            // AVX2 version. AVX-512F availability is the caller's contract.
+            unsafe {
+                let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+                let mut i = 0;
+                while i + 32 <= n {
+                    s0 =
+                        _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
+                    s1 = _mm512_fmadd_ps(
+                        _mm512_loadu_ps(pa.add(i + 16)),
+                        _mm512_loadu_ps(pb.add(i + 16)),
+                        s1,
+                    );
+                    i += 32;
+                }
+                if i + 16 <= n {
+                    s0 =
+                        _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
+                    i += 16;
+                }
+                _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) + Avx2::dot(&a[i..n], &b[i..n])
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+            let n = y.len().min(x.len());
+            let (py, px) = (y.as_mut_ptr(), x.as_ptr());
+            // SAFETY: loads and stores touch 16 floats at i with i + 16 ≤ n; the tail goes
+            // to the AVX2 version. AVX-512F availability is the caller's contract.
+            unsafe {
+                let va = _mm512_set1_ps(a);
+                let mut i = 0;
+                while i + 16 <= n {
+                    let v =
+                        _mm512_fmadd_ps(va, _mm512_loadu_ps(px.add(i)), _mm512_loadu_ps(py.add(i)));
+                    _mm512_storeu_ps(py.add(i), v);
+                    i += 16;
+                }
+                Avx2::axpy(&mut y[i..n], a, &x[i..n]);
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn weighted_sum(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
+            // SAFETY: forwarded contract (AVX-512F implies the AVX2/FMA this needs, which
+            // the avx512 entry point enables too).
+            unsafe { weighted_sum_avx2(acc, p, v, stride) }
+        }
     }
 }
 

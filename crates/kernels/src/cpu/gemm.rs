@@ -39,13 +39,16 @@ pub struct Scratch {
     act: Vec<u8>,
 }
 
+/// An activation quantizer: `f32` row in, `ActFormat` bytes out.
+pub type QuantizeFn = fn(&[f32], &mut [u8]);
+
 /// The kernels one matrix product needs: the weight type's dot product and, for quantized
 /// activation formats, the activation quantizer.
 #[derive(Clone, Copy)]
 pub struct GemmKernels {
     pub weights: TypeKernels,
     /// `None` when the activation format is plain `f32` (used as is, no copy).
-    pub quantize: Option<fn(&[f32], &mut [u8])>,
+    pub quantize: Option<QuantizeFn>,
 }
 
 impl GemmKernels {
@@ -153,7 +156,7 @@ fn check_shapes(k: &GemmKernels, w: &MatRef<'_>, x: &[f32], m: usize, y: &[f32])
 /// Quantize the `m` rows of `x` into `scratch`, in parallel when there are enough rows.
 fn quantize_rows<'s>(
     pool: &ThreadPool,
-    quantize: fn(&[f32], &mut [u8]),
+    quantize: QuantizeFn,
     x: &[f32],
     m: usize,
     cols: usize,

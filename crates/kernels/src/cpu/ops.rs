@@ -176,6 +176,17 @@ pub(crate) mod vmath {
         }
     }
 
+    /// A chunk as an array, so LLVM sees the lane count (chunks always have `L` elements).
+    #[inline(always)]
+    fn lanes<const L: usize>(c: &[f32]) -> &[f32; L] {
+        c.try_into().expect("chunks_exact yields L elements")
+    }
+
+    #[inline(always)]
+    fn lanes_mut<const L: usize>(c: &mut [f32]) -> &mut [f32; L] {
+        c.try_into().expect("chunks_exact_mut yields L elements")
+    }
+
     /// `Σ a[i]·b[i]` (equal lengths).
     #[inline(always)]
     pub fn dot<const F: bool, const L: usize>(a: &[f32], b: &[f32]) -> f32 {
@@ -183,7 +194,7 @@ pub(crate) mod vmath {
         let mut acc = [0.0f32; L];
         let (ac, bc) = (a[..n].chunks_exact(L), b[..n].chunks_exact(L));
         let (ar, br) = (ac.remainder(), bc.remainder());
-        for (x, y) in ac.zip(bc) {
+        for (x, y) in ac.map(lanes::<L>).zip(bc.map(lanes::<L>)) {
             for l in 0..L {
                 acc[l] = fma::<F>(x[l], y[l], acc[l]);
             }
@@ -231,7 +242,7 @@ pub(crate) mod vmath {
             .iter()
             .copied()
             .fold(f32::NEG_INFINITY, f32::max);
-        for c in chunks {
+        for c in chunks.map(lanes::<L>) {
             for l in 0..L {
                 acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
             }
@@ -274,7 +285,7 @@ pub(crate) mod vmath {
     pub fn exp_sub_sum<const F: bool, const L: usize>(x: &mut [f32], m: f32) -> f32 {
         let mut acc = [0.0f32; L];
         let mut chunks = x.chunks_exact_mut(L);
-        for c in &mut chunks {
+        for c in (&mut chunks).map(lanes_mut::<L>) {
             for l in 0..L {
                 c[l] = exp::<F>(c[l] - m);
                 acc[l] += c[l];

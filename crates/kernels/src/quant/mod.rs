@@ -25,9 +25,11 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
 
-/// Tensor element types, with their GGUF (`ggml_type`) ids as discriminants.
+/// Tensor element types, with their GGUF (`ggml_type`) ids as discriminants. Variant names
+/// follow GGUF's own spelling (`Q4_K`), which every model card and tool uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
+#[allow(non_camel_case_types)]
 pub enum DType {
     F32 = 0,
     F16 = 1,

@@ -130,8 +130,9 @@ pub fn vec_dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 /// Quantize `src` (a multiple of 256 values) to Q4_K: the reference quantizer.
 ///
 /// Each sub-block gets the (scale, min) pair from a small search that minimizes squared
-/// error (see [`fit_scale_min`]); the 8 scales and 8 mins are then quantized to 6 bits
-/// against `f16` super-scales, and every weight is re-quantized against the final values.
+/// error (a 21-point step-size grid, each refit by least squares); the 8 scales and 8 mins
+/// are then quantized to 6 bits against `f16` super-scales, and every weight is
+/// re-quantized against the final values.
 ///
 /// # Panics
 /// If `src.len()` is not a multiple of 256.

@@ -90,9 +90,9 @@ pub fn vec_dot_ref(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
 
 /// Quantize `src` (a multiple of 256 values) to Q6_K: the reference quantizer.
 ///
-/// Each sub-block of 16 gets the signed scale from [`fit_symmetric`]; the 16 scales are
-/// quantized to `i8` against an `f16` super-scale and every weight is re-quantized against
-/// the final scale.
+/// Each sub-block of 16 gets the signed scale that minimizes its squared error (a grid of
+/// candidates, each refit by least squares); the 16 scales are quantized to `i8` against
+/// an `f16` super-scale and every weight is re-quantized against the final scale.
 ///
 /// # Panics
 /// If `src.len()` is not a multiple of 256.

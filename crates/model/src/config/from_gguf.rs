@@ -44,7 +44,10 @@ impl ModelConfig {
             head_dim,
             intermediate_size: required("feed_forward_length")?,
             rms_norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
-            rope_theta: file.get_f32(&key("rope.freq_base")).optional()?.unwrap_or(10000.0),
+            rope_theta: file
+                .get_f32(&key("rope.freq_base"))
+                .optional()?
+                .unwrap_or(10000.0),
             rope_scaling: gguf_rope_scaling(file, arch_name)?,
             max_position_embeddings: required("context_length")?,
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
@@ -67,32 +70,56 @@ fn gguf_vocab_size(file: &GgufFile, arch: &str) -> Result<usize, ConfigError> {
     }
     match file.get_array("tokenizer.ggml.tokens").optional()? {
         Some(tokens) => Ok(tokens.len()),
-        None => Err(ConfigError::MissingField(format!("{arch}.vocab_size or tokenizer.ggml.tokens"))),
+        None => Err(ConfigError::MissingField(format!(
+            "{arch}.vocab_size or tokenizer.ggml.tokens"
+        ))),
     }
 }
 
 /// `{arch}.rope.scaling.type` / `.factor` (or the older `rope.scale_linear`), or the
 /// `rope_freqs.weight` tensor.
 fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>, ConfigError> {
-    let kind = file.get_str(&format!("{arch}.rope.scaling.type")).optional()?;
-    let factor = file.get_f32(&format!("{arch}.rope.scaling.factor")).optional()?;
-    let old_linear = file.get_f32(&format!("{arch}.rope.scale_linear")).optional()?;
+    let kind = file
+        .get_str(&format!("{arch}.rope.scaling.type"))
+        .optional()?;
+    let factor = file
+        .get_f32(&format!("{arch}.rope.scaling.factor"))
+        .optional()?;
+    let old_linear = file
+        .get_f32(&format!("{arch}.rope.scale_linear"))
+        .optional()?;
     let linear = match (kind, factor.or(old_linear)) {
         (Some("none"), _) | (None, None) => None,
-        (Some("linear") | None, Some(f)) if f == 1.0 => None,
+        (Some("linear") | None, Some(1.0)) => None,
         (Some("linear") | None, Some(f)) => Some(RopeScaling::Linear { factor: f }),
-        (Some("linear"), None) => return Err(ConfigError::MissingField(format!("{arch}.rope.scaling.factor"))),
+        (Some("linear"), None) => {
+            return Err(ConfigError::MissingField(format!(
+                "{arch}.rope.scaling.factor"
+            )))
+        }
         (Some(other), _) => return Err(ConfigError::UnsupportedRopeScaling(other.to_string())),
     };
-    let Some(info) = file.tensor_info(ROPE_FREQS_TENSOR) else { return Ok(linear) };
+    let Some(info) = file.tensor_info(ROPE_FREQS_TENSOR) else {
+        return Ok(linear);
+    };
     if linear.is_some() {
-        return Err(ConfigError::Unsupported(format!("linear rope scaling together with {ROPE_FREQS_TENSOR}")));
+        return Err(ConfigError::Unsupported(format!(
+            "linear rope scaling together with {ROPE_FREQS_TENSOR}"
+        )));
     }
     if info.dtype != kestrel_kernels::DType::F32 {
-        return Err(ConfigError::Unsupported(format!("{ROPE_FREQS_TENSOR} of type {}", info.dtype)));
+        return Err(ConfigError::Unsupported(format!(
+            "{ROPE_FREQS_TENSOR} of type {}",
+            info.dtype
+        )));
     }
-    let data = file.tensor_data(info).ok_or_else(|| ConfigError::MissingField(ROPE_FREQS_TENSOR.to_string()))?;
-    let factors = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let data = file
+        .tensor_data(info)
+        .ok_or_else(|| ConfigError::MissingField(ROPE_FREQS_TENSOR.to_string()))?;
+    let factors = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     Ok(Some(RopeScaling::FreqFactors { factors }))
 }
 
@@ -111,10 +138,16 @@ fn gguf_eos_ids(file: &GgufFile) -> Result<Vec<u32>, ConfigError> {
 
 /// `token_embd.weight`, when present, must be `[hidden_size, vocab_size]` in ggml order.
 fn check_embedding_shape(file: &GgufFile, config: &ModelConfig) -> Result<(), ConfigError> {
-    let Some(info) = file.tensor_info("token_embd.weight") else { return Ok(()) };
+    let Some(info) = file.tensor_info("token_embd.weight") else {
+        return Ok(());
+    };
     let expected = vec![config.hidden_size as u64, config.vocab_size as u64];
     if info.dims != expected {
-        return Err(ConfigError::TensorShape { name: info.name.clone(), expected, found: info.dims.clone() });
+        return Err(ConfigError::TensorShape {
+            name: info.name.clone(),
+            expected,
+            found: info.dims.clone(),
+        });
     }
     Ok(())
 }

@@ -15,7 +15,9 @@ impl ModelConfig {
     /// Parse and validate a `config.json`.
     pub fn from_hf_json(text: &str) -> Result<ModelConfig, ConfigError> {
         let json: Value = serde_json::from_str(text)?;
-        let obj = json.as_object().ok_or_else(|| bad("(root)", "not a JSON object"))?;
+        let obj = json
+            .as_object()
+            .ok_or_else(|| bad("(root)", "not a JSON object"))?;
         let architecture = hf_architecture(obj)?;
         let n_heads = req_usize(obj, "num_attention_heads")?;
         let hidden_size = req_usize(obj, "hidden_size")?;
@@ -27,7 +29,8 @@ impl ModelConfig {
             n_layers: req_usize(obj, "num_hidden_layers")?,
             n_heads,
             n_kv_heads: opt_usize(obj, "num_key_value_heads")?.unwrap_or(n_heads),
-            head_dim: opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads)),
+            head_dim: opt_usize(obj, "head_dim")?
+                .unwrap_or_else(|| default_head_dim(hidden_size, n_heads)),
             intermediate_size: req_usize(obj, "intermediate_size")?,
             rms_norm_eps: opt_f32(obj, "rms_norm_eps")?.unwrap_or(1e-6),
             rope_theta: rope_theta(obj, rope_params)?,
@@ -40,9 +43,11 @@ impl ModelConfig {
                 || opt_bool(obj, "attention_bias")?.unwrap_or(false),
             bos_token_id: opt_u32(obj, "bos_token_id")?,
             eos_token_ids: eos_ids(obj)?,
-            dtype: opt_str(obj, "dtype")?.or(opt_str(obj, "torch_dtype")?).map(str::to_string),
+            dtype: opt_str(obj, "dtype")?
+                .or(opt_str(obj, "torch_dtype")?)
+                .map(str::to_string),
         };
-        if hidden_size % n_heads != 0 && opt_usize(obj, "head_dim")?.is_none() {
+        if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
             return Err(ConfigError::Invalid(format!(
                 "hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({n_heads}) and head_dim is not given"
             )));
@@ -92,7 +97,11 @@ fn rope_params(obj: &Obj) -> Result<Option<&Obj>, ConfigError> {
 }
 
 fn rope_theta(obj: &Obj, params: Option<&Obj>) -> Result<f32, ConfigError> {
-    if let Some(theta) = params.map(|p| opt_f32(p, "rope_theta")).transpose()?.flatten() {
+    if let Some(theta) = params
+        .map(|p| opt_f32(p, "rope_theta"))
+        .transpose()?
+        .flatten()
+    {
         return Ok(theta);
     }
     Ok(opt_f32(obj, "rope_theta")?.unwrap_or(10000.0))
@@ -110,7 +119,8 @@ fn rope_scaling(p: &Obj) -> Result<Option<RopeScaling>, ConfigError> {
         "linear" => Ok(Some(RopeScaling::Linear { factor: factor(p)? })),
         "llama3" => Ok(Some(RopeScaling::Llama3 {
             factor: factor(p)?,
-            low_freq_factor: opt_f32(p, "low_freq_factor")?.ok_or_else(|| missing("rope_scaling.low_freq_factor"))?,
+            low_freq_factor: opt_f32(p, "low_freq_factor")?
+                .ok_or_else(|| missing("rope_scaling.low_freq_factor"))?,
             high_freq_factor: opt_f32(p, "high_freq_factor")?
                 .ok_or_else(|| missing("rope_scaling.high_freq_factor"))?,
             original_max_position: opt_usize(p, "original_max_position_embeddings")?
@@ -153,7 +163,10 @@ fn eos_ids(obj: &Obj) -> Result<Vec<u32>, ConfigError> {
 }
 
 fn bad(field: &str, reason: &str) -> ConfigError {
-    ConfigError::BadField { field: field.to_string(), reason: reason.to_string() }
+    ConfigError::BadField {
+        field: field.to_string(),
+        reason: reason.to_string(),
+    }
 }
 
 fn missing(field: &str) -> ConfigError {
@@ -191,18 +204,28 @@ fn opt_u32(obj: &Obj, key: &str) -> Result<Option<u32>, ConfigError> {
 
 fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> {
     present(obj, key)
-        .map(|v| v.as_f64().map(|f| f as f32).ok_or_else(|| bad(key, &format!("expected a number, got {v}"))))
+        .map(|v| {
+            v.as_f64()
+                .map(|f| f as f32)
+                .ok_or_else(|| bad(key, &format!("expected a number, got {v}")))
+        })
         .transpose()
 }
 
 fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError> {
     present(obj, key)
-        .map(|v| v.as_bool().ok_or_else(|| bad(key, &format!("expected true or false, got {v}"))))
+        .map(|v| {
+            v.as_bool()
+                .ok_or_else(|| bad(key, &format!("expected true or false, got {v}")))
+        })
         .transpose()
 }
 
 fn opt_str<'a>(obj: &'a Obj, key: &str) -> Result<Option<&'a str>, ConfigError> {
     present(obj, key)
-        .map(|v| v.as_str().ok_or_else(|| bad(key, &format!("expected a string, got {v}"))))
+        .map(|v| {
+            v.as_str()
+                .ok_or_else(|| bad(key, &format!("expected a string, got {v}")))
+        })
         .transpose()
 }

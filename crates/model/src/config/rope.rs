@@ -25,7 +25,12 @@ impl ModelConfig {
         let scaled: Vec<f64> = match &self.rope_scaling {
             None => base.collect(),
             Some(RopeScaling::Linear { factor }) => base.map(|f| f / f64::from(*factor)).collect(),
-            Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position }) => {
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            }) => {
                 let p = Llama3Params {
                     factor: f64::from(*factor),
                     low: f64::from(*low_freq_factor),
@@ -69,7 +74,12 @@ impl Llama3Params {
 pub(super) fn validate_scaling(scaling: &RopeScaling, head_dim: usize) -> Result<(), ConfigError> {
     match scaling {
         RopeScaling::Linear { factor } => positive("rope_scaling.factor", *factor),
-        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position,
+        } => {
             positive("rope_scaling.factor", *factor)?;
             positive("rope_scaling.low_freq_factor", *low_freq_factor)?;
             positive("rope_scaling.high_freq_factor", *high_freq_factor)?;
@@ -79,7 +89,9 @@ pub(super) fn validate_scaling(scaling: &RopeScaling, head_dim: usize) -> Result
                 )));
             }
             if *original_max_position == 0 {
-                return Err(ConfigError::Invalid("rope_scaling.original_max_position_embeddings is 0".into()));
+                return Err(ConfigError::Invalid(
+                    "rope_scaling.original_max_position_embeddings is 0".into(),
+                ));
             }
             Ok(())
         }
@@ -91,7 +103,9 @@ pub(super) fn validate_scaling(scaling: &RopeScaling, head_dim: usize) -> Result
                     head_dim / 2
                 )));
             }
-            factors.iter().try_for_each(|&k| positive("rope frequency factor", k))
+            factors
+                .iter()
+                .try_for_each(|&k| positive("rope frequency factor", k))
         }
     }
 }

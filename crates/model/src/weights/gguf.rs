@@ -49,23 +49,34 @@ pub struct GgufFile {
 impl GgufFile {
     /// Memory-map and parse the GGUF file at `path`.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
-        let bytes = SharedBytes::map_file(path)
-            .map_err(|source| GgufError::Io { path: path.to_path_buf(), source })?;
+        let bytes = SharedBytes::map_file(path).map_err(|source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Self::from_bytes(bytes)
     }
 
     /// Parse a GGUF file held in `bytes`.
     pub fn from_bytes(bytes: SharedBytes) -> Result<GgufFile, GgufError> {
         let header = parse::parse_header(&bytes)?;
-        let meta_index =
-            header.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        let meta_index = header
+            .metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
         let alignment = read_alignment(&header.metadata)?;
         let data_start = header
             .end
             .checked_next_multiple_of(alignment)
-            .ok_or_else(|| GgufError::BadAlignment { value: alignment.to_string() })?;
-        let section =
-            tensor_info::DataSection { start: data_start, file_size: bytes.len(), alignment };
+            .ok_or_else(|| GgufError::BadAlignment {
+                value: alignment.to_string(),
+            })?;
+        let section = tensor_info::DataSection {
+            start: data_start,
+            file_size: bytes.len(),
+            alignment,
+        };
         let (tensors, tensor_index) = tensor_info::validate_tensors(header.tensors, &section)?;
         Ok(GgufFile {
             bytes,
@@ -136,7 +147,9 @@ fn read_alignment(metadata: &[(String, MetaValue)]) -> Result<usize, GgufError> 
     };
     match value.as_u32() {
         Some(a) if a.is_power_of_two() => Ok(a as usize),
-        _ => Err(GgufError::BadAlignment { value: format!("{value:?}") }),
+        _ => Err(GgufError::BadAlignment {
+            value: format!("{value:?}"),
+        }),
     }
 }
 
@@ -150,7 +163,9 @@ impl GgufFile {
         expected: &'static str,
         convert: impl FnOnce(&'a MetaValue) -> Option<T>,
     ) -> Result<T, GgufError> {
-        let value = self.get(key).ok_or_else(|| GgufError::MissingKey { key: key.to_string() })?;
+        let value = self.get(key).ok_or_else(|| GgufError::MissingKey {
+            key: key.to_string(),
+        })?;
         convert(value).ok_or_else(|| GgufError::WrongType {
             key: key.to_string(),
             expected,
@@ -158,38 +173,47 @@ impl GgufFile {
         })
     }
 
+    /// Any integer value that fits in `u32`.
     pub fn get_u32(&self, key: &str) -> Result<u32, GgufError> {
         self.typed(key, "an integer in u32 range", MetaValue::as_u32)
     }
 
+    /// Any integer value that fits in `u64`.
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         self.typed(key, "an integer in u64 range", MetaValue::as_u64)
     }
 
+    /// Any integer value that fits in `i64`.
     pub fn get_i64(&self, key: &str) -> Result<i64, GgufError> {
         self.typed(key, "an integer in i64 range", MetaValue::as_i64)
     }
 
+    /// An `f32` (or narrowed `f64`) value.
     pub fn get_f32(&self, key: &str) -> Result<f32, GgufError> {
         self.typed(key, "a float", MetaValue::as_f32)
     }
 
+    /// An `f64` (or widened `f32`) value.
     pub fn get_f64(&self, key: &str) -> Result<f64, GgufError> {
         self.typed(key, "a float", MetaValue::as_f64)
     }
 
+    /// A `bool` value.
     pub fn get_bool(&self, key: &str) -> Result<bool, GgufError> {
         self.typed(key, "a bool", MetaValue::as_bool)
     }
 
+    /// A string value.
     pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
         self.typed(key, "a string", MetaValue::as_str)
     }
 
+    /// An array of any element type.
     pub fn get_array(&self, key: &str) -> Result<&MetaArray, GgufError> {
         self.typed(key, "an array", MetaValue::as_array)
     }
 
+    /// An array of strings.
     pub fn get_str_array(&self, key: &str) -> Result<&[String], GgufError> {
         self.typed(key, "an array of string", |v| match v.as_array()? {
             MetaArray::String(a) => Some(a.as_slice()),
@@ -197,6 +221,7 @@ impl GgufFile {
         })
     }
 
+    /// An array of `i32`.
     pub fn get_i32_array(&self, key: &str) -> Result<&[i32], GgufError> {
         self.typed(key, "an array of i32", |v| match v.as_array()? {
             MetaArray::I32(a) => Some(a.as_slice()),
@@ -204,6 +229,7 @@ impl GgufFile {
         })
     }
 
+    /// An array of `u32`.
     pub fn get_u32_array(&self, key: &str) -> Result<&[u32], GgufError> {
         self.typed(key, "an array of u32", |v| match v.as_array()? {
             MetaArray::U32(a) => Some(a.as_slice()),
@@ -211,6 +237,7 @@ impl GgufFile {
         })
     }
 
+    /// An array of `f32`.
     pub fn get_f32_array(&self, key: &str) -> Result<&[f32], GgufError> {
         self.typed(key, "an array of f32", |v| match v.as_array()? {
             MetaArray::F32(a) => Some(a.as_slice()),

@@ -33,7 +33,9 @@ pub enum SafetensorsError {
     },
     #[error("malformed index {path}: {reason}")]
     BadIndex { path: PathBuf, reason: String },
-    #[error("index {index} names shard {shard:?}, which is not a plain file name in the same directory")]
+    #[error(
+        "index {index} names shard {shard:?}, which is not a plain file name in the same directory"
+    )]
     BadShardName { index: PathBuf, shard: String },
     #[error("shard {path} listed in the index does not exist")]
     MissingShard { path: PathBuf },
@@ -44,11 +46,19 @@ pub enum SafetensorsError {
         source: SafeTensorError,
     },
     #[error("tensor {name:?} in {path} has dtype {dtype}; Kestrel reads F32, F16 and BF16")]
-    UnsupportedDtype { name: String, dtype: String, path: PathBuf },
+    UnsupportedDtype {
+        name: String,
+        dtype: String,
+        path: PathBuf,
+    },
     #[error("the index maps tensor {name:?} to {shard:?}, but that shard does not contain it")]
     MissingTensor { name: String, shard: String },
     #[error("tensor {name:?} appears in both {first} and {second}")]
-    DuplicateTensor { name: String, first: PathBuf, second: PathBuf },
+    DuplicateTensor {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
 }
 
 /// The tensors of a (possibly sharded) safetensors checkpoint.
@@ -103,10 +113,17 @@ impl SafetensorsCheckpoint {
         for (name, shard) in weight_map {
             let found = index.get(name).map(|&i| &files[origin[i]]);
             if found.and_then(|p| p.file_name()) != Some(std::ffi::OsStr::new(shard)) {
-                return Err(SafetensorsError::MissingTensor { name: name.clone(), shard: shard.clone() });
+                return Err(SafetensorsError::MissingTensor {
+                    name: name.clone(),
+                    shard: shard.clone(),
+                });
             }
         }
-        Ok(SafetensorsCheckpoint { files: files.to_vec(), tensors, index })
+        Ok(SafetensorsCheckpoint {
+            files: files.to_vec(),
+            tensors,
+            index,
+        })
     }
 
     /// The files this checkpoint was read from.
@@ -119,6 +136,7 @@ impl SafetensorsCheckpoint {
         self.tensors.len()
     }
 
+    /// Whether the checkpoint holds no tensors.
     pub fn is_empty(&self) -> bool {
         self.tensors.is_empty()
     }
@@ -126,9 +144,14 @@ impl SafetensorsCheckpoint {
 
 /// The `weight_map` of a sharded checkpoint's index.
 fn read_index(path: &Path) -> Result<HashMap<String, String>, SafetensorsError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| SafetensorsError::Io { path: path.to_path_buf(), source })?;
-    let bad = |reason: String| SafetensorsError::BadIndex { path: path.to_path_buf(), reason };
+    let text = std::fs::read_to_string(path).map_err(|source| SafetensorsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let bad = |reason: String| SafetensorsError::BadIndex {
+        path: path.to_path_buf(),
+        reason,
+    };
     let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let map = json
         .get("weight_map")
@@ -154,7 +177,10 @@ fn shard_paths(
     for shard in names {
         let plain = Path::new(shard).file_name() == Some(std::ffi::OsStr::new(shard.as_str()));
         if !plain || shard == ".." || shard == "." {
-            return Err(SafetensorsError::BadShardName { index: index.to_path_buf(), shard: shard.clone() });
+            return Err(SafetensorsError::BadShardName {
+                index: index.to_path_buf(),
+                shard: shard.clone(),
+            });
         }
         let path = dir.join(shard);
         if !path.is_file() {
@@ -167,22 +193,33 @@ fn shard_paths(
 
 /// Map one `.safetensors` file and return its tensors in file (offset) order.
 fn load_file(path: &Path) -> Result<Vec<TensorView>, SafetensorsError> {
-    let bytes = SharedBytes::map_file(path)
-        .map_err(|source| SafetensorsError::Io { path: path.to_path_buf(), source })?;
-    let (header_len, metadata) = SafeTensors::read_metadata(&bytes)
-        .map_err(|source| SafetensorsError::BadHeader { path: path.to_path_buf(), source })?;
+    let bytes = SharedBytes::map_file(path).map_err(|source| SafetensorsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (header_len, metadata) =
+        SafeTensors::read_metadata(&bytes).map_err(|source| SafetensorsError::BadHeader {
+            path: path.to_path_buf(),
+            source,
+        })?;
     // `read_metadata` checked that the header and all data offsets lie within the buffer.
     let data_start = 8 + header_len;
     let mut out = Vec::new();
     for name in metadata.offset_keys() {
-        let Some(info) = metadata.info(&name) else { continue };
+        let Some(info) = metadata.info(&name) else {
+            continue;
+        };
         let dtype = match info.dtype {
             Dtype::F32 => DType::F32,
             Dtype::F16 => DType::F16,
             Dtype::BF16 => DType::BF16,
             other => {
                 let dtype = format!("{other:?}");
-                return Err(SafetensorsError::UnsupportedDtype { name, dtype, path: path.to_path_buf() });
+                return Err(SafetensorsError::UnsupportedDtype {
+                    name,
+                    dtype,
+                    path: path.to_path_buf(),
+                });
             }
         };
         let (start, end) = info.data_offsets;
@@ -192,14 +229,19 @@ fn load_file(path: &Path) -> Result<Vec<TensorView>, SafetensorsError> {
                 path: path.to_path_buf(),
                 source: SafeTensorError::InvalidOffset(name.clone()),
             })?;
-        out.push(TensorView { name, dtype, shape: info.shape.clone(), data: aligned(data) });
+        out.push(TensorView {
+            name,
+            dtype,
+            shape: info.shape.clone(),
+            data: aligned(data),
+        });
     }
     Ok(out)
 }
 
 /// `data` itself if it starts on a 4-byte boundary, else an aligned owned copy.
 fn aligned(data: SharedBytes) -> SharedBytes {
-    if data.as_ptr() as usize % 4 == 0 {
+    if (data.as_ptr() as usize).is_multiple_of(4) {
         data
     } else {
         SharedBytes::from_vec(data.to_vec())

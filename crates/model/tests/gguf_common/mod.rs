@@ -32,7 +32,11 @@ impl Raw {
     }
     /// Magic, version, tensor count, kv count.
     pub fn header(version: u32, n_tensors: u64, n_kv: u64) -> Raw {
-        Raw::new().bytes(b"GGUF").u32(version).u64(n_tensors).u64(n_kv)
+        Raw::new()
+            .bytes(b"GGUF")
+            .u32(version)
+            .u64(n_tensors)
+            .u64(n_kv)
     }
     /// A u32-valued key/value pair.
     pub fn kv_u32(self, key: &str, v: u32) -> Raw {
@@ -90,10 +94,22 @@ pub fn sample_writer() -> GgufWriter {
         ("t.u64", MetaValue::U64(u64::MAX)),
         ("t.i64", MetaValue::I64(i64::MIN)),
         ("t.f64", MetaValue::F64(-2.25)),
-        ("t.arr_str", MetaValue::Array(MetaArray::String(vec!["a".into(), "".into(), "ccc".into()]))),
-        ("t.arr_i32", MetaValue::Array(MetaArray::I32(vec![-1, 0, 7]))),
-        ("t.arr_f32", MetaValue::Array(MetaArray::F32(vec![0.5, -0.25]))),
-        ("t.arr_bool", MetaValue::Array(MetaArray::Bool(vec![true, false]))),
+        (
+            "t.arr_str",
+            MetaValue::Array(MetaArray::String(vec!["a".into(), "".into(), "ccc".into()])),
+        ),
+        (
+            "t.arr_i32",
+            MetaValue::Array(MetaArray::I32(vec![-1, 0, 7])),
+        ),
+        (
+            "t.arr_f32",
+            MetaValue::Array(MetaArray::F32(vec![0.5, -0.25])),
+        ),
+        (
+            "t.arr_bool",
+            MetaValue::Array(MetaArray::Bool(vec![true, false])),
+        ),
         ("t.arr_empty", MetaValue::Array(MetaArray::U64(vec![]))),
         (
             "t.nested",
@@ -106,7 +122,13 @@ pub fn sample_writer() -> GgufWriter {
     for (k, v) in meta {
         w.add_metadata(k, v).unwrap();
     }
-    w.add_tensor("a.f32", DType::F32, &[2, 3], f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])).unwrap();
+    w.add_tensor(
+        "a.f32",
+        DType::F32,
+        &[2, 3],
+        f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+    )
+    .unwrap();
     let f16: Vec<u8> = [1.0f32, -2.0, 0.5, 8.0]
         .iter()
         .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())

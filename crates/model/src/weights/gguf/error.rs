@@ -17,15 +17,38 @@ pub enum GgufError {
     #[error("unsupported GGUF version {version} (Kestrel reads versions 2 and 3){hint}")]
     UnsupportedVersion { version: u32, hint: &'static str },
     #[error("GGUF file truncated: needed {needed} bytes for {what} at offset {offset}, file is {file_size} bytes")]
-    Truncated { offset: usize, needed: usize, what: String, file_size: usize },
+    Truncated {
+        offset: usize,
+        needed: usize,
+        what: String,
+        file_size: usize,
+    },
     #[error("GGUF {what} is {count} at offset {offset}, but the remaining {remaining} bytes can hold at most {max}")]
-    AbsurdCount { what: String, count: u64, max: u64, offset: usize, remaining: usize },
+    AbsurdCount {
+        what: String,
+        count: u64,
+        max: u64,
+        offset: usize,
+        remaining: usize,
+    },
     #[error("GGUF {what}: arrays nested deeper than {max_depth} levels at offset {offset}")]
-    NestingTooDeep { what: String, max_depth: usize, offset: usize },
+    NestingTooDeep {
+        what: String,
+        max_depth: usize,
+        offset: usize,
+    },
     #[error("GGUF {what}: unknown metadata value type id {id} at offset {offset}")]
-    UnknownValueType { what: String, id: u32, offset: usize },
+    UnknownValueType {
+        what: String,
+        id: u32,
+        offset: usize,
+    },
     #[error("GGUF {what}: invalid bool byte {byte} at offset {offset}")]
-    InvalidBool { what: String, byte: u8, offset: usize },
+    InvalidBool {
+        what: String,
+        byte: u8,
+        offset: usize,
+    },
     #[error("GGUF {what}: invalid UTF-8 in string at offset {offset}")]
     InvalidUtf8 { what: String, offset: usize },
     #[error("GGUF metadata key {key:?} appears twice")]
@@ -39,17 +62,43 @@ pub enum GgufError {
     #[error("GGUF tensor {name:?}: dimensions {dims:?} overflow the element count")]
     DimsOverflow { name: String, dims: Vec<u64> },
     #[error("GGUF tensor {name:?}: innermost dimension {ne0} is not a multiple of the {dtype} block size {block_size}")]
-    NotBlockMultiple { name: String, ne0: u64, dtype: kestrel_kernels::DType, block_size: usize },
-    #[error("GGUF tensor {name:?}: data offset {offset} is not a multiple of the alignment {alignment}")]
-    MisalignedOffset { name: String, offset: u64, alignment: usize },
+    NotBlockMultiple {
+        name: String,
+        ne0: u64,
+        dtype: kestrel_kernels::DType,
+        block_size: usize,
+    },
+    #[error(
+        "GGUF tensor {name:?}: data offset {offset} is not a multiple of the alignment {alignment}"
+    )]
+    MisalignedOffset {
+        name: String,
+        offset: u64,
+        alignment: usize,
+    },
     #[error("GGUF tensor {name:?}: data [{start}, {start}+{size}) of the data section (which starts at {data_start}) runs past the end of the {file_size}-byte file")]
-    TensorOutOfBounds { name: String, start: u64, size: u64, data_start: usize, file_size: usize },
+    TensorOutOfBounds {
+        name: String,
+        start: u64,
+        size: u64,
+        data_start: usize,
+        file_size: usize,
+    },
     #[error("GGUF tensors {first:?} and {second:?} overlap: {first:?} ends at {first_end}, {second:?} starts at {second_start}")]
-    OverlappingTensors { first: String, second: String, first_end: u64, second_start: u64 },
+    OverlappingTensors {
+        first: String,
+        second: String,
+        first_end: u64,
+        second_start: u64,
+    },
     #[error("GGUF tensor name {name:?} appears twice")]
     DuplicateTensor { name: String },
     #[error("GGUF metadata key {key:?} is missing")]
     MissingKey { key: String },
     #[error("GGUF metadata key {key:?} is {found}, expected {expected}")]
-    WrongType { key: String, expected: &'static str, found: String },
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: String,
+    },
 }

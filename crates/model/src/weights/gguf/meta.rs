@@ -181,6 +181,7 @@ impl MetaValue {
         }
     }
 
+    /// A `bool` value.
     pub fn as_bool(&self) -> Option<bool> {
         match *self {
             MetaValue::Bool(v) => Some(v),
@@ -188,6 +189,7 @@ impl MetaValue {
         }
     }
 
+    /// A string value.
     pub fn as_str(&self) -> Option<&str> {
         match self {
             MetaValue::String(s) => Some(s),
@@ -195,6 +197,7 @@ impl MetaValue {
         }
     }
 
+    /// An array value.
     pub fn as_array(&self) -> Option<&MetaArray> {
         match self {
             MetaValue::Array(a) => Some(a),
@@ -250,6 +253,7 @@ impl MetaArray {
         }
     }
 
+    /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -65,7 +65,12 @@ pub(super) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
     let n_kv = r.count("metadata key/value count", MIN_KV_SIZE)?;
     let metadata = read_metadata(&mut r, n_kv)?;
     let tensors = read_tensor_infos(&mut r, n_tensors)?;
-    Ok(Header { version, metadata, tensors, end: r.pos() })
+    Ok(Header {
+        version,
+        metadata,
+        tensors,
+        end: r.pos(),
+    })
 }
 
 fn read_metadata(r: &mut Reader<'_>, n_kv: usize) -> Result<Vec<(String, MetaValue)>, GgufError> {
@@ -114,7 +119,12 @@ fn read_tensor_infos(r: &mut Reader<'_>, n_tensors: u64) -> Result<Vec<RawTensor
         }
         let type_id = r.u32("type")?;
         let offset = r.u64("offset")?;
-        out.push(RawTensorInfo { name, dims, type_id, offset });
+        out.push(RawTensorInfo {
+            name,
+            dims,
+            type_id,
+            offset,
+        });
     }
     Ok(out)
 }

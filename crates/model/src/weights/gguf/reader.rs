@@ -20,7 +20,11 @@ pub(super) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub(super) fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, pos: 0, ctx: "header".to_string() }
+        Reader {
+            buf,
+            pos: 0,
+            ctx: "header".to_string(),
+        }
     }
 
     pub(super) fn pos(&self) -> usize {
@@ -96,7 +100,10 @@ impl<'a> Reader<'a> {
         let bytes = self.take(len, field)?;
         match std::str::from_utf8(bytes) {
             Ok(s) => Ok(s.to_string()),
-            Err(_) => Err(GgufError::InvalidUtf8 { what: self.what(field), offset }),
+            Err(_) => Err(GgufError::InvalidUtf8 {
+                what: self.what(field),
+                offset,
+            }),
         }
     }
 
@@ -115,7 +122,11 @@ impl<'a> Reader<'a> {
         match byte {
             0 => Ok(false),
             1 => Ok(true),
-            _ => Err(GgufError::InvalidBool { what: self.what("value"), byte, offset }),
+            _ => Err(GgufError::InvalidBool {
+                what: self.what("value"),
+                byte,
+                offset,
+            }),
         }
     }
 
@@ -157,7 +168,12 @@ impl<'a> Reader<'a> {
         self.array_elements(ty, n, depth)
     }
 
-    fn array_elements(&mut self, ty: MetaType, n: usize, depth: usize) -> Result<MetaArray, GgufError> {
+    fn array_elements(
+        &mut self,
+        ty: MetaType,
+        n: usize,
+        depth: usize,
+    ) -> Result<MetaArray, GgufError> {
         Ok(match ty {
             MetaType::U8 => MetaArray::U8(self.scalars(n, u8::from_le_bytes)?),
             MetaType::I8 => MetaArray::I8(self.scalars(n, i8::from_le_bytes)?),
@@ -196,8 +212,12 @@ impl<'a> Reader<'a> {
     }
 
     /// `n` fixed-size little-endian scalars; `n` was already checked against the file size.
-    fn scalars<T, const N: usize>(&mut self, n: usize, decode: fn([u8; N]) -> T) -> Result<Vec<T>, GgufError> {
-        let total = n.checked_mul(N).unwrap_or(usize::MAX);
+    fn scalars<T, const N: usize>(
+        &mut self,
+        n: usize,
+        decode: fn([u8; N]) -> T,
+    ) -> Result<Vec<T>, GgufError> {
+        let total = n.saturating_mul(N);
         let bytes = self.take(total, "array elements")?;
         Ok(bytes
             .chunks_exact(N)

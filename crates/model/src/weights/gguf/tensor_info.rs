@@ -60,7 +60,12 @@ pub(super) fn validate_tensors(
 }
 
 fn validate_one(raw: RawTensorInfo, data: &DataSection) -> Result<GgufTensorInfo, GgufError> {
-    let RawTensorInfo { name, dims, type_id, offset } = raw;
+    let RawTensorInfo {
+        name,
+        dims,
+        type_id,
+        offset,
+    } = raw;
     let Some(dtype) = DType::from_ggml_id(type_id) else {
         return Err(GgufError::UnknownTensorType { name, id: type_id });
     };
@@ -69,15 +74,26 @@ fn validate_one(raw: RawTensorInfo, data: &DataSection) -> Result<GgufTensorInfo
         Err(TensorSizeError::Overflow) => return Err(GgufError::DimsOverflow { name, dims }),
         Err(TensorSizeError::NotBlockMultiple(ne0)) => {
             let block_size = dtype.block_size();
-            return Err(GgufError::NotBlockMultiple { name, ne0, dtype, block_size });
+            return Err(GgufError::NotBlockMultiple {
+                name,
+                ne0,
+                dtype,
+                block_size,
+            });
         }
     };
     if offset % data.alignment as u64 != 0 {
-        return Err(GgufError::MisalignedOffset { name, offset, alignment: data.alignment });
+        return Err(GgufError::MisalignedOffset {
+            name,
+            offset,
+            alignment: data.alignment,
+        });
     }
     let available = data.file_size.saturating_sub(data.start) as u64;
     let in_bounds = data.start <= data.file_size
-        && offset.checked_add(size_bytes).is_some_and(|end| end <= available);
+        && offset
+            .checked_add(size_bytes)
+            .is_some_and(|end| end <= available);
     if !in_bounds {
         return Err(GgufError::TensorOutOfBounds {
             name,
@@ -87,7 +103,13 @@ fn validate_one(raw: RawTensorInfo, data: &DataSection) -> Result<GgufTensorInfo
             file_size: data.file_size,
         });
     }
-    Ok(GgufTensorInfo { name, dims, dtype, offset, size_bytes })
+    Ok(GgufTensorInfo {
+        name,
+        dims,
+        dtype,
+        offset,
+        size_bytes,
+    })
 }
 
 enum TensorSizeError {
@@ -113,7 +135,9 @@ fn tensor_bytes(dims: &[u64], dtype: DType) -> Result<u64, TensorSizeError> {
         return Err(TensorSizeError::NotBlockMultiple(ne0));
     }
     let blocks = n_elements / block;
-    blocks.checked_mul(dtype.block_bytes() as u64).ok_or(TensorSizeError::Overflow)
+    blocks
+        .checked_mul(dtype.block_bytes() as u64)
+        .ok_or(TensorSizeError::Overflow)
 }
 
 /// Reject tensors whose byte ranges intersect (empty tensors never overlap anything).

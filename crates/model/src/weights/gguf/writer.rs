@@ -24,7 +24,13 @@ pub enum GgufWriteError {
     #[error("tensor {name:?}: {n_dims} dimensions, at most 4 allowed")]
     TooManyDims { name: String, n_dims: usize },
     #[error("tensor {name:?}: shape {shape:?} needs {expected:?} bytes of {dtype}, got {got}")]
-    SizeMismatch { name: String, shape: Vec<usize>, dtype: DType, expected: Option<usize>, got: usize },
+    SizeMismatch {
+        name: String,
+        shape: Vec<usize>,
+        dtype: DType,
+        expected: Option<usize>,
+        got: usize,
+    },
     #[error("writing GGUF: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -48,6 +54,7 @@ pub struct GgufWriter {
 }
 
 impl GgufWriter {
+    /// An empty writer (alignment 32 unless `general.alignment` is added).
     pub fn new() -> GgufWriter {
         GgufWriter::default()
     }
@@ -78,7 +85,10 @@ impl GgufWriter {
         data: Vec<u8>,
     ) -> Result<(), GgufWriteError> {
         if shape.len() > MAX_DIMS as usize {
-            return Err(GgufWriteError::TooManyDims { name: name.to_string(), n_dims: shape.len() });
+            return Err(GgufWriteError::TooManyDims {
+                name: name.to_string(),
+                n_dims: shape.len(),
+            });
         }
         let expected = expected_bytes(dtype, shape);
         if expected != Some(data.len()) {
@@ -94,7 +104,12 @@ impl GgufWriter {
             return Err(GgufWriteError::DuplicateTensor(name.to_string()));
         }
         let dims = shape.iter().rev().map(|&d| d as u64).collect();
-        self.tensors.push(PendingTensor { name: name.to_string(), dims, dtype, data });
+        self.tensors.push(PendingTensor {
+            name: name.to_string(),
+            dims,
+            dtype,
+            data,
+        });
         Ok(())
     }
 

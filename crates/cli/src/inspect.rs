@@ -1,0 +1,109 @@
+//! `kestrel inspect`: what is in a model file, without running it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use kestrel_model::config::ModelConfig;
+use kestrel_model::weights::gguf::GgufFile;
+use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
+use kestrel_model::weights::TensorSource;
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// A .gguf file or an HF checkpoint directory [default: the default model].
+    pub model: Option<PathBuf>,
+}
+
+/// Per-type totals.
+#[derive(Default)]
+struct TypeTotals {
+    tensors: usize,
+    elements: u64,
+    bytes: u64,
+}
+
+pub fn run(args: InspectArgs) -> Result<()> {
+    let path = crate::resolve_model(args.model)?;
+    let (format, config, source, file_size, template): (&str, ModelConfig, Box<dyn TensorSource>, u64, bool) =
+        if path.is_dir() {
+            let text = std::fs::read_to_string(path.join("config.json")).context("reading config.json")?;
+            let ckpt = SafetensorsCheckpoint::open(&path)?;
+            let size = ckpt.files().iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+            let template = has_hf_template(&path);
+            ("safetensors", ModelConfig::from_hf_json(&text)?, Box::new(ckpt), size, template)
+        } else {
+            let file = GgufFile::open(&path)?;
+            let size = file.file_size() as u64;
+            let template = file.get("tokenizer.chat_template").is_some();
+            let config = ModelConfig::from_gguf(&file)?;
+            (if file.version() == 2 { "GGUF v2" } else { "GGUF v3" }, config, Box::new(file), size, template)
+        };
+    let totals = tensor_totals(source.as_ref());
+    print_report(&path, format, &config, &totals, file_size, template);
+    Ok(())
+}
+
+fn has_hf_template(dir: &Path) -> bool {
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    let in_config = read("tokenizer_config.json")
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v.get("chat_template").is_some());
+    in_config || dir.join("chat_template.jinja").exists()
+}
+
+fn tensor_totals(source: &dyn TensorSource) -> BTreeMap<&'static str, TypeTotals> {
+    let mut totals: BTreeMap<&'static str, TypeTotals> = BTreeMap::new();
+    for name in source.tensor_names() {
+        if let Some(t) = source.tensor(&name) {
+            let e = totals.entry(t.dtype.name()).or_default();
+            e.tensors += 1;
+            e.elements += t.n_elements() as u64;
+            e.bytes += t.data.len() as u64;
+        }
+    }
+    totals
+}
+
+fn print_report(
+    path: &Path,
+    format: &str,
+    c: &ModelConfig,
+    totals: &BTreeMap<&'static str, TypeTotals>,
+    file_size: u64,
+    template: bool,
+) {
+    let params: u64 = totals.values().map(|t| t.elements).sum();
+    let weight_bytes: u64 = totals.values().map(|t| t.bytes).sum();
+    let kv_per_token = (c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>()) as u64;
+    let ctx = c.max_position_embeddings as u64;
+    println!("model:          {}", path.display());
+    println!("format:         {format}");
+    println!("architecture:   {}", c.architecture.name());
+    println!("parameters:     {} ({:.1} M)", params, params as f64 / 1e6);
+    println!(
+        "layers:         {} (hidden {}, ffn {}, heads {} / kv heads {}, head dim {})",
+        c.n_layers, c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads, c.head_dim
+    );
+    println!("vocabulary:     {}", c.vocab_size);
+    println!("context length: {} (rope theta {})", c.max_position_embeddings, c.rope_theta);
+    println!("tied embedding: {}", if c.tie_word_embeddings { "yes" } else { "no" });
+    println!("tensor types:");
+    for (name, t) in totals {
+        let bpw = t.bytes as f64 * 8.0 / t.elements.max(1) as f64;
+        println!("  {name:<6} {:>4} tensors {:>12} weights {:>9.1} MiB ({bpw:.2} bits/weight)", t.tensors, t.elements, mib(t.bytes));
+    }
+    println!("file size:      {:.1} MiB", mib(file_size));
+    println!(
+        "memory:         {:.1} MiB weights + KV cache {:.1} KiB/token ({:.1} MiB at the full {} context, f32)",
+        mib(weight_bytes),
+        kv_per_token as f64 / 1024.0,
+        mib(kv_per_token * ctx),
+        ctx
+    );
+    println!("chat template:  {}", if template { "present" } else { "absent" });
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}

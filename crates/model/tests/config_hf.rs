@@ -1,0 +1,189 @@
+//! ModelConfig::from_hf_json with older and transformers-5 key styles, defaults and errors.
+
+use kestrel_model::config::{Architecture, ConfigError, ModelConfig, RopeScaling};
+
+const SMOLLM2_OLD_STYLE: &str = r#"{
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  "attention_bias": false, "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 576, "intermediate_size": 1536,
+  "max_position_embeddings": 8192, "num_attention_heads": 9, "num_hidden_layers": 30,
+  "num_key_value_heads": 3, "rms_norm_eps": 1e-05, "rope_scaling": null,
+  "rope_theta": 100000, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "vocab_size": 49152
+}"#;
+
+const LLAMA31_TRANSFORMERS5: &str = r#"{
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+  "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 131072,
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "head_dim": 128, "rms_norm_eps": 1e-05, "dtype": "bfloat16", "vocab_size": 128256,
+  "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+}"#;
+
+#[test]
+fn older_key_style() {
+    let c = ModelConfig::from_hf_json(SMOLLM2_OLD_STYLE).unwrap();
+    assert_eq!(c.architecture, Architecture::Llama);
+    assert_eq!(
+        (c.vocab_size, c.hidden_size, c.n_layers, c.intermediate_size),
+        (49152, 576, 30, 1536)
+    );
+    assert_eq!(
+        (c.n_heads, c.n_kv_heads, c.head_dim, c.group_size()),
+        (9, 3, 64, 3)
+    );
+    assert_eq!(
+        (c.rope_theta, c.rms_norm_eps, c.max_position_embeddings),
+        (100000.0, 1e-5, 8192)
+    );
+    assert_eq!(c.rope_scaling, None);
+    assert!(c.tie_word_embeddings && !c.attention_bias);
+    assert_eq!(
+        (c.bos_token_id, c.eos_token_ids.clone()),
+        (Some(1), vec![2])
+    );
+    assert_eq!(c.dtype.as_deref(), Some("bfloat16"));
+}
+
+#[test]
+fn transformers5_key_style_with_llama3_scaling() {
+    let c = ModelConfig::from_hf_json(LLAMA31_TRANSFORMERS5).unwrap();
+    assert_eq!(c.rope_theta, 500000.0);
+    assert_eq!(
+        c.rope_scaling,
+        Some(RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position: 8192
+        })
+    );
+    assert_eq!(c.eos_token_ids, vec![128001, 128008, 128009]);
+    assert_eq!(c.dtype.as_deref(), Some("bfloat16"));
+    assert_eq!((c.head_dim, c.n_kv_heads), (128, 8));
+    assert!(!c.tie_word_embeddings, "LlamaConfig default");
+}
+
+#[test]
+fn older_rope_scaling_with_type_key_and_defaults() {
+    let json = r#"{"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128,
+        "rope_scaling": {"type": "linear", "factor": 4.0}}"#;
+    let c = ModelConfig::from_hf_json(json).unwrap();
+    assert_eq!(c.rope_scaling, Some(RopeScaling::Linear { factor: 4.0 }));
+    assert_eq!(
+        (c.n_kv_heads, c.head_dim),
+        (4, 16),
+        "defaults: n_heads and hidden/n_heads"
+    );
+    assert_eq!(
+        (c.rope_theta, c.rms_norm_eps, c.max_position_embeddings),
+        (10000.0, 1e-6, 2048)
+    );
+    assert_eq!(
+        (c.bos_token_id, c.eos_token_ids.len(), c.dtype.clone()),
+        (None, 0, None)
+    );
+}
+
+#[test]
+fn qwen2_and_mistral_specifics() {
+    let qwen = r#"{"architectures": ["Qwen2ForCausalLM"], "vocab_size": 151936, "hidden_size": 896,
+        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+        "intermediate_size": 4864, "rope_theta": 1000000.0, "sliding_window": 32768,
+        "use_sliding_window": false, "max_window_layers": 21, "tie_word_embeddings": true,
+        "max_position_embeddings": 32768, "rms_norm_eps": 1e-06}"#;
+    let c = ModelConfig::from_hf_json(qwen).unwrap();
+    assert_eq!(c.architecture, Architecture::Qwen2);
+    assert!(c.attention_bias, "Qwen2 always has q/k/v biases");
+    assert_eq!(c.sliding_window, None, "use_sliding_window is false");
+    let partial = qwen.replace(
+        "\"use_sliding_window\": false",
+        "\"use_sliding_window\": true",
+    );
+    assert!(matches!(
+        ModelConfig::from_hf_json(&partial),
+        Err(ConfigError::Unsupported(_))
+    ));
+
+    let mistral = r#"{"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "intermediate_size": 14336, "sliding_window": 4096}"#;
+    let c = ModelConfig::from_hf_json(mistral).unwrap();
+    assert_eq!(
+        (c.architecture, c.sliding_window),
+        (Architecture::Mistral, Some(4096))
+    );
+    let no_window = mistral.replace("\"sliding_window\": 4096", "\"sliding_window\": null");
+    assert_eq!(
+        ModelConfig::from_hf_json(&no_window)
+            .unwrap()
+            .sliding_window,
+        None
+    );
+}
+
+#[test]
+fn errors_name_the_problem() {
+    let base: serde_json::Value = serde_json::from_str(SMOLLM2_OLD_STYLE).unwrap();
+    let with = |key: &str, value: serde_json::Value| {
+        let mut v = base.clone();
+        v[key] = value;
+        ModelConfig::from_hf_json(&v.to_string())
+    };
+    let without = |key: &str| {
+        let mut v = base.clone();
+        v.as_object_mut().unwrap().remove(key);
+        ModelConfig::from_hf_json(&v.to_string())
+    };
+    assert!(
+        matches!(without("vocab_size"), Err(ConfigError::MissingField(ref k)) if k == "vocab_size")
+    );
+    assert!(
+        matches!(with("num_key_value_heads", 4.into()), Err(ConfigError::Invalid(ref m)) if m.contains("multiple"))
+    );
+    assert!(matches!(
+        with("hidden_size", 0.into()),
+        Err(ConfigError::Invalid(_))
+    ));
+    assert!(matches!(
+        with("num_attention_heads", 0.into()),
+        Err(ConfigError::Invalid(_))
+    ));
+    assert!(matches!(
+        with("num_attention_heads", 7.into()),
+        Err(ConfigError::Invalid(_))
+    ));
+    assert!(
+        matches!(with("hidden_size", "576".into()), Err(ConfigError::BadField { ref field, .. }) if field == "hidden_size")
+    );
+    assert!(matches!(
+        with("model_type", "gpt2".into()),
+        Err(ConfigError::UnsupportedArchitecture(_))
+    ));
+    let yarn = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+    assert!(
+        matches!(with("rope_scaling", yarn), Err(ConfigError::UnsupportedRopeScaling(ref t)) if t == "yarn")
+    );
+    let no_factor = serde_json::json!({"rope_type": "linear"});
+    assert!(matches!(
+        with("rope_scaling", no_factor),
+        Err(ConfigError::MissingField(_))
+    ));
+    let inverted = serde_json::json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0,
+        "high_freq_factor": 1.0, "original_max_position_embeddings": 8192});
+    assert!(matches!(
+        with("rope_scaling", inverted),
+        Err(ConfigError::Invalid(_))
+    ));
+    assert!(matches!(
+        ModelConfig::from_hf_json("[1]"),
+        Err(ConfigError::BadField { .. })
+    ));
+    assert!(matches!(
+        ModelConfig::from_hf_json("{"),
+        Err(ConfigError::Json(_))
+    ));
+}

@@ -1,0 +1,40 @@
+//! Golden tests on the real SmolLM2-135M-Instruct Q4_1 GGUF against HF transformers (which
+//! dequantizes the same file and computes in f32; see scripts/goldens/smollm2_goldens.py).
+//!
+//! Tolerance: Kestrel quantizes activations to 8-bit blocks (Q8_1) before the Q4_1 integer dot
+//! products, as llama.cpp does, while the reference multiplies in f32. That rounding moves
+//! logits by a few hundredths to a few tenths; we bound the absolute error on the reference's
+//! top-20 logits of every teacher-forced row by `LOGIT_TOL`, and require the same argmax at every
+//! row where the reference's top-1/top-2 margin exceeds `MARGIN`.
+
+mod common;
+
+use common::*;
+
+const LOGIT_TOL: f32 = 1.5;
+const MARGIN: f32 = 0.5;
+
+#[test]
+fn teacher_forced_logits_match_transformers() {
+    let golden = read_golden("smollm2.json");
+    let loaded = load(&default_model_path());
+    let mut runner = runner(loaded, 512);
+    for p in &golden.prompts {
+        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
+        let a = compare(p, &logits, vocab, MARGIN);
+        eprintln!("{}: max |Δlogit| = {:.4} over top-20; {} clear rows, mismatches {:?}", p.name, a.max_abs_err, a.clear_rows, a.argmax_mismatches);
+        assert!(a.max_abs_err < LOGIT_TOL, "{}: logits differ by {} (tolerance {LOGIT_TOL})", p.name, a.max_abs_err);
+        assert!(a.argmax_mismatches.is_empty(), "{}: argmax differs at rows {:?}", p.name, a.argmax_mismatches);
+        assert!(a.clear_rows > p.teacher_forced.ids.len() / 2, "{}: too few clear rows to be a meaningful check", p.name);
+    }
+}
+
+#[test]
+fn prompt_tokenization_matches_transformers() {
+    let golden = read_golden("smollm2.json");
+    let loaded = load(&default_model_path());
+    for p in &golden.prompts {
+        let ids = loaded.tokenizer.encode(&p.text, false).expect("encodes");
+        assert_eq!(ids, p.prompt_ids, "{}: token ids differ", p.name);
+    }
+}

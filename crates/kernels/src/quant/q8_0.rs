@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::{ActFormat, DType, TypeKernels};
+use super::{ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
 use crate::cpu::Isa;
 
 /// Elements per block.
@@ -64,6 +64,22 @@ pub(crate) fn check_dot(n: usize, w: &[u8], w_block: usize, a: &[u8], a_block: u
         a.len() >= nb * a_block,
         "vec_dot: activation row shorter than n"
     );
+    nb
+}
+
+/// [`check_dot`] for every (weight row, activation row) pair of a tile; returns the block
+/// count. The SIMD tile kernels rely on this for memory safety.
+pub(crate) fn check_tile(
+    n: usize,
+    w: &[&[u8]; TILE],
+    w_block: usize,
+    a: &[&[u8]; TILE],
+    a_block: usize,
+) -> usize {
+    let nb = check_dot(n, w[0], w_block, a[0], a_block);
+    for (wr, ar) in w.iter().zip(a) {
+        check_dot(n, wr, w_block, ar, a_block);
+    }
     nb
 }
 
@@ -144,12 +160,22 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only Isa::Scalar is available off x86-64"),
     };
+    let vec_dot_tile: Option<VecDotTileFn> = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(x86::tile::vec_dot_tile_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(x86::tile::vec_dot_tile_avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    };
     TypeKernels {
         dtype: DType::Q8_0,
         isa,
         act: ActFormat::Q8_0,
         dequantize,
         vec_dot,
+        vec_dot_tile,
     }
 }
 
@@ -356,6 +382,170 @@ pub(crate) mod x86 {
                     _mm512_storeu_ps(dst.add(i * QK + 16 * k), v);
                 }
             }
+        }
+    }
+
+    pub(crate) mod tile {
+        //! 4 weight rows x 4 activation rows per call: each weight and activation block is
+        //! loaded once for the whole tile.
+        //!
+        //! AVX-512 VNNI: `vpdpbusd` multiplies unsigned by signed bytes, so weights are biased
+        //! to `w + 128` (`xor 0x80`) and the accumulator starts at `-128 * sum(a)`:
+        //! `sum((w + 128) a) - 128 sum(a) = sum(w a)`, exact in `i32`.
+        use std::arch::x86_64::*;
+
+        use super::super::{check_tile, TILE};
+        use super::{dot_avx2, hsum256, load_2x256, B};
+
+        type Tile = [[f32; TILE]; TILE];
+
+        pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+            let nb = check_tile(n, &w, B, &a, B);
+            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
+            // every row holds `nb` blocks (checked above).
+            unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+        }
+
+        /// Scales of blocks `i`, `i+1` of 4 rows, as `[d_r(i), d_r(i+1)]` at lanes `2r, 2r+1`.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn pair_scales(rows: [*const u8; TILE], i: usize) -> __m512 {
+            // SAFETY: the caller guarantees blocks i and i+1 of every row are readable.
+            let h = unsafe {
+                rows.map(|p| {
+                    let b = p.add(i * B);
+                    let lo = b.cast::<u16>().read_unaligned() as i32;
+                    lo | (b.add(B).cast::<u16>().read_unaligned() as i32) << 16
+                })
+            };
+            _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3])))
+        }
+
+        /// Lanes `[k; 8] ++ [k + 1; 8]` of `v`.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        fn spread(v: __m512, k: i32) -> __m512 {
+            let idx = _mm512_setr_epi32(
+                k,
+                k,
+                k,
+                k,
+                k,
+                k,
+                k,
+                k,
+                k + 1,
+                k + 1,
+                k + 1,
+                k + 1,
+                k + 1,
+                k + 1,
+                k + 1,
+                k + 1,
+            );
+            _mm512_permutexvar_ps(idx, v)
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn tile_avx512(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+            let mut acc = [[_mm512_setzero_ps(); TILE]; TILE];
+            let bias = _mm512_set1_epi8(-128);
+            let mut i = 0;
+            while i + 2 <= nb {
+                // SAFETY: blocks i and i+1 < nb of every row are in bounds.
+                let (wq, ws, aq, as_) = unsafe {
+                    (
+                        w.map(|p| {
+                            let q = load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2));
+                            _mm512_xor_si512(q, bias)
+                        }),
+                        pair_scales(w, i),
+                        a.map(|p| load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2))),
+                        pair_scales(a, i),
+                    )
+                };
+                let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
+                for j in 0..TILE {
+                    let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, aq[j]);
+                    let init = _mm512_sub_epi32(_mm512_setzero_si512(), sum);
+                    let da = spread(as_, 2 * j as i32);
+                    for r in 0..TILE {
+                        let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
+                        let d = _mm512_mul_ps(dw[r], da);
+                        acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
+                    }
+                }
+                i += 2;
+            }
+            let mut out = [[0.0; TILE]; TILE];
+            for j in 0..TILE {
+                for r in 0..TILE {
+                    out[j][r] = _mm512_reduce_add_ps(acc[j][r]);
+                    if i < nb {
+                        // SAFETY: block i < nb of both rows is in bounds.
+                        out[j][r] += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * B)) };
+                    }
+                }
+            }
+            out
+        }
+
+        pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+            let nb = check_tile(n, &w, B, &a, B);
+            let (w, a) = (w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr));
+            // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; every row holds `nb` blocks.
+            let (lo, hi) = unsafe {
+                (
+                    half_avx2(nb, w, [a[0], a[1]]),
+                    half_avx2(nb, w, [a[2], a[3]]),
+                )
+            };
+            [lo[0], lo[1], hi[0], hi[1]]
+        }
+
+        /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step;
+        /// signed products as `|w| * sign(a, w)` (see the module docs of `x86`).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn half_avx2(
+            nb: usize,
+            w: [*const u8; TILE],
+            a: [*const u8; 2],
+        ) -> [[f32; TILE]; 2] {
+            let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
+            let ones = _mm256_set1_epi16(1);
+            for i in 0..nb {
+                // SAFETY: block i < nb of every row is in bounds.
+                let (wq, ws, aq, as_) = unsafe {
+                    let h = w.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
+                    let g = a.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
+                    (
+                        w.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
+                        _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0)),
+                        a.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
+                        _mm_cvtph_ps(_mm_setr_epi16(g[0], g[1], 0, 0, 0, 0, 0, 0)),
+                    )
+                };
+                let wabs = wq.map(|x| _mm256_sign_epi8(x, x));
+                for j in 0..2 {
+                    let dd = _mm256_castps128_ps256(_mm_mul_ps(
+                        ws,
+                        _mm_permutevar_ps(as_, _mm_set1_epi32(j as i32)),
+                    ));
+                    for r in 0..TILE {
+                        let sy = _mm256_sign_epi8(aq[j], wq[r]);
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[r], sy), ones);
+                        let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r as i32));
+                        acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
+                    }
+                }
+            }
+            let mut out = [[0.0; TILE]; 2];
+            for j in 0..2 {
+                for r in 0..TILE {
+                    out[j][r] = hsum256(acc[j][r]);
+                }
+            }
+            out
         }
     }
 }

@@ -1,0 +1,308 @@
+//! [`EngineHandle`]: the engine's front door. `start` moves an [`EngineCore`] onto its own
+//! thread; `submit` validates a request, sends it over a command channel and returns a
+//! [`ResponseStream`] of [`EngineEvent`]s.
+//!
+//! ```text
+//!  callers (any thread, async or not)             engine thread (sole owner of all state)
+//!  submit ── Command::Submit ──► std mpsc ──►  drain commands ─► step ─► step ─► ...
+//!  ResponseStream ◄──── tokio unbounded mpsc ◄── TokenEvent / Finished / Failed
+//!  drop(ResponseStream) ── Command::Abort ──►    (blocks freed on the next drain)
+//! ```
+//!
+//! The engine thread blocks on the command channel whenever it has no work.
+
+mod engine_loop;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::api::{EngineEvent, EngineRequest, EngineStats, SubmitError};
+use crate::core::EngineCore;
+use crate::executor::Executor;
+use crate::output::TokenDecoder;
+use crate::request::RequestId;
+use crate::scheduler::{SchedulerConfig, SchedulerError};
+
+/// Engine limits and KV geometry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most requests running at once.
+    pub max_num_seqs: usize,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: usize,
+    /// Token slots per KV block (must match the executor's KV cache).
+    pub block_size: usize,
+    /// KV blocks (must match the executor's KV cache).
+    pub num_kv_blocks: usize,
+    /// Share full KV blocks between requests with equal prefixes.
+    pub enable_prefix_caching: bool,
+    /// Context limit of the model (prompt plus output).
+    pub max_model_len: usize,
+    /// Most response streams alive at once; `None` for no limit.
+    pub max_concurrent_requests: Option<usize>,
+}
+
+impl EngineConfig {
+    fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.block_size,
+            num_kv_blocks: self.num_kv_blocks,
+            enable_prefix_caching: self.enable_prefix_caching,
+            enable_chunked_prefill: true,
+            long_prefill_threshold: None,
+            max_model_len: Some(self.max_model_len),
+        }
+    }
+}
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineStartError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] SchedulerError),
+    /// The engine thread could not be spawned.
+    #[error("could not spawn the engine thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+/// What callers send the engine thread.
+pub(crate) enum Command {
+    Submit {
+        id: RequestId,
+        req: EngineRequest,
+        events: UnboundedSender<EngineEvent>,
+    },
+    Abort(RequestId),
+    Shutdown {
+        deadline: Instant,
+    },
+}
+
+struct Shared {
+    config: EngineConfig,
+    commands: mpsc::Sender<Command>,
+    stats: Arc<Mutex<EngineStats>>,
+    in_flight: Arc<AtomicUsize>,
+    stopping: AtomicBool,
+    next_id: AtomicU64,
+    max_len: usize,
+    vocab: usize,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A cheap, cloneable, `Send + Sync` handle to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Spawns the engine thread (the single owner of scheduler, KV manager, executor and
+    /// samplers).
+    ///
+    /// # Panics
+    /// If `config` is invalid or the thread cannot be spawned; see [`EngineHandle::try_start`].
+    pub fn start(
+        executor: Box<dyn Executor>,
+        decoder: Arc<dyn TokenDecoder + Send + Sync>,
+        eos_token_ids: Vec<u32>,
+        config: EngineConfig,
+    ) -> EngineHandle {
+        match Self::try_start(executor, decoder, eos_token_ids, config) {
+            Ok(h) => h,
+            Err(e) => panic!("cannot start the engine: {e}"),
+        }
+    }
+
+    /// Like [`EngineHandle::start`], returning configuration and spawn errors.
+    pub fn try_start(
+        executor: Box<dyn Executor>,
+        decoder: Arc<dyn TokenDecoder + Send + Sync>,
+        eos_token_ids: Vec<u32>,
+        config: EngineConfig,
+    ) -> Result<EngineHandle, EngineStartError> {
+        let core = EngineCore::new(executor, decoder, eos_token_ids, config.scheduler_config())?;
+        let (tx, rx) = mpsc::channel();
+        let stats = Arc::new(Mutex::new(core.stats()));
+        let (max_len, vocab) = (core.max_model_len(), core.vocab_size());
+        let engine = engine_loop::EngineLoop::new(core, rx, stats.clone());
+        let thread = std::thread::Builder::new()
+            .name("kestrel-engine".into())
+            .spawn(move || engine.run())?;
+        let shared = Shared {
+            config,
+            commands: tx,
+            stats,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            max_len,
+            vocab,
+            thread: Mutex::new(Some(thread)),
+        };
+        Ok(EngineHandle {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// Admits a request. Errors: [`SubmitError::Overloaded`] beyond `max_concurrent_requests`
+    /// live streams, [`SubmitError::Invalid`] if it can never run (empty prompt, bad sampling
+    /// parameters, token ids outside the vocabulary, prompt plus `max_tokens` beyond the
+    /// context limit or the whole KV cache), [`SubmitError::Stopped`] once shutdown began.
+    pub fn submit(&self, req: EngineRequest) -> Result<ResponseStream, SubmitError> {
+        let s = &self.shared;
+        if s.stopping.load(Ordering::Acquire) {
+            return Err(SubmitError::Stopped);
+        }
+        self.validate(&req)?;
+        let permit = InFlight::acquire(&s.in_flight, s.config.max_concurrent_requests)?;
+        let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+        let (events, rx) = unbounded_channel();
+        s.commands
+            .send(Command::Submit { id, req, events })
+            .map_err(|_| SubmitError::Stopped)?;
+        Ok(ResponseStream {
+            id,
+            events: rx,
+            commands: s.commands.clone(),
+            permit: Some(permit),
+            done: false,
+        })
+    }
+
+    fn validate(&self, req: &EngineRequest) -> Result<(), SubmitError> {
+        let invalid = |m: String| Err(SubmitError::Invalid(m));
+        let (len, max_tokens) = (req.prompt_ids.len(), req.sampling.max_tokens);
+        if len == 0 {
+            return invalid("the prompt is empty".into());
+        }
+        if let Err(e) = req.sampling.validate() {
+            return invalid(e.to_string());
+        }
+        if let Some(t) = req
+            .prompt_ids
+            .iter()
+            .find(|&&t| t as usize >= self.shared.vocab)
+        {
+            return invalid(format!(
+                "token id {t} is outside the vocabulary ({})",
+                self.shared.vocab
+            ));
+        }
+        let max = self.shared.max_len;
+        if len.saturating_add(max_tokens) > max {
+            return invalid(format!(
+                "the prompt ({len} tokens) plus max_tokens ({max_tokens}) exceeds the context limit of {max} tokens"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The latest snapshot of the engine's counters (refreshed after every step).
+    pub fn stats(&self) -> EngineStats {
+        // The lock only guards a plain copy; a poisoned lock still holds a valid snapshot.
+        *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The configuration the engine was started with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// Stops admitting requests, lets in-flight ones finish until `deadline` from now, then
+    /// fails the rest with `EngineFailure::ShuttingDown`, and joins the engine thread. Blocks
+    /// the caller (use `spawn_blocking` from async code). Later calls return at once.
+    pub fn shutdown(&self, deadline: Duration) {
+        let s = &self.shared;
+        s.stopping.store(true, Ordering::Release);
+        let deadline = Instant::now() + deadline;
+        let _ = s.commands.send(Command::Shutdown { deadline });
+        let thread = s.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            if t.join().is_err() {
+                tracing::error!("the engine thread panicked");
+            }
+        }
+    }
+}
+
+/// One slot of `max_concurrent_requests`, released when dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn acquire(count: &Arc<AtomicUsize>, limit: Option<usize>) -> Result<InFlight, SubmitError> {
+        let limit = limit.unwrap_or(usize::MAX);
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map_err(|_| SubmitError::Overloaded(limit))?;
+        Ok(InFlight(count.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The events of one request: tokens, then exactly one `Finished` or `Failed`. Dropping it
+/// before the end aborts the request (its KV blocks are freed on the engine's next step).
+pub struct ResponseStream {
+    id: RequestId,
+    events: UnboundedReceiver<EngineEvent>,
+    commands: mpsc::Sender<Command>,
+    permit: Option<InFlight>,
+    done: bool,
+}
+
+impl ResponseStream {
+    /// The engine's id for this request.
+    pub fn request_id(&self) -> u64 {
+        self.id
+    }
+
+    /// The next event; `None` after `Finished` or `Failed`.
+    pub async fn next(&mut self) -> Option<EngineEvent> {
+        if self.done {
+            return None;
+        }
+        let ev = self.events.recv().await;
+        self.observe(ev)
+    }
+
+    /// Like [`ResponseStream::next`], blocking the thread; must not be called from async code.
+    pub fn blocking_next(&mut self) -> Option<EngineEvent> {
+        if self.done {
+            return None;
+        }
+        let ev = self.events.blocking_recv();
+        self.observe(ev)
+    }
+
+    fn observe(&mut self, ev: Option<EngineEvent>) -> Option<EngineEvent> {
+        let end = !matches!(ev, Some(EngineEvent::Token(_)));
+        if end {
+            self.done = true;
+            self.permit = None;
+        }
+        ev
+    }
+}
+
+impl Drop for ResponseStream {
+    fn drop(&mut self) {
+        if !self.done {
+            // Fails only when the engine thread is gone, and then there is nothing to abort.
+            let _ = self.commands.send(Command::Abort(self.id));
+        }
+    }
+}

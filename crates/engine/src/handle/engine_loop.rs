@@ -1,0 +1,133 @@
+//! The engine thread's loop: drain every pending command, step while there is work, block on
+//! the command channel when there is none, and honour the shutdown deadline.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::Command;
+use crate::api::{EngineEvent, EngineFailure, EngineStats};
+use crate::core::EngineCore;
+
+/// How long to wait for commands when requests exist but none could be scheduled.
+const STALLED_WAIT: Duration = Duration::from_millis(5);
+
+/// The engine thread's state.
+pub(super) struct EngineLoop {
+    core: EngineCore,
+    commands: Receiver<Command>,
+    stats: Arc<Mutex<EngineStats>>,
+    deadline: Option<Instant>,
+    disconnected: bool,
+}
+
+impl EngineLoop {
+    pub(super) fn new(
+        core: EngineCore,
+        commands: Receiver<Command>,
+        stats: Arc<Mutex<EngineStats>>,
+    ) -> Self {
+        EngineLoop {
+            core,
+            commands,
+            stats,
+            deadline: None,
+            disconnected: false,
+        }
+    }
+
+    /// Runs until shutdown completes or every sender (handles and streams) is gone.
+    pub(super) fn run(mut self) {
+        loop {
+            self.drain();
+            if self.disconnected || self.shutdown_due() {
+                break;
+            }
+            if self.core.has_unfinished() {
+                let computed = self.core.step();
+                self.publish();
+                if computed == 0 {
+                    self.wait(Some(self.stall_wait()));
+                }
+            } else {
+                self.publish();
+                self.wait(None);
+            }
+        }
+        self.core.fail_all(EngineFailure::ShuttingDown);
+        self.reject_pending();
+        self.publish();
+    }
+
+    /// True when shutdown was asked for and either its deadline passed or no work is left.
+    fn shutdown_due(&self) -> bool {
+        match self.deadline {
+            Some(d) => Instant::now() >= d || !self.core.has_unfinished(),
+            None => false,
+        }
+    }
+
+    fn stall_wait(&self) -> Duration {
+        let until_deadline = self
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        until_deadline.map_or(STALLED_WAIT, |d| d.min(STALLED_WAIT))
+    }
+
+    /// Applies every command already queued.
+    fn drain(&mut self) {
+        loop {
+            match self.commands.try_recv() {
+                Ok(cmd) => self.apply(cmd),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    self.disconnected = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Blocks until a command arrives (or `timeout` passes) and applies it.
+    fn wait(&mut self, timeout: Option<Duration>) {
+        let cmd = match timeout {
+            None => self
+                .commands
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+            Some(t) => self.commands.recv_timeout(t),
+        };
+        match cmd {
+            Ok(cmd) => self.apply(cmd),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => self.disconnected = true,
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) {
+        match cmd {
+            Command::Submit { id, req, events } => self.core.add_request(id, req, events),
+            Command::Abort(id) => {
+                self.core.abort(id);
+            }
+            Command::Shutdown { deadline } => {
+                self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
+            }
+        }
+    }
+
+    /// Fails requests submitted after the loop ended.
+    fn reject_pending(&mut self) {
+        while let Ok(cmd) = self.commands.try_recv() {
+            if let Command::Submit { events, .. } = cmd {
+                let _ = events.send(EngineEvent::Failed(EngineFailure::ShuttingDown));
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let snapshot = self.core.stats();
+        // A poisoned lock still guards a plain value; overwrite it.
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = snapshot;
+    }
+}

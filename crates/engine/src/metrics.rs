@@ -1,0 +1,197 @@
+//! Engine-side metrics, recorded through the [`metrics`] facade. The engine only records; the
+//! server installs a recorder (Prometheus) and calls [`describe`] once so every series has help
+//! text and a unit. Without an installed recorder every call here is a no-op.
+//!
+//! Gauges are refreshed after every step; counters grow as tokens are computed and requests
+//! finish; histograms get one sample per request (latencies, token counts), per token
+//! (inter-token latency) or per step (batched tokens).
+
+use std::time::Duration;
+
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
+
+use crate::api::{RequestTimings, Usage};
+use crate::request::FinishReason;
+use crate::scheduler::SchedulerStats;
+
+/// Metric names, exactly as exported.
+pub mod names {
+    /// Gauge: requests holding KV blocks.
+    pub const NUM_REQUESTS_RUNNING: &str = "kestrel:num_requests_running";
+    /// Gauge: requests queued (new or preempted).
+    pub const NUM_REQUESTS_WAITING: &str = "kestrel:num_requests_waiting";
+    /// Gauge: fraction of KV blocks in use, 0..1.
+    pub const KV_CACHE_USAGE_PERC: &str = "kestrel:kv_cache_usage_perc";
+    /// Counter: prompt tokens of admitted requests.
+    pub const PROMPT_TOKENS_TOTAL: &str = "kestrel:prompt_tokens_total";
+    /// Counter: generated tokens.
+    pub const GENERATION_TOKENS_TOTAL: &str = "kestrel:generation_tokens_total";
+    /// Counter, labelled `finished_reason`: requests that finished (stop, length, abort).
+    pub const REQUEST_SUCCESS_TOTAL: &str = "kestrel:request_success_total";
+    /// Counter: preemptions.
+    pub const NUM_PREEMPTIONS_TOTAL: &str = "kestrel:num_preemptions_total";
+    /// Counter: prompt tokens looked up in the prefix cache.
+    pub const PREFIX_CACHE_QUERIES_TOTAL: &str = "kestrel:prefix_cache_queries_total";
+    /// Counter: prompt tokens found in the prefix cache.
+    pub const PREFIX_CACHE_HITS_TOTAL: &str = "kestrel:prefix_cache_hits_total";
+    /// Histogram (seconds): arrival to first generated token.
+    pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "kestrel:time_to_first_token_seconds";
+    /// Histogram (seconds): gap between consecutive generated tokens.
+    pub const INTER_TOKEN_LATENCY_SECONDS: &str = "kestrel:inter_token_latency_seconds";
+    /// Histogram (seconds): arrival to finish.
+    pub const E2E_REQUEST_LATENCY_SECONDS: &str = "kestrel:e2e_request_latency_seconds";
+    /// Histogram (seconds): arrival to first scheduling.
+    pub const REQUEST_QUEUE_TIME_SECONDS: &str = "kestrel:request_queue_time_seconds";
+    /// Histogram (tokens): prompt length of finished requests.
+    pub const REQUEST_PROMPT_TOKENS: &str = "kestrel:request_prompt_tokens";
+    /// Histogram (tokens): generated length of finished requests.
+    pub const REQUEST_GENERATION_TOKENS: &str = "kestrel:request_generation_tokens";
+    /// Histogram (tokens): tokens computed per engine step.
+    pub const ITERATION_TOKENS_TOTAL: &str = "kestrel:iteration_tokens_total";
+}
+
+/// Registers help text and units for every engine metric with the installed recorder.
+pub fn describe() {
+    use names::*;
+    describe_gauge!(
+        NUM_REQUESTS_RUNNING,
+        Unit::Count,
+        "Requests holding KV blocks"
+    );
+    describe_gauge!(NUM_REQUESTS_WAITING, Unit::Count, "Requests waiting to run");
+    describe_gauge!(
+        KV_CACHE_USAGE_PERC,
+        Unit::Percent,
+        "Fraction of KV blocks in use (0..1)"
+    );
+    describe_counter!(
+        PROMPT_TOKENS_TOTAL,
+        Unit::Count,
+        "Prompt tokens of admitted requests"
+    );
+    describe_counter!(GENERATION_TOKENS_TOTAL, Unit::Count, "Generated tokens");
+    describe_counter!(
+        REQUEST_SUCCESS_TOTAL,
+        Unit::Count,
+        "Finished requests by finish reason"
+    );
+    describe_counter!(
+        NUM_PREEMPTIONS_TOTAL,
+        Unit::Count,
+        "Requests preempted for KV space"
+    );
+    describe_counter!(
+        PREFIX_CACHE_QUERIES_TOTAL,
+        Unit::Count,
+        "Prompt tokens looked up in the prefix cache"
+    );
+    describe_counter!(
+        PREFIX_CACHE_HITS_TOTAL,
+        Unit::Count,
+        "Prompt tokens found in the prefix cache"
+    );
+    describe_histogram!(
+        TIME_TO_FIRST_TOKEN_SECONDS,
+        Unit::Seconds,
+        "Arrival to first token"
+    );
+    describe_histogram!(
+        INTER_TOKEN_LATENCY_SECONDS,
+        Unit::Seconds,
+        "Time between generated tokens"
+    );
+    describe_histogram!(
+        E2E_REQUEST_LATENCY_SECONDS,
+        Unit::Seconds,
+        "Arrival to finish"
+    );
+    describe_histogram!(
+        REQUEST_QUEUE_TIME_SECONDS,
+        Unit::Seconds,
+        "Arrival to first scheduling"
+    );
+    describe_histogram!(
+        REQUEST_PROMPT_TOKENS,
+        Unit::Count,
+        "Prompt tokens per finished request"
+    );
+    describe_histogram!(
+        REQUEST_GENERATION_TOKENS,
+        Unit::Count,
+        "Generated tokens per finished request"
+    );
+    describe_histogram!(
+        ITERATION_TOKENS_TOTAL,
+        Unit::Count,
+        "Tokens computed per engine step"
+    );
+}
+
+/// Turns the scheduler's cumulative counters into counter increments, and sets the gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StepRecorder {
+    last: SchedulerStats,
+}
+
+impl StepRecorder {
+    /// Publishes the gauges and the growth of the preemption and prefix-cache counters since
+    /// the previous call.
+    pub(crate) fn record(&mut self, now: &SchedulerStats) {
+        gauge!(names::NUM_REQUESTS_RUNNING).set(now.num_running as f64);
+        gauge!(names::NUM_REQUESTS_WAITING).set(now.num_waiting as f64);
+        gauge!(names::KV_CACHE_USAGE_PERC).set(now.kv_usage);
+        let preemptions = now
+            .num_preemptions
+            .saturating_sub(self.last.num_preemptions);
+        let queries = now
+            .prefix_cache
+            .queries
+            .saturating_sub(self.last.prefix_cache.queries);
+        let hits = now
+            .prefix_cache
+            .hits
+            .saturating_sub(self.last.prefix_cache.hits);
+        if preemptions > 0 {
+            counter!(names::NUM_PREEMPTIONS_TOTAL).increment(preemptions);
+        }
+        if queries > 0 {
+            counter!(names::PREFIX_CACHE_QUERIES_TOTAL).increment(queries);
+        }
+        if hits > 0 {
+            counter!(names::PREFIX_CACHE_HITS_TOTAL).increment(hits);
+        }
+        self.last = *now;
+    }
+}
+
+/// Tokens computed by one step.
+pub(crate) fn record_iteration(tokens: usize) {
+    histogram!(names::ITERATION_TOKENS_TOTAL).record(tokens as f64);
+}
+
+/// A request was scheduled for the first time after waiting `queue`.
+pub(crate) fn record_admitted(prompt_tokens: usize, queue: Duration) {
+    counter!(names::PROMPT_TOKENS_TOTAL).increment(prompt_tokens as u64);
+    histogram!(names::REQUEST_QUEUE_TIME_SECONDS).record(queue.as_secs_f64());
+}
+
+/// A token was generated: `ttft` for a request's first token, else the gap since the previous.
+pub(crate) fn record_token(ttft: Option<Duration>, gap: Option<Duration>) {
+    counter!(names::GENERATION_TOKENS_TOTAL).increment(1);
+    if let Some(t) = ttft {
+        histogram!(names::TIME_TO_FIRST_TOKEN_SECONDS).record(t.as_secs_f64());
+    }
+    if let Some(g) = gap {
+        histogram!(names::INTER_TOKEN_LATENCY_SECONDS).record(g.as_secs_f64());
+    }
+}
+
+/// A request finished (normally, or aborted by its client).
+pub(crate) fn record_finished(reason: FinishReason, usage: &Usage, timings: &RequestTimings) {
+    counter!(names::REQUEST_SUCCESS_TOTAL, "finished_reason" => reason.as_str()).increment(1);
+    histogram!(names::E2E_REQUEST_LATENCY_SECONDS).record(timings.end_to_end.as_secs_f64());
+    histogram!(names::REQUEST_PROMPT_TOKENS).record(usage.prompt_tokens as f64);
+    histogram!(names::REQUEST_GENERATION_TOKENS).record(usage.completion_tokens as f64);
+}

@@ -1,0 +1,265 @@
+//! Helpers shared by the `engine_*` tests: a one-letter-per-token decoder, a controllable
+//! wrapper around [`MockExecutor`], request builders and stream collectors.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use kestrel_engine::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, Usage};
+use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError};
+use kestrel_engine::handle::{EngineConfig, EngineHandle, ResponseStream};
+use kestrel_engine::mock_executor::MockExecutor;
+use kestrel_engine::output::TokenDecoder;
+use kestrel_engine::request::FinishReason;
+use kestrel_engine::sampling::{Logprobs, SamplingParams};
+
+pub const VOCAB: usize = 64;
+pub const BLOCK: usize = 4;
+pub const EOS: u32 = 0;
+
+/// Token `t` decodes to the letter `'a' + t % 26`.
+pub struct LetterDecoder;
+
+impl TokenDecoder for LetterDecoder {
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter().map(|&t| letter(t)).collect()
+    }
+}
+
+pub fn letter(t: u32) -> char {
+    char::from(b'a' + (t % 26) as u8)
+}
+
+pub fn text_of(ids: &[u32]) -> String {
+    LetterDecoder.decode(ids)
+}
+
+/// Knobs the test thread turns while the engine runs a [`ControlledExecutor`].
+pub struct Control {
+    paused: Mutex<bool>,
+    resumed: Condvar,
+    blocked: AtomicBool,
+    delay_us: AtomicU64,
+    fail_at: AtomicU64,
+    steps: AtomicU64,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            paused: Mutex::new(false),
+            resumed: Condvar::new(),
+            blocked: AtomicBool::new(false),
+            delay_us: AtomicU64::new(0),
+            fail_at: AtomicU64::new(u64::MAX),
+            steps: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Control {
+    /// Makes the engine block at its next `execute` until [`Control::resume`].
+    pub fn pause(&self) {
+        *self.paused.lock().unwrap() = true;
+    }
+
+    /// Waits until the engine is blocked inside a paused `execute`.
+    pub fn wait_blocked(&self) {
+        assert!(
+            wait_until(Duration::from_secs(5), || self
+                .blocked
+                .load(Ordering::SeqCst)),
+            "the engine never reached execute"
+        );
+    }
+
+    pub fn resume(&self) {
+        *self.paused.lock().unwrap() = false;
+        self.resumed.notify_all();
+    }
+
+    /// Sleeps this long in every `execute`.
+    pub fn set_delay(&self, d: Duration) {
+        self.delay_us.store(d.as_micros() as u64, Ordering::SeqCst);
+    }
+
+    /// Makes the `n`-th `execute` (counting from 0) fail.
+    pub fn fail_at_step(&self, n: u64) {
+        self.fail_at.store(n, Ordering::SeqCst);
+    }
+
+    /// Steps executed (including failed ones).
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::SeqCst)
+    }
+}
+
+/// [`MockExecutor`] behind a [`Control`].
+pub struct ControlledExecutor {
+    inner: MockExecutor,
+    ctl: Arc<Control>,
+}
+
+impl Executor for ControlledExecutor {
+    fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
+        {
+            let mut paused = self.ctl.paused.lock().unwrap();
+            while *paused {
+                self.ctl.blocked.store(true, Ordering::SeqCst);
+                paused = self.ctl.resumed.wait(paused).unwrap();
+            }
+            self.ctl.blocked.store(false, Ordering::SeqCst);
+        }
+        let delay = self.ctl.delay_us.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(Duration::from_micros(delay));
+        }
+        let step = self.ctl.steps.fetch_add(1, Ordering::SeqCst);
+        if step == self.ctl.fail_at.load(Ordering::SeqCst) {
+            return Err(ExecutorError::Failed("injected failure".into()));
+        }
+        self.inner.execute(input)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+}
+
+pub fn config(num_kv_blocks: usize) -> EngineConfig {
+    EngineConfig {
+        max_num_seqs: 8,
+        max_num_batched_tokens: 64,
+        block_size: BLOCK,
+        num_kv_blocks,
+        enable_prefix_caching: true,
+        max_model_len: 256,
+        max_concurrent_requests: None,
+    }
+}
+
+/// An engine over a controlled mock executor with EOS [`EOS`].
+pub fn start(config: EngineConfig) -> (EngineHandle, Arc<Control>) {
+    let ctl = Arc::new(Control::default());
+    let exec = ControlledExecutor {
+        inner: MockExecutor::new(config.num_kv_blocks, config.block_size, VOCAB),
+        ctl: ctl.clone(),
+    };
+    let handle = EngineHandle::start(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], config);
+    (handle, ctl)
+}
+
+/// Greedy request for `prompt`, at most `max_tokens` new tokens.
+pub fn request(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
+    EngineRequest {
+        prompt_ids: prompt,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            ..SamplingParams::default()
+        },
+        priority: 0,
+        arrival: Instant::now(),
+        max_queue_time: None,
+    }
+}
+
+/// A deterministic prompt of `len` tokens in `1..VOCAB` (no EOS), distinct per `seed`.
+pub fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| 1 + (seed * 31 + i * 7 + i * i) % (VOCAB as u32 - 1))
+        .collect()
+}
+
+/// What one stream yielded.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    pub ids: Vec<u32>,
+    pub text: String,
+    pub logprobs: Vec<Option<Logprobs>>,
+    pub end: End,
+}
+
+#[derive(Debug, Clone)]
+pub enum End {
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        timings: RequestTimings,
+    },
+    Failed(EngineFailure),
+    /// The stream ended without a terminal event (a bug).
+    Closed,
+}
+
+impl Collected {
+    pub fn reason(&self) -> FinishReason {
+        match &self.end {
+            End::Finished { reason, .. } => *reason,
+            other => panic!("request did not finish: {other:?}"),
+        }
+    }
+
+    pub fn usage(&self) -> Usage {
+        match &self.end {
+            End::Finished { usage, .. } => *usage,
+            other => panic!("request did not finish: {other:?}"),
+        }
+    }
+
+    pub fn failure(&self) -> EngineFailure {
+        match &self.end {
+            End::Failed(f) => f.clone(),
+            other => panic!("request did not fail: {other:?}"),
+        }
+    }
+}
+
+/// Reads `stream` to its end, checking that nothing follows the terminal event.
+pub fn collect(mut stream: ResponseStream) -> Collected {
+    let mut c = Collected {
+        ids: vec![],
+        text: String::new(),
+        logprobs: vec![],
+        end: End::Closed,
+    };
+    while let Some(ev) = stream.blocking_next() {
+        match ev {
+            EngineEvent::Token(t) => {
+                c.ids.push(t.id);
+                c.text.push_str(&t.text);
+                c.logprobs.push(t.logprobs);
+            }
+            EngineEvent::Finished {
+                reason,
+                text,
+                usage,
+                timings,
+            } => {
+                c.text.push_str(&text);
+                c.end = End::Finished {
+                    reason,
+                    usage,
+                    timings,
+                };
+            }
+            EngineEvent::Failed(f) => c.end = End::Failed(f),
+        }
+    }
+    assert!(stream.blocking_next().is_none(), "events after the end");
+    c
+}
+
+/// Polls `cond` until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cond()
+}

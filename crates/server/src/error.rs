@@ -1,0 +1,238 @@
+//! [`ApiError`]: every way a request can fail, with a [`ErrorKind`] that decides the HTTP status,
+//! the OpenAI `type` and the metric label. Routes return [`OpenAiError`] or [`TgiError`], which
+//! render the same error in each API's body shape:
+//!
+//! ```text
+//! OpenAI: {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null}}
+//! TGI:    {"error": "...", "error_type": "validation"}
+//! ```
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use kestrel_engine::api::{EngineFailure, SubmitError};
+
+use crate::wire::openai::{ErrorBody, ErrorDetail};
+use crate::wire::tgi::TgiErrorBody;
+
+/// The class of an error: decides status code, OpenAI `type` and TGI `error_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed or a parameter is out of range.
+    InvalidRequest,
+    /// Missing or wrong API key.
+    Authentication,
+    /// The body exceeds the size limit.
+    PayloadTooLarge,
+    /// Too many concurrent requests.
+    Overloaded,
+    /// The engine cannot take or finish the request now (shutting down, queue timeout).
+    Unavailable,
+    /// A bug or model failure.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status on OpenAI routes (TGI differs only for validation: 422).
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
+            ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Overloaded => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The OpenAI error `type`, also used as a metric and log label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest => "invalid_request_error",
+            ErrorKind::Authentication => "authentication_error",
+            ErrorKind::PayloadTooLarge => "invalid_request_error",
+            ErrorKind::Overloaded => "rate_limit_error",
+            ErrorKind::Unavailable => "service_unavailable",
+            ErrorKind::Internal => "internal_error",
+        }
+    }
+
+    /// TGI's `error_type`.
+    fn tgi_type(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => "validation",
+            ErrorKind::Authentication => "authentication",
+            ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "generation",
+        }
+    }
+}
+
+/// A failed request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// A parameter has a bad value; `param` is its wire name.
+    #[error("{message}")]
+    InvalidParam { param: &'static str, message: String },
+    /// The request is malformed in a way that is not about one parameter.
+    #[error("{0}")]
+    Invalid(String),
+    /// The body is not valid JSON for this route.
+    #[error("invalid JSON body: {0}")]
+    Json(String),
+    /// The body is not UTF-8.
+    #[error("the request body is not valid UTF-8: {0}")]
+    Utf8(String),
+    /// The prompt (or prompt + max tokens) does not fit the configured limits.
+    #[error("{0}")]
+    TooLong(String),
+    /// The body is larger than the limit.
+    #[error("the request body is larger than the limit of {0} bytes")]
+    PayloadTooLarge(usize),
+    /// The Authorization header is missing or wrong.
+    #[error("missing or invalid API key: send `Authorization: Bearer <key>`")]
+    Unauthorized,
+    /// Too many requests in flight.
+    #[error("the server is overloaded ({0} concurrent requests); retry later")]
+    Overloaded(usize),
+    /// The engine cannot serve the request.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Something broke.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// Its class.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ApiError::InvalidParam { .. }
+            | ApiError::Invalid(_)
+            | ApiError::Json(_)
+            | ApiError::Utf8(_)
+            | ApiError::TooLong(_) => ErrorKind::InvalidRequest,
+            ApiError::PayloadTooLarge(_) => ErrorKind::PayloadTooLarge,
+            ApiError::Unauthorized => ErrorKind::Authentication,
+            ApiError::Overloaded(_) => ErrorKind::Overloaded,
+            ApiError::Unavailable(_) => ErrorKind::Unavailable,
+            ApiError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// A bad value for `param`.
+    pub fn param(param: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::InvalidParam {
+            param,
+            message: message.into(),
+        }
+    }
+
+    fn param_name(&self) -> Option<String> {
+        match self {
+            ApiError::InvalidParam { param, .. } => Some((*param).to_string()),
+            _ => None,
+        }
+    }
+
+    fn code(&self) -> Option<String> {
+        match self {
+            ApiError::Unauthorized => Some("invalid_api_key".into()),
+            ApiError::TooLong(_) => Some("context_length_exceeded".into()),
+            ApiError::Overloaded(_) => Some("overloaded".into()),
+            _ => None,
+        }
+    }
+
+    /// The OpenAI error body for this error.
+    pub fn openai_body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind: self.kind().as_str().to_string(),
+                param: self.param_name(),
+                code: self.code(),
+            },
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> ApiError {
+        match e {
+            SubmitError::Overloaded(limit) => ApiError::Overloaded(limit),
+            SubmitError::Invalid(msg) => ApiError::Invalid(msg),
+            SubmitError::Stopped => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<EngineFailure> for ApiError {
+    fn from(e: EngineFailure) -> ApiError {
+        match e {
+            EngineFailure::QueueTimeout(_) | EngineFailure::ShuttingDown => {
+                ApiError::Unavailable(e.to_string())
+            }
+            EngineFailure::TooLong(_) => ApiError::TooLong(e.to_string()),
+            EngineFailure::Model(_) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// An [`ApiError`] rendered in OpenAI's shape.
+#[derive(Debug)]
+pub struct OpenAiError(pub ApiError);
+
+impl From<ApiError> for OpenAiError {
+    fn from(e: ApiError) -> Self {
+        OpenAiError(e)
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let status = self.0.kind().status();
+        json_response(status, &self.0.openai_body())
+    }
+}
+
+/// An [`ApiError`] rendered in TGI's shape (validation errors are 422 there).
+#[derive(Debug)]
+pub struct TgiError(pub ApiError);
+
+impl From<ApiError> for TgiError {
+    fn from(e: ApiError) -> Self {
+        TgiError(e)
+    }
+}
+
+impl IntoResponse for TgiError {
+    fn into_response(self) -> Response {
+        let kind = self.0.kind();
+        let status = match kind {
+            ErrorKind::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
+            other => other.status(),
+        };
+        let body = TgiErrorBody {
+            error: self.0.to_string(),
+            error_type: kind.tgi_type().to_string(),
+        };
+        json_response(status, &body)
+    }
+}
+
+/// A JSON response with `status`.
+pub fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (
+            status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serialize a response body");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}

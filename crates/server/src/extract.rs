@@ -1,0 +1,45 @@
+//! [`Wire`]: the JSON body extractor. It reads the body up to the configured limit (413 past
+//! it), checks UTF-8 (400 with the byte offset) and parses JSON (400 with serde's message,
+//! which names the line, column and, for unknown fields, the field).
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// The request body limit, stored as a request extension by the router.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// A JSON body parsed into `T`.
+#[derive(Debug, Clone)]
+pub struct Wire<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(crate::config::DEFAULT_BODY_LIMIT, |l| l.0);
+        let bytes = read_limited(req.into_body(), limit).await?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::Utf8(e.to_string()))?;
+        serde_json::from_str(text)
+            .map(Wire)
+            .map_err(|e| ApiError::Json(e.to_string()))
+    }
+}
+
+async fn read_limited(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::PayloadTooLarge(limit)
+        } else {
+            ApiError::Invalid(format!("cannot read the request body: {e}"))
+        }
+    })
+}

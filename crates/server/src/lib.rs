@@ -1,0 +1,126 @@
+//! Kestrel's HTTP server: OpenAI- and TGI-compatible routes over an
+//! [`kestrel_engine::handle::EngineHandle`].
+//!
+//! * [`serve`] / [`serve_on`] — run the server until a shutdown signal, then drain the engine.
+//! * [`routes::router`] — the axum router: `/v1/completions`, `/v1/chat/completions`,
+//!   `/v1/models`, `/generate`, `/generate_stream`, `/info`, `/tokenize`, `/health`,
+//!   `/metrics`, `/openapi.json`.
+//! * [`wire`] — request/response bodies with OpenAPI schemas; [`validation`] turns them into
+//!   engine requests (the one place parameters are checked); [`error::ApiError`] maps every
+//!   failure to a status and an OpenAI- or TGI-shaped body.
+//! * [`sse`] — streaming; [`auth`] — bearer keys; [`metrics`] — Prometheus.
+//!
+//! ```text
+//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation ─► EngineHandle::submit × n
+//!      ─► collect (JSON) or SseEncoder (text/event-stream) ─► one log line per request
+//! ```
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod generation;
+pub mod logprobs;
+pub mod metrics;
+pub mod openai_stream;
+pub mod request_log;
+pub mod routes;
+pub mod sse;
+pub mod state;
+pub mod validation;
+pub mod wire;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::TcpListener;
+
+pub use config::ServerConfig;
+pub use state::{AppState, Limits, ModelInfo};
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("the HTTP server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Binds the configured address.
+pub async fn bind(config: &ServerConfig) -> Result<TcpListener, ServerError> {
+    let addr = format!("{}:{}", config.hostname, config.port);
+    TcpListener::bind((config.hostname.as_str(), config.port))
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Binds, serves until SIGINT or SIGTERM, then drains the engine (in-flight requests get
+/// `config.shutdown_deadline`).
+pub async fn serve(config: ServerConfig, state: AppState) -> Result<(), ServerError> {
+    let listener = bind(&config).await?;
+    serve_on(listener, config, state, shutdown_signal()).await
+}
+
+/// Serves on `listener` until `shutdown` resolves: stops accepting connections, waits for open
+/// ones, then shuts the engine down on a blocking thread.
+pub async fn serve_on(
+    listener: TcpListener,
+    config: ServerConfig,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let local: Option<SocketAddr> = listener.local_addr().ok();
+    tracing::info!(addr = ?local, "listening");
+    let app = routes::router(&config, state.clone());
+    let engine = state.engine().clone();
+    let deadline = config.shutdown_deadline;
+    // When the signal comes, the engine starts draining at once, so that streams still open
+    // finish (or fail with "shutting down") within the deadline and the connections close.
+    let drain = async move {
+        shutdown.await;
+        tracing::info!("shutdown signal received; draining");
+        let engine = engine.clone();
+        tokio::task::spawn_blocking(move || engine.shutdown(deadline));
+    };
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(drain)
+        .await
+        .map_err(ServerError::Serve);
+    let engine = state.engine().clone();
+    // Joins the engine thread (a no-op if draining already finished).
+    let _ = tokio::task::spawn_blocking(move || engine.shutdown(deadline)).await;
+    tracing::info!("server stopped");
+    result
+}
+
+/// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,95 @@
+//! Prometheus metrics: the process-wide recorder, the HTTP request counter and the scrape.
+//!
+//! The engine records `kestrel:*` series through the `metrics` facade; this module installs the
+//! recorder they land in (once per process) with histogram buckets for every `kestrel:`
+//! histogram, so `histogram_quantile` works on latencies (seconds) and token counts alike.
+//! The server adds:
+//!
+//! * `kestrel:http_requests_total{route,status}` — every routed request;
+//! * `kestrel:http_request_duration_seconds{route}` — time to the response head.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::state::AppState;
+
+/// Counter: routed HTTP requests by route template and status code.
+pub const HTTP_REQUESTS_TOTAL: &str = "kestrel:http_requests_total";
+/// Histogram (seconds): request arrival to response head, by route.
+pub const HTTP_REQUEST_DURATION_SECONDS: &str = "kestrel:http_request_duration_seconds";
+
+/// Bucket bounds shared by all `kestrel:` histograms: they span milliseconds to minutes for
+/// latencies and 1 to 10k for token counts.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1280.0, 2560.0, 5120.0, 10240.0,
+];
+
+/// Why the recorder could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot install the Prometheus recorder: {0}")]
+pub struct MetricsError(String);
+
+static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (first call) and returns its handle (every
+/// call). Call it before starting the engine so that the engine's metric handles bind to it.
+pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
+    HANDLE
+        .get_or_init(|| {
+            let handle = build().map_err(|e| e.to_string())?;
+            kestrel_engine::metrics::describe();
+            metrics::describe_counter!(
+                HTTP_REQUESTS_TOTAL,
+                metrics::Unit::Count,
+                "HTTP requests by route and status"
+            );
+            metrics::describe_histogram!(
+                HTTP_REQUEST_DURATION_SECONDS,
+                metrics::Unit::Seconds,
+                "Time from request arrival to response head"
+            );
+            Ok(handle)
+        })
+        .clone()
+        .map_err(MetricsError)
+}
+
+fn build() -> Result<PrometheusHandle, BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Prefix("kestrel:".into()), BUCKETS)?
+        .install_recorder()
+}
+
+/// Middleware: counts each routed request by route template and status.
+pub async fn count_requests(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let start = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!(HTTP_REQUESTS_TOTAL, "route" => route.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!(HTTP_REQUEST_DURATION_SECONDS, "route" => route)
+        .record(start.elapsed().as_secs_f64());
+    response
+}
+
+/// The Prometheus text exposition, with the engine gauges refreshed from its latest stats.
+pub fn render(state: &AppState) -> String {
+    use kestrel_engine::metrics::names;
+    let stats = state.engine().stats();
+    metrics::gauge!(names::NUM_REQUESTS_RUNNING).set(stats.running as f64);
+    metrics::gauge!(names::NUM_REQUESTS_WAITING).set(stats.waiting as f64);
+    metrics::gauge!(names::KV_CACHE_USAGE_PERC).set(stats.kv_usage);
+    let handle = state.metrics();
+    handle.run_upkeep();
+    handle.render()
+}

@@ -1,0 +1,136 @@
+//! One structured log line per request (target `kestrel::request`).
+//!
+//! Generation routes keep a [`Tally`] of their choices' usage and timings; it logs when dropped,
+//! so a request logs exactly once whether it finished, failed or the client went away. Every
+//! other response (including generation requests rejected before they ran) is logged by the
+//! [`log_requests`] middleware, which skips responses marked [`LoggedByHandler`].
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use kestrel_engine::api::EngineEvent;
+
+/// Response extension: the handler's [`Tally`] logs this request.
+#[derive(Debug, Clone, Copy)]
+pub struct LoggedByHandler;
+
+/// Accumulates a generation request's outcome and logs it once, on drop.
+#[derive(Debug)]
+pub struct Tally {
+    route: &'static str,
+    start: Instant,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    cached_tokens: usize,
+    queue: Duration,
+    ttft: Option<Duration>,
+    finish: Vec<&'static str>,
+    error: Option<String>,
+    choices: usize,
+    status: u16,
+}
+
+impl Tally {
+    /// A tally for `choices` engine requests on `route`.
+    pub fn new(route: &'static str, prompt_tokens: usize, choices: usize) -> Tally {
+        Tally {
+            route,
+            start: Instant::now(),
+            prompt_tokens,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            queue: Duration::ZERO,
+            ttft: None,
+            finish: Vec::new(),
+            error: None,
+            choices,
+            status: 200,
+        }
+    }
+
+    /// Records an event of any choice.
+    pub fn observe(&mut self, event: &EngineEvent) {
+        match event {
+            EngineEvent::Token(_) => {
+                self.ttft.get_or_insert_with(|| self.start.elapsed());
+            }
+            EngineEvent::Finished {
+                reason,
+                usage,
+                timings,
+                ..
+            } => {
+                self.completion_tokens += usage.completion_tokens;
+                self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
+                self.queue = self.queue.max(timings.queue);
+                self.finish.push(reason.as_str());
+            }
+            EngineEvent::Failed(f) => self.error = Some(f.to_string()),
+        }
+    }
+
+    /// Prompt length of the request.
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    /// Records the HTTP status the request ended with (default 200).
+    pub fn set_status(&mut self, status: u16) {
+        self.status = status;
+    }
+
+    /// Whether every choice has finished or one failed.
+    pub fn done(&self) -> bool {
+        self.error.is_some() || self.finish.len() >= self.choices
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        let outcome = match (&self.error, self.done()) {
+            (Some(_), _) => "failed",
+            (None, true) => "finished",
+            (None, false) => "cancelled",
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        tracing::info!(
+            target: "kestrel::request",
+            route = self.route,
+            status = self.status,
+            outcome,
+            prompt_tokens = self.prompt_tokens,
+            completion_tokens = self.completion_tokens,
+            cached_tokens = self.cached_tokens,
+            queue_ms = ms(self.queue),
+            ttft_ms = self.ttft.map(ms),
+            e2e_ms = ms(self.start.elapsed()),
+            finish_reason = self.finish.join(","),
+            error = self.error.as_deref(),
+            "request"
+        );
+    }
+}
+
+/// Middleware: logs responses the handler did not log itself.
+pub async fn log_requests(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
+    let method = req.method().clone();
+    let start = Instant::now();
+    let response = next.run(req).await;
+    if response.extensions().get::<LoggedByHandler>().is_none() {
+        tracing::info!(
+            target: "kestrel::request",
+            route,
+            method = %method,
+            status = response.status().as_u16(),
+            e2e_ms = start.elapsed().as_secs_f64() * 1e3,
+            "request"
+        );
+    }
+    response
+}

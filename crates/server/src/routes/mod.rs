@@ -1,0 +1,54 @@
+//! The HTTP routes, one file per API family, and the [`router`] that assembles them with
+//! authentication, request counting, logging, body limit and CORS.
+//!
+//! ```text
+//! request ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests ─► auth* ─► handler
+//!                                               * every route but /health and /metrics
+//! ```
+
+pub mod health;
+pub mod metrics;
+pub mod openai;
+pub mod openapi;
+pub mod tgi;
+
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::cors::CorsLayer;
+
+use crate::auth::{require_api_key, ApiKey};
+use crate::config::ServerConfig;
+use crate::extract::BodyLimit;
+use crate::state::AppState;
+
+/// All routes with their middleware.
+pub fn router(config: &ServerConfig, state: AppState) -> Router {
+    let mut protected = Router::new()
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
+        .route("/generate", post(tgi::generate))
+        .route("/generate_stream", post(tgi::generate_stream))
+        .route("/info", get(tgi::info))
+        .route("/tokenize", post(tgi::tokenize))
+        .route("/openapi.json", get(openapi::openapi_json));
+    if let Some(key) = &config.api_key {
+        protected = protected.route_layer(axum::middleware::from_fn_with_state(
+            ApiKey::new(key),
+            require_api_key,
+        ));
+    }
+    let open = Router::new()
+        .route("/health", get(health::health))
+        .route("/metrics", get(metrics::metrics));
+    let mut app = protected
+        .merge(open)
+        .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
+        .layer(axum::middleware::from_fn(crate::request_log::log_requests))
+        .layer(axum::Extension(BodyLimit(config.body_limit)))
+        .with_state(state);
+    if config.cors {
+        app = app.layer(CorsLayer::permissive());
+    }
+    app
+}

@@ -1,0 +1,113 @@
+//! [`AppState`]: what every route shares: the engine handle, the tokenizer and chat template,
+//! the request [`Limits`] and the metrics handle. Cheap to clone.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kestrel_engine::handle::EngineHandle;
+use kestrel_model::chat_template::ChatTemplate;
+use kestrel_model::tokenizer::Tokenizer;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+/// Most choices (`n`) one request may ask for.
+pub const MAX_N: usize = 16;
+/// Most stop strings one request may give.
+pub const MAX_STOP_SEQUENCES: usize = 16;
+
+/// Per-request length limits and queue policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest accepted prompt, in tokens.
+    pub max_input_tokens: usize,
+    /// Longest prompt + generated tokens.
+    pub max_total_tokens: usize,
+    /// Abort requests that have not started within this time.
+    pub max_queue_time: Option<Duration>,
+}
+
+/// The model-facing parts of the state.
+pub struct ModelInfo {
+    /// The name clients see in `/v1/models` and responses.
+    pub model_id: String,
+    /// Weight type, for `/info` (e.g. `Q4_1`).
+    pub dtype: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<ChatTemplate>,
+}
+
+struct Inner {
+    engine: EngineHandle,
+    model: ModelInfo,
+    limits: Limits,
+    metrics: PrometheusHandle,
+    created: u64,
+}
+
+/// Shared state of all routes.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+impl AppState {
+    /// State over a started engine. `metrics` comes from [`crate::metrics::install_recorder`],
+    /// which must run before the engine starts so its metrics are recorded.
+    pub fn new(
+        engine: EngineHandle,
+        model: ModelInfo,
+        limits: Limits,
+        metrics: PrometheusHandle,
+    ) -> AppState {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        AppState {
+            inner: Arc::new(Inner {
+                engine,
+                model,
+                limits,
+                metrics,
+                created,
+            }),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &EngineHandle {
+        &self.inner.engine
+    }
+
+    /// Model name, tokenizer, chat template.
+    pub fn model(&self) -> &ModelInfo {
+        &self.inner.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.inner.model.tokenizer
+    }
+
+    /// Request limits.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// The Prometheus handle `/metrics` renders.
+    pub fn metrics(&self) -> &PrometheusHandle {
+        &self.inner.metrics
+    }
+
+    /// When the server started (Unix seconds), reported as the model's `created`.
+    pub fn created(&self) -> u64 {
+        self.inner.created
+    }
+}
+
+/// Seconds since the Unix epoch, for `created` fields.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -1,0 +1,526 @@
+//! Wire request -> validated [`EngineRequest`], in one place.
+//!
+//! Every route hands its parsed body to one function here ([`completion`], [`chat`],
+//! [`generate`]); what comes back is ready for `EngineHandle::submit`, or an [`ApiError`] that
+//! names the offending parameter. The steps are the same for all three APIs:
+//!
+//! ```text
+//! wire body ─► reject unsupported features ─► prompt ids (template + tokenize)
+//!           ─► sampling parameters (ranges) ─► length limits (prompt, prompt + max_tokens)
+//!           ─► SamplingParams::validate (engine's own check, as a backstop)
+//! ```
+
+use std::time::Instant;
+
+use kestrel_engine::api::EngineRequest;
+use kestrel_engine::sampling::{SamplingParams, MAX_LOGPROBS};
+use kestrel_model::chat_template::ChatMessage;
+
+use crate::error::ApiError;
+use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
+use crate::wire::openai::{
+    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt,
+    SamplingFields,
+};
+use crate::wire::tgi::GenerateRequest;
+use crate::wire::StopSequences;
+
+/// Default `max_tokens` of `/v1/completions` (OpenAI's).
+const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
+/// Default `max_new_tokens` of TGI routes.
+const TGI_DEFAULT_MAX_NEW_TOKENS: usize = 100;
+
+/// A validated OpenAI request.
+#[derive(Debug, Clone)]
+pub struct ValidRequest {
+    /// The request for choice 0; choice `i` differs only in its seed (`seed + i`).
+    pub request: EngineRequest,
+    /// Number of choices.
+    pub n: usize,
+    pub stream: bool,
+    /// Send a final usage chunk when streaming.
+    pub include_usage: bool,
+}
+
+impl ValidRequest {
+    /// The engine request of choice `index`: distinct seeds keep sampled choices distinct.
+    pub fn for_choice(&self, index: usize) -> EngineRequest {
+        let mut req = self.request.clone();
+        if let Some(seed) = req.sampling.seed.as_mut() {
+            *seed = seed.wrapping_add(index as u64);
+        }
+        req
+    }
+}
+
+/// A validated TGI request.
+#[derive(Debug, Clone)]
+pub struct ValidGenerate {
+    pub request: EngineRequest,
+    /// Include `details` in the response.
+    pub details: bool,
+    /// Prepended to `generated_text` (`return_full_text`).
+    pub text_prefix: Option<String>,
+}
+
+/// Validates `POST /v1/completions`.
+pub fn completion(
+    state: &AppState,
+    mut req: CompletionRequest,
+    arrival: Instant,
+) -> Result<ValidRequest, ApiError> {
+    if req.echo == Some(true) {
+        return Err(ApiError::param("echo", "echo is not supported"));
+    }
+    if req.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::param("best_of", "only best_of = 1 is supported"));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::param("suffix", "suffix is not supported"));
+    }
+    let fields = req.sampling_fields();
+    let prompt_ids = completion_prompt(state, req.prompt)?;
+    let logprobs = match req.logprobs {
+        None => None,
+        Some(n) => Some(bounded("logprobs", n, 0, MAX_LOGPROBS as i64)? as usize),
+    };
+    let max_tokens = max_tokens(
+        state.limits(),
+        prompt_ids.len(),
+        req.max_tokens,
+        "max_tokens",
+        COMPLETION_DEFAULT_MAX_TOKENS,
+    )?;
+    finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
+        let options = req.stream_options.unwrap_or_default();
+        ValidRequest {
+            request,
+            n,
+            stream: req.stream.unwrap_or(false),
+            include_usage: options.include_usage,
+        }
+    })
+}
+
+/// Validates `POST /v1/chat/completions`.
+pub fn chat(
+    state: &AppState,
+    mut req: ChatCompletionRequest,
+    arrival: Instant,
+) -> Result<ValidRequest, ApiError> {
+    reject_chat_features(&req)?;
+    let fields = req.sampling_fields();
+    let prompt_ids = chat_prompt(state, &req.messages)?;
+    let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
+        (false, Some(_)) => {
+            return Err(ApiError::param(
+                "top_logprobs",
+                "top_logprobs requires logprobs: true",
+            ))
+        }
+        (false, None) => None,
+        (true, top) => {
+            Some(bounded("top_logprobs", top.unwrap_or(0), 0, MAX_LOGPROBS as i64)? as usize)
+        }
+    };
+    let (requested, param) = match (req.max_completion_tokens, req.max_tokens) {
+        (Some(m), _) => (Some(m), "max_completion_tokens"),
+        (None, m) => (m, "max_tokens"),
+    };
+    let remaining = state.limits().max_total_tokens.saturating_sub(prompt_ids.len());
+    let max_tokens = max_tokens(state.limits(), prompt_ids.len(), requested, param, remaining)?;
+    finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
+        let options = req.stream_options.unwrap_or_default();
+        ValidRequest {
+            request,
+            n,
+            stream: req.stream.unwrap_or(false),
+            include_usage: options.include_usage,
+        }
+    })
+}
+
+/// Validates `POST /generate` and `POST /generate_stream`.
+pub fn generate(
+    state: &AppState,
+    req: GenerateRequest,
+    arrival: Instant,
+) -> Result<ValidGenerate, ApiError> {
+    let p = req.parameters;
+    unsupported_tgi(&p)?;
+    let prompt_ids = encode(state, &req.inputs, true, "inputs")?;
+    let max_tokens = max_tokens(
+        state.limits(),
+        prompt_ids.len(),
+        p.max_new_tokens,
+        "max_new_tokens",
+        TGI_DEFAULT_MAX_NEW_TOKENS,
+    )?;
+    let sample = p.do_sample.unwrap_or(false)
+        || p.temperature.is_some()
+        || p.top_k.is_some()
+        || p.top_p.is_some();
+    let temperature = match p.temperature {
+        Some(t) if !(t.is_finite() && t > 0.0) => {
+            return Err(ApiError::param(
+                "temperature",
+                format!("temperature must be strictly positive, got {t}"),
+            ))
+        }
+        Some(t) => t as f32,
+        None if sample => 1.0,
+        None => 0.0,
+    };
+    let sampling = SamplingParams {
+        temperature,
+        top_k: top_k(p.top_k)?,
+        top_p: unit_open("top_p", p.top_p)?,
+        min_p: unit_closed("min_p", p.min_p)?,
+        repetition_penalty: positive("repetition_penalty", p.repetition_penalty)?,
+        frequency_penalty: penalty("frequency_penalty", p.frequency_penalty)?,
+        presence_penalty: 0.0,
+        seed: p.seed,
+        max_tokens,
+        stop_token_ids: Vec::new(),
+        stop: stops(p.stop)?,
+        ignore_eos: p.ignore_eos.unwrap_or(false),
+        logprobs: match p.top_n_tokens {
+            None => Some(0),
+            Some(n) => Some(bounded("top_n_tokens", n, 0, MAX_LOGPROBS as i64)? as usize),
+        },
+    };
+    let request = engine_request(state, prompt_ids, sampling, p.priority, arrival)?;
+    Ok(ValidGenerate {
+        request,
+        details: p.details.unwrap_or(false),
+        text_prefix: p.return_full_text.unwrap_or(false).then_some(req.inputs),
+    })
+}
+
+fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiError> {
+    if p.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::param("best_of", "only best_of = 1 is supported"));
+    }
+    if p.decoder_input_details == Some(true) {
+        return Err(ApiError::param(
+            "decoder_input_details",
+            "decoder_input_details is not supported",
+        ));
+    }
+    if p.truncate.is_some() {
+        return Err(ApiError::param("truncate", "truncate is not supported"));
+    }
+    if p.watermark == Some(true) {
+        return Err(ApiError::param("watermark", "watermark is not supported"));
+    }
+    if p.typical_p.is_some_and(|t| t != 1.0) {
+        return Err(ApiError::param("typical_p", "typical_p is not supported"));
+    }
+    Ok(())
+}
+
+fn reject_chat_features(req: &ChatCompletionRequest) -> Result<(), ApiError> {
+    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::param("tools", "tools are not supported"));
+    }
+    match &req.tool_choice {
+        None => {}
+        Some(serde_json::Value::String(s)) if s == "none" || s == "auto" => {}
+        Some(_) => {
+            return Err(ApiError::param(
+                "tool_choice",
+                "only tool_choice \"none\" or \"auto\" is supported",
+            ))
+        }
+    }
+    if let Some(format) = &req.response_format {
+        if format.kind != "text" {
+            return Err(ApiError::param(
+                "response_format",
+                format!(
+                    "response_format type {:?} is not supported (only \"text\")",
+                    format.kind
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The shared OpenAI sampling fields, limits check and engine request; returns it with `n`.
+fn finish_openai(
+    state: &AppState,
+    f: SamplingFields,
+    prompt_ids: Vec<u32>,
+    max_tokens: usize,
+    logprobs: Option<usize>,
+    arrival: Instant,
+) -> Result<(EngineRequest, usize), ApiError> {
+    if f.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+        return Err(ApiError::param("logit_bias", "logit_bias is not supported"));
+    }
+    let n = bounded("n", f.n.unwrap_or(1), 1, MAX_N as i64)? as usize;
+    let temperature = match f.temperature {
+        Some(t) if !(0.0..=2.0).contains(&t) => {
+            return Err(ApiError::param(
+                "temperature",
+                format!("temperature must be between 0 and 2, got {t}"),
+            ))
+        }
+        Some(t) => t as f32,
+        None => 1.0,
+    };
+    let sampling = SamplingParams {
+        temperature,
+        top_k: top_k(f.top_k)?,
+        top_p: unit_open("top_p", f.top_p)?,
+        min_p: unit_closed("min_p", f.min_p)?,
+        repetition_penalty: positive("repetition_penalty", f.repetition_penalty)?,
+        frequency_penalty: penalty("frequency_penalty", f.frequency_penalty)?,
+        presence_penalty: penalty("presence_penalty", f.presence_penalty)?,
+        seed: f.seed.map(|s| s as u64),
+        max_tokens,
+        stop_token_ids: Vec::new(),
+        stop: stops(f.stop)?,
+        ignore_eos: f.ignore_eos.unwrap_or(false),
+        logprobs,
+    };
+    let request = engine_request(state, prompt_ids, sampling, f.priority, arrival)?;
+    Ok((request, n))
+}
+
+fn engine_request(
+    state: &AppState,
+    prompt_ids: Vec<u32>,
+    sampling: SamplingParams,
+    priority: Option<i64>,
+    arrival: Instant,
+) -> Result<EngineRequest, ApiError> {
+    sampling
+        .validate()
+        .map_err(|e| ApiError::param(e.param(), e.to_string()))?;
+    let priority = match priority {
+        None => 0,
+        Some(p) => i32::try_from(p).map_err(|_| {
+            ApiError::param("priority", format!("priority must fit in 32 bits, got {p}"))
+        })?,
+    };
+    Ok(EngineRequest {
+        prompt_ids,
+        sampling,
+        priority,
+        arrival,
+        max_queue_time: state.limits().max_queue_time,
+    })
+}
+
+fn completion_prompt(state: &AppState, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
+    let one = |len: usize| {
+        if len == 1 {
+            Ok(())
+        } else {
+            Err(ApiError::param(
+                "prompt",
+                format!("exactly one prompt per request is supported, got {len}"),
+            ))
+        }
+    };
+    let ids = match prompt {
+        Prompt::Text(text) => encode(state, &text, true, "prompt")?,
+        Prompt::TextList(mut list) => {
+            one(list.len())?;
+            encode(state, &list.remove(0), true, "prompt")?
+        }
+        Prompt::Tokens(ids) => ids,
+        Prompt::TokenLists(mut lists) => {
+            one(lists.len())?;
+            lists.remove(0)
+        }
+    };
+    let vocab = state.tokenizer().vocab_size();
+    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::param(
+            "prompt",
+            format!("token id {bad} is outside the vocabulary (size {vocab})"),
+        ));
+    }
+    Ok(ids)
+}
+
+fn chat_prompt(state: &AppState, messages: &[ChatMessageIn]) -> Result<Vec<u32>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::param("messages", "messages must not be empty"));
+    }
+    let template = state.model().chat_template.as_ref().ok_or_else(|| {
+        ApiError::Invalid("this model has no chat template; use /v1/completions".into())
+    })?;
+    let turns = messages
+        .iter()
+        .map(chat_message)
+        .collect::<Result<Vec<_>, _>>()?;
+    let text = template
+        .render(&turns, true)
+        .map_err(|e| ApiError::param("messages", e.to_string()))?;
+    encode(state, &text, false, "messages")
+}
+
+fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {
+    if m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.tool_call_id.is_some() {
+        return Err(ApiError::param("messages", "tool messages are not supported"));
+    }
+    let content = match &m.content {
+        None => String::new(),
+        Some(MessageContent::Text(t)) => t.clone(),
+        Some(MessageContent::Parts(parts)) => {
+            let mut text = String::new();
+            for part in parts {
+                match (part.kind.as_str(), &part.text) {
+                    ("text", Some(t)) => text.push_str(t),
+                    (kind, _) => {
+                        return Err(ApiError::param(
+                            "messages",
+                            format!("content part type {kind:?} is not supported (only text)"),
+                        ))
+                    }
+                }
+            }
+            text
+        }
+    };
+    Ok(ChatMessage::new(m.role.clone(), content))
+}
+
+fn encode(
+    state: &AppState,
+    text: &str,
+    add_special: bool,
+    param: &'static str,
+) -> Result<Vec<u32>, ApiError> {
+    state
+        .tokenizer()
+        .encode(text, add_special)
+        .map_err(|e| ApiError::param(param, format!("cannot tokenize: {e}")))
+}
+
+/// Checks the prompt against the limits and resolves `max_tokens`: an explicit value must fit;
+/// the default is clamped to what fits.
+fn max_tokens(
+    limits: &Limits,
+    prompt_len: usize,
+    requested: Option<i64>,
+    param: &'static str,
+    default: usize,
+) -> Result<usize, ApiError> {
+    if prompt_len == 0 {
+        return Err(ApiError::Invalid("the prompt is empty".into()));
+    }
+    if prompt_len > limits.max_input_tokens {
+        return Err(ApiError::TooLong(format!(
+            "the prompt has {prompt_len} tokens, more than the limit of {} input tokens \
+             (max total tokens {})",
+            limits.max_input_tokens, limits.max_total_tokens
+        )));
+    }
+    let room = limits.max_total_tokens.saturating_sub(prompt_len);
+    let Some(requested) = requested else {
+        return Ok(default.min(room).max(1));
+    };
+    if requested < 1 {
+        return Err(ApiError::param(
+            param,
+            format!("{param} must be at least 1, got {requested}"),
+        ));
+    }
+    let wanted = requested as u64;
+    if prompt_len as u64 + wanted > limits.max_total_tokens as u64 {
+        return Err(ApiError::TooLong(format!(
+            "the prompt ({prompt_len} tokens) plus {param} ({requested}) exceeds the limit of {} \
+             total tokens (at most {room} new tokens fit)",
+            limits.max_total_tokens
+        )));
+    }
+    Ok(wanted as usize)
+}
+
+fn bounded(param: &'static str, v: i64, lo: i64, hi: i64) -> Result<i64, ApiError> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ApiError::param(
+            param,
+            format!("{param} must be between {lo} and {hi}, got {v}"),
+        ))
+    }
+}
+
+fn top_k(v: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match v {
+        None | Some(-1) | Some(0) => Ok(None),
+        Some(k) if k > 0 => Ok(Some(k as usize)),
+        Some(k) => Err(ApiError::param(
+            "top_k",
+            format!("top_k must be positive (or -1/0 to disable), got {k}"),
+        )),
+    }
+}
+
+fn unit_open(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
+    match v {
+        None => Ok(1.0),
+        Some(p) if p > 0.0 && p <= 1.0 => Ok(p as f32),
+        Some(p) => Err(ApiError::param(
+            param,
+            format!("{param} must be in (0, 1], got {p}"),
+        )),
+    }
+}
+
+fn unit_closed(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
+    match v {
+        None => Ok(0.0),
+        Some(p) if (0.0..=1.0).contains(&p) => Ok(p as f32),
+        Some(p) => Err(ApiError::param(
+            param,
+            format!("{param} must be in [0, 1], got {p}"),
+        )),
+    }
+}
+
+fn positive(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
+    match v {
+        None => Ok(1.0),
+        Some(p) if p.is_finite() && p > 0.0 => Ok(p as f32),
+        Some(p) => Err(ApiError::param(
+            param,
+            format!("{param} must be a finite number > 0, got {p}"),
+        )),
+    }
+}
+
+fn penalty(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
+    match v {
+        None => Ok(0.0),
+        Some(p) if (-2.0..=2.0).contains(&p) => Ok(p as f32),
+        Some(p) => Err(ApiError::param(
+            param,
+            format!("{param} must be between -2 and 2, got {p}"),
+        )),
+    }
+}
+
+fn stops(v: Option<StopSequences>) -> Result<Vec<String>, ApiError> {
+    let stops = v.map(StopSequences::into_vec).unwrap_or_default();
+    if stops.len() > MAX_STOP_SEQUENCES {
+        return Err(ApiError::param(
+            "stop",
+            format!(
+                "at most {MAX_STOP_SEQUENCES} stop sequences are allowed, got {}",
+                stops.len()
+            ),
+        ));
+    }
+    if stops.iter().any(String::is_empty) {
+        return Err(ApiError::param("stop", "stop sequences must not be empty"));
+    }
+    Ok(stops)
+}

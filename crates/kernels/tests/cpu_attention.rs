@@ -255,3 +255,48 @@ fn rejects_short_block_table() {
     let mut out = vec![0.0; q.len()];
     attention::attention(&ThreadPool::new(1), &kv, &seqs, 2, 1.0, None, &mut out);
 }
+
+/// Single-sequence decode at SmolLM2-135M geometry (3 kv heads, 9 query heads) has fewer
+/// (sequence, kv head) units than 2 threads x 2, so units are split per query head; the
+/// result must match the reference and be bit-identical to the unsplit single-thread run.
+#[test]
+fn single_sequence_decode_split_per_query_head() {
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let c = Case {
+        block_size: 16,
+        n_kv: 3,
+        group: 3,
+        head_dim: 64,
+        window: None,
+        seqs: vec![(511, 1)],
+    };
+    run_case(&c, &ThreadPool::new(2), &mut rng);
+    let b = build(&c, &mut rng);
+    let kv = PagedKv {
+        k: &b.k,
+        v: &b.v,
+        block_size: 16,
+        n_kv_heads: 3,
+        head_dim: 64,
+    };
+    let seqs = [AttnSeq {
+        q: &b.qs[0],
+        n_q: 1,
+        q_start_pos: 511,
+        block_table: &b.tables[0],
+    }];
+    let run = |threads| {
+        let mut out = vec![0.0; b.qs[0].len()];
+        attention::attention(
+            &ThreadPool::new(threads),
+            &kv,
+            &seqs,
+            9,
+            0.125,
+            None,
+            &mut out,
+        );
+        out
+    };
+    assert_eq!(run(1), run(2));
+}

@@ -470,7 +470,12 @@ fn check_tile_kernel<W: Pod, A: Pod>(
     for isa in Isa::available() {
         let k = kernels_of(dtype, isa);
         let Some(tile) = k.vec_dot_tile else {
-            assert_eq!(isa, Isa::Scalar, "{dtype}: {} has no tile kernel", isa.name());
+            assert_eq!(
+                isa,
+                Isa::Scalar,
+                "{dtype}: {} has no tile kernel",
+                isa.name()
+            );
             continue;
         };
         for nb in BLOCKS {

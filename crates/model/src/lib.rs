@@ -15,6 +15,9 @@ pub mod kv_cache;
 pub mod layers;
 pub mod loader;
 pub mod runner;
+pub mod perplexity;
+pub mod quantize;
+pub mod convert;
 
 pub use error::ModelError;
 pub use loader::{load_model, LoadedModel, ModelFormat};

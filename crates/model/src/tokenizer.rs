@@ -347,6 +347,11 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+
+    /// The tokenizer as HF `tokenizer.json` text (what `tokenizers` serializes).
+    pub fn to_json(&self, pretty: bool) -> Result<String> {
+        self.inner.to_string(pretty).map_err(TokenizerError::build)
+    }
 }
 
 impl kestrel_engine::output::TokenDecoder for Tokenizer {

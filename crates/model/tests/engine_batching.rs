@@ -109,7 +109,7 @@ fn prompts(tokenizer: &Tokenizer) -> Vec<Vec<u32>> {
     let ids = tokenizer.encode(TEXT, false).expect("encodes");
     (0..16)
         .map(|i| {
-            let (start, len) = (11 * i, 5 + 13 * i);
+            let (start, len) = (6 * i, 5 + 13 * i);
             assert!(
                 start + len <= ids.len(),
                 "passage too short: {} tokens",

@@ -236,3 +236,10 @@ pub fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Respon
         }
     }
 }
+
+/// Without a route-specific shape, an error renders as OpenAI's.
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        OpenAiError(self).into_response()
+    }
+}

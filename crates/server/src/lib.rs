@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod generation;
+pub mod launch;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai_stream;

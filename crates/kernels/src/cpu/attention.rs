@@ -142,14 +142,22 @@ pub fn attention_with(
     out: &mut [f32],
 ) {
     validate(kv, seqs, &params, out.len());
+    let group = params.n_heads / kv.n_kv_heads.max(1);
+    // Few units (single-sequence decode): one unit per query head so every thread works.
+    let split = if count_units(seqs, kv.n_kv_heads, 1) < 2 * pool.n_threads() {
+        group
+    } else {
+        1
+    };
     let ctx = Ctx {
         kv,
         seqs,
         params,
-        group: params.n_heads / kv.n_kv_heads.max(1),
+        group,
+        split,
     };
     let run = unit_fn(isa);
-    let total = count_units(seqs, kv.n_kv_heads);
+    let total = count_units(seqs, kv.n_kv_heads, split);
     let next = AtomicUsize::new(0);
     let out = SharedMut::new(out);
     thread_local! {
@@ -163,7 +171,7 @@ pub fn attention_with(
                 if idx >= total {
                     break;
                 }
-                let unit = locate(seqs, kv.n_kv_heads, idx);
+                let unit = locate(&ctx, idx);
                 run(&ctx, unit, &mut buf);
                 write_unit(&ctx, unit, &buf, &out);
             }
@@ -247,50 +255,62 @@ struct Ctx<'a> {
     params: AttnParams,
     /// Query heads per kv head.
     group: usize,
+    /// Units per (sequence, kv head, query tile): each takes `group / split` query heads.
+    split: usize,
 }
 
-/// (sequence, kv head, queries `q0..q1`); `out_base` is the sequence's offset in `out`.
+/// (sequence, kv head, queries `q0..q1`, query heads `g0..g1` of the kv head's group);
+/// `out_base` is the sequence's offset in `out`.
 #[derive(Clone, Copy)]
 struct Unit {
     seq: usize,
     kv_head: usize,
     q0: usize,
     q1: usize,
+    g0: usize,
+    g1: usize,
     out_base: usize,
 }
 
-fn count_units(seqs: &[AttnSeq<'_>], n_kv: usize) -> usize {
-    seqs.iter().map(|s| s.n_q.div_ceil(Q_TILE) * n_kv).sum()
+fn count_units(seqs: &[AttnSeq<'_>], n_kv: usize, split: usize) -> usize {
+    seqs.iter()
+        .map(|s| s.n_q.div_ceil(Q_TILE) * n_kv * split)
+        .sum()
 }
 
 /// The `idx`-th unit. Within a sequence, the last query tiles (most keys) come first.
-fn locate(seqs: &[AttnSeq<'_>], n_kv: usize, mut idx: usize) -> Unit {
+fn locate(ctx: &Ctx<'_>, mut idx: usize) -> Unit {
+    let (n_kv, split) = (ctx.kv.n_kv_heads, ctx.split);
+    let per_split = ctx.group / split;
     let mut out_base = 0;
-    for (seq, s) in seqs.iter().enumerate() {
+    for (seq, s) in ctx.seqs.iter().enumerate() {
         let tiles = s.n_q.div_ceil(Q_TILE);
-        if idx < tiles * n_kv {
-            let tile = tiles - 1 - idx / n_kv;
-            let q0 = tile * Q_TILE;
+        if idx < tiles * n_kv * split {
+            let (tile_idx, rest) = (idx / (n_kv * split), idx % (n_kv * split));
+            let q0 = (tiles - 1 - tile_idx) * Q_TILE;
+            let part = rest % split;
             return Unit {
                 seq,
-                kv_head: idx % n_kv,
+                kv_head: rest / split,
                 q0,
                 q1: (q0 + Q_TILE).min(s.n_q),
+                g0: part * per_split,
+                g1: (part + 1) * per_split,
                 out_base,
             };
         }
-        idx -= tiles * n_kv;
+        idx -= tiles * n_kv * split;
         out_base += s.q.len();
     }
     unreachable!("unit index below count_units")
 }
 
-/// Computes one unit into `buf`: `rows = (q1−q0)·group` accumulators of `head_dim`, then
-/// `l[rows]`, `m[rows]` and a block of scores. Row `qi·group + gi` is query `q0+qi`, head
-/// `kv_head·group + gi`. On return the accumulators hold the normalized outputs.
+/// Computes one unit into `buf`: `rows = (q1−q0)·(g1−g0)` accumulators of `head_dim`, then
+/// `l[rows]`, `m[rows]` and a block of scores. Row `qi·(g1−g0) + gi` is query `q0+qi`, head
+/// `kv_head·group + g0 + gi`. On return the accumulators hold the normalized outputs.
 #[inline(always)]
 fn run_unit<const F: bool, const L: usize, V: VecOps>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
-    let (kv, p, g) = (ctx.kv, &ctx.params, ctx.group);
+    let (kv, p, g) = (ctx.kv, &ctx.params, u.g1 - u.g0);
     let (hd, bs, row_len) = (kv.head_dim, kv.block_size, kv.n_kv_heads * kv.head_dim);
     let seq = &ctx.seqs[u.seq];
     let rows = (u.q1 - u.q0) * g;
@@ -313,7 +333,7 @@ fn run_unit<const F: bool, const L: usize, V: VecOps>(ctx: &Ctx<'_>, u: Unit, bu
             }
             let key = |j: usize| base + (lo - bp0 + j) * row_len;
             for gi in 0..g {
-                let head = u.kv_head * g + gi;
+                let head = u.kv_head * ctx.group + u.g0 + gi;
                 let q_off = ((u.q0 + qi) * p.n_heads + head) * hd;
                 let q = &seq.q[q_off..q_off + hd];
                 let r = qi * g + gi;
@@ -555,9 +575,9 @@ mod x86vec {
 
 /// Copies a finished unit's outputs from `buf` into `out`.
 fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
-    let (g, hd, n_heads) = (ctx.group, ctx.kv.head_dim, ctx.params.n_heads);
+    let (g, hd, n_heads) = (u.g1 - u.g0, ctx.kv.head_dim, ctx.params.n_heads);
     for qi in 0..u.q1 - u.q0 {
-        let start = u.out_base + ((u.q0 + qi) * n_heads + u.kv_head * g) * hd;
+        let start = u.out_base + ((u.q0 + qi) * n_heads + u.kv_head * ctx.group + u.g0) * hd;
         // SAFETY: units partition (sequence, query, kv-head group): each (query, head) output
         // row is written by exactly one unit, hence by one thread.
         let dst = unsafe { out.slice_mut(start, g * hd) };

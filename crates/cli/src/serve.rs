@@ -1,0 +1,165 @@
+//! `kestrel serve`: load a model, start the engine and serve the OpenAI- and TGI-compatible
+//! HTTP API until SIGINT/SIGTERM.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use kestrel_server::launch::{KvCacheSize, LaunchOptions};
+use kestrel_server::ServerConfig;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A .gguf file or an HF checkpoint directory [default: SmolLM2-135M-Instruct, fetched on first use].
+    #[arg(long, env = "MODEL_ID")]
+    pub model: Option<PathBuf>,
+    /// Name clients see in /v1/models and responses [default: the model file's stem].
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// TCP port to listen on.
+    #[arg(long, env = "PORT", default_value_t = 8000)]
+    pub port: u16,
+    /// Address to bind.
+    #[arg(long, env = "HOSTNAME", default_value = "127.0.0.1")]
+    pub hostname: String,
+    /// Most requests running in one batch.
+    #[arg(long, env = "MAX_BATCH_SIZE", default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Longest prompt in tokens [default: max total tokens - 1].
+    #[arg(long, env = "MAX_INPUT_LENGTH")]
+    pub max_input_tokens: Option<usize>,
+    /// Longest prompt + output in tokens [default: the model's context, capped by the KV cache].
+    #[arg(long, env = "MAX_TOTAL_TOKENS")]
+    pub max_total_tokens: Option<usize>,
+    /// Requests in flight beyond this get 429.
+    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
+    pub max_concurrent_requests: usize,
+    /// Token budget of one engine step (chunked prefill).
+    #[arg(long, env = "MAX_BATCH_PREFILL_TOKENS", default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// KV cache memory, e.g. 512MiB, 2GiB, 1000000.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    pub kv_cache_memory: u64,
+    /// KV cache size in tokens (instead of --kv-cache-memory).
+    #[arg(long)]
+    pub kv_cache_tokens: Option<usize>,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Disable sharing KV blocks between requests with equal prefixes.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Abort requests that wait longer than this many seconds to start.
+    #[arg(long)]
+    pub max_queue_time: Option<f64>,
+    /// Require `Authorization: Bearer <key>` on every route but /health and /metrics.
+    #[arg(long, env = "KESTREL_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Largest request body, e.g. 4MiB (larger bodies get 413).
+    #[arg(long, default_value = "4MiB", value_parser = parse_bytes)]
+    pub max_body_size: u64,
+    /// Allow cross-origin requests from any origin.
+    #[arg(long)]
+    pub cors: bool,
+    /// Seconds in-flight requests may run on after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+    /// Worker threads [default: KESTREL_THREADS, else all cores].
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+}
+
+impl ServeArgs {
+    fn launch_options(&self) -> Result<LaunchOptions> {
+        let max_queue_time = match self.max_queue_time {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => bail!("--max-queue-time must be a positive number of seconds, got {s}"),
+        };
+        Ok(LaunchOptions {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.block_size,
+            kv_cache: match self.kv_cache_tokens {
+                Some(t) => KvCacheSize::Tokens(t),
+                None => KvCacheSize::Bytes(self.kv_cache_memory),
+            },
+            enable_prefix_caching: !self.no_prefix_caching,
+            max_concurrent_requests: Some(self.max_concurrent_requests),
+            max_input_tokens: self.max_input_tokens,
+            max_total_tokens: self.max_total_tokens,
+            max_queue_time,
+            model_id: self.served_model_name.clone(),
+        })
+    }
+
+    fn server_config(&self) -> Result<ServerConfig> {
+        Ok(ServerConfig {
+            hostname: self.hostname.clone(),
+            port: self.port,
+            api_key: self.api_key.clone().filter(|k| !k.is_empty()),
+            body_limit: usize::try_from(self.max_body_size).context("--max-body-size is too large")?,
+            cors: self.cors,
+            shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
+        })
+    }
+}
+
+/// Parses `512MiB`, `2GiB`, `1.5GB`, `4096` (bytes) and the like.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit {other:?} in {s:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("size must be at least 1 byte, got {s:?}"));
+    }
+    Ok(bytes as u64)
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let opts = args.launch_options()?;
+    let config = args.server_config()?;
+    let path = crate::resolve_model(args.model.clone())?;
+    let loaded = crate::load_with_progress(&path)?;
+    let pool = crate::thread_pool(args.threads);
+    let state = kestrel_server::launch::start(loaded, &opts, pool)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = kestrel_server::bind(&config).await?;
+        let addr = listener.local_addr().context("no local address")?;
+        println!("kestrel serving {} on http://{addr}", state.model().model_id);
+        kestrel_server::serve_on(listener, config, state, kestrel_server::shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("0").is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! [`EngineCore`] driven on the test thread under a local `metrics` recorder: every metric is
+//! recorded under its exported name with the expected values.
+
+mod engine_common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use engine_common::*;
+use kestrel_engine::api::EngineEvent;
+use kestrel_engine::core::EngineCore;
+use kestrel_engine::mock_executor::{reference_generate, MockExecutor};
+use kestrel_engine::scheduler::SchedulerConfig;
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+
+/// Every value recorded, by `name{label=value,...}`.
+#[derive(Default)]
+struct Store {
+    counters: HashMap<String, u64>,
+    gauges: HashMap<String, f64>,
+    histograms: HashMap<String, Vec<f64>>,
+}
+
+struct Handle(Arc<Mutex<Store>>, String);
+
+impl CounterFn for Handle {
+    fn increment(&self, v: u64) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .counters
+            .entry(self.1.clone())
+            .or_default() += v;
+    }
+    fn absolute(&self, v: u64) {
+        self.0.lock().unwrap().counters.insert(self.1.clone(), v);
+    }
+}
+
+impl GaugeFn for Handle {
+    fn increment(&self, v: f64) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .gauges
+            .entry(self.1.clone())
+            .or_default() += v;
+    }
+    fn decrement(&self, v: f64) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .gauges
+            .entry(self.1.clone())
+            .or_default() -= v;
+    }
+    fn set(&self, v: f64) {
+        self.0.lock().unwrap().gauges.insert(self.1.clone(), v);
+    }
+}
+
+impl HistogramFn for Handle {
+    fn record(&self, v: f64) {
+        self.0
+            .lock()
+            .unwrap()
+            .histograms
+            .entry(self.1.clone())
+            .or_default()
+            .push(v);
+    }
+}
+
+#[derive(Default)]
+struct TestRecorder(Arc<Mutex<Store>>);
+
+impl TestRecorder {
+    fn handle(&self, key: &Key) -> Arc<Handle> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = if labels.is_empty() {
+            key.name().to_string()
+        } else {
+            format!("{}{{{}}}", key.name(), labels.join(","))
+        };
+        Arc::new(Handle(self.0.clone(), name))
+    }
+}
+
+impl Recorder for TestRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.handle(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.handle(key))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(self.handle(key))
+    }
+}
+
+#[test]
+fn metrics_are_recorded_under_their_names() {
+    let recorder = TestRecorder::default();
+    let mut cfg = SchedulerConfig::new(64);
+    cfg.block_size = BLOCK;
+    let exec = MockExecutor::new(64, BLOCK, VOCAB);
+    let mut core = EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], cfg)
+        .expect("valid config");
+    let p = prompt(2, 10);
+    let want = reference_generate(&p, 6, &[EOS], VOCAB);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx2, mut rx2) = tokio::sync::mpsc::unbounded_channel();
+    metrics::with_local_recorder(&recorder, || {
+        core.add_request(1, request(p.clone(), 6), tx);
+        while core.has_unfinished() {
+            core.step();
+        }
+        core.add_request(2, request(p.clone(), 6), tx2); // same prompt: 8 tokens cached
+        while core.has_unfinished() {
+            core.step();
+        }
+    });
+    for rx in [&mut rx, &mut rx2] {
+        let mut n = 0;
+        while let Ok(ev) = rx.try_recv() {
+            n += usize::from(matches!(ev, EngineEvent::Token(_)));
+        }
+        assert_eq!(n, want.len());
+    }
+    let s = recorder.0.lock().unwrap();
+    let c = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+    let h = |k: &str| s.histograms.get(k).map_or(0, Vec::len);
+    assert_eq!(c("kestrel:prompt_tokens_total"), 20);
+    assert_eq!(c("kestrel:generation_tokens_total"), 2 * want.len() as u64);
+    let reason = if want.last() == Some(&EOS) {
+        "stop"
+    } else {
+        "length"
+    };
+    assert_eq!(
+        c(&format!(
+            "kestrel:request_success_total{{finished_reason={reason}}}"
+        )),
+        2
+    );
+    assert_eq!(c("kestrel:prefix_cache_queries_total"), 20);
+    assert_eq!(c("kestrel:prefix_cache_hits_total"), 8);
+    assert_eq!(c("kestrel:num_preemptions_total"), 0);
+    assert_eq!(s.gauges["kestrel:num_requests_running"], 0.0);
+    assert_eq!(s.gauges["kestrel:num_requests_waiting"], 0.0);
+    assert_eq!(s.gauges["kestrel:kv_cache_usage_perc"], 0.0);
+    assert_eq!(h("kestrel:time_to_first_token_seconds"), 2);
+    assert_eq!(
+        h("kestrel:inter_token_latency_seconds"),
+        2 * (want.len() - 1)
+    );
+    assert_eq!(h("kestrel:e2e_request_latency_seconds"), 2);
+    assert_eq!(h("kestrel:request_queue_time_seconds"), 2);
+    assert_eq!(
+        s.histograms["kestrel:request_prompt_tokens"],
+        vec![10.0, 10.0]
+    );
+    let gen = want.len() as f64;
+    assert_eq!(
+        s.histograms["kestrel:request_generation_tokens"],
+        vec![gen, gen]
+    );
+    let iters = &s.histograms["kestrel:iteration_tokens_total"];
+    assert_eq!(
+        iters.iter().sum::<f64>(),
+        (10 + 2 + 2 * (want.len() - 1)) as f64,
+        "10 + 2 prompt tokens computed, then decodes"
+    );
+}

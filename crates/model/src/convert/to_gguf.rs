@@ -1,0 +1,117 @@
+//! HF directory → GGUF: llama metadata from `config.json`, tokenizer metadata from
+//! `tokenizer.json` / `tokenizer_config.json`, and tensors re-typed by [`retype`] (which
+//! `kestrel quantize` shares).
+
+use std::path::Path;
+use std::time::Instant;
+
+use kestrel_kernels::DType;
+
+use super::source::{ModelSource, SourceTensor};
+use super::{tokenizer_meta, ConvertError, FloatType};
+use crate::config::{Architecture, ModelConfig, RopeScaling};
+use crate::quantize::{encode_threads, TensorPlan};
+use crate::weights::gguf::{GgufWriter, MetaValue};
+
+/// Keys that describe a file's tensor types, rewritten by [`retype`].
+const FILE_TYPE: &str = "general.file_type";
+const QUANT_VERSION: &str = "general.quantization_version";
+
+/// Convert the HF checkpoint in `input` to a GGUF file at `output` with 2-D tensors stored as
+/// `dtype` (1-D tensors F32). Returns the tensors written.
+pub fn hf_to_gguf(input: &Path, output: &Path, dtype: FloatType) -> Result<Vec<TensorPlan>, ConvertError> {
+    let source = ModelSource::open(input)?;
+    let rule = |t: &SourceTensor| if t.shape().len() < 2 { DType::F32 } else { dtype.dtype() };
+    let mut plans = Vec::new();
+    let writer = retype(&source, &rule, dtype.gguf_file_type(), &mut |p| plans.push(p.clone()))?;
+    write_file(&writer, output)?;
+    Ok(plans)
+}
+
+/// Write `writer`'s GGUF file to `path`.
+pub fn write_file(writer: &GgufWriter, path: &Path) -> Result<(), ConvertError> {
+    let file = std::fs::File::create(path).map_err(|e| ConvertError::io(path, e))?;
+    let mut out = std::io::BufWriter::new(file);
+    writer.write(&mut out)?;
+    std::io::Write::flush(&mut out).map_err(|e| ConvertError::io(path, e))
+}
+
+/// A GGUF writer holding `source`'s metadata (with `general.file_type` = `file_type`) and its
+/// tensors converted to the types `rule` picks. `on_tensor` is called after each tensor.
+pub fn retype(
+    source: &ModelSource,
+    rule: &dyn Fn(&SourceTensor) -> DType,
+    file_type: u32,
+    on_tensor: &mut dyn FnMut(&TensorPlan),
+) -> Result<GgufWriter, ConvertError> {
+    let mut writer = GgufWriter::new();
+    for (key, value) in &source.metadata {
+        if key != FILE_TYPE && key != QUANT_VERSION {
+            writer.add_metadata(key, value.clone())?;
+        }
+    }
+    writer.add_metadata(FILE_TYPE, MetaValue::U32(file_type))?;
+    let mut quantized = false;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for t in &source.tensors {
+        let start = Instant::now();
+        let to = rule(t);
+        quantized |= to.is_quantized();
+        let bytes = match t.gguf_bytes() {
+            Some(raw) if to == t.dtype() => raw.to_vec(),
+            _ => encode_threads(to, &t.to_f32()?, t.row_len(), threads),
+        };
+        writer.add_tensor(&t.name, to, t.shape(), bytes)?;
+        on_tensor(&TensorPlan { name: t.name.clone(), shape: t.shape().to_vec(), from: t.dtype(), to, seconds: start.elapsed().as_secs_f64() });
+    }
+    if quantized {
+        writer.add_metadata(QUANT_VERSION, MetaValue::U32(2))?;
+    }
+    Ok(writer)
+}
+
+/// Conversion handles the Llama layout only (Q/K permutation is Llama's).
+pub(crate) fn check_llama(config: &ModelConfig) -> Result<(), ConvertError> {
+    match config.architecture {
+        Architecture::Llama | Architecture::Mistral => Ok(()),
+        other => Err(ConvertError::Unsupported(format!("architecture {} (convert handles llama and mistral)", other.name()))),
+    }
+}
+
+/// llama.cpp's metadata for `config`, plus the tokenizer's from `dir`.
+pub(crate) fn gguf_metadata(config: &ModelConfig, dir: &Path) -> Result<Vec<(String, MetaValue)>, ConvertError> {
+    let name = dir.file_name().map_or("model".to_string(), |n| n.to_string_lossy().into_owned());
+    let u = |v: usize| MetaValue::U32(v as u32);
+    let mut m: Vec<(String, MetaValue)> = vec![
+        ("general.architecture".into(), MetaValue::String("llama".into())),
+        ("general.type".into(), MetaValue::String("model".into())),
+        ("general.name".into(), MetaValue::String(name)),
+        ("llama.block_count".into(), u(config.n_layers)),
+        ("llama.context_length".into(), u(config.max_position_embeddings)),
+        ("llama.embedding_length".into(), u(config.hidden_size)),
+        ("llama.feed_forward_length".into(), u(config.intermediate_size)),
+        ("llama.attention.head_count".into(), u(config.n_heads)),
+        ("llama.attention.head_count_kv".into(), u(config.n_kv_heads)),
+        ("llama.rope.freq_base".into(), MetaValue::F32(config.rope_theta)),
+        ("llama.attention.layer_norm_rms_epsilon".into(), MetaValue::F32(config.rms_norm_eps)),
+        ("llama.vocab_size".into(), u(config.vocab_size)),
+        ("llama.rope.dimension_count".into(), u(config.head_dim)),
+    ];
+    if config.head_dim * config.n_heads != config.hidden_size {
+        m.push(("llama.attention.key_length".into(), u(config.head_dim)));
+        m.push(("llama.attention.value_length".into(), u(config.head_dim)));
+    }
+    if let Some(w) = config.sliding_window {
+        m.push(("llama.attention.sliding_window".into(), u(w)));
+    }
+    match &config.rope_scaling {
+        None => {}
+        Some(RopeScaling::Linear { factor }) => {
+            m.push(("llama.rope.scaling.type".into(), MetaValue::String("linear".into())));
+            m.push(("llama.rope.scaling.factor".into(), MetaValue::F32(*factor)));
+        }
+        Some(other) => return Err(ConvertError::Unsupported(format!("rope scaling {other:?} in GGUF output"))),
+    }
+    m.extend(tokenizer_meta::from_hf_dir(dir, config)?);
+    Ok(m)
+}

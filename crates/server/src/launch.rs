@@ -1,0 +1,160 @@
+//! From a loaded model to a ready [`AppState`]: size the KV cache, derive the length limits,
+//! install the metrics recorder, start the engine. Used by `kestrel serve` and the HTTP tests.
+//!
+//! ```text
+//! kv blocks   = kv bytes / (bytes_per_token × block_size)     (or kv tokens / block_size)
+//! model len   = min(model context, kv blocks × block_size)
+//! total limit = --max-total-tokens or model len    (≤ model len)
+//! input limit = --max-input-tokens or total - 1    (< total)
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kestrel_engine::handle::{EngineConfig, EngineHandle};
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+use kestrel_model::kv_cache::KvCacheShape;
+use kestrel_model::{LoadedModel, ModelRunner};
+
+use crate::state::{AppState, Limits, ModelInfo};
+
+/// How much KV cache to allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvCacheSize {
+    /// A memory budget in bytes.
+    Bytes(u64),
+    /// A number of token slots.
+    Tokens(usize),
+}
+
+/// Engine and limit settings for [`start`].
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    pub block_size: usize,
+    pub kv_cache: KvCacheSize,
+    pub enable_prefix_caching: bool,
+    pub max_concurrent_requests: Option<usize>,
+    pub max_input_tokens: Option<usize>,
+    pub max_total_tokens: Option<usize>,
+    pub max_queue_time: Option<Duration>,
+    /// The name clients see; defaults to the model file's stem.
+    pub model_id: Option<String>,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        LaunchOptions {
+            max_num_seqs: 64,
+            max_num_batched_tokens: 512,
+            block_size: 16,
+            kv_cache: KvCacheSize::Bytes(1 << 30),
+            enable_prefix_caching: true,
+            max_concurrent_requests: Some(256),
+            max_input_tokens: None,
+            max_total_tokens: None,
+            max_queue_time: None,
+            model_id: None,
+        }
+    }
+}
+
+/// Why the server could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("the KV cache holds {blocks} blocks of {block_size} tokens; at least one is needed (raise --kv-cache-memory or --kv-cache-tokens)")]
+    KvTooSmall { blocks: usize, block_size: usize },
+    #[error("{0}")]
+    Limits(String),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    #[error("cannot start the engine: {0}")]
+    Engine(#[from] kestrel_engine::handle::EngineStartError),
+}
+
+/// Starts the engine over `loaded` and returns the server state.
+pub fn start(
+    loaded: LoadedModel,
+    opts: &LaunchOptions,
+    pool: &'static ThreadPool,
+) -> Result<AppState, LaunchError> {
+    let metrics = crate::metrics::install_recorder()?;
+    let dims = loaded.model.dims();
+    let shape = KvCacheShape {
+        n_layers: dims.n_layers,
+        n_kv_heads: dims.n_kv_heads,
+        head_dim: dims.head_dim,
+        block_size: opts.block_size,
+        num_blocks: 0,
+    };
+    let num_blocks = match opts.kv_cache {
+        KvCacheSize::Bytes(b) => shape.blocks_for_bytes(usize::try_from(b).unwrap_or(usize::MAX)),
+        KvCacheSize::Tokens(t) => t / opts.block_size.max(1),
+    };
+    if num_blocks == 0 {
+        return Err(LaunchError::KvTooSmall {
+            blocks: num_blocks,
+            block_size: opts.block_size,
+        });
+    }
+    let model_len = loaded
+        .config
+        .max_position_embeddings
+        .min(num_blocks * opts.block_size);
+    let limits = limits(opts, model_len)?;
+    let config = EngineConfig {
+        max_num_seqs: opts.max_num_seqs,
+        max_num_batched_tokens: opts.max_num_batched_tokens,
+        block_size: opts.block_size,
+        num_kv_blocks: num_blocks,
+        enable_prefix_caching: opts.enable_prefix_caching,
+        max_model_len: limits.max_total_tokens,
+        max_concurrent_requests: opts.max_concurrent_requests,
+    };
+    let model_id = opts.model_id.clone().unwrap_or_else(|| {
+        loaded
+            .path
+            .file_stem()
+            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let eos = tokenizer.eos_ids().to_vec();
+    let runner = ModelRunner::new(loaded.model, opts.block_size, num_blocks, pool);
+    let engine = EngineHandle::try_start(Box::new(runner), tokenizer.clone(), eos, config)?;
+    tracing::info!(
+        num_blocks,
+        block_size = opts.block_size,
+        max_input_tokens = limits.max_input_tokens,
+        max_total_tokens = limits.max_total_tokens,
+        "engine started"
+    );
+    let model = ModelInfo {
+        model_id,
+        dtype: loaded.config.dtype.clone().unwrap_or_else(|| "unknown".into()),
+        tokenizer,
+        chat_template: loaded.chat_template,
+    };
+    Ok(AppState::new(engine, model, limits, metrics))
+}
+
+fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError> {
+    let total = opts.max_total_tokens.unwrap_or(model_len);
+    if total > model_len || total < 2 {
+        return Err(LaunchError::Limits(format!(
+            "--max-total-tokens must be between 2 and {model_len} (the model's context, capped by the KV cache), got {total}"
+        )));
+    }
+    let input = opts.max_input_tokens.unwrap_or(total - 1);
+    if input == 0 || input >= total {
+        return Err(LaunchError::Limits(format!(
+            "--max-input-tokens must be between 1 and {} (below --max-total-tokens {total}), got {input}",
+            total - 1
+        )));
+    }
+    Ok(Limits {
+        max_input_tokens: input,
+        max_total_tokens: total,
+        max_queue_time: opts.max_queue_time,
+    })
+}

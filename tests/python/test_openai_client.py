@@ -1,0 +1,67 @@
+"""Drives a running `kestrel serve` with the official `openai` client.
+
+Usage: python3 test_openai_client.py BASE_URL   (e.g. http://127.0.0.1:8123/v1)
+Exits non-zero on the first failed check.
+"""
+
+import sys
+
+import openai
+
+
+def main() -> None:
+    base_url = sys.argv[1]
+    client = openai.OpenAI(base_url=base_url, api_key="unused")
+
+    models = client.models.list()
+    model = models.data[0].id
+    assert model, "the server must list a model"
+
+    # Completions: non-streamed and streamed greedy text must agree.
+    done = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    text = done.choices[0].text
+    assert text, "empty completion"
+    assert done.usage.completion_tokens == 8 or done.choices[0].finish_reason == "stop", done
+    assert done.usage.total_tokens == done.usage.prompt_tokens + done.usage.completion_tokens
+
+    streamed = "".join(
+        chunk.choices[0].text
+        for chunk in client.completions.create(
+            model=model, prompt="The capital of France is", max_tokens=8, temperature=0, stream=True
+        )
+        if chunk.choices
+    )
+    assert streamed == text, (streamed, text)
+
+    # Chat: non-streamed and streamed, with a usage chunk.
+    messages = [{"role": "user", "content": "Say hello in one word."}]
+    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=10, temperature=0)
+    reply = chat.choices[0].message.content
+    assert chat.choices[0].message.role == "assistant"
+    assert reply, "empty chat reply"
+
+    parts, usage = [], None
+    for chunk in client.chat.completions.create(
+        model=model, messages=messages, max_tokens=10, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ):
+        if chunk.choices:
+            parts.append(chunk.choices[0].delta.content or "")
+        if chunk.usage is not None:
+            usage = chunk.usage
+    assert "".join(parts) == reply, (parts, reply)
+    assert usage is not None and usage.completion_tokens == chat.usage.completion_tokens, usage
+
+    # A bad parameter is a 400 that names it.
+    try:
+        client.completions.create(model=model, prompt="hi", max_tokens=4, temperature=5)
+    except openai.BadRequestError as e:
+        assert "temperature" in str(e), e
+    else:
+        raise AssertionError("temperature=5 must be rejected")
+
+    print("openai client test passed:", repr(text), repr(reply))
+
+
+if __name__ == "__main__":
+    main()

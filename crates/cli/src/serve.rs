@@ -98,7 +98,8 @@ impl ServeArgs {
             hostname: self.hostname.clone(),
             port: self.port,
             api_key: self.api_key.clone().filter(|k| !k.is_empty()),
-            body_limit: usize::try_from(self.max_body_size).context("--max-body-size is too large")?,
+            body_limit: usize::try_from(self.max_body_size)
+                .context("--max-body-size is too large")?,
             cors: self.cors,
             shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
         })
@@ -110,7 +111,10 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a size: {s:?}"))?;
     let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
@@ -119,7 +123,11 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         "kib" => 1024.0,
         "mib" => 1024.0 * 1024.0,
         "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown size unit {other:?} in {s:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
     };
     let bytes = value * scale;
     if !bytes.is_finite() || bytes < 1.0 {
@@ -143,8 +151,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     runtime.block_on(async move {
         let listener = kestrel_server::bind(&config).await?;
         let addr = listener.local_addr().context("no local address")?;
-        println!("kestrel serving {} on http://{addr}", state.model().model_id);
-        kestrel_server::serve_on(listener, config, state, kestrel_server::shutdown_signal()).await?;
+        println!(
+            "kestrel serving {} on http://{addr}",
+            state.model().model_id
+        );
+        kestrel_server::serve_on(listener, config, state, kestrel_server::shutdown_signal())
+            .await?;
         Ok(())
     })
 }

@@ -41,7 +41,10 @@ fn dropping_a_stream_frees_its_blocks() {
         engine.stats()
     );
     let extra = ctl.steps() - steps_at_drop;
-    assert!(extra <= 2, "the abort took effect within a few steps ({extra})");
+    assert!(
+        extra <= 2,
+        "the abort took effect within a few steps ({extra})"
+    );
     // The dropped stream released its concurrency slot.
     let next = collect(
         engine

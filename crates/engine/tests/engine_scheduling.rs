@@ -106,10 +106,7 @@ fn a_high_priority_request_preempts_a_low_one_for_kv_space() {
     let high = engine.submit(high).expect("admitted");
     ctl.resume();
     let (low, high) = (collect(low), collect(high));
-    assert_eq!(
-        low.ids,
-        reference_generate(&prompt(1, 30), 30, &[], VOCAB)
-    );
+    assert_eq!(low.ids, reference_generate(&prompt(1, 30), 30, &[], VOCAB));
     assert_eq!(
         high.ids,
         reference_generate(&prompt(2, 20), 8, &[EOS], VOCAB)

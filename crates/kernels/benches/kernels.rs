@@ -1,5 +1,6 @@
 //! Criterion benches for the CPU execution kernels: thread-pool broadcast, matmul (Q4_1,
-//! Q8_0, F32 at SmolLM2-135M shapes) and paged attention. Threads: `KESTREL_THREADS`, else
+//! Q8_0, F32 at SmolLM2-135M shapes), the 4 × 4 tile kernels against per-row dot products,
+//! and paged attention. Threads: `KESTREL_THREADS`, else
 //! all cores.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -117,5 +118,47 @@ fn bench_attention(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_broadcast, bench_matmul, bench_attention);
+/// One 4 × 4 tile kernel call against the 16 `vec_dot` calls it replaces (one thread).
+fn bench_tile(c: &mut Criterion) {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let mut group = c.benchmark_group("vec_dot_tile");
+    for dtype in [DType::Q4_1, DType::Q8_0] {
+        let k = *kestrel_kernels::quant::kernels(dtype);
+        let Some(tile) = k.vec_dot_tile else { continue };
+        let cols = 576;
+        let w = weights(dtype, 4, cols, &mut rng);
+        let a_row = k.act.row_bytes(cols);
+        let mut a = vec![0u8; 4 * a_row];
+        for dst in a.chunks_exact_mut(a_row) {
+            let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            k.act.quantize(&x, dst);
+        }
+        let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * w.len() / 4..(r + 1) * w.len() / 4]);
+        let ar: [&[u8]; 4] = std::array::from_fn(|j| &a[j * a_row..(j + 1) * a_row]);
+        group.throughput(Throughput::Elements((2 * 16 * cols) as u64));
+        group.bench_function(format!("{dtype}/per_row_16x"), |b| {
+            b.iter(|| {
+                let mut s = 0.0;
+                for a in ar {
+                    for w in wr {
+                        s += (k.vec_dot)(cols, w, a);
+                    }
+                }
+                s
+            })
+        });
+        group.bench_function(format!("{dtype}/tile_4x4"), |b| {
+            b.iter(|| tile(cols, wr, ar))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_broadcast,
+    bench_matmul,
+    bench_tile,
+    bench_attention
+);
 criterion_main!(benches);

@@ -73,7 +73,10 @@ impl ErrorKind {
 pub enum ApiError {
     /// A parameter has a bad value; `param` is its wire name.
     #[error("{message}")]
-    InvalidParam { param: &'static str, message: String },
+    InvalidParam {
+        param: &'static str,
+        message: String,
+    },
     /// The request is malformed in a way that is not about one parameter.
     #[error("{0}")]
     Invalid(String),

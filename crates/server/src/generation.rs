@@ -85,6 +85,10 @@ pub fn total_usage(prompt_tokens: usize, outputs: &[ChoiceOutput]) -> Usage {
     Usage {
         prompt_tokens,
         completion_tokens: outputs.iter().map(|o| o.usage.completion_tokens).sum(),
-        cached_tokens: outputs.iter().map(|o| o.usage.cached_tokens).max().unwrap_or(0),
+        cached_tokens: outputs
+            .iter()
+            .map(|o| o.usage.cached_tokens)
+            .max()
+            .unwrap_or(0),
     }
 }

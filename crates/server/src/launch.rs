@@ -131,7 +131,11 @@ pub fn start(
     );
     let model = ModelInfo {
         model_id,
-        dtype: loaded.config.dtype.clone().unwrap_or_else(|| "unknown".into()),
+        dtype: loaded
+            .config
+            .dtype
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
         tokenizer,
         chat_template: loaded.chat_template,
     };

@@ -127,7 +127,10 @@ impl SseEncoder for CompletionEncoder {
                 )]
             }
             EngineEvent::Finished {
-                reason, text, usage, ..
+                reason,
+                text,
+                usage,
+                ..
             } => {
                 self.common.finished(&usage);
                 vec![self.chunk(
@@ -255,7 +258,10 @@ impl SseEncoder for ChatEncoder {
                 }
             }
             EngineEvent::Finished {
-                reason, text, usage, ..
+                reason,
+                text,
+                usage,
+                ..
             } => {
                 self.common.finished(&usage);
                 if !text.is_empty() {

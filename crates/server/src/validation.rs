@@ -19,8 +19,7 @@ use kestrel_model::chat_template::ChatMessage;
 use crate::error::ApiError;
 use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
-    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt,
-    SamplingFields,
+    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt, SamplingFields,
 };
 use crate::wire::tgi::GenerateRequest;
 use crate::wire::StopSequences;
@@ -127,8 +126,17 @@ pub fn chat(
         (Some(m), _) => (Some(m), "max_completion_tokens"),
         (None, m) => (m, "max_tokens"),
     };
-    let remaining = state.limits().max_total_tokens.saturating_sub(prompt_ids.len());
-    let max_tokens = max_tokens(state.limits(), prompt_ids.len(), requested, param, remaining)?;
+    let remaining = state
+        .limits()
+        .max_total_tokens
+        .saturating_sub(prompt_ids.len());
+    let max_tokens = max_tokens(
+        state.limits(),
+        prompt_ids.len(),
+        requested,
+        param,
+        remaining,
+    )?;
     finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
         let options = req.stream_options.unwrap_or_default();
         ValidRequest {
@@ -341,7 +349,7 @@ fn completion_prompt(state: &AppState, prompt: Prompt) -> Result<Vec<u32>, ApiEr
     if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
         return Err(ApiError::param(
             "prompt",
-            format!("token id {bad} is outside the vocabulary (size {vocab})"),
+            format!("prompt token id {bad} is outside the vocabulary (size {vocab})"),
         ));
     }
     Ok(ids)
@@ -366,7 +374,10 @@ fn chat_prompt(state: &AppState, messages: &[ChatMessageIn]) -> Result<Vec<u32>,
 
 fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {
     if m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.tool_call_id.is_some() {
-        return Err(ApiError::param("messages", "tool messages are not supported"));
+        return Err(ApiError::param(
+            "messages",
+            "tool messages are not supported",
+        ));
     }
     let content = match &m.content {
         None => String::new(),

@@ -44,18 +44,32 @@ async fn completions_stream_equals_non_stream() {
     let (status, full) = post(s, "/v1/completions", &body).await;
     assert_eq!(status, 200, "{full}");
     assert_eq!(full["object"], "text_completion");
-    let text = full["choices"][0]["text"].as_str().expect("text").to_string();
+    let text = full["choices"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_string();
     assert!(!text.is_empty());
     let usage = &full["usage"];
-    assert_eq!(usage["total_tokens"].as_u64(), Some(usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()));
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(
+            usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+        )
+    );
 
     let mut sbody = body.clone();
     sbody["stream"] = json!(true);
     sbody["stream_options"] = json!({"include_usage": true});
     let payloads = stream(s, "/v1/completions", &sbody).await;
     let (streamed, finish, susage) = text_of_completion_chunks(&payloads);
-    assert_eq!(streamed, text, "streamed text must equal the non-streamed text (greedy)");
-    assert_eq!(finish.as_deref(), full["choices"][0]["finish_reason"].as_str());
+    assert_eq!(
+        streamed, text,
+        "streamed text must equal the non-streamed text (greedy)"
+    );
+    assert_eq!(
+        finish.as_deref(),
+        full["choices"][0]["finish_reason"].as_str()
+    );
     let susage = susage.expect("a usage chunk with include_usage");
     assert_eq!(susage["completion_tokens"], usage["completion_tokens"]);
     assert_eq!(susage["prompt_tokens"], usage["prompt_tokens"]);
@@ -67,11 +81,19 @@ async fn chat_stream_equals_non_stream() {
     let s = main_server();
     let messages = json!([{"role": "system", "content": "You are terse."},
                           {"role": "user", "content": "Name three colors."}]);
-    let (status, full) = post(s, "/v1/chat/completions", &chat_body(messages.clone(), 16, false)).await;
+    let (status, full) = post(
+        s,
+        "/v1/chat/completions",
+        &chat_body(messages.clone(), 16, false),
+    )
+    .await;
     assert_eq!(status, 200, "{full}");
     assert_eq!(full["object"], "chat.completion");
     assert_eq!(full["choices"][0]["message"]["role"], "assistant");
-    let text = full["choices"][0]["message"]["content"].as_str().expect("content").to_string();
+    let text = full["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content")
+        .to_string();
     assert!(!text.is_empty());
 
     let payloads = stream(s, "/v1/chat/completions", &chat_body(messages, 16, true)).await;
@@ -94,10 +116,16 @@ async fn chat_stream_equals_non_stream() {
         }
     }
     assert_eq!(streamed, text);
-    assert_eq!(finish.as_deref(), full["choices"][0]["finish_reason"].as_str());
+    assert_eq!(
+        finish.as_deref(),
+        full["choices"][0]["finish_reason"].as_str()
+    );
     let last = chunks.last().expect("chunks");
     assert_eq!(last["choices"].as_array().map(Vec::len), Some(0));
-    assert_eq!(last["usage"]["completion_tokens"], full["usage"]["completion_tokens"]);
+    assert_eq!(
+        last["usage"]["completion_tokens"],
+        full["usage"]["completion_tokens"]
+    );
 }
 
 #[tokio::test]
@@ -107,14 +135,23 @@ async fn tgi_stream_equals_generate() {
     let body = json!({"inputs": "Once upon a time", "parameters": {"max_new_tokens": 10, "details": true}});
     let (status, full) = post(s, "/generate", &body).await;
     assert_eq!(status, 200, "{full}");
-    let text = full["generated_text"].as_str().expect("generated_text").to_string();
+    let text = full["generated_text"]
+        .as_str()
+        .expect("generated_text")
+        .to_string();
     assert_eq!(full["details"]["generated_tokens"].as_u64(), Some(10));
     assert_eq!(full["details"]["finish_reason"], "length");
 
     let payloads = stream(s, "/generate_stream", &body).await;
     assert_eq!(payloads.len(), 10, "one event per token: {payloads:?}");
-    let events: Vec<Value> = payloads.iter().map(|p| serde_json::from_str(p).expect("JSON")).collect();
-    let joined: String = events.iter().map(|e| e["token"]["text"].as_str().expect("text")).collect();
+    let events: Vec<Value> = payloads
+        .iter()
+        .map(|p| serde_json::from_str(p).expect("JSON"))
+        .collect();
+    let joined: String = events
+        .iter()
+        .map(|e| e["token"]["text"].as_str().expect("text"))
+        .collect();
     assert_eq!(joined, text);
     for e in &events[..9] {
         assert!(e["generated_text"].is_null());
@@ -130,7 +167,10 @@ async fn concurrent_requests_equal_sequential() {
     let s = main_server();
     let bodies: Vec<Value> = (0..16)
         .map(|i| {
-            let prompt = format!("{} Here is fact number {i}:", "The quick brown fox jumps. ".repeat(i % 5 + 1));
+            let prompt = format!(
+                "{} Here is fact number {i}:",
+                "The quick brown fox jumps. ".repeat(i % 5 + 1)
+            );
             json!({"prompt": prompt, "max_tokens": 4 + i % 7, "temperature": 0, "ignore_eos": true})
         })
         .collect();
@@ -150,8 +190,15 @@ async fn concurrent_requests_equal_sequential() {
     for (i, h) in handles.into_iter().enumerate() {
         let (status, v) = h.await.expect("join");
         assert_eq!(status, 200, "{v}");
-        assert_eq!(v["choices"][0]["text"].as_str(), Some(sequential[i].as_str()), "request {i}");
-        assert_eq!(v["usage"]["completion_tokens"].as_u64(), Some(4 + i as u64 % 7));
+        assert_eq!(
+            v["choices"][0]["text"].as_str(),
+            Some(sequential[i].as_str()),
+            "request {i}"
+        );
+        assert_eq!(
+            v["usage"]["completion_tokens"].as_u64(),
+            Some(4 + i as u64 % 7)
+        );
     }
 }
 
@@ -185,19 +232,35 @@ async fn second_turn_hits_prefix_cache() {
     let t1 = ttft(&chat_body(turn1.clone(), 4, true)).await;
     let (status, first) = post(s, "/v1/chat/completions", &chat_body(turn1, 8, false)).await;
     assert_eq!(status, 200);
-    let reply = first["choices"][0]["message"]["content"].as_str().expect("reply").to_string();
+    let reply = first["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("reply")
+        .to_string();
     let turn2 = json!([{"role": "system", "content": system}, {"role": "user", "content": "What is the tallest mountain?"},
                        {"role": "assistant", "content": reply}, {"role": "user", "content": "And the longest river?"}]);
     let t2 = ttft(&chat_body(turn2.clone(), 4, true)).await;
     let (status, second) = post(s, "/v1/chat/completions", &chat_body(turn2, 4, false)).await;
     assert_eq!(status, 200);
-    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached_tokens");
-    let prompt = second["usage"]["prompt_tokens"].as_u64().expect("prompt_tokens");
-    assert!(cached >= 256 && cached < prompt, "cached {cached} of {prompt} prompt tokens");
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached_tokens");
+    let prompt = second["usage"]["prompt_tokens"]
+        .as_u64()
+        .expect("prompt_tokens");
+    assert!(
+        cached >= 256 && cached < prompt,
+        "cached {cached} of {prompt} prompt tokens"
+    );
     let (_, m1) = get(s, "/metrics").await;
     let hits1 = metric(&m1, "kestrel:prefix_cache_hits_total").expect("prefix cache hits metric");
-    assert!(hits1 >= hits0 + 256.0, "prefix cache hits {hits0} -> {hits1}");
-    assert!(t2 < t1, "second turn TTFT {t2:?} should beat the first {t1:?}");
+    assert!(
+        hits1 >= hits0 + 256.0,
+        "prefix cache hits {hits0} -> {hits1}"
+    );
+    assert!(
+        t2 < t1,
+        "second turn TTFT {t2:?} should beat the first {t1:?}"
+    );
 }
 
 #[tokio::test]
@@ -208,9 +271,13 @@ async fn bad_requests_get_clear_4xx() {
     assert_eq!(status, 400, "{text}");
     let v: Value = serde_json::from_str(&text).expect("error JSON");
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    assert!(v["error"]["message"].as_str().unwrap().contains("JSON"), "{text}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("JSON"),
+        "{text}"
+    );
 
-    let (status, text) = post_raw(s, "/v1/completions", b"{\"prompt\": \"\xff\xfe\"}".to_vec()).await;
+    let (status, text) =
+        post_raw(s, "/v1/completions", b"{\"prompt\": \"\xff\xfe\"}".to_vec()).await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("UTF-8"), "{text}");
 
@@ -222,7 +289,10 @@ async fn bad_requests_get_clear_4xx() {
         (json!({"prompt": "hi", "n": 17}), "n"),
         (json!({"prompt": "hi", "top_p": 0}), "top_p"),
         (json!({"prompt": "hi", "top_p": 1.5}), "top_p"),
-        (json!({"prompt": "hi", "presence_penalty": 9}), "presence_penalty"),
+        (
+            json!({"prompt": "hi", "presence_penalty": 9}),
+            "presence_penalty",
+        ),
         (json!({"prompt": "hi", "logprobs": 50}), "logprobs"),
         (json!({"prompt": "hi", "stop": [""]}), "stop"),
         (json!({"prompt": [1, 2, 999999999]}), "prompt"),
@@ -231,25 +301,65 @@ async fn bad_requests_get_clear_4xx() {
         let (status, v) = post(s, "/v1/completions", &body).await;
         assert_eq!(status, 400, "{body} -> {v}");
         assert_eq!(v["error"]["param"], param, "{body} -> {v}");
-        assert!(v["error"]["message"].as_str().unwrap().contains(param), "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(param),
+            "{v}"
+        );
     }
-    let (status, v) = post(s, "/v1/completions", &json!({"prompt": "hi", "frobnicate": 1})).await;
+    let (status, v) = post(
+        s,
+        "/v1/completions",
+        &json!({"prompt": "hi", "frobnicate": 1}),
+    )
+    .await;
     assert_eq!(status, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("frobnicate"), "{v}");
-    let (status, v) = post(s, "/v1/chat/completions", &json!({"messages": [], "max_tokens": 4})).await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("frobnicate"),
+        "{v}"
+    );
+    let (status, v) = post(
+        s,
+        "/v1/chat/completions",
+        &json!({"messages": [], "max_tokens": 4}),
+    )
+    .await;
     assert_eq!(status, 400, "{v}");
 
     let long = "word ".repeat(2000);
-    let (status, v) = post(s, "/v1/completions", &json!({"prompt": long, "max_tokens": 4})).await;
+    let (status, v) = post(
+        s,
+        "/v1/completions",
+        &json!({"prompt": long, "max_tokens": 4}),
+    )
+    .await;
     assert_eq!(status, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("1536"), "{v}");
-    let (status, v) = post(s, "/v1/completions", &json!({"prompt": "hello", "max_tokens": 5000})).await;
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("1536"),
+        "{v}"
+    );
+    let (status, v) = post(
+        s,
+        "/v1/completions",
+        &json!({"prompt": "hello", "max_tokens": 5000}),
+    )
+    .await;
     assert_eq!(status, 400, "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("2048"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("2048"),
+        "{v}"
+    );
     let (status, v) = post(s, "/generate", &json!({"inputs": long})).await;
     assert_eq!(status, 422, "{v}");
     assert_eq!(v["error_type"], "validation");
-    let (status, v) = post(s, "/generate", &json!({"inputs": "hi", "parameters": {"temperature": 0}})).await;
+    let (status, v) = post(
+        s,
+        "/generate",
+        &json!({"inputs": "hi", "parameters": {"temperature": 0}}),
+    )
+    .await;
     assert_eq!(status, 422, "{v}");
 }
 
@@ -261,11 +371,26 @@ async fn api_key_and_body_limit() {
     assert_eq!(resp.status().as_u16(), 401);
     let v: Value = serde_json::from_str(&resp.text().await.unwrap()).expect("JSON");
     assert_eq!(v["error"]["type"], "authentication_error");
-    for header in [format!("Bearer {KEY}x"), format!("bearer {KEY}"), KEY.to_string(), "Bearer ".into()] {
-        let resp = client().get(&models).header("authorization", header.clone()).send().await.expect("send");
+    for header in [
+        format!("Bearer {KEY}x"),
+        format!("bearer {KEY}"),
+        KEY.to_string(),
+        "Bearer ".into(),
+    ] {
+        let resp = client()
+            .get(&models)
+            .header("authorization", header.clone())
+            .send()
+            .await
+            .expect("send");
         assert_eq!(resp.status().as_u16(), 401, "{header}");
     }
-    let resp = client().get(&models).header("authorization", format!("Bearer {KEY}")).send().await.expect("send");
+    let resp = client()
+        .get(&models)
+        .header("authorization", format!("Bearer {KEY}"))
+        .send()
+        .await
+        .expect("send");
     assert_eq!(resp.status().as_u16(), 200);
     assert_eq!(get(s, "/health").await.0, 200);
     assert_eq!(get(s, "/metrics").await.0, 200);
@@ -296,7 +421,12 @@ async fn overload_then_disconnect_returns_to_idle() {
         assert!(resp.chunk().await.expect("chunk").is_some());
         open.push(resp);
     }
-    let (status, v) = post(s, "/v1/completions", &json!({"prompt": "hi", "max_tokens": 2})).await;
+    let (status, v) = post(
+        s,
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(status, 429, "{v}");
     assert_eq!(v["error"]["type"], "rate_limit_error");
     let (_, m) = get(s, "/metrics").await;
@@ -310,10 +440,18 @@ async fn overload_then_disconnect_returns_to_idle() {
         if running == 0.0 && usage == 0.0 {
             break;
         }
-        assert!(Instant::now() < deadline, "engine not idle after disconnect: running {running}, kv {usage}");
+        assert!(
+            Instant::now() < deadline,
+            "engine not idle after disconnect: running {running}, kv {usage}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (status, v) = post(s, "/v1/completions", &json!({"prompt": "hi", "max_tokens": 2})).await;
+    let (status, v) = post(
+        s,
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
 }
 
@@ -321,26 +459,54 @@ async fn overload_then_disconnect_returns_to_idle() {
 async fn metrics_openapi_and_info_routes() {
     let _g = GATE.read().await;
     let s = main_server();
-    let (status, _) = post(s, "/v1/completions", &json!({"prompt": "Hello", "max_tokens": 2})).await;
+    let (status, _) = post(
+        s,
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 2}),
+    )
+    .await;
     assert_eq!(status, 200);
     let (status, m) = get(s, "/metrics").await;
     assert_eq!(status, 200);
-    for name in ["kestrel:http_requests_total{", "kestrel:num_requests_running", "kestrel:kv_cache_usage_perc",
-                 "kestrel:generation_tokens_total", "kestrel:time_to_first_token_seconds_bucket{le="] {
+    for name in [
+        "kestrel:http_requests_total{",
+        "kestrel:num_requests_running",
+        "kestrel:kv_cache_usage_perc",
+        "kestrel:generation_tokens_total",
+        "kestrel:time_to_first_token_seconds_bucket{le=",
+    ] {
         assert!(m.contains(name), "missing {name} in /metrics:\n{m}");
     }
-    assert!(m.contains(r#"kestrel:http_requests_total{route="/v1/completions",status="200"}"#), "{m}");
+    assert!(
+        m.contains(r#"kestrel:http_requests_total{route="/v1/completions",status="200"}"#),
+        "{m}"
+    );
     for line in m.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
-        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
-        assert!(value.parse::<f64>().is_ok() || value == "+Inf", "bad value in {line:?}");
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad line {line:?}"));
+        assert!(
+            value.parse::<f64>().is_ok() || value == "+Inf",
+            "bad value in {line:?}"
+        );
         let name = series.split('{').next().unwrap();
-        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'), "bad name {name:?}");
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad name {name:?}"
+        );
     }
     let (status, doc) = get(s, "/openapi.json").await;
     assert_eq!(status, 200);
     let doc: Value = serde_json::from_str(&doc).expect("openapi JSON");
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for p in ["/v1/completions", "/v1/chat/completions", "/generate", "/generate_stream", "/health"] {
+    for p in [
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/generate",
+        "/generate_stream",
+        "/health",
+    ] {
         assert!(doc["paths"][p].is_object(), "missing path {p}");
     }
     let (status, models) = get(s, "/v1/models").await;
@@ -362,12 +528,16 @@ async fn metrics_openapi_and_info_routes() {
 async fn n_choices_and_logprobs() {
     let _g = GATE.read().await;
     let s = main_server();
-    let body = json!({"prompt": "1, 2, 3,", "max_tokens": 3, "n": 2, "temperature": 0, "logprobs": 2});
+    let body =
+        json!({"prompt": "1, 2, 3,", "max_tokens": 3, "n": 2, "temperature": 0, "logprobs": 2});
     let (status, v) = post(s, "/v1/completions", &body).await;
     assert_eq!(status, 200, "{v}");
     let choices = v["choices"].as_array().expect("choices");
     assert_eq!(choices.len(), 2);
-    assert_eq!(choices[0]["text"], choices[1]["text"], "greedy choices agree");
+    assert_eq!(
+        choices[0]["text"], choices[1]["text"],
+        "greedy choices agree"
+    );
     let lp = &choices[0]["logprobs"];
     assert_eq!(lp["tokens"].as_array().map(Vec::len), Some(3));
     assert!(lp["token_logprobs"][0].as_f64().unwrap() <= 0.0);
@@ -376,7 +546,9 @@ async fn n_choices_and_logprobs() {
                       "logprobs": true, "top_logprobs": 3});
     let (status, v) = post(s, "/v1/chat/completions", &chat).await;
     assert_eq!(status, 200, "{v}");
-    let content = v["choices"][0]["logprobs"]["content"].as_array().expect("logprobs content");
+    let content = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs content");
     assert_eq!(content.len(), 3);
     assert_eq!(content[0]["top_logprobs"].as_array().map(Vec::len), Some(3));
 }

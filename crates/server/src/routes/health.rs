@@ -7,10 +7,10 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use kestrel_engine::api::{EngineRequest, SubmitError};
-use kestrel_engine::sampling::SamplingParams;
 use axum::http::StatusCode;
 use axum::response::Response;
+use kestrel_engine::api::{EngineRequest, SubmitError};
+use kestrel_engine::sampling::SamplingParams;
 use serde::Serialize;
 use utoipa::ToSchema;
 

@@ -104,7 +104,8 @@ pub async fn completions(
     let wants_logprobs = run.valid.request.sampling.logprobs.is_some();
     if run.valid.stream {
         let (n, usage) = (run.valid.n, run.valid.include_usage);
-        let enc = CompletionEncoder::new(state.clone(), run.meta, usage, run.tally, n, wants_logprobs);
+        let enc =
+            CompletionEncoder::new(state.clone(), run.meta, usage, run.tally, n, wants_logprobs);
         return Ok(sse_response(run.streams, enc));
     }
     let (run, outputs) = match collect(run).await {

@@ -10,7 +10,10 @@ use crate::error::json_response;
 /// The API description.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "Kestrel", description = "OpenAI- and TGI-compatible LLM inference server"),
+    info(
+        title = "Kestrel",
+        description = "OpenAI- and TGI-compatible LLM inference server"
+    ),
     paths(
         super::openai::completions,
         super::openai::chat_completions,

@@ -171,7 +171,10 @@ impl SseEncoder for TgiEncoder {
                 out.into_iter().collect()
             }
             EngineEvent::Finished {
-                reason, text, usage, ..
+                reason,
+                text,
+                usage,
+                ..
             } => {
                 self.text.push_str(&text);
                 let mut last = self.last.take().unwrap_or(TokenEvent {

@@ -24,7 +24,11 @@ fn model_path() -> PathBuf {
         panic!("KESTREL_DEFAULT_MODEL is not set: point it at the default model (SmolLM2-135M-Instruct GGUF) to run the HTTP tests")
     });
     let path = PathBuf::from(path);
-    assert!(path.exists(), "KESTREL_DEFAULT_MODEL={} does not exist", path.display());
+    assert!(
+        path.exists(),
+        "KESTREL_DEFAULT_MODEL={} does not exist",
+        path.display()
+    );
     path
 }
 
@@ -45,16 +49,13 @@ fn start(opts: LaunchOptions, config: ServerConfig) -> Server {
     // Each engine gets its own pool: two engines must not share workers.
     let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool::new(2)));
     let state = kestrel_server::launch::start(loaded, &opts, pool).expect("start the engine");
-    let listener = runtime()
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("local addr");
-    runtime().spawn(kestrel_server::serve_on(
-        listener,
-        config,
-        state,
-        std::future::pending(),
-    ));
+    runtime().spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+        kestrel_server::serve_on(listener, config, state, std::future::pending()).await
+    });
     Server {
         base: format!("http://{addr}"),
     }
@@ -156,7 +157,10 @@ pub async fn stream(server: &Server, path: &str, body: &Value) -> Vec<String> {
         .await
         .expect("send");
     assert_eq!(resp.status().as_u16(), 200, "{path} stream status");
-    let ct = resp.headers()["content-type"].to_str().unwrap_or("").to_string();
+    let ct = resp.headers()["content-type"]
+        .to_str()
+        .unwrap_or("")
+        .to_string();
     assert!(ct.starts_with("text/event-stream"), "content type {ct}");
     let text = resp.text().await.expect("body");
     sse_payloads(&text)
@@ -164,7 +168,10 @@ pub async fn stream(server: &Server, path: &str, body: &Value) -> Vec<String> {
 
 /// Splits an SSE body into its `data:` payloads, checking the framing.
 pub fn sse_payloads(text: &str) -> Vec<String> {
-    assert!(text.ends_with("\n\n"), "SSE body must end with a blank line: {text:?}");
+    assert!(
+        text.ends_with("\n\n"),
+        "SSE body must end with a blank line: {text:?}"
+    );
     text.split("\n\n")
         .filter(|e| !e.is_empty())
         .map(|e| {
@@ -177,10 +184,8 @@ pub fn sse_payloads(text: &str) -> Vec<String> {
 
 /// The value of an unlabelled series in Prometheus text, if present.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            (series == name).then(|| value.parse().ok()).flatten()
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        (series == name).then(|| value.parse().ok()).flatten()
+    })
 }

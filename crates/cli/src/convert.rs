@@ -33,7 +33,10 @@ pub fn run(args: ConvertArgs) -> Result<()> {
     match args.to {
         Target::Safetensors => {
             if args.input.is_dir() {
-                bail!("--to safetensors needs a .gguf input, got directory {}", args.input.display());
+                bail!(
+                    "--to safetensors needs a .gguf input, got directory {}",
+                    args.input.display()
+                );
             }
             gguf_to_hf(&args.input, &args.output, dtype, &mut |p| {
                 n += 1;
@@ -43,13 +46,20 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         }
         Target::Gguf => {
             if !args.input.is_dir() {
-                bail!("--to gguf needs an HF checkpoint directory, got {}", args.input.display());
+                bail!(
+                    "--to gguf needs an HF checkpoint directory, got {}",
+                    args.input.display()
+                );
             }
             bar.set_message("converting tensors");
             n = hf_to_gguf(&args.input, &args.output, dtype)?.len();
         }
     }
     bar.finish_and_clear();
-    eprintln!("converted {n} tensors to {} in {:.2} s", args.output.display(), start.elapsed().as_secs_f64());
+    eprintln!(
+        "converted {n} tensors to {} in {:.2} s",
+        args.output.display(),
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -51,15 +51,33 @@ enum Extra {
 
 pub fn run(args: PplArgs) -> Result<()> {
     let loaded = crate::load_with_progress(&args.model)?;
-    let text = std::fs::read_to_string(&args.text).with_context(|| format!("reading {}", args.text.display()))?;
+    let text = std::fs::read_to_string(&args.text)
+        .with_context(|| format!("reading {}", args.text.display()))?;
     let tokenize_start = Instant::now();
     let tokens = loaded.tokenizer.encode(&text, true)?;
-    let adds_bos = loaded.tokenizer.bos_id().is_some_and(|b| tokens.first() == Some(&b));
-    let bos = if adds_bos { loaded.tokenizer.bos_id() } else { None };
-    eprintln!("tokenized {} tokens in {:.2} s (BOS per window: {})", tokens.len(), tokenize_start.elapsed().as_secs_f64(), adds_bos);
+    let adds_bos = loaded
+        .tokenizer
+        .bos_id()
+        .is_some_and(|b| tokens.first() == Some(&b));
+    let bos = if adds_bos {
+        loaded.tokenizer.bos_id()
+    } else {
+        None
+    };
+    eprintln!(
+        "tokenized {} tokens in {:.2} s (BOS per window: {})",
+        tokens.len(),
+        tokenize_start.elapsed().as_secs_f64(),
+        adds_bos
+    );
     let windows = perplexity::windows(&tokens, args.ctx, bos, args.chunks)?;
     let vocab = loaded.config.vocab_size;
-    let runner = ModelRunner::new(loaded.model, BLOCK_SIZE, args.ctx.div_ceil(BLOCK_SIZE), crate::thread_pool(args.threads));
+    let runner = ModelRunner::new(
+        loaded.model,
+        BLOCK_SIZE,
+        args.ctx.div_ceil(BLOCK_SIZE),
+        crate::thread_pool(args.threads),
+    );
     let mut model = RunnerModel::new(runner, args.batch.unwrap_or(args.ctx));
     let mut extra = open_extra(&args, vocab, &windows)?;
     let mut stats = NllStats::default();
@@ -91,11 +109,18 @@ pub fn run(args: PplArgs) -> Result<()> {
 }
 
 fn open_extra(args: &PplArgs, vocab: usize, windows: &[Vec<u32>]) -> Result<Extra> {
-    let header = LogProbHeader { vocab: vocab as u32, k: args.logits_top_k, ctx: args.ctx as u32, tokens: windows.concat() };
+    let header = LogProbHeader {
+        vocab: vocab as u32,
+        k: args.logits_top_k,
+        ctx: args.ctx as u32,
+        tokens: windows.concat(),
+    };
     if let Some(path) = &args.save_logits {
         return Ok(Extra::Save(LogProbWriter::create(path, &header)?));
     }
-    let Some(path) = &args.kl_divergence else { return Ok(Extra::None) };
+    let Some(path) = &args.kl_divergence else {
+        return Ok(Extra::None);
+    };
     let reader = LogProbReader::open(path)?;
     let h = reader.header();
     if h.vocab != header.vocab || h.ctx != header.ctx || h.tokens != header.tokens {
@@ -108,11 +133,24 @@ fn open_extra(args: &PplArgs, vocab: usize, windows: &[Vec<u32>]) -> Result<Extr
 }
 
 fn report(stats: &NllStats, extra: &Extra, tokens_run: usize, seconds: f64) {
-    let err = stats.ppl_error().map_or("n/a".to_string(), |e| format!("{e:.4}"));
-    println!("PPL = {:.4} +/- {err}  ({} scored tokens)", stats.ppl(), stats.count());
-    println!("speed: {:.1} tokens/s ({tokens_run} tokens in {seconds:.2} s)", tokens_run as f64 / seconds.max(1e-9));
+    let err = stats
+        .ppl_error()
+        .map_or("n/a".to_string(), |e| format!("{e:.4}"));
+    println!(
+        "PPL = {:.4} +/- {err}  ({} scored tokens)",
+        stats.ppl(),
+        stats.count()
+    );
+    println!(
+        "speed: {:.1} tokens/s ({tokens_run} tokens in {seconds:.2} s)",
+        tokens_run as f64 / seconds.max(1e-9)
+    );
     if let Extra::Kl(_, kl) = extra {
         println!("mean KLD = {:.6} +/- {:.6}", kl.mean(), kl.mean_error());
-        println!("same top-1 = {:.3} +/- {:.3} %", kl.top1_percent(), kl.top1_percent_error());
+        println!(
+            "same top-1 = {:.3} +/- {:.3} %",
+            kl.top1_percent(),
+            kl.top1_percent_error()
+        );
     }
 }

@@ -26,8 +26,10 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     let source = ModelSource::open(&args.input)?;
     let bar = indicatif::ProgressBar::new(source.tensors.len() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} tensors [{elapsed_precise}] {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} tensors [{elapsed_precise}] {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut by_type: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let writer = quantize_model(&source, method, &mut |p| {
@@ -40,7 +42,9 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
     bar.finish_and_clear();
     let quantized_s = start.elapsed().as_secs_f64();
     write_file(&writer, &args.output)?;
-    let size = std::fs::metadata(&args.output).map(|m| m.len()).unwrap_or(0);
+    let size = std::fs::metadata(&args.output)
+        .map(|m| m.len())
+        .unwrap_or(0);
     for (ty, (tensors, elements)) in &by_type {
         eprintln!("  {ty:>5}: {tensors} tensors, {elements} weights");
     }

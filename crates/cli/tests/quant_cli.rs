@@ -4,44 +4,91 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("kestrel runs")
+    Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(args)
+        .output()
+        .expect("kestrel runs")
 }
 
 fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "kestrel failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kestrel failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn number_after(text: &str, key: &str) -> f64 {
-    let rest = &text[text.find(key).unwrap_or_else(|| panic!("{key:?} in {text}")) + key.len()..];
+    let rest = &text[text
+        .find(key)
+        .unwrap_or_else(|| panic!("{key:?} in {text}"))
+        + key.len()..];
     rest.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 #[test]
 fn quantize_convert_and_ppl_on_tiny_model() {
-    let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-llama-f32");
+    let tiny =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-llama-f32");
     let dir = std::env::temp_dir().join(format!("kestrel-quant-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (q8, hf, base) = (dir.join("q8.gguf"), dir.join("hf"), dir.join("base.lp"));
     let s = |p: &PathBuf| p.to_str().unwrap().to_string();
-    let out = kestrel(&["quantize", tiny.to_str().unwrap(), &s(&q8), "--method", "q8_0"]);
+    let out = kestrel(&[
+        "quantize",
+        tiny.to_str().unwrap(),
+        &s(&q8),
+        "--method",
+        "q8_0",
+    ]);
     ok(&out);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Q8_0:"), "per-type summary");
-    ok(&kestrel(&["convert", &s(&q8), &s(&hf), "--to", "safetensors", "--dtype", "bf16"]));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Q8_0:"),
+        "per-type summary"
+    );
+    ok(&kestrel(&[
+        "convert",
+        &s(&q8),
+        &s(&hf),
+        "--to",
+        "safetensors",
+        "--dtype",
+        "bf16",
+    ]));
     assert!(hf.join("model.safetensors").is_file() && hf.join("tokenizer.json").is_file());
     let text = dir.join("text.txt");
-    let words = "the cat sat on the mat and the dog ran to the park where children played all day long ";
+    let words =
+        "the cat sat on the mat and the dog ran to the park where children played all day long ";
     std::fs::write(&text, words.repeat(40)).unwrap();
     let ppl_args = |model: &str, extra: &[&str]| {
-        let mut a = vec!["ppl".to_string(), model.to_string(), "--text".into(), s(&text), "--ctx".into(), "64".into(), "--chunks".into(), "3".into()];
+        let mut a = vec![
+            "ppl".to_string(),
+            model.to_string(),
+            "--text".into(),
+            s(&text),
+            "--ctx".into(),
+            "64".into(),
+            "--chunks".into(),
+            "3".into(),
+        ];
         a.extend(extra.iter().map(|x| x.to_string()));
         a
     };
     let run = |a: Vec<String>| ok(&kestrel(&a.iter().map(String::as_str).collect::<Vec<_>>()));
-    let base_out = run(ppl_args(tiny.to_str().unwrap(), &["--save-logits", &s(&base)]));
+    let base_out = run(ppl_args(
+        tiny.to_str().unwrap(),
+        &["--save-logits", &s(&base)],
+    ));
     let ppl = number_after(&base_out, "PPL =");
-    assert!(ppl > 1.0 && ppl < 384.0 * 4.0, "tiny random model PPL {ppl}");
-    let same = run(ppl_args(tiny.to_str().unwrap(), &["--batch", "16", "--kl-divergence", &s(&base)]));
+    assert!(
+        ppl > 1.0 && ppl < 384.0 * 4.0,
+        "tiny random model PPL {ppl}"
+    );
+    let same = run(ppl_args(
+        tiny.to_str().unwrap(),
+        &["--batch", "16", "--kl-divergence", &s(&base)],
+    ));
     assert!(number_after(&same, "mean KLD =") < 1e-4, "{same}");
     assert_eq!(number_after(&same, "same top-1 ="), 100.0, "{same}");
     let quant = run(ppl_args(&s(&q8), &["--kl-divergence", &s(&base)]));

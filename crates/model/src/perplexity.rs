@@ -63,7 +63,11 @@ impl RunnerModel {
     /// `runner` must have enough KV blocks for one window (its whole cache is the window's).
     pub fn new(runner: ModelRunner, batch: usize) -> RunnerModel {
         let blocks = runner.kv_shape().num_blocks as u32;
-        RunnerModel { runner, batch: batch.max(1), block_table: (0..blocks).collect() }
+        RunnerModel {
+            runner,
+            batch: batch.max(1),
+            block_table: (0..blocks).collect(),
+        }
     }
 }
 
@@ -103,7 +107,10 @@ pub fn windows(
         return Err(PerplexityError::BadContext(ctx));
     }
     if tokens.len() < 2 * ctx {
-        return Err(PerplexityError::TooFewTokens { tokens: tokens.len(), needed: 2 * ctx });
+        return Err(PerplexityError::TooFewTokens {
+            tokens: tokens.len(),
+            needed: 2 * ctx,
+        });
     }
     let n = (tokens.len() / ctx).min(max_chunks.unwrap_or(usize::MAX));
     Ok(tokens
@@ -161,7 +168,11 @@ pub fn evaluate(
         let first = first_scored(tokens.len());
         for pos in first..tokens.len() - 1 {
             log_softmax(&logits[pos * vocab..(pos + 1) * vocab], &mut logprobs);
-            on_token(&ScoredToken { window: w, logprobs: &logprobs, target: tokens[pos + 1] })?;
+            on_token(&ScoredToken {
+                window: w,
+                logprobs: &logprobs,
+                target: tokens[pos + 1],
+            })?;
         }
         on_window(w, start.elapsed().as_secs_f64());
     }
@@ -215,7 +226,11 @@ fn mean_var(sum: f64, sum2: f64, n: usize) -> Option<(f64, f64)> {
 pub fn top_k(logprobs: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut idx: Vec<u32> = (0..logprobs.len() as u32).collect();
     let k = k.min(idx.len());
-    let cmp = |a: &u32, b: &u32| logprobs[*b as usize].total_cmp(&logprobs[*a as usize]).then(a.cmp(b));
+    let cmp = |a: &u32, b: &u32| {
+        logprobs[*b as usize]
+            .total_cmp(&logprobs[*a as usize])
+            .then(a.cmp(b))
+    };
     if k < idx.len() {
         idx.select_nth_unstable_by(k, cmp);
         idx.truncate(k);
@@ -278,7 +293,8 @@ impl KlStats {
 
     /// Standard error of [`KlStats::mean`].
     pub fn mean_error(&self) -> f64 {
-        mean_var(self.sum, self.sum2, self.count).map_or(0.0, |(_, v)| (v / (self.count - 1) as f64).sqrt())
+        mean_var(self.sum, self.sum2, self.count)
+            .map_or(0.0, |(_, v)| (v / (self.count - 1) as f64).sqrt())
     }
 
     /// Percentage of positions where both models' most likely token is the same.
@@ -324,7 +340,10 @@ impl LogProbWriter {
         }
         out.write_all(&(header.tokens.len() as u64).to_le_bytes())?;
         out.write_all(bytemuck::cast_slice(&header.tokens))?;
-        Ok(LogProbWriter { out, k: header.k as usize })
+        Ok(LogProbWriter {
+            out,
+            k: header.k as usize,
+        })
     }
 
     /// Append one position's top-k of `logprobs`.
@@ -356,19 +375,30 @@ impl LogProbReader {
     /// Open `path` and read its header.
     pub fn open(path: &Path) -> Result<LogProbReader, PerplexityError> {
         let name = path.display().to_string();
-        let bad = |reason: String| PerplexityError::LogProbFile { path: name.clone(), reason };
+        let bad = |reason: String| PerplexityError::LogProbFile {
+            path: name.clone(),
+            reason,
+        };
         let mut input = BufReader::new(std::fs::File::open(path)?);
         let mut magic = [0u8; 8];
-        input.read_exact(&mut magic).map_err(|e| bad(e.to_string()))?;
+        input
+            .read_exact(&mut magic)
+            .map_err(|e| bad(e.to_string()))?;
         if &magic != LOGPROB_MAGIC {
             return Err(bad("not a Kestrel log-prob file (bad magic)".into()));
         }
         let mut word = [0u8; 4];
         let mut read_u32 = |input: &mut BufReader<std::fs::File>| -> Result<u32, PerplexityError> {
-            input.read_exact(&mut word).map_err(|e| bad(e.to_string()))?;
+            input
+                .read_exact(&mut word)
+                .map_err(|e| bad(e.to_string()))?;
             Ok(u32::from_le_bytes(word))
         };
-        let (vocab, k, ctx) = (read_u32(&mut input)?, read_u32(&mut input)?, read_u32(&mut input)?);
+        let (vocab, k, ctx) = (
+            read_u32(&mut input)?,
+            read_u32(&mut input)?,
+            read_u32(&mut input)?,
+        );
         let mut len = [0u8; 8];
         input.read_exact(&mut len).map_err(|e| bad(e.to_string()))?;
         let n = u64::from_le_bytes(len) as usize;
@@ -377,9 +407,22 @@ impl LogProbReader {
         }
         let mut raw = vec![0u8; n * 4];
         input.read_exact(&mut raw).map_err(|e| bad(e.to_string()))?;
-        let tokens = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let header = LogProbHeader { vocab, k, ctx, tokens };
-        Ok(LogProbReader { input, header, buf: vec![0u8; k as usize * 8], path: name })
+        let tokens = raw
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let header = LogProbHeader {
+            vocab,
+            k,
+            ctx,
+            tokens,
+        };
+        Ok(LogProbReader {
+            input,
+            header,
+            buf: vec![0u8; k as usize * 8],
+            path: name,
+        })
     }
 
     pub fn header(&self) -> &LogProbHeader {
@@ -388,13 +431,24 @@ impl LogProbReader {
 
     /// The next position's top-k (id, log-prob), descending.
     pub fn next_position(&mut self) -> Result<Vec<(u32, f32)>, PerplexityError> {
-        self.input.read_exact(&mut self.buf).map_err(|e| PerplexityError::LogProbFile {
-            path: self.path.clone(),
-            reason: format!("truncated: {e}"),
-        })?;
+        self.input
+            .read_exact(&mut self.buf)
+            .map_err(|e| PerplexityError::LogProbFile {
+                path: self.path.clone(),
+                reason: format!("truncated: {e}"),
+            })?;
         let k = self.header.k as usize;
-        let word = |i: usize| [self.buf[4 * i], self.buf[4 * i + 1], self.buf[4 * i + 2], self.buf[4 * i + 3]];
-        Ok((0..k).map(|i| (u32::from_le_bytes(word(i)), f32::from_le_bytes(word(k + i)))).collect())
+        let word = |i: usize| {
+            [
+                self.buf[4 * i],
+                self.buf[4 * i + 1],
+                self.buf[4 * i + 2],
+                self.buf[4 * i + 3],
+            ]
+        };
+        Ok((0..k)
+            .map(|i| (u32::from_le_bytes(word(i)), f32::from_le_bytes(word(k + i))))
+            .collect())
     }
 }
 
@@ -433,7 +487,11 @@ mod tests {
         assert_eq!(stats.count(), 6 * scored_per_window(16));
         assert_eq!(scored_per_window(16), 7);
         assert!((stats.ppl() - 50.0).abs() < 1e-3, "{}", stats.ppl());
-        assert_eq!(stats.ppl_error(), None, "zero variance has no error estimate");
+        assert_eq!(
+            stats.ppl_error(),
+            None,
+            "zero variance has no error estimate"
+        );
         assert_eq!(per_window, vec![0, 1, 2, 3, 4, 5]);
     }
 
@@ -441,9 +499,25 @@ mod tests {
     fn windows_replace_first_token_with_bos_and_respect_limits() {
         let tokens: Vec<u32> = (10..50).collect();
         let ws = windows(&tokens, 8, Some(1), Some(3)).unwrap();
-        assert_eq!(ws, vec![vec![1, 11, 12, 13, 14, 15, 16, 17], vec![1, 19, 20, 21, 22, 23, 24, 25], vec![1, 27, 28, 29, 30, 31, 32, 33]]);
-        assert!(matches!(windows(&tokens, 32, None, None), Err(PerplexityError::TooFewTokens { tokens: 40, needed: 64 })));
-        assert!(matches!(windows(&tokens, 2, None, None), Err(PerplexityError::BadContext(2))));
+        assert_eq!(
+            ws,
+            vec![
+                vec![1, 11, 12, 13, 14, 15, 16, 17],
+                vec![1, 19, 20, 21, 22, 23, 24, 25],
+                vec![1, 27, 28, 29, 30, 31, 32, 33]
+            ]
+        );
+        assert!(matches!(
+            windows(&tokens, 32, None, None),
+            Err(PerplexityError::TooFewTokens {
+                tokens: 40,
+                needed: 64
+            })
+        ));
+        assert!(matches!(
+            windows(&tokens, 2, None, None),
+            Err(PerplexityError::BadContext(2))
+        ));
     }
 
     #[test]
@@ -484,7 +558,10 @@ mod tests {
 
     #[test]
     fn top_k_orders_descending_with_low_ids_first_on_ties() {
-        assert_eq!(top_k(&[0.1, 0.5, 0.5, -1.0], 3), vec![(1, 0.5), (2, 0.5), (0, 0.1)]);
+        assert_eq!(
+            top_k(&[0.1, 0.5, 0.5, -1.0], 3),
+            vec![(1, 0.5), (2, 0.5), (0, 0.1)]
+        );
     }
 
     #[test]
@@ -492,7 +569,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kestrel-lp-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("base.bin");
-        let header = LogProbHeader { vocab: 4, k: 2, ctx: 4, tokens: vec![1, 2, 3, 0] };
+        let header = LogProbHeader {
+            vocab: 4,
+            k: 2,
+            ctx: 4,
+            tokens: vec![1, 2, 3, 0],
+        };
         let mut w = LogProbWriter::create(&path, &header).unwrap();
         w.push(&[-3.0, -0.1, -2.0, -5.0]).unwrap();
         w.finish().unwrap();

@@ -36,10 +36,23 @@ fn tiny_hf_to_gguf_to_hf_is_lossless() {
     let dir = temp_dir("tiny");
     let gguf = dir.join("tiny.gguf");
     let plans = hf_to_gguf(&src, &gguf, FloatType::F32).expect("HF -> GGUF");
-    assert_eq!(plans.len(), 3 + 3 * 9, "embedding, final norm, untied head, 9 per layer");
-    let ids = load(&src).tokenizer.encode("The quick brown fox jumps over the lazy dog.", true).unwrap();
-    let gguf_ids = load(&gguf).tokenizer.encode("The quick brown fox jumps over the lazy dog.", true).unwrap();
-    assert_eq!(ids, gguf_ids, "the GGUF tokenizer metadata tokenizes like tokenizer.json");
+    assert_eq!(
+        plans.len(),
+        3 + 3 * 9,
+        "embedding, final norm, untied head, 9 per layer"
+    );
+    let ids = load(&src)
+        .tokenizer
+        .encode("The quick brown fox jumps over the lazy dog.", true)
+        .unwrap();
+    let gguf_ids = load(&gguf)
+        .tokenizer
+        .encode("The quick brown fox jumps over the lazy dog.", true)
+        .unwrap();
+    assert_eq!(
+        ids, gguf_ids,
+        "the GGUF tokenizer metadata tokenizes like tokenizer.json"
+    );
     let (hf_logits, vocab) = logits_of(&src, &ids);
     let (gguf_logits, _) = logits_of(&gguf, &ids);
     let d = max_abs_diff(&hf_logits, &gguf_logits);
@@ -47,7 +60,10 @@ fn tiny_hf_to_gguf_to_hf_is_lossless() {
 
     let back = dir.join("hf");
     gguf_to_hf(&gguf, &back, FloatType::F32, &mut |_| {}).expect("GGUF -> HF");
-    let (a, b) = (SafetensorsCheckpoint::open(&src).unwrap(), SafetensorsCheckpoint::open(&back).unwrap());
+    let (a, b) = (
+        SafetensorsCheckpoint::open(&src).unwrap(),
+        SafetensorsCheckpoint::open(&back).unwrap(),
+    );
     let mut names = a.tensor_names();
     names.sort();
     let mut back_names = b.tensor_names();
@@ -56,7 +72,10 @@ fn tiny_hf_to_gguf_to_hf_is_lossless() {
     for name in &names {
         let (x, y) = (a.tensor(name).unwrap(), b.tensor(name).unwrap());
         assert_eq!(x.shape, y.shape, "{name}");
-        assert!(x.data[..] == y.data[..], "{name}: bytes differ after HF -> GGUF -> HF");
+        assert!(
+            x.data[..] == y.data[..],
+            "{name}: bytes differ after HF -> GGUF -> HF"
+        );
     }
     assert_eq!(load(&src).config.rope_theta, load(&back).config.rope_theta);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -70,7 +89,11 @@ fn default_model_gguf_to_hf_and_back_agree() {
     gguf_to_hf(&model, &hf, FloatType::F32, &mut |_| {}).expect("GGUF -> HF");
     let text = "The capital of France is Paris. It is known for";
     let ids = load(&model).tokenizer.encode(text, true).unwrap();
-    assert_eq!(load(&hf).tokenizer.encode(text, true).unwrap(), ids, "tokenizer.json tokenizes like the GGUF");
+    assert_eq!(
+        load(&hf).tokenizer.encode(text, true).unwrap(),
+        ids,
+        "tokenizer.json tokenizes like the GGUF"
+    );
     let (orig, _) = logits_of(&model, &ids);
     let (hf_logits, _) = logits_of(&hf, &ids);
     // The Q4_1 original multiplies 8-bit-quantized activations, the F32 copy f32 ones: they
@@ -84,9 +107,22 @@ fn default_model_gguf_to_hf_and_back_agree() {
     for p in &read_golden("smollm2.json").prompts {
         let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
         let a = compare(p, &logits, vocab, 0.05);
-        eprintln!("{}: max |Δlogit| vs transformers = {:.2e}", p.name, a.max_abs_err);
-        assert!(a.max_abs_err < 0.02, "{}: converted model differs from transformers by {}", p.name, a.max_abs_err);
-        assert!(a.argmax_mismatches.is_empty(), "{}: argmax differs at rows {:?}", p.name, a.argmax_mismatches);
+        eprintln!(
+            "{}: max |Δlogit| vs transformers = {:.2e}",
+            p.name, a.max_abs_err
+        );
+        assert!(
+            a.max_abs_err < 0.02,
+            "{}: converted model differs from transformers by {}",
+            p.name,
+            a.max_abs_err
+        );
+        assert!(
+            a.argmax_mismatches.is_empty(),
+            "{}: argmax differs at rows {:?}",
+            p.name,
+            a.argmax_mismatches
+        );
     }
     let gguf = dir.join("back.gguf");
     hf_to_gguf(&hf, &gguf, FloatType::F32).expect("HF -> GGUF");

@@ -33,7 +33,10 @@ fn check_within_bound(name: &str, dtype: DType, want: &[f32], got: &[f32]) {
     for (i, (w, g)) in want.chunks(32).zip(got.chunks(32)).enumerate() {
         let amax = w.iter().fold(0f32, |m, v| m.max(v.abs()));
         let err = w.iter().zip(g).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-        assert!(err <= bound(dtype) * amax + 1e-7, "{name} ({dtype}) block {i}: error {err} > bound for amax {amax}");
+        assert!(
+            err <= bound(dtype) * amax + 1e-7,
+            "{name} ({dtype}) block {i}: error {err} > bound for amax {amax}"
+        );
     }
 }
 
@@ -43,13 +46,23 @@ fn every_method_on_tiny_loads_generates_and_is_within_bounds() {
     let source = ModelSource::open(&src_dir).expect("HF source");
     let dir = std::env::temp_dir().join(format!("kestrel-quantize-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for method in [QuantMethod::Q8_0, QuantMethod::Q4_0, QuantMethod::Q4_1, QuantMethod::Q4_K, QuantMethod::Q6_K] {
+    for method in [
+        QuantMethod::Q8_0,
+        QuantMethod::Q4_0,
+        QuantMethod::Q4_1,
+        QuantMethod::Q4_K,
+        QuantMethod::Q6_K,
+    ] {
         let mut plans = Vec::new();
-        let writer = quantize_model(&source, method, &mut |p| plans.push(p.clone())).expect("quantizes");
+        let writer =
+            quantize_model(&source, method, &mut |p| plans.push(p.clone())).expect("quantizes");
         let path = dir.join(format!("{method:?}.gguf"));
         write_file(&writer, &path).unwrap();
         let file = GgufFile::open(&path).expect("output parses");
-        assert_eq!(file.get_u32("general.file_type").unwrap(), method.file_type());
+        assert_eq!(
+            file.get_u32("general.file_type").unwrap(),
+            method.file_type()
+        );
         for (t, plan) in source.tensors.iter().zip(&plans) {
             let view = file.tensor(&t.name).expect("tensor written");
             assert_eq!(view.dtype, plan.to);
@@ -73,7 +86,10 @@ fn every_method_on_tiny_loads_generates_and_is_within_bounds() {
         let prompt = loaded.tokenizer.encode("Once upon a time", true).unwrap();
         let mut r = runner(loaded, 64);
         let (logits, vocab) = teacher_forced_logits(&mut r, &prompt);
-        assert!(logits.iter().all(|v| v.is_finite()), "{method:?}: logits are finite");
+        assert!(
+            logits.iter().all(|v| v.is_finite()),
+            "{method:?}: logits are finite"
+        );
         assert!((argmax(&logits[logits.len() - vocab..]) as usize) < vocab);
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -92,9 +108,19 @@ fn k_quants_of_a_real_matrix_are_within_bounds() {
         let mut back = vec![0.0; src.len()];
         dequantize_row(dtype, &bytes, &mut back);
         check_within_bound("blk.0.ffn_down.weight", dtype, &src, &back);
-        let rmse = (src.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / src.len() as f32).sqrt();
+        let rmse = (src
+            .iter()
+            .zip(&back)
+            .map(|(a, b)| (a - b).powi(2))
+            .sum::<f32>()
+            / src.len() as f32)
+            .sqrt();
         let rms = (src.iter().map(|a| a * a).sum::<f32>() / src.len() as f32).sqrt();
         eprintln!("{dtype}: relative RMSE {:.4}", rmse / rms);
-        assert!(rmse / rms < if dtype == DType::Q4_K { 0.12 } else { 0.05 }, "{dtype}: relative RMSE {}", rmse / rms);
+        assert!(
+            rmse / rms < if dtype == DType::Q4_K { 0.12 } else { 0.05 },
+            "{dtype}: relative RMSE {}",
+            rmse / rms
+        );
     }
 }

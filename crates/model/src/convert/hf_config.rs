@@ -12,13 +12,22 @@ use crate::tokenizer::Tokenizer;
 pub(crate) fn config_json(config: &ModelConfig, dtype: FloatType) -> Result<Value, ConvertError> {
     let scaling = match &config.rope_scaling {
         None => Value::Null,
-        Some(RopeScaling::Linear { factor }) => json!({"rope_type": "linear", "type": "linear", "factor": factor}),
-        Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position }) => json!({
+        Some(RopeScaling::Linear { factor }) => {
+            json!({"rope_type": "linear", "type": "linear", "factor": factor})
+        }
+        Some(RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position,
+        }) => json!({
             "rope_type": "llama3", "factor": factor, "low_freq_factor": low_freq_factor,
             "high_freq_factor": high_freq_factor, "original_max_position_embeddings": original_max_position,
         }),
         Some(RopeScaling::FreqFactors { .. }) => {
-            return Err(ConvertError::Unsupported("per-frequency rope factors (rope_freqs.weight) have no config.json form".into()))
+            return Err(ConvertError::Unsupported(
+                "per-frequency rope factors (rope_freqs.weight) have no config.json form".into(),
+            ))
         }
     };
     let mut rope_parameters = match &scaling {
@@ -64,7 +73,12 @@ pub(crate) fn config_json(config: &ModelConfig, dtype: FloatType) -> Result<Valu
 }
 
 /// `tokenizer_config.json`: special tokens, BOS/EOS behaviour and the chat template.
-pub(crate) fn tokenizer_config_json(tok: &Tokenizer, add_bos: bool, add_eos: bool, max_len: usize) -> Value {
+pub(crate) fn tokenizer_config_json(
+    tok: &Tokenizer,
+    add_bos: bool,
+    add_eos: bool,
+    max_len: usize,
+) -> Value {
     json!({
         "add_bos_token": add_bos,
         "add_eos_token": add_eos,

@@ -39,7 +39,10 @@ pub enum ConvertError {
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("unsupported for conversion: {0}")]
@@ -48,7 +51,10 @@ pub enum ConvertError {
 
 impl ConvertError {
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> ConvertError {
-        ConvertError::Io { path: path.display().to_string(), source }
+        ConvertError::Io {
+            path: path.display().to_string(),
+            source,
+        }
     }
 }
 
@@ -68,7 +74,9 @@ impl std::str::FromStr for FloatType {
             "f32" | "float32" => Ok(FloatType::F32),
             "f16" | "float16" => Ok(FloatType::F16),
             "bf16" | "bfloat16" => Ok(FloatType::BF16),
-            _ => Err(ConvertError::Unsupported(format!("dtype {s:?} (expected f32, f16 or bf16)"))),
+            _ => Err(ConvertError::Unsupported(format!(
+                "dtype {s:?} (expected f32, f16 or bf16)"
+            ))),
         }
     }
 }

@@ -72,9 +72,18 @@ mod tests {
     #[test]
     fn names_map_both_ways() {
         let m = NameMap::new(2);
-        assert_eq!(m.gguf_name("model.layers.1.self_attn.k_proj.weight"), Some("blk.1.attn_k.weight"));
-        assert_eq!(m.hf_name("blk.0.ffn_down.weight"), Some("model.layers.0.mlp.down_proj.weight"));
-        assert_eq!(m.hf_name("token_embd.weight"), Some("model.embed_tokens.weight"));
+        assert_eq!(
+            m.gguf_name("model.layers.1.self_attn.k_proj.weight"),
+            Some("blk.1.attn_k.weight")
+        );
+        assert_eq!(
+            m.hf_name("blk.0.ffn_down.weight"),
+            Some("model.layers.0.mlp.down_proj.weight")
+        );
+        assert_eq!(
+            m.hf_name("token_embd.weight"),
+            Some("model.embed_tokens.weight")
+        );
         assert_eq!(m.hf_name("blk.2.ffn_down.weight"), None);
         assert_eq!(rope_permuted("blk.3.attn_k.bias"), Some(true));
         assert_eq!(rope_permuted("blk.3.attn_q.weight"), Some(false));

@@ -85,27 +85,53 @@ impl ModelSource {
         let tensors = file
             .tensor_names()
             .into_iter()
-            .filter_map(|name| file.tensor(&name).map(|view| SourceTensor { name, view, permute_heads: None }))
+            .filter_map(|name| {
+                file.tensor(&name).map(|view| SourceTensor {
+                    name,
+                    view,
+                    permute_heads: None,
+                })
+            })
             .collect();
-        Ok(ModelSource { config, metadata: file.metadata().to_vec(), tensors })
+        Ok(ModelSource {
+            config,
+            metadata: file.metadata().to_vec(),
+            tensors,
+        })
     }
 
     fn from_hf_dir(dir: &Path) -> Result<ModelSource, ConvertError> {
         let config_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&config_path).map_err(|e| ConvertError::io(&config_path, e))?;
+        let text =
+            std::fs::read_to_string(&config_path).map_err(|e| ConvertError::io(&config_path, e))?;
         let config = ModelConfig::from_hf_json(&text)?;
         super::to_gguf::check_llama(&config)?;
-        let checkpoint = SafetensorsCheckpoint::open(dir).map_err(crate::error::ModelError::from)?;
+        let checkpoint =
+            SafetensorsCheckpoint::open(dir).map_err(crate::error::ModelError::from)?;
         let names = NameMap::new(config.n_layers);
         let mut tensors = Vec::new();
         for gguf in gguf_order(config.n_layers) {
-            let Some(hf) = names.hf_name(&gguf) else { continue };
-            let Some(view) = checkpoint.tensor(hf) else { continue };
+            let Some(hf) = names.hf_name(&gguf) else {
+                continue;
+            };
+            let Some(view) = checkpoint.tensor(hf) else {
+                continue;
+            };
             if gguf == TensorNaming::Gguf.output() && config.tie_word_embeddings {
                 continue;
             }
-            let permute_heads = rope_permuted(&gguf).map(|is_k| if is_k { config.n_kv_heads } else { config.n_heads });
-            tensors.push(SourceTensor { name: gguf, view, permute_heads });
+            let permute_heads = rope_permuted(&gguf).map(|is_k| {
+                if is_k {
+                    config.n_kv_heads
+                } else {
+                    config.n_heads
+                }
+            });
+            tensors.push(SourceTensor {
+                name: gguf,
+                view,
+                permute_heads,
+            });
         }
         for name in checkpoint.tensor_names() {
             if names.gguf_name(&name).is_none() {
@@ -113,7 +139,11 @@ impl ModelSource {
             }
         }
         let metadata = super::to_gguf::gguf_metadata(&config, dir)?;
-        Ok(ModelSource { config, metadata, tensors })
+        Ok(ModelSource {
+            config,
+            metadata,
+            tensors,
+        })
     }
 }
 
@@ -122,7 +152,17 @@ fn gguf_order(n_layers: usize) -> Vec<String> {
     let g = TensorNaming::Gguf;
     let mut out = vec![g.embedding().to_string()];
     for layer in 0..n_layers {
-        for part in ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"] {
+        for part in [
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ] {
             for suffix in ["weight", "bias"] {
                 out.push(format!("blk.{layer}.{part}.{suffix}"));
             }

@@ -19,11 +19,23 @@ const QUANT_VERSION: &str = "general.quantization_version";
 
 /// Convert the HF checkpoint in `input` to a GGUF file at `output` with 2-D tensors stored as
 /// `dtype` (1-D tensors F32). Returns the tensors written.
-pub fn hf_to_gguf(input: &Path, output: &Path, dtype: FloatType) -> Result<Vec<TensorPlan>, ConvertError> {
+pub fn hf_to_gguf(
+    input: &Path,
+    output: &Path,
+    dtype: FloatType,
+) -> Result<Vec<TensorPlan>, ConvertError> {
     let source = ModelSource::open(input)?;
-    let rule = |t: &SourceTensor| if t.shape().len() < 2 { DType::F32 } else { dtype.dtype() };
+    let rule = |t: &SourceTensor| {
+        if t.shape().len() < 2 {
+            DType::F32
+        } else {
+            dtype.dtype()
+        }
+    };
     let mut plans = Vec::new();
-    let writer = retype(&source, &rule, dtype.gguf_file_type(), &mut |p| plans.push(p.clone()))?;
+    let writer = retype(&source, &rule, dtype.gguf_file_type(), &mut |p| {
+        plans.push(p.clone())
+    })?;
     write_file(&writer, output)?;
     Ok(plans)
 }
@@ -62,7 +74,13 @@ pub fn retype(
             _ => encode_threads(to, &t.to_f32()?, t.row_len(), threads),
         };
         writer.add_tensor(&t.name, to, t.shape(), bytes)?;
-        on_tensor(&TensorPlan { name: t.name.clone(), shape: t.shape().to_vec(), from: t.dtype(), to, seconds: start.elapsed().as_secs_f64() });
+        on_tensor(&TensorPlan {
+            name: t.name.clone(),
+            shape: t.shape().to_vec(),
+            from: t.dtype(),
+            to,
+            seconds: start.elapsed().as_secs_f64(),
+        });
     }
     if quantized {
         writer.add_metadata(QUANT_VERSION, MetaValue::U32(2))?;
@@ -74,26 +92,49 @@ pub fn retype(
 pub(crate) fn check_llama(config: &ModelConfig) -> Result<(), ConvertError> {
     match config.architecture {
         Architecture::Llama | Architecture::Mistral => Ok(()),
-        other => Err(ConvertError::Unsupported(format!("architecture {} (convert handles llama and mistral)", other.name()))),
+        other => Err(ConvertError::Unsupported(format!(
+            "architecture {} (convert handles llama and mistral)",
+            other.name()
+        ))),
     }
 }
 
 /// llama.cpp's metadata for `config`, plus the tokenizer's from `dir`.
-pub(crate) fn gguf_metadata(config: &ModelConfig, dir: &Path) -> Result<Vec<(String, MetaValue)>, ConvertError> {
-    let name = dir.file_name().map_or("model".to_string(), |n| n.to_string_lossy().into_owned());
+pub(crate) fn gguf_metadata(
+    config: &ModelConfig,
+    dir: &Path,
+) -> Result<Vec<(String, MetaValue)>, ConvertError> {
+    let name = dir
+        .file_name()
+        .map_or("model".to_string(), |n| n.to_string_lossy().into_owned());
     let u = |v: usize| MetaValue::U32(v as u32);
     let mut m: Vec<(String, MetaValue)> = vec![
-        ("general.architecture".into(), MetaValue::String("llama".into())),
+        (
+            "general.architecture".into(),
+            MetaValue::String("llama".into()),
+        ),
         ("general.type".into(), MetaValue::String("model".into())),
         ("general.name".into(), MetaValue::String(name)),
         ("llama.block_count".into(), u(config.n_layers)),
-        ("llama.context_length".into(), u(config.max_position_embeddings)),
+        (
+            "llama.context_length".into(),
+            u(config.max_position_embeddings),
+        ),
         ("llama.embedding_length".into(), u(config.hidden_size)),
-        ("llama.feed_forward_length".into(), u(config.intermediate_size)),
+        (
+            "llama.feed_forward_length".into(),
+            u(config.intermediate_size),
+        ),
         ("llama.attention.head_count".into(), u(config.n_heads)),
         ("llama.attention.head_count_kv".into(), u(config.n_kv_heads)),
-        ("llama.rope.freq_base".into(), MetaValue::F32(config.rope_theta)),
-        ("llama.attention.layer_norm_rms_epsilon".into(), MetaValue::F32(config.rms_norm_eps)),
+        (
+            "llama.rope.freq_base".into(),
+            MetaValue::F32(config.rope_theta),
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            MetaValue::F32(config.rms_norm_eps),
+        ),
         ("llama.vocab_size".into(), u(config.vocab_size)),
         ("llama.rope.dimension_count".into(), u(config.head_dim)),
     ];
@@ -107,10 +148,17 @@ pub(crate) fn gguf_metadata(config: &ModelConfig, dir: &Path) -> Result<Vec<(Str
     match &config.rope_scaling {
         None => {}
         Some(RopeScaling::Linear { factor }) => {
-            m.push(("llama.rope.scaling.type".into(), MetaValue::String("linear".into())));
+            m.push((
+                "llama.rope.scaling.type".into(),
+                MetaValue::String("linear".into()),
+            ));
             m.push(("llama.rope.scaling.factor".into(), MetaValue::F32(*factor)));
         }
-        Some(other) => return Err(ConvertError::Unsupported(format!("rope scaling {other:?} in GGUF output"))),
+        Some(other) => {
+            return Err(ConvertError::Unsupported(format!(
+                "rope scaling {other:?} in GGUF output"
+            )))
+        }
     }
     m.extend(tokenizer_meta::from_hf_dir(dir, config)?);
     Ok(m)

@@ -39,24 +39,52 @@ impl safetensors::View for OwnedTensor {
 
 /// Convert the GGUF file `input` into an HF checkpoint directory `output` (created if
 /// needed) with tensors stored as `dtype`. Calls `on_tensor` after each tensor.
-pub fn gguf_to_hf(input: &Path, output: &Path, dtype: FloatType, on_tensor: &mut dyn FnMut(&TensorPlan)) -> Result<(), ConvertError> {
+pub fn gguf_to_hf(
+    input: &Path,
+    output: &Path,
+    dtype: FloatType,
+    on_tensor: &mut dyn FnMut(&TensorPlan),
+) -> Result<(), ConvertError> {
     let file = GgufFile::open(input)?;
     let config = ModelConfig::from_gguf(&file)?;
     super::to_gguf::check_llama(&config)?;
-    let tokenizer = Tokenizer::from_gguf_metadata(&file).map_err(|e| ConvertError::Tokenizer(e.to_string()))?;
+    let tokenizer =
+        Tokenizer::from_gguf_metadata(&file).map_err(|e| ConvertError::Tokenizer(e.to_string()))?;
     std::fs::create_dir_all(output).map_err(|e| ConvertError::io(output, e))?;
     let tensors = convert_tensors(&file, &config, dtype, on_tensor)?;
     let st_path = output.join("model.safetensors");
     let info = HashMap::from([("format".to_string(), "pt".to_string())]);
     safetensors::serialize_to_file(tensors, Some(info), &st_path)?;
-    let add_bos = file.get_bool(keys::ADD_BOS).optional()?.unwrap_or(file.get_str(keys::MODEL).ok() == Some("llama"));
+    let add_bos = file
+        .get_bool(keys::ADD_BOS)
+        .optional()?
+        .unwrap_or(file.get_str(keys::MODEL).ok() == Some("llama"));
     let add_eos = file.get_bool(keys::ADD_EOS).optional()?.unwrap_or(false);
-    let tok_json = tokenizer.to_json(false).map_err(|e| ConvertError::Tokenizer(e.to_string()))?;
+    let tok_json = tokenizer
+        .to_json(false)
+        .map_err(|e| ConvertError::Tokenizer(e.to_string()))?;
     write(output, "tokenizer.json", tok_json)?;
-    let tcfg = hf_config::tokenizer_config_json(&tokenizer, add_bos, add_eos, config.max_position_embeddings);
-    write(output, "tokenizer_config.json", serde_json::to_string_pretty(&tcfg)?)?;
-    write(output, "config.json", serde_json::to_string_pretty(&hf_config::config_json(&config, dtype)?)?)?;
-    write(output, "generation_config.json", serde_json::to_string_pretty(&hf_config::generation_config_json(&config))?)?;
+    let tcfg = hf_config::tokenizer_config_json(
+        &tokenizer,
+        add_bos,
+        add_eos,
+        config.max_position_embeddings,
+    );
+    write(
+        output,
+        "tokenizer_config.json",
+        serde_json::to_string_pretty(&tcfg)?,
+    )?;
+    write(
+        output,
+        "config.json",
+        serde_json::to_string_pretty(&hf_config::config_json(&config, dtype)?)?,
+    )?;
+    write(
+        output,
+        "generation_config.json",
+        serde_json::to_string_pretty(&hf_config::generation_config_json(&config))?,
+    )?;
     Ok(())
 }
 
@@ -77,20 +105,46 @@ fn convert_tensors(
     let mut out = Vec::new();
     for name in file.tensor_names() {
         let start = std::time::Instant::now();
-        let hf = names
-            .hf_name(&name)
-            .ok_or_else(|| ConvertError::Unsupported(format!("tensor {name:?} has no HF Llama counterpart")))?;
-        let view = file.tensor(&name).ok_or_else(|| ConvertError::Unsupported(format!("tensor {name:?} is unreadable")))?;
+        let hf = names.hf_name(&name).ok_or_else(|| {
+            ConvertError::Unsupported(format!("tensor {name:?} has no HF Llama counterpart"))
+        })?;
+        let view = file
+            .tensor(&name)
+            .ok_or_else(|| ConvertError::Unsupported(format!("tensor {name:?} is unreadable")))?;
         let mut values = to_f32_vec(&view)?;
-        let row_len = if view.shape.len() < 2 { 1 } else { view.shape[view.shape.len() - 1] };
+        let row_len = if view.shape.len() < 2 {
+            1
+        } else {
+            view.shape[view.shape.len() - 1]
+        };
         if let Some(is_k) = rope_permuted(&name) {
-            let heads = if is_k { config.n_kv_heads } else { config.n_heads };
+            let heads = if is_k {
+                config.n_kv_heads
+            } else {
+                config.n_heads
+            };
             values = permute::gguf_to_hf(&values, heads, row_len);
         }
         let data = encode_threads(dtype.dtype(), &values, row_len, threads);
-        let plan = TensorPlan { name: hf.to_string(), shape: view.shape.clone(), from: view.dtype, to: dtype.dtype(), seconds: 0.0 };
-        on_tensor(&TensorPlan { seconds: start.elapsed().as_secs_f64(), ..plan });
-        out.push((hf.to_string(), OwnedTensor { dtype: dtype.safetensors_dtype(), shape: view.shape.clone(), data }));
+        let plan = TensorPlan {
+            name: hf.to_string(),
+            shape: view.shape.clone(),
+            from: view.dtype,
+            to: dtype.dtype(),
+            seconds: 0.0,
+        };
+        on_tensor(&TensorPlan {
+            seconds: start.elapsed().as_secs_f64(),
+            ..plan
+        });
+        out.push((
+            hf.to_string(),
+            OwnedTensor {
+                dtype: dtype.safetensors_dtype(),
+                shape: view.shape.clone(),
+                data,
+            },
+        ));
     }
     Ok(out)
 }

@@ -14,15 +14,23 @@ use kestrel_kernels::DType;
 pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
     match dtype {
         DType::F32 => bytemuck::cast_slice(values).to_vec(),
-        DType::F16 => values.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
-        DType::BF16 => values.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
+        DType::F16 => values
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        DType::BF16 => values
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect(),
         DType::Q4_0 => bytemuck::cast_slice(&q4_0::quantize_ref(values)).to_vec(),
         DType::Q4_1 => bytemuck::cast_slice(&q4_1::quantize_ref(values)).to_vec(),
         DType::Q5_0 => bytemuck::cast_slice(&q5_0::quantize_ref(values)).to_vec(),
         DType::Q8_0 => bytemuck::cast_slice(&q8_0::quantize_ref(values)).to_vec(),
         DType::Q4_K => bytemuck::cast_slice(&q4_k::quantize_ref(values)).to_vec(),
         DType::Q6_K => bytemuck::cast_slice(&q6_k::quantize_ref(values)).to_vec(),
-        DType::Q5_K => bytemuck::cast_slice(&kestrel_kernels::quant::q5_k::quantize_ref(values)).to_vec(),
+        DType::Q5_K => {
+            bytemuck::cast_slice(&kestrel_kernels::quant::q5_k::quantize_ref(values)).to_vec()
+        }
     }
 }
 
@@ -36,10 +44,16 @@ pub fn encode_threads(dtype: DType, values: &[f32], row_len: usize, threads: usi
     }
     let per = rows.div_ceil(threads) * row_len;
     let parts: Vec<Vec<u8>> = std::thread::scope(|s| {
-        let handles: Vec<_> = values.chunks(per).map(|c| s.spawn(move || encode(dtype, c))).collect();
+        let handles: Vec<_> = values
+            .chunks(per)
+            .map(|c| s.spawn(move || encode(dtype, c)))
+            .collect();
         // A worker only panics if `encode` does, which the caller's type choice rules out;
         // re-raise it here rather than return a partial tensor.
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
     parts.concat()
 }
@@ -50,9 +64,15 @@ mod tests {
 
     #[test]
     fn threaded_encoding_equals_single_threaded() {
-        let values: Vec<f32> = (0..7 * 256).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        let values: Vec<f32> = (0..7 * 256)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+            .collect();
         for dtype in [DType::Q4_K, DType::Q8_0, DType::F16] {
-            assert_eq!(encode_threads(dtype, &values, 256, 3), encode(dtype, &values), "{dtype}");
+            assert_eq!(
+                encode_threads(dtype, &values, 256, 3),
+                encode(dtype, &values),
+                "{dtype}"
+            );
         }
         assert_eq!(encode(DType::F32, &[1.0]), 1f32.to_le_bytes().to_vec());
     }

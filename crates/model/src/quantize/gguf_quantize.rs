@@ -27,5 +27,10 @@ pub fn quantize_model(
     on_tensor: &mut dyn FnMut(&TensorPlan),
 ) -> Result<GgufWriter, QuantizeError> {
     let rule = |t: &SourceTensor| method.tensor_type(&t.name, t.shape());
-    Ok(crate::convert::retype(source, &rule, method.file_type(), on_tensor)?)
+    Ok(crate::convert::retype(
+        source,
+        &rule,
+        method.file_type(),
+        on_tensor,
+    )?)
 }

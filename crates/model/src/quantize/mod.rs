@@ -116,13 +116,34 @@ mod tests {
     fn type_rules() {
         let m = QuantMethod::Q4_K;
         assert_eq!(m.tensor_type("blk.0.attn_norm.weight", &[576]), DType::F32);
-        assert_eq!(m.tensor_type("blk.0.ffn_down.weight", &[576, 1536]), DType::Q4_K);
-        assert_eq!(m.tensor_type("blk.0.ffn_up.weight", &[1536, 576]), DType::Q5_0);
-        assert_eq!(m.tensor_type("token_embd.weight", &[49152, 576]), DType::Q8_0);
-        assert_eq!(m.tensor_type("token_embd.weight", &[49152, 512]), DType::Q6_K);
-        assert_eq!(QuantMethod::Q8_0.tensor_type("output.weight", &[10, 64]), DType::Q8_0);
-        assert_eq!(QuantMethod::Q4_0.tensor_type("blk.0.attn_q.weight", &[64, 64]), DType::Q4_0);
-        assert_eq!(QuantMethod::Q4_0.tensor_type("blk.0.attn_q.weight", &[64, 48]), DType::F16);
+        assert_eq!(
+            m.tensor_type("blk.0.ffn_down.weight", &[576, 1536]),
+            DType::Q4_K
+        );
+        assert_eq!(
+            m.tensor_type("blk.0.ffn_up.weight", &[1536, 576]),
+            DType::Q5_0
+        );
+        assert_eq!(
+            m.tensor_type("token_embd.weight", &[49152, 576]),
+            DType::Q8_0
+        );
+        assert_eq!(
+            m.tensor_type("token_embd.weight", &[49152, 512]),
+            DType::Q6_K
+        );
+        assert_eq!(
+            QuantMethod::Q8_0.tensor_type("output.weight", &[10, 64]),
+            DType::Q8_0
+        );
+        assert_eq!(
+            QuantMethod::Q4_0.tensor_type("blk.0.attn_q.weight", &[64, 64]),
+            DType::Q4_0
+        );
+        assert_eq!(
+            QuantMethod::Q4_0.tensor_type("blk.0.attn_q.weight", &[64, 48]),
+            DType::F16
+        );
         assert_eq!("Q4_K".parse::<QuantMethod>().unwrap(), QuantMethod::Q4_K);
         assert!("q3_k".parse::<QuantMethod>().is_err());
     }

@@ -9,8 +9,13 @@ KESTREL_DEFAULT_MODEL="$(./target/release/kestrel fetch)"
 export KESTREL_DEFAULT_MODEL
 echo "default model: $KESTREL_DEFAULT_MODEL"
 
+status=0
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --release --locked --workspace --no-fail-fast "$@"
+  cargo nextest run --release --locked --workspace --no-fail-fast "$@" || status=$?
 else
-  cargo test --release --locked --workspace --no-fail-fast "$@"
+  cargo test --release --locked --workspace --no-fail-fast "$@" || status=$?
 fi
+
+# The official `openai` Python client against a real `kestrel serve`.
+tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
+exit $status

@@ -8,7 +8,6 @@ use anyhow::{bail, Context, Result};
 use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_engine::output::TextStream;
 use kestrel_engine::sampling::{Sampler, SamplingParams, TokenHistory};
-use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_model::chat_template::ChatMessage;
 use kestrel_model::{LoadedModel, ModelRunner};
 

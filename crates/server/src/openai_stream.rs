@@ -114,7 +114,11 @@ impl SseEncoder for CompletionEncoder {
                 }
                 let lp = self.logprobs.then(|| {
                     let offset = &mut self.offsets[index];
-                    logprobs::completion(self.common.state.tokenizer(), &[t.clone()], offset)
+                    logprobs::completion(
+                        self.common.state.tokenizer(),
+                        std::slice::from_ref(&t),
+                        offset,
+                    )
                 });
                 vec![self.chunk(
                     CompletionChoice {
@@ -242,9 +246,9 @@ impl SseEncoder for ChatEncoder {
         match event {
             EngineEvent::Token(t) => {
                 if !t.text.is_empty() || self.logprobs {
-                    let lp = self
-                        .logprobs
-                        .then(|| logprobs::chat(self.common.state.tokenizer(), &[t.clone()]));
+                    let lp = self.logprobs.then(|| {
+                        logprobs::chat(self.common.state.tokenizer(), std::slice::from_ref(&t))
+                    });
                     let choice = ChatChunkChoice {
                         index,
                         delta: ChatDelta {

@@ -12,6 +12,10 @@
 //!
 //! The weight matrix is streamed from memory once per call whatever `m` is; the quantized
 //! activations (small) are re-read from cache for each weight tile.
+//!
+//! When `m > 1` and the dtype has a [`VecDotTileFn`], the inner loops go 4 × 4 instead:
+//! one call computes `y[j..j+4][r..r+4]`, unpacking each weight block once for 4 x rows
+//! (partial blocks repeat their last row; thread boundaries are multiples of 4 rows).
 
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};

@@ -5,6 +5,7 @@
 #
 #   scripts/bench_serving.sh LLAMA_CPP_BIN_DIR [MODEL.gguf]
 #
+# Each level sends max(8, concurrency) requests.
 # Env: CONCURRENCY="1 4 16 64", INPUT_LEN=128, OUTPUT_LEN=128, THREADS=2, PORT=8311.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,7 @@ wait_ready() {
 rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 
 run_level() { # name concurrency
-  local name=$1 c=$2 n=$(( $2 < 8 ? 8 : $2 * 2 ))
+  local name=$1 c=$2 n=$(( $2 < 8 ? 8 : $2 ))
   $kestrel bench --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" \
     --input-len "$in_len" --output-len "$out_len" --no-progress --json-out "$results/$name-$c.json" >/dev/null
   echo "$(rss_kib "$server_pid")" > "$results/$name-$c.rss"

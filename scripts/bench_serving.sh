@@ -29,11 +29,13 @@ stop_server() {
 trap stop_server EXIT
 
 wait_ready() {
-  for _ in $(seq 1 240); do
+  for _ in $(seq 1 480); do
     if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.5
   done
-  echo "server did not become ready" >&2; return 1
+  echo "server (pid $server_pid) did not become ready on port $port; its log:" >&2
+  tail -20 "$results/server.log" >&2; return 1
 }
 
 rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
@@ -45,13 +47,17 @@ run_level() { # name concurrency
   echo "$(rss_kib "$server_pid")" > "$results/$name-$c.rss"
 }
 
+# A fresh port for every server start: a server that is still draining its connections must not
+# make the next one fail to bind.
 for c in $levels; do
-  $kestrel serve --model "$model" --port "$port" --threads "$threads" --max-num-seqs "$(( c > 64 ? c : 64 ))" >/dev/null 2>&1 &
+  port=$((port + 1))
+  $kestrel serve --model "$model" --port "$port" --threads "$threads" --max-num-seqs "$(( c > 64 ? c : 64 ))" >"$results/server.log" 2>&1 &
   server_pid=$!
   wait_ready
   run_level kestrel "$c"
   stop_server
-  "$bin_dir/llama-server" -m "$model" --port "$port" -t "$threads" -np "$c" -c $(( c * (in_len + out_len + 64) )) >/dev/null 2>&1 &
+  port=$((port + 1))
+  "$bin_dir/llama-server" -m "$model" --port "$port" -t "$threads" -np "$c" -c $(( c * (in_len + out_len + 64) )) >"$results/server.log" 2>&1 &
   server_pid=$!
   wait_ready
   run_level llama "$c"

@@ -43,7 +43,7 @@ rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 run_level() { # name concurrency
   local name=$1 c=$2 n=$(( $2 < 8 ? 8 : $2 ))
   $kestrel bench --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" \
-    --input-len "$in_len" --output-len "$out_len" --no-progress --json-out "$results/$name-$c.json" >/dev/null
+    --input-len "$in_len" --output-len "$out_len" --timeout 900 --no-progress --json-out "$results/$name-$c.json" >/dev/null
   echo "$(rss_kib "$server_pid")" > "$results/$name-$c.rss"
 }
 

@@ -37,7 +37,10 @@ fn generate_chat_greedy_equals_transformers() {
     assert!(stderr.contains("tokens/s"), "stats line reports speed: {stderr}");
 }
 
-/// Plain-text goldens whose 32 greedy tokens contain no special tokens.
+/// Plain-text goldens whose 32 greedy tokens contain no special tokens. The `plain` and
+/// `digits` goldens are left out: their greedy paths pass steps whose top-1/top-2 margin (0.05
+/// and 0.006) is below the logit error of 8-bit activation quantization, and there Kestrel picks
+/// the runner-up; golden_smollm2.rs checks those prompts position by position instead.
 #[test]
 fn generate_plain_greedy_equals_transformers() {
     let m = model();

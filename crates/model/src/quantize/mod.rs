@@ -14,9 +14,11 @@ use kestrel_kernels::DType;
 
 mod encode;
 mod gguf_quantize;
+pub mod group;
 
 pub use encode::{encode, encode_threads};
 pub use gguf_quantize::{quantize_model, TensorPlan};
+pub use group::GroupQuant;
 
 /// Why quantization failed.
 #[derive(Debug, thiserror::Error)]

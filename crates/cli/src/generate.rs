@@ -9,6 +9,8 @@ use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_engine::output::TextStream;
 use kestrel_engine::sampling::{Sampler, SamplingParams, TokenHistory};
 use kestrel_model::chat_template::ChatMessage;
+use kestrel_kernels::cpu::attention::KvDtype;
+use kestrel_model::runner::KvSpec;
 use kestrel_model::{LoadedModel, ModelRunner};
 
 const BLOCK_SIZE: usize = 16;
@@ -53,6 +55,9 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// KV cache storage: f32, f16 (half the memory) or q8 (int8 with one scale per head row).
+    #[arg(long, default_value_t = KvDtype::F32)]
+    pub kv_cache_dtype: KvDtype,
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
@@ -92,7 +97,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let pool = crate::thread_pool(args.threads);
     let blocks = (prompt.len() + args.max_tokens).div_ceil(BLOCK_SIZE).max(1);
-    let mut runner = ModelRunner::new(loaded.model, BLOCK_SIZE, blocks, pool);
+    let kv = KvSpec { block_size: BLOCK_SIZE, num_blocks: blocks, dtype: args.kv_cache_dtype };
+    let mut runner = ModelRunner::with_kv(loaded.model, kv, pool);
     let mut session = Session { tokenizer: &loaded.tokenizer, sampler, eos: loaded.tokenizer.eos_ids().to_vec() };
     let stats = session.generate(&mut runner, &prompt, &args.stop, blocks)?;
     stats.print();

@@ -4,6 +4,7 @@ mod convert;
 mod default_model;
 mod generate;
 mod inspect;
+mod membw;
 mod ppl;
 mod quantize;
 mod serve;
@@ -30,6 +31,8 @@ enum Command {
     Bench(kestrel_bench::BenchArgs),
     /// Measure prompt-processing and generation tokens/s of a model (llama-bench's pp/tg tests).
     Speed(speed::SpeedArgs),
+    /// Measure memory bandwidth (STREAM triad) on 1 and 2 threads of Kestrel's pool.
+    Membw(membw::MembwArgs),
     /// Make sure the default model is cached (fetching it with pip if needed); print its path.
     Fetch,
     /// Serve the OpenAI- and TGI-compatible HTTP API.
@@ -57,6 +60,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Speed(args) => speed::run(args),
+        Command::Membw(args) => membw::run(args),
         Command::Ppl(args) => ppl::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Quantize(args) => quantize::run(args),

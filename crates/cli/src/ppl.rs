@@ -6,9 +6,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_model::perplexity::{
     self, KlStats, LogProbHeader, LogProbReader, LogProbWriter, NllStats, RunnerModel, ScoredToken,
 };
+use kestrel_model::runner::KvSpec;
 use kestrel_model::ModelRunner;
 
 const BLOCK_SIZE: usize = 16;
@@ -29,6 +31,9 @@ pub struct PplArgs {
     /// Score at most this many windows.
     #[arg(long)]
     pub chunks: Option<usize>,
+    /// KV cache storage: f32, f16 (half the memory) or q8 (int8 with one scale per head row).
+    #[arg(long, default_value_t = KvDtype::F32)]
+    pub kv_cache_dtype: KvDtype,
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
     /// Write the scored positions' top-k log-probs here (run this on the base model).
@@ -72,12 +77,17 @@ pub fn run(args: PplArgs) -> Result<()> {
     );
     let windows = perplexity::windows(&tokens, args.ctx, bos, args.chunks)?;
     let vocab = loaded.config.vocab_size;
-    let runner = ModelRunner::new(
-        loaded.model,
-        BLOCK_SIZE,
-        args.ctx.div_ceil(BLOCK_SIZE),
-        crate::thread_pool(args.threads),
+    let kv = KvSpec {
+        block_size: BLOCK_SIZE,
+        num_blocks: args.ctx.div_ceil(BLOCK_SIZE),
+        dtype: args.kv_cache_dtype,
+    };
+    eprintln!(
+        "KV cache: {}, {} bytes per token",
+        kv.dtype,
+        kv.shape(&loaded.model).bytes_per_token()
     );
+    let runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
     let mut model = RunnerModel::new(runner, args.batch.unwrap_or(args.ctx));
     let mut extra = open_extra(&args, vocab, &windows)?;
     let mut stats = NllStats::default();

@@ -1,13 +1,14 @@
-//! `kestrel quantize`: a GGUF file or HF directory → a GGUF file of one block type
-//! (q8_0, q4_0, q4_1, q4_k, q6_k), with a progress bar and per-type totals.
+//! `kestrel quantize`: a GGUF file or HF directory → a GGUF file quantized with one method
+//! (GGUF block types, or Kestrel's INT8 / INT4 / AWQ / GPTQ / NF4), with a progress bar and
+//! per-type totals.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use kestrel_model::convert::{write_file, ModelSource};
-use kestrel_model::quantize::{quantize_model, QuantMethod};
+use kestrel_model::quantize::{quantize_with, CalibText, Progress, QuantMethod, QuantOptions};
 
 #[derive(clap::Args)]
 pub struct QuantizeArgs {
@@ -15,13 +16,62 @@ pub struct QuantizeArgs {
     pub input: PathBuf,
     /// The .gguf file to write.
     pub output: PathBuf,
-    /// q8_0, q4_0, q4_1, q4_k or q6_k.
+    /// q8_0, q4_0, q4_1, q4_k, q6_k (GGUF types llama.cpp reads), int8, int4, awq, gptq or
+    /// nf4 (Kestrel types).
     #[arg(long)]
     pub method: String,
+    /// Columns per group for int4, awq and gptq (32, 64 or 128); rows that are not whole
+    /// groups fall back to 64, then 32.
+    #[arg(long, default_value_t = 128)]
+    pub group: usize,
+    /// GPTQ bits: 4 (group-wise) or 8 (per-channel, stored as INT8).
+    #[arg(long, default_value_t = 4)]
+    pub bits: u8,
+    /// GPTQ: quantize columns in decreasing activation order (desc_act).
+    #[arg(long)]
+    pub act_order: bool,
+    /// GPTQ dampening (fraction of the mean Hessian diagonal).
+    #[arg(long, default_value_t = 0.01)]
+    pub damp: f32,
+    /// NF4: quantize the block scales to 8 bits as well.
+    #[arg(long)]
+    pub double_quant: bool,
+    /// Calibration text for awq and gptq (UTF-8).
+    #[arg(long)]
+    pub calib: Option<PathBuf>,
+    /// Calibration tokens to use.
+    #[arg(long, default_value_t = 2048)]
+    pub calib_tokens: usize,
+    /// Calibration window length in tokens.
+    #[arg(long, default_value_t = 512)]
+    pub calib_ctx: usize,
+}
+
+impl QuantizeArgs {
+    fn options(&self) -> QuantOptions {
+        QuantOptions {
+            group: self.group,
+            bits: self.bits,
+            act_order: self.act_order,
+            damp: self.damp,
+            double_quant: self.double_quant,
+            ..QuantOptions::default()
+        }
+    }
+
+    fn calib_text(&self) -> Result<Option<CalibText>> {
+        let Some(path) = &self.calib else { return Ok(None) };
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))?;
+        Ok(Some(CalibText { text, tokens: self.calib_tokens, ctx: self.calib_ctx }))
+    }
 }
 
 pub fn run(args: QuantizeArgs) -> Result<()> {
     let method: QuantMethod = args.method.parse()?;
+    let opts = args.options();
+    opts.validate(method)?;
+    let calib = args.calib_text()?;
     let start = Instant::now();
     let source = ModelSource::open(&args.input)?;
     let bar = indicatif::ProgressBar::new(source.tensors.len() as u64);
@@ -32,13 +82,20 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut by_type: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    let writer = quantize_model(&source, method, &mut |p| {
+    let mut stage = |s: &str| {
+        bar.set_message(s.to_string());
+        bar.tick();
+        eprintln!("{s} ({:.1} s)", start.elapsed().as_secs_f64());
+    };
+    let mut tensor = |p: &kestrel_model::quantize::TensorPlan| {
         let e = by_type.entry(p.to.name().to_string()).or_default();
         e.0 += 1;
         e.1 += p.shape.iter().product::<usize>();
         bar.set_message(format!("{} {} -> {}", p.name, p.from, p.to));
         bar.inc(1);
-    })?;
+    };
+    let progress = Progress { stage: &mut stage, tensor: &mut tensor };
+    let writer = quantize_with(&args.input, &source, method, &opts, calib.as_ref(), progress)?;
     bar.finish_and_clear();
     let quantized_s = start.elapsed().as_secs_f64();
     write_file(&writer, &args.output)?;

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_server::launch::{KvCacheSize, LaunchOptions};
+use kestrel_model::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::ServerConfig;
 
 #[derive(clap::Args)]
@@ -43,9 +45,19 @@ pub struct ServeArgs {
     /// KV cache size in tokens (instead of --kv-cache-memory).
     #[arg(long)]
     pub kv_cache_tokens: Option<usize>,
+    /// KV cache storage: f32, f16 (half the memory) or q8 (int8 with one scale per head row).
+    #[arg(long, default_value_t = KvDtype::F32)]
+    pub kv_cache_dtype: KvDtype,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// Quantize an F32/F16/BF16 model while loading: int8, int4, nf4, q8_0, q4_0, q4_1, q4_k
+    /// or q6_k (round to nearest; awq and gptq need calibration: use `kestrel quantize`).
+    #[arg(long)]
+    pub quantize: Option<String>,
+    /// Columns per group for --quantize int4.
+    #[arg(long, default_value_t = 128)]
+    pub quantize_group: usize,
     /// Disable sharing KV blocks between requests with equal prefixes.
     #[arg(long)]
     pub no_prefix_caching: bool,
@@ -84,6 +96,7 @@ impl ServeArgs {
                 Some(t) => KvCacheSize::Tokens(t),
                 None => KvCacheSize::Bytes(self.kv_cache_memory),
             },
+            kv_dtype: self.kv_cache_dtype,
             enable_prefix_caching: !self.no_prefix_caching,
             max_concurrent_requests: Some(self.max_concurrent_requests),
             max_input_tokens: self.max_input_tokens,
@@ -140,7 +153,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let opts = args.launch_options()?;
     let config = args.server_config()?;
     let path = crate::resolve_model(args.model.clone())?;
-    let loaded = crate::load_with_progress(&path)?;
+    let loaded = match &args.quantize {
+        None => crate::load_with_progress(&path)?,
+        Some(method) => load_quantizing(&path, method, args.quantize_group)?,
+    };
     let pool = crate::thread_pool(args.threads);
     let state = kestrel_server::launch::start(loaded, &opts, pool)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -159,6 +175,37 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await?;
         Ok(())
     })
+}
+
+/// Load `path`, quantizing its matrices with `method`, with a progress bar over the tensors.
+fn load_quantizing(path: &std::path::Path, method: &str, group: usize) -> Result<kestrel_model::LoadedModel> {
+    let method: QuantMethod = method.parse()?;
+    let opts = QuantOptions { group, ..QuantOptions::default() };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} quantizing to {prefix} [{elapsed_precise}] {pos} tensors {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(method.name());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let start = std::time::Instant::now();
+    let on_tensor = |name: &str, from: kestrel_kernels::DType, to: kestrel_kernels::DType| {
+        bar.set_message(format!("{name} {from} -> {to}"));
+        bar.inc(1);
+    };
+    let load = kestrel_model::LoadOptions { quantize: Some((method, opts)), on_tensor: Some(&on_tensor) };
+    let loaded = kestrel_model::load_model_with(path, &load);
+    bar.finish_and_clear();
+    let loaded = loaded.map_err(|e| anyhow::anyhow!("cannot load {}: {e}", path.display()))?;
+    eprintln!(
+        "quantized {} to {} while loading in {:.1} s ({} tensors, {:.1} MiB of weights)",
+        path.display(),
+        method.name(),
+        start.elapsed().as_secs_f64(),
+        bar.position(),
+        loaded.model.weight_bytes() as f64 / (1 << 20) as f64
+    );
+    Ok(loaded)
 }
 
 #[cfg(test)]

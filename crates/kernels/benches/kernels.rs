@@ -1,18 +1,23 @@
 //! Criterion benches for the CPU execution kernels: thread-pool broadcast, matmul (Q4_1,
-//! Q8_0, F32 at SmolLM2-135M shapes), the 4 × 4 tile kernels against per-row dot products,
-//! and paged attention. Threads: `KESTREL_THREADS`, else
+//! Q8_0, F32 and the toolkit types INT8, INT4_G128, NF4 at SmolLM2-135M shapes), the 4 × 4
+//! tile kernels against per-row dot products, and paged attention. Threads: `KESTREL_THREADS`, else
 //! all cores.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kestrel_kernels::cpu::attention::{attention, AttnSeq, PagedKv};
+use kestrel_kernels::cpu::attention::{attention, AttnSeq, KvDtype, PagedKv};
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
 use kestrel_kernels::cpu::ThreadPool;
+use kestrel_kernels::quant::{int4, int8, nf4};
 use kestrel_kernels::DType;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Random blocks with small, finite f16 scales at the given byte offsets of each block.
+/// Random blocks with small, finite f16 scales at the given byte offsets of each block; the
+/// toolkit types (whose rows carry headers or f32 scales) quantize random values instead.
 fn weights(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    if dtype.is_kestrel_only() {
+        return toolkit_weights(dtype, rows, cols, rng);
+    }
     let mut data = vec![0u8; rows * dtype.row_bytes(cols).expect("whole blocks")];
     if dtype == DType::F32 {
         for c in data.chunks_exact_mut(4) {
@@ -31,6 +36,21 @@ fn weights(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<
     data
 }
 
+fn toolkit_weights(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let row_bytes = dtype.row_bytes(cols).expect("whole blocks");
+    let mut data = vec![0u8; rows * row_bytes];
+    for out in data.chunks_exact_mut(row_bytes) {
+        let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-0.05f32..0.05)).collect();
+        match dtype {
+            DType::INT8 => int8::quantize_row_ref(&x, out),
+            DType::NF4 => out.copy_from_slice(bytemuck::cast_slice(&nf4::quantize_ref(&x))),
+            DType::NF4_DQ => nf4::quantize_row_ref(&x, out),
+            _ => out.copy_from_slice(&int4::quantize_row_rtn(dtype.block_size(), &x)),
+        }
+    }
+    data
+}
+
 fn bench_broadcast(c: &mut Criterion) {
     let pool = ThreadPool::global();
     c.bench_function(&format!("broadcast_empty/{}t", pool.n_threads()), |b| {
@@ -42,8 +62,18 @@ fn bench_matmul(c: &mut Criterion) {
     let pool = ThreadPool::global();
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let mut group = c.benchmark_group("matmul");
-    for dtype in [DType::Q4_1, DType::Q8_0, DType::F32] {
-        for (rows, cols) in [(576, 576), (1536, 576)] {
+    let dtypes = [
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::F32,
+        DType::INT8,
+        DType::INT4_G128,
+        DType::NF4,
+    ];
+    for dtype in dtypes {
+        // (576, 1536) is the down projection, the one shape every group size divides.
+        let shapes = [(576, 576), (1536, 576), (576, 1536)];
+        for (rows, cols) in shapes.into_iter().filter(|s| s.1 % dtype.block_size() == 0) {
             let data = weights(dtype, rows, cols, &mut rng);
             let w = MatRef {
                 dtype,
@@ -85,8 +115,9 @@ fn bench_attention(c: &mut Criterion) {
         let k: Vec<f32> = (0..len).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let v: Vec<f32> = (0..len).map(|_| rng.gen_range(-1.0..1.0)).collect();
         let kv = PagedKv {
-            k: &k,
-            v: &v,
+            k: bytemuck::cast_slice(&k),
+            v: bytemuck::cast_slice(&v),
+            dtype: KvDtype::F32,
             block_size: bs,
             n_kv_heads: n_kv,
             head_dim: hd,
@@ -122,10 +153,14 @@ fn bench_attention(c: &mut Criterion) {
 fn bench_tile(c: &mut Criterion) {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     let mut group = c.benchmark_group("vec_dot_tile");
-    for dtype in [DType::Q4_1, DType::Q8_0] {
+    for dtype in [DType::Q4_1, DType::Q8_0, DType::INT8, DType::INT4_G128] {
         let k = *kestrel_kernels::quant::kernels(dtype);
         let Some(tile) = k.vec_dot_tile else { continue };
-        let cols = 576;
+        let cols = if 576 % dtype.block_size() == 0 {
+            576
+        } else {
+            640
+        };
         let w = weights(dtype, 4, cols, &mut rng);
         let a_row = k.act.row_bytes(cols);
         let mut a = vec![0u8; 4 * a_row];

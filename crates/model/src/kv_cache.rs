@@ -1,18 +1,21 @@
 //! [`KvCache`]: the paged K/V storage of every layer.
 //!
-//! Each layer holds two arrays laid out as blocks of `block_size` token slots:
+//! Each layer holds two byte arrays laid out as blocks of `block_size` token slots:
 //!
 //! ```text
 //!   k[layer] = [ block 0 | block 1 | ... | block N-1 ]
 //!   block b  = [ slot 0 | slot 1 | ... | slot block_size-1 ]
-//!   slot     = [ kv head 0: head_dim f32 | kv head 1 | ... ]
+//!   slot     = [ kv head 0: one head row | kv head 1 | ... ]
+//!   head row = dtype.row_bytes(head_dim) bytes: f32 4·hd, f16 2·hd, q8 4 + hd (scale + int8)
 //! ```
 //!
 //! A sequence's token at position `p` lives in block `block_table[p / block_size]`, slot
-//! `p % block_size`. The engine owns the block tables; this type only owns the memory.
+//! `p % block_size`. The engine owns the block tables; this type only owns the memory. The
+//! storage type ([`KvDtype`]) is chosen once, when the cache is allocated.
 
-use kestrel_kernels::cpu::attention::{PagedKv, PagedKvMut};
+use kestrel_kernels::cpu::attention::{KvDtype, PagedKv, PagedKvMut};
 
+/// The geometry and storage type of a [`KvCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvCacheShape {
     pub n_layers: usize,
@@ -20,12 +23,14 @@ pub struct KvCacheShape {
     pub head_dim: usize,
     pub block_size: usize,
     pub num_blocks: usize,
+    /// How each head row is stored.
+    pub dtype: KvDtype,
 }
 
 impl KvCacheShape {
     /// Bytes one token occupies across all layers (K and V).
     pub fn bytes_per_token(&self) -> usize {
-        self.n_layers * 2 * self.n_kv_heads * self.head_dim * std::mem::size_of::<f32>()
+        self.n_layers * 2 * self.n_kv_heads * self.dtype.row_bytes(self.head_dim)
     }
 
     /// How many whole blocks fit in `bytes`.
@@ -33,25 +38,51 @@ impl KvCacheShape {
         bytes / (self.bytes_per_token() * self.block_size)
     }
 
-    fn floats_per_layer(&self) -> usize {
-        self.num_blocks * self.block_size * self.n_kv_heads * self.head_dim
+    /// Bytes of one layer's K (or V) array.
+    fn bytes_per_layer(&self) -> usize {
+        self.num_blocks * self.block_size * self.n_kv_heads * self.dtype.row_bytes(self.head_dim)
     }
 }
 
+/// One layer's K or V bytes, held in `u32` words so an f32 cache is 4-byte aligned and the
+/// attention kernel reads it in place.
+struct LayerBytes {
+    words: Vec<u32>,
+    len: usize,
+}
+
+impl LayerBytes {
+    fn zeroed(len: usize) -> LayerBytes {
+        LayerBytes {
+            words: vec![0; len.div_ceil(4)],
+            len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+/// The K/V memory of every layer, in the layout of the module docs.
 pub struct KvCache {
     shape: KvCacheShape,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<LayerBytes>,
+    v: Vec<LayerBytes>,
 }
 
 impl KvCache {
     /// Allocate (zeroed) storage for `shape`.
     pub fn new(shape: KvCacheShape) -> KvCache {
-        let n = shape.floats_per_layer();
+        let n = shape.bytes_per_layer();
         KvCache {
             shape,
-            k: (0..shape.n_layers).map(|_| vec![0.0; n]).collect(),
-            v: (0..shape.n_layers).map(|_| vec![0.0; n]).collect(),
+            k: (0..shape.n_layers).map(|_| LayerBytes::zeroed(n)).collect(),
+            v: (0..shape.n_layers).map(|_| LayerBytes::zeroed(n)).collect(),
         }
     }
 
@@ -61,26 +92,84 @@ impl KvCache {
 
     /// Total bytes of K/V storage.
     pub fn n_bytes(&self) -> usize {
-        2 * self.shape.n_layers * self.shape.floats_per_layer() * std::mem::size_of::<f32>()
+        2 * self.shape.n_layers * self.shape.bytes_per_layer()
     }
 
+    /// Layer `layer`'s cache, for the attention kernel.
     pub fn layer(&self, layer: usize) -> PagedKv<'_> {
         PagedKv {
-            k: &self.k[layer],
-            v: &self.v[layer],
+            k: self.k[layer].bytes(),
+            v: self.v[layer].bytes(),
+            dtype: self.shape.dtype,
             block_size: self.shape.block_size,
             n_kv_heads: self.shape.n_kv_heads,
             head_dim: self.shape.head_dim,
         }
     }
 
+    /// Layer `layer`'s cache, for `store_kv`.
     pub fn layer_mut(&mut self, layer: usize) -> PagedKvMut<'_> {
         PagedKvMut {
-            k: &mut self.k[layer],
-            v: &mut self.v[layer],
+            k: self.k[layer].bytes_mut(),
+            v: self.v[layer].bytes_mut(),
+            dtype: self.shape.dtype,
             block_size: self.shape.block_size,
             n_kv_heads: self.shape.n_kv_heads,
             head_dim: self.shape.head_dim,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(dtype: KvDtype) -> KvCacheShape {
+        // SmolLM2-135M: 30 layers, 3 kv heads of 64.
+        KvCacheShape {
+            n_layers: 30,
+            n_kv_heads: 3,
+            head_dim: 64,
+            block_size: 16,
+            num_blocks: 4,
+            dtype,
+        }
+    }
+
+    #[test]
+    fn bytes_per_token_follows_the_dtype() {
+        let f32 = shape(KvDtype::F32).bytes_per_token();
+        assert_eq!(f32, 30 * 2 * 3 * 64 * 4);
+        assert_eq!(shape(KvDtype::F16).bytes_per_token() * 2, f32);
+        assert_eq!(shape(KvDtype::Q8).bytes_per_token(), 30 * 2 * 3 * (64 + 4));
+    }
+
+    #[test]
+    fn blocks_for_bytes_grows_as_rows_shrink() {
+        let budget = 1 << 30;
+        let blocks = |d| shape(d).blocks_for_bytes(budget);
+        assert_eq!(blocks(KvDtype::F32), budget / (30 * 2 * 3 * 256 * 16));
+        assert!(blocks(KvDtype::F16) >= 2 * blocks(KvDtype::F32));
+        assert!(
+            blocks(KvDtype::Q8) * 100 >= 376 * blocks(KvDtype::F32),
+            "256/68 ≈ 3.76x"
+        );
+    }
+
+    #[test]
+    fn layers_have_the_shape_size_and_an_aligned_f32_view() {
+        for d in KvDtype::ALL {
+            let mut cache = KvCache::new(KvCacheShape {
+                n_layers: 2,
+                head_dim: 5,
+                ..shape(d)
+            });
+            let per_layer = 4 * 16 * 3 * d.row_bytes(5);
+            assert_eq!(cache.n_bytes(), 2 * 2 * per_layer);
+            assert_eq!(cache.layer(1).k.len(), per_layer);
+            assert_eq!(cache.layer_mut(0).v.len(), per_layer);
+            assert_eq!(cache.layer(0).dtype, d);
+            assert_eq!(cache.layer(0).k.as_ptr() as usize % 4, 0);
         }
     }
 }

@@ -18,7 +18,8 @@ pub mod runner;
 pub mod perplexity;
 pub mod quantize;
 pub mod convert;
+pub mod import;
 
 pub use error::ModelError;
-pub use loader::{load_model, LoadedModel, ModelFormat};
+pub use loader::{load_model, load_model_with, LoadOptions, LoadedModel, ModelFormat};
 pub use runner::ModelRunner;

@@ -2,10 +2,35 @@
 //! the activation workspace, validates each batch, and runs the forward pass.
 
 use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError};
+use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use crate::arch::{LlamaModel, Workspace};
 use crate::kv_cache::{KvCache, KvCacheShape};
+
+/// Size and storage type of a runner's KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvSpec {
+    /// Tokens per block.
+    pub block_size: usize,
+    pub num_blocks: usize,
+    pub dtype: KvDtype,
+}
+
+impl KvSpec {
+    /// The cache shape for `model`'s layers and heads.
+    pub fn shape(&self, model: &LlamaModel) -> KvCacheShape {
+        let d = model.dims();
+        KvCacheShape {
+            n_layers: d.n_layers,
+            n_kv_heads: d.n_kv_heads,
+            head_dim: d.head_dim,
+            block_size: self.block_size,
+            num_blocks: self.num_blocks,
+            dtype: self.dtype,
+        }
+    }
+}
 
 pub struct ModelRunner {
     model: LlamaModel,
@@ -16,16 +41,14 @@ pub struct ModelRunner {
 }
 
 impl ModelRunner {
-    /// A runner with `num_blocks` KV blocks of `block_size` tokens.
+    /// A runner with `num_blocks` f32 KV blocks of `block_size` tokens.
     pub fn new(model: LlamaModel, block_size: usize, num_blocks: usize, pool: &'static ThreadPool) -> ModelRunner {
-        let d = model.dims();
-        let shape = KvCacheShape {
-            n_layers: d.n_layers,
-            n_kv_heads: d.n_kv_heads,
-            head_dim: d.head_dim,
-            block_size,
-            num_blocks,
-        };
+        Self::with_kv(model, KvSpec { block_size, num_blocks, dtype: KvDtype::F32 }, pool)
+    }
+
+    /// A runner whose KV cache has the size and storage type of `kv`.
+    pub fn with_kv(model: LlamaModel, kv: KvSpec, pool: &'static ThreadPool) -> ModelRunner {
+        let shape = kv.shape(&model);
         ModelRunner { model, kv: KvCache::new(shape), ws: Workspace::default(), pool, logit_rows: Vec::new() }
     }
 

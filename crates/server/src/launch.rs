@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! kv blocks   = kv bytes / (bytes_per_token × block_size)     (or kv tokens / block_size)
+//!               bytes_per_token = layers × 2 × kv heads × row bytes (f32 4·hd, f16 2·hd, q8 hd+4)
 //! model len   = min(model context, kv blocks × block_size)
 //! total limit = --max-total-tokens or model len    (≤ model len)
 //! input limit = --max-input-tokens or total - 1    (< total)
@@ -12,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kestrel_engine::handle::{EngineConfig, EngineHandle};
+use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
-use kestrel_model::kv_cache::KvCacheShape;
+use kestrel_model::runner::KvSpec;
 use kestrel_model::{LoadedModel, ModelRunner};
 
 use crate::state::{AppState, Limits, ModelInfo};
@@ -34,6 +36,8 @@ pub struct LaunchOptions {
     pub max_num_batched_tokens: usize,
     pub block_size: usize,
     pub kv_cache: KvCacheSize,
+    /// How the KV cache stores K and V (`--kv-cache-dtype`).
+    pub kv_dtype: KvDtype,
     pub enable_prefix_caching: bool,
     pub max_concurrent_requests: Option<usize>,
     pub max_input_tokens: Option<usize>,
@@ -50,6 +54,7 @@ impl Default for LaunchOptions {
             max_num_batched_tokens: 512,
             block_size: 16,
             kv_cache: KvCacheSize::Bytes(1 << 30),
+            kv_dtype: KvDtype::F32,
             enable_prefix_caching: true,
             max_concurrent_requests: Some(256),
             max_input_tokens: None,
@@ -80,14 +85,12 @@ pub fn start(
     pool: &'static ThreadPool,
 ) -> Result<AppState, LaunchError> {
     let metrics = crate::metrics::install_recorder()?;
-    let dims = loaded.model.dims();
-    let shape = KvCacheShape {
-        n_layers: dims.n_layers,
-        n_kv_heads: dims.n_kv_heads,
-        head_dim: dims.head_dim,
+    let mut kv = KvSpec {
         block_size: opts.block_size,
         num_blocks: 0,
+        dtype: opts.kv_dtype,
     };
+    let shape = kv.shape(&loaded.model);
     let num_blocks = match opts.kv_cache {
         KvCacheSize::Bytes(b) => shape.blocks_for_bytes(usize::try_from(b).unwrap_or(usize::MAX)),
         KvCacheSize::Tokens(t) => t / opts.block_size.max(1),
@@ -120,11 +123,14 @@ pub fn start(
     });
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
-    let runner = ModelRunner::new(loaded.model, opts.block_size, num_blocks, pool);
+    kv.num_blocks = num_blocks;
+    let runner = ModelRunner::with_kv(loaded.model, kv, pool);
     let engine = EngineHandle::try_start(Box::new(runner), tokenizer.clone(), eos, config)?;
     tracing::info!(
         num_blocks,
         block_size = opts.block_size,
+        kv_dtype = %opts.kv_dtype,
+        kv_bytes_per_token = shape.bytes_per_token(),
         max_input_tokens = limits.max_input_tokens,
         max_total_tokens = limits.max_total_tokens,
         "engine started"

@@ -1,24 +1,35 @@
 //! Causal attention over a paged KV cache, for a batch of sequences in one call.
 //!
-//! Cache layout per layer: `k` and `v` are each `[num_blocks][block_size][n_kv_heads][head_dim]`
-//! `f32`. A sequence's token at position `p` lives in physical block `block_table[p / bs]`,
-//! slot `p % bs`:
+//! Cache layout per layer: `k` and `v` are each `[num_blocks][block_size][n_kv_heads]` head
+//! rows, every row `head_dim` values stored as [`KvDtype`] (`f32`, `f16`, or `q8`: int8 with
+//! one f32 scale per row), i.e. `row_bytes = dtype.row_bytes(head_dim)` bytes. A sequence's
+//! token at position `p` lives in physical block `block_table[p / bs]`, slot `p % bs`:
 //!
 //! ```text
-//!   block_table = [7, 2, 9]   (bs = 4)          offset of (p, kv head h):
-//!   pos:  0 1 2 3 | 4 5 6 7 | 8 9              ((block_table[p/bs]·bs + p%bs)·n_kv + h)·head_dim
+//!   block_table = [7, 2, 9]   (bs = 4)          byte offset of (p, kv head h):
+//!   pos:  0 1 2 3 | 4 5 6 7 | 8 9              ((block_table[p/bs]·bs + p%bs)·n_kv + h)·row_bytes
 //!   blk:  7 7 7 7 | 2 2 2 2 | 9 9
 //! ```
 //!
-//! The kernel is tiled online softmax ("flash" attention): work units are
-//! (sequence, kv head, tile of up to [`Q_TILE`] queries); a unit walks the cache one block at
-//! a time, and all the query heads of its tile that share the kv head (GQA) score against
-//! the block while it is in L1. Running max `m`, denominator `l` and the unnormalized output
-//! are rescaled per block, so memory is O(tile) per thread, never O(context). Units are
+//! [`store_kv`] encodes on write. The kernel is tiled online softmax ("flash" attention): work
+//! units are (sequence, kv head, tile of up to [`Q_TILE`] queries); a unit walks the cache one
+//! block at a time, and all the query heads of its tile that share the kv head (GQA) score
+//! against the block while it is in L1. Rows are read in place by a kernel monomorphized per
+//! dtype: f16 is widened with F16C in registers, q8 is int8 → f32 times the row's scale (the
+//! scale multiplies the dot product, and the softmax weight in the weighted sum of V). Running max `m`, denominator `l` and the unnormalized
+//! output are rescaled per block, so memory is O(tile) per thread, never O(context). Units are
 //! handed out dynamically (an atomic counter) to balance causal prefill tiles.
+
+mod elem;
+pub mod kv_dtype;
+mod simd;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use elem::{F16Row, F32Row, KvElem, Q8Row};
+pub use kv_dtype::{KvDtype, ParseKvDtypeError};
+use simd::{ScalarVec, VecOps};
 
 use crate::cpu::ops::{simd_entry, vmath};
 use crate::cpu::threadpool::SharedMut;
@@ -27,11 +38,13 @@ use crate::cpu::{Isa, ThreadPool};
 /// Queries per work unit in prefill.
 pub const Q_TILE: usize = 16;
 
-/// One layer's KV cache, read-only.
+/// One layer's KV cache, read-only: `k`/`v` hold `num_blocks · block_size · n_kv_heads` head
+/// rows of `dtype.row_bytes(head_dim)` bytes each (see the module docs).
 #[derive(Clone, Copy)]
 pub struct PagedKv<'a> {
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub k: &'a [u8],
+    pub v: &'a [u8],
+    pub dtype: KvDtype,
     pub block_size: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -39,8 +52,9 @@ pub struct PagedKv<'a> {
 
 /// One layer's KV cache, writable (see [`store_kv`]).
 pub struct PagedKvMut<'a> {
-    pub k: &'a mut [f32],
-    pub v: &'a mut [f32],
+    pub k: &'a mut [u8],
+    pub v: &'a mut [u8],
+    pub dtype: KvDtype,
     pub block_size: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -52,6 +66,7 @@ impl PagedKvMut<'_> {
         PagedKv {
             k: self.k,
             v: self.v,
+            dtype: self.dtype,
             block_size: self.block_size,
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
@@ -59,14 +74,37 @@ impl PagedKvMut<'_> {
     }
 }
 
-/// Offset of the `[n_kv_heads][head_dim]` row of position `pos`.
-#[inline]
-fn slot_offset(block_table: &[u32], block_size: usize, row_len: usize, pos: usize) -> usize {
-    let block = block_table[pos / block_size] as usize;
-    (block * block_size + pos % block_size) * row_len
+impl PagedKv<'_> {
+    /// Bytes of one token slot (`n_kv_heads` head rows).
+    pub fn slot_bytes(&self) -> usize {
+        self.n_kv_heads * self.dtype.row_bytes(self.head_dim)
+    }
+
+    /// The stored K and V row of `kv_head` at `pos`, decoded to f32 by the scalar spec
+    /// ([`KvDtype::decode_row`]); `k` and `v` take `head_dim` floats.
+    pub fn read_row(
+        &self,
+        block_table: &[u32],
+        pos: usize,
+        kv_head: usize,
+        k: &mut [f32],
+        v: &mut [f32],
+    ) {
+        let rb = self.dtype.row_bytes(self.head_dim);
+        let off = slot_offset(block_table, self.block_size, self.slot_bytes(), pos) + kv_head * rb;
+        self.dtype.decode_row(&self.k[off..off + rb], k);
+        self.dtype.decode_row(&self.v[off..off + rb], v);
+    }
 }
 
-/// Write one token's `k_row` and `v_row` (`n_kv_heads · head_dim` each) at position `pos`.
+/// Byte offset of the slot (all kv heads) of position `pos`.
+#[inline]
+fn slot_offset(block_table: &[u32], block_size: usize, slot_bytes: usize, pos: usize) -> usize {
+    let block = block_table[pos / block_size] as usize;
+    (block * block_size + pos % block_size) * slot_bytes
+}
+
+/// Encode one token's `k_row` and `v_row` (`n_kv_heads · head_dim` each) at position `pos`.
 pub fn store_kv(
     kv: &mut PagedKvMut<'_>,
     block_table: &[u32],
@@ -74,14 +112,24 @@ pub fn store_kv(
     k_row: &[f32],
     v_row: &[f32],
 ) {
-    let row = kv.n_kv_heads * kv.head_dim;
+    let (hd, dtype) = (kv.head_dim, kv.dtype);
+    let row = kv.n_kv_heads * hd;
     assert!(
         k_row.len() == row && v_row.len() == row,
         "store_kv: rows must be n_kv·head_dim"
     );
-    let off = slot_offset(block_table, kv.block_size, row, pos);
-    kv.k[off..off + row].copy_from_slice(k_row);
-    kv.v[off..off + row].copy_from_slice(v_row);
+    let rb = dtype.row_bytes(hd);
+    let off = slot_offset(block_table, kv.block_size, kv.n_kv_heads * rb, pos);
+    let slot = off..off + kv.n_kv_heads * rb;
+    for (src, dst) in k_row
+        .chunks_exact(hd)
+        .zip(kv.k[slot.clone()].chunks_exact_mut(rb))
+    {
+        dtype.encode_row(src, dst);
+    }
+    for (src, dst) in v_row.chunks_exact(hd).zip(kv.v[slot].chunks_exact_mut(rb)) {
+        dtype.encode_row(src, dst);
+    }
 }
 
 /// One sequence's queries: `n_q` consecutive positions starting at `q_start_pos`.
@@ -156,7 +204,7 @@ pub fn attention_with(
         group,
         split,
     };
-    let run = unit_fn(isa);
+    let run = unit_fn(isa, kv.dtype);
     let total = count_units(seqs, kv.n_kv_heads, split);
     let next = AtomicUsize::new(0);
     let out = SharedMut::new(out);
@@ -179,33 +227,63 @@ pub fn attention_with(
     });
 }
 
-fn unit_fn(isa: Isa) -> UnitFn {
-    let best = Isa::available().last().copied().unwrap_or(Isa::Scalar);
-    match isa.min(best) {
-        Isa::Scalar => run_unit::<false, 4, ScalarVec>,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => run_unit_avx2,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => run_unit_avx512,
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => run_unit::<false, 4, ScalarVec>,
+fn unit_fn(isa: Isa, dtype: KvDtype) -> UnitFn {
+    match dtype {
+        KvDtype::F32 => unit_fn_for::<F32Row>(isa),
+        KvDtype::F16 => unit_fn_for::<F16Row>(isa),
+        KvDtype::Q8 => unit_fn_for::<Q8Row>(isa),
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-simd_entry!(
-    run_unit_avx2,
-    "avx2,fma",
-    fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-    run_unit::<true, 16, x86vec::Avx2>(c, u, b)
-);
-#[cfg(target_arch = "x86_64")]
-simd_entry!(
-    run_unit_avx512,
-    "avx512f,avx2,fma",
-    fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-    run_unit::<true, 16, x86vec::Avx512>(c, u, b)
-);
+fn unit_fn_for<E: SimdEntries>(isa: Isa) -> UnitFn {
+    let best = Isa::available().last().copied().unwrap_or(Isa::Scalar);
+    match isa.min(best) {
+        Isa::Scalar => run_unit::<false, 4, ScalarVec, E>,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => E::AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => E::AVX512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => run_unit::<false, 4, ScalarVec, E>,
+    }
+}
+
+/// A storage format's SIMD entry points (`run_unit` compiled with each ISA's features).
+trait SimdEntries: KvElem {
+    #[cfg(target_arch = "x86_64")]
+    const AVX2: UnitFn;
+    #[cfg(target_arch = "x86_64")]
+    const AVX512: UnitFn;
+}
+
+/// Implements [`SimdEntries`] for one [`KvElem`] type with two `simd_entry!` functions.
+macro_rules! simd_entries {
+    ($elem:ty, $avx2:ident, $avx512:ident) => {
+        #[cfg(target_arch = "x86_64")]
+        simd_entry!(
+            $avx2,
+            "avx2,fma,f16c",
+            fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
+            run_unit::<true, 16, simd::x86vec::Avx2, $elem>(c, u, b)
+        );
+        #[cfg(target_arch = "x86_64")]
+        simd_entry!(
+            $avx512,
+            "avx512f,avx512bw,avx2,fma,f16c",
+            fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
+            run_unit::<true, 16, simd::x86vec::Avx512, $elem>(c, u, b)
+        );
+        impl SimdEntries for $elem {
+            #[cfg(target_arch = "x86_64")]
+            const AVX2: UnitFn = $avx2;
+            #[cfg(target_arch = "x86_64")]
+            const AVX512: UnitFn = $avx512;
+        }
+    };
+}
+simd_entries!(F32Row, run_unit_avx2_f32, run_unit_avx512_f32);
+simd_entries!(F16Row, run_unit_avx2_f16, run_unit_avx512_f16);
+simd_entries!(Q8Row, run_unit_avx2_q8, run_unit_avx512_q8);
 
 fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usize) {
     let (bs, hd, n_kv) = (kv.block_size, kv.head_dim, kv.n_kv_heads);
@@ -218,7 +296,7 @@ fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usi
         "attention: n_heads % n_kv_heads != 0"
     );
     assert!(p.window != Some(0), "attention: window must be at least 1");
-    let block_len = bs * n_kv * hd;
+    let block_len = bs * kv.slot_bytes();
     assert!(
         kv.k.len() == kv.v.len() && kv.k.len() % block_len == 0,
         "attention: cache size"
@@ -309,266 +387,92 @@ fn locate(ctx: &Ctx<'_>, mut idx: usize) -> Unit {
 /// `l[rows]`, `m[rows]` and a block of scores. Row `qi·(g1−g0) + gi` is query `q0+qi`, head
 /// `kv_head·group + g0 + gi`. On return the accumulators hold the normalized outputs.
 #[inline(always)]
-fn run_unit<const F: bool, const L: usize, V: VecOps>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
-    let (kv, p, g) = (ctx.kv, &ctx.params, u.g1 - u.g0);
-    let (hd, bs, row_len) = (kv.head_dim, kv.block_size, kv.n_kv_heads * kv.head_dim);
+fn run_unit<const F: bool, const L: usize, V: VecOps, E: KvElem>(
+    ctx: &Ctx<'_>,
+    u: Unit,
+    buf: &mut Vec<f32>,
+) {
+    let (kv, p) = (ctx.kv, &ctx.params);
+    debug_assert_eq!(
+        kv.dtype,
+        E::DTYPE,
+        "unit_fn picks the reader of the cache's dtype"
+    );
+    let (hd, bs) = (kv.head_dim, kv.block_size);
     let seq = &ctx.seqs[u.seq];
-    let rows = (u.q1 - u.q0) * g;
+    let rows = (u.q1 - u.q0) * (u.g1 - u.g0);
     buf.clear();
     buf.resize(rows * (hd + 2) + bs, 0.0);
     let (acc, rest) = buf.split_at_mut(rows * hd);
     let (l, rest) = rest.split_at_mut(rows);
     let (m, scores) = rest.split_at_mut(rows);
     m.fill(f32::NEG_INFINITY);
+    let mut st = Softmax { acc, l, m, scores };
     let first_pos = seq.q_start_pos + u.q0;
     let last_pos = seq.q_start_pos + u.q1 - 1;
     for b in p.first_key(first_pos) / bs..=last_pos / bs {
-        let base = seq.block_table[b] as usize * bs * row_len + u.kv_head * hd;
-        let bp0 = b * bs;
-        for qi in 0..u.q1 - u.q0 {
-            let pos = first_pos + qi;
-            let (lo, hi) = (p.first_key(pos).max(bp0), (pos + 1).min(bp0 + bs));
-            if lo >= hi {
-                continue;
-            }
-            let key = |j: usize| base + (lo - bp0 + j) * row_len;
-            for gi in 0..g {
-                let head = u.kv_head * ctx.group + u.g0 + gi;
-                let q_off = ((u.q0 + qi) * p.n_heads + head) * hd;
-                let q = &seq.q[q_off..q_off + hd];
-                let r = qi * g + gi;
-                let sc = &mut scores[..hi - lo];
-                for (j, s) in sc.iter_mut().enumerate() {
-                    let k = &kv.k[key(j)..key(j) + hd];
-                    // SAFETY: `run_unit::<_, _, V>` is only called from an entry point
-                    // compiled with V's target features (see `unit_fn`).
-                    *s = unsafe { V::dot(q, k) } * p.scale;
-                }
-                let m_new = m[r].max(vmath::max::<L>(sc));
-                let corr = if m[r] == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    vmath::exp::<F>(m[r] - m_new)
-                };
-                let acc_r = &mut acc[r * hd..(r + 1) * hd];
-                if corr != 1.0 {
-                    vmath::scale(acc_r, corr);
-                }
-                l[r] = l[r] * corr + vmath::exp_sub_sum::<F, L>(sc, m_new);
-                m[r] = m_new;
-                let v = &kv.v[key(0)..key(sc.len() - 1) + hd];
-                // SAFETY: as for `V::dot` above.
-                unsafe { V::weighted_sum(acc_r, sc, v, row_len) };
-            }
-        }
+        score_block::<F, L, V, E>(ctx, u, b, &mut st);
     }
-    for (acc_r, &l_r) in acc.chunks_exact_mut(hd).zip(l.iter()) {
+    for (acc_r, &l_r) in st.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
         vmath::scale(acc_r, 1.0 / l_r);
     }
 }
 
-/// Dot product and `y += a·x` over one head (`head_dim` floats).
-///
-/// # Safety
-/// Implementations may use SIMD instructions: callers must run on a CPU with the
-/// implementation's target features, from code compiled with them (so they inline).
-trait VecOps {
-    unsafe fn dot(a: &[f32], b: &[f32]) -> f32;
-    unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]);
-
-    /// `acc += Σ_j p[j] · v[j·stride .. j·stride + acc.len()]`.
-    #[inline(always)]
-    unsafe fn weighted_sum(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
-        for (j, &pj) in p.iter().enumerate() {
-            // SAFETY: forwarded contract.
-            unsafe { Self::axpy(acc, pj, &v[j * stride..j * stride + acc.len()]) };
-        }
-    }
+/// A unit's running online-softmax state (see [`run_unit`] for the row order).
+struct Softmax<'a> {
+    acc: &'a mut [f32],
+    l: &'a mut [f32],
+    m: &'a mut [f32],
+    scores: &'a mut [f32],
 }
 
-/// Portable lanes, no FMA.
-struct ScalarVec;
-
-impl VecOps for ScalarVec {
-    #[inline(always)]
-    unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        vmath::dot::<false, 4>(a, b)
-    }
-    #[inline(always)]
-    unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-        vmath::axpy::<false>(y, a, x)
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86vec {
-    use std::arch::x86_64::*;
-
-    use super::VecOps;
-
-    /// AVX2 + FMA, 8 lanes, two accumulators.
-    pub(super) struct Avx2;
-
-    impl VecOps for Avx2 {
-        #[inline(always)]
-        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-            let n = a.len().min(b.len());
-            let (pa, pb) = (a.as_ptr(), b.as_ptr());
-            // SAFETY: every load reads 8 floats at i < n − 7 (i + 8 ≤ n) of both slices;
-            // AVX2/FMA availability is the caller's contract.
-            unsafe {
-                let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                let mut i = 0;
-                while i + 16 <= n {
-                    s0 =
-                        _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-                    s1 = _mm256_fmadd_ps(
-                        _mm256_loadu_ps(pa.add(i + 8)),
-                        _mm256_loadu_ps(pb.add(i + 8)),
-                        s1,
-                    );
-                    i += 16;
-                }
-                if i + 8 <= n {
-                    s0 =
-                        _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-                    i += 8;
-                }
-                let s = _mm256_add_ps(s0, s1);
-                let h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_add_ss(h, _mm_movehdup_ps(h));
-                let mut total = _mm_cvtss_f32(h);
-                for j in i..n {
-                    total = a[j].mul_add(b[j], total);
-                }
-                total
+/// Scores every query row of unit `u` against the keys of its sequence's logical block `b`,
+/// read in place, and folds them into the online softmax `st`.
+#[inline(always)]
+fn score_block<const F: bool, const L: usize, V: VecOps, E: KvElem>(
+    ctx: &Ctx<'_>,
+    u: Unit,
+    b: usize,
+    st: &mut Softmax<'_>,
+) {
+    let (kv, p, g) = (ctx.kv, &ctx.params, u.g1 - u.g0);
+    let (hd, bs, seq) = (kv.head_dim, kv.block_size, &ctx.seqs[u.seq]);
+    let (rb, slot_bytes) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
+    let base = seq.block_table[b] as usize * bs * slot_bytes + u.kv_head * rb;
+    let bp0 = b * bs;
+    for qi in 0..u.q1 - u.q0 {
+        let pos = seq.q_start_pos + u.q0 + qi;
+        let (lo, hi) = (p.first_key(pos).max(bp0), (pos + 1).min(bp0 + bs));
+        if lo >= hi {
+            continue;
+        }
+        let key = |j: usize| base + (lo - bp0 + j) * slot_bytes;
+        for gi in 0..g {
+            let head = u.kv_head * ctx.group + u.g0 + gi;
+            let q_off = ((u.q0 + qi) * p.n_heads + head) * hd;
+            let q = &seq.q[q_off..q_off + hd];
+            let r = qi * g + gi;
+            let sc = &mut st.scores[..hi - lo];
+            for (j, s) in sc.iter_mut().enumerate() {
+                // SAFETY: `run_unit::<_, _, V, _>` is only called from an entry point
+                // compiled with V's target features (see `unit_fn_for`).
+                *s = unsafe { V::dot::<E>(q, &kv.k[key(j)..key(j) + rb]) } * p.scale;
             }
-        }
-
-        #[inline(always)]
-        unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-            let n = y.len().min(x.len());
-            let (py, px) = (y.as_mut_ptr(), x.as_ptr());
-            // SAFETY: loads and stores touch 8 floats at i with i + 8 ≤ n in both slices;
-            // AVX2/FMA availability is the caller's contract.
-            unsafe {
-                let va = _mm256_set1_ps(a);
-                let mut i = 0;
-                while i + 8 <= n {
-                    let v =
-                        _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
-                    _mm256_storeu_ps(py.add(i), v);
-                    i += 8;
-                }
-                for j in i..n {
-                    y[j] = a.mul_add(x[j], y[j]);
-                }
+            let m_new = st.m[r].max(vmath::max::<L>(sc));
+            let corr = if st.m[r] == f32::NEG_INFINITY {
+                0.0
+            } else {
+                vmath::exp::<F>(st.m[r] - m_new)
+            };
+            let acc_r = &mut st.acc[r * hd..(r + 1) * hd];
+            if corr != 1.0 {
+                vmath::scale(acc_r, corr);
             }
-        }
-
-        #[inline(always)]
-        unsafe fn weighted_sum(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
-            // SAFETY: forwarded contract.
-            unsafe { weighted_sum_avx2(acc, p, v, stride) }
-        }
-    }
-
-    /// `acc += Σ_j p[j]·v_j` keeping 32 columns of `acc` in registers across all `j`.
-    #[inline(always)]
-    unsafe fn weighted_sum_avx2(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
-        let hd = acc.len();
-        assert!(
-            p.is_empty() || (p.len() - 1) * stride + hd <= v.len(),
-            "weighted_sum bounds"
-        );
-        let (pacc, pv) = (acc.as_mut_ptr(), v.as_ptr());
-        let mut c = 0;
-        // SAFETY: row j reads v[j·stride + c .. j·stride + c + 32] with c + 32 ≤ hd, in bounds
-        // by the assert; acc accesses are c..c+32 ≤ hd. AVX2/FMA: the caller's contract.
-        unsafe {
-            while c + 32 <= hd {
-                let mut r = [0; 4].map(|_| _mm256_setzero_ps());
-                for (k, reg) in r.iter_mut().enumerate() {
-                    *reg = _mm256_loadu_ps(pacc.add(c + 8 * k));
-                }
-                for (j, &pj) in p.iter().enumerate() {
-                    let w = _mm256_set1_ps(pj);
-                    let row = pv.add(j * stride + c);
-                    for (k, reg) in r.iter_mut().enumerate() {
-                        *reg = _mm256_fmadd_ps(w, _mm256_loadu_ps(row.add(8 * k)), *reg);
-                    }
-                }
-                for (k, reg) in r.iter().enumerate() {
-                    _mm256_storeu_ps(pacc.add(c + 8 * k), *reg);
-                }
-                c += 32;
-            }
-        }
-        if c < hd {
-            for (j, &pj) in p.iter().enumerate() {
-                // SAFETY: as above.
-                unsafe { Avx2::axpy(&mut acc[c..], pj, &v[j * stride + c..j * stride + hd]) };
-            }
-        }
-    }
-
-    /// AVX-512F, 16 lanes.
-    pub(super) struct Avx512;
-
-    impl VecOps for Avx512 {
-        #[inline(always)]
-        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-            let n = a.len().min(b.len());
-            let (pa, pb) = (a.as_ptr(), b.as_ptr());
-            // SAFETY: every load reads 16 floats at i with i + 16 ≤ n; the tail goes to the
-            // AVX2 version. AVX-512F availability is the caller's contract.
-            unsafe {
-                let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-                let mut i = 0;
-                while i + 32 <= n {
-                    s0 =
-                        _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
-                    s1 = _mm512_fmadd_ps(
-                        _mm512_loadu_ps(pa.add(i + 16)),
-                        _mm512_loadu_ps(pb.add(i + 16)),
-                        s1,
-                    );
-                    i += 32;
-                }
-                if i + 16 <= n {
-                    s0 =
-                        _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
-                    i += 16;
-                }
-                _mm512_reduce_add_ps(_mm512_add_ps(s0, s1)) + Avx2::dot(&a[i..n], &b[i..n])
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-            let n = y.len().min(x.len());
-            let (py, px) = (y.as_mut_ptr(), x.as_ptr());
-            // SAFETY: loads and stores touch 16 floats at i with i + 16 ≤ n; the tail goes
-            // to the AVX2 version. AVX-512F availability is the caller's contract.
-            unsafe {
-                let va = _mm512_set1_ps(a);
-                let mut i = 0;
-                while i + 16 <= n {
-                    let v =
-                        _mm512_fmadd_ps(va, _mm512_loadu_ps(px.add(i)), _mm512_loadu_ps(py.add(i)));
-                    _mm512_storeu_ps(py.add(i), v);
-                    i += 16;
-                }
-                Avx2::axpy(&mut y[i..n], a, &x[i..n]);
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn weighted_sum(acc: &mut [f32], p: &[f32], v: &[f32], stride: usize) {
-            // SAFETY: forwarded contract (AVX-512F implies the AVX2/FMA this needs, which
-            // the avx512 entry point enables too).
-            unsafe { weighted_sum_avx2(acc, p, v, stride) }
+            st.l[r] = st.l[r] * corr + vmath::exp_sub_sum::<F, L>(sc, m_new);
+            st.m[r] = m_new;
+            let v = &kv.v[key(0)..key(sc.len() - 1) + rb];
+            // SAFETY: as for `V::dot` above.
+            unsafe { V::weighted_sum::<E>(acc_r, sc, v, slot_bytes) };
         }
     }
 }
@@ -585,50 +489,61 @@ fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
     }
 }
 
-/// The spec: for every sequence and head, materialize the `n_q × context` score matrix with
-/// an explicit causal/window mask (−∞), softmax each row in `f64`, multiply by V.
+/// The spec: decode every stored K/V row with [`KvDtype::decode_row`]; then, for every
+/// sequence and head, materialize the `n_q × context` score matrix with an explicit
+/// causal/window mask (−∞), softmax each row in `f64`, multiply by V.
 pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mut [f32]) {
     validate(kv, seqs, &p, out.len());
-    let (hd, row_len, g) = (
-        kv.head_dim,
-        kv.n_kv_heads * kv.head_dim,
-        p.n_heads / kv.n_kv_heads,
-    );
+    let (hd, g) = (kv.head_dim, p.n_heads / kv.n_kv_heads);
     let mut out_base = 0;
     for s in seqs {
         let ctx_len = s.q_start_pos + s.n_q;
-        let key_off = |j: usize| slot_offset(s.block_table, kv.block_size, row_len, j);
-        for head in 0..p.n_heads {
-            let kvh = head / g;
-            for i in 0..s.n_q {
-                let pos = s.q_start_pos + i;
-                let q = &s.q[(i * p.n_heads + head) * hd..][..hd];
-                let scores: Vec<f64> = (0..ctx_len)
-                    .map(|j| {
-                        if j > pos || j < p.first_key(pos) {
-                            return f64::NEG_INFINITY;
-                        }
-                        let k = &kv.k[key_off(j) + kvh * hd..][..hd];
-                        q.iter()
-                            .zip(k)
-                            .map(|(&a, &b)| a as f64 * b as f64)
-                            .sum::<f64>()
-                            * p.scale as f64
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = w.iter().sum();
-                let o = &mut out[out_base + (i * p.n_heads + head) * hd..][..hd];
-                for (d, o) in o.iter_mut().enumerate() {
-                    let v = (0..ctx_len)
-                        .filter(|&j| w[j] != 0.0)
-                        .map(|j| w[j] * kv.v[key_off(j) + kvh * hd + d] as f64)
-                        .sum::<f64>();
-                    *o = (v / sum) as f32;
+        for kvh in 0..kv.n_kv_heads {
+            let (mut k, mut v) = (vec![0.0f32; ctx_len * hd], vec![0.0f32; ctx_len * hd]);
+            for (j, (kr, vr)) in k
+                .chunks_exact_mut(hd)
+                .zip(v.chunks_exact_mut(hd))
+                .enumerate()
+            {
+                kv.read_row(s.block_table, j, kvh, kr, vr);
+            }
+            for head in kvh * g..(kvh + 1) * g {
+                for i in 0..s.n_q {
+                    let o = &mut out[out_base + (i * p.n_heads + head) * hd..][..hd];
+                    let q = &s.q[(i * p.n_heads + head) * hd..][..hd];
+                    reference_row(q, &k, &v, s.q_start_pos + i, &p, o);
                 }
             }
         }
         out_base += s.q.len();
+    }
+}
+
+/// One query row of [`reference`] at position `pos` over decoded `k`/`v` (`[context][hd]`).
+fn reference_row(q: &[f32], k: &[f32], v: &[f32], pos: usize, p: &AttnParams, o: &mut [f32]) {
+    let hd = q.len();
+    let scores: Vec<f64> = k
+        .chunks_exact(hd)
+        .enumerate()
+        .map(|(j, kj)| {
+            if j > pos || j < p.first_key(pos) {
+                return f64::NEG_INFINITY;
+            }
+            q.iter()
+                .zip(kj)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+                * p.scale as f64
+        })
+        .collect();
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+    let sum: f64 = w.iter().sum();
+    for (d, o) in o.iter_mut().enumerate() {
+        let acc = (0..w.len())
+            .filter(|&j| w[j] != 0.0)
+            .map(|j| w[j] * v[j * hd + d] as f64)
+            .sum::<f64>();
+        *o = (acc / sum) as f32;
     }
 }

@@ -16,6 +16,10 @@
 //! When `m > 1` and the dtype has a [`VecDotTileFn`], the inner loops go 4 × 4 instead:
 //! one call computes `y[j..j+4][r..r+4]`, unpacking each weight block once for 4 x rows
 //! (partial blocks repeat their last row; thread boundaries are multiples of 4 rows).
+//!
+//! When `m == 1` (decode) and the dtype has a [`VecDotRowsFn`], one call computes
+//! `y[0][r..r+4]`: four weight rows stream from memory together against one activation row,
+//! which keeps more loads in flight and loads each activation block once per 4 rows.
 
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
@@ -23,6 +27,10 @@ use crate::quant::{self, act::ActKernels, ActFormat, DType, TypeKernels, VecDotT
 
 /// A weight type's row dot product (see [`TypeKernels::vec_dot`]).
 type VecDotFn = fn(usize, &[u8], &[u8]) -> f32;
+
+/// `[vec_dot(n, w[r], a); TILE]`: [`TILE`] weight rows against one activation row. Results
+/// equal `vec_dot`'s up to `f32` rounding.
+pub type VecDotRowsFn = fn(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE];
 
 /// Weight bytes per tile: a tile is reused for every x row while it sits in L1/L2.
 const TILE_BYTES: usize = 16 * 1024;
@@ -56,6 +64,17 @@ pub struct GemmKernels {
     pub weights: TypeKernels,
     /// `None` when the activation format is plain `f32` (used as is, no copy).
     pub quantize: Option<QuantizeFn>,
+    /// The `m == 1` kernel, for the types that have one.
+    pub vec_dot_rows: Option<VecDotRowsFn>,
+}
+
+/// The `m == 1` multi-row kernel of `dtype` for `isa`, if it has one.
+fn rows_kernel(dtype: DType, isa: Isa) -> Option<VecDotRowsFn> {
+    match dtype {
+        DType::Q4_0 => quant::q4_0::vec_dot_rows(isa),
+        DType::Q8_0 => quant::q8_0::vec_dot_rows(isa),
+        _ => None,
+    }
 }
 
 impl GemmKernels {
@@ -64,7 +83,12 @@ impl GemmKernels {
         let weights = TypeKernels::for_isa(dtype, isa);
         let quantize = (weights.act != ActFormat::F32)
             .then(|| ActKernels::for_isa(isa).quantize[weights.act as usize]);
-        GemmKernels { weights, quantize }
+        let vec_dot_rows = rows_kernel(dtype, weights.isa);
+        GemmKernels {
+            weights,
+            quantize,
+            vec_dot_rows,
+        }
     }
 
     /// The kernels for `dtype` on this CPU.
@@ -72,7 +96,12 @@ impl GemmKernels {
         let weights = *quant::kernels(dtype);
         let quantize = (weights.act != ActFormat::F32)
             .then(|| quant::act::kernels().quantize[weights.act as usize]);
-        GemmKernels { weights, quantize }
+        let vec_dot_rows = rows_kernel(dtype, weights.isa);
+        GemmKernels {
+            weights,
+            quantize,
+            vec_dot_rows,
+        }
     }
 }
 
@@ -120,6 +149,13 @@ pub fn matmul_with(
         m,
     };
     let out = SharedMut::new(y);
+    if let Some(rows_fn) = k.vec_dot_rows.filter(|_| m == 1) {
+        pool.broadcast(&|t, n| {
+            let (r0, r1) = thread_rows(w.rows, t, n, TILE);
+            rows.gemv(rows_fn, r0, r1, &out);
+        });
+        return;
+    }
     match k.weights.vec_dot_tile.filter(|_| m > 1) {
         Some(tile_fn) => pool.broadcast(&|t, n| {
             let (r0, r1) = thread_rows(w.rows, t, n, TILE);
@@ -187,6 +223,20 @@ impl RowsRef<'_> {
                     // `thread_rows` gives different threads are disjoint.
                     unsafe { out.write(j * rows + r, v) };
                 }
+            }
+        }
+    }
+
+    /// `m == 1`: groups of [`TILE`] weight rows `[r0, r1)` against activation row 0; a
+    /// partial group repeats its last row and discards the duplicate results.
+    fn gemv(&self, rows_fn: VecDotRowsFn, r0: usize, r1: usize, out: &SharedMut<'_, f32>) {
+        let a = self.act(0);
+        for rb in (r0..r1).step_by(TILE) {
+            let w: [&[u8]; TILE] = std::array::from_fn(|q| self.weight((rb + q).min(r1 - 1)));
+            let v = rows_fn(self.w.cols, w, a);
+            for (p, &x) in v.iter().enumerate().take(r1 - rb) {
+                // SAFETY: as in `per_row`: rb + p < r1, this thread's rows.
+                unsafe { out.write(rb + p, x) };
             }
         }
     }

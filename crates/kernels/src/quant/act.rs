@@ -1,6 +1,7 @@
 //! Activation quantization: converting an `f32` activation row into an [`ActFormat`].
 //!
-//! The F32, Q8_0 and Q8_1 quantizers live here; Q8_K lives beside the K-quants in `q8_k.rs`.
+//! The F32, Q8_0 and Q8_1 quantizers live here; Q8_K lives beside the K-quants in `q8_k.rs`
+//! and the per-row `I8Row` quantizer beside the INT8 weights in `int8.rs`.
 //!
 //! ```text
 //! Q8_0 block (34 bytes): | d: f16 |        qs: 32 x i8          |   x[j] ~ qs[j] * d
@@ -39,7 +40,7 @@ const _: () = assert!(ActFormat::Q8_1.block_bytes() == 36);
 
 /// Quantizers for every [`ActFormat`], indexed by `ActFormat as usize`.
 pub struct ActKernels {
-    pub quantize: [fn(&[f32], &mut [u8]); 4],
+    pub quantize: [fn(&[f32], &mut [u8]); 5],
 }
 
 impl ActKernels {
@@ -51,6 +52,7 @@ impl ActKernels {
                 quantize_q8_0_for(isa),
                 quantize_q8_1_for(isa),
                 super::q8_k::quantize_for(isa),
+                super::int8::quantize_act_for(isa),
             ],
         }
     }
@@ -64,6 +66,7 @@ pub fn kernels() -> &'static ActKernels {
 
 const _: () = assert!(ActFormat::F32 as usize == 0 && ActFormat::Q8K as usize == 3);
 const _: () = assert!(ActFormat::Q8_0 as usize == 1 && ActFormat::Q8_1 as usize == 2);
+const _: () = assert!(ActFormat::I8Row as usize == 4);
 
 fn quantize_f32(src: &[f32], dst: &mut [u8]) {
     for (x, out) in src.iter().zip(dst.chunks_exact_mut(4)) {

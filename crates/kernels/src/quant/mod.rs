@@ -1,6 +1,9 @@
 //! GGUF tensor types: block layouts, reference kernels (the spec) and SIMD variants.
 //!
-//! Every quantized type stores a row of `n` weights as `n / block_size` fixed-size blocks.
+//! Every quantized type stores a row of `n` weights as `n / block_size` fixed-size blocks,
+//! preceded by [`DType::row_header_bytes`] bytes of per-row data (zero for every GGUF type;
+//! a per-row scale for Kestrel's [`DType::INT8`], double-quantization constants for
+//! [`DType::NF4_DQ`]).
 //! A weight row is multiplied with an activation row that was first converted into the
 //! type's [`ActFormat`] (8-bit blocks for the quantized types, plain `f32` for float types),
 //! so the inner loop is an integer dot product.
@@ -16,6 +19,9 @@ use crate::cpu::Isa;
 
 pub mod act;
 pub mod float;
+pub mod int4;
+pub mod int8;
+pub mod nf4;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
@@ -27,6 +33,11 @@ pub mod q8_k;
 
 /// Tensor element types, with their GGUF (`ggml_type`) ids as discriminants. Variant names
 /// follow GGUF's own spelling (`Q4_K`), which every model card and tool uses.
+///
+/// Ids from 1024 up are Kestrel's own quantization-toolkit types (not ggml types; GGUF files
+/// holding them load only in Kestrel): [`DType::INT8`] (per-channel int8, `int8.rs`),
+/// [`DType::INT4_G32`] / `_G64` / `_G128` (group-wise asymmetric 4-bit, `int4.rs`),
+/// [`DType::NF4`] and [`DType::NF4_DQ`] (bitsandbytes NormalFloat-4, `nf4.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 #[allow(non_camel_case_types)]
@@ -41,10 +52,17 @@ pub enum DType {
     Q5_K = 13,
     Q6_K = 14,
     BF16 = 30,
+    INT8 = 1024,
+    INT4_G32 = 1025,
+    INT4_G64 = 1026,
+    INT4_G128 = 1027,
+    NF4 = 1028,
+    NF4_DQ = 1029,
 }
 
 impl DType {
-    pub const ALL: [DType; 10] = [
+    /// Every supported type: the GGUF types, then Kestrel's own.
+    pub const ALL: [DType; 16] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -55,7 +73,18 @@ impl DType {
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
+        DType::INT8,
+        DType::INT4_G32,
+        DType::INT4_G64,
+        DType::INT4_G128,
+        DType::NF4,
+        DType::NF4_DQ,
     ];
+
+    /// Whether this is one of Kestrel's own types (id >= 1024), unknown to ggml.
+    pub const fn is_kestrel_only(self) -> bool {
+        self as u32 >= 1024
+    }
 
     /// The type with GGUF id `id`, or `None` for ids Kestrel does not support.
     pub fn from_ggml_id(id: u32) -> Option<DType> {
@@ -68,6 +97,9 @@ impl DType {
             DType::F32 | DType::F16 | DType::BF16 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 => 32,
             DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+            DType::INT8 | DType::INT4_G32 => 32,
+            DType::INT4_G64 | DType::NF4 | DType::NF4_DQ => 64,
+            DType::INT4_G128 => 128,
         }
     }
 
@@ -83,21 +115,51 @@ impl DType {
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,
+            DType::INT8 => 32,
+            DType::INT4_G32 => 20,
+            DType::INT4_G64 => 36,
+            DType::INT4_G128 => 68,
+            DType::NF4 => 36,
+            DType::NF4_DQ => 33,
         }
     }
 
-    /// Bytes for `n` elements, or `None` if `n` is not a whole number of blocks.
+    /// Bytes stored once per row, before the row's blocks: `INT8`'s `f32` scale (4),
+    /// `NF4_DQ`'s `f32` pair `(c, offset)` (8); 0 for every other type.
+    pub const fn row_header_bytes(self) -> usize {
+        match self {
+            DType::INT8 => 4,
+            DType::NF4_DQ => 8,
+            _ => 0,
+        }
+    }
+
+    /// Bytes for a row of `n` elements (header included), or `None` if `n` is not a whole
+    /// number of blocks (or the size overflows `usize`).
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        (n % self.block_size() == 0).then(|| n / self.block_size() * self.block_bytes())
+        if n % self.block_size() != 0 {
+            return None;
+        }
+        (n / self.block_size())
+            .checked_mul(self.block_bytes())?
+            .checked_add(self.row_header_bytes())
     }
 
     pub fn is_quantized(self) -> bool {
         self.block_size() > 1
     }
 
-    /// Average storage bits per weight.
+    /// Average storage bits per weight of the blocks, excluding the per-row header (see
+    /// [`DType::bits_per_weight_for`]).
     pub fn bits_per_weight(self) -> f64 {
         self.block_bytes() as f64 * 8.0 / self.block_size() as f64
+    }
+
+    /// Average storage bits per weight of a row of `n` elements, header included; `None` if
+    /// `n` is zero or not a whole number of blocks.
+    pub fn bits_per_weight_for(self, n: usize) -> Option<f64> {
+        let bytes = self.row_bytes(n).filter(|_| n > 0)?;
+        Some(bytes as f64 * 8.0 / n as f64)
     }
 
     pub fn name(self) -> &'static str {
@@ -112,6 +174,12 @@ impl DType {
             DType::Q4_K => "Q4_K",
             DType::Q5_K => "Q5_K",
             DType::Q6_K => "Q6_K",
+            DType::INT8 => "INT8",
+            DType::INT4_G32 => "INT4_G32",
+            DType::INT4_G64 => "INT4_G64",
+            DType::INT4_G128 => "INT4_G128",
+            DType::NF4 => "NF4",
+            DType::NF4_DQ => "NF4_DQ",
         }
     }
 }
@@ -134,6 +202,9 @@ pub enum ActFormat {
     /// Blocks of 256: `f32` scale, 256 × `i8`, 16 × `i16` sums of each 16 quants (292 bytes).
     /// Pairs with the K-quants.
     Q8K,
+    /// One `f32` scale per row, then `n` × `i8` (`row_bytes(n) = 4 + n`): per-token dynamic
+    /// int8, `scale = amax / 127`. Pairs with [`DType::INT8`] (W8A8).
+    I8Row,
 }
 
 impl ActFormat {
@@ -142,6 +213,7 @@ impl ActFormat {
             ActFormat::F32 => 1,
             ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
             ActFormat::Q8K => 256,
+            ActFormat::I8Row => 32,
         }
     }
 
@@ -151,12 +223,22 @@ impl ActFormat {
             ActFormat::Q8_0 => 34,
             ActFormat::Q8_1 => 36,
             ActFormat::Q8K => 292,
+            ActFormat::I8Row => 32,
         }
     }
 
-    /// Bytes for an activation row of `n` elements (`n` a multiple of the block size).
+    /// Bytes stored once per row before the blocks (the `f32` scale of `I8Row`).
+    pub const fn row_header_bytes(self) -> usize {
+        match self {
+            ActFormat::I8Row => 4,
+            _ => 0,
+        }
+    }
+
+    /// Bytes for an activation row of `n` elements (`n` a multiple of the block size),
+    /// header included.
     pub const fn row_bytes(self, n: usize) -> usize {
-        n / self.block_size() * self.block_bytes()
+        self.row_header_bytes() + n / self.block_size() * self.block_bytes()
     }
 
     /// Convert `src` into this format, writing `row_bytes(src.len())` bytes to `dst`.
@@ -202,6 +284,12 @@ impl TypeKernels {
             DType::Q4_K => q4_k::kernels(isa),
             DType::Q5_K => q5_k::kernels(isa),
             DType::Q6_K => q6_k::kernels(isa),
+            DType::INT8 => int8::kernels(isa),
+            DType::INT4_G32 => int4::kernels::<1>(isa),
+            DType::INT4_G64 => int4::kernels::<2>(isa),
+            DType::INT4_G128 => int4::kernels::<4>(isa),
+            DType::NF4 => nf4::kernels(isa, false),
+            DType::NF4_DQ => nf4::kernels(isa, true),
         }
     }
 }

@@ -16,7 +16,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::q8_0::{cast_blocks, check_dot, BlockQ8_0, KernelFns, QK};
-use super::{ActFormat, DType, TypeKernels};
+use super::{ActFormat, DType, TypeKernels, TILE};
 use crate::cpu::Isa;
 
 /// One Q4_0 block.
@@ -135,6 +135,16 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     }
 }
 
+/// The m = 1 kernel `isa` allows: `[vec_dot(n, w[r], a); 4]` for 4 weight rows and one
+/// activation row, each activation block loaded once for the 4 rows (AVX-512 VNNI only).
+pub fn vec_dot_rows(isa: Isa) -> Option<fn(usize, [&[u8]; TILE], &[u8]) -> [f32; TILE]> {
+    match kernels(isa).isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(x86::vec_dot_rows_avx512),
+        _ => None,
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     //! AVX2 and AVX-512 VNNI Q4_0 x Q8_0 kernels, and nibble unpacking shared with Q4_1 and
@@ -142,10 +152,12 @@ pub(crate) mod x86 {
     //! wrappers); loads are unaligned.
     use std::arch::x86_64::*;
 
+    use super::super::q8_0::x86::tile::{act_pair_scales, pair_scales, spread};
     use super::super::q8_0::x86::{
-        hsum256, load_2x256, mul_sum_i8_avx2, scale_product, scale_products2,
+        hsum256, load_2x256, mul_sum_i8_avx2, prefetch, scale_product, scale_products2,
+        PREFETCH_AHEAD,
     };
-    use super::{check_dot, A, B, QK};
+    use super::{check_dot, A, B, QK, TILE};
 
     /// The 32 quants packed in the 16 bytes at `qs`, as bytes 0..=15 in element order:
     /// `[qs & 0x0F | qs >> 4 & 0x0F]`.
@@ -214,6 +226,7 @@ pub(crate) mod x86 {
         let mut acc = [_mm512_setzero_ps(); 2];
         let mut i = 0;
         while i + 2 <= nb {
+            prefetch(w.wrapping_add(i * B + PREFETCH_AHEAD));
             // SAFETY: blocks i and i+1 < nb of both rows are in bounds.
             let (x, y, d) = unsafe {
                 let (w0, a0) = (w.add(i * B), a.add(i * A));
@@ -240,6 +253,57 @@ pub(crate) mod x86 {
             sum += unsafe { dot_avx2(1, w.add(i * B), a.add(i * A)) };
         }
         sum
+    }
+
+    pub(super) fn vec_dot_rows_avx512(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
+        let nb = check_dot(n, w[0], B, a, A);
+        for r in &w[1..] {
+            check_dot(n, r, B, a, A);
+        }
+        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); every
+        // row holds `nb` blocks (checked above).
+        unsafe { rows_avx512(nb, w.map(<[u8]>::as_ptr), a.as_ptr()) }
+    }
+
+    /// 4 weight rows, two blocks per step: the activation quants, their scales and the
+    /// `sum(8 * a)` correction are loaded or computed once for the 4 rows.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn rows_avx512(nb: usize, w: [*const u8; TILE], a: *const u8) -> [f32; TILE] {
+        let eight = _mm512_set1_epi8(8);
+        let mut acc = [_mm512_setzero_ps(); TILE];
+        let mut i = 0;
+        while i + 2 <= nb {
+            for p in w {
+                prefetch(p.wrapping_add(i * B + PREFETCH_AHEAD));
+            }
+            // SAFETY: blocks i and i+1 < nb of every row are in bounds.
+            let (x, ws, y, da) = unsafe {
+                (
+                    w.map(|p| nibbles2_avx512(p.add(i * B + 2), p.add((i + 1) * B + 2))),
+                    pair_scales(w, i, B),
+                    load_2x256(a.add(i * A + 2), a.add((i + 1) * A + 2)),
+                    act_pair_scales(a, i, A),
+                )
+            };
+            let zero = _mm512_setzero_si512();
+            let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, eight, y));
+            let d = _mm512_mul_ps(ws, da);
+            for r in 0..TILE {
+                let p = _mm512_dpbusd_epi32(init, x[r], y);
+                let dr = spread(d, 2 * r as i32);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dr, acc[r]);
+            }
+            i += 2;
+        }
+        let mut out = [0.0; TILE];
+        for r in 0..TILE {
+            out[r] = _mm512_reduce_add_ps(acc[r]);
+            if i < nb {
+                // SAFETY: block i < nb of both rows is in bounds; AVX2+FMA+F16C are enabled.
+                out[r] += unsafe { dot_avx2(1, w[r].add(i * B), a.add(i * A)) };
+            }
+        }
+        out
     }
 
     pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {

@@ -179,6 +179,16 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     }
 }
 
+/// The m = 1 kernel `isa` allows: `[vec_dot(n, w[r], a); 4]` for 4 weight rows and one
+/// activation row, each activation block loaded once for the 4 rows (AVX-512 VNNI only).
+pub fn vec_dot_rows(isa: Isa) -> Option<fn(usize, [&[u8]; TILE], &[u8]) -> [f32; TILE]> {
+    match kernels(isa).isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(x86::tile::vec_dot_rows_avx512),
+        _ => None,
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     //! AVX2 and AVX-512 VNNI Q8_0 kernels, and helpers shared by every format that pairs
@@ -245,6 +255,21 @@ pub(crate) mod x86 {
         _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), sy)
     }
 
+    /// How far ahead of the block being multiplied the m = 1 dot products prefetch weight
+    /// bytes. Decode streams every weight row once from memory; asking for lines this far
+    /// ahead keeps more misses in flight than the hardware prefetcher does on its own (the
+    /// distance runs past the row end into the next row, which is the next one read).
+    pub(crate) const PREFETCH_AHEAD: usize = 2048;
+
+    /// Hints the CPU to bring the cache line at `p` into L1. Never faults, for any address.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) fn prefetch(p: *const u8) {
+        // A prefetch is only a hint: it neither faults nor changes memory for any address,
+        // which is why the intrinsic is safe.
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+
     /// Horizontal sum of 8 `f32` lanes.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -303,6 +328,7 @@ pub(crate) mod x86 {
         let mut acc = [_mm512_setzero_ps(); 2];
         let mut i = 0;
         while i + 2 <= nb {
+            prefetch(w.wrapping_add(i * B + PREFETCH_AHEAD));
             // SAFETY: blocks i and i+1 < nb of both rows are in bounds.
             let (x, y, d) = unsafe {
                 let (w0, a0) = (w.add(i * B), a.add(i * B));
@@ -395,7 +421,7 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::super::{check_tile, TILE};
-        use super::{dot_avx2, hsum256, load_2x256, B};
+        use super::{dot_avx2, hsum256, load_2x256, prefetch, B, PREFETCH_AHEAD};
 
         type Tile = [[f32; TILE]; TILE];
 
@@ -406,16 +432,21 @@ pub(crate) mod x86 {
             unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
         }
 
-        /// Scales of blocks `i`, `i+1` of 4 rows, as `[d_r(i), d_r(i+1)]` at lanes `2r, 2r+1`.
+        /// Scales of blocks `i`, `i+1` of 4 rows of `block`-byte blocks that start with an
+        /// `f16` scale, as `[d_r(i), d_r(i+1)]` at lanes `2r, 2r+1`.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        unsafe fn pair_scales(rows: [*const u8; TILE], i: usize) -> __m512 {
+        pub(crate) unsafe fn pair_scales(
+            rows: [*const u8; TILE],
+            i: usize,
+            block: usize,
+        ) -> __m512 {
             // SAFETY: the caller guarantees blocks i and i+1 of every row are readable.
             let h = unsafe {
                 rows.map(|p| {
-                    let b = p.add(i * B);
+                    let b = p.add(i * block);
                     let lo = b.cast::<u16>().read_unaligned() as i32;
-                    lo | (b.add(B).cast::<u16>().read_unaligned() as i32) << 16
+                    lo | (b.add(block).cast::<u16>().read_unaligned() as i32) << 16
                 })
             };
             _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3])))
@@ -424,7 +455,7 @@ pub(crate) mod x86 {
         /// Lanes `[k; 8] ++ [k + 1; 8]` of `v`.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        fn spread(v: __m512, k: i32) -> __m512 {
+        pub(crate) fn spread(v: __m512, k: i32) -> __m512 {
             let idx = _mm512_setr_epi32(
                 k,
                 k,
@@ -459,9 +490,9 @@ pub(crate) mod x86 {
                             let q = load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2));
                             _mm512_xor_si512(q, bias)
                         }),
-                        pair_scales(w, i),
+                        pair_scales(w, i, B),
                         a.map(|p| load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2))),
-                        pair_scales(a, i),
+                        pair_scales(a, i, B),
                     )
                 };
                 let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
@@ -485,6 +516,75 @@ pub(crate) mod x86 {
                         // SAFETY: block i < nb of both rows is in bounds.
                         out[j][r] += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * B)) };
                     }
+                }
+            }
+            out
+        }
+
+        /// `[vec_dot(n, w[r], a); TILE]`: 4 weight rows against one activation row (m = 1,
+        /// decode), each activation block loaded once for the 4 rows.
+        pub(crate) fn vec_dot_rows_avx512(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
+            let nb = check_tile(n, &w, B, &[a; TILE], B);
+            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
+            // every row holds `nb` blocks (checked above).
+            unsafe { rows_avx512(nb, w.map(<[u8]>::as_ptr), a.as_ptr()) }
+        }
+
+        /// The activation scales of blocks `i`, `i+1` as `[d(i), d(i+1)]` repeated over 8
+        /// lanes (the layout of [`pair_scales`]), for `block`-byte blocks.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn act_pair_scales(a: *const u8, i: usize, block: usize) -> __m512 {
+            // SAFETY: the caller guarantees blocks i and i+1 of `a` are readable.
+            let h = unsafe {
+                let b = a.add(i * block);
+                let lo = b.cast::<u16>().read_unaligned() as i32;
+                lo | (b.add(block).cast::<u16>().read_unaligned() as i32) << 16
+            };
+            let d = _mm_cvtph_ps(_mm_set1_epi32(h));
+            _mm512_castps256_ps512(_mm256_set_m128(d, d))
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn rows_avx512(nb: usize, w: [*const u8; TILE], a: *const u8) -> [f32; TILE] {
+            let mut acc = [_mm512_setzero_ps(); TILE];
+            let bias = _mm512_set1_epi8(-128);
+            let mut i = 0;
+            while i + 2 <= nb {
+                for p in w {
+                    prefetch(p.wrapping_add(i * B + PREFETCH_AHEAD));
+                }
+                // SAFETY: blocks i and i+1 < nb of every row are in bounds.
+                let (wq, ws, aq, da) = unsafe {
+                    (
+                        w.map(|p| {
+                            let q = load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2));
+                            _mm512_xor_si512(q, bias)
+                        }),
+                        pair_scales(w, i, B),
+                        load_2x256(a.add(i * B + 2), a.add((i + 1) * B + 2)),
+                        act_pair_scales(a, i, B),
+                    )
+                };
+                // `sum((w + 128) a) - 128 sum(a)`, the correction computed once for 4 rows.
+                let init = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, aq),
+                );
+                let d = _mm512_mul_ps(ws, da);
+                for r in 0..TILE {
+                    let p = _mm512_dpbusd_epi32(init, wq[r], aq);
+                    let dr = spread(d, 2 * r as i32);
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dr, acc[r]);
+                }
+                i += 2;
+            }
+            let mut out = [0.0; TILE];
+            for r in 0..TILE {
+                out[r] = _mm512_reduce_add_ps(acc[r]);
+                if i < nb {
+                    // SAFETY: block i < nb of both rows is in bounds.
+                    out[r] += unsafe { dot_avx2(1, w[r].add(i * B), a.add(i * B)) };
                 }
             }
             out

@@ -18,6 +18,47 @@ use crate::layers::{Embedding, Linear, RmsNorm};
 use crate::layers::to_f32_vec;
 use crate::weights::{TensorSource, TensorView};
 
+/// Where a linear layer's input is taken: the inputs shared by Q/K/V, by gate/up, and the
+/// inputs of the attention output and down projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinearSite {
+    Qkv,
+    O,
+    GateUp,
+    Down,
+}
+
+impl LinearSite {
+    pub const ALL: [LinearSite; 4] = [LinearSite::Qkv, LinearSite::O, LinearSite::GateUp, LinearSite::Down];
+
+    /// The site whose input feeds the GGUF tensor `blk.N.<role>.weight`, if it is a layer linear.
+    pub fn of_tensor(name: &str) -> Option<(usize, LinearSite)> {
+        let rest = name.strip_prefix("blk.")?;
+        let (layer, role) = rest.split_once('.')?;
+        let site = match role.strip_suffix(".weight")? {
+            "attn_q" | "attn_k" | "attn_v" => LinearSite::Qkv,
+            "attn_output" => LinearSite::O,
+            "ffn_gate" | "ffn_up" => LinearSite::GateUp,
+            "ffn_down" => LinearSite::Down,
+            _ => return None,
+        };
+        Some((layer.parse().ok()?, site))
+    }
+}
+
+/// Sees the input rows of every linear layer during a forward pass.
+pub trait ActivationObserver {
+    /// `x` holds `m` rows, the input of the linear layers at `site` of layer `layer`.
+    fn observe(&mut self, layer: usize, site: LinearSite, x: &[f32], m: usize);
+}
+
+/// The observer of an ordinary forward pass.
+struct NoObserver;
+
+impl ActivationObserver for NoObserver {
+    fn observe(&mut self, _: usize, _: LinearSite, _: &[f32], _: usize) {}
+}
+
 /// Sizes the forward pass needs.
 #[derive(Debug, Clone, Copy)]
 pub struct LlamaDims {
@@ -80,7 +121,12 @@ impl Loader<'_> {
             Some(_) => Some(to_f32_vec(&self.get(&bias_name, &[rows])?)?),
             None => None,
         };
-        Linear::new(view, bias)
+        let name = view.name.clone();
+        let linear = Linear::new(view, bias)?;
+        match self.src.input_perm(&name) {
+            Some(perm) => linear.with_input_perm(&name, perm),
+            None => Ok(linear),
+        }
     }
 
     fn norm(&self, name: &str, hidden: usize, eps: f32) -> Result<RmsNorm, ModelError> {
@@ -166,6 +212,22 @@ impl LlamaModel {
         pool: &ThreadPool,
         logits: &mut Vec<f32>,
     ) {
+        self.forward_observed(batch, logit_rows, kv, ws, pool, logits, &mut NoObserver);
+    }
+
+    /// [`forward`](Self::forward), showing the input of every linear layer to `observer`
+    /// (calibration for activation-aware quantization).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_observed(
+        &self,
+        batch: &BatchInput,
+        logit_rows: &[usize],
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        pool: &ThreadPool,
+        logits: &mut Vec<f32>,
+        observer: &mut dyn ActivationObserver,
+    ) {
         let d = self.dims;
         let t = batch.num_tokens();
         ws.reserve(&WorkspaceDims {
@@ -180,17 +242,28 @@ impl LlamaModel {
         self.embed.forward(&tokens, &mut ws.x[..t * d.hidden]);
         ws.tokens = tokens;
         for (l, layer) in self.layers.iter().enumerate() {
-            self.attention_block(l, layer, batch, kv, ws, pool);
-            self.mlp_block(layer, t, ws, pool);
+            self.attention_block(l, layer, batch, kv, ws, pool, observer);
+            self.mlp_block(l, layer, t, ws, pool, observer);
         }
         self.logits(logit_rows, ws, pool, logits);
     }
 
-    fn attention_block(&self, l: usize, layer: &Layer, batch: &BatchInput, kv: &mut KvCache, ws: &mut Workspace, pool: &ThreadPool) {
+    #[allow(clippy::too_many_arguments)]
+    fn attention_block(
+        &self,
+        l: usize,
+        layer: &Layer,
+        batch: &BatchInput,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+        pool: &ThreadPool,
+        observer: &mut dyn ActivationObserver,
+    ) {
         let d = self.dims;
         let t = batch.num_tokens();
         let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
         layer.attn_norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        observer.observe(l, LinearSite::Qkv, &ws.h[..t * d.hidden], t);
         layer.q.forward(pool, &ws.h, t, &mut ws.q, &mut ws.scratch);
         layer.k.forward(pool, &ws.h, t, &mut ws.k, &mut ws.scratch);
         layer.v.forward(pool, &ws.h, t, &mut ws.v, &mut ws.scratch);
@@ -220,16 +293,19 @@ impl LlamaModel {
             .collect();
         let scale = 1.0 / (d.head_dim as f32).sqrt();
         attention(pool, &kv.layer(l), &seqs, d.n_heads, scale, self.window, &mut ws.attn[..t * qd]);
+        observer.observe(l, LinearSite::O, &ws.attn[..t * qd], t);
         layer.o.forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
         add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
     }
 
-    fn mlp_block(&self, layer: &Layer, t: usize, ws: &mut Workspace, pool: &ThreadPool) {
+    fn mlp_block(&self, l: usize, layer: &Layer, t: usize, ws: &mut Workspace, pool: &ThreadPool, observer: &mut dyn ActivationObserver) {
         let d = self.dims;
         layer.ffn_norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        observer.observe(l, LinearSite::GateUp, &ws.h[..t * d.hidden], t);
         layer.gate.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
         layer.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
         silu_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
+        observer.observe(l, LinearSite::Down, &ws.gate[..t * d.ffn], t);
         layer.down.forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
         add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
     }

@@ -20,7 +20,7 @@ mod tokenizer_meta;
 
 pub use names::NameMap;
 pub use source::{ModelSource, SourceTensor};
-pub use to_gguf::{hf_to_gguf, retype, write_file};
+pub use to_gguf::{hf_to_gguf, retype, retype_with, write_file};
 pub use to_hf::gguf_to_hf;
 
 /// Why a conversion failed.

@@ -56,6 +56,28 @@ pub fn retype(
     file_type: u32,
     on_tensor: &mut dyn FnMut(&TensorPlan),
 ) -> Result<GgufWriter, ConvertError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut encode = |t: &SourceTensor| -> Result<(DType, Vec<u8>), ConvertError> {
+        let to = rule(t);
+        let bytes = match t.gguf_bytes() {
+            Some(raw) if to == t.dtype() => raw.to_vec(),
+            _ => encode_threads(to, &t.to_f32()?, t.row_len(), threads),
+        };
+        Ok((to, bytes))
+    };
+    retype_with(source, &mut encode, file_type, on_tensor)
+}
+
+/// Like [`retype`], with each tensor's type and bytes computed by `encode`.
+pub fn retype_with<E>(
+    source: &ModelSource,
+    encode: &mut dyn FnMut(&SourceTensor) -> Result<(DType, Vec<u8>), E>,
+    file_type: u32,
+    on_tensor: &mut dyn FnMut(&TensorPlan),
+) -> Result<GgufWriter, E>
+where
+    E: From<ConvertError> + From<crate::weights::gguf::GgufWriteError>,
+{
     let mut writer = GgufWriter::new();
     for (key, value) in &source.metadata {
         if key != FILE_TYPE && key != QUANT_VERSION {
@@ -64,15 +86,10 @@ pub fn retype(
     }
     writer.add_metadata(FILE_TYPE, MetaValue::U32(file_type))?;
     let mut quantized = false;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for t in &source.tensors {
         let start = Instant::now();
-        let to = rule(t);
+        let (to, bytes) = encode(t)?;
         quantized |= to.is_quantized();
-        let bytes = match t.gguf_bytes() {
-            Some(raw) if to == t.dtype() => raw.to_vec(),
-            _ => encode_threads(to, &t.to_f32()?, t.row_len(), threads),
-        };
         writer.add_tensor(&t.name, to, t.shape(), bytes)?;
         on_tensor(&TensorPlan {
             name: t.name.clone(),

@@ -1,5 +1,8 @@
 //! [`Linear`]: `y = x · Wᵀ (+ b)` over a weight matrix of any [`DType`].
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::{DType, SharedBytes};
@@ -15,6 +18,13 @@ pub struct Linear {
     cols: usize,
     data: SharedBytes,
     bias: Option<Vec<f32>>,
+    /// Stored column `j` multiplies input column `perm[j]` (GPTQ act-order checkpoints).
+    perm: Option<Arc<[u32]>>,
+}
+
+thread_local! {
+    /// Gathered (permuted) inputs, reused across calls.
+    static GATHERED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Linear {
@@ -45,7 +55,23 @@ impl Linear {
                 });
             }
         }
-        Ok(Linear { dtype: view.dtype, rows, cols, data: view.data, bias })
+        Ok(Linear { dtype: view.dtype, rows, cols, data: view.data, bias, perm: None })
+    }
+
+    /// Read input column `perm[j]` where the weights have column `j` (the weights were stored
+    /// in a permuted column order). `perm` must be a permutation of `0..cols`.
+    pub fn with_input_perm(mut self, name: &str, perm: Vec<u32>) -> Result<Linear, ModelError> {
+        let mut seen = vec![false; self.cols];
+        let valid = perm.len() == self.cols
+            && perm.iter().all(|&p| (p as usize) < self.cols && !std::mem::replace(&mut seen[p as usize], true));
+        if !valid {
+            return Err(ModelError::BadTensor {
+                name: name.into(),
+                reason: format!("input permutation is not a permutation of 0..{}", self.cols),
+            });
+        }
+        self.perm = Some(perm.into());
+        Ok(self)
     }
 
     pub fn rows(&self) -> usize {
@@ -68,7 +94,17 @@ impl Linear {
     /// `y[m × rows] = x[m × cols] · Wᵀ (+ b)`.
     pub fn forward(&self, pool: &ThreadPool, x: &[f32], m: usize, y: &mut [f32], scratch: &mut Scratch) {
         let w = MatRef { dtype: self.dtype, rows: self.rows, cols: self.cols, data: &self.data };
-        matmul(pool, w, &x[..m * self.cols], m, &mut y[..m * self.rows], scratch);
+        match &self.perm {
+            None => matmul(pool, w, &x[..m * self.cols], m, &mut y[..m * self.rows], scratch),
+            Some(perm) => GATHERED.with(|g| {
+                let mut g = g.borrow_mut();
+                g.clear();
+                for row in x[..m * self.cols].chunks_exact(self.cols) {
+                    g.extend(perm.iter().map(|&p| row[p as usize]));
+                }
+                matmul(pool, w, &g, m, &mut y[..m * self.rows], scratch)
+            }),
+        }
         if let Some(bias) = &self.bias {
             for row in y[..m * self.rows].chunks_exact_mut(self.rows) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
@@ -76,7 +112,8 @@ impl Linear {
         }
     }
 
-    /// Dequantize row `r` into `out` (used for embedding lookups through a tied head).
+    /// Dequantize row `r` into `out` (used for embedding lookups through a tied head; in stored
+    /// column order).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let row_bytes = self.data.len() / self.rows;
         let src = &self.data[r * row_bytes..(r + 1) * row_bytes];

@@ -286,7 +286,20 @@ impl TensorSource for GgufFile {
     fn tensor_names(&self) -> Vec<String> {
         self.tensors.iter().map(|t| t.name.clone()).collect()
     }
+
+    /// From the metadata array `kestrel.input_perm.<name>`; a value of another type yields an
+    /// empty permutation, which the layer rejects with a clear error.
+    fn input_perm(&self, name: &str) -> Option<Vec<u32>> {
+        let value = self.get(&format!("{INPUT_PERM_KEY_PREFIX}{name}"))?;
+        Some(match value.as_array() {
+            Some(MetaArray::U32(v)) => v.clone(),
+            _ => Vec::new(),
+        })
+    }
 }
+
+/// Metadata key prefix of a tensor's input-column permutation (`u32` array).
+pub const INPUT_PERM_KEY_PREFIX: &str = "kestrel.input_perm.";
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

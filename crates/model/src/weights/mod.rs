@@ -29,4 +29,9 @@ pub trait TensorSource {
     fn tensor(&self, name: &str) -> Option<TensorView>;
     /// All tensor names, in file order.
     fn tensor_names(&self) -> Vec<String>;
+    /// For a matrix stored with permuted input columns (GPTQ act-order): stored column `j`
+    /// holds input column `perm[j]`.
+    fn input_perm(&self, _name: &str) -> Option<Vec<u32>> {
+        None
+    }
 }

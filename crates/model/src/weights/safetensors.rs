@@ -1,7 +1,9 @@
 //! Hugging Face safetensors checkpoints: [`SafetensorsCheckpoint`] opens a directory holding
 //! `model.safetensors`, or `model.safetensors.index.json` plus the shards it names (or a single
 //! `.safetensors` file), memory-maps every file through [`SharedBytes`] and serves F32, F16 and
-//! BF16 tensors as [`TensorView`]s.
+//! BF16 tensors as [`TensorView`]s. I32 tensors (the packed codes of AWQ/GPTQ checkpoints) are
+//! accepted too but only served raw, with every other tensor, by
+//! [`SafetensorsCheckpoint::raw_tensor`].
 //!
 //! Headers are parsed and validated with the `safetensors` crate. Tensor data is served
 //! straight from the mapping when it is 4-byte aligned; a misaligned tensor is copied once,
@@ -45,7 +47,10 @@ pub enum SafetensorsError {
         #[source]
         source: SafeTensorError,
     },
-    #[error("tensor {name:?} in {path} has dtype {dtype}; Kestrel reads F32, F16 and BF16")]
+    #[error(
+        "tensor {name:?} in {path} has dtype {dtype}; Kestrel reads F32, F16, BF16 and (packed \
+         quantized weights) I32"
+    )]
     UnsupportedDtype {
         name: String,
         dtype: String,
@@ -61,11 +66,32 @@ pub enum SafetensorsError {
     },
 }
 
+/// One tensor as stored, whatever its dtype: for reading packed quantized weights (I32 codes,
+/// F16 scales) that are not [`TensorView`]s.
+#[derive(Debug, Clone)]
+pub struct RawTensor {
+    pub name: String,
+    /// The dtype as the safetensors header spells it: `"F32"`, `"F16"`, `"BF16"` or `"I32"`.
+    pub dtype: String,
+    /// Row-major shape, outermost dimension first.
+    pub shape: Vec<usize>,
+    /// Little-endian element bytes, 4-byte aligned.
+    pub data: SharedBytes,
+}
+
+/// One stored tensor: its raw form, and its [`DType`] when it is a float tensor that
+/// [`TensorSource`] serves.
+#[derive(Debug)]
+struct Entry {
+    raw: RawTensor,
+    float: Option<DType>,
+}
+
 /// The tensors of a (possibly sharded) safetensors checkpoint.
 #[derive(Debug)]
 pub struct SafetensorsCheckpoint {
     files: Vec<PathBuf>,
-    tensors: Vec<TensorView>,
+    tensors: Vec<Entry>,
     index: HashMap<String, usize>,
 }
 
@@ -97,16 +123,16 @@ impl SafetensorsCheckpoint {
         let mut index: HashMap<String, usize> = HashMap::new();
         let mut origin: Vec<usize> = Vec::new();
         for (file_idx, path) in files.iter().enumerate() {
-            for view in load_file(path)? {
-                if let Some(&prev) = index.get(&view.name) {
+            for entry in load_file(path)? {
+                if let Some(&prev) = index.get(&entry.raw.name) {
                     return Err(SafetensorsError::DuplicateTensor {
-                        name: view.name,
+                        name: entry.raw.name,
                         first: files[origin[prev]].clone(),
                         second: path.clone(),
                     });
                 }
-                index.insert(view.name.clone(), tensors.len());
-                tensors.push(view);
+                index.insert(entry.raw.name.clone(), tensors.len());
+                tensors.push(entry);
                 origin.push(file_idx);
             }
         }
@@ -139,6 +165,21 @@ impl SafetensorsCheckpoint {
     /// Whether the checkpoint holds no tensors.
     pub fn is_empty(&self) -> bool {
         self.tensors.is_empty()
+    }
+
+    /// The tensor called `name` as stored, of any accepted dtype (I32 included).
+    pub fn raw_tensor(&self, name: &str) -> Option<RawTensor> {
+        self.index.get(name).map(|&i| self.tensors[i].raw.clone())
+    }
+
+    /// Names of every tensor, of any accepted dtype, in file order.
+    pub fn raw_tensor_names(&self) -> Vec<String> {
+        self.tensors.iter().map(|t| t.raw.name.clone()).collect()
+    }
+
+    /// Whether a tensor called `name` exists, of any accepted dtype.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
     }
 }
 
@@ -192,7 +233,7 @@ fn shard_paths(
 }
 
 /// Map one `.safetensors` file and return its tensors in file (offset) order.
-fn load_file(path: &Path) -> Result<Vec<TensorView>, SafetensorsError> {
+fn load_file(path: &Path) -> Result<Vec<Entry>, SafetensorsError> {
     let bytes = SharedBytes::map_file(path).map_err(|source| SafetensorsError::Io {
         path: path.to_path_buf(),
         source,
@@ -209,10 +250,11 @@ fn load_file(path: &Path) -> Result<Vec<TensorView>, SafetensorsError> {
         let Some(info) = metadata.info(&name) else {
             continue;
         };
-        let dtype = match info.dtype {
-            Dtype::F32 => DType::F32,
-            Dtype::F16 => DType::F16,
-            Dtype::BF16 => DType::BF16,
+        let float = match info.dtype {
+            Dtype::F32 => Some(DType::F32),
+            Dtype::F16 => Some(DType::F16),
+            Dtype::BF16 => Some(DType::BF16),
+            Dtype::I32 => None,
             other => {
                 let dtype = format!("{other:?}");
                 return Err(SafetensorsError::UnsupportedDtype {
@@ -229,12 +271,13 @@ fn load_file(path: &Path) -> Result<Vec<TensorView>, SafetensorsError> {
                 path: path.to_path_buf(),
                 source: SafeTensorError::InvalidOffset(name.clone()),
             })?;
-        out.push(TensorView {
+        let raw = RawTensor {
             name,
-            dtype,
+            dtype: format!("{:?}", info.dtype),
             shape: info.shape.clone(),
             data: aligned(data),
-        });
+        };
+        out.push(Entry { raw, float });
     }
     Ok(out)
 }
@@ -249,11 +292,20 @@ fn aligned(data: SharedBytes) -> SharedBytes {
 }
 
 impl TensorSource for SafetensorsCheckpoint {
+    /// The float tensor called `name`; `None` for an I32 tensor (see [`Self::raw_tensor`]).
     fn tensor(&self, name: &str) -> Option<TensorView> {
-        self.index.get(name).map(|&i| self.tensors[i].clone())
+        let entry = &self.tensors[*self.index.get(name)?];
+        entry.float.map(|dtype| TensorView {
+            name: entry.raw.name.clone(),
+            dtype,
+            shape: entry.raw.shape.clone(),
+            data: entry.raw.data.clone(),
+        })
     }
 
+    /// The names of the float tensors, in file order.
     fn tensor_names(&self) -> Vec<String> {
-        self.tensors.iter().map(|t| t.name.clone()).collect()
+        let floats = self.tensors.iter().filter(|t| t.float.is_some());
+        floats.map(|t| t.raw.name.clone()).collect()
     }
 }

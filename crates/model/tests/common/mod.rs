@@ -54,7 +54,8 @@ pub struct TeacherForced {
 
 pub fn read_golden(name: &str) -> Golden {
     let path = fixtures().join("goldens").join(name);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).expect("golden JSON parses")
 }
 
@@ -71,9 +72,16 @@ pub fn runner(loaded: LoadedModel, tokens: usize) -> ModelRunner {
 pub fn teacher_forced_logits(runner: &mut ModelRunner, ids: &[u32]) -> (Vec<f32>, usize) {
     let blocks = ids.len().div_ceil(16) as u32;
     let batch = BatchInput {
-        seqs: vec![SeqBatch { tokens: ids.to_vec(), start_pos: 0, block_table: (0..blocks).collect(), need_logits: true }],
+        seqs: vec![SeqBatch {
+            tokens: ids.to_vec(),
+            start_pos: 0,
+            block_table: (0..blocks).collect(),
+            need_logits: true,
+        }],
     };
-    let out = runner.execute_all_logits(&batch).expect("forward pass runs");
+    let out = runner
+        .execute_all_logits(&batch)
+        .expect("forward pass runs");
     (out.logits, out.vocab)
 }
 
@@ -88,7 +96,11 @@ pub struct Agreement {
 
 pub fn compare(p: &GoldenPrompt, logits: &[f32], vocab: usize, margin_threshold: f32) -> Agreement {
     let tf = &p.teacher_forced;
-    let mut a = Agreement { max_abs_err: 0.0, clear_rows: 0, argmax_mismatches: Vec::new() };
+    let mut a = Agreement {
+        max_abs_err: 0.0,
+        clear_rows: 0,
+        argmax_mismatches: Vec::new(),
+    };
     for (i, (ids, refs)) in tf.topk_ids.iter().zip(&tf.topk_logits).enumerate() {
         let row = &logits[i * vocab..(i + 1) * vocab];
         for (id, r) in ids.iter().zip(refs) {

@@ -117,7 +117,8 @@ enum TensorSizeError {
     NotBlockMultiple(u64),
 }
 
-/// Bytes of a tensor with ggml dims `dims`, checking every multiplication.
+/// Bytes of a tensor with ggml dims `dims`: `rows * dtype.row_bytes(ne0)` (row headers
+/// included), checking every multiplication.
 fn tensor_bytes(dims: &[u64], dtype: DType) -> Result<u64, TensorSizeError> {
     let mut n_elements: u64 = 1;
     for &d in dims {
@@ -134,10 +135,16 @@ fn tensor_bytes(dims: &[u64], dtype: DType) -> Result<u64, TensorSizeError> {
     if ne0 % block != 0 {
         return Err(TensorSizeError::NotBlockMultiple(ne0));
     }
-    let blocks = n_elements / block;
-    blocks
+    let rows = dims
+        .iter()
+        .skip(1)
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or(TensorSizeError::Overflow)?;
+    let row_bytes = (ne0 / block)
         .checked_mul(dtype.block_bytes() as u64)
-        .ok_or(TensorSizeError::Overflow)
+        .and_then(|b| b.checked_add(dtype.row_header_bytes() as u64))
+        .ok_or(TensorSizeError::Overflow)?;
+    rows.checked_mul(row_bytes).ok_or(TensorSizeError::Overflow)
 }
 
 /// Reject tensors whose byte ranges intersect (empty tensors never overlap anything).

@@ -1,0 +1,202 @@
+//! [`calibrate`]: run a model over calibration text and record, for the input of every
+//! linear layer, what activation-aware quantizers need:
+//!
+//! * the mean magnitude of each input channel (AWQ's saliency measure),
+//! * a sample of input rows (to score candidate AWQ scales by the output error they cause),
+//! * optionally `H = Σ x xᵀ` over all rows (GPTQ's Hessian, up to the factor `2 / n`).
+//!
+//! Statistics come from the unquantized model (the inputs a full-precision layer sees); the
+//! layers are not re-run with their quantized predecessors.
+
+use std::collections::BTreeMap;
+
+use kestrel_engine::executor::{BatchInput, SeqBatch};
+use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+use kestrel_kernels::DType;
+
+use crate::arch::{ActivationObserver, LinearSite, LlamaModel, Workspace};
+use crate::kv_cache::{KvCache, KvCacheShape};
+
+/// How much calibration to do.
+#[derive(Debug, Clone, Copy)]
+pub struct CalibConfig {
+    /// Tokens of calibration text to run (rounded down to whole windows).
+    pub tokens: usize,
+    /// Window length: the text is cut into independent sequences of this many tokens.
+    pub ctx: usize,
+    /// Input rows kept per site for scoring (taken evenly from every window).
+    pub sample_rows: usize,
+    /// Whether to accumulate `Σ x xᵀ`.
+    pub hessian: bool,
+}
+
+/// What was seen at one site's input.
+#[derive(Debug, Clone)]
+pub struct SiteStats {
+    pub cols: usize,
+    /// Rows seen.
+    pub rows: usize,
+    /// `Σ |x_c|` per channel.
+    pub abs_sum: Vec<f64>,
+    /// Sampled rows, `[n, cols]`.
+    pub sample: Vec<f32>,
+    /// `Σ x xᵀ`, `[cols, cols]`, when requested.
+    pub hessian: Option<Vec<f32>>,
+}
+
+impl SiteStats {
+    fn new(cols: usize, hessian: bool) -> SiteStats {
+        SiteStats {
+            cols,
+            rows: 0,
+            abs_sum: vec![0.0; cols],
+            sample: Vec::new(),
+            hessian: hessian.then(|| vec![0.0; cols * cols]),
+        }
+    }
+
+    /// Mean `|x_c|` per channel.
+    pub fn mean_abs(&self) -> Vec<f32> {
+        let n = self.rows.max(1) as f64;
+        self.abs_sum.iter().map(|s| (s / n) as f32).collect()
+    }
+
+    /// Sampled rows.
+    pub fn sample_rows(&self) -> usize {
+        self.sample.len() / self.cols
+    }
+}
+
+/// Statistics of every (layer, site).
+#[derive(Debug, Clone, Default)]
+pub struct Calibration {
+    pub sites: BTreeMap<(usize, LinearSite), SiteStats>,
+    /// Tokens run.
+    pub tokens: usize,
+}
+
+impl Calibration {
+    pub fn site(&self, layer: usize, site: LinearSite) -> Option<&SiteStats> {
+        self.sites.get(&(layer, site))
+    }
+}
+
+/// Run `model` over `tokens` in windows of `cfg.ctx` and collect [`Calibration`].
+pub fn calibrate(model: &LlamaModel, tokens: &[u32], cfg: CalibConfig, pool: &ThreadPool) -> Calibration {
+    let ctx = cfg.ctx.max(1);
+    let windows: Vec<&[u32]> = tokens.chunks_exact(ctx).take((cfg.tokens / ctx).max(1)).collect();
+    let mut obs = Collector {
+        cfg,
+        sites: BTreeMap::new(),
+        per_window: cfg.sample_rows.div_ceil(windows.len().max(1)),
+        pool,
+        scratch: Scratch::default(),
+        transposed: Vec::new(),
+        product: Vec::new(),
+    };
+    let block_size = 16;
+    let d = model.dims();
+    let shape = KvCacheShape {
+        n_layers: d.n_layers,
+        n_kv_heads: d.n_kv_heads,
+        head_dim: d.head_dim,
+        block_size,
+        num_blocks: ctx.div_ceil(block_size),
+        dtype: Default::default(),
+    };
+    let mut kv = KvCache::new(shape);
+    let mut ws = Workspace::default();
+    let mut logits = Vec::new();
+    let mut run = 0;
+    for w in &windows {
+        let batch = BatchInput {
+            seqs: vec![SeqBatch {
+                tokens: w.to_vec(),
+                start_pos: 0,
+                block_table: (0..shape.num_blocks as u32).collect(),
+                need_logits: false,
+            }],
+        };
+        model.forward_observed(&batch, &[], &mut kv, &mut ws, pool, &mut logits, &mut obs);
+        run += w.len();
+    }
+    Calibration { sites: obs.sites, tokens: run }
+}
+
+struct Collector<'p> {
+    cfg: CalibConfig,
+    sites: BTreeMap<(usize, LinearSite), SiteStats>,
+    per_window: usize,
+    pool: &'p ThreadPool,
+    scratch: Scratch,
+    transposed: Vec<f32>,
+    product: Vec<f32>,
+}
+
+impl ActivationObserver for Collector<'_> {
+    fn observe(&mut self, layer: usize, site: LinearSite, x: &[f32], m: usize) {
+        if m == 0 {
+            return;
+        }
+        let cols = x.len() / m;
+        let stats = self.sites.entry((layer, site)).or_insert_with(|| SiteStats::new(cols, self.cfg.hessian));
+        stats.rows += m;
+        for row in x.chunks_exact(cols) {
+            stats.abs_sum.iter_mut().zip(row).for_each(|(s, v)| *s += v.abs() as f64);
+        }
+        let step = (m / self.per_window.max(1)).max(1);
+        for row in x.chunks_exact(cols).step_by(step).take(self.per_window) {
+            stats.sample.extend_from_slice(row);
+        }
+        if let Some(h) = stats.hessian.as_mut() {
+            add_gram(self.pool, x, m, cols, h, &mut self.transposed, &mut self.product, &mut self.scratch);
+        }
+    }
+}
+
+/// `h += xᵀ x` for `x` of `m` rows × `cols`, with the f32 matrix kernels: the product of
+/// `xᵀ` with itself, row by row.
+#[allow(clippy::too_many_arguments)]
+fn add_gram(
+    pool: &ThreadPool,
+    x: &[f32],
+    m: usize,
+    cols: usize,
+    h: &mut [f32],
+    xt: &mut Vec<f32>,
+    product: &mut Vec<f32>,
+    scratch: &mut Scratch,
+) {
+    xt.resize(cols * m, 0.0);
+    for (i, row) in x.chunks_exact(cols).enumerate() {
+        for (c, v) in row.iter().enumerate() {
+            xt[c * m + i] = *v;
+        }
+    }
+    product.resize(cols * cols, 0.0);
+    let w = MatRef { dtype: DType::F32, rows: cols, cols: m, data: bytemuck::cast_slice(xt) };
+    matmul(pool, w, xt, cols, product, scratch);
+    h.iter_mut().zip(product.iter()).for_each(|(a, b)| *a += b);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gram_matches_direct_sum() {
+        let pool = ThreadPool::new(2);
+        let (m, cols) = (5, 7);
+        let x: Vec<f32> = (0..m * cols).map(|i| ((i * 13 % 17) as f32 - 8.0) / 4.0).collect();
+        let mut h = vec![1.0; cols * cols];
+        let (mut t, mut p, mut s) = (Vec::new(), Vec::new(), Scratch::default());
+        add_gram(&pool, &x, m, cols, &mut h, &mut t, &mut p, &mut s);
+        for i in 0..cols {
+            for j in 0..cols {
+                let want: f32 = 1.0 + (0..m).map(|r| x[r * cols + i] * x[r * cols + j]).sum::<f32>();
+                assert!((h[i * cols + j] - want).abs() < 1e-4, "({i},{j}) {} vs {want}", h[i * cols + j]);
+            }
+        }
+    }
+}

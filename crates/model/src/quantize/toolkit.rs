@@ -1,0 +1,220 @@
+//! [`quantize_with`]: every [`QuantMethod`], including the calibrated ones, to a GGUF writer.
+//!
+//! * GGUF block types, INT8, INT4 (RTN) and NF4 convert each tensor on its own.
+//! * AWQ first runs calibration text through the unquantized model, searches per-layer input
+//!   scales ([`awq`](super::awq)), folds them into the norms and up projections, then
+//!   quantizes group-wise INT4.
+//! * GPTQ runs calibration with Hessian accumulation, then quantizes every layer linear with
+//!   [`gptq`](super::gptq::gptq). With `act_order` each tensor's column permutation is stored as
+//!   the metadata array `kestrel.input_perm.<tensor name>` (u32).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+use kestrel_kernels::DType;
+
+use super::awq::{scale_columns, search_scales, unscale_rows, AwqConfig, Weight};
+use super::calib::{calibrate, CalibConfig, Calibration, SiteStats};
+use super::gptq::{gptq_prepared, prepare, GptqConfig, Prepared};
+use super::pack::pack;
+use super::rtn::GridKind;
+use super::{encode_threads, QuantMethod, QuantOptions, QuantizeError, TensorPlan};
+use crate::arch::LinearSite;
+use crate::convert::{retype_with, ModelSource, SourceTensor};
+use crate::weights::gguf::{GgufWriter, MetaArray, MetaValue, INPUT_PERM_KEY_PREFIX};
+
+/// Metadata key naming the method that produced a file.
+pub const METHOD_KEY: &str = "kestrel.quantization.method";
+
+/// Calibration input for AWQ and GPTQ.
+#[derive(Debug, Clone)]
+pub struct CalibText {
+    pub text: String,
+    /// Tokens to use (whole windows of `ctx`).
+    pub tokens: usize,
+    pub ctx: usize,
+}
+
+/// Progress callbacks.
+pub struct Progress<'a> {
+    /// A stage starts ("calibrating", "searching AWQ scales", "quantizing").
+    pub stage: &'a mut dyn FnMut(&str),
+    /// A tensor was written.
+    pub tensor: &'a mut dyn FnMut(&TensorPlan),
+}
+
+/// Quantize the model at `path` (already opened as `source`) with `method`.
+pub fn quantize_with(
+    path: &Path,
+    source: &ModelSource,
+    method: QuantMethod,
+    opts: &QuantOptions,
+    calib: Option<&CalibText>,
+    progress: Progress<'_>,
+) -> Result<GgufWriter, QuantizeError> {
+    opts.validate(method)?;
+    let pool = ThreadPool::global();
+    let stats = match (method.needs_calibration(), calib) {
+        (false, _) => None,
+        (true, None) => return Err(QuantizeError::NeedsCalibration { method: method.name() }),
+        (true, Some(c)) => {
+            (progress.stage)("calibrating");
+            Some(run_calibration(path, c, method == QuantMethod::Gptq, pool)?)
+        }
+    };
+    let mut overrides = HashMap::new();
+    if let (QuantMethod::Awq, Some(s)) = (method, &stats) {
+        (progress.stage)("searching AWQ scales");
+        overrides = awq_overrides(source, s, opts, pool)?;
+    }
+    (progress.stage)("quantizing");
+    let mut perms: Vec<(String, Vec<u32>)> = Vec::new();
+    let mut prepared: HashMap<(usize, LinearSite), Prepared> = HashMap::new();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut encode = |t: &SourceTensor| -> Result<(DType, Vec<u8>), QuantizeError> {
+        let to = method.tensor_type_with(&t.name, t.shape(), opts);
+        if let Some(raw) = t.gguf_bytes().filter(|_| to == t.dtype() && !overrides.contains_key(&t.name)) {
+            return Ok((to, raw.to_vec()));
+        }
+        let values = match overrides.remove(&t.name) {
+            Some(v) => v,
+            None => t.to_f32()?,
+        };
+        let site = LinearSite::of_tensor(&t.name);
+        match (method, site, &stats) {
+            (QuantMethod::Gptq, Some((layer, site)), Some(s)) if to != DType::Q8_0 => {
+                let key = (layer, site);
+                if !prepared.contains_key(&key) {
+                    prepared.clear();
+                    let prep = prepare_site(t, s.site(layer, site), opts)?;
+                    prepared.insert(key, prep);
+                }
+                let (dtype, bytes, perm) = gptq_tensor(t, &values, &prepared[&key], opts, pool)?;
+                if let Some(p) = perm {
+                    perms.push((t.name.clone(), p));
+                }
+                Ok((dtype, bytes))
+            }
+            _ => Ok((to, encode_threads(to, &values, t.row_len(), threads))),
+        }
+    };
+    let mut writer = retype_with(source, &mut encode, method.file_type(), progress.tensor)?;
+    writer.add_metadata(METHOD_KEY, MetaValue::String(describe(method, opts)))?;
+    for (name, perm) in perms {
+        writer.add_metadata(&format!("{INPUT_PERM_KEY_PREFIX}{name}"), MetaValue::Array(MetaArray::U32(perm)))?;
+    }
+    Ok(writer)
+}
+
+/// `awq g128`, `gptq 4-bit g128 act-order damp 0.01`, ...
+fn describe(method: QuantMethod, o: &QuantOptions) -> String {
+    match method {
+        QuantMethod::Int4 | QuantMethod::Awq => format!("{} g{}", method.name(), o.group),
+        QuantMethod::Gptq if o.bits == 8 => format!("gptq 8-bit per-channel damp {}", o.damp),
+        QuantMethod::Gptq => {
+            format!("gptq 4-bit g{}{} damp {}", o.group, if o.act_order { " act-order" } else { "" }, o.damp)
+        }
+        QuantMethod::Nf4 if o.double_quant => "nf4 double-quant".into(),
+        m => m.name().into(),
+    }
+}
+
+fn run_calibration(path: &Path, c: &CalibText, hessian: bool, pool: &ThreadPool) -> Result<Calibration, QuantizeError> {
+    let loaded = crate::load_model(path).map_err(|e| QuantizeError::Calibration(e.to_string()))?;
+    let tokens = loaded.tokenizer.encode(&c.text, false).map_err(|e| QuantizeError::Calibration(e.to_string()))?;
+    if tokens.len() < c.ctx {
+        return Err(QuantizeError::Calibration(format!(
+            "calibration text has {} tokens, fewer than one window of {}",
+            tokens.len(),
+            c.ctx
+        )));
+    }
+    let cfg = CalibConfig { tokens: c.tokens, ctx: c.ctx, sample_rows: 128, hessian };
+    Ok(calibrate(&loaded.model, &tokens, cfg, pool))
+}
+
+/// The GPTQ preparation of the Hessian of `t`'s input site.
+fn prepare_site(t: &SourceTensor, stats: Option<&SiteStats>, opts: &QuantOptions) -> Result<Prepared, QuantizeError> {
+    let cols = t.row_len();
+    let h = stats
+        .and_then(|s| s.hessian.as_deref())
+        .filter(|h| h.len() == cols * cols)
+        .ok_or_else(|| QuantizeError::Calibration(format!("no calibration statistics reached {}", t.name)))?;
+    prepare(h, cols, opts.act_order, opts.damp).map_err(|source| QuantizeError::Gptq { tensor: t.name.clone(), source })
+}
+
+/// GPTQ one layer linear, with its site's prepared Hessian.
+fn gptq_tensor(
+    t: &SourceTensor,
+    values: &[f32],
+    prep: &Prepared,
+    opts: &QuantOptions,
+    pool: &ThreadPool,
+) -> Result<(DType, Vec<u8>, Option<Vec<u32>>), QuantizeError> {
+    let (rows, cols) = (t.shape()[0], t.row_len());
+    let (group, kind) = match opts.bits {
+        8 => (cols, GridKind::Symmetric8),
+        _ => (QuantMethod::Gptq.dtype(opts, cols).block_size(), GridKind::Asymmetric(4)),
+    };
+    let cfg = GptqConfig { group, kind, act_order: opts.act_order, damp: opts.damp };
+    let q = gptq_prepared(pool, values, rows, prep, cfg);
+    let (dtype, bytes) = pack(&q)?;
+    Ok((dtype, bytes, q.perm))
+}
+
+/// The AWQ-transformed `f32` values of every tensor the search changes.
+fn awq_overrides(
+    source: &ModelSource,
+    calib: &Calibration,
+    opts: &QuantOptions,
+    pool: &ThreadPool,
+) -> Result<HashMap<String, Vec<f32>>, QuantizeError> {
+    let mut out: HashMap<String, Vec<f32>> = HashMap::new();
+    let n_layers = source.config.n_layers;
+    let mha = source.config.n_heads == source.config.n_kv_heads;
+    for layer in 0..n_layers {
+        let name = |role: &str| format!("blk.{layer}.{role}.weight");
+        let mut groups: Vec<(LinearSite, Vec<&str>, &str)> = vec![
+            (LinearSite::Qkv, vec!["attn_q", "attn_k", "attn_v"], "attn_norm"),
+            (LinearSite::GateUp, vec!["ffn_gate", "ffn_up"], "ffn_norm"),
+            (LinearSite::Down, vec!["ffn_down"], "ffn_up"),
+        ];
+        if mha {
+            groups.push((LinearSite::O, vec!["attn_output"], "attn_v"));
+        }
+        for (site, targets, producer) in groups {
+            let stats = calib.site(layer, site).ok_or_else(|| {
+                QuantizeError::Calibration(format!("no calibration statistics for layer {layer} {site:?}"))
+            })?;
+            let mut ws: Vec<Vec<f32>> =
+                targets.iter().map(|r| take(&mut out, source, &name(r))).collect::<Result<_, _>>()?;
+            let cols = stats.cols;
+            let weights: Vec<Weight<'_>> = ws.iter().map(|w| Weight { values: w, rows: w.len() / cols }).collect();
+            let group = QuantMethod::Awq.dtype(opts, cols).block_size();
+            let cfg = AwqConfig { group, kind: GridKind::Asymmetric(4), n_grid: opts.awq_grid };
+            let (s, _alpha, _ratio) = search_scales(pool, &stats.sample, &stats.mean_abs(), &weights, cfg);
+            let mut prod = take(&mut out, source, &name(producer))?;
+            unscale_rows(&mut prod, &s);
+            out.insert(name(producer), prod);
+            for (role, w) in targets.iter().zip(ws.iter_mut()) {
+                scale_columns(w, &s);
+                out.insert(name(role), std::mem::take(w));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The current values of tensor `name`: already transformed ones from `out`, else the source's.
+fn take(out: &mut HashMap<String, Vec<f32>>, source: &ModelSource, name: &str) -> Result<Vec<f32>, QuantizeError> {
+    if let Some(v) = out.remove(name) {
+        return Ok(v);
+    }
+    let t = source
+        .tensors
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| QuantizeError::Calibration(format!("tensor {name} is missing")))?;
+    Ok(t.to_f32()?)
+}

@@ -1,57 +1,94 @@
 #!/usr/bin/env bash
-# Side-by-side speed of Kestrel and llama.cpp on the same GGUF file, same machine, same threads,
-# measured in one run. Writes a markdown report (default docs/benchmarks.md).
+# Side-by-side speed of Kestrel and llama.cpp on the same GGUF files, same machine, same threads,
+# measured in one run, plus the machine's memory bandwidth (STREAM triad). Appends a dated
+# markdown section to OUT.md (default docs/benchmarks.md).
 #
-#   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [MODEL.gguf] [OUT.md]
+#   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [OUT.md]
 #
-# LLAMA_CPP_BIN_DIR holds a llama.cpp build's `llama-bench` (built from source beside this
-# project; nothing of it is committed). MODEL defaults to Kestrel's default model.
+# One run measures, in order:
+#   1. `kestrel membw`: triad GB/s on 1 and $THREADS threads;
+#   2. the default model (SmolLM2-135M-Instruct Q4_1): pp512 / tg128;
+#   3. the default model re-quantized to Q8_0 by `kestrel quantize`: pp512 / tg128;
+#   4. random-weight TinyLlama-1.1B-shape GGUFs (scripts/make_tinyllama_gguf.py) in Q4_0 and
+#      Q8_0: pp$TINY_PP / tg128 (pp on a 1B model with 2 cores is slow, hence -p 128).
+# For each tg it reports the weight bytes a decode step reads times tokens/s and that rate as a
+# percentage of the triad. Generated files go to $WORK_DIR (default /tmp/kestrel-bench) and are
+# never committed. LLAMA_CPP_BIN_DIR holds a llama.cpp build's `llama-bench`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin_dir=${1:?usage: $0 LLAMA_CPP_BIN_DIR [MODEL.gguf] [OUT.md]}
-cargo build --release -q -p kestrel-cli
-kestrel=./target/release/kestrel
-model=${2:-$($kestrel fetch)}
-out=${3:-docs/benchmarks.md}
+bin_dir=${1:?usage: $0 LLAMA_CPP_BIN_DIR [OUT.md]}
+out=${2:-docs/benchmarks.md}
 threads=${THREADS:-2}
 reps=${REPS:-5}
+tiny_pp=${TINY_PP:-128}
+work=${WORK_DIR:-/tmp/kestrel-bench}
+mkdir -p "$work"
+cargo build --release -q -p kestrel-cli
+kestrel=./target/release/kestrel
 
-llama_json=$("$bin_dir/llama-bench" -m "$model" -p 512 -n 128 -t "$threads" -r "$reps" -o json 2>/dev/null)
-kestrel_json=$($kestrel speed --model "$model" -p 512 -n 128 -t "$threads" -r "$reps" --json)
+smol=$($kestrel fetch)
+smol_q8="$work/SmolLM2-135M-Instruct.Q8_0.gguf"
+[ -f "$smol_q8" ] || $kestrel quantize "$smol" "$smol_q8" --method q8_0 >&2
+for t in q4_0 q8_0; do
+    f="$work/tinyllama-shape-random.${t^^}.gguf"
+    [ -f "$f" ] || python3 scripts/make_tinyllama_gguf.py "$f" --type "$t" >&2
+done
 
-python3 - "$model" "$threads" "$out" "$llama_json" "$kestrel_json" <<'PY'
-import json, os, platform, subprocess, sys, datetime
-model, threads, out, llama, kestrel = sys.argv[1:6]
-llama = json.loads(llama)
-kestrel = json.loads(kestrel)
-def llama_tps(n_prompt, n_gen):
-    for r in llama:
-        if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen:
-            return r["avg_ts"], r["stddev_ts"]
-    raise SystemExit("llama-bench result missing")
+membw=$($kestrel membw -t "1,$threads" --json)
+results="$work/results.jsonl"
+: >"$results"
+bench() { # MODEL PROMPT_TOKENS
+    local llama kestrel
+    llama=$("$bin_dir/llama-bench" -m "$1" -p "$2" -n 128 -t "$threads" -r "$reps" -o json 2>/dev/null)
+    kestrel=$($kestrel speed --model "$1" -p "$2" -n 128 -t "$threads" -r "$reps" --json)
+    python3 -c 'import json,sys; print(json.dumps({"pp": int(sys.argv[1]), "llama": json.loads(sys.argv[2]), "kestrel": json.loads(sys.argv[3])}))' \
+        "$2" "$llama" "$kestrel" >>"$results"
+}
+bench "$smol" 512
+bench "$smol_q8" 512
+bench "$work/tinyllama-shape-random.Q4_0.gguf" "$tiny_pp"
+bench "$work/tinyllama-shape-random.Q8_0.gguf" "$tiny_pp"
+
+python3 - "$threads" "$reps" "$out" "$membw" "$results" <<'PY'
+import datetime, json, os, sys
+threads, reps, out, membw, results = sys.argv[1:6]
+threads = int(threads)
+membw = json.loads(membw)
+runs = [json.loads(l) for l in open(results)]
+triad = {r["threads"]: r["triad_gbs"] for r in membw["results"]}
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 flags = open("/proc/cpuinfo").read()
 isa = [f for f in ("avx2", "avx512f", "avx512_vnni") if f" {f} " in flags]
-lp, lps = llama_tps(512, 0)
-lg, lgs = llama_tps(0, 128)
-kp, kps = kestrel["pp"]["mean_tps"], kestrel["pp"]["std_tps"]
-kg, kgs = kestrel["tg"]["mean_tps"], kestrel["tg"]["std_tps"]
-rows = [
-    ("pp512", kp, kps, lp, lps),
-    ("tg128", kg, kgs, lg, lgs),
-]
+
+def llama_tps(llama, n_prompt, n_gen):
+    for r in llama:
+        if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen:
+            return r["avg_ts"], r["stddev_ts"]
+    raise SystemExit(f"llama-bench result pp{n_prompt}/tg{n_gen} missing")
+
 text = [
-    f"### {os.path.basename(model)}, {threads} threads ({datetime.date.today()})",
+    f"### Kestrel vs llama.cpp, {threads} threads, with memory bandwidth ({datetime.date.today()})",
     "",
-    f"Machine: {cpu}, {os.cpu_count()} cores, ISA flags {', '.join(isa)}; Kestrel kernels: {kestrel['isa']}.",
-    f"llama.cpp: `llama-bench -p 512 -n 128 -t {threads}` (build {llama[0].get('build_commit', '?')}).",
+    f"Machine: {cpu}, {os.cpu_count()} cores, ISA flags {', '.join(isa)}; "
+    f"Kestrel kernels: {runs[0]['kestrel']['isa']}; llama.cpp build {runs[0]['llama'][0].get('build_commit', '?')}.",
+    f"Memory bandwidth (`kestrel membw`, STREAM triad over 3 x {membw['array_mib']} MiB f64, best of "
+    f"{membw['reps']}): " + ", ".join(f"{r['triad_gbs']:.1f} GB/s on {r['threads']} thread(s)" for r in membw["results"]) + ".",
+    f"Each test: `llama-bench -p P -n 128 -t {threads} -r {reps}` and `kestrel speed -p P -n 128 -t {threads} -r {reps}`. "
+    "tg GB/s = weight bytes read per decode step x tokens/s; % = of the triad on the same threads.",
     "",
-    "| test | Kestrel t/s | llama.cpp t/s | ratio |",
-    "| --- | ---: | ---: | ---: |",
+    "| model | test | Kestrel t/s | llama.cpp t/s | ratio | Kestrel GB/s (% triad) | llama.cpp GB/s (% triad) |",
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
 ]
-for name, k, ks, l, ls in rows:
-    text.append(f"| {name} | {k:.1f} ± {ks:.1f} | {l:.1f} ± {ls:.1f} | {k / l:.2f}x |")
+for run in runs:
+    k, l, p = run["kestrel"], run["llama"], run["pp"]
+    lp, lps = llama_tps(l, p, 0)
+    lg, lgs = llama_tps(l, 0, 128)
+    kp, kg = k["pp"], k["tg"]
+    text.append(f"| {k['model']} | pp{p} | {kp['mean_tps']:.1f} ± {kp['std_tps']:.1f} | {lp:.1f} ± {lps:.1f} | {kp['mean_tps'] / lp:.2f}x | | |")
+    bpt = kg["bytes_per_token"]
+    gbs = lambda tps: f"{tps * bpt / 1e9:.1f} ({100 * tps * bpt / 1e9 / triad[threads]:.0f}%)"
+    text.append(f"| {k['model']} | tg128 | {kg['mean_tps']:.1f} ± {kg['std_tps']:.1f} | {lg:.1f} ± {lgs:.1f} | {kg['mean_tps'] / lg:.2f}x | {gbs(kg['mean_tps'])} | {gbs(lg)} |")
 text.append("")
 report = "\n".join(text)
 print(report)

@@ -61,7 +61,10 @@ pub fn run(args: MembwArgs) -> Result<()> {
         results.push(measure(pool, args.mib, args.reps)?);
     }
     if args.json {
-        println!("{}", serde_json::json!({"array_mib": args.mib, "reps": args.reps, "results": results}));
+        println!(
+            "{}",
+            serde_json::json!({"array_mib": args.mib, "reps": args.reps, "results": results})
+        );
     } else {
         println!("| threads | triad GB/s | read GB/s |");
         println!("| ---: | ---: | ---: |");
@@ -83,7 +86,10 @@ pub fn measure(pool: &ThreadPool, mib: usize, reps: usize) -> Result<Bandwidth> 
     let chunk = elems.div_ceil(pool.n_threads());
     let triad_secs = best_of(reps, || triad(pool, &mut a, &b, &c, chunk));
     let expected = 1.0 + TRIAD_SCALAR * 2.0;
-    ensure!(a.iter().step_by(4099).all(|&v| v == expected), "triad produced wrong values");
+    ensure!(
+        a.iter().step_by(4099).all(|&v| v == expected),
+        "triad produced wrong values"
+    );
     let mut checksum = 0u64;
     let read_secs = best_of(reps, || checksum = read(pool, &b, &c, chunk));
     let want = (elems as u64).wrapping_mul(1.0f64.to_bits().wrapping_add(2.0f64.to_bits()));
@@ -164,6 +170,9 @@ mod tests {
         triad(&pool, &mut a, &b, &c, 1001usize.div_ceil(3));
         assert!(a.iter().all(|&v| v == 7.0));
         let sum = read(&pool, &b, &c, 334);
-        assert_eq!(sum, 1001u64.wrapping_mul(1.0f64.to_bits().wrapping_add(2.0f64.to_bits())));
+        assert_eq!(
+            sum,
+            1001u64.wrapping_mul(1.0f64.to_bits().wrapping_add(2.0f64.to_bits()))
+        );
     }
 }

@@ -259,7 +259,7 @@ pub(crate) mod x86 {
     /// bytes. Decode streams every weight row once from memory; asking for lines this far
     /// ahead keeps more misses in flight than the hardware prefetcher does on its own (the
     /// distance runs past the row end into the next row, which is the next one read).
-    pub(crate) const PREFETCH_AHEAD: usize = 2048;
+    pub(crate) const PREFETCH_AHEAD: usize = 512;
 
     /// Hints the CPU to bring the cache line at `p` into L1. Never faults, for any address.
     #[inline]

@@ -97,6 +97,72 @@ fn product(pool: &ThreadPool, x: &[f32], n: usize, w: &[f32], rows: usize, cols:
     out
 }
 
+/// SmoothQuant's scales (Xiao et al., 2023): `s_c = max|x_c|^α / max_r |w_rc|^(1-α)` over
+/// every matrix reading the input, moving activation outliers into the weights so per-token
+/// activation quantization loses less. Channels never active keep `s = 1`.
+pub fn smooth_scales(abs_max: &[f32], ws: &[Weight<'_>], alpha: f32) -> Vec<f32> {
+    let cols = abs_max.len();
+    let mut w_max = vec![0f32; cols];
+    for w in ws {
+        for row in w.values.chunks_exact(cols) {
+            w_max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+        }
+    }
+    abs_max
+        .iter()
+        .zip(&w_max)
+        .map(|(&x, &w)| {
+            if x <= 0.0 || w <= 0.0 {
+                return 1.0;
+            }
+            (x.powf(alpha) / w.powf(1.0 - alpha)).clamp(1e-5, 1e5)
+        })
+        .collect()
+}
+
+/// SmoothQuant with the migration strength searched per site: among `alphas` (and no
+/// smoothing at all), the scales whose W8A8 product — weights rounded to per-row int8,
+/// activations to per-token int8 — is closest to the exact product on the sampled rows `x`.
+pub fn search_smoothing(pool: &ThreadPool, x: &[f32], abs_max: &[f32], ws: &[Weight<'_>], alphas: &[f32]) -> Vec<f32> {
+    let cols = abs_max.len();
+    let n = x.len() / cols;
+    let mut scratch = Scratch::default();
+    let reference: Vec<Vec<f32>> = ws.iter().map(|w| product(pool, x, n, w.values, w.rows, cols, &mut scratch)).collect();
+    let candidates = std::iter::once(vec![1.0; cols]).chain(alphas.iter().map(|&a| smooth_scales(abs_max, ws, a)));
+    let mut best = (f64::INFINITY, vec![1.0; cols]);
+    for s in candidates {
+        let xs: Vec<f32> = x.iter().enumerate().map(|(i, v)| v / s[i % cols]).collect();
+        let xq = round_rows_int8(&xs, cols);
+        let loss: f64 = ws
+            .iter()
+            .zip(&reference)
+            .map(|(w, r)| {
+                let mut scaled = w.values.to_vec();
+                scale_columns(&mut scaled, &s);
+                let wq = round_rows_int8(&scaled, cols);
+                let out = product(pool, &xq, n, &wq, w.rows, cols, &mut scratch);
+                out.iter().zip(r).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>()
+            })
+            .sum();
+        if loss < best.0 {
+            best = (loss, s);
+        }
+    }
+    best.1
+}
+
+/// Every row rounded to symmetric int8 with its own scale (`amax / 127`).
+fn round_rows_int8(m: &[f32], cols: usize) -> Vec<f32> {
+    let mut out = m.to_vec();
+    for row in out.chunks_exact_mut(cols) {
+        let d = row.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+        if d > 0.0 {
+            row.iter_mut().for_each(|v| *v = (*v / d).round() * d);
+        }
+    }
+    out
+}
+
 /// Multiply the columns of a row-major `[rows, cols]` matrix by `s`.
 pub fn scale_columns(w: &mut [f32], s: &[f32]) {
     let cols = s.len();
@@ -148,6 +214,29 @@ mod tests {
         assert!(alpha > 0.0, "some scaling helps");
         assert!(ratio < 0.9, "output error falls: {ratio}");
         assert!(s[0] > s[10] && s[1] > s[10]);
+    }
+
+    #[test]
+    fn smoothing_balances_activation_and_weight_ranges() {
+        let w = vec![1.0, 0.5, 2.0, 0.25];
+        let s = smooth_scales(&[16.0, 1.0], &[Weight { values: &w, rows: 2 }], 0.5);
+        // Channel 0: sqrt(16) / sqrt(2) ; channel 1: sqrt(1) / sqrt(0.5).
+        assert!((s[0] - 4.0 / 2f32.sqrt()).abs() < 1e-5 && (s[1] - 2f32.sqrt()).abs() < 1e-5);
+        // After smoothing the activation max and weight max of each channel are equal.
+        assert!((16.0 / s[0] - 2.0 * s[0]).abs() < 1e-4);
+        assert_eq!(smooth_scales(&[0.0], &[Weight { values: &[1.0], rows: 1 }], 0.5), vec![1.0]);
+    }
+
+    #[test]
+    fn smoothing_search_moves_outliers_into_weights() {
+        let (n, cols, rows) = (32, 64, 8);
+        let mut seed = 11;
+        let x: Vec<f32> = (0..n * cols).map(|i| lcg(&mut seed) * if i % cols == 3 { 80.0 } else { 1.0 }).collect();
+        let w: Vec<f32> = (0..rows * cols).map(|_| lcg(&mut seed)).collect();
+        let abs_max: Vec<f32> = (0..cols).map(|c| (0..n).fold(0f32, |m, t| m.max(x[t * cols + c].abs()))).collect();
+        let pool = ThreadPool::new(1);
+        let s = search_smoothing(&pool, &x, &abs_max, &[Weight { values: &w, rows }], &[0.5, 0.8]);
+        assert!(s[3] > 2.0 * s[0], "the outlier channel is divided down: {} vs {}", s[3], s[0]);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! linear layer, what activation-aware quantizers need:
 //!
 //! * the mean magnitude of each input channel (AWQ's saliency measure),
+//! * the largest magnitude of each input channel (SmoothQuant's migration strength),
 //! * a sample of input rows (to score candidate AWQ scales by the output error they cause),
 //! * optionally `H = Σ x xᵀ` over all rows (GPTQ's Hessian, up to the factor `2 / n`).
 //!
@@ -39,6 +40,8 @@ pub struct SiteStats {
     pub rows: usize,
     /// `Σ |x_c|` per channel.
     pub abs_sum: Vec<f64>,
+    /// `max |x_c|` per channel.
+    pub abs_max: Vec<f32>,
     /// Sampled rows, `[n, cols]`.
     pub sample: Vec<f32>,
     /// `Σ x xᵀ`, `[cols, cols]`, when requested.
@@ -51,6 +54,7 @@ impl SiteStats {
             cols,
             rows: 0,
             abs_sum: vec![0.0; cols],
+            abs_max: vec![0.0; cols],
             sample: Vec::new(),
             hessian: hessian.then(|| vec![0.0; cols * cols]),
         }
@@ -144,6 +148,7 @@ impl ActivationObserver for Collector<'_> {
         stats.rows += m;
         for row in x.chunks_exact(cols) {
             stats.abs_sum.iter_mut().zip(row).for_each(|(s, v)| *s += v.abs() as f64);
+            stats.abs_max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
         }
         let step = (m / self.per_window.max(1)).max(1);
         for row in x.chunks_exact(cols).step_by(step).take(self.per_window) {

@@ -41,11 +41,13 @@ pub struct QuantOptions {
     pub double_quant: bool,
     /// AWQ: grid points searched for the scaling exponent.
     pub awq_grid: usize,
+    /// INT8 with calibration: SmoothQuant migration strength α (0: searched per site).
+    pub smooth_alpha: f32,
 }
 
 impl Default for QuantOptions {
     fn default() -> Self {
-        QuantOptions { group: 128, bits: 4, act_order: false, damp: 0.01, double_quant: false, awq_grid: 20 }
+        QuantOptions { group: 128, bits: 4, act_order: false, damp: 0.1, double_quant: false, awq_grid: 20, smooth_alpha: 0.0 }
     }
 }
 
@@ -60,6 +62,9 @@ impl QuantOptions {
         }
         if !(0.0..1.0).contains(&self.damp) {
             return Err(QuantizeError::BadOption(format!("damp {} (expected 0 <= damp < 1)", self.damp)));
+        }
+        if !(0.0..=1.0).contains(&self.smooth_alpha) {
+            return Err(QuantizeError::BadOption(format!("smooth alpha {} (expected 0..=1)", self.smooth_alpha)));
         }
         if self.awq_grid == 0 {
             return Err(QuantizeError::BadOption("AWQ grid of 0 points".into()));

@@ -1,6 +1,9 @@
 //! [`quantize_with`]: every [`QuantMethod`], including the calibrated ones, to a GGUF writer.
 //!
 //! * GGUF block types, INT8, INT4 (RTN) and NF4 convert each tensor on its own.
+//! * INT8 with calibration text first applies SmoothQuant smoothing: `smooth_alpha`, or with
+//!   `smooth_alpha = 0` the strength per site (0.3..0.8 or none) whose W8A8 output error on the
+//!   sampled rows is smallest.
 //! * AWQ first runs calibration text through the unquantized model, searches per-layer input
 //!   scales ([`awq`](super::awq)), folds them into the norms and up projections, then
 //!   quantizes group-wise INT4.
@@ -14,7 +17,7 @@ use std::path::Path;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::DType;
 
-use super::awq::{scale_columns, search_scales, unscale_rows, AwqConfig, Weight};
+use super::awq::{scale_columns, search_scales, search_smoothing, unscale_rows, AwqConfig, Weight};
 use super::calib::{calibrate, CalibConfig, Calibration, SiteStats};
 use super::gptq::{gptq_prepared, prepare, GptqConfig, Prepared};
 use super::pack::pack;
@@ -55,18 +58,39 @@ pub fn quantize_with(
 ) -> Result<GgufWriter, QuantizeError> {
     opts.validate(method)?;
     let pool = ThreadPool::global();
-    let stats = match (method.needs_calibration(), calib) {
+    let uses_calibration = method.needs_calibration() || method == QuantMethod::Int8;
+    let stats = match (uses_calibration, calib) {
         (false, _) => None,
-        (true, None) => return Err(QuantizeError::NeedsCalibration { method: method.name() }),
+        (true, None) if method.needs_calibration() => {
+            return Err(QuantizeError::NeedsCalibration { method: method.name() })
+        }
+        (true, None) => None,
         (true, Some(c)) => {
             (progress.stage)("calibrating");
             Some(run_calibration(path, c, method == QuantMethod::Gptq, pool)?)
         }
     };
     let mut overrides = HashMap::new();
-    if let (QuantMethod::Awq, Some(s)) = (method, &stats) {
-        (progress.stage)("searching AWQ scales");
-        overrides = awq_overrides(source, s, opts, pool)?;
+    match (method, &stats) {
+        (QuantMethod::Awq, Some(s)) => {
+            (progress.stage)("searching AWQ scales");
+            let choose = |st: &SiteStats, ws: &[Weight<'_>], cols: usize| {
+                let group = QuantMethod::Awq.dtype(opts, cols).block_size();
+                let cfg = AwqConfig { group, kind: GridKind::Asymmetric(4), n_grid: opts.awq_grid };
+                search_scales(pool, &st.sample, &st.mean_abs(), ws, cfg).0
+            };
+            overrides = fold_scales(source, s, &choose)?;
+        }
+        (QuantMethod::Int8, Some(s)) => {
+            (progress.stage)("smoothing activations");
+            let alphas: Vec<f32> = match opts.smooth_alpha {
+                a if a > 0.0 => vec![a],
+                _ => (3..=8).map(|i| i as f32 / 10.0).collect(),
+            };
+            let choose = |st: &SiteStats, ws: &[Weight<'_>], _: usize| search_smoothing(pool, &st.sample, &st.abs_max, ws, &alphas);
+            overrides = fold_scales(source, s, &choose)?;
+        }
+        _ => {}
     }
     (progress.stage)("quantizing");
     let mut perms: Vec<(String, Vec<u32>)> = Vec::new();
@@ -116,6 +140,7 @@ fn describe(method: QuantMethod, o: &QuantOptions) -> String {
             format!("gptq 4-bit g{}{} damp {}", o.group, if o.act_order { " act-order" } else { "" }, o.damp)
         }
         QuantMethod::Nf4 if o.double_quant => "nf4 double-quant".into(),
+        QuantMethod::Int8 => "int8 per-channel, per-token activations".into(),
         m => m.name().into(),
     }
 }
@@ -163,17 +188,21 @@ fn gptq_tensor(
     Ok((dtype, bytes, q.perm))
 }
 
-/// The AWQ-transformed `f32` values of every tensor the search changes.
-fn awq_overrides(
+/// Chooses per-input-channel scales for the matrices reading one site.
+type ChooseScales<'a> = dyn Fn(&SiteStats, &[Weight<'_>], usize) -> Vec<f32> + 'a;
+
+/// Scale the inputs of every layer's linear groups by `choose`'s scales: the matrices' columns
+/// are multiplied by `s` and the producer of their input (a norm weight, or the rows of the up
+/// projection) divided by it, so the unquantized model computes the same function. Returns the
+/// transformed `f32` values of every changed tensor.
+fn fold_scales(
     source: &ModelSource,
     calib: &Calibration,
-    opts: &QuantOptions,
-    pool: &ThreadPool,
+    choose: &ChooseScales<'_>,
 ) -> Result<HashMap<String, Vec<f32>>, QuantizeError> {
     let mut out: HashMap<String, Vec<f32>> = HashMap::new();
-    let n_layers = source.config.n_layers;
     let mha = source.config.n_heads == source.config.n_kv_heads;
-    for layer in 0..n_layers {
+    for layer in 0..source.config.n_layers {
         let name = |role: &str| format!("blk.{layer}.{role}.weight");
         let mut groups: Vec<(LinearSite, Vec<&str>, &str)> = vec![
             (LinearSite::Qkv, vec!["attn_q", "attn_k", "attn_v"], "attn_norm"),
@@ -191,9 +220,7 @@ fn awq_overrides(
                 targets.iter().map(|r| take(&mut out, source, &name(r))).collect::<Result<_, _>>()?;
             let cols = stats.cols;
             let weights: Vec<Weight<'_>> = ws.iter().map(|w| Weight { values: w, rows: w.len() / cols }).collect();
-            let group = QuantMethod::Awq.dtype(opts, cols).block_size();
-            let cfg = AwqConfig { group, kind: GridKind::Asymmetric(4), n_grid: opts.awq_grid };
-            let (s, _alpha, _ratio) = search_scales(pool, &stats.sample, &stats.mean_abs(), &weights, cfg);
+            let s = choose(stats, &weights, cols);
             let mut prod = take(&mut out, source, &name(producer))?;
             unscale_rows(&mut prod, &s);
             out.insert(name(producer), prod);

@@ -39,11 +39,11 @@ membw=$($kestrel membw -t "1,$threads" --json)
 results="$work/results.jsonl"
 : >"$results"
 bench() { # MODEL PROMPT_TOKENS
-    local llama kestrel
-    llama=$("$bin_dir/llama-bench" -m "$1" -p "$2" -n 128 -t "$threads" -r "$reps" -o json 2>/dev/null)
-    kestrel=$($kestrel speed --model "$1" -p "$2" -n 128 -t "$threads" -r "$reps" --json)
+    local l k
+    l=$("$bin_dir/llama-bench" -m "$1" -p "$2" -n 128 -t "$threads" -r "$reps" -o json 2>/dev/null)
+    k=$($kestrel speed --model "$1" -p "$2" -n 128 -t "$threads" -r "$reps" --json)
     python3 -c 'import json,sys; print(json.dumps({"pp": int(sys.argv[1]), "llama": json.loads(sys.argv[2]), "kestrel": json.loads(sys.argv[3])}))' \
-        "$2" "$llama" "$kestrel" >>"$results"
+        "$2" "$l" "$k" >>"$results"
 }
 bench "$smol" 512
 bench "$smol_q8" 512

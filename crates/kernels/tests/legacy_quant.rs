@@ -458,8 +458,9 @@ fn tile_rows<W: Pod, A: Pod>(
     (w, a)
 }
 
-/// Every ISA's tile kernel against `reference` (= `vec_dot_ref`) for each (row, act) pair,
-/// including tiles that repeat rows (as gemm pads partial tiles).
+/// Every ISA's tile kernel against `reference` (= `vec_dot_ref`) and against the same ISA's
+/// `vec_dot` for each (row, act) pair, including tiles that repeat rows (as gemm pads
+/// partial tiles).
 fn check_tile_kernel<W: Pod, A: Pod>(
     dtype: DType,
     quantize: fn(&[f32]) -> Vec<W>,
@@ -495,6 +496,12 @@ fn check_tile_kernel<W: Pod, A: Pod>(
                             isa.name(),
                             got[j][r]
                         );
+                        assert!(
+                            ((got[j][r] - single) as f64).abs() <= tol,
+                            "{dtype} {} nb={nb} tile[{j}][{r}] = {}, vec_dot {single}",
+                            isa.name(),
+                            got[j][r]
+                        );
                     }
                 }
             }
@@ -504,6 +511,18 @@ fn check_tile_kernel<W: Pod, A: Pod>(
 
 #[test]
 fn tile_kernels_match_vec_dot_ref() {
+    check_tile_kernel(
+        DType::Q4_0,
+        q4_0::quantize_ref,
+        act::quantize_q8_0_ref,
+        q4_0::vec_dot_ref,
+    );
+    check_tile_kernel(
+        DType::Q5_0,
+        q5_0::quantize_ref,
+        act::quantize_q8_0_ref,
+        q5_0::vec_dot_ref,
+    );
     check_tile_kernel(
         DType::Q4_1,
         q4_1::quantize_ref,

@@ -10,13 +10,14 @@
 //! x[j] = (q[j] - 8) * d,  q in 0..=15
 //! ```
 //!
-//! This file also holds the nibble unpacking that Q4_1 and Q5_0 share.
+//! This file also holds the nibble unpacking that Q4_1 and Q5_0 share, and the 4 x 4 tile
+//! cores (`x86::tile`) that Q4_0 and Q5_0 share.
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::q8_0::{cast_blocks, check_dot, BlockQ8_0, KernelFns, QK};
-use super::{ActFormat, DType, TypeKernels, TILE};
+use super::{ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
 use crate::cpu::Isa;
 
 /// One Q4_0 block.
@@ -125,13 +126,22 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only Isa::Scalar is available off x86-64"),
     };
+    let vec_dot_tile: Option<VecDotTileFn> = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(x86::tile::vec_dot_tile_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(x86::tile::vec_dot_tile_avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    };
     TypeKernels {
         dtype: DType::Q4_0,
         isa,
         act: ActFormat::Q8_0,
         dequantize,
         vec_dot,
-        vec_dot_tile: None,
+        vec_dot_tile,
     }
 }
 
@@ -368,6 +378,182 @@ pub(crate) mod x86 {
                     _mm512_storeu_ps(dst.add(i * QK + 16 * h), _mm512_mul_ps(f, d));
                 }
             }
+        }
+    }
+
+    pub(crate) mod tile {
+        //! 4 weight rows x 4 activation rows per call for the "offset" formats, Q4_0 and Q5_0:
+        //! `x = (q - o) d` with unsigned quants `q` and a fixed offset `o` (8, 16). Each weight
+        //! block is unpacked once and each activation block loaded once for the whole tile.
+        //!
+        //! `sum((q - o) a) = sum(q a) - sum(o a)`: `q` is unsigned, so `vpdpbusd` (AVX-512
+        //! VNNI) and `maddubs` (AVX2) take it as is, and the correction `sum(o a)` depends on
+        //! the activation row only, so it is computed once per activation block, not once per
+        //! (row, activation) pair. Both sums are exact in `i32` (AVX2: `maddubs` pairs stay
+        //! within `i16`, `2 * 31 * 127 < 2^15`, activation bytes never being -128).
+        //!
+        //! The format supplies an unpacking closure; the cores are generic over it so that it
+        //! inlines into the loop.
+        use std::arch::x86_64::*;
+
+        use super::super::super::q8_0::check_tile;
+        use super::super::super::q8_0::x86::tile::{pair_scales, spread};
+        use super::super::super::q8_0::x86::{hsum256, load_2x256};
+        use super::super::super::TILE;
+        use super::{dot_avx2, nibbles2_avx512, nibbles_avx2, A, B};
+
+        /// `out[j][r]`: weight row `r` times activation row `j`.
+        pub(crate) type Tile = [[f32; TILE]; TILE];
+
+        pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+            let nb = check_tile(n, &w, B, &a, A);
+            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
+            // every row holds `nb` blocks (checked above).
+            unsafe { q4_0_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+        }
+
+        /// [`tile_avx512`] with Q4_0 nibbles (offset 8), plus an odd last block.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn q4_0_avx512(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+            // SAFETY: the closure reads the 16 quant bytes of the two blocks it is given.
+            let unpack =
+                |b0: *const u8, b1: *const u8| unsafe { nibbles2_avx512(b0.add(2), b1.add(2)) };
+            // SAFETY: the caller's guarantees are those of `tile_avx512`.
+            let mut out = unsafe { tile_avx512(nb, w, a, B, 8, unpack) };
+            if nb % 2 == 1 {
+                let i = nb - 1;
+                for (j, o) in out.iter_mut().enumerate() {
+                    for (r, v) in o.iter_mut().enumerate() {
+                        // SAFETY: block i < nb of both rows is in bounds.
+                        *v += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
+                    }
+                }
+            }
+            out
+        }
+
+        /// The tile over the first `nb / 2 * 2` blocks (the caller adds an odd last block),
+        /// two blocks per step. `unpack(block_i, block_i+1)` returns the unsigned quants of
+        /// the two `block`-byte weight blocks (elements 0..32 of each, in order), which start
+        /// with their `f16` scale; weights are `(q - offset) d`.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; every weight row holds `nb`
+        /// blocks of `block` bytes and every activation row `nb` Q8_0 blocks; `unpack` reads
+        /// only within the two blocks it is given.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn tile_avx512<U>(
+            nb: usize,
+            w: [*const u8; TILE],
+            a: [*const u8; TILE],
+            block: usize,
+            offset: i8,
+            unpack: U,
+        ) -> Tile
+        where
+            U: Fn(*const u8, *const u8) -> __m512i,
+        {
+            let mut acc = [[_mm512_setzero_ps(); TILE]; TILE];
+            let o = _mm512_set1_epi8(offset);
+            let mut i = 0;
+            while i + 2 <= nb {
+                // SAFETY: blocks i and i+1 < nb of every row are in bounds.
+                let (wq, ws, aq, as_) = unsafe {
+                    (
+                        w.map(|p| unpack(p.add(i * block), p.add((i + 1) * block))),
+                        pair_scales(w, i, block),
+                        a.map(|p| load_2x256(p.add(i * A + 2), p.add((i + 1) * A + 2))),
+                        pair_scales(a, i, A),
+                    )
+                };
+                let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
+                for j in 0..TILE {
+                    let zero = _mm512_setzero_si512();
+                    let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, o, aq[j]));
+                    let da = spread(as_, 2 * j as i32);
+                    for r in 0..TILE {
+                        let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
+                        let d = _mm512_mul_ps(dw[r], da);
+                        acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
+                    }
+                }
+                i += 2;
+            }
+            acc.map(|row| row.map(|v| _mm512_reduce_add_ps(v)))
+        }
+
+        pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+            let nb = check_tile(n, &w, B, &a, A);
+            // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; every row holds `nb` blocks.
+            unsafe { q4_0_avx2(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+        }
+
+        /// Two [`half_avx2`] calls with Q4_0 nibbles (offset 8).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn q4_0_avx2(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+            // SAFETY: the closure reads the 16 quant bytes of the block it is given.
+            let unpack = |b: *const u8| unsafe { nibbles_avx2(b.add(2)) };
+            // SAFETY: the caller's guarantees are those of `half_avx2`.
+            let (lo, hi) = unsafe {
+                (
+                    half_avx2(nb, w, [a[0], a[1]], B, 8, unpack),
+                    half_avx2(nb, w, [a[2], a[3]], B, 8, unpack),
+                )
+            };
+            [lo[0], lo[1], hi[0], hi[1]]
+        }
+
+        /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step.
+        /// `unpack(block)` returns the 32 unsigned quants of a `block`-byte weight block that
+        /// starts with its `f16` scale; weights are `(q - offset) d`. The `i16` pair sums of
+        /// `maddubs(q, a) - maddubs(offset, a)` are exact (see the module docs).
+        ///
+        /// # Safety
+        /// The CPU has AVX2, FMA and F16C; every weight row holds `nb` blocks of `block` bytes
+        /// and every activation row `nb` Q8_0 blocks; `unpack` reads only within its block.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) unsafe fn half_avx2<U>(
+            nb: usize,
+            w: [*const u8; TILE],
+            a: [*const u8; 2],
+            block: usize,
+            offset: i8,
+            unpack: U,
+        ) -> [[f32; TILE]; 2]
+        where
+            U: Fn(*const u8) -> __m256i,
+        {
+            let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
+            let (o, ones) = (_mm256_set1_epi8(offset), _mm256_set1_epi16(1));
+            for i in 0..nb {
+                // SAFETY: block i < nb of every row is in bounds.
+                let (wq, ws, aq, as_) = unsafe {
+                    let h = w.map(|p| p.add(i * block).cast::<u16>().read_unaligned() as i16);
+                    let g = a.map(|p| p.add(i * A).cast::<u16>().read_unaligned() as i16);
+                    (
+                        w.map(|p| unpack(p.add(i * block))),
+                        _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0)),
+                        a.map(|p| _mm256_loadu_si256(p.add(i * A + 2).cast())),
+                        _mm_cvtph_ps(_mm_setr_epi16(g[0], g[1], 0, 0, 0, 0, 0, 0)),
+                    )
+                };
+                for j in 0..2 {
+                    let corr = _mm256_maddubs_epi16(o, aq[j]);
+                    let dd = _mm256_castps128_ps256(_mm_mul_ps(
+                        ws,
+                        _mm_permutevar_ps(as_, _mm_set1_epi32(j as i32)),
+                    ));
+                    for r in 0..TILE {
+                        let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(wq[r], aq[j]), corr);
+                        let p = _mm256_madd_epi16(p16, ones);
+                        let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r as i32));
+                        acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
+                    }
+                }
+            }
+            acc.map(|row| row.map(|v| hsum256(v)))
         }
     }
 }

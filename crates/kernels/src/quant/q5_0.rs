@@ -16,7 +16,7 @@ use half::f16;
 
 use super::q4_0::signed_max;
 use super::q8_0::{cast_blocks, check_dot, BlockQ8_0, KernelFns, QK};
-use super::{ActFormat, DType, TypeKernels};
+use super::{ActFormat, DType, TypeKernels, VecDotTileFn};
 use crate::cpu::Isa;
 
 /// One Q5_0 block.
@@ -130,26 +130,39 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only Isa::Scalar is available off x86-64"),
     };
+    let vec_dot_tile: Option<VecDotTileFn> = match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Some(x86::vec_dot_tile_avx2),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Some(x86::vec_dot_tile_avx512),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    };
     TypeKernels {
         dtype: DType::Q5_0,
         isa,
         act: ActFormat::Q8_0,
         dequantize,
         vec_dot,
-        vec_dot_tile: None,
+        vec_dot_tile,
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! AVX2 and AVX-512 VNNI Q5_0 x Q8_0 kernels. Pointers passed to the `unsafe fn`s address
-    //! whole blocks (checked by the safe wrappers); loads are unaligned.
+    //! AVX2 and AVX-512 VNNI Q5_0 x Q8_0 kernels, and 4 x 4 tiles built on Q4_0's offset-format
+    //! tile cores. Pointers passed to the `unsafe fn`s address whole blocks (checked by the
+    //! safe wrappers); loads are unaligned.
     use std::arch::x86_64::*;
 
+    use super::super::q4_0::x86::tile::{half_avx2, tile_avx512, Tile};
     use super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
+    use super::super::q8_0::check_tile;
     use super::super::q8_0::x86::{
         hsum256, load_2x256, mul_sum_i8_avx2, scale_product, scale_products2,
     };
+    use super::super::TILE;
     use super::{check_dot, A, B, QK};
 
     /// The block's `qh` word.
@@ -159,12 +172,21 @@ mod x86 {
         u32::from_le(unsafe { b.add(2).cast::<u32>().read_unaligned() })
     }
 
-    /// The block's 32 quants minus 16 (`-16..=15`) as signed bytes in element order. AVX2 has
-    /// no bit-to-byte mask expansion: byte `k` takes qh byte `k / 8` (`pshufb`), sets every bit
-    /// but `k % 8`, and compares with all-ones.
+    /// The block's 32 quants minus 16 (`-16..=15`) as signed bytes in element order.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn quants_avx2(b: *const u8) -> __m256i {
+        // SAFETY: the caller guarantees a whole block at `b`.
+        let q = unsafe { quants_u_avx2(b) };
+        _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+    }
+
+    /// The block's 32 quants (`0..=31`) as bytes in element order. AVX2 has no bit-to-byte
+    /// mask expansion: byte `k` takes qh byte `k / 8` (`pshufb`), sets every bit but `k % 8`,
+    /// and compares with all-ones.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quants_u_avx2(b: *const u8) -> __m256i {
         // SAFETY: the caller guarantees a whole block at `b`.
         let (low, qh) = unsafe { (nibbles_avx2(b.add(6)), qh(b)) };
         let spread = _mm256_set_epi64x(
@@ -179,7 +201,7 @@ mod x86 {
             _mm256_cmpeq_epi8(bits, _mm256_set1_epi8(-1)),
             _mm256_set1_epi8(16),
         );
-        _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(16))
+        _mm256_or_si256(low, high)
     }
 
     pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -223,19 +245,15 @@ mod x86 {
         let mut i = 0;
         while i + 2 <= nb {
             // SAFETY: blocks i and i+1 < nb of both rows are in bounds.
-            let (x, hi, y, d) = unsafe {
+            let (x, y, d) = unsafe {
                 let (w0, a0) = (w.add(i * B), a.add(i * A));
                 let (w1, a1) = (w0.add(B), a0.add(A));
-                let x = nibbles2_avx512(w0.add(6), w1.add(6));
-                let hi = qh(w0) as u64 | (qh(w1) as u64) << 32;
                 (
-                    x,
-                    hi,
+                    quants2_avx512(w0, w1),
                     load_2x256(a0.add(2), a1.add(2)),
                     scale_products2(w0, a0, w1, a1),
                 )
             };
-            let x = _mm512_mask_add_epi8(x, hi, x, sixteen);
             let zero = _mm512_setzero_si512();
             let p = _mm512_sub_epi32(
                 _mm512_dpbusd_epi32(zero, x, y),
@@ -251,6 +269,68 @@ mod x86 {
             sum += unsafe { dot_avx2(1, w.add(i * B), a.add(i * A)) };
         }
         sum
+    }
+
+    /// Quants (`0..=31`) of the blocks at `b0` and `b1`, elements 0..32 of each: the nibbles,
+    /// plus 16 where the 64-bit byte mask of fifth bits is set.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn quants2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
+        // SAFETY: the caller guarantees whole blocks at `b0` and `b1`.
+        let (x, hi) = unsafe {
+            (
+                nibbles2_avx512(b0.add(6), b1.add(6)),
+                qh(b0) as u64 | (qh(b1) as u64) << 32,
+            )
+        };
+        _mm512_mask_add_epi8(x, hi, x, _mm512_set1_epi8(16))
+    }
+
+    pub(super) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+        let nb = check_tile(n, &w, B, &a, A);
+        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); every
+        // row holds `nb` blocks (checked above).
+        unsafe { tile_avx512_q5_0(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+    }
+
+    /// The shared offset-format tile core with Q5_0 quants (offset 16), plus an odd last block.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn tile_avx512_q5_0(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+        // SAFETY: the closure reads only within the two blocks it is given.
+        let unpack = |b0: *const u8, b1: *const u8| unsafe { quants2_avx512(b0, b1) };
+        // SAFETY: the caller's guarantees are those of `tile_avx512`.
+        let mut out = unsafe { tile_avx512(nb, w, a, B, 16, unpack) };
+        if nb % 2 == 1 {
+            let i = nb - 1;
+            for (j, o) in out.iter_mut().enumerate() {
+                for (r, v) in o.iter_mut().enumerate() {
+                    // SAFETY: block i < nb of both rows is in bounds.
+                    *v += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+        let nb = check_tile(n, &w, B, &a, A);
+        // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; every row holds `nb` blocks.
+        unsafe { tile_avx2_q5_0(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+    }
+
+    /// Two calls of the shared AVX2 half-tile core with Q5_0 quants (offset 16).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_avx2_q5_0(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+        // SAFETY: the closure reads only within the block it is given.
+        let unpack = |b: *const u8| unsafe { quants_u_avx2(b) };
+        // SAFETY: the caller's guarantees are those of `half_avx2`.
+        let (lo, hi) = unsafe {
+            (
+                half_avx2(nb, w, [a[0], a[1]], B, 16, unpack),
+                half_avx2(nb, w, [a[2], a[3]], B, 16, unpack),
+            )
+        };
+        [lo[0], lo[1], hi[0], hi[1]]
     }
 
     pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {

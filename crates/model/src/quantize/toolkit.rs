@@ -79,7 +79,7 @@ pub fn quantize_with(
                 let cfg = AwqConfig { group, kind: GridKind::Asymmetric(4), n_grid: opts.awq_grid };
                 search_scales(pool, &st.sample, &st.mean_abs(), ws, cfg).0
             };
-            overrides = fold_scales(source, s, &choose)?;
+            overrides = fold_scales(source, s, &choose, false)?;
         }
         (QuantMethod::Int8, Some(s)) => {
             (progress.stage)("smoothing activations");
@@ -88,7 +88,7 @@ pub fn quantize_with(
                 _ => (3..=8).map(|i| i as f32 / 10.0).collect(),
             };
             let choose = |st: &SiteStats, ws: &[Weight<'_>], _: usize| search_smoothing(pool, &st.sample, &st.abs_max, ws, &alphas);
-            overrides = fold_scales(source, s, &choose)?;
+            overrides = fold_scales(source, s, &choose, true)?;
         }
         _ => {}
     }
@@ -195,13 +195,19 @@ type ChooseScales<'a> = dyn Fn(&SiteStats, &[Weight<'_>], usize) -> Vec<f32> + '
 /// are multiplied by `s` and the producer of their input (a norm weight, or the rows of the up
 /// projection) divided by it, so the unquantized model computes the same function. Returns the
 /// transformed `f32` values of every changed tensor.
+///
+/// With `tie_gqa`, the attention output projection is scaled too under grouped-query
+/// attention: query heads that share a V head share their scales (geometric mean), and the
+/// inverse goes into that V head's rows.
 fn fold_scales(
     source: &ModelSource,
     calib: &Calibration,
     choose: &ChooseScales<'_>,
+    tie_gqa: bool,
 ) -> Result<HashMap<String, Vec<f32>>, QuantizeError> {
     let mut out: HashMap<String, Vec<f32>> = HashMap::new();
-    let mha = source.config.n_heads == source.config.n_kv_heads;
+    let cfg = &source.config;
+    let heads_per_kv = cfg.n_heads / cfg.n_kv_heads.max(1);
     for layer in 0..source.config.n_layers {
         let name = |role: &str| format!("blk.{layer}.{role}.weight");
         let mut groups: Vec<(LinearSite, Vec<&str>, &str)> = vec![
@@ -209,7 +215,7 @@ fn fold_scales(
             (LinearSite::GateUp, vec!["ffn_gate", "ffn_up"], "ffn_norm"),
             (LinearSite::Down, vec!["ffn_down"], "ffn_up"),
         ];
-        if mha {
+        if tie_gqa || heads_per_kv == 1 {
             groups.push((LinearSite::O, vec!["attn_output"], "attn_v"));
         }
         for (site, targets, producer) in groups {
@@ -220,9 +226,15 @@ fn fold_scales(
                 targets.iter().map(|r| take(&mut out, source, &name(r))).collect::<Result<_, _>>()?;
             let cols = stats.cols;
             let weights: Vec<Weight<'_>> = ws.iter().map(|w| Weight { values: w, rows: w.len() / cols }).collect();
-            let s = choose(stats, &weights, cols);
+            let mut s = choose(stats, &weights, cols);
             let mut prod = take(&mut out, source, &name(producer))?;
-            unscale_rows(&mut prod, &s);
+            if site == LinearSite::O && heads_per_kv > 1 {
+                let (kv_scales, tied) = tie_to_kv_heads(&s, cfg.head_dim, heads_per_kv);
+                unscale_rows(&mut prod, &kv_scales);
+                s = tied;
+            } else {
+                unscale_rows(&mut prod, &s);
+            }
             out.insert(name(producer), prod);
             for (role, w) in targets.iter().zip(ws.iter_mut()) {
                 scale_columns(w, &s);
@@ -231,6 +243,21 @@ fn fold_scales(
         }
     }
     Ok(out)
+}
+
+/// Per-KV-head scales (`[kv_heads * head_dim]`, geometric mean over the query heads sharing
+/// each KV head) and those scales expanded back to every query head's channels.
+fn tie_to_kv_heads(s: &[f32], head_dim: usize, heads_per_kv: usize) -> (Vec<f32>, Vec<f32>) {
+    let n_kv = s.len() / (head_dim * heads_per_kv);
+    let mut kv = vec![0f32; n_kv * head_dim];
+    for (g, chunk) in kv.chunks_exact_mut(head_dim).enumerate() {
+        for (d, v) in chunk.iter_mut().enumerate() {
+            let log_sum: f32 = (0..heads_per_kv).map(|h| s[((g * heads_per_kv + h) * head_dim) + d].ln()).sum();
+            *v = (log_sum / heads_per_kv as f32).exp();
+        }
+    }
+    let tied = (0..s.len()).map(|i| kv[(i / (head_dim * heads_per_kv)) * head_dim + i % head_dim]).collect();
+    (kv, tied)
 }
 
 /// The current values of tensor `name`: already transformed ones from `out`, else the source's.
@@ -244,4 +271,19 @@ fn take(out: &mut HashMap<String, Vec<f32>>, source: &ModelSource, name: &str) -
         .find(|t| t.name == name)
         .ok_or_else(|| QuantizeError::Calibration(format!("tensor {name} is missing")))?;
     Ok(t.to_f32()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tie_to_kv_heads;
+
+    #[test]
+    fn gqa_scales_are_shared_by_the_heads_of_a_kv_head() {
+        // 4 query heads of dim 2 sharing 2 KV heads.
+        let s = [1.0, 4.0, 4.0, 1.0, 2.0, 2.0, 8.0, 2.0];
+        let (kv, tied) = tie_to_kv_heads(&s, 2, 2);
+        let close = |a: f32, b: f32| (a - b).abs() < 1e-5;
+        assert!(close(kv[0], 2.0) && close(kv[1], 2.0) && close(kv[2], 4.0) && close(kv[3], 2.0), "{kv:?}");
+        assert!(tied.iter().zip([2.0, 2.0, 2.0, 2.0, 4.0, 2.0, 4.0, 2.0]).all(|(a, b)| close(*a, b)), "{tied:?}");
+    }
 }

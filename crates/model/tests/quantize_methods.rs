@@ -7,7 +7,7 @@ use common::*;
 use kestrel_kernels::quant::dequantize_row;
 use kestrel_kernels::DType;
 use kestrel_model::convert::{write_file, ModelSource};
-use kestrel_model::quantize::{encode, quantize_model, QuantMethod};
+use kestrel_model::quantize::{quantize_model, QuantMethod};
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::TensorSource;
 

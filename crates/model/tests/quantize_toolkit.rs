@@ -124,8 +124,9 @@ fn every_toolkit_method_runs_on_its_kernels_like_its_dequantized_weights() {
         let path = tmp(&format!("{i}-{}.gguf", method.name()));
         quantize(method, &opts, &path);
         assert!(types_of(&path).contains(&want), "{method:?} writes {want}: {:?}", types_of(&path));
-        // W8A8 rounds activations per token, the 4-bit types per block of 32.
-        check_against_dequantized(&path, 0.05);
+        // W8A8 rounds activations per token (one scale for the whole row, after smoothing when
+        // calibration text is given), the other types per block of 32.
+        check_against_dequantized(&path, if want == DType::INT8 { 0.1 } else { 0.05 });
     }
 }
 

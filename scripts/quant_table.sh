@@ -31,7 +31,8 @@ fi
 rows=(
     "q8_0|--method q8_0"
     "int8|--method int8"
-    "int8-smooth|--method int8 --calib $c4"
+    "int8-calib|--method int8 --calib $c4"
+    "int8-smooth|--method int8 --calib $c4 --smooth-alpha auto --outliers 0"
     "gptq-int8|--method gptq --bits 8 --calib $c4"
     "q6_k|--method q6_k"
     "q4_k|--method q4_k"

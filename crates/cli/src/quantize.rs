@@ -38,12 +38,18 @@ pub struct QuantizeArgs {
     /// NF4: quantize the block scales to 8 bits as well.
     #[arg(long)]
     pub double_quant: bool,
-    /// int8 with --calib: SmoothQuant migration strength in (0, 1]; 0 searches it per layer
-    /// site (0.3..0.8, or no smoothing) by the W8A8 output error on calibration rows.
-    #[arg(long, default_value_t = 0.0)]
-    pub smooth_alpha: f32,
-    /// Calibration text (UTF-8): required by awq and gptq; with int8 it enables SmoothQuant
-    /// smoothing of activation outliers.
+    /// int8 with --calib: SmoothQuant smoothing before quantizing: `off`, a migration strength
+    /// in (0, 1], or `auto` (per layer site among 0.3..0.8 or none, by the W8A8 output error on
+    /// calibration rows).
+    #[arg(long, default_value = "off")]
+    pub smooth_alpha: String,
+    /// int8 with --calib: input channels per linear layer (at most 1/16 of its inputs) whose
+    /// calibration activations are largest, kept in F16 beside the INT8 weights (LLM.int8()-style
+    /// decomposition); 0 disables.
+    #[arg(long, default_value_t = 32)]
+    pub outliers: usize,
+    /// Calibration text (UTF-8): required by awq and gptq; with int8 it enables the outlier
+    /// channels (--outliers) and SmoothQuant (--smooth-alpha).
     #[arg(long)]
     pub calib: Option<PathBuf>,
     /// Calibration tokens to use.
@@ -55,29 +61,37 @@ pub struct QuantizeArgs {
 }
 
 impl QuantizeArgs {
-    fn options(&self) -> QuantOptions {
-        QuantOptions {
+    fn options(&self) -> Result<QuantOptions> {
+        Ok(QuantOptions {
             group: self.group,
             bits: self.bits,
             act_order: self.act_order,
             damp: self.damp,
             double_quant: self.double_quant,
-            smooth_alpha: self.smooth_alpha,
+            smoothing: self.smooth_alpha.parse()?,
+            outliers: self.outliers,
             ..QuantOptions::default()
-        }
+        })
     }
 
     fn calib_text(&self) -> Result<Option<CalibText>> {
-        let Some(path) = &self.calib else { return Ok(None) };
+        let Some(path) = &self.calib else {
+            return Ok(None);
+        };
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let text = String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))?;
-        Ok(Some(CalibText { text, tokens: self.calib_tokens, ctx: self.calib_ctx }))
+        let text =
+            String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8", path.display()))?;
+        Ok(Some(CalibText {
+            text,
+            tokens: self.calib_tokens,
+            ctx: self.calib_ctx,
+        }))
     }
 }
 
 pub fn run(args: QuantizeArgs) -> Result<()> {
     let method: QuantMethod = args.method.parse()?;
-    let opts = args.options();
+    let opts = args.options()?;
     opts.validate(method)?;
     let calib = args.calib_text()?;
     let start = Instant::now();
@@ -102,8 +116,18 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
         bar.set_message(format!("{} {} -> {}", p.name, p.from, p.to));
         bar.inc(1);
     };
-    let progress = Progress { stage: &mut stage, tensor: &mut tensor };
-    let writer = quantize_with(&args.input, &source, method, &opts, calib.as_ref(), progress)?;
+    let progress = Progress {
+        stage: &mut stage,
+        tensor: &mut tensor,
+    };
+    let writer = quantize_with(
+        &args.input,
+        &source,
+        method,
+        &opts,
+        calib.as_ref(),
+        progress,
+    )?;
     bar.finish_and_clear();
     let quantized_s = start.elapsed().as_secs_f64();
     write_file(&writer, &args.output)?;

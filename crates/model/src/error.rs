@@ -20,7 +20,11 @@ pub enum ModelError {
     #[error("tensor `{0}` is missing from the model file")]
     MissingTensor(String),
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
-    BadShape { name: String, expected: Vec<usize>, actual: Vec<usize> },
+    BadShape {
+        name: String,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
     #[error("tensor `{name}`: {reason}")]
     BadTensor { name: String, reason: String },
     #[error("unsupported architecture `{0}` (supported: llama, mistral, qwen2)")]

@@ -5,20 +5,20 @@
 //! * [`tokenizer`] — [`tokenizer::Tokenizer`] from GGUF metadata or `tokenizer.json`.
 //! * [`chat_template`] — [`chat_template::ChatTemplate`], HF-compatible Jinja via minijinja.
 
+pub mod arch;
 pub mod chat_template;
 pub mod config;
-pub mod tokenizer;
-pub mod weights;
-pub mod arch;
+pub mod convert;
 pub mod error;
+pub mod import;
 pub mod kv_cache;
 pub mod layers;
 pub mod loader;
-pub mod runner;
 pub mod perplexity;
 pub mod quantize;
-pub mod convert;
-pub mod import;
+pub mod runner;
+pub mod tokenizer;
+pub mod weights;
 
 pub use error::ModelError;
 pub use loader::{load_model, load_model_with, LoadOptions, LoadedModel, ModelFormat};

@@ -42,14 +42,33 @@ pub struct ModelRunner {
 
 impl ModelRunner {
     /// A runner with `num_blocks` f32 KV blocks of `block_size` tokens.
-    pub fn new(model: LlamaModel, block_size: usize, num_blocks: usize, pool: &'static ThreadPool) -> ModelRunner {
-        Self::with_kv(model, KvSpec { block_size, num_blocks, dtype: KvDtype::F32 }, pool)
+    pub fn new(
+        model: LlamaModel,
+        block_size: usize,
+        num_blocks: usize,
+        pool: &'static ThreadPool,
+    ) -> ModelRunner {
+        Self::with_kv(
+            model,
+            KvSpec {
+                block_size,
+                num_blocks,
+                dtype: KvDtype::F32,
+            },
+            pool,
+        )
     }
 
     /// A runner whose KV cache has the size and storage type of `kv`.
     pub fn with_kv(model: LlamaModel, kv: KvSpec, pool: &'static ThreadPool) -> ModelRunner {
         let shape = kv.shape(&model);
-        ModelRunner { model, kv: KvCache::new(shape), ws: Workspace::default(), pool, logit_rows: Vec::new() }
+        ModelRunner {
+            model,
+            kv: KvCache::new(shape),
+            ws: Workspace::default(),
+            pool,
+            logit_rows: Vec::new(),
+        }
     }
 
     pub fn model(&self) -> &LlamaModel {
@@ -71,8 +90,18 @@ impl ModelRunner {
 
     fn run(&mut self, input: &BatchInput) -> BatchOutput {
         let mut logits = Vec::new();
-        self.model.forward(input, &self.logit_rows, &mut self.kv, &mut self.ws, self.pool, &mut logits);
-        BatchOutput { vocab: self.model.dims().vocab, logits }
+        self.model.forward(
+            input,
+            &self.logit_rows,
+            &mut self.kv,
+            &mut self.ws,
+            self.pool,
+            &mut logits,
+        );
+        BatchOutput {
+            vocab: self.model.dims().vocab,
+            logits,
+        }
     }
 
     /// Reject batches the forward pass cannot run safely.
@@ -81,7 +110,9 @@ impl ModelRunner {
         let shape = self.kv.shape();
         for (i, s) in input.seqs.iter().enumerate() {
             if let Some(t) = s.tokens.iter().find(|t| **t as usize >= vocab) {
-                return Err(ExecutorError::InvalidBatch(format!("sequence {i}: token id {t} is outside the vocabulary ({vocab})")));
+                return Err(ExecutorError::InvalidBatch(format!(
+                    "sequence {i}: token id {t} is outside the vocabulary ({vocab})"
+                )));
             }
             let end = s.start_pos + s.tokens.len();
             if s.block_table.len() * shape.block_size < end {
@@ -90,8 +121,14 @@ impl ModelRunner {
                     s.block_table.len()
                 )));
             }
-            if let Some(b) = s.block_table.iter().find(|b| **b as usize >= shape.num_blocks) {
-                return Err(ExecutorError::InvalidBatch(format!("sequence {i}: block id {b} is out of range")));
+            if let Some(b) = s
+                .block_table
+                .iter()
+                .find(|b| **b as usize >= shape.num_blocks)
+            {
+                return Err(ExecutorError::InvalidBatch(format!(
+                    "sequence {i}: block id {b} is out of range"
+                )));
             }
         }
         Ok(())

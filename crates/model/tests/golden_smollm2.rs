@@ -22,10 +22,27 @@ fn teacher_forced_logits_match_transformers() {
     for p in &golden.prompts {
         let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
         let a = compare(p, &logits, vocab, MARGIN);
-        eprintln!("{}: max |Δlogit| = {:.4} over top-20; {} clear rows, mismatches {:?}", p.name, a.max_abs_err, a.clear_rows, a.argmax_mismatches);
-        assert!(a.max_abs_err < LOGIT_TOL, "{}: logits differ by {} (tolerance {LOGIT_TOL})", p.name, a.max_abs_err);
-        assert!(a.argmax_mismatches.is_empty(), "{}: argmax differs at rows {:?}", p.name, a.argmax_mismatches);
-        assert!(a.clear_rows > p.teacher_forced.ids.len() / 2, "{}: too few clear rows to be a meaningful check", p.name);
+        eprintln!(
+            "{}: max |Δlogit| = {:.4} over top-20; {} clear rows, mismatches {:?}",
+            p.name, a.max_abs_err, a.clear_rows, a.argmax_mismatches
+        );
+        assert!(
+            a.max_abs_err < LOGIT_TOL,
+            "{}: logits differ by {} (tolerance {LOGIT_TOL})",
+            p.name,
+            a.max_abs_err
+        );
+        assert!(
+            a.argmax_mismatches.is_empty(),
+            "{}: argmax differs at rows {:?}",
+            p.name,
+            a.argmax_mismatches
+        );
+        assert!(
+            a.clear_rows > p.teacher_forced.ids.len() / 2,
+            "{}: too few clear rows to be a meaningful check",
+            p.name
+        );
     }
 }
 

@@ -17,15 +17,32 @@ fn check_checkpoint(dir: &str, golden: &str) {
     let loaded = load(&fixtures().join(dir));
     for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
         let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
-        assert_eq!(ids, p.prompt_ids, "{dir}/{}: prompt ids differ from transformers", p.name);
+        assert_eq!(
+            ids, p.prompt_ids,
+            "{dir}/{}: prompt ids differ from transformers",
+            p.name
+        );
     }
     let mut runner = runner(loaded, 256);
     for p in &golden.prompts {
         let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
         let a = compare(p, &logits, vocab, MARGIN);
-        eprintln!("{dir}/{}: max |Δlogit| = {:.2e}; {} clear rows", p.name, a.max_abs_err, a.clear_rows);
-        assert!(a.max_abs_err < LOGIT_TOL, "{dir}/{}: logits differ by {}", p.name, a.max_abs_err);
-        assert!(a.argmax_mismatches.is_empty(), "{dir}/{}: argmax differs at rows {:?}", p.name, a.argmax_mismatches);
+        eprintln!(
+            "{dir}/{}: max |Δlogit| = {:.2e}; {} clear rows",
+            p.name, a.max_abs_err, a.clear_rows
+        );
+        assert!(
+            a.max_abs_err < LOGIT_TOL,
+            "{dir}/{}: logits differ by {}",
+            p.name,
+            a.max_abs_err
+        );
+        assert!(
+            a.argmax_mismatches.is_empty(),
+            "{dir}/{}: argmax differs at rows {:?}",
+            p.name,
+            a.argmax_mismatches
+        );
     }
 }
 

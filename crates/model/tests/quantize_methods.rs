@@ -102,13 +102,25 @@ fn k_quants_of_a_real_matrix_are_within_bounds() {
     assert_eq!(view.shape, vec![576, 1536]);
     let mut src = vec![0.0; view.n_elements()];
     dequantize_row(view.dtype, &view.data, &mut src);
-    let toolkit = [DType::INT8, DType::INT4_G128, DType::INT4_G32, DType::NF4, DType::NF4_DQ];
-    for dtype in [DType::Q4_K, DType::Q6_K, DType::Q8_0].into_iter().chain(toolkit) {
+    let toolkit = [
+        DType::INT8,
+        DType::INT4_G128,
+        DType::INT4_G32,
+        DType::NF4,
+        DType::NF4_DQ,
+    ];
+    for dtype in [DType::Q4_K, DType::Q6_K, DType::Q8_0]
+        .into_iter()
+        .chain(toolkit)
+    {
         let bytes = kestrel_model::quantize::encode_rows(dtype, &src, 1536);
         let row_bytes = dtype.row_bytes(1536).unwrap();
         assert_eq!(bytes.len(), 576 * row_bytes);
         let mut back = vec![0.0; src.len()];
-        for (b, out) in bytes.chunks_exact(row_bytes).zip(back.chunks_exact_mut(1536)) {
+        for (b, out) in bytes
+            .chunks_exact(row_bytes)
+            .zip(back.chunks_exact_mut(1536))
+        {
             dequantize_row(dtype, b, out);
         }
         if !toolkit.contains(&dtype) {
@@ -124,11 +136,12 @@ fn k_quants_of_a_real_matrix_are_within_bounds() {
         let rms = (src.iter().map(|a| a * a).sum::<f32>() / src.len() as f32).sqrt();
         eprintln!("{dtype}: relative RMSE {:.4}", rmse / rms);
         assert!(
-            rmse / rms < match dtype {
-                DType::Q4_K | DType::INT4_G128 | DType::NF4 | DType::NF4_DQ => 0.12,
-                DType::INT4_G32 => 0.1,
-                _ => 0.05,
-            },
+            rmse / rms
+                < match dtype {
+                    DType::Q4_K | DType::INT4_G128 | DType::NF4 | DType::NF4_DQ => 0.12,
+                    DType::INT4_G32 => 0.1,
+                    _ => 0.05,
+                },
             "{dtype}: relative RMSE {}",
             rmse / rms
         );

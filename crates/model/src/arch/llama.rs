@@ -14,9 +14,9 @@ use super::workspace::{Workspace, WorkspaceDims};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv_cache::KvCache;
-use crate::layers::{Embedding, Linear, RmsNorm};
 use crate::layers::to_f32_vec;
-use crate::weights::{TensorSource, TensorView};
+use crate::layers::{Embedding, Linear, OutlierColumns, RmsNorm};
+use crate::weights::{outlier_weight_name, TensorSource, TensorView};
 
 /// Where a linear layer's input is taken: the inputs shared by Q/K/V, by gate/up, and the
 /// inputs of the attention output and down projections.
@@ -29,7 +29,12 @@ pub enum LinearSite {
 }
 
 impl LinearSite {
-    pub const ALL: [LinearSite; 4] = [LinearSite::Qkv, LinearSite::O, LinearSite::GateUp, LinearSite::Down];
+    pub const ALL: [LinearSite; 4] = [
+        LinearSite::Qkv,
+        LinearSite::O,
+        LinearSite::GateUp,
+        LinearSite::Down,
+    ];
 
     /// The site whose input feeds the GGUF tensor `blk.N.<role>.weight`, if it is a layer linear.
     pub fn of_tensor(name: &str) -> Option<(usize, LinearSite)> {
@@ -103,7 +108,10 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn get(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
-        let view = self.src.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        let view = self
+            .src
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
         if view.shape != shape {
             return Err(ModelError::BadShape {
                 name: name.into(),
@@ -114,7 +122,13 @@ impl Loader<'_> {
         Ok(view)
     }
 
-    fn linear(&self, layer: usize, t: LayerTensor, rows: usize, cols: usize) -> Result<Linear, ModelError> {
+    fn linear(
+        &self,
+        layer: usize,
+        t: LayerTensor,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, ModelError> {
         let view = self.get(&self.naming.layer(layer, t, "weight"), &[rows, cols])?;
         let bias_name = self.naming.layer(layer, t, "bias");
         let bias = match self.src.tensor(&bias_name) {
@@ -122,11 +136,26 @@ impl Loader<'_> {
             None => None,
         };
         let name = view.name.clone();
-        let linear = Linear::new(view, bias)?;
-        match self.src.input_perm(&name) {
-            Some(perm) => linear.with_input_perm(&name, perm),
+        let mut linear = Linear::new(view, bias)?;
+        if let Some(perm) = self.src.input_perm(&name) {
+            linear = linear.with_input_perm(&name, perm)?;
+        }
+        match self.src.outlier_columns(&name) {
+            Some(channels) => Ok(linear.with_outliers(self.outliers(&name, channels, rows, cols)?)),
             None => Ok(linear),
         }
+    }
+
+    /// The outlier channels of matrix `name` and their weights.
+    fn outliers(
+        &self,
+        name: &str,
+        channels: Vec<u32>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<OutlierColumns, ModelError> {
+        let weight = self.get(&outlier_weight_name(name), &[rows, channels.len()])?;
+        OutlierColumns::new(name, channels, Linear::new(weight, None)?, rows, cols)
     }
 
     fn norm(&self, name: &str, hidden: usize, eps: f32) -> Result<RmsNorm, ModelError> {
@@ -136,12 +165,20 @@ impl Loader<'_> {
     fn layer(&self, i: usize, d: &LlamaDims, eps: f32) -> Result<Layer, ModelError> {
         let (h, q, kv) = (d.hidden, d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
         Ok(Layer {
-            attn_norm: self.norm(&self.naming.layer(i, LayerTensor::AttnNorm, "weight"), h, eps)?,
+            attn_norm: self.norm(
+                &self.naming.layer(i, LayerTensor::AttnNorm, "weight"),
+                h,
+                eps,
+            )?,
             q: self.linear(i, LayerTensor::Q, q, h)?,
             k: self.linear(i, LayerTensor::K, kv, h)?,
             v: self.linear(i, LayerTensor::V, kv, h)?,
             o: self.linear(i, LayerTensor::O, h, q)?,
-            ffn_norm: self.norm(&self.naming.layer(i, LayerTensor::FfnNorm, "weight"), h, eps)?,
+            ffn_norm: self.norm(
+                &self.naming.layer(i, LayerTensor::FfnNorm, "weight"),
+                h,
+                eps,
+            )?,
             gate: self.linear(i, LayerTensor::Gate, d.ffn, h)?,
             up: self.linear(i, LayerTensor::Up, d.ffn, h)?,
             down: self.linear(i, LayerTensor::Down, h, d.ffn)?,
@@ -152,7 +189,11 @@ impl Loader<'_> {
 impl LlamaModel {
     /// Load from `src`. GGUF files store Q/K rows permuted for interleaved RoPE; HF
     /// checkpoints use the rotate-half (NeoX) pairing.
-    pub fn load(cfg: &ModelConfig, src: &dyn TensorSource, naming: TensorNaming) -> Result<LlamaModel, ModelError> {
+    pub fn load(
+        cfg: &ModelConfig,
+        src: &dyn TensorSource,
+        naming: TensorNaming,
+    ) -> Result<LlamaModel, ModelError> {
         let dims = LlamaDims {
             hidden: cfg.hidden_size,
             n_heads: cfg.n_heads,
@@ -170,7 +211,9 @@ impl LlamaModel {
             false => Linear::new(ld.get(naming.output(), &[dims.vocab, dims.hidden])?, None)?,
             true => embed.as_linear().clone(),
         };
-        let layers = (0..dims.n_layers).map(|i| ld.layer(i, &dims, eps)).collect::<Result<_, _>>()?;
+        let layers = (0..dims.n_layers)
+            .map(|i| ld.layer(i, &dims, eps))
+            .collect::<Result<_, _>>()?;
         Ok(LlamaModel {
             dims,
             embed,
@@ -194,9 +237,16 @@ impl LlamaModel {
     /// Bytes of weights (as stored).
     pub fn weight_bytes(&self) -> usize {
         let per_layer = |l: &Layer| {
-            [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].iter().map(|x| x.n_bytes()).sum::<usize>()
+            [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]
+                .iter()
+                .map(|x| x.n_bytes())
+                .sum::<usize>()
         };
-        let head = if self.tied_head { 0 } else { self.head.n_bytes() };
+        let head = if self.tied_head {
+            0
+        } else {
+            self.head.n_bytes()
+        };
         self.embed.as_linear().n_bytes() + head + self.layers.iter().map(per_layer).sum::<usize>()
     }
 
@@ -262,21 +312,41 @@ impl LlamaModel {
         let d = self.dims;
         let t = batch.num_tokens();
         let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
-        layer.attn_norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        layer
+            .attn_norm
+            .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
         observer.observe(l, LinearSite::Qkv, &ws.h[..t * d.hidden], t);
         layer.q.forward(pool, &ws.h, t, &mut ws.q, &mut ws.scratch);
         layer.k.forward(pool, &ws.h, t, &mut ws.k, &mut ws.scratch);
         layer.v.forward(pool, &ws.h, t, &mut ws.v, &mut ws.scratch);
         for (i, &pos) in ws.positions[..t].iter().enumerate() {
-            rope(&mut ws.q[i * qd..(i + 1) * qd], d.head_dim, pos, &self.inv_freq, self.rope_style);
-            rope(&mut ws.k[i * kvd..(i + 1) * kvd], d.head_dim, pos, &self.inv_freq, self.rope_style);
+            rope(
+                &mut ws.q[i * qd..(i + 1) * qd],
+                d.head_dim,
+                pos,
+                &self.inv_freq,
+                self.rope_style,
+            );
+            rope(
+                &mut ws.k[i * kvd..(i + 1) * kvd],
+                d.head_dim,
+                pos,
+                &self.inv_freq,
+                self.rope_style,
+            );
         }
         let mut cache = kv.layer_mut(l);
         let mut i = 0;
         for seq in &batch.seqs {
             for j in 0..seq.tokens.len() {
                 let (k_row, v_row) = (&ws.k[i * kvd..(i + 1) * kvd], &ws.v[i * kvd..(i + 1) * kvd]);
-                store_kv(&mut cache, &seq.block_table, seq.start_pos + j, k_row, v_row);
+                store_kv(
+                    &mut cache,
+                    &seq.block_table,
+                    seq.start_pos + j,
+                    k_row,
+                    v_row,
+                );
                 i += 1;
             }
         }
@@ -286,27 +356,58 @@ impl LlamaModel {
             .iter()
             .map(|s| {
                 let n = s.tokens.len();
-                let a = AttnSeq { q: &ws.q[offset * qd..(offset + n) * qd], n_q: n, q_start_pos: s.start_pos, block_table: &s.block_table };
+                let a = AttnSeq {
+                    q: &ws.q[offset * qd..(offset + n) * qd],
+                    n_q: n,
+                    q_start_pos: s.start_pos,
+                    block_table: &s.block_table,
+                };
                 offset += n;
                 a
             })
             .collect();
         let scale = 1.0 / (d.head_dim as f32).sqrt();
-        attention(pool, &kv.layer(l), &seqs, d.n_heads, scale, self.window, &mut ws.attn[..t * qd]);
+        attention(
+            pool,
+            &kv.layer(l),
+            &seqs,
+            d.n_heads,
+            scale,
+            self.window,
+            &mut ws.attn[..t * qd],
+        );
         observer.observe(l, LinearSite::O, &ws.attn[..t * qd], t);
-        layer.o.forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
+        layer
+            .o
+            .forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
         add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
     }
 
-    fn mlp_block(&self, l: usize, layer: &Layer, t: usize, ws: &mut Workspace, pool: &ThreadPool, observer: &mut dyn ActivationObserver) {
+    fn mlp_block(
+        &self,
+        l: usize,
+        layer: &Layer,
+        t: usize,
+        ws: &mut Workspace,
+        pool: &ThreadPool,
+        observer: &mut dyn ActivationObserver,
+    ) {
         let d = self.dims;
-        layer.ffn_norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        layer
+            .ffn_norm
+            .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
         observer.observe(l, LinearSite::GateUp, &ws.h[..t * d.hidden], t);
-        layer.gate.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
-        layer.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
+        layer
+            .gate
+            .forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
+        layer
+            .up
+            .forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
         silu_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
         observer.observe(l, LinearSite::Down, &ws.gate[..t * d.ffn], t);
-        layer.down.forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
+        layer
+            .down
+            .forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
         add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
     }
 
@@ -319,7 +420,8 @@ impl LlamaModel {
         ws.rows_normed.resize(ws.rows.len(), 0.0);
         self.norm.forward(&ws.rows, &mut ws.rows_normed);
         logits.resize(rows.len() * self.dims.vocab, 0.0);
-        self.head.forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);
+        self.head
+            .forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);
     }
 }
 
@@ -329,6 +431,7 @@ fn flatten(batch: &BatchInput, ws: &mut Workspace) {
     ws.positions.clear();
     for s in &batch.seqs {
         ws.tokens.extend_from_slice(&s.tokens);
-        ws.positions.extend(s.start_pos..s.start_pos + s.tokens.len());
+        ws.positions
+            .extend(s.start_pos..s.start_pos + s.tokens.len());
     }
 }

@@ -49,7 +49,9 @@ impl TensorNaming {
     pub fn layer(self, layer: usize, tensor: LayerTensor, suffix: &str) -> String {
         match self {
             TensorNaming::Gguf => format!("blk.{layer}.{}.{suffix}", gguf_part(tensor)),
-            TensorNaming::HuggingFace => format!("model.layers.{layer}.{}.{suffix}", hf_part(tensor)),
+            TensorNaming::HuggingFace => {
+                format!("model.layers.{layer}.{}.{suffix}", hf_part(tensor))
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use super::{permute, ConvertError};
 use crate::arch::naming::TensorNaming;
 use crate::config::ModelConfig;
 use crate::layers::to_f32_vec;
-use crate::weights::gguf::{GgufFile, MetaValue};
+use crate::weights::gguf::{GgufFile, MetaValue, INPUT_PERM_KEY_PREFIX, OUTLIER_COLS_KEY_PREFIX};
 use crate::weights::safetensors::SafetensorsCheckpoint;
 use crate::weights::{TensorSource, TensorView};
 
@@ -81,6 +81,18 @@ impl ModelSource {
 
     fn from_gguf(path: &Path) -> Result<ModelSource, ConvertError> {
         let file = GgufFile::open(path)?;
+        let rearranged = [INPUT_PERM_KEY_PREFIX, OUTLIER_COLS_KEY_PREFIX];
+        if file
+            .metadata()
+            .iter()
+            .any(|(k, _)| rearranged.iter().any(|p| k.starts_with(p)))
+        {
+            return Err(ConvertError::Unsupported(format!(
+                "{} stores matrices with permuted or split-off input columns (GPTQ act-order, INT8 \
+                 outlier channels); convert or quantize the model it was made from instead",
+                path.display()
+            )));
+        }
         let config = ModelConfig::from_gguf(&file)?;
         let tensors = file
             .tensor_names()

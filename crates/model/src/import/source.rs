@@ -31,7 +31,12 @@ pub struct QuantizedCheckpoint {
 
 impl QuantizedCheckpoint {
     pub fn new(inner: SafetensorsCheckpoint, cfg: QuantConfig) -> QuantizedCheckpoint {
-        QuantizedCheckpoint { inner, cfg, failures: Mutex::default(), perms: Mutex::default() }
+        QuantizedCheckpoint {
+            inner,
+            cfg,
+            failures: Mutex::default(),
+            perms: Mutex::default(),
+        }
     }
 
     pub fn config(&self) -> &QuantConfig {
@@ -57,13 +62,20 @@ impl QuantizedCheckpoint {
     }
 
     fn repacked(&self, name: &str, prefix: &str) -> Result<TensorView, ImportError> {
-        let (rows, cols) = self.dims(prefix).ok_or_else(|| ImportError::MissingTensor(format!("{prefix}.qweight/.scales")))?;
+        let (rows, cols) = self
+            .dims(prefix)
+            .ok_or_else(|| ImportError::MissingTensor(format!("{prefix}.qweight/.scales")))?;
         let q = read_linear(&self.inner, &self.cfg, prefix, rows, cols)?;
         let (dtype, bytes, perm) = to_kestrel(q)?;
         if let (Some(p), Ok(mut perms)) = (perm, self.perms.lock()) {
             perms.insert(name.to_string(), p);
         }
-        Ok(TensorView { name: name.to_string(), dtype, shape: vec![rows, cols], data: SharedBytes::from_vec(bytes) })
+        Ok(TensorView {
+            name: name.to_string(),
+            dtype,
+            shape: vec![rows, cols],
+            data: SharedBytes::from_vec(bytes),
+        })
     }
 }
 
@@ -83,20 +95,38 @@ fn to_kestrel(q: GroupQuant) -> Result<(DType, Vec<u8>, Option<Vec<u32>>), Impor
 /// Split every group into equal groups of the largest supported size (128, 64, 32) dividing
 /// it; scales and zeros repeat, so the values are unchanged.
 fn regroup(q: GroupQuant) -> GroupQuant {
-    let Some(g) = [128, 64, 32].into_iter().find(|g| q.group_size % g == 0) else { return q };
+    let Some(g) = [128, 64, 32].into_iter().find(|g| q.group_size % g == 0) else {
+        return q;
+    };
     let k = q.group_size / g;
     if k == 1 {
         return q;
     }
-    let repeat = |v: &[f32]| v.iter().flat_map(|x| std::iter::repeat_n(*x, k)).collect::<Vec<_>>();
+    let repeat = |v: &[f32]| {
+        v.iter()
+            .flat_map(|x| std::iter::repeat_n(*x, k))
+            .collect::<Vec<_>>()
+    };
     let scales = repeat(&q.scales);
-    let zeros = q.zeros.iter().flat_map(|z| std::iter::repeat_n(*z, k)).collect();
-    GroupQuant { group_size: g, scales, zeros, ..q }
+    let zeros = q
+        .zeros
+        .iter()
+        .flat_map(|z| std::iter::repeat_n(*z, k))
+        .collect();
+    GroupQuant {
+        group_size: g,
+        scales,
+        zeros,
+        ..q
+    }
 }
 
 impl TensorSource for QuantizedCheckpoint {
     fn tensor(&self, name: &str) -> Option<TensorView> {
-        if let Some(prefix) = name.strip_suffix(".weight").filter(|p| is_quantized_linear(&self.inner, p)) {
+        if let Some(prefix) = name
+            .strip_suffix(".weight")
+            .filter(|p| is_quantized_linear(&self.inner, p))
+        {
             return match self.repacked(name, prefix) {
                 Ok(v) => Some(v),
                 Err(e) => {

@@ -13,7 +13,9 @@ pub struct Embedding {
 
 impl Embedding {
     pub fn new(view: TensorView) -> Result<Embedding, ModelError> {
-        Ok(Embedding { table: Linear::new(view, None)? })
+        Ok(Embedding {
+            table: Linear::new(view, None)?,
+        })
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -7,6 +7,7 @@ use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::{DType, SharedBytes};
 
+use super::outlier_columns::OutlierColumns;
 use crate::error::ModelError;
 use crate::weights::TensorView;
 
@@ -20,11 +21,24 @@ pub struct Linear {
     bias: Option<Vec<f32>>,
     /// Stored column `j` multiplies input column `perm[j]` (GPTQ act-order checkpoints).
     perm: Option<Arc<[u32]>>,
+    /// Input channels computed in higher precision beside the main weights (INT8 with
+    /// outlier decomposition).
+    outliers: Option<Arc<OutlierColumns>>,
+}
+
+/// Per-thread buffers of the layers that rearrange their input, reused across calls.
+struct InputBuffers {
+    /// The input, gathered into stored column order, outlier channels zeroed.
+    main: Vec<f32>,
+    /// The outlier channels, `[m, n_outliers]`.
+    outliers: Vec<f32>,
+    /// The outlier product.
+    product: Vec<f32>,
 }
 
 thread_local! {
-    /// Gathered (permuted) inputs, reused across calls.
-    static GATHERED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static INPUTS: RefCell<InputBuffers> =
+        const { RefCell::new(InputBuffers { main: Vec::new(), outliers: Vec::new(), product: Vec::new() }) };
 }
 
 impl Linear {
@@ -36,14 +50,24 @@ impl Linear {
                 reason: format!("expected a matrix, got shape {:?}", view.shape),
             });
         };
-        let row_bytes = view.dtype.row_bytes(cols).ok_or_else(|| ModelError::BadTensor {
-            name: view.name.clone(),
-            reason: format!("{cols} columns is not a multiple of the {} block size", view.dtype),
-        })?;
+        let row_bytes = view
+            .dtype
+            .row_bytes(cols)
+            .ok_or_else(|| ModelError::BadTensor {
+                name: view.name.clone(),
+                reason: format!(
+                    "{cols} columns is not a multiple of the {} block size",
+                    view.dtype
+                ),
+            })?;
         if view.data.len() != rows * row_bytes {
             return Err(ModelError::BadTensor {
                 name: view.name,
-                reason: format!("{} bytes of data, expected {}", view.data.len(), rows * row_bytes),
+                reason: format!(
+                    "{} bytes of data, expected {}",
+                    view.data.len(),
+                    rows * row_bytes
+                ),
             });
         }
         if let Some(b) = &bias {
@@ -55,7 +79,15 @@ impl Linear {
                 });
             }
         }
-        Ok(Linear { dtype: view.dtype, rows, cols, data: view.data, bias, perm: None })
+        Ok(Linear {
+            dtype: view.dtype,
+            rows,
+            cols,
+            data: view.data,
+            bias,
+            perm: None,
+            outliers: None,
+        })
     }
 
     /// Read input column `perm[j]` where the weights have column `j` (the weights were stored
@@ -63,7 +95,9 @@ impl Linear {
     pub fn with_input_perm(mut self, name: &str, perm: Vec<u32>) -> Result<Linear, ModelError> {
         let mut seen = vec![false; self.cols];
         let valid = perm.len() == self.cols
-            && perm.iter().all(|&p| (p as usize) < self.cols && !std::mem::replace(&mut seen[p as usize], true));
+            && perm.iter().all(|&p| {
+                (p as usize) < self.cols && !std::mem::replace(&mut seen[p as usize], true)
+            });
         if !valid {
             return Err(ModelError::BadTensor {
                 name: name.into(),
@@ -72,6 +106,18 @@ impl Linear {
         }
         self.perm = Some(perm.into());
         Ok(self)
+    }
+
+    /// Compute `outliers`' input channels from their own weights (the main weights hold zeros
+    /// there). Channel indices are in stored column order.
+    pub fn with_outliers(mut self, outliers: OutlierColumns) -> Linear {
+        self.outliers = Some(Arc::new(outliers));
+        self
+    }
+
+    /// The outlier channels, if any.
+    pub fn outliers(&self) -> Option<&OutlierColumns> {
+        self.outliers.as_deref()
     }
 
     pub fn rows(&self) -> usize {
@@ -86,28 +132,58 @@ impl Linear {
         self.dtype
     }
 
-    /// Bytes of weight data.
+    /// Bytes of weight data (outlier weights included).
     pub fn n_bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() + self.outliers.as_ref().map_or(0, |o| o.n_bytes())
     }
 
     /// `y[m × rows] = x[m × cols] · Wᵀ (+ b)`.
-    pub fn forward(&self, pool: &ThreadPool, x: &[f32], m: usize, y: &mut [f32], scratch: &mut Scratch) {
-        let w = MatRef { dtype: self.dtype, rows: self.rows, cols: self.cols, data: &self.data };
-        match &self.perm {
-            None => matmul(pool, w, &x[..m * self.cols], m, &mut y[..m * self.rows], scratch),
-            Some(perm) => GATHERED.with(|g| {
-                let mut g = g.borrow_mut();
-                g.clear();
-                for row in x[..m * self.cols].chunks_exact(self.cols) {
-                    g.extend(perm.iter().map(|&p| row[p as usize]));
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        scratch: &mut Scratch,
+    ) {
+        let w = MatRef {
+            dtype: self.dtype,
+            rows: self.rows,
+            cols: self.cols,
+            data: &self.data,
+        };
+        let (x, out) = (&x[..m * self.cols], &mut y[..m * self.rows]);
+        if self.perm.is_none() && self.outliers.is_none() {
+            matmul(pool, w, x, m, out, scratch);
+        } else {
+            INPUTS.with(|b| {
+                let b = &mut *b.borrow_mut();
+                self.gather(x, &mut b.main);
+                if let Some(o) = &self.outliers {
+                    o.split(&mut b.main, self.cols, &mut b.outliers);
                 }
-                matmul(pool, w, &g, m, &mut y[..m * self.rows], scratch)
-            }),
+                matmul(pool, w, &b.main, m, out, scratch);
+                if let Some(o) = &self.outliers {
+                    o.add(pool, &b.outliers, m, out, &mut b.product, scratch);
+                }
+            });
         }
         if let Some(bias) = &self.bias {
             for row in y[..m * self.rows].chunks_exact_mut(self.rows) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+        }
+    }
+
+    /// `x` in stored column order.
+    fn gather(&self, x: &[f32], out: &mut Vec<f32>) {
+        out.clear();
+        match &self.perm {
+            None => out.extend_from_slice(x),
+            Some(perm) => {
+                for row in x.chunks_exact(self.cols) {
+                    out.extend(perm.iter().map(|&p| row[p as usize]));
+                }
             }
         }
     }

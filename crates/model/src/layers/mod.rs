@@ -4,10 +4,12 @@
 pub mod embedding;
 pub mod linear;
 pub mod norm;
+pub mod outlier_columns;
 
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::RmsNorm;
+pub use outlier_columns::OutlierColumns;
 
 /// Dequantize a whole (small) tensor, e.g. a norm weight or bias, to `f32`.
 pub fn to_f32_vec(view: &crate::weights::TensorView) -> Result<Vec<f32>, crate::error::ModelError> {
@@ -16,7 +18,11 @@ pub fn to_f32_vec(view: &crate::weights::TensorView) -> Result<Vec<f32>, crate::
     if expected != Some(view.data.len()) {
         return Err(crate::error::ModelError::BadTensor {
             name: view.name.clone(),
-            reason: format!("{} bytes of {} data for {n} elements", view.data.len(), view.dtype),
+            reason: format!(
+                "{} bytes of {} data for {n} elements",
+                view.data.len(),
+                view.dtype
+            ),
         });
     }
     let mut out = vec![0.0; n];

@@ -13,7 +13,10 @@ pub struct RmsNorm {
 
 impl RmsNorm {
     pub fn new(view: TensorView, eps: f32) -> Result<RmsNorm, ModelError> {
-        Ok(RmsNorm { weight: crate::layers::to_f32_vec(&view)?, eps })
+        Ok(RmsNorm {
+            weight: crate::layers::to_f32_vec(&view)?,
+            eps,
+        })
     }
 
     /// Normalize each of the rows of `x` (row length = weight length) into `out`.

@@ -87,9 +87,17 @@ impl Calibration {
 }
 
 /// Run `model` over `tokens` in windows of `cfg.ctx` and collect [`Calibration`].
-pub fn calibrate(model: &LlamaModel, tokens: &[u32], cfg: CalibConfig, pool: &ThreadPool) -> Calibration {
+pub fn calibrate(
+    model: &LlamaModel,
+    tokens: &[u32],
+    cfg: CalibConfig,
+    pool: &ThreadPool,
+) -> Calibration {
     let ctx = cfg.ctx.max(1);
-    let windows: Vec<&[u32]> = tokens.chunks_exact(ctx).take((cfg.tokens / ctx).max(1)).collect();
+    let windows: Vec<&[u32]> = tokens
+        .chunks_exact(ctx)
+        .take((cfg.tokens / ctx).max(1))
+        .collect();
     let mut obs = Collector {
         cfg,
         sites: BTreeMap::new(),
@@ -125,7 +133,10 @@ pub fn calibrate(model: &LlamaModel, tokens: &[u32], cfg: CalibConfig, pool: &Th
         model.forward_observed(&batch, &[], &mut kv, &mut ws, pool, &mut logits, &mut obs);
         run += w.len();
     }
-    Calibration { sites: obs.sites, tokens: run }
+    Calibration {
+        sites: obs.sites,
+        tokens: run,
+    }
 }
 
 struct Collector<'p> {
@@ -144,18 +155,38 @@ impl ActivationObserver for Collector<'_> {
             return;
         }
         let cols = x.len() / m;
-        let stats = self.sites.entry((layer, site)).or_insert_with(|| SiteStats::new(cols, self.cfg.hessian));
+        let stats = self
+            .sites
+            .entry((layer, site))
+            .or_insert_with(|| SiteStats::new(cols, self.cfg.hessian));
         stats.rows += m;
         for row in x.chunks_exact(cols) {
-            stats.abs_sum.iter_mut().zip(row).for_each(|(s, v)| *s += v.abs() as f64);
-            stats.abs_max.iter_mut().zip(row).for_each(|(m, v)| *m = m.max(v.abs()));
+            stats
+                .abs_sum
+                .iter_mut()
+                .zip(row)
+                .for_each(|(s, v)| *s += v.abs() as f64);
+            stats
+                .abs_max
+                .iter_mut()
+                .zip(row)
+                .for_each(|(m, v)| *m = m.max(v.abs()));
         }
         let step = (m / self.per_window.max(1)).max(1);
         for row in x.chunks_exact(cols).step_by(step).take(self.per_window) {
             stats.sample.extend_from_slice(row);
         }
         if let Some(h) = stats.hessian.as_mut() {
-            add_gram(self.pool, x, m, cols, h, &mut self.transposed, &mut self.product, &mut self.scratch);
+            add_gram(
+                self.pool,
+                x,
+                m,
+                cols,
+                h,
+                &mut self.transposed,
+                &mut self.product,
+                &mut self.scratch,
+            );
         }
     }
 }
@@ -180,7 +211,12 @@ fn add_gram(
         }
     }
     product.resize(cols * cols, 0.0);
-    let w = MatRef { dtype: DType::F32, rows: cols, cols: m, data: bytemuck::cast_slice(xt) };
+    let w = MatRef {
+        dtype: DType::F32,
+        rows: cols,
+        cols: m,
+        data: bytemuck::cast_slice(xt),
+    };
     matmul(pool, w, xt, cols, product, scratch);
     h.iter_mut().zip(product.iter()).for_each(|(a, b)| *a += b);
 }
@@ -193,14 +229,23 @@ mod tests {
     fn gram_matches_direct_sum() {
         let pool = ThreadPool::new(2);
         let (m, cols) = (5, 7);
-        let x: Vec<f32> = (0..m * cols).map(|i| ((i * 13 % 17) as f32 - 8.0) / 4.0).collect();
+        let x: Vec<f32> = (0..m * cols)
+            .map(|i| ((i * 13 % 17) as f32 - 8.0) / 4.0)
+            .collect();
         let mut h = vec![1.0; cols * cols];
         let (mut t, mut p, mut s) = (Vec::new(), Vec::new(), Scratch::default());
         add_gram(&pool, &x, m, cols, &mut h, &mut t, &mut p, &mut s);
         for i in 0..cols {
             for j in 0..cols {
-                let want: f32 = 1.0 + (0..m).map(|r| x[r * cols + i] * x[r * cols + j]).sum::<f32>();
-                assert!((h[i * cols + j] - want).abs() < 1e-4, "({i},{j}) {} vs {want}", h[i * cols + j]);
+                let want: f32 = 1.0
+                    + (0..m)
+                        .map(|r| x[r * cols + i] * x[r * cols + j])
+                        .sum::<f32>();
+                assert!(
+                    (h[i * cols + j] - want).abs() < 1e-4,
+                    "({i},{j}) {} vs {want}",
+                    h[i * cols + j]
+                );
             }
         }
     }

@@ -33,9 +33,14 @@ pub fn encode_rows(dtype: DType, values: &[f32], row_len: usize) -> Vec<u8> {
         _ => None,
     };
     if let Some(quantize_row) = row_wise {
-        let row_bytes = dtype.row_bytes(row_len).unwrap_or_else(|| panic!("{dtype}: {row_len} is not whole blocks"));
+        let row_bytes = dtype
+            .row_bytes(row_len)
+            .unwrap_or_else(|| panic!("{dtype}: {row_len} is not whole blocks"));
         let mut out = vec![0u8; values.len() / row_len * row_bytes];
-        for (src, dst) in values.chunks_exact(row_len).zip(out.chunks_exact_mut(row_bytes)) {
+        for (src, dst) in values
+            .chunks_exact(row_len)
+            .zip(out.chunks_exact_mut(row_bytes))
+        {
             quantize_row(src, dst);
         }
         return out;
@@ -44,7 +49,9 @@ pub fn encode_rows(dtype: DType, values: &[f32], row_len: usize) -> Vec<u8> {
 }
 
 fn int4_group(dtype: DType) -> Option<usize> {
-    [32, 64, 128].into_iter().find(|g| int4::dtype_for_group(*g) == Some(dtype))
+    [32, 64, 128]
+        .into_iter()
+        .find(|g| int4::dtype_for_group(*g) == Some(dtype))
 }
 
 /// The block types, whose rows are just their blocks.

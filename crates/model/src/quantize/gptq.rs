@@ -42,7 +42,12 @@ pub struct Prepared {
 }
 
 /// Dampen, order and invert `h` (`[cols, cols]`, any positive multiple of `Σ x xᵀ`).
-pub fn prepare(h: &[f32], cols: usize, act_order: bool, damp: f32) -> Result<Prepared, LinalgError> {
+pub fn prepare(
+    h: &[f32],
+    cols: usize,
+    act_order: bool,
+    damp: f32,
+) -> Result<Prepared, LinalgError> {
     let mut h = h.to_vec();
     let dead: Vec<usize> = (0..cols).filter(|&c| h[c * cols + c] == 0.0).collect();
     dead.iter().for_each(|&c| h[c * cols + c] = 1.0);
@@ -54,7 +59,12 @@ pub fn prepare(h: &[f32], cols: usize, act_order: bool, damp: f32) -> Result<Pre
     for i in 0..cols {
         h[i * cols + i] += damp * mean_diag as f32;
     }
-    Ok(Prepared { cols, perm, hinv: inverse_upper_cholesky(&h, cols)?, dead })
+    Ok(Prepared {
+        cols,
+        perm,
+        hinv: inverse_upper_cholesky(&h, cols)?,
+        dead,
+    })
 }
 
 /// Quantize the row-major `[rows, cols]` matrix `w` with Hessian `h` (`[cols, cols]`, any
@@ -72,7 +82,13 @@ pub fn gptq(
 }
 
 /// [`gptq`] with the Hessian already [`prepare`]d.
-pub fn gptq_prepared(pool: &ThreadPool, w: &[f32], rows: usize, prep: &Prepared, cfg: GptqConfig) -> GroupQuant {
+pub fn gptq_prepared(
+    pool: &ThreadPool,
+    w: &[f32],
+    rows: usize,
+    prep: &Prepared,
+    cfg: GptqConfig,
+) -> GroupQuant {
     let cols = prep.cols;
     let mut w = w.to_vec();
     for &c in &prep.dead {
@@ -82,7 +98,10 @@ pub fn gptq_prepared(pool: &ThreadPool, w: &[f32], rows: usize, prep: &Prepared,
         w = permute_columns(&w, rows, cols, p);
     }
     let mut q = quantize_columns(pool, &mut w, rows, cols, &prep.hinv, cfg);
-    q.perm = prep.perm.as_ref().map(|p| p.iter().map(|&c| c as u32).collect());
+    q.perm = prep
+        .perm
+        .as_ref()
+        .map(|p| p.iter().map(|&c| c as u32).collect());
     q
 }
 
@@ -135,18 +154,39 @@ fn quantize_columns(
         zeros: vec![0; rows * groups],
         perm: None,
     };
-    let mut grids = vec![Grid { scale: 1.0, zero: 0, max_code: 15 }; rows];
+    let mut grids = vec![
+        Grid {
+            scale: 1.0,
+            zero: 0,
+            max_code: 15
+        };
+        rows
+    ];
     let mut scratch = Scratch::default();
     let mut i1 = 0;
     while i1 < cols {
         let i2 = (i1 + BLOCK).min(cols);
         let count = i2 - i1;
-        let mut block: Vec<f32> = (0..rows).flat_map(|r| w[r * cols + i1..r * cols + i2].to_vec()).collect();
+        let mut block: Vec<f32> = (0..rows)
+            .flat_map(|r| w[r * cols + i1..r * cols + i2].to_vec())
+            .collect();
         let mut err = vec![0f32; rows * count];
         for i in 0..count {
             let col = i1 + i;
             if col % group == 0 {
-                fit_group(&block, &w[..], rows, cols, count, i, i1, group, cfg.kind, &mut grids, &mut out);
+                fit_group(
+                    &block,
+                    &w[..],
+                    rows,
+                    cols,
+                    count,
+                    i,
+                    i1,
+                    group,
+                    cfg.kind,
+                    &mut grids,
+                    &mut out,
+                );
             }
             let d = hinv[col * cols + col];
             let hrow = &hinv[col * cols + col..col * cols + i2];
@@ -190,7 +230,11 @@ fn fit_group(
     for r in 0..rows {
         vals.clear();
         for c in col..col + group {
-            vals.push(if c < i1 + count { block[r * count + (c - i1)] } else { w[r * cols + c] });
+            vals.push(if c < i1 + count {
+                block[r * count + (c - i1)]
+            } else {
+                w[r * cols + c]
+            });
         }
         let g = kind.fit(&vals);
         out.scales[r * groups + gi] = g.scale;
@@ -225,11 +269,18 @@ fn propagate(
         }
     }
     let mut delta = vec![0f32; rows * rest];
-    let m = MatRef { dtype: DType::F32, rows: rest, cols: count, data: bytemuck::cast_slice(&ht) };
+    let m = MatRef {
+        dtype: DType::F32,
+        rows: rest,
+        cols: count,
+        data: bytemuck::cast_slice(&ht),
+    };
     matmul(pool, m, err, rows, &mut delta, scratch);
     for r in 0..rows {
         let dst = &mut w[r * cols + i2..(r + 1) * cols];
-        dst.iter_mut().zip(&delta[r * rest..(r + 1) * rest]).for_each(|(v, d)| *v -= d);
+        dst.iter_mut()
+            .zip(&delta[r * rest..(r + 1) * rest])
+            .for_each(|(v, d)| *v -= d);
     }
 }
 
@@ -242,7 +293,9 @@ mod tests {
     fn problem(n: usize, cols: usize, rows: usize) -> (Vec<f32>, Vec<f32>) {
         let mut seed = 12345u64;
         let mut rnd = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((seed >> 33) as f32 / (1u64 << 31) as f32) - 0.5
         };
         let base: Vec<f32> = (0..n * 4).map(|_| rnd()).collect();
@@ -250,7 +303,9 @@ mod tests {
             .flat_map(|t| {
                 let b = base[t * 4..t * 4 + 4].to_vec();
                 let noise: Vec<f32> = (0..cols).map(|_| 0.1 * rnd()).collect();
-                (0..cols).map(move |c| b[c % 4] * (1.0 + (c % 7) as f32) + noise[c]).collect::<Vec<_>>()
+                (0..cols)
+                    .map(move |c| b[c % 4] * (1.0 + (c % 7) as f32) + noise[c])
+                    .collect::<Vec<_>>()
             })
             .collect();
         let w: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
@@ -262,8 +317,16 @@ mod tests {
             .map(|xr| {
                 (0..rows)
                     .map(|r| {
-                        let a: f32 = xr.iter().zip(&w[r * cols..(r + 1) * cols]).map(|(p, q)| p * q).sum();
-                        let b: f32 = xr.iter().zip(&wq[r * cols..(r + 1) * cols]).map(|(p, q)| p * q).sum();
+                        let a: f32 = xr
+                            .iter()
+                            .zip(&w[r * cols..(r + 1) * cols])
+                            .map(|(p, q)| p * q)
+                            .sum();
+                        let b: f32 = xr
+                            .iter()
+                            .zip(&wq[r * cols..(r + 1) * cols])
+                            .map(|(p, q)| p * q)
+                            .sum();
                         ((a - b) as f64).powi(2)
                     })
                     .sum::<f64>()
@@ -291,17 +354,29 @@ mod tests {
         let pool = ThreadPool::new(1);
         let rtn = quantize_rtn(&w, rows, cols, 32, GridKind::Asymmetric(4)).dequantize();
         for act_order in [false, true] {
-            let cfg = GptqConfig { group: 32, kind: GridKind::Asymmetric(4), act_order, damp: 0.01 };
+            let cfg = GptqConfig {
+                group: 32,
+                kind: GridKind::Asymmetric(4),
+                act_order,
+                damp: 0.01,
+            };
             let q = gptq(&pool, &w, rows, cols, &h, cfg).unwrap();
             assert_eq!(q.perm.is_some(), act_order);
             if let Some(p) = &q.perm {
                 let mut sorted = p.clone();
                 sorted.sort();
-                assert_eq!(sorted, (0..cols as u32).collect::<Vec<_>>(), "a permutation");
+                assert_eq!(
+                    sorted,
+                    (0..cols as u32).collect::<Vec<_>>(),
+                    "a permutation"
+                );
             }
             let e_gptq = output_error(&x, &w, &q.dequantize(), cols, rows);
             let e_rtn = output_error(&x, &w, &rtn, cols, rows);
-            assert!(e_gptq < 0.7 * e_rtn, "act_order {act_order}: GPTQ {e_gptq} vs RTN {e_rtn}");
+            assert!(
+                e_gptq < 0.7 * e_rtn,
+                "act_order {act_order}: GPTQ {e_gptq} vs RTN {e_rtn}"
+            );
         }
     }
 
@@ -312,7 +387,12 @@ mod tests {
         let mut h = vec![0f32; cols * cols];
         (0..cols).for_each(|i| h[i * cols + i] = 1.0);
         let pool = ThreadPool::new(1);
-        let cfg = GptqConfig { group: 64, kind: GridKind::Asymmetric(4), act_order: false, damp: 0.0 };
+        let cfg = GptqConfig {
+            group: 64,
+            kind: GridKind::Asymmetric(4),
+            act_order: false,
+            damp: 0.0,
+        };
         let q = gptq(&pool, &w, rows, cols, &h, cfg).unwrap();
         let rtn = quantize_rtn(&w, rows, cols, 64, GridKind::Asymmetric(4));
         assert_eq!(q.codes, rtn.codes);
@@ -326,7 +406,12 @@ mod tests {
         let mut h = vec![0f32; cols * cols];
         (1..cols).for_each(|i| h[i * cols + i] = 1.0);
         let pool = ThreadPool::new(1);
-        let cfg = GptqConfig { group: 32, kind: GridKind::Symmetric8, act_order: false, damp: 0.01 };
+        let cfg = GptqConfig {
+            group: 32,
+            kind: GridKind::Symmetric8,
+            act_order: false,
+            damp: 0.01,
+        };
         let q = gptq(&pool, &w, rows, cols, &h, cfg).unwrap();
         let d = q.dequantize();
         assert_eq!(d[0], 0.0);

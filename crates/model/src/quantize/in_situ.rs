@@ -34,10 +34,19 @@ impl<'a> QuantizingSource<'a> {
         on_tensor: Option<OnTensor<'a>>,
     ) -> Result<QuantizingSource<'a>, QuantizeError> {
         if method.needs_calibration() {
-            return Err(QuantizeError::NeedsCalibration { method: method.name() });
+            return Err(QuantizeError::NeedsCalibration {
+                method: method.name(),
+            });
         }
         opts.validate(method)?;
-        Ok(QuantizingSource { inner, naming, method, opts, on_tensor, failures: Mutex::default() })
+        Ok(QuantizingSource {
+            inner,
+            naming,
+            method,
+            opts,
+            on_tensor,
+            failures: Mutex::default(),
+        })
     }
 
     /// Tensors that could not be converted, with the reason.
@@ -57,12 +66,17 @@ impl<'a> QuantizingSource<'a> {
     }
 
     fn convert(&self, view: TensorView) -> Result<TensorView, String> {
-        let to = self.method.tensor_type_with(self.rule_name(&view.name), &view.shape, &self.opts);
+        let to = self
+            .method
+            .tensor_type_with(self.rule_name(&view.name), &view.shape, &self.opts);
         if to == view.dtype || to == DType::F32 {
             return Ok(view);
         }
         if view.dtype.is_quantized() {
-            return Err(format!("is already {}; --quantize needs an F32, F16 or BF16 model", view.dtype));
+            return Err(format!(
+                "is already {}; --quantize needs an F32, F16 or BF16 model",
+                view.dtype
+            ));
         }
         let values = crate::layers::to_f32_vec(&view).map_err(|e| e.to_string())?;
         let cols = view.shape.last().copied().unwrap_or(1);
@@ -71,7 +85,11 @@ impl<'a> QuantizingSource<'a> {
         if let Some(f) = self.on_tensor {
             f(&view.name, view.dtype, to);
         }
-        Ok(TensorView { dtype: to, data: SharedBytes::from_vec(bytes), ..view })
+        Ok(TensorView {
+            dtype: to,
+            data: SharedBytes::from_vec(bytes),
+            ..view
+        })
     }
 }
 

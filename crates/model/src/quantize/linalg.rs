@@ -18,7 +18,10 @@ pub fn cholesky(a: &[f32], n: usize) -> Result<Vec<f32>, LinalgError> {
             let v = a[i * n + j] as f64 - dot(ri, rj) as f64;
             l[i * n + j] = if i == j {
                 if !(v > 0.0) {
-                    return Err(LinalgError::NotPositiveDefinite { index: i, value: v as f32 });
+                    return Err(LinalgError::NotPositiveDefinite {
+                        index: i,
+                        value: v as f32,
+                    });
                 }
                 v.sqrt() as f32
             } else {
@@ -33,7 +36,12 @@ pub fn cholesky(a: &[f32], n: usize) -> Result<Vec<f32>, LinalgError> {
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 16];
     let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in ca.zip(cb) {
         for k in 0..16 {
             acc[k] += x[k] * y[k];
@@ -53,7 +61,10 @@ pub fn invert_lower(l: &[f32], n: usize) -> Vec<f32> {
             let lik = l[i * n + k];
             if lik != 0.0 {
                 let row_k = &m[k * n..k * n + k + 1];
-                acc[..=k].iter_mut().zip(row_k).for_each(|(a, v)| *a -= lik * v);
+                acc[..=k]
+                    .iter_mut()
+                    .zip(row_k)
+                    .for_each(|(a, v)| *a -= lik * v);
             }
         }
         let d = l[i * n + i];
@@ -88,11 +99,14 @@ mod tests {
     use super::*;
 
     fn spd(n: usize) -> Vec<f32> {
-        let b: Vec<f32> = (0..n * n).map(|i| ((i * 31 % 23) as f32 - 11.0) / 7.0).collect();
+        let b: Vec<f32> = (0..n * n)
+            .map(|i| ((i * 31 % 23) as f32 - 11.0) / 7.0)
+            .collect();
         let mut a = vec![0f32; n * n];
         for i in 0..n {
             for j in 0..n {
-                a[i * n + j] = (0..n).map(|k| b[i * n + k] * b[j * n + k]).sum::<f32>() + if i == j { 1.0 } else { 0.0 };
+                a[i * n + j] = (0..n).map(|k| b[i * n + k] * b[j * n + k]).sum::<f32>()
+                    + if i == j { 1.0 } else { 0.0 };
             }
         }
         a
@@ -138,7 +152,11 @@ mod tests {
         for i in 0..n {
             for j in 0..n {
                 let want = if i == j { 1.0 } else { 0.0 };
-                assert!((prod[i * n + j] - want).abs() < 1e-3, "({i},{j}) {}", prod[i * n + j]);
+                assert!(
+                    (prod[i * n + j] - want).abs() < 1e-3,
+                    "({i},{j}) {}",
+                    prod[i * n + j]
+                );
             }
         }
     }
@@ -146,6 +164,9 @@ mod tests {
     #[test]
     fn indefinite_is_an_error() {
         let a = [1.0, 2.0, 2.0, 1.0];
-        assert!(matches!(cholesky(&a, 2), Err(LinalgError::NotPositiveDefinite { index: 1, .. })));
+        assert!(matches!(
+            cholesky(&a, 2),
+            Err(LinalgError::NotPositiveDefinite { index: 1, .. })
+        ));
     }
 }

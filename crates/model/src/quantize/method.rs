@@ -41,13 +41,53 @@ pub struct QuantOptions {
     pub double_quant: bool,
     /// AWQ: grid points searched for the scaling exponent.
     pub awq_grid: usize,
-    /// INT8 with calibration: SmoothQuant migration strength α (0: searched per site).
-    pub smooth_alpha: f32,
+    /// INT8 with calibration: SmoothQuant smoothing of the activations.
+    pub smoothing: Smoothing,
+    /// INT8 with calibration: input channels per linear layer (at most 1/16 of its inputs)
+    /// kept in F16 beside the INT8 weights, those with the largest calibration magnitudes.
+    pub outliers: usize,
 }
 
 impl Default for QuantOptions {
     fn default() -> Self {
-        QuantOptions { group: 128, bits: 4, act_order: false, damp: 0.1, double_quant: false, awq_grid: 20, smooth_alpha: 0.0 }
+        QuantOptions {
+            group: 128,
+            bits: 4,
+            act_order: false,
+            damp: 0.1,
+            double_quant: false,
+            awq_grid: 20,
+            smoothing: Smoothing::Off,
+            outliers: 32,
+        }
+    }
+}
+
+/// SmoothQuant (Xiao et al., 2022) for INT8 with calibration: per-input-channel scales
+/// `max|x|^α / max|w|^(1-α)` move activation range into the weights.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Smoothing {
+    Off,
+    /// One migration strength α in (0, 1] for every layer.
+    Alpha(f32),
+    /// α per layer site among 0.3..0.8 (or none), by the W8A8 output error on calibration rows.
+    Search,
+}
+
+impl std::str::FromStr for Smoothing {
+    type Err = QuantizeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" | "none" => Ok(Smoothing::Off),
+            "auto" => Ok(Smoothing::Search),
+            _ => match s.parse::<f32>() {
+                Ok(a) if a > 0.0 && a <= 1.0 => Ok(Smoothing::Alpha(a)),
+                _ => Err(QuantizeError::BadOption(format!(
+                    "smoothing {s:?} (expected off, auto or an alpha in (0, 1])"
+                ))),
+            },
+        }
     }
 }
 
@@ -55,16 +95,29 @@ impl QuantOptions {
     /// Reject settings no method can use.
     pub fn validate(&self, method: QuantMethod) -> Result<(), QuantizeError> {
         if ![32, 64, 128].contains(&self.group) {
-            return Err(QuantizeError::BadOption(format!("group size {} (expected 32, 64 or 128)", self.group)));
+            return Err(QuantizeError::BadOption(format!(
+                "group size {} (expected 32, 64 or 128)",
+                self.group
+            )));
         }
         if method == QuantMethod::Gptq && ![4, 8].contains(&self.bits) {
-            return Err(QuantizeError::BadOption(format!("GPTQ bits {} (expected 4 or 8)", self.bits)));
+            return Err(QuantizeError::BadOption(format!(
+                "GPTQ bits {} (expected 4 or 8)",
+                self.bits
+            )));
         }
         if !(0.0..1.0).contains(&self.damp) {
-            return Err(QuantizeError::BadOption(format!("damp {} (expected 0 <= damp < 1)", self.damp)));
+            return Err(QuantizeError::BadOption(format!(
+                "damp {} (expected 0 <= damp < 1)",
+                self.damp
+            )));
         }
-        if !(0.0..=1.0).contains(&self.smooth_alpha) {
-            return Err(QuantizeError::BadOption(format!("smooth alpha {} (expected 0..=1)", self.smooth_alpha)));
+        if let Smoothing::Alpha(a) = self.smoothing {
+            if !(a > 0.0 && a <= 1.0) {
+                return Err(QuantizeError::BadOption(format!(
+                    "smooth alpha {a} (expected 0 < alpha <= 1)"
+                )));
+            }
         }
         if self.awq_grid == 0 {
             return Err(QuantizeError::BadOption("AWQ grid of 0 points".into()));
@@ -164,7 +217,10 @@ impl QuantMethod {
         let cols = shape[shape.len() - 1];
         let is_head = name == "token_embd.weight" || name == "output.weight";
         let wanted = match (is_head, self) {
-            (true, QuantMethod::Q4_0 | QuantMethod::Q4_1 | QuantMethod::Q4_K | QuantMethod::Q6_K) => DType::Q6_K,
+            (
+                true,
+                QuantMethod::Q4_0 | QuantMethod::Q4_1 | QuantMethod::Q4_K | QuantMethod::Q6_K,
+            ) => DType::Q6_K,
             (true, _) => DType::Q8_0,
             (false, m) => m.dtype(opts, cols),
         };

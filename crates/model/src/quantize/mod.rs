@@ -14,11 +14,12 @@ pub mod awq;
 pub mod calib;
 mod encode;
 mod gguf_quantize;
-pub mod in_situ;
 pub mod gptq;
 pub mod group;
+pub mod in_situ;
 pub mod linalg;
 mod method;
+pub mod outliers;
 mod pack;
 pub mod rtn;
 mod toolkit;
@@ -26,7 +27,7 @@ mod toolkit;
 pub use encode::{encode, encode_rows, encode_threads};
 pub use gguf_quantize::{quantize_model, TensorPlan};
 pub use group::GroupQuant;
-pub use method::{fitting_type, QuantMethod, QuantOptions};
+pub use method::{fitting_type, QuantMethod, QuantOptions, Smoothing};
 pub use pack::pack;
 pub use toolkit::{quantize_with, CalibText, Progress, METHOD_KEY};
 
@@ -52,4 +53,3 @@ pub enum QuantizeError {
         source: linalg::LinalgError,
     },
 }
-

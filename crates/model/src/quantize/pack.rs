@@ -12,16 +12,24 @@ pub fn pack(q: &GroupQuant) -> Result<(DType, Vec<u8>), QuantizeError> {
     match q.bits {
         4 => pack_int4(q),
         8 => pack_int8(q),
-        b => Err(QuantizeError::BadOption(format!("{b}-bit codes have no Kestrel tensor type"))),
+        b => Err(QuantizeError::BadOption(format!(
+            "{b}-bit codes have no Kestrel tensor type"
+        ))),
     }
 }
 
 fn pack_int4(q: &GroupQuant) -> Result<(DType, Vec<u8>), QuantizeError> {
     let dtype = int4::dtype_for_group(q.group_size).ok_or_else(|| {
-        QuantizeError::BadOption(format!("INT4 group size {} (Kestrel has 32, 64 and 128)", q.group_size))
+        QuantizeError::BadOption(format!(
+            "INT4 group size {} (Kestrel has 32, 64 and 128)",
+            q.group_size
+        ))
     })?;
     let row_bytes = dtype.row_bytes(q.cols).ok_or_else(|| {
-        QuantizeError::BadOption(format!("{} columns are not whole groups of {}", q.cols, q.group_size))
+        QuantizeError::BadOption(format!(
+            "{} columns are not whole groups of {}",
+            q.cols, q.group_size
+        ))
     })?;
     let groups = q.groups();
     let mut out = vec![0u8; q.rows * row_bytes];
@@ -47,7 +55,10 @@ fn pack_int8(q: &GroupQuant) -> Result<(DType, Vec<u8>), QuantizeError> {
     let mut signed = vec![0i8; q.cols];
     for (r, dst) in out.chunks_exact_mut(row_bytes).enumerate() {
         let codes = &q.codes[r * q.cols..(r + 1) * q.cols];
-        signed.iter_mut().zip(codes).for_each(|(s, c)| *s = (*c as i16 - 128) as i8);
+        signed
+            .iter_mut()
+            .zip(codes)
+            .for_each(|(s, c)| *s = (*c as i16 - 128) as i8);
         int8::encode_row(q.scales[r], &signed, dst);
     }
     Ok((DType::INT8, out))

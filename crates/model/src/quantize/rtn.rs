@@ -19,23 +19,41 @@ impl Grid {
     /// is rounded to `f16` first (the stored precision), so codes match what is stored.
     pub fn asymmetric(values: &[f32], bits: u8) -> Grid {
         let max_code = ((1u32 << bits) - 1) as u8;
-        let (lo, hi) = values.iter().fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+        let (lo, hi) = values
+            .iter()
+            .fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
         let raw = (hi - lo) / max_code as f32;
-        let scale = if raw > 0.0 { f16::from_f32(raw).to_f32().max(f32::MIN_POSITIVE) } else { 1.0 };
+        let scale = if raw > 0.0 {
+            f16::from_f32(raw).to_f32().max(f32::MIN_POSITIVE)
+        } else {
+            1.0
+        };
         let zero = (-lo / scale).round().clamp(0.0, max_code as f32) as u8;
-        Grid { scale, zero, max_code }
+        Grid {
+            scale,
+            zero,
+            max_code,
+        }
     }
 
     /// Symmetric 8-bit grid: `scale = absmax / 127`, codes `128 ± 127`.
     pub fn symmetric8(values: &[f32]) -> Grid {
         let amax = values.iter().fold(0f32, |m, v| m.max(v.abs()));
         let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
-        Grid { scale, zero: 128, max_code: 255 }
+        Grid {
+            scale,
+            zero: 128,
+            max_code: 255,
+        }
     }
 
     /// The code of `v`.
     pub fn code(&self, v: f32) -> u8 {
-        let lo = if self.zero == 128 && self.max_code == 255 { 1.0 } else { 0.0 };
+        let lo = if self.zero == 128 && self.max_code == 255 {
+            1.0
+        } else {
+            0.0
+        };
         ((v / self.scale).round() + self.zero as f32).clamp(lo, self.max_code as f32) as u8
     }
 
@@ -76,7 +94,13 @@ impl GridKind {
 }
 
 /// Quantize a row-major `[rows, cols]` matrix group by group (`group` columns each).
-pub fn quantize_rtn(w: &[f32], rows: usize, cols: usize, group: usize, kind: GridKind) -> GroupQuant {
+pub fn quantize_rtn(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    kind: GridKind,
+) -> GroupQuant {
     let groups = cols / group;
     let mut q = GroupQuant {
         rows,
@@ -106,7 +130,9 @@ pub fn quantize_rtn(w: &[f32], rows: usize, cols: usize, group: usize, kind: Gri
 pub fn fake_quantize(w: &[f32], cols: usize, group: usize, kind: GridKind, out: &mut [f32]) {
     for (src, dst) in w.chunks_exact(group).zip(out.chunks_exact_mut(group)) {
         let grid = kind.fit(src);
-        dst.iter_mut().zip(src).for_each(|(d, s)| *d = grid.round(*s));
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, s)| *d = grid.round(*s));
     }
     debug_assert_eq!(w.len() % cols, 0);
 }
@@ -119,7 +145,9 @@ mod tests {
     fn asymmetric_grid_error_is_at_most_one_step() {
         // Half a step from rounding, plus up to half a step where the rounded integer zero
         // pushes an extreme value past the last code.
-        let vals: Vec<f32> = (0..128).map(|i| ((i * 37 % 97) as f32 - 30.0) / 50.0).collect();
+        let vals: Vec<f32> = (0..128)
+            .map(|i| ((i * 37 % 97) as f32 - 30.0) / 50.0)
+            .collect();
         let g = Grid::asymmetric(&vals, 4);
         for v in &vals {
             assert!((g.round(*v) - v).abs() <= g.scale + 1e-6, "{v}");
@@ -144,7 +172,9 @@ mod tests {
 
     #[test]
     fn rtn_dequantizes_close() {
-        let w: Vec<f32> = (0..4 * 64).map(|i| ((i * 29 % 61) as f32 - 30.0) / 40.0).collect();
+        let w: Vec<f32> = (0..4 * 64)
+            .map(|i| ((i * 29 % 61) as f32 - 30.0) / 40.0)
+            .collect();
         let q = quantize_rtn(&w, 4, 64, 32, GridKind::Asymmetric(4));
         let d = q.dequantize();
         for (i, (a, b)) in w.iter().zip(&d).enumerate() {

@@ -296,10 +296,23 @@ impl TensorSource for GgufFile {
             _ => Vec::new(),
         })
     }
+
+    /// From the metadata array `kestrel.outlier_cols.<name>`; a value of another type yields
+    /// an empty list, which the layer rejects with a clear error.
+    fn outlier_columns(&self, name: &str) -> Option<Vec<u32>> {
+        let value = self.get(&format!("{OUTLIER_COLS_KEY_PREFIX}{name}"))?;
+        Some(match value.as_array() {
+            Some(MetaArray::U32(v)) => v.clone(),
+            _ => Vec::new(),
+        })
+    }
 }
 
 /// Metadata key prefix of a tensor's input-column permutation (`u32` array).
 pub const INPUT_PERM_KEY_PREFIX: &str = "kestrel.input_perm.";
+
+/// Metadata key prefix of a tensor's outlier input channels (`u32` array).
+pub const OUTLIER_COLS_KEY_PREFIX: &str = "kestrel.outlier_cols.";
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

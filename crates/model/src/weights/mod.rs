@@ -34,4 +34,19 @@ pub trait TensorSource {
     fn input_perm(&self, _name: &str) -> Option<Vec<u32>> {
         None
     }
+    /// For a matrix whose outlier input channels are stored apart (INT8 with outlier
+    /// decomposition): the channels, in stored column order. Their weights are the tensor
+    /// named by [`outlier_weight_name`].
+    fn outlier_columns(&self, _name: &str) -> Option<Vec<u32>> {
+        None
+    }
+}
+
+/// The tensor holding the outlier-channel weights of matrix `name` (`….weight` →
+/// `….outlier_weight`).
+pub fn outlier_weight_name(name: &str) -> String {
+    format!(
+        "{}.outlier_weight",
+        name.strip_suffix(".weight").unwrap_or(name)
+    )
 }

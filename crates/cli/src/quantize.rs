@@ -114,6 +114,9 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
         e.0 += 1;
         e.1 += p.shape.iter().product::<usize>();
         bar.set_message(format!("{} {} -> {}", p.name, p.from, p.to));
+        if bar.position() >= bar.length().unwrap_or(0) {
+            bar.inc_length(1); // tensors a method adds (INT8 outlier weights)
+        }
         bar.inc(1);
     };
     let progress = Progress {

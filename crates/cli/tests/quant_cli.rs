@@ -109,7 +109,7 @@ fn toolkit_methods_from_the_command_line() {
     )
     .unwrap();
     let (tiny, calib) = (tiny.to_str().unwrap(), calib.to_str().unwrap());
-    let cases: [(&str, &[&str], &str); 4] = [
+    let cases: [(&str, &[&str], &str); 5] = [
         (
             "gptq.gguf",
             &[
@@ -142,6 +142,23 @@ fn toolkit_methods_from_the_command_line() {
             "INT4_G64:",
         ),
         ("int8.gguf", &["--method", "int8"], "INT8:"),
+        (
+            // Outlier channels (F16 weights beside INT8) after SmoothQuant.
+            "int8-calib.gguf",
+            &[
+                "--method",
+                "int8",
+                "--calib",
+                calib,
+                "--calib-tokens",
+                "128",
+                "--calib-ctx",
+                "64",
+                "--smooth-alpha",
+                "auto",
+            ],
+            "F16:",
+        ),
         (
             "nf4.gguf",
             &["--method", "nf4", "--double-quant"],
@@ -187,6 +204,20 @@ fn toolkit_methods_from_the_command_line() {
                 "quantize", tiny, x, "--method", "gptq", "--bits", "3", "--calib", calib,
             ],
             "bits 3",
+        ),
+        (
+            vec![
+                "quantize",
+                tiny,
+                x,
+                "--method",
+                "int8",
+                "--calib",
+                calib,
+                "--smooth-alpha",
+                "1.5",
+            ],
+            "expected off, auto or an alpha",
         ),
     ] {
         let out = kestrel(&args);

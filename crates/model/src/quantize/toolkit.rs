@@ -156,7 +156,12 @@ pub fn quantize_with(
             _ => Ok((to, encode_threads(to, &values, t.row_len(), threads))),
         }
     };
-    let mut writer = retype_with(source, &mut encode, method.file_type(), progress.tensor)?;
+    let mut writer = retype_with(
+        source,
+        &mut encode,
+        method.file_type(),
+        &mut *progress.tensor,
+    )?;
     writer.add_metadata(METHOD_KEY, MetaValue::String(describe(method, opts)))?;
     for (name, perm) in perms {
         writer.add_metadata(
@@ -165,12 +170,17 @@ pub fn quantize_with(
         )?;
     }
     for t in splits {
-        writer.add_tensor(
-            &outlier_weight_name(&t.name),
-            DType::F16,
-            &[t.rows, t.channels.len()],
-            t.bytes,
-        )?;
+        let name = outlier_weight_name(&t.name);
+        let shape = [t.rows, t.channels.len()];
+        writer.add_tensor(&name, DType::F16, &shape, t.bytes)?;
+        let plan = TensorPlan {
+            name,
+            shape: shape.to_vec(),
+            from: DType::F32,
+            to: DType::F16,
+            seconds: 0.0,
+        };
+        (progress.tensor)(&plan);
         writer.add_metadata(
             &format!("{OUTLIER_COLS_KEY_PREFIX}{}", t.name),
             MetaValue::Array(MetaArray::U32(t.channels)),

@@ -231,9 +231,10 @@ fn every_toolkit_method_runs_on_its_kernels_like_its_dequantized_weights() {
             "{method:?} writes {want}: {:?}",
             types_of(&path)
         );
-        // W8A8 rounds activations per token (one scale for the whole row, after smoothing when
-        // calibration text is given), the other types per block of 32.
-        check_against_dequantized(&path, if want == DType::INT8 { 0.1 } else { 0.05 });
+        // W8A8 rounds activations per token (one scale for the whole row), the other types per
+        // block of 32; on this random model that moves logits by 0.035-0.06 of their range.
+        let d = check_against_dequantized(&path, if want == DType::INT8 { 0.1 } else { 0.08 });
+        eprintln!("{method:?} {want}: relative logit difference {d}");
     }
 }
 
@@ -497,4 +498,43 @@ fn bad_outlier_channels_are_a_clear_error_and_split_files_do_not_convert() {
     }
     let err = ModelSource::open(&path).err().expect("conversion refused");
     assert!(err.to_string().contains("outlier"), "{err}");
+}
+
+#[test]
+fn calibration_collects_the_attention_weighted_value_hessian() {
+    use kestrel_model::quantize::calib::{calibrate, CalibConfig};
+    let loaded = kestrel_model::load_model(&tiny()).unwrap();
+    let tokens: Vec<u32> = (0..128u32).map(|i| (i * 37 + 11) % 250).collect();
+    let cfg = CalibConfig {
+        tokens: 128,
+        ctx: 64,
+        sample_rows: 16,
+        hessian: true,
+    };
+    let c = calibrate(
+        &loaded.model,
+        &tokens,
+        cfg,
+        kestrel_kernels::cpu::threadpool::ThreadPool::global(),
+    );
+    let st = c.site(0, kestrel_model::arch::LinearSite::Qkv).unwrap();
+    let (h, hv) = (
+        st.hessian.as_ref().unwrap(),
+        st.value_hessian.as_ref().expect("value Hessian"),
+    );
+    assert_eq!(hv.len(), st.cols * st.cols);
+    // Weights Σ_i a_ij² are at most the number of queries, and the first token of each window
+    // draws attention from all of them: the weighted diagonal differs from the plain one.
+    let trace = |m: &[f32]| (0..st.cols).map(|i| m[i * st.cols + i] as f64).sum::<f64>();
+    assert!(
+        trace(hv) > 0.0 && (trace(hv) - trace(h)).abs() > 1e-3 * trace(h),
+        "{} vs {}",
+        trace(hv),
+        trace(h)
+    );
+    assert!(c
+        .site(0, kestrel_model::arch::LinearSite::O)
+        .unwrap()
+        .value_hessian
+        .is_none());
 }

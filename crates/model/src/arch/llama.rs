@@ -55,6 +55,28 @@ impl LinearSite {
 pub trait ActivationObserver {
     /// `x` holds `m` rows, the input of the linear layers at `site` of layer `layer`.
     fn observe(&mut self, layer: usize, site: LinearSite, x: &[f32], m: usize);
+
+    /// The queries and keys of layer `layer` after RoPE, for the batch's `m` tokens: `q` is
+    /// `[m, heads.n_heads * head_dim]`, `k` is `[m, heads.n_kv_heads * head_dim]`.
+    fn observe_attention(
+        &mut self,
+        _layer: usize,
+        _q: &[f32],
+        _k: &[f32],
+        _m: usize,
+        _heads: AttnHeads,
+    ) {
+    }
+}
+
+/// The attention shape an [`ActivationObserver`] sees.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnHeads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Score scale (`1 / sqrt(head_dim)`).
+    pub scale: f32,
 }
 
 /// The observer of an ordinary forward pass.
@@ -335,6 +357,14 @@ impl LlamaModel {
                 self.rope_style,
             );
         }
+        let scale = 1.0 / (d.head_dim as f32).sqrt();
+        let heads = AttnHeads {
+            n_heads: d.n_heads,
+            n_kv_heads: d.n_kv_heads,
+            head_dim: d.head_dim,
+            scale,
+        };
+        observer.observe_attention(l, &ws.q[..t * qd], &ws.k[..t * kvd], t, heads);
         let mut cache = kv.layer_mut(l);
         let mut i = 0;
         for seq in &batch.seqs {
@@ -366,7 +396,6 @@ impl LlamaModel {
                 a
             })
             .collect();
-        let scale = 1.0 / (d.head_dim as f32).sqrt();
         attention(
             pool,
             &kv.layer(l),

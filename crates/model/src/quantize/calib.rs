@@ -4,7 +4,8 @@
 //! * the mean magnitude of each input channel (AWQ's saliency measure),
 //! * the largest magnitude of each input channel (SmoothQuant's migration strength),
 //! * a sample of input rows (to score candidate AWQ scales by the output error they cause),
-//! * optionally `H = Σ x xᵀ` over all rows (GPTQ's Hessian, up to the factor `2 / n`).
+//! * optionally `H = Σ x xᵀ` over all rows (GPTQ's Hessian, up to the factor `2 / n`), and for
+//!   the V projection the attention-weighted `Σ w_j x_j x_jᵀ` ([`key_weights`]).
 //!
 //! Statistics come from the unquantized model (the inputs a full-precision layer sees); the
 //! layers are not re-run with their quantized predecessors.
@@ -16,7 +17,8 @@ use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::DType;
 
-use crate::arch::{ActivationObserver, LinearSite, LlamaModel, Workspace};
+use super::attn_weights::{key_weights, KeyWeightScratch};
+use crate::arch::{ActivationObserver, AttnHeads, LinearSite, LlamaModel, Workspace};
 use crate::kv_cache::{KvCache, KvCacheShape};
 
 /// How much calibration to do.
@@ -46,6 +48,9 @@ pub struct SiteStats {
     pub sample: Vec<f32>,
     /// `Σ x xᵀ`, `[cols, cols]`, when requested.
     pub hessian: Option<Vec<f32>>,
+    /// At the Q/K/V input, with the Hessian: `Σ_j w_j x_j x_jᵀ`, token `j` weighted by the
+    /// attention it receives ([`key_weights`]), the V projection's Hessian.
+    pub value_hessian: Option<Vec<f32>>,
 }
 
 impl SiteStats {
@@ -57,6 +62,7 @@ impl SiteStats {
             abs_max: vec![0.0; cols],
             sample: Vec::new(),
             hessian: hessian.then(|| vec![0.0; cols * cols]),
+            value_hessian: None,
         }
     }
 
@@ -106,6 +112,9 @@ pub fn calibrate(
         scratch: Scratch::default(),
         transposed: Vec::new(),
         product: Vec::new(),
+        qkv_input: Vec::new(),
+        weighted: Vec::new(),
+        key_scratch: KeyWeightScratch::default(),
     };
     let block_size = 16;
     let d = model.dims();
@@ -147,6 +156,10 @@ struct Collector<'p> {
     scratch: Scratch,
     transposed: Vec<f32>,
     product: Vec<f32>,
+    /// The current layer's Q/K/V input, kept for [`observe_attention`](ActivationObserver::observe_attention).
+    qkv_input: Vec<f32>,
+    weighted: Vec<f32>,
+    key_scratch: KeyWeightScratch,
 }
 
 impl ActivationObserver for Collector<'_> {
@@ -187,7 +200,48 @@ impl ActivationObserver for Collector<'_> {
                 &mut self.product,
                 &mut self.scratch,
             );
+            if site == LinearSite::Qkv {
+                self.qkv_input.clear();
+                self.qkv_input.extend_from_slice(x);
+            }
         }
+    }
+
+    /// Each window is one sequence from position 0 (see [`calibrate`]).
+    fn observe_attention(
+        &mut self,
+        layer: usize,
+        q: &[f32],
+        k: &[f32],
+        m: usize,
+        heads: AttnHeads,
+    ) {
+        let Some(stats) = self.sites.get_mut(&(layer, LinearSite::Qkv)) else {
+            return;
+        };
+        if !self.cfg.hessian || self.qkv_input.len() != m * stats.cols {
+            return;
+        }
+        let cols = stats.cols;
+        let w = key_weights(self.pool, q, k, m, heads, &mut self.key_scratch);
+        self.weighted.clear();
+        for (row, wj) in self.qkv_input.chunks_exact(cols).zip(&w) {
+            let r = wj.sqrt();
+            self.weighted.extend(row.iter().map(|v| v * r));
+        }
+        let h = stats
+            .value_hessian
+            .get_or_insert_with(|| vec![0.0; cols * cols]);
+        add_gram(
+            self.pool,
+            &self.weighted,
+            m,
+            cols,
+            h,
+            &mut self.transposed,
+            &mut self.product,
+            &mut self.scratch,
+        );
     }
 }
 

@@ -10,6 +10,7 @@
 //! * [`quantize_model`]: a [`ModelSource`](crate::convert::ModelSource) (GGUF or HF directory)
 //!   to a [`GgufWriter`](crate::weights::gguf::GgufWriter) holding the quantized model.
 
+pub mod attn_weights;
 pub mod awq;
 pub mod calib;
 mod encode;

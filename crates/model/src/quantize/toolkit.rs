@@ -10,7 +10,8 @@
 //!   scales ([`awq`](super::awq)), folds them into the norms and up projections, then
 //!   quantizes group-wise INT4.
 //! * GPTQ runs calibration with Hessian accumulation, then quantizes every layer linear with
-//!   [`gptq`](super::gptq::gptq). With `act_order` each tensor's column permutation is stored as
+//!   [`gptq`](super::gptq::gptq); the V projections with the attention-weighted Hessian
+//!   ([`key_weights`](super::attn_weights::key_weights)). With `act_order` each tensor's column permutation is stored as
 //!   the metadata array `kestrel.input_perm.<tensor name>` (u32).
 
 use std::collections::HashMap;
@@ -110,7 +111,8 @@ pub fn quantize_with(
     (progress.stage)("quantizing");
     let mut perms: Vec<(String, Vec<u32>)> = Vec::new();
     let mut splits: Vec<SplitTensor> = Vec::new();
-    let mut prepared: HashMap<(usize, LinearSite), Prepared> = HashMap::new();
+    // Keyed by site and whether the tensor is the V projection (its own Hessian).
+    let mut prepared: HashMap<(usize, LinearSite, bool), Prepared> = HashMap::new();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut encode = |t: &SourceTensor| -> Result<(DType, Vec<u8>), QuantizeError> {
         let to = method.tensor_type_with(&t.name, t.shape(), opts);
@@ -127,10 +129,10 @@ pub fn quantize_with(
         let site = LinearSite::of_tensor(&t.name);
         match (method, site, &stats) {
             (QuantMethod::Gptq, Some((layer, site)), Some(s)) if to != DType::Q8_0 => {
-                let key = (layer, site);
+                let key = (layer, site, is_value_projection(&t.name));
                 if !prepared.contains_key(&key) {
                     prepared.clear();
-                    let prep = prepare_site(t, s.site(layer, site), opts)?;
+                    let prep = prepare_site(t, s.site(layer, site), key.2, opts)?;
                     prepared.insert(key, prep);
                 }
                 let (dtype, bytes, perm) = gptq_tensor(t, &values, &prepared[&key], opts, pool)?;
@@ -288,15 +290,28 @@ fn run_calibration(
     Ok(calibrate(&loaded.model, &tokens, cfg, pool))
 }
 
-/// The GPTQ preparation of the Hessian of `t`'s input site.
+/// Whether GGUF tensor `name` is a V projection.
+fn is_value_projection(name: &str) -> bool {
+    name.ends_with(".attn_v.weight")
+}
+
+/// The GPTQ preparation of the Hessian of `t`'s input site: for the V projection the
+/// attention-weighted one ([`SiteStats::value_hessian`]).
 fn prepare_site(
     t: &SourceTensor,
     stats: Option<&SiteStats>,
+    value: bool,
     opts: &QuantOptions,
 ) -> Result<Prepared, QuantizeError> {
     let cols = t.row_len();
     let h = stats
-        .and_then(|s| s.hessian.as_deref())
+        .and_then(|s| {
+            if value {
+                s.value_hessian.as_deref()
+            } else {
+                s.hessian.as_deref()
+            }
+        })
         .filter(|h| h.len() == cols * cols)
         .ok_or_else(|| {
             QuantizeError::Calibration(format!("no calibration statistics reached {}", t.name))

@@ -67,7 +67,7 @@ def fmt(v, spec, err=None):
 f32_size = os.path.getsize(os.path.join(work, "f32.gguf"))
 n_weights = f32_size / 4
 names = [n[: -len(".quant")] for n in sorted(os.listdir(logs)) if n.endswith(".quant")]
-order = ["q8_0", "int8", "int8-calib", "int8-smooth", "gptq-int8", "q6_k", "q4_k", "q4_1", "q4_0", "int4-g128", "awq-g128", "gptq-g128",
+order = ["q8_0", "int8-plain", "int8", "int8-calib", "int8-smooth", "gptq-int8", "q6_k", "q4_k", "q4_1", "q4_0", "int4-g128", "awq-g128", "gptq-g128",
          "gptq-g128-act", "int4-g32", "awq-g32", "gptq-g32-act", "nf4", "nf4-dq"]
 names = [n for n in order if n in names] + [n for n in names if n not in order]
 
@@ -127,7 +127,7 @@ def check(label, ok, detail):
     checks.append(f"- {'PASS' if ok else 'FAIL'}: {label} ({detail})")
 
 
-for n in ["int8", "int8-calib", "int8-smooth"]:
+for n in ["int8", "int8-calib"]:  # the variants (int8-plain, int8-smooth) are ablations in the table
     if n in by and base["ppl"]:
         d = by[n]["ppl"] / base["ppl"] - 1
         check(f"{n} within 1% PPL of F32", abs(d) <= 0.01, f"{d * 100:+.2f}%")

@@ -30,6 +30,7 @@ fi
 # name | kestrel quantize arguments
 rows=(
     "q8_0|--method q8_0"
+    "int8-plain|--method int8 --outliers 0"
     "int8|--method int8"
     "int8-calib|--method int8 --calib $c4"
     "int8-smooth|--method int8 --calib $c4 --smooth-alpha auto --outliers 0"

@@ -43,13 +43,13 @@ pub struct QuantizeArgs {
     /// calibration rows).
     #[arg(long, default_value = "off")]
     pub smooth_alpha: String,
-    /// int8 with --calib: input channels per linear layer (at most 1/16 of its inputs) whose
-    /// calibration activations are largest, kept in F16 beside the INT8 weights (LLM.int8()-style
-    /// decomposition); 0 disables.
+    /// int8: input channels per linear layer (at most 1/16 of its inputs) whose activations are
+    /// largest, on the --calib text or else on pseudo-random tokens, kept in F16 beside the INT8
+    /// weights (LLM.int8()-style decomposition); 0 gives plain W8A8.
     #[arg(long, default_value_t = 32)]
     pub outliers: usize,
-    /// Calibration text (UTF-8): required by awq and gptq; with int8 it enables the outlier
-    /// channels (--outliers) and SmoothQuant (--smooth-alpha).
+    /// Calibration text (UTF-8): required by awq and gptq; int8 finds its outlier channels on
+    /// it (--outliers) and needs it for SmoothQuant (--smooth-alpha).
     #[arg(long)]
     pub calib: Option<PathBuf>,
     /// Calibration tokens to use.

@@ -538,3 +538,37 @@ fn calibration_collects_the_attention_weighted_value_hessian() {
         .value_hessian
         .is_none());
 }
+
+#[test]
+fn int8_without_calibration_text_finds_outliers_on_random_tokens() {
+    let source = ModelSource::open(&tiny()).unwrap();
+    let run = |opts: &QuantOptions| {
+        let progress = Progress {
+            stage: &mut |_| {},
+            tensor: &mut |_| {},
+        };
+        quantize_with(&tiny(), &source, QuantMethod::Int8, opts, None, progress)
+    };
+    let path = tmp("int8-random-probe.gguf");
+    write_file(&run(&QuantOptions::default()).unwrap(), &path).unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    assert_eq!(
+        file.outlier_columns("blk.0.ffn_down.weight")
+            .map(|c| c.len()),
+        Some(8)
+    );
+    check_against_dequantized(&path, 0.1);
+    // The same channels every run.
+    let again = tmp("int8-random-probe-2.gguf");
+    write_file(&run(&QuantOptions::default()).unwrap(), &again).unwrap();
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
+    let smooth = QuantOptions {
+        smoothing: Smoothing::Search,
+        ..Default::default()
+    };
+    let err = run(&smooth).err().expect("SmoothQuant needs text");
+    assert!(err.to_string().contains("calibration text"), "{err}");
+}

@@ -1,18 +1,19 @@
 //! [`quantize_with`]: every [`QuantMethod`], including the calibrated ones, to a GGUF writer.
 //!
-//! * GGUF block types, INT8, INT4 (RTN) and NF4 convert each tensor on its own.
-//! * INT8 with calibration text splits off each linear layer's `outliers` input channels of
-//!   largest calibration magnitude (F16 weights beside the INT8 matrix, metadata array
-//!   `kestrel.outlier_cols.<tensor name>`, tensor `<name>.outlier_weight`), after optional
-//!   SmoothQuant smoothing ([`Smoothing`]: one α, or per site the α among 0.3..0.8 or none whose
-//!   W8A8 output error on the sampled rows is smallest).
+//! * GGUF block types, INT4 (RTN) and NF4 convert each tensor on its own.
+//! * INT8 (with `outliers > 0`) splits off each linear layer's input channels of largest
+//!   activation magnitude, measured on the calibration text or, without text, on pseudo-random
+//!   token windows (F16 weights beside the INT8 matrix, metadata array
+//!   `kestrel.outlier_cols.<tensor name>`, tensor `<name>.outlier_weight`). With calibration
+//!   text, optional SmoothQuant smoothing comes first ([`Smoothing`]: one α, or per site the α
+//!   among 0.3..0.8 or none whose W8A8 output error on the sampled rows is smallest).
 //! * AWQ first runs calibration text through the unquantized model, searches per-layer input
 //!   scales ([`awq`](super::awq)), folds them into the norms and up projections, then
 //!   quantizes group-wise INT4.
 //! * GPTQ runs calibration with Hessian accumulation, then quantizes every layer linear with
-//!   [`gptq`](super::gptq::gptq); the V projections with the attention-weighted Hessian
-//!   ([`key_weights`](super::attn_weights::key_weights)). With `act_order` each tensor's column permutation is stored as
-//!   the metadata array `kestrel.input_perm.<tensor name>` (u32).
+//!   [`gptq`](super::gptq::gptq), the V projections with the attention-weighted Hessian
+//!   ([`key_weights`](super::attn_weights::key_weights)). With `act_order` each tensor's column
+//!   permutation is stored as the metadata array `kestrel.input_perm.<tensor name>` (u32).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -65,19 +66,32 @@ pub fn quantize_with(
 ) -> Result<GgufWriter, QuantizeError> {
     opts.validate(method)?;
     let pool = ThreadPool::global();
-    let uses_calibration = method.needs_calibration() || method == QuantMethod::Int8;
-    let stats = match (uses_calibration, calib) {
-        (false, _) => None,
-        (true, None) if method.needs_calibration() => {
+    let int8 = method == QuantMethod::Int8;
+    if int8 && calib.is_none() && opts.smoothing != Smoothing::Off {
+        return Err(QuantizeError::NeedsCalibration {
+            method: "int8 with SmoothQuant",
+        });
+    }
+    let stats = match calib {
+        None if method.needs_calibration() => {
             return Err(QuantizeError::NeedsCalibration {
                 method: method.name(),
             })
         }
-        (true, None) => None,
-        (true, Some(c)) => {
-            (progress.stage)("calibrating");
-            Some(run_calibration(path, c, method == QuantMethod::Gptq, pool)?)
+        None if int8 && opts.outliers > 0 => {
+            (progress.stage)("finding outlier channels on random tokens");
+            Some(run_calibration(path, CalibInput::Random, false, pool)?)
         }
+        Some(c) if method.needs_calibration() || int8 => {
+            (progress.stage)("calibrating");
+            Some(run_calibration(
+                path,
+                CalibInput::Text(c),
+                method == QuantMethod::Gptq,
+                pool,
+            )?)
+        }
+        _ => None,
     };
     let mut overrides = HashMap::new();
     let mut outlier_sets = HashMap::new();
@@ -97,7 +111,7 @@ pub fn quantize_with(
         }
         (QuantMethod::Int8, Some(s)) => {
             let mut scales = HashMap::new();
-            if let Some(alphas) = smoothing_alphas(opts.smoothing) {
+            if let Some(alphas) = smoothing_alphas(opts.smoothing).filter(|_| calib.is_some()) {
                 (progress.stage)("smoothing activations");
                 let choose = |st: &SiteStats, ws: &[Weight<'_>], _: usize| {
                     search_smoothing(pool, &st.sample, &st.abs_max, ws, &alphas)
@@ -263,27 +277,61 @@ fn int8_extras(o: &QuantOptions) -> String {
     smooth + &outliers
 }
 
+/// `n` tokens drawn uniformly from `0..vocab` by a fixed generator (the same every run).
+fn random_tokens(n: usize, vocab: usize) -> Vec<u32> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % vocab.max(1) as u64) as u32
+        })
+        .collect()
+}
+
+/// What calibration runs on.
+enum CalibInput<'a> {
+    Text(&'a CalibText),
+    /// Pseudo-random token windows ([`RANDOM_WINDOWS`] of [`RANDOM_CTX`]): enough to find the
+    /// channels that carry outsized activations, which sit in the same few channels whatever
+    /// the input (measured on SmolLM2 in docs/quantization.md).
+    Random,
+}
+
+/// Windows and window length of [`CalibInput::Random`].
+const RANDOM_WINDOWS: usize = 8;
+const RANDOM_CTX: usize = 512;
+
 fn run_calibration(
     path: &Path,
-    c: &CalibText,
+    input: CalibInput<'_>,
     hessian: bool,
     pool: &ThreadPool,
 ) -> Result<Calibration, QuantizeError> {
     let loaded = crate::load_model(path).map_err(|e| QuantizeError::Calibration(e.to_string()))?;
-    let tokens = loaded
-        .tokenizer
-        .encode(&c.text, false)
-        .map_err(|e| QuantizeError::Calibration(e.to_string()))?;
-    if tokens.len() < c.ctx {
+    let (tokens, budget, ctx) = match input {
+        CalibInput::Text(c) => {
+            let tokens = loaded
+                .tokenizer
+                .encode(&c.text, false)
+                .map_err(|e| QuantizeError::Calibration(e.to_string()))?;
+            (tokens, c.tokens, c.ctx)
+        }
+        CalibInput::Random => {
+            let n = RANDOM_WINDOWS * RANDOM_CTX;
+            (random_tokens(n, loaded.model.dims().vocab), n, RANDOM_CTX)
+        }
+    };
+    if tokens.len() < ctx {
         return Err(QuantizeError::Calibration(format!(
-            "calibration text has {} tokens, fewer than one window of {}",
-            tokens.len(),
-            c.ctx
+            "calibration text has {} tokens, fewer than one window of {ctx}",
+            tokens.len()
         )));
     }
     let cfg = CalibConfig {
-        tokens: c.tokens,
-        ctx: c.ctx,
+        tokens: budget,
+        ctx,
         sample_rows: 128,
         hessian,
     };

@@ -47,6 +47,8 @@ pub struct EngineCore {
     recorder: StepRecorder,
     prompt_tokens_total: u64,
     generation_tokens_total: u64,
+    /// The executor's output buffer, reused every step.
+    logits: BatchOutput,
 }
 
 impl EngineCore {
@@ -67,6 +69,7 @@ impl EngineCore {
             recorder: StepRecorder::default(),
             prompt_tokens_total: 0,
             generation_tokens_total: 0,
+            logits: BatchOutput::default(),
         })
     }
 
@@ -183,10 +186,15 @@ impl EngineCore {
         let computed = out.num_batched_tokens();
         if !out.is_empty() {
             self.mark_scheduled(&out, now);
-            match self.executor.execute(&out.to_batch_input()) {
-                Ok(batch) => self.process_batch(&out, batch),
+            let mut logits = std::mem::take(&mut self.logits);
+            match self
+                .executor
+                .execute_into(&out.to_batch_input(), &mut logits)
+            {
+                Ok(()) => self.process_batch(&out, &mut logits),
                 Err(e) => self.fail_batch(&out, &EngineFailure::Model(e.to_string())),
             }
+            self.logits = logits;
             record_iteration(computed);
         }
         self.recorder.record(&self.scheduler.stats());
@@ -215,7 +223,7 @@ impl EngineCore {
     }
 
     /// Samples one token per logits row, then applies the step to the scheduler and streams.
-    fn process_batch(&mut self, out: &SchedulerOutput, mut batch: BatchOutput) {
+    fn process_batch(&mut self, out: &SchedulerOutput, batch: &mut BatchOutput) {
         let ids = out.sampling_request_ids();
         if batch.vocab == 0 || batch.num_rows() != ids.len() {
             let msg = format!(

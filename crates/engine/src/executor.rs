@@ -60,6 +60,16 @@ pub enum ExecutorError {
 pub trait Executor: Send {
     /// Run one step over `input`, writing each sequence's new K/V into its blocks.
     fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError>;
+    /// [`execute`](Self::execute) into `out`, reusing its logits buffer (executors that can
+    /// run without allocating override this; the engine calls it every step).
+    fn execute_into(
+        &mut self,
+        input: &BatchInput,
+        out: &mut BatchOutput,
+    ) -> Result<(), ExecutorError> {
+        *out = self.execute(input)?;
+        Ok(())
+    }
     /// Vocabulary size of the logits rows.
     fn vocab_size(&self) -> usize;
 }

@@ -9,6 +9,7 @@
 //! SIMD variants are chosen once at run time from the detected ISA, never only by
 //! `cfg(target_feature)`, and every variant is tested against its scalar reference.
 
+pub mod alloc_count;
 pub mod bytes;
 pub mod cpu;
 pub mod quant;

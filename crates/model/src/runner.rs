@@ -89,18 +89,36 @@ impl ModelRunner {
     }
 
     fn run(&mut self, input: &BatchInput) -> BatchOutput {
-        let mut logits = Vec::new();
+        let mut out = BatchOutput {
+            vocab: self.model.dims().vocab,
+            logits: Vec::new(),
+        };
+        self.run_into(input, &mut out);
+        out
+    }
+
+    /// The forward pass into `out` (its buffer is reused: no allocation once it has grown).
+    fn run_into(&mut self, input: &BatchInput, out: &mut BatchOutput) {
+        out.vocab = self.model.dims().vocab;
         self.model.forward(
             input,
             &self.logit_rows,
             &mut self.kv,
             &mut self.ws,
             self.pool,
-            &mut logits,
+            &mut out.logits,
         );
-        BatchOutput {
-            vocab: self.model.dims().vocab,
-            logits,
+    }
+
+    /// Logits rows of an ordinary step: the last token of each sequence that wants them.
+    fn sampled_rows(&mut self, input: &BatchInput) {
+        self.logit_rows.clear();
+        let mut end = 0;
+        for s in &input.seqs {
+            end += s.tokens.len();
+            if s.need_logits && !s.tokens.is_empty() {
+                self.logit_rows.push(end - 1);
+            }
         }
     }
 
@@ -138,15 +156,19 @@ impl ModelRunner {
 impl Executor for ModelRunner {
     fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
         self.validate(input)?;
-        self.logit_rows.clear();
-        let mut end = 0;
-        for s in &input.seqs {
-            end += s.tokens.len();
-            if s.need_logits && !s.tokens.is_empty() {
-                self.logit_rows.push(end - 1);
-            }
-        }
+        self.sampled_rows(input);
         Ok(self.run(input))
+    }
+
+    fn execute_into(
+        &mut self,
+        input: &BatchInput,
+        out: &mut BatchOutput,
+    ) -> Result<(), ExecutorError> {
+        self.validate(input)?;
+        self.sampled_rows(input);
+        self.run_into(input, out);
+        Ok(())
     }
 
     fn vocab_size(&self) -> usize {

@@ -236,7 +236,7 @@ fn unit_fn(isa: Isa, dtype: KvDtype) -> UnitFn {
 }
 
 fn unit_fn_for<E: SimdEntries>(isa: Isa) -> UnitFn {
-    let best = Isa::available().last().copied().unwrap_or(Isa::Scalar);
+    let best = Isa::supported();
     match isa.min(best) {
         Isa::Scalar => run_unit::<false, 4, ScalarVec, E>,
         #[cfg(target_arch = "x86_64")]

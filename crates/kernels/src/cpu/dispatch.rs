@@ -28,6 +28,13 @@ impl Isa {
         })
     }
 
+    /// The best ISA this CPU supports, probed once (not capped by `KESTREL_ISA`): the ceiling
+    /// for variants requested explicitly.
+    pub fn supported() -> Isa {
+        static SUPPORTED: OnceLock<Isa> = OnceLock::new();
+        *SUPPORTED.get_or_init(Self::probe)
+    }
+
     /// Every ISA this CPU can run, weakest first (tests iterate over these).
     pub fn available() -> Vec<Isa> {
         let best = Self::probe();

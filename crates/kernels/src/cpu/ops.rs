@@ -32,7 +32,7 @@ pub struct OpsKernels {
 impl OpsKernels {
     /// The fastest variants `isa` can run (capped at what this CPU supports).
     pub fn for_isa(isa: Isa) -> OpsKernels {
-        let best = Isa::available().last().copied().unwrap_or(Isa::Scalar);
+        let best = Isa::supported();
         match isa.min(best) {
             Isa::Scalar => OpsKernels {
                 isa: Isa::Scalar,

@@ -138,7 +138,7 @@ fn quantize_q8_1_scalar(src: &[f32], dst: &mut [u8]) {
 }
 
 fn capped(isa: Isa) -> Isa {
-    isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar))
+    isa.min(Isa::supported())
 }
 
 /// The fastest Q8_0 activation quantizer `isa` (capped to what this CPU runs) allows.

@@ -115,7 +115,7 @@ pub fn vec_dot_ref(dtype: DType, w: &[u8], a: &[f32]) -> f32 {
 /// Panics if `dtype` is quantized.
 pub fn kernels(dtype: DType, isa: Isa) -> TypeKernels {
     elem_bytes(dtype);
-    let isa = isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar));
+    let isa = isa.min(Isa::supported());
     let (dequantize, vec_dot): KernelFns = match (dtype, isa) {
         (DType::F32, Isa::Scalar) => (dequantize_scalar::<F32E>, vec_dot_scalar::<F32E>),
         (DType::F16, Isa::Scalar) => (dequantize_scalar::<F16E>, vec_dot_scalar::<F16E>),

@@ -242,7 +242,7 @@ pub fn kernels<const S: usize>(isa: Isa) -> TypeKernels {
         Some(t) => t,
         None => panic!("INT4: {S} sub-blocks per group is not a supported group size"),
     };
-    let isa = isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar));
+    let isa = isa.min(Isa::supported());
     let (vec_dot, vec_dot_tile): (fn(usize, &[u8], &[u8]) -> f32, Option<VecDotTileFn>) = match isa
     {
         Isa::Scalar => (vec_dot_scalar::<S>, None),

@@ -126,7 +126,7 @@ fn quantize_act_scalar(src: &[f32], dst: &mut [u8]) {
 }
 
 fn capped(isa: Isa) -> Isa {
-    isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar))
+    isa.min(Isa::supported())
 }
 
 /// The fastest `I8Row` activation quantizer `isa` (capped to what this CPU runs) allows;

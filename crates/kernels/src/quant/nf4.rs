@@ -356,7 +356,7 @@ pub fn vec_dot_dq_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// The fastest NF4 (`dq = false`) or NF4_DQ (`dq = true`) kernels that `isa` (capped to what
 /// this CPU runs) allows.
 pub fn kernels(isa: Isa, dq: bool) -> TypeKernels {
-    let isa = isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar));
+    let isa = isa.min(Isa::supported());
     let vec_dot: fn(usize, &[u8], &[u8]) -> f32 = match (isa, dq) {
         (Isa::Scalar, false) => vec_dot_ref,
         (Isa::Scalar, true) => vec_dot_dq_ref,

@@ -120,7 +120,7 @@ fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 /// The fastest Q5_0 kernels that `isa` (capped to what this CPU runs) allows.
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let isa = isa.min(Isa::available().into_iter().max().unwrap_or(Isa::Scalar));
+    let isa = isa.min(Isa::supported());
     let (dequantize, vec_dot): KernelFns = match isa {
         Isa::Scalar => (dequantize_scalar, vec_dot_scalar),
         #[cfg(target_arch = "x86_64")]

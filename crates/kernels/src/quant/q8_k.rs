@@ -84,11 +84,7 @@ pub fn quantize_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
 /// The strongest ISA that is both `<= isa` and runnable on this CPU. Every K-quant
 /// `kernels(isa)` goes through this, which is what makes handing out the SIMD variants sound.
 pub(crate) fn runnable(isa: Isa) -> Isa {
-    Isa::available()
-        .into_iter()
-        .filter(|i| *i <= isa)
-        .max()
-        .unwrap_or(Isa::Scalar)
+    isa.min(Isa::supported())
 }
 
 /// Number of blocks in a row of `n` elements.

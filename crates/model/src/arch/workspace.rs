@@ -1,6 +1,7 @@
 //! [`Workspace`]: activation buffers reused across forward passes, so a steady-state decode
 //! step allocates nothing.
 
+use kestrel_kernels::cpu::attention::AttnSeq;
 use kestrel_kernels::cpu::gemm::Scratch;
 
 /// Per-forward scratch memory. Buffers only grow.
@@ -22,6 +23,9 @@ pub struct Workspace {
     pub rows: Vec<f32>,
     pub rows_normed: Vec<f32>,
     pub scratch: Scratch,
+    /// The attention kernel's per-sequence views, kept empty between layers (only the
+    /// allocation is reused).
+    pub attn_seqs: Vec<AttnSeq<'static>>,
 }
 
 /// Sizes the buffers must hold for one forward pass.

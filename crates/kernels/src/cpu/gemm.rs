@@ -23,14 +23,11 @@
 
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
+pub use crate::quant::VecDotRowsFn;
 use crate::quant::{self, act::ActKernels, ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
 
 /// A weight type's row dot product (see [`TypeKernels::vec_dot`]).
 type VecDotFn = fn(usize, &[u8], &[u8]) -> f32;
-
-/// `[vec_dot(n, w[r], a); TILE]`: [`TILE`] weight rows against one activation row. Results
-/// equal `vec_dot`'s up to `f32` rounding.
-pub type VecDotRowsFn = fn(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE];
 
 /// Weight bytes per tile: a tile is reused for every x row while it sits in L1/L2.
 const TILE_BYTES: usize = 16 * 1024;
@@ -64,17 +61,6 @@ pub struct GemmKernels {
     pub weights: TypeKernels,
     /// `None` when the activation format is plain `f32` (used as is, no copy).
     pub quantize: Option<QuantizeFn>,
-    /// The `m == 1` kernel, for the types that have one.
-    pub vec_dot_rows: Option<VecDotRowsFn>,
-}
-
-/// The `m == 1` multi-row kernel of `dtype` for `isa`, if it has one.
-fn rows_kernel(dtype: DType, isa: Isa) -> Option<VecDotRowsFn> {
-    match dtype {
-        DType::Q4_0 => quant::q4_0::vec_dot_rows(isa),
-        DType::Q8_0 => quant::q8_0::vec_dot_rows(isa),
-        _ => None,
-    }
 }
 
 impl GemmKernels {
@@ -83,12 +69,7 @@ impl GemmKernels {
         let weights = TypeKernels::for_isa(dtype, isa);
         let quantize = (weights.act != ActFormat::F32)
             .then(|| ActKernels::for_isa(isa).quantize[weights.act as usize]);
-        let vec_dot_rows = rows_kernel(dtype, weights.isa);
-        GemmKernels {
-            weights,
-            quantize,
-            vec_dot_rows,
-        }
+        GemmKernels { weights, quantize }
     }
 
     /// The kernels for `dtype` on this CPU.
@@ -96,12 +77,7 @@ impl GemmKernels {
         let weights = *quant::kernels(dtype);
         let quantize = (weights.act != ActFormat::F32)
             .then(|| quant::act::kernels().quantize[weights.act as usize]);
-        let vec_dot_rows = rows_kernel(dtype, weights.isa);
-        GemmKernels {
-            weights,
-            quantize,
-            vec_dot_rows,
-        }
+        GemmKernels { weights, quantize }
     }
 }
 
@@ -149,7 +125,7 @@ pub fn matmul_with(
         m,
     };
     let out = SharedMut::new(y);
-    if let Some(rows_fn) = k.vec_dot_rows.filter(|_| m == 1) {
+    if let Some(rows_fn) = k.weights.vec_dot_rows.filter(|_| m == 1) {
         pool.broadcast(&|t, n| {
             let (r0, r1) = thread_rows(w.rows, t, n, TILE);
             rows.gemv(rows_fn, r0, r1, &out);

@@ -132,6 +132,7 @@ pub fn kernels(dtype: DType, isa: Isa) -> TypeKernels {
         dequantize,
         vec_dot,
         vec_dot_tile: None,
+        vec_dot_rows: None,
     }
 }
 

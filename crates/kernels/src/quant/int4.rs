@@ -263,6 +263,7 @@ pub fn kernels<const S: usize>(isa: Isa) -> TypeKernels {
         dequantize: dequantize_scalar::<S>,
         vec_dot,
         vec_dot_tile,
+        vec_dot_rows: None,
     }
 }
 

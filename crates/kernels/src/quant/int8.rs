@@ -163,6 +163,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         dequantize: dequantize_ref,
         vec_dot,
         vec_dot_tile,
+        vec_dot_rows: None,
     }
 }
 

@@ -263,7 +263,13 @@ pub struct TypeKernels {
     /// Optional multi-row kernel: a [`TILE`] × [`TILE`] tile of `vec_dot` products, each
     /// weight block loaded once for several activation rows (prefill, batched decode).
     pub vec_dot_tile: Option<VecDotTileFn>,
+    /// Optional `m == 1` kernel: [`TILE`] weight rows against one activation row, each
+    /// activation block loaded once (decode).
+    pub vec_dot_rows: Option<VecDotRowsFn>,
 }
+
+/// `out[r] = vec_dot(n, w[r], a)` for [`TILE`] weight rows (rows may repeat, to pad).
+pub type VecDotRowsFn = fn(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE];
 
 /// Weight rows and activation rows per [`VecDotTileFn`] call.
 pub const TILE: usize = 4;

@@ -382,6 +382,7 @@ pub fn kernels(isa: Isa, dq: bool) -> TypeKernels {
         },
         vec_dot,
         vec_dot_tile: None,
+        vec_dot_rows: None,
     }
 }
 

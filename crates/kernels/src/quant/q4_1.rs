@@ -135,6 +135,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         dequantize,
         vec_dot,
         vec_dot_tile,
+        vec_dot_rows: None,
     }
 }
 

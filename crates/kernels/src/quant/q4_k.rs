@@ -273,6 +273,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         dequantize,
         vec_dot,
         vec_dot_tile: None,
+        vec_dot_rows: None,
     }
 }
 

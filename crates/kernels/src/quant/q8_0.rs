@@ -176,13 +176,14 @@ pub fn kernels(isa: Isa) -> TypeKernels {
         dequantize,
         vec_dot,
         vec_dot_tile,
+        vec_dot_rows: vec_dot_rows(isa),
     }
 }
 
 /// The m = 1 kernel `isa` allows: `[vec_dot(n, w[r], a); 4]` for 4 weight rows and one
 /// activation row, each activation block loaded once for the 4 rows (AVX-512 VNNI only).
 pub fn vec_dot_rows(isa: Isa) -> Option<fn(usize, [&[u8]; TILE], &[u8]) -> [f32; TILE]> {
-    match kernels(isa).isa {
+    match isa.min(Isa::supported()) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => Some(x86::tile::vec_dot_rows_avx512),
         _ => None,

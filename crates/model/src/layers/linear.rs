@@ -115,11 +115,6 @@ impl Linear {
         self
     }
 
-    /// The outlier channels, if any.
-    pub fn outliers(&self) -> Option<&OutlierColumns> {
-        self.outliers.as_deref()
-    }
-
     pub fn rows(&self) -> usize {
         self.rows
     }

@@ -62,15 +62,6 @@ impl OutlierColumns {
         })
     }
 
-    /// Number of outlier channels.
-    pub fn len(&self) -> usize {
-        self.cols.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cols.is_empty()
-    }
-
     /// Bytes of the outlier weights.
     pub fn n_bytes(&self) -> usize {
         self.weight.n_bytes()

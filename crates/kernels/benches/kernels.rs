@@ -1,11 +1,13 @@
 //! Criterion benches for the CPU execution kernels: thread-pool broadcast, matmul (Q4_1,
-//! Q8_0, F32 and the toolkit types INT8, INT4_G128, NF4 at SmolLM2-135M shapes), the 4 × 4
+//! Q8_0, F32 and the toolkit types INT8, INT4_G128, NF4 at SmolLM2-135M shapes), packed
+//! panels against the GGUF layout, the 4 × 4
 //! tile kernels against per-row dot products, and paged attention. Threads: `KESTREL_THREADS`, else
 //! all cores.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kestrel_kernels::cpu::attention::{attention, AttnSeq, KvDtype, PagedKv};
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
+use kestrel_kernels::cpu::packed::{matmul_packed, PackedMatrix};
 use kestrel_kernels::cpu::ThreadPool;
 use kestrel_kernels::quant::{int4, int8, nf4};
 use kestrel_kernels::DType;
@@ -149,6 +151,45 @@ fn bench_attention(c: &mut Criterion) {
     group.finish();
 }
 
+/// The packed panel product beside the GGUF-layout product of the same matrix (SmolLM2-135M
+/// FFN shapes and its Q8_0 output head), for decode (m = 1), batched decode (16) and prefill.
+fn bench_packed(c: &mut Criterion) {
+    let pool = ThreadPool::global();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let mut group = c.benchmark_group("packed");
+    let cases = [
+        (DType::Q4_0, 1536, 576),
+        (DType::Q4_1, 1536, 576),
+        (DType::Q4_1, 576, 1536),
+        (DType::Q8_0, 1536, 576),
+        (DType::Q8_0, 49152, 576),
+    ];
+    for (dtype, rows, cols) in cases {
+        let data = weights(dtype, rows, cols, &mut rng);
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let packed = PackedMatrix::pack(dtype, rows, cols, &data).expect("whole panels");
+        for m in [1, 16, 64] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let mut y = vec![0.0; m * rows];
+            let mut scratch = Scratch::default();
+            group.throughput(Throughput::Elements((2 * m * rows * cols) as u64));
+            let name = format!("{dtype}/{rows}x{cols}/m{m}");
+            group.bench_function(BenchmarkId::new(name.clone(), "gguf"), |b| {
+                b.iter(|| matmul(pool, w, &x, m, &mut y, &mut scratch))
+            });
+            group.bench_function(BenchmarkId::new(name, "packed"), |b| {
+                b.iter(|| matmul_packed(pool, &packed, &x, m, &mut y, &mut scratch))
+            });
+        }
+    }
+    group.finish();
+}
+
 /// One 4 × 4 tile kernel call against the 16 `vec_dot` calls it replaces (one thread).
 fn bench_tile(c: &mut Criterion) {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
@@ -193,6 +234,7 @@ criterion_group!(
     benches,
     bench_broadcast,
     bench_matmul,
+    bench_packed,
     bench_tile,
     bench_attention
 );

@@ -21,6 +21,7 @@
 //! `y[0][r..r+4]`: four weight rows stream from memory together against one activation row,
 //! which keeps more loads in flight and loads each activation block once per 4 rows.
 
+use crate::cpu::packed::PackedActs;
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
 pub use crate::quant::VecDotRowsFn;
@@ -48,7 +49,9 @@ pub struct MatRef<'a> {
 /// Reusable buffers for [`matmul`] (quantized activations); grows as needed, never shrinks.
 #[derive(Default)]
 pub struct Scratch {
-    act: Vec<u8>,
+    pub(crate) act: Vec<u8>,
+    /// The activations of packed products ([`crate::cpu::packed`]).
+    pub(crate) packed: PackedActs,
 }
 
 /// An activation quantizer: `f32` row in, `ActFormat` bytes out.
@@ -114,7 +117,7 @@ pub fn matmul_with(
     let act = k.weights.act;
     let a_row = act.row_bytes(w.cols);
     let acts: &[u8] = match k.quantize {
-        Some(q) => quantize_rows(pool, q, x, m, w.cols, a_row, scratch),
+        Some(q) => quantize_rows(pool, q, x, m, w.cols, a_row, &mut scratch.act),
         None => f32_bytes(x, scratch),
     };
     let rows = RowsRef {
@@ -267,20 +270,20 @@ fn check_shapes(k: &GemmKernels, w: &MatRef<'_>, x: &[f32], m: usize, y: &[f32])
     w_row
 }
 
-/// Quantize the `m` rows of `x` into `scratch`, in parallel when there are enough rows.
-fn quantize_rows<'s>(
+/// Quantize the `m` rows of `x` into `act`, in parallel when there are enough rows.
+pub(crate) fn quantize_rows<'s>(
     pool: &ThreadPool,
     quantize: QuantizeFn,
     x: &[f32],
     m: usize,
     cols: usize,
     a_row: usize,
-    scratch: &'s mut Scratch,
+    act: &'s mut Vec<u8>,
 ) -> &'s [u8] {
-    if scratch.act.len() < m * a_row {
-        scratch.act.resize(m * a_row, 0);
+    if act.len() < m * a_row {
+        act.resize(m * a_row, 0);
     }
-    let buf = &mut scratch.act[..m * a_row];
+    let buf = &mut act[..m * a_row];
     if m < PARALLEL_QUANT_ROWS * pool.n_threads() {
         for (src, dst) in x.chunks_exact(cols).zip(buf.chunks_exact_mut(a_row)) {
             quantize(src, dst);
@@ -296,7 +299,7 @@ fn quantize_rows<'s>(
             }
         });
     }
-    &scratch.act[..m * a_row]
+    &act[..m * a_row]
 }
 
 /// `x` as little-endian bytes: a zero-copy view on little-endian targets.

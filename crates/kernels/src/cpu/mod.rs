@@ -4,6 +4,7 @@ pub mod attention;
 pub mod dispatch;
 pub mod gemm;
 pub mod ops;
+pub mod packed;
 pub mod threadpool;
 
 pub use dispatch::Isa;

@@ -158,7 +158,7 @@ impl Loader<'_> {
             None => None,
         };
         let name = view.name.clone();
-        let mut linear = Linear::new(view, bias)?;
+        let mut linear = Linear::new(view, bias)?.packed();
         if let Some(perm) = self.src.input_perm(&name) {
             linear = linear.with_input_perm(&name, perm)?;
         }
@@ -232,7 +232,8 @@ impl LlamaModel {
         let head = match tied_head {
             false => Linear::new(ld.get(naming.output(), &[dims.vocab, dims.hidden])?, None)?,
             true => embed.as_linear().clone(),
-        };
+        }
+        .packed();
         let layers = (0..dims.n_layers)
             .map(|i| ld.layer(i, &dims, eps))
             .collect::<Result<_, _>>()?;

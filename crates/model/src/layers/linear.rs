@@ -4,6 +4,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
+use kestrel_kernels::cpu::packed::{matmul_packed, worth_packing, PackedMatrix};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::{DType, SharedBytes};
 
@@ -11,13 +12,16 @@ use super::outlier_columns::OutlierColumns;
 use crate::error::ModelError;
 use crate::weights::TensorView;
 
-/// A dense layer with `rows` outputs and `cols` inputs; weights stay in their file format.
+/// A dense layer with `rows` outputs and `cols` inputs; weights stay in their file format, or
+/// are repacked into interleaved panels ([`Linear::packed`]) where the CPU has kernels for them.
 #[derive(Debug, Clone)]
 pub struct Linear {
     dtype: DType,
     rows: usize,
     cols: usize,
+    /// The weights in their file format; empty once packed.
     data: SharedBytes,
+    packed: Option<Arc<PackedMatrix>>,
     bias: Option<Vec<f32>>,
     /// Stored column `j` multiplies input column `perm[j]` (GPTQ act-order checkpoints).
     perm: Option<Arc<[u32]>>,
@@ -84,10 +88,25 @@ impl Linear {
             rows,
             cols,
             data: view.data,
+            packed: None,
             bias,
             perm: None,
             outliers: None,
         })
+    }
+
+    /// Repack the weights into interleaved panels when this CPU has a packed kernel for their
+    /// type and shape (see `kestrel_kernels::cpu::packed`); otherwise unchanged. The file-format
+    /// bytes are released.
+    pub fn packed(mut self) -> Linear {
+        if self.packed.is_some() || !worth_packing(self.dtype, self.rows) {
+            return self;
+        }
+        if let Some(p) = PackedMatrix::pack(self.dtype, self.rows, self.cols, &self.data) {
+            self.packed = Some(Arc::new(p));
+            self.data = SharedBytes::from_vec(Vec::new());
+        }
+        self
     }
 
     /// Read input column `perm[j]` where the weights have column `j` (the weights were stored
@@ -129,7 +148,8 @@ impl Linear {
 
     /// Bytes of weight data (outlier weights included).
     pub fn n_bytes(&self) -> usize {
-        self.data.len() + self.outliers.as_ref().map_or(0, |o| o.n_bytes())
+        let main = self.packed.as_ref().map_or(self.data.len(), |p| p.n_bytes());
+        main + self.outliers.as_ref().map_or(0, |o| o.n_bytes())
     }
 
     /// `y[m × rows] = x[m × cols] · Wᵀ (+ b)`.
@@ -141,15 +161,9 @@ impl Linear {
         y: &mut [f32],
         scratch: &mut Scratch,
     ) {
-        let w = MatRef {
-            dtype: self.dtype,
-            rows: self.rows,
-            cols: self.cols,
-            data: &self.data,
-        };
         let (x, out) = (&x[..m * self.cols], &mut y[..m * self.rows]);
         if self.perm.is_none() && self.outliers.is_none() {
-            matmul(pool, w, x, m, out, scratch);
+            self.product(pool, x, m, out, scratch);
         } else {
             INPUTS.with(|b| {
                 let b = &mut *b.borrow_mut();
@@ -157,7 +171,7 @@ impl Linear {
                 if let Some(o) = &self.outliers {
                     o.split(&mut b.main, self.cols, &mut b.outliers);
                 }
-                matmul(pool, w, &b.main, m, out, scratch);
+                self.product(pool, &b.main, m, out, scratch);
                 if let Some(o) = &self.outliers {
                     o.add(pool, &b.outliers, m, out, &mut b.product, scratch);
                 }
@@ -166,6 +180,22 @@ impl Linear {
         if let Some(bias) = &self.bias {
             for row in y[..m * self.rows].chunks_exact_mut(self.rows) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+        }
+    }
+
+    /// The weight product alone, `x` already in stored column order.
+    fn product(&self, pool: &ThreadPool, x: &[f32], m: usize, y: &mut [f32], s: &mut Scratch) {
+        match &self.packed {
+            Some(p) => matmul_packed(pool, p, x, m, y, s),
+            None => {
+                let w = MatRef {
+                    dtype: self.dtype,
+                    rows: self.rows,
+                    cols: self.cols,
+                    data: &self.data,
+                };
+                matmul(pool, w, x, m, y, s)
             }
         }
     }
@@ -186,6 +216,9 @@ impl Linear {
     /// Dequantize row `r` into `out` (used for embedding lookups through a tied head; in stored
     /// column order).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        if let Some(p) = &self.packed {
+            return p.dequantize_row(r, out);
+        }
         let row_bytes = self.data.len() / self.rows;
         let src = &self.data[r * row_bytes..(r + 1) * row_bytes];
         kestrel_kernels::quant::dequantize_row(self.dtype, src, &mut out[..self.cols]);

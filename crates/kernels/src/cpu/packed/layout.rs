@@ -1,0 +1,127 @@
+//! The packed panel layout: conversion from and to GGUF blocks, and the element accessors the
+//! scalar kernel reads through.
+//!
+//! A panel holds [`PANEL`] consecutive weight rows. Its bytes are all the blocks' quants, then
+//! all the blocks' scales (`nb` = blocks per row):
+//!
+//! ```text
+//! panel = | quants of block 0 | ... | quants of block nb-1 | scales 0 | ... | scales nb-1 |
+//!
+//! Q4_0 / Q4_1 quants of one block (256 bytes) = 4 vectors of 64 bytes; vector v, byte 4r+b:
+//!     low nibble  = quant of element 8v+b   of row r   (unsigned, 0..=15)
+//!     high nibble = quant of element 8v+4+b of row r
+//! Q8_0 quants of one block (512 bytes) = 8 vectors of 64 bytes; vector g, byte 4r+b:
+//!     quant of element 4g+b of row r, plus 128 (unsigned, 1..=255)
+//! scales: 16 × f16 d (Q4_1: then 16 × f16 m), row r at index r
+//! ```
+//!
+//! A vector thus holds 4 consecutive elements of each of the 16 rows: one `vpdpbusd` against 4
+//! activation bytes broadcast to every lane adds those 4 products into 16 row sums.
+
+use super::{PackedKind, PANEL};
+
+/// Bytes of one GGUF block of `kind`.
+pub(super) const fn block_bytes(kind: PackedKind) -> usize {
+    kind.dtype().block_bytes()
+}
+
+/// Quant `e` (0..32) of a GGUF block, as the unsigned value the packed layout stores.
+fn block_quant(kind: PackedKind, block: &[u8], e: usize) -> u8 {
+    match kind {
+        PackedKind::Q4_0 | PackedKind::Q4_1 => {
+            let qs = &block[block_bytes(kind) - 16..];
+            if e < 16 {
+                qs[e] & 0x0F
+            } else {
+                qs[e - 16] >> 4
+            }
+        }
+        PackedKind::Q8_0 => block[2 + e] ^ 0x80,
+    }
+}
+
+/// Writes quant `e` (0..32, unsigned as stored) into a GGUF block.
+fn set_block_quant(kind: PackedKind, block: &mut [u8], e: usize, q: u8) {
+    match kind {
+        PackedKind::Q4_0 | PackedKind::Q4_1 => {
+            let qs = &mut block[block_bytes(kind) - 16..];
+            if e < 16 {
+                qs[e] = (qs[e] & 0xF0) | q;
+            } else {
+                qs[e - 16] = (qs[e - 16] & 0x0F) | (q << 4);
+            }
+        }
+        PackedKind::Q8_0 => block[2 + e] = q ^ 0x80,
+    }
+}
+
+/// The byte of a block's packed quants holding element `e` of row `r`, and the shift of its
+/// value within that byte (always 0 for Q8_0).
+#[inline]
+fn quant_position(kind: PackedKind, r: usize, e: usize) -> (usize, u32) {
+    match kind {
+        PackedKind::Q4_0 | PackedKind::Q4_1 => {
+            let (v, w) = (e / 8, e % 8);
+            (v * 64 + 4 * r + w % 4, if w < 4 { 0 } else { 4 })
+        }
+        PackedKind::Q8_0 => ((e / 4) * 64 + 4 * r + e % 4, 0),
+    }
+}
+
+/// Element `e` of row `r` in one block's packed quants (unsigned, as stored).
+#[inline]
+pub(super) fn packed_quant(kind: PackedKind, quants: &[u8], r: usize, e: usize) -> u8 {
+    let (byte, shift) = quant_position(kind, r, e);
+    let v = quants[byte] >> shift;
+    match kind {
+        PackedKind::Q8_0 => v,
+        _ => v & 0x0F,
+    }
+}
+
+/// Packs block `i` of the panel's rows (`rows[r]` = row `r`'s GGUF bytes) into `quants` (one
+/// block's quant bytes) and `scales` (one block's scale bytes).
+pub(super) fn pack_block(
+    kind: PackedKind,
+    rows: &[&[u8]; PANEL],
+    i: usize,
+    quants: &mut [u8],
+    scales: &mut [u8],
+) {
+    let bb = block_bytes(kind);
+    for (r, row) in rows.iter().enumerate() {
+        let block = &row[i * bb..(i + 1) * bb];
+        let q: [u8; 32] = std::array::from_fn(|e| block_quant(kind, block, e));
+        for v in 0..quants.len() / 64 {
+            let dst = &mut quants[v * 64 + 4 * r..][..4];
+            for (b, d) in dst.iter_mut().enumerate() {
+                *d = match kind {
+                    PackedKind::Q8_0 => q[4 * v + b],
+                    _ => q[8 * v + b] | q[8 * v + 4 + b] << 4,
+                };
+            }
+        }
+        scales[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
+        if kind == PackedKind::Q4_1 {
+            scales[32 + 2 * r..34 + 2 * r].copy_from_slice(&block[2..4]);
+        }
+    }
+}
+
+/// Rebuilds row `r`'s GGUF block from one block's packed `quants` and `scales`.
+pub(super) fn unpack_block(
+    kind: PackedKind,
+    quants: &[u8],
+    scales: &[u8],
+    r: usize,
+    block: &mut [u8],
+) {
+    block.fill(0);
+    block[..2].copy_from_slice(&scales[2 * r..2 * r + 2]);
+    if kind == PackedKind::Q4_1 {
+        block[2..4].copy_from_slice(&scales[32 + 2 * r..34 + 2 * r]);
+    }
+    for e in 0..32 {
+        set_block_quant(kind, block, e, packed_quant(kind, quants, r, e));
+    }
+}

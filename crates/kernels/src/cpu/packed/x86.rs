@@ -1,0 +1,175 @@
+//! AVX-512 VNNI panel kernel: 16 weight rows (one register of lanes) × up to 8 activation
+//! rows, the integer sums of a block in `NA` registers, the `f32` results in `NA` more.
+
+use std::arch::x86_64::*;
+
+use super::{PackedKind, PanelJob, PanelOut, MAX_ACT_ROWS};
+
+/// How far ahead of the block being read the kernel prefetches when it reads few activation
+/// rows (decode): weights then stream from memory once, and the hardware prefetchers alone,
+/// which stop at page boundaries, leave the memory bus idle part of the time.
+const PREFETCH_BYTES: usize = 2048;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// Generates the `match` from a job's row count to the monomorphized kernel.
+macro_rules! by_rows {
+    ($job:expr, $out:expr, $kind:expr) => {
+        match $job.na {
+            1 => run::<1, $kind>($job, $out),
+            2 => run::<2, $kind>($job, $out),
+            3 => run::<3, $kind>($job, $out),
+            4 => run::<4, $kind>($job, $out),
+            5 => run::<5, $kind>($job, $out),
+            6 => run::<6, $kind>($job, $out),
+            7 => run::<7, $kind>($job, $out),
+            _ => run::<8, $kind>($job, $out),
+        }
+    };
+}
+
+/// The AVX-512 VNNI [`super::PanelFn`].
+pub(super) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
+    check(job);
+    // SAFETY: `panel_kernel` hands this out only on CPUs with AVX-512 F/BW/VL/VNNI, F16C and
+    // FMA; `check` verified that the panel holds `nb` blocks and the activations hold rows
+    // `j0..j0 + na` of `nb` blocks, which is all `run` reads.
+    unsafe {
+        match job.kind {
+            PackedKind::Q4_0 => by_rows!(job, out, Q4_0),
+            PackedKind::Q4_1 => by_rows!(job, out, Q4_1),
+            PackedKind::Q8_0 => by_rows!(job, out, Q8_0),
+        }
+    }
+}
+
+/// Panics unless every byte `run` reads is in bounds.
+fn check(job: &PanelJob<'_>) {
+    let (nb, kind, a) = (job.nb, job.kind, job.acts);
+    let rows_end = job.j0 + job.na;
+    assert!(
+        (1..=MAX_ACT_ROWS).contains(&job.na),
+        "panel kernel: 1..=8 rows"
+    );
+    assert!(
+        job.panel.len() >= nb * (kind.quant_bytes() + kind.scale_bytes()),
+        "panel kernel: panel too short"
+    );
+    assert!(
+        a.q.len() >= rows_end * nb * 32
+            && a.d.len() >= rows_end * nb
+            && a.corr.len() >= rows_end * nb
+            && a.s.len() >= rows_end * nb,
+        "panel kernel: activations too short"
+    );
+}
+
+/// 4 activation quants at `p`, broadcast to all 16 lanes.
+///
+/// # Safety
+/// 4 bytes at `p` are readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn bcast4(p: *const i8) -> __m512i {
+    // SAFETY: the caller's contract.
+    _mm512_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+}
+
+/// The integer dot products of block `i` (quants at `qp`) with `NA` activation rows.
+///
+/// # Safety
+/// `qp` points at a block's packed quants; `aq[j]` at an activation row of at least
+/// `32·(i + 1)` quants.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn block_sums<const NA: usize, const KIND: u8>(
+    qp: *const u8,
+    aq: &[*const i8; NA],
+    i: usize,
+) -> [__m512i; NA] {
+    let mut isum = [_mm512_setzero_si512(); NA];
+    // SAFETY: loads stay within the block's quants (4 or 8 vectors of 64 bytes) and the
+    // activation block's 32 quants, per the caller's contract.
+    unsafe {
+        if KIND == Q8_0 {
+            for g in 0..8 {
+                let w = _mm512_loadu_si512(qp.add(64 * g).cast());
+                for j in 0..NA {
+                    let a = bcast4(aq[j].add(32 * i + 4 * g));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], w, a);
+                }
+            }
+        } else {
+            let mask = _mm512_set1_epi8(0x0F);
+            for v in 0..4 {
+                let raw = _mm512_loadu_si512(qp.add(64 * v).cast());
+                let lo = _mm512_and_si512(raw, mask);
+                let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                for j in 0..NA {
+                    let a = aq[j].add(32 * i + 8 * v);
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], lo, bcast4(a));
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], hi, bcast4(a.add(4)));
+                }
+            }
+        }
+    }
+    isum
+}
+
+/// Prefetches the cache lines of `len` bytes at `p` into L2 (any address: prefetches never
+/// fault, so running past the matrix is harmless).
+#[inline(always)]
+fn prefetch(p: *const u8, len: usize) {
+    for off in (0..len).step_by(64) {
+        // SAFETY: a prefetch is a hint that reads nothing architecturally visible and never
+        // faults, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PanelOut) {
+    let (nb, acts) = (job.nb, job.acts);
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr();
+    // SAFETY: the scales follow the `nb` blocks of quants inside the panel (checked).
+    let scales = unsafe { quants.add(nb * qb) };
+    let aq: [*const i8; NA] =
+        std::array::from_fn(|j| acts.q[(job.j0 + j) * nb * 32..].as_ptr());
+    let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
+    let mut acc = [_mm512_setzero_ps(); NA];
+    for i in 0..nb {
+        if NA <= 2 {
+            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
+            prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
+        }
+        // SAFETY: block i < nb of the panel and of every activation row is in bounds.
+        let (isum, dw, mw) = unsafe {
+            let sp = scales.add(i * sb);
+            (
+                block_sums::<NA, KIND>(quants.add(i * qb), &aq, i),
+                _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32 * usize::from(KIND == Q4_1)).cast())),
+            )
+        };
+        for j in 0..NA {
+            let k = k0[j] + i;
+            let s = if KIND == Q4_1 {
+                isum[j]
+            } else {
+                _mm512_sub_epi32(isum[j], _mm512_set1_epi32(acts.corr[k]))
+            };
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(acts.d[k]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[j]);
+            if KIND == Q4_1 {
+                acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(acts.s[k]), acc[j]);
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: each output row holds 16 floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}

@@ -1,0 +1,123 @@
+//! Packed weight panels: packing round-trips, the SIMD panel kernel is bit-identical to the
+//! scalar spec, and the packed product matches the GGUF-layout product of the same matrix.
+
+use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
+use kestrel_kernels::cpu::packed::{
+    matmul_packed, matmul_packed_with, panel_kernel, worth_packing, PackedMatrix, PANEL,
+};
+use kestrel_kernels::cpu::{Isa, ThreadPool};
+use kestrel_kernels::quant::{self, DType};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const KINDS: [DType; 3] = [DType::Q4_0, DType::Q4_1, DType::Q8_0];
+
+/// A `rows × cols` matrix of `dtype` quantized from random values (some rows scaled up, so
+/// block scales vary widely).
+fn quantized(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|i| rng.gen_range(-1.0f32..1.0) * if i / cols % 5 == 0 { 8.0 } else { 1.0 })
+        .collect();
+    match dtype {
+        DType::Q4_0 => bytemuck::cast_slice(&quant::q4_0::quantize_ref(&x)).to_vec(),
+        DType::Q4_1 => bytemuck::cast_slice(&quant::q4_1::quantize_ref(&x)).to_vec(),
+        DType::Q8_0 => bytemuck::cast_slice(&quant::q8_0::quantize_ref(&x)).to_vec(),
+        _ => unreachable!("only the packed kinds"),
+    }
+}
+
+fn random_x(m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    (0..m * cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
+}
+
+#[test]
+fn unpacking_a_row_gives_back_its_gguf_bytes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for dtype in KINDS {
+        let (rows, cols) = (48, 96);
+        let data = quantized(dtype, rows, cols, &mut rng);
+        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let rb = dtype.row_bytes(cols).unwrap();
+        let mut row = vec![0u8; rb];
+        let (mut deq, mut want) = (vec![0.0f32; cols], vec![0.0f32; cols]);
+        for r in 0..rows {
+            packed.unpack_row(r, &mut row);
+            assert_eq!(row, data[r * rb..(r + 1) * rb], "{dtype} row {r}");
+            packed.dequantize_row(r, &mut deq);
+            quant::dequantize_row(dtype, &data[r * rb..(r + 1) * rb], &mut want);
+            assert_eq!(deq, want, "{dtype} row {r} dequantized");
+        }
+    }
+}
+
+#[test]
+fn packing_refuses_partial_panels_and_other_types() {
+    let data = vec![0u8; 8 * DType::Q4_0.row_bytes(64).unwrap()];
+    assert!(PackedMatrix::pack(DType::Q4_0, 8, 64, &data).is_none());
+    assert!(!worth_packing(DType::Q4_0, 8));
+    assert!(!worth_packing(DType::Q4_K, 256));
+    let f32_data = vec![0u8; 16 * 64 * 4];
+    assert!(PackedMatrix::pack(DType::F32, 16, 64, &f32_data).is_none());
+    // Wrong byte count.
+    assert!(PackedMatrix::pack(DType::Q8_0, 16, 64, &data).is_none());
+}
+
+/// Every row count 1..=20 (all kernel widths, partial tiles) plus one past the activation chunk.
+const ROW_COUNTS: [usize; 6] = [1, 3, 8, 13, 20, 70];
+
+#[test]
+fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    for dtype in KINDS {
+        let (rows, cols) = (64, 160);
+        let data = quantized(dtype, rows, cols, &mut rng);
+        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        for m in ROW_COUNTS.into_iter().chain(1..=9) {
+            let x = random_x(m, cols, &mut rng);
+            let mut scratch = Scratch::default();
+            let mut want = vec![0.0; m * rows];
+            let spec = panel_kernel(Isa::Scalar);
+            matmul_packed_with(&pool, spec, &packed, &x, m, &mut want, &mut scratch);
+            for isa in Isa::available() {
+                let mut got = vec![0.0; m * rows];
+                let k = panel_kernel(isa);
+                matmul_packed_with(&pool, k, &packed, &x, m, &mut got, &mut scratch);
+                assert_eq!(got, want, "{dtype} {isa:?} m={m}");
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_product_matches_the_gguf_layout_product() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for dtype in KINDS {
+        let (rows, cols) = (PANEL * 6, 256);
+        let data = quantized(dtype, rows, cols, &mut rng);
+        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let w = MatRef {
+            dtype,
+            rows,
+            cols,
+            data: &data,
+        };
+        let kernels = GemmKernels::for_isa(dtype, Isa::Scalar);
+        for m in ROW_COUNTS {
+            let x = random_x(m, cols, &mut rng);
+            let mut scratch = Scratch::default();
+            let (mut want, mut got) = (vec![0.0; m * rows], vec![0.0; m * rows]);
+            matmul_with(&pool, &kernels, w, &x, m, &mut want, &mut scratch);
+            matmul_packed(&pool, &packed, &x, m, &mut got, &mut scratch);
+            let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                // Same integer block sums; only the f32 summation order of the blocks differs.
+                assert!(
+                    (g - w).abs() <= 1e-5 * scale,
+                    "{dtype} m={m} [{i}]: {g} vs {w}"
+                );
+            }
+        }
+    }
+}

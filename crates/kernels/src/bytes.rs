@@ -57,6 +57,32 @@ impl SharedBytes {
         Self::from_vec(bytemuck::cast_slice(values).to_vec())
     }
 
+    /// Drop this range's pages from the process's resident set if it is file-mapped (for weights
+    /// that were copied elsewhere, e.g. repacked). The bytes stay readable: a later access reads
+    /// them from the file again. Owned buffers are left as they are.
+    pub fn release_resident(&self) {
+        #[cfg(unix)]
+        if let Backing::Mapped(map) = &*self.backing {
+            if self.range.is_empty() {
+                return;
+            }
+            // SAFETY: the mapping is private and read-only and Kestrel never writes through
+            // it, so every page is clean: MADV_DONTNEED only unmaps pages, and the next access
+            // faults in the same bytes from the file (page cache). No live reference observes
+            // a change. The range is within the map (memmap2 widens it to whole pages, which
+            // drops neighbouring pages the same harmless way).
+            let res = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.range.start,
+                    self.range.len(),
+                )
+            };
+            // Only a hint: on failure the pages simply stay resident.
+            drop(res);
+        }
+    }
+
     /// A sub-range, relative to this one; `None` if it is out of bounds.
     pub fn slice(&self, range: Range<usize>) -> Option<SharedBytes> {
         if range.start > range.end || range.end > self.range.len() {

@@ -104,6 +104,7 @@ impl Linear {
         }
         if let Some(p) = PackedMatrix::pack(self.dtype, self.rows, self.cols, &self.data) {
             self.packed = Some(Arc::new(p));
+            self.data.release_resident();
             self.data = SharedBytes::from_vec(Vec::new());
         }
         self

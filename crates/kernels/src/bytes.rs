@@ -12,7 +12,10 @@ use memmap2::Mmap;
 enum Backing {
     Mapped(Mmap),
     /// `u64` words keep the buffer 8-byte aligned; `len` is the byte length.
-    Owned { words: Vec<u64>, len: usize },
+    Owned {
+        words: Vec<u64>,
+        len: usize,
+    },
 }
 
 impl Backing {
@@ -41,7 +44,10 @@ impl SharedBytes {
         // mmap-based model loader has.
         let map = unsafe { Mmap::map(&file)? };
         let len = map.len();
-        Ok(SharedBytes { backing: Arc::new(Backing::Mapped(map)), range: 0..len })
+        Ok(SharedBytes {
+            backing: Arc::new(Backing::Mapped(map)),
+            range: 0..len,
+        })
     }
 
     /// Take ownership of `bytes`, copying them into an 8-byte-aligned buffer.
@@ -49,7 +55,10 @@ impl SharedBytes {
         let len = bytes.len();
         let mut words = vec![0u64; len.div_ceil(8)];
         bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len].copy_from_slice(&bytes);
-        SharedBytes { backing: Arc::new(Backing::Owned { words, len }), range: 0..len }
+        SharedBytes {
+            backing: Arc::new(Backing::Owned { words, len }),
+            range: 0..len,
+        }
     }
 
     /// Build from `f32` values (little-endian).
@@ -89,7 +98,10 @@ impl SharedBytes {
             return None;
         }
         let start = self.range.start + range.start;
-        Some(SharedBytes { backing: self.backing.clone(), range: start..start + range.len() })
+        Some(SharedBytes {
+            backing: self.backing.clone(),
+            range: start..start + range.len(),
+        })
     }
 }
 

@@ -149,7 +149,10 @@ impl Linear {
 
     /// Bytes of weight data (outlier weights included).
     pub fn n_bytes(&self) -> usize {
-        let main = self.packed.as_ref().map_or(self.data.len(), |p| p.n_bytes());
+        let main = self
+            .packed
+            .as_ref()
+            .map_or(self.data.len(), |p| p.n_bytes());
         main + self.outliers.as_ref().map_or(0, |o| o.n_bytes())
     }
 

@@ -136,8 +136,7 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pan
     let quants = job.panel.as_ptr();
     // SAFETY: the scales follow the `nb` blocks of quants inside the panel (checked).
     let scales = unsafe { quants.add(nb * qb) };
-    let aq: [*const i8; NA] =
-        std::array::from_fn(|j| acts.q[(job.j0 + j) * nb * 32..].as_ptr());
+    let aq: [*const i8; NA] = std::array::from_fn(|j| acts.q[(job.j0 + j) * nb * 32..].as_ptr());
     let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
@@ -151,7 +150,9 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pan
             (
                 block_sums::<NA, KIND>(quants.add(i * qb), &aq, i),
                 _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast())),
-                _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32 * usize::from(KIND == Q4_1)).cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(
+                    sp.add(32 * usize::from(KIND == Q4_1)).cast(),
+                )),
             )
         };
         for j in 0..NA {

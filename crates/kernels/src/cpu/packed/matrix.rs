@@ -1,0 +1,123 @@
+//! [`PackedMatrix`]: a weight matrix repacked into panels (layout in `layout.rs`).
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{layout, PackedKind, PANEL};
+use crate::quant::{self, DType};
+
+/// One 64-byte line, so panels start on cache-line boundaries.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A `rows × cols` weight matrix in the packed layout.
+pub struct PackedMatrix {
+    kind: PackedKind,
+    rows: usize,
+    cols: usize,
+    /// Bytes per panel, rounded up to whole lines.
+    panel_stride: usize,
+    lines: Vec<Line>,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("kind", &self.kind)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+impl PackedMatrix {
+    /// Packs a row-major GGUF matrix. `None` if `dtype` has no packed layout, `rows` is not a
+    /// multiple of [`PANEL`], or `data` is not exactly `rows` rows of `cols` elements.
+    pub fn pack(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> Option<PackedMatrix> {
+        let kind = PackedKind::of(dtype)?;
+        let row_bytes = dtype.row_bytes(cols)?;
+        if rows % PANEL != 0 || data.len() != rows * row_bytes {
+            return None;
+        }
+        let panel_stride = (PANEL * row_bytes).div_ceil(64) * 64;
+        let mut m = PackedMatrix {
+            kind,
+            rows,
+            cols,
+            panel_stride,
+            lines: vec![Line([0; 64]); rows / PANEL * panel_stride / 64],
+        };
+        let nb = m.blocks();
+        let (qb, sb) = (kind.quant_bytes(), kind.scale_bytes());
+        for p in 0..rows / PANEL {
+            let src: [&[u8]; PANEL] =
+                std::array::from_fn(|r| &data[(p * PANEL + r) * row_bytes..][..row_bytes]);
+            let panel = &mut m.bytes_mut()[p * panel_stride..][..nb * (qb + sb)];
+            let (quants, scales) = panel.split_at_mut(nb * qb);
+            for i in 0..nb {
+                let (q, s) = (&mut quants[i * qb..][..qb], &mut scales[i * sb..][..sb]);
+                layout::pack_block(kind, &src, i, q, s);
+            }
+        }
+        Some(m)
+    }
+
+    pub fn kind(&self) -> PackedKind {
+        self.kind
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes held (panels with their padding).
+    pub fn n_bytes(&self) -> usize {
+        self.lines.len() * 64
+    }
+
+    pub(super) fn blocks(&self) -> usize {
+        self.cols / 32
+    }
+
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.lines)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(&mut self.lines)
+    }
+
+    /// Panel `p`: its quant bytes, then its scale bytes.
+    pub(super) fn panel(&self, p: usize) -> &[u8] {
+        let nb = self.blocks();
+        let len = nb * (self.kind.quant_bytes() + self.kind.scale_bytes());
+        &self.bytes()[p * self.panel_stride..][..len]
+    }
+
+    /// Row `r` in its GGUF encoding (`dtype.row_bytes(cols)` bytes into `out`).
+    pub fn unpack_row(&self, r: usize, out: &mut [u8]) {
+        let (kind, nb) = (self.kind, self.blocks());
+        let (qb, sb, bb) = (
+            kind.quant_bytes(),
+            kind.scale_bytes(),
+            layout::block_bytes(kind),
+        );
+        let (quants, scales) = self.panel(r / PANEL).split_at(nb * qb);
+        for i in 0..nb {
+            let (q, s) = (&quants[i * qb..][..qb], &scales[i * sb..][..sb]);
+            layout::unpack_block(kind, q, s, r % PANEL, &mut out[i * bb..][..bb]);
+        }
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` values).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let dtype = self.kind.dtype();
+        let mut row = vec![0u8; dtype.row_bytes(self.cols).unwrap_or(0)];
+        self.unpack_row(r, &mut row);
+        quant::dequantize_row(dtype, &row, &mut out[..self.cols]);
+    }
+}

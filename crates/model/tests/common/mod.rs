@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use kestrel_engine::executor::{BatchInput, SeqBatch};
+use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_model::{load_model, LoadedModel, ModelRunner};
 use serde::Deserialize;
@@ -83,6 +83,29 @@ pub fn teacher_forced_logits(runner: &mut ModelRunner, ids: &[u32]) -> (Vec<f32>
         .execute_all_logits(&batch)
         .expect("forward pass runs");
     (out.logits, out.vocab)
+}
+
+/// `n` greedy tokens after `prompt`: the prompt in one pass, then one token per step through
+/// the KV cache (the runner needs room for `prompt.len() + n` positions).
+pub fn greedy_ids(runner: &mut ModelRunner, prompt: &[u32], n: usize) -> Vec<u32> {
+    let table: Vec<u32> = (0..(prompt.len() + n).div_ceil(16) as u32).collect();
+    let (mut out, mut tokens, mut pos) = (Vec::new(), prompt.to_vec(), 0);
+    while out.len() < n {
+        let batch = BatchInput {
+            seqs: vec![SeqBatch {
+                tokens: std::mem::take(&mut tokens),
+                start_pos: pos,
+                block_table: table.clone(),
+                need_logits: true,
+            }],
+        };
+        pos += batch.seqs[0].tokens.len();
+        let logits = runner.execute(&batch).expect("forward pass runs");
+        let next = argmax(logits.row(0));
+        out.push(next);
+        tokens.push(next);
+    }
+    out
 }
 
 /// Agreement of one prompt's teacher-forced logits with the reference.

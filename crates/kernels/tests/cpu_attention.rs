@@ -294,6 +294,34 @@ fn realistic_head_dims() {
     }
 }
 
+/// Tile shapes of the tiled path: GQA groups whose query rows fill several registers with
+/// remainders (group 8 × 16 queries = 128 rows), partial last tiles, key counts that are not
+/// a multiple of the key tile (windows, block sizes 5 and 16), and head dims with column
+/// tails (100 = 64 + 32 + 4).
+#[test]
+fn tiled_path_shapes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let pool = ThreadPool::new(2);
+    for dtype in KvDtype::ALL {
+        for (block_size, group, head_dim, window) in [
+            (16, 8, 64, None),
+            (16, 2, 100, Some(37)),
+            (5, 5, 24, Some(9)),
+            (16, 1, 64, Some(16)),
+        ] {
+            let c = Case {
+                block_size,
+                n_kv: 2,
+                group,
+                head_dim,
+                window,
+                seqs: vec![(90, 45), (0, 70), (33, 1), (7, 3)],
+            };
+            run_case(&c, dtype, &pool, &mut rng);
+        }
+    }
+}
+
 /// A quantized cache's error stays far inside the worst-case bound in practice: on random
 /// data, the f16 output is within 1e-3 relative (to the largest output) of f32 KV and the
 /// q8 output within 2e-2.
@@ -505,8 +533,9 @@ fn rejects_cache_not_a_whole_number_of_q8_blocks() {
 }
 
 /// Single-sequence decode at SmolLM2-135M geometry (3 kv heads, 9 query heads) has fewer
-/// (sequence, kv head) units than 2 threads x 2, so units are split per query head; the
-/// result must match the reference and be bit-identical to the unsplit single-thread run.
+/// (sequence, kv head) units than 2 threads x 2, so the portable path splits units per query
+/// head; the result must match the reference and be bit-identical to the unsplit
+/// single-thread run.
 #[test]
 fn single_sequence_decode_split_per_query_head() {
     let mut rng = ChaCha8Rng::seed_from_u64(14);

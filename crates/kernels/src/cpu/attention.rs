@@ -14,21 +14,33 @@
 //! [`store_kv`] encodes on write. The kernel is tiled online softmax ("flash" attention): work
 //! units are (sequence, kv head, tile of up to [`Q_TILE`] queries); a unit walks the cache one
 //! block at a time, and all the query heads of its tile that share the kv head (GQA) score
-//! against the block while it is in L1. Rows are read in place by a kernel monomorphized per
-//! dtype: f16 is widened with F16C in registers, q8 is int8 → f32 times the row's scale (the
-//! scale multiplies the dot product, and the softmax weight in the weighted sum of V). Running max `m`, denominator `l` and the unnormalized
-//! output are rescaled per block, so memory is O(tile) per thread, never O(context). Units are
-//! handed out dynamically (an atomic counter) to balance causal prefill tiles.
+//! against the block while it is in L1. Running max `m`, denominator `l` and the
+//! unnormalized output are rescaled per block, so memory is O(tile) per thread, never
+//! O(context). Units are handed out dynamically (an atomic counter) to balance causal
+//! prefill tiles.
+//!
+//! Per block, a unit's rows (query × head) are scored together as a small matrix product
+//! with the rows in the SIMD lanes (`tiled`: `S = K · Qᵀ` by broadcast FMAs, no horizontal
+//! sums), the softmax update is lane-wise over rows, and `acc = acc·corr + P · V` is
+//! register-tiled (`tile`). f32 rows are read in place; f16 and q8 rows are decoded once per
+//! (unit, block) to f32, the q8 row scale folded in. The SIMD kernels are monomorphized per
+//! storage format and ISA; the portable path uses the same tiling on plain arrays, or, for
+//! units with very few rows, a per-row dot-product loop (`simd`).
 
+mod block_softmax;
 mod elem;
 pub mod kv_dtype;
+mod lanes;
 mod simd;
+mod tile;
+mod tiled;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use elem::{F16Row, F32Row, KvElem, Q8Row};
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
+use lanes::Lanes;
 use simd::{ScalarVec, VecOps};
 
 use crate::cpu::ops::{simd_entry, vmath};
@@ -191,8 +203,11 @@ pub fn attention_with(
 ) {
     validate(kv, seqs, &params, out.len());
     let group = params.n_heads / kv.n_kv_heads.max(1);
-    // Few units (single-sequence decode): one unit per query head so every thread works.
-    let split = if count_units(seqs, kv.n_kv_heads, 1) < 2 * pool.n_threads() {
+    // Few units (single-sequence decode) on the portable path: one unit per query head so
+    // every thread works. The SIMD tiled path would gain nothing: a unit with all the
+    // group's rows costs what one with a single row does (they share the registers).
+    let portable = isa.min(Isa::supported()) == Isa::Scalar;
+    let split = if portable && count_units(seqs, kv.n_kv_heads, 1) < 2 * pool.n_threads() {
         group
     } else {
         1
@@ -238,17 +253,18 @@ fn unit_fn(isa: Isa, dtype: KvDtype) -> UnitFn {
 fn unit_fn_for<E: SimdEntries>(isa: Isa) -> UnitFn {
     let best = Isa::supported();
     match isa.min(best) {
-        Isa::Scalar => run_unit::<false, 4, ScalarVec, E>,
+        Isa::Scalar => run_unit::<E>,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => E::AVX2,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => E::AVX512,
         #[cfg(not(target_arch = "x86_64"))]
-        _ => run_unit::<false, 4, ScalarVec, E>,
+        _ => run_unit::<E>,
     }
 }
 
-/// A storage format's SIMD entry points (`run_unit` compiled with each ISA's features).
+/// A storage format's SIMD entry points ([`tiled::run_tiled`] compiled with each ISA's
+/// features).
 trait SimdEntries: KvElem {
     #[cfg(target_arch = "x86_64")]
     const AVX2: UnitFn;
@@ -264,14 +280,16 @@ macro_rules! simd_entries {
             $avx2,
             "avx2,fma,f16c",
             fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-            run_unit::<true, 16, simd::x86vec::Avx2, $elem>(c, u, b)
+            // SAFETY: compiled with, and only handed out for CPUs with, Avx2's features.
+            unsafe { tiled::run_tiled::<lanes::x86::Avx2, $elem>(c, u, b) }
         );
         #[cfg(target_arch = "x86_64")]
         simd_entry!(
             $avx512,
             "avx512f,avx512bw,avx2,fma,f16c",
             fn(c: &Ctx<'_>, u: Unit, b: &mut Vec<f32>),
-            run_unit::<true, 16, simd::x86vec::Avx512, $elem>(c, u, b)
+            // SAFETY: compiled with, and only handed out for CPUs with, Avx512's features.
+            unsafe { tiled::run_tiled::<lanes::x86::Avx512, $elem>(c, u, b) }
         );
         impl SimdEntries for $elem {
             #[cfg(target_arch = "x86_64")]
@@ -383,15 +401,18 @@ fn locate(ctx: &Ctx<'_>, mut idx: usize) -> Unit {
     unreachable!("unit index below count_units")
 }
 
-/// Computes one unit into `buf`: `rows = (q1−q0)·(g1−g0)` accumulators of `head_dim`, then
-/// `l[rows]`, `m[rows]` and a block of scores. Row `qi·(g1−g0) + gi` is query `q0+qi`, head
-/// `kv_head·group + g0 + gi`. On return the accumulators hold the normalized outputs.
-#[inline(always)]
-fn run_unit<const F: bool, const L: usize, V: VecOps, E: KvElem>(
-    ctx: &Ctx<'_>,
-    u: Unit,
-    buf: &mut Vec<f32>,
-) {
+/// The portable unit: the tiled path when its rows fill half a register of
+/// [`ScalarVec`] lanes, else the per-row path, which needs no padding. Either way `buf`
+/// starts with `rows = (q1−q0)·(g1−g0)` accumulators of `head_dim`, row `qi·(g1−g0) + gi`
+/// being query `q0+qi`, head `kv_head·group + g0 + gi`, normalized on return.
+///
+/// The per-row path keeps `l[rows]`, `m[rows]` and a block of scores after the
+/// accumulators, and scores each row against each key with a dot product.
+fn run_unit<E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
+    if 2 * (u.q1 - u.q0) * (u.g1 - u.g0) >= ScalarVec::W {
+        // SAFETY: the portable lanes need no target features.
+        return unsafe { tiled::run_tiled::<ScalarVec, E>(ctx, u, buf) };
+    }
     let (kv, p) = (ctx.kv, &ctx.params);
     debug_assert_eq!(
         kv.dtype,
@@ -411,7 +432,7 @@ fn run_unit<const F: bool, const L: usize, V: VecOps, E: KvElem>(
     let first_pos = seq.q_start_pos + u.q0;
     let last_pos = seq.q_start_pos + u.q1 - 1;
     for b in p.first_key(first_pos) / bs..=last_pos / bs {
-        score_block::<F, L, V, E>(ctx, u, b, &mut st);
+        score_block::<E>(ctx, u, b, &mut st);
     }
     for (acc_r, &l_r) in st.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
         vmath::scale(acc_r, 1.0 / l_r);
@@ -429,12 +450,7 @@ struct Softmax<'a> {
 /// Scores every query row of unit `u` against the keys of its sequence's logical block `b`,
 /// read in place, and folds them into the online softmax `st`.
 #[inline(always)]
-fn score_block<const F: bool, const L: usize, V: VecOps, E: KvElem>(
-    ctx: &Ctx<'_>,
-    u: Unit,
-    b: usize,
-    st: &mut Softmax<'_>,
-) {
+fn score_block<E: KvElem>(ctx: &Ctx<'_>, u: Unit, b: usize, st: &mut Softmax<'_>) {
     let (kv, p, g) = (ctx.kv, &ctx.params, u.g1 - u.g0);
     let (hd, bs, seq) = (kv.head_dim, kv.block_size, &ctx.seqs[u.seq]);
     let (rb, slot_bytes) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
@@ -454,25 +470,24 @@ fn score_block<const F: bool, const L: usize, V: VecOps, E: KvElem>(
             let r = qi * g + gi;
             let sc = &mut st.scores[..hi - lo];
             for (j, s) in sc.iter_mut().enumerate() {
-                // SAFETY: `run_unit::<_, _, V, _>` is only called from an entry point
-                // compiled with V's target features (see `unit_fn_for`).
-                *s = unsafe { V::dot::<E>(q, &kv.k[key(j)..key(j) + rb]) } * p.scale;
+                // SAFETY: the portable operations need no target features.
+                *s = unsafe { ScalarVec::dot::<E>(q, &kv.k[key(j)..key(j) + rb]) } * p.scale;
             }
-            let m_new = st.m[r].max(vmath::max::<L>(sc));
+            let m_new = st.m[r].max(vmath::max::<4>(sc));
             let corr = if st.m[r] == f32::NEG_INFINITY {
                 0.0
             } else {
-                vmath::exp::<F>(st.m[r] - m_new)
+                vmath::exp::<false>(st.m[r] - m_new)
             };
             let acc_r = &mut st.acc[r * hd..(r + 1) * hd];
             if corr != 1.0 {
                 vmath::scale(acc_r, corr);
             }
-            st.l[r] = st.l[r] * corr + vmath::exp_sub_sum::<F, L>(sc, m_new);
+            st.l[r] = st.l[r] * corr + vmath::exp_sub_sum::<false, 4>(sc, m_new);
             st.m[r] = m_new;
             let v = &kv.v[key(0)..key(sc.len() - 1) + rb];
-            // SAFETY: as for `V::dot` above.
-            unsafe { V::weighted_sum::<E>(acc_r, sc, v, slot_bytes) };
+            // SAFETY: as for `dot` above.
+            unsafe { ScalarVec::weighted_sum::<E>(acc_r, sc, v, slot_bytes) };
         }
     }
 }

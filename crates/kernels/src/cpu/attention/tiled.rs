@@ -1,0 +1,209 @@
+//! The tiled path of a work unit (every unit on the SIMD paths; on the portable path, units
+//! with at least half a register of rows): per cache block, scores for all rows at once as a
+//! small matrix product, a lane-wise online softmax, and a register-tiled `P · V`. Decode
+//! units (one query, `group` rows) leave lanes idle but still beat per-key dot products,
+//! whose horizontal sums dominate.
+//!
+//! Per unit (rows `r = qi·g + gi` as in [`super::run_unit`], `rp` = rows padded to `W`):
+//!
+//! ```text
+//!   Qᵀ  [head_dim][rp]   queries × score scale, transposed once      (tile::scores)
+//!   per block b, keys j0..j1 (those some row can see, all written):
+//!     K, V rows          read in place (f32), or decoded once to f32 rows with the q8
+//!                        scale folded in (f16, q8)
+//!     S   [nk][rp]       = K · Qᵀ                                    (tile::scores)
+//!     S  −∞ outside each row's causal/window range (diagonal and window-edge blocks only)
+//!     P, corr            online softmax, lane-wise over rows         (block_softmax)
+//!     acc [rows][hd]     = acc · corr + P · V                        (tile::pv)
+//!   acc /= l
+//! ```
+
+use super::block_softmax::{self, RowState};
+use super::elem::KvElem;
+use super::lanes::Lanes;
+use super::tile::{PvArgs, ScoreArgs};
+use super::{Ctx, KvDtype, Unit};
+
+/// Computes unit `u` into `buf` (accumulators first, as [`super::write_unit`] reads them).
+///
+/// # Safety
+/// The CPU has `V`'s target features, and this is compiled with them.
+#[inline(always)]
+pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
+    let (kv, p, seq) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq]);
+    let (hd, bs) = (kv.head_dim, kv.block_size);
+    let rows = (u.q1 - u.q0) * (u.g1 - u.g0);
+    let rp = rows.next_multiple_of(V::W);
+    let decoded = if E::DTYPE == KvDtype::F32 {
+        0
+    } else {
+        2 * bs * hd
+    };
+    buf.clear();
+    buf.resize(rows * hd + 3 * rp + (hd + bs) * rp + decoded, 0.0);
+    let (acc, rest) = buf.split_at_mut(rows * hd);
+    let (m, rest) = rest.split_at_mut(rp);
+    let (l, rest) = rest.split_at_mut(rp);
+    let (corr, rest) = rest.split_at_mut(rp);
+    let (qt, rest) = rest.split_at_mut(hd * rp);
+    let (s, dec) = rest.split_at_mut(bs * rp);
+    m.fill(f32::NEG_INFINITY);
+    load_queries(ctx, u, qt, rp);
+    let mut st = RowState { m, l, corr };
+    let mut t = Tile {
+        acc,
+        qt,
+        s,
+        dec,
+        rows,
+        rp,
+    };
+    let first_pos = seq.q_start_pos + u.q0;
+    let last_pos = seq.q_start_pos + u.q1 - 1;
+    for b in p.first_key(first_pos) / bs..=last_pos / bs {
+        // SAFETY: the caller's contract.
+        unsafe { tile_block::<V, E>(ctx, u, b, &mut t, &mut st) };
+    }
+    for (acc_r, &l_r) in t.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
+        let inv = 1.0 / l_r;
+        acc_r.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+/// A unit's matrices (see the module docs); `dec` holds decoded K and V rows (f16, q8).
+struct Tile<'a> {
+    acc: &'a mut [f32],
+    qt: &'a [f32],
+    s: &'a mut [f32],
+    dec: &'a mut [f32],
+    rows: usize,
+    rp: usize,
+}
+
+/// `qt[d·rp + r] = scale · q_r[d]` for the unit's rows `r`; padding lanes stay 0.
+fn load_queries(ctx: &Ctx<'_>, u: Unit, qt: &mut [f32], rp: usize) {
+    let (hd, p, g) = (ctx.kv.head_dim, &ctx.params, u.g1 - u.g0);
+    let seq = &ctx.seqs[u.seq];
+    for qi in 0..u.q1 - u.q0 {
+        for gi in 0..g {
+            let head = u.kv_head * ctx.group + u.g0 + gi;
+            let q = &seq.q[((u.q0 + qi) * p.n_heads + head) * hd..][..hd];
+            let r = qi * g + gi;
+            for (d, &x) in q.iter().enumerate() {
+                qt[d * rp + r] = x * p.scale;
+            }
+        }
+    }
+}
+
+/// Folds the keys of logical block `b` that some row of `u` sees into the unit's state.
+///
+/// # Safety
+/// As [`run_tiled`].
+#[inline(always)]
+unsafe fn tile_block<V: Lanes, E: KvElem>(
+    ctx: &Ctx<'_>,
+    u: Unit,
+    b: usize,
+    t: &mut Tile<'_>,
+    st: &mut RowState<'_>,
+) {
+    let (kv, p, seq, g) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq], u.g1 - u.g0);
+    let (hd, bs, rp) = (kv.head_dim, kv.block_size, t.rp);
+    let (first_pos, last_pos) = (seq.q_start_pos + u.q0, seq.q_start_pos + u.q1 - 1);
+    let bp0 = b * bs;
+    // Keys before the first row's window start are hidden from every row; keys after the
+    // last query are not visible (nor necessarily written yet).
+    let j0 = p.first_key(first_pos).saturating_sub(bp0);
+    let nk = (last_pos + 1 - bp0).min(bs) - j0;
+    let (rb, slot) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
+    let start = (seq.block_table[b] as usize * bs + j0) * slot + u.kv_head * rb;
+    let span = start..start + (nk - 1) * slot + rb;
+    let (dk, dv) = t.dec.split_at_mut(t.dec.len() / 2);
+    // SAFETY: features are the caller's contract (`f32_rows` checks its bounds).
+    let ((k, k_stride), (v, v_stride)) = unsafe {
+        (
+            f32_rows::<V, E>(&kv.k[span.clone()], nk, slot, hd, dk),
+            f32_rows::<V, E>(&kv.v[span], nk, slot, hd, dv),
+        )
+    };
+    let s = &mut t.s[..nk * rp];
+    let sa = ScoreArgs {
+        qt: t.qt.as_ptr(),
+        rp,
+        hd,
+        k,
+        k_stride,
+        nk,
+        s: s.as_mut_ptr(),
+    };
+    // SAFETY: qt is hd × rp, s is nk × rp, k holds nk rows of hd floats; rp is a multiple
+    // of W. Features: the caller's contract.
+    unsafe { V::scores(&sa) };
+    let kp0 = bp0 + j0;
+    let all_visible = kp0 >= p.first_key(last_pos) && kp0 + nk - 1 <= first_pos;
+    if !all_visible {
+        let visible = |r: usize| {
+            let pos = first_pos + r / g;
+            (p.first_key(pos), pos)
+        };
+        block_softmax::mask(s, rp, t.rows, kp0, visible);
+    }
+    // SAFETY: rp is a multiple of W; features: the caller's contract.
+    unsafe { block_softmax::fold::<V>(s, st) };
+    let pa = PvArgs {
+        acc: t.acc.as_mut_ptr(),
+        rows: t.rows,
+        hd,
+        corr: st.corr.as_ptr(),
+        p: s.as_ptr(),
+        rp,
+        nk,
+        v,
+        v_stride,
+    };
+    // SAFETY: acc is rows × hd, corr has rp ≥ rows entries, p is nk × rp, v holds nk rows
+    // of hd floats. Features: the caller's contract.
+    unsafe { V::pv(&pa) };
+}
+
+/// The `n` stored rows in `src` (`stride` bytes apart) as f32 rows: a pointer to row 0 and
+/// the row stride in bytes. f32 rows are used in place; others are decoded into `dec`, the
+/// q8 scale folded in.
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+unsafe fn f32_rows<V: Lanes, E: KvElem>(
+    src: &[u8],
+    n: usize,
+    stride: usize,
+    hd: usize,
+    dec: &mut [f32],
+) -> (*const u8, usize) {
+    assert!(
+        (n - 1) * stride + E::OFFSET + hd * E::SIZE <= src.len(),
+        "attention: head rows out of bounds"
+    );
+    if E::DTYPE == KvDtype::F32 {
+        return (src.as_ptr(), stride);
+    }
+    let whole = hd / V::W * V::W;
+    for (j, out) in dec[..n * hd].chunks_exact_mut(hd).enumerate() {
+        let row = src[j * stride..].as_ptr();
+        // SAFETY: row j's header and hd values are in bounds (asserted above); stores go
+        // to out[i..i + W] with i + W ≤ whole ≤ hd.
+        unsafe {
+            let (scale, vals) = (E::scale(row), row.add(E::OFFSET));
+            let sv = V::splat(scale);
+            for i in (0..whole).step_by(V::W) {
+                let x = V::load_elem::<E>(vals.add(i * E::SIZE));
+                V::store(out.as_mut_ptr().add(i), V::mul(x, sv));
+            }
+            for (i, o) in out.iter_mut().enumerate().skip(whole) {
+                *o = E::get(vals, i) * scale;
+            }
+        }
+    }
+    (dec.as_ptr().cast(), 4 * hd)
+}

@@ -8,7 +8,7 @@ use super::{PackedKind, PanelJob, PanelOut, MAX_ACT_ROWS};
 /// How far ahead of the block being read the kernel prefetches when it reads few activation
 /// rows (decode): weights then stream from memory once, and the hardware prefetchers alone,
 /// which stop at page boundaries, leave the memory bus idle part of the time.
-const PREFETCH_BYTES: usize = 2048;
+const PREFETCH_BYTES: usize = 4096;
 
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;

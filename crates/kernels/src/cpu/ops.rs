@@ -253,28 +253,38 @@ pub(crate) mod vmath {
         m
     }
 
+    /// The constants of [`exp`] (shared with the attention kernel's vector exp): the clamp
+    /// range, 1.5·2^23 (adding it rounds to an integer), ln 2 split in two, and the degree-7
+    /// Taylor coefficients, highest first.
+    pub(crate) const EXP_LO: f32 = -87.3;
+    pub(crate) const EXP_HI: f32 = 88.3;
+    pub(crate) const EXP_MAGIC: f32 = 12_582_912.0;
+    pub(crate) const LN2_HI: f32 = -0.693_145_75;
+    pub(crate) const LN2_LO: f32 = -1.428_606_8e-6;
+    pub(crate) const EXP_POLY: [f32; 8] = [
+        1.0 / 5040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ];
+
     /// `e^x` for `x` in about [-87.3, 88.3] (clamped outside), relative error ≈ 2e-7:
     /// `x = n·ln2 + r` with `|r| ≤ ln2/2`, then `2^n · P(r)` with a degree-7 Taylor `P`.
     #[inline(always)]
     pub fn exp<const F: bool>(x: f32) -> f32 {
-        const MAGIC: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
-        let x = x.clamp(-87.3, 88.3);
-        let t = fma::<F>(x, std::f32::consts::LOG2_E, MAGIC);
-        let n_bits = t.to_bits() as i32 - MAGIC.to_bits() as i32;
-        let n = t - MAGIC;
-        let r = fma::<F>(n, -0.693_145_75, x);
-        let r = fma::<F>(n, -1.428_606_8e-6, r);
-        let mut p = 1.0 / 5040.0;
-        for c in [
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ] {
-            p = fma::<F>(p, r, c);
+        let x = x.clamp(EXP_LO, EXP_HI);
+        let t = fma::<F>(x, std::f32::consts::LOG2_E, EXP_MAGIC);
+        let n_bits = t.to_bits() as i32 - EXP_MAGIC.to_bits() as i32;
+        let n = t - EXP_MAGIC;
+        let r = fma::<F>(n, LN2_HI, x);
+        let r = fma::<F>(n, LN2_LO, r);
+        let mut p = EXP_POLY[0];
+        for c in &EXP_POLY[1..] {
+            p = fma::<F>(p, r, *c);
         }
         let two_n = f32::from_bits(((n_bits + 127) as u32) << 23);
         p * two_n

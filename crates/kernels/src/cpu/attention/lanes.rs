@@ -44,10 +44,6 @@ pub(super) trait Lanes {
     unsafe fn pv(t: &super::tile::PvArgs);
 }
 
-/// The clamp range of [`vmath::exp`].
-const EXP_LO: f32 = -87.3;
-const EXP_HI: f32 = 88.3;
-
 /// Lanes of the portable path.
 const SCALAR_W: usize = 8;
 
@@ -95,7 +91,7 @@ impl Lanes for ScalarVec {
     }
     #[inline(always)]
     unsafe fn exp(x: Self::R) -> Self::R {
-        x.map(|v| vmath::exp::<false>(if v.is_nan() { EXP_LO } else { v }))
+        x.map(|v| vmath::exp::<false>(if v.is_nan() { vmath::EXP_LO } else { v }))
     }
     #[inline(always)]
     unsafe fn zero_where_neg_inf(key: Self::R, x: Self::R) -> Self::R {
@@ -129,23 +125,8 @@ pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::tile::{self, PvArgs, ScoreArgs};
-    use super::{KvElem, Lanes, EXP_HI, EXP_LO};
-
-    /// The constants of [`super::vmath::exp`]: 1.5·2^23 (adding it rounds to an integer),
-    /// ln 2 split in two, and the degree-7 Taylor coefficients, highest first.
-    const MAGIC: f32 = 12_582_912.0;
-    const LN2_HI: f32 = -0.693_145_75;
-    const LN2_LO: f32 = -1.428_606_8e-6;
-    const EXP_POLY: [f32; 8] = [
-        1.0 / 5040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ];
+    use super::{KvElem, Lanes};
+    use crate::cpu::ops::vmath::{EXP_HI, EXP_LO, EXP_MAGIC as MAGIC, EXP_POLY, LN2_HI, LN2_LO};
 
     /// AVX2 + FMA + F16C, 8 lanes.
     pub(crate) struct Avx2;

@@ -185,9 +185,11 @@ mod x86 {
         unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
     }
 
+    /// One accumulator, in block order: the same `f32` operations as the AVX2 tile kernel
+    /// (`tile::half_avx2`), so a row's result does not depend on how many rows are batched.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_avx2(nb: usize, w: *const u8, a: *const u8) -> f32 {
-        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc = _mm256_setzero_ps();
         let mut acc_m = _mm_setzero_ps();
         for i in 0..nb {
             // SAFETY: block i < nb of both rows is in bounds.
@@ -201,11 +203,11 @@ mod x86 {
             };
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
             let d = _mm256_broadcastss_ps(s);
-            acc[i & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[i & 1]);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc);
             acc_m = _mm_add_ps(acc_m, s);
         }
         let m = _mm_cvtss_f32(_mm_movehdup_ps(acc_m));
-        hsum256(_mm256_add_ps(acc[0], acc[1])) + m
+        hsum256(acc) + m
     }
 
     pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {

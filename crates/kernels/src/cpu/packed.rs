@@ -128,39 +128,51 @@ pub fn matmul_packed_with(
     if m == 0 {
         return;
     }
-    let (kind, nb) = (w.kind(), w.blocks());
+    let kind = w.kind();
     let act = kind.act();
     let quantize = quant::act::kernels().quantize[act as usize];
     let a_row = act.row_bytes(w.cols());
     let blocks = quantize_rows(pool, quantize, x, m, w.cols(), a_row, &mut scratch.act);
-    scratch.packed.fill(kind, blocks, m, nb);
+    scratch.packed.fill(kind, blocks, m, w.blocks());
     let acts = &scratch.packed;
     let out = SharedMut::new(y);
     let panels = w.rows() / PANEL;
     pool.broadcast(&|t, n| {
-        let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
         for c0 in (0..m).step_by(ACT_CHUNK) {
             for p in panels * t / n..panels * (t + 1) / n {
-                let c1 = (c0 + ACT_CHUNK).min(m);
-                for j0 in (c0..c1).step_by(MAX_ACT_ROWS) {
-                    let na = (c1 - j0).min(MAX_ACT_ROWS);
-                    let job = PanelJob {
-                        kind,
-                        nb,
-                        panel: w.panel(p),
-                        acts,
-                        j0,
-                        na,
-                    };
-                    kernel(&job, &mut tile);
-                    for (j, row) in tile.iter().enumerate().take(na) {
-                        // SAFETY: thread t writes only columns of its panels
-                        // [P·t/n, P·(t+1)/n), which are disjoint across threads.
-                        let dst = unsafe { out.slice_mut((j0 + j) * w.rows() + p * PANEL, PANEL) };
-                        dst.copy_from_slice(row);
-                    }
-                }
+                panel_rows(kernel, w, acts, p, c0..(c0 + ACT_CHUNK).min(m), &out);
             }
         }
     });
+}
+
+/// Activation rows `rows` against panel `p`, [`MAX_ACT_ROWS`] per kernel call, into `out`
+/// (`m × w.rows()`).
+fn panel_rows(
+    kernel: PanelFn,
+    w: &PackedMatrix,
+    acts: &PackedActs,
+    p: usize,
+    rows: std::ops::Range<usize>,
+    out: &SharedMut<'_, f32>,
+) {
+    let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
+    for j0 in rows.clone().step_by(MAX_ACT_ROWS) {
+        let na = (rows.end - j0).min(MAX_ACT_ROWS);
+        let job = PanelJob {
+            kind: w.kind(),
+            nb: w.blocks(),
+            panel: w.panel(p),
+            acts,
+            j0,
+            na,
+        };
+        kernel(&job, &mut tile);
+        for (j, row) in tile.iter().enumerate().take(na) {
+            // SAFETY: the calling thread writes only the columns of its own panels
+            // [P·t/n, P·(t+1)/n), which are disjoint across threads.
+            let dst = unsafe { out.slice_mut((j0 + j) * w.rows() + p * PANEL, PANEL) };
+            dst.copy_from_slice(row);
+        }
+    }
 }

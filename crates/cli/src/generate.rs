@@ -1,17 +1,19 @@
-//! `kestrel generate`: stream a completion of a prompt (or a chat turn) to stdout.
+//! `kestrel generate`: stream a completion of a prompt (or a chat turn) to stdout, through the
+//! same engine as `kestrel serve` (so stop strings, penalties and detokenization exist once).
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
-use kestrel_engine::output::TextStream;
-use kestrel_engine::sampling::{Sampler, SamplingParams, TokenHistory};
-use kestrel_kernels::cpu::attention::KvDtype;
+use anyhow::{anyhow, bail, Context, Result};
+use kestrel_engine::api::{EngineEvent, EngineRequest};
+use kestrel_engine::config::EngineConfig;
+use kestrel_engine::handle::{EngineHandle, ResponseStream};
+use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::chat_template::ChatMessage;
-use kestrel_model::runner::KvSpec;
-use kestrel_model::{LoadedModel, ModelRunner};
+use kestrel_model::runner::{KvBudget, KvSpec};
+use kestrel_model::{KvDtype, LoadedModel, ModelRunner};
 
 const BLOCK_SIZE: usize = 16;
 
@@ -82,35 +84,77 @@ impl GenerateArgs {
     }
 }
 
+/// Runs the prompt through the same engine `kestrel serve` uses (one request, a KV cache sized
+/// for it, the whole prompt in one step), streaming its text to stdout.
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let sampler = Sampler::new(args.sampling()).context("invalid sampling parameters")?;
     let path = crate::resolve_model(args.model.clone())?;
     let loaded = crate::load_with_progress(&path)?;
     let prompt = prompt_ids(&loaded, &args)?;
-    let limit = loaded.config.max_position_embeddings;
-    if prompt.len() + args.max_tokens > limit {
-        bail!(
-            "prompt ({} tokens) + max tokens ({}) exceeds the model's context length ({limit})",
-            prompt.len(),
-            args.max_tokens
-        );
-    }
-    let pool = crate::thread_pool(args.threads);
-    let blocks = (prompt.len() + args.max_tokens).div_ceil(BLOCK_SIZE).max(1);
-    let kv = KvSpec {
-        block_size: BLOCK_SIZE,
-        num_blocks: blocks,
-        dtype: args.kv_cache_dtype,
-    };
-    let mut runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let mut session = Session {
-        tokenizer: &loaded.tokenizer,
-        sampler,
-        eos: loaded.tokenizer.eos_ids().to_vec(),
-    };
-    let stats = session.generate(&mut runner, &prompt, &args.stop, blocks)?;
-    stats.print();
+    let engine = start_engine(loaded, &args, prompt.len())?;
+    let request = EngineRequest::new(prompt, args.sampling(), &engine.limits())
+        .map_err(|e| anyhow!("invalid request ({}): {e}", e.param()))?;
+    let result = stream_to_stdout(engine.submit(request)?);
+    engine.shutdown(Duration::ZERO);
+    result?.print();
     Ok(())
+}
+
+/// An engine over `loaded` for one request of `prompt_len` tokens plus `--max-tokens`.
+fn start_engine(
+    loaded: LoadedModel,
+    args: &GenerateArgs,
+    prompt_len: usize,
+) -> Result<EngineHandle> {
+    let tokens = prompt_len + args.max_tokens;
+    let budget = KvBudget::Tokens(tokens.div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE);
+    let kv = KvSpec::for_budget(&loaded.model, BLOCK_SIZE, args.kv_cache_dtype, budget)?;
+    let config = EngineConfig {
+        max_num_seqs: 1,
+        max_num_batched_tokens: prompt_len.max(1),
+        enable_prefix_caching: false,
+        max_model_len: loaded.config.max_position_embeddings,
+        max_concurrent_requests: None,
+    };
+    let tokenizer = Arc::new(loaded.tokenizer);
+    let eos = tokenizer.eos_ids().to_vec();
+    let runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
+    Ok(EngineHandle::try_start(
+        Box::new(runner),
+        tokenizer,
+        eos,
+        config,
+    )?)
+}
+
+/// Prints the request's text as it arrives; returns its token counts and timings.
+fn stream_to_stdout(mut stream: ResponseStream) -> Result<Stats> {
+    let mut out = std::io::stdout().lock();
+    while let Some(event) = stream.blocking_next() {
+        match event {
+            EngineEvent::Token(t) => {
+                out.write_all(t.text.as_bytes())?;
+                out.flush()?;
+            }
+            EngineEvent::Finished {
+                text,
+                usage,
+                timings,
+                ..
+            } => {
+                writeln!(out, "{text}")?;
+                return Ok(Stats {
+                    prompt_tokens: usage.prompt_tokens,
+                    prompt_time: timings.time_to_first_token,
+                    gen_tokens: usage.completion_tokens,
+                    gen_time: timings
+                        .end_to_end
+                        .saturating_sub(timings.time_to_first_token),
+                });
+            }
+            EngineEvent::Failed(f) => bail!("generation failed: {f}"),
+        }
+    }
+    bail!("the engine ended the request without a result")
 }
 
 fn prompt_ids(loaded: &LoadedModel, args: &GenerateArgs) -> Result<Vec<u32>> {
@@ -135,74 +179,11 @@ fn prompt_ids(loaded: &LoadedModel, args: &GenerateArgs) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-struct Session<'a> {
-    tokenizer: &'a kestrel_model::tokenizer::Tokenizer,
-    sampler: Sampler,
-    eos: Vec<u32>,
-}
-
 struct Stats {
     prompt_tokens: usize,
     prompt_time: Duration,
     gen_tokens: usize,
     gen_time: Duration,
-}
-
-impl Session<'_> {
-    /// Prefill `prompt`, then decode until a stop condition, streaming text to stdout.
-    fn generate(
-        &mut self,
-        runner: &mut ModelRunner,
-        prompt: &[u32],
-        stops: &[String],
-        blocks: usize,
-    ) -> Result<Stats> {
-        let block_table: Vec<u32> = (0..blocks as u32).collect();
-        let mut tokens = prompt.to_vec();
-        let mut stream = TextStream::new(prompt, stops.iter().cloned());
-        let mut out = std::io::stdout().lock();
-        let start = Instant::now();
-        let mut step = SeqBatch {
-            tokens: prompt.to_vec(),
-            start_pos: 0,
-            block_table,
-            need_logits: true,
-        };
-        let mut prompt_time = None;
-        let params = self.sampler.params().clone();
-        while tokens.len() - prompt.len() < params.max_tokens {
-            let batch = BatchInput {
-                seqs: vec![step.clone()],
-            };
-            let mut logits = runner.execute(&batch)?.logits;
-            prompt_time.get_or_insert_with(|| start.elapsed());
-            let next = self
-                .sampler
-                .sample(&mut logits, TokenHistory::new(&tokens, prompt.len()))?;
-            tokens.push(next);
-            if !params.ignore_eos && params.is_stop_token(next, &self.eos) {
-                break;
-            }
-            let piece = stream.push(self.tokenizer, next);
-            out.write_all(piece.text.as_bytes())?;
-            out.flush()?;
-            if piece.stopped.is_some() {
-                break;
-            }
-            step.start_pos = tokens.len() - 1;
-            step.tokens.clear();
-            step.tokens.push(next);
-        }
-        let tail = stream.finish(self.tokenizer);
-        writeln!(out, "{}", tail.text)?;
-        let prompt_time = prompt_time.unwrap_or_default();
-        Ok(Stats {
-            prompt_tokens: prompt.len(),
-            prompt_time,
-            gen_tokens: tokens.len() - prompt.len(),
-            gen_time: start.elapsed() - prompt_time,
-        })
-    }
 }
 
 impl Stats {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_model::quantize::{QuantMethod, QuantOptions};
-use kestrel_server::launch::{KvCacheSize, LaunchOptions};
+use kestrel_server::launch::{KvBudget, LaunchOptions};
 use kestrel_server::ServerConfig;
 
 #[derive(clap::Args)]
@@ -93,8 +93,8 @@ impl ServeArgs {
             max_num_batched_tokens: self.max_num_batched_tokens,
             block_size: self.block_size,
             kv_cache: match self.kv_cache_tokens {
-                Some(t) => KvCacheSize::Tokens(t),
-                None => KvCacheSize::Bytes(self.kv_cache_memory),
+                Some(t) => KvBudget::Tokens(t),
+                None => KvBudget::Bytes(self.kv_cache_memory),
             },
             kv_dtype: self.kv_cache_dtype,
             enable_prefix_caching: !self.no_prefix_caching,

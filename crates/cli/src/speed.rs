@@ -83,6 +83,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
     let table: Vec<u32> = (0..blocks as u32).collect();
     let pp_batch = BatchInput {
         seqs: vec![SeqBatch {
+            request_id: 0,
             tokens: tokens(args.prompt),
             start_pos: 0,
             block_table: table.clone(),
@@ -103,6 +104,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
                 for (pos, t) in gen_tokens.iter().enumerate() {
                     let b = BatchInput {
                         seqs: vec![SeqBatch {
+                            request_id: 0,
                             tokens: vec![*t],
                             start_pos: pos,
                             block_table: table.clone(),

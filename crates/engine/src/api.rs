@@ -5,20 +5,154 @@
 use std::time::{Duration, Instant};
 
 use crate::request::FinishReason;
-use crate::sampling::{Logprobs, SamplingParams};
+use crate::sampling::{Logprobs, SamplingParamError, SamplingParams};
 
-/// A validated generation request (the server has already templated and tokenized it and
-/// checked its lengths and parameters).
+/// What a request must fit: the engine's vocabulary and context limit. Read it from
+/// [`crate::handle::EngineHandle::limits`] and pass it to [`EngineRequest::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Token ids must be below this.
+    pub vocab_size: usize,
+    /// Prompt plus `max_tokens` must not exceed this.
+    pub max_model_len: usize,
+}
+
+/// Why [`EngineRequest::new`] refused a request. [`InvalidRequest::param`] names the offending
+/// field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidRequest {
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error(transparent)]
+    Sampling(#[from] SamplingParamError),
+    #[error("prompt token id {token} is outside the vocabulary (size {vocab})")]
+    TokenOutOfVocab { token: u32, vocab: usize },
+    #[error("the prompt ({prompt} tokens) plus max_tokens ({max_tokens}) exceeds the context limit of {max} tokens")]
+    TooLong {
+        prompt: usize,
+        max_tokens: usize,
+        max: usize,
+    },
+}
+
+impl InvalidRequest {
+    /// The request field at fault (OpenAI's `param`).
+    pub fn param(&self) -> &'static str {
+        match self {
+            InvalidRequest::EmptyPrompt | InvalidRequest::TokenOutOfVocab { .. } => "prompt",
+            InvalidRequest::Sampling(e) => e.param(),
+            InvalidRequest::TooLong { .. } => "max_tokens",
+        }
+    }
+}
+
+/// A generation request the engine can trust: built only by [`EngineRequest::new`], which checks
+/// the prompt, the sampling parameters and the lengths once, so nothing downstream checks again.
 #[derive(Debug, Clone)]
 pub struct EngineRequest {
-    pub prompt_ids: Vec<u32>,
-    pub sampling: SamplingParams,
+    prompt_ids: Vec<u32>,
+    sampling: SamplingParams,
+    priority: i32,
+    arrival: Instant,
+    max_queue_time: Option<Duration>,
+}
+
+impl EngineRequest {
+    /// Validates `prompt_ids` and `sampling` against `limits`: a non-empty prompt of in-vocabulary
+    /// ids, sampling parameters in range, and prompt plus `max_tokens` within the context limit.
+    /// Priority 0, arrival now, no queue timeout.
+    pub fn new(
+        prompt_ids: Vec<u32>,
+        sampling: SamplingParams,
+        limits: &RequestLimits,
+    ) -> Result<Self, InvalidRequest> {
+        if prompt_ids.is_empty() {
+            return Err(InvalidRequest::EmptyPrompt);
+        }
+        sampling.validate()?;
+        if let Some(&token) = prompt_ids
+            .iter()
+            .find(|&&t| t as usize >= limits.vocab_size)
+        {
+            return Err(InvalidRequest::TokenOutOfVocab {
+                token,
+                vocab: limits.vocab_size,
+            });
+        }
+        let (prompt, max_tokens) = (prompt_ids.len(), sampling.max_tokens);
+        if prompt.saturating_add(max_tokens) > limits.max_model_len {
+            return Err(InvalidRequest::TooLong {
+                prompt,
+                max_tokens,
+                max: limits.max_model_len,
+            });
+        }
+        Ok(EngineRequest {
+            prompt_ids,
+            sampling,
+            priority: 0,
+            arrival: Instant::now(),
+            max_queue_time: None,
+        })
+    }
+
     /// Higher runs first; default 0.
-    pub priority: i32,
-    /// When the request reached the server (for queue time and TTFT).
-    pub arrival: Instant,
-    /// Abort the request if it has not started running within this time.
-    pub max_queue_time: Option<Duration>,
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// When the request reached the server (for queue time and TTFT); default: construction.
+    pub fn with_arrival(mut self, arrival: Instant) -> Self {
+        self.arrival = arrival;
+        self
+    }
+
+    /// Fail the request if it has not started running within this time.
+    pub fn with_max_queue_time(mut self, limit: Option<Duration>) -> Self {
+        self.max_queue_time = limit;
+        self
+    }
+
+    /// The same request with its seed advanced by `offset` (a request with `n` choices runs
+    /// choice `i` with `seed + i`, so sampled choices differ); unseeded requests are unchanged.
+    pub fn with_seed_offset(&self, offset: u64) -> Self {
+        let mut req = self.clone();
+        if let Some(seed) = req.sampling.seed.as_mut() {
+            *seed = seed.wrapping_add(offset);
+        }
+        req
+    }
+
+    /// The prompt's token ids.
+    pub fn prompt_ids(&self) -> &[u32] {
+        &self.prompt_ids
+    }
+
+    /// The validated sampling parameters.
+    pub fn sampling(&self) -> &SamplingParams {
+        &self.sampling
+    }
+
+    /// Scheduling priority.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// Arrival time.
+    pub fn arrival(&self) -> Instant {
+        self.arrival
+    }
+
+    /// Queue timeout.
+    pub fn max_queue_time(&self) -> Option<Duration> {
+        self.max_queue_time
+    }
+
+    /// Takes the prompt and parameters apart (for the engine, which owns them from here on).
+    pub(crate) fn into_parts(self) -> (Vec<u32>, SamplingParams) {
+        (self.prompt_ids, self.sampling)
+    }
 }
 
 /// Token counts of a finished request.
@@ -72,6 +206,8 @@ pub enum EngineFailure {
     TooLong(usize),
     #[error("the model failed: {0}")]
     Model(String),
+    #[error("internal engine error: {0}")]
+    Internal(String),
     #[error("the engine is shutting down")]
     ShuttingDown,
 }
@@ -81,8 +217,6 @@ pub enum EngineFailure {
 pub enum SubmitError {
     #[error("too many concurrent requests (limit {0})")]
     Overloaded(usize),
-    #[error("invalid request: {0}")]
-    Invalid(String),
     #[error("the engine has stopped")]
     Stopped,
 }

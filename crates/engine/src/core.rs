@@ -1,32 +1,30 @@
-//! [`EngineCore`]: the single owner of the scheduler, the executor and every request's sampler
-//! and text stream. One [`EngineCore::step`] is
+//! [`EngineCore`]: the single owner of the scheduler (and through it every request's entry) and
+//! the executor. One [`EngineCore::step`] is
 //!
 //! ```text
 //! expire queue timeouts -> schedule -> execute -> sample each row -> scheduler.update
-//!                       -> per token: detokenize, stop strings, send TokenEvent
-//!                       -> per finished request: send Finished (usage, timings)
+//!                       -> per token: detokenize, stop strings, send TokenEvent,
+//!                          end_reason -> finish(id, reason) -> send Finished
 //! ```
 //!
-//! The core is synchronous and knows nothing of threads; [`crate::handle::EngineHandle`] runs it
-//! on its own thread and feeds it commands between steps.
+//! A request ends in exactly one of three ways, each one function: [`EngineCore::finish`]
+//! (generation completed, with the reason decided by [`end_reason`]), [`EngineCore::abort`]
+//! (the client went away) or `fail` (the server gave up: a model error, a queue timeout,
+//! shutdown). The core is synchronous and knows nothing of threads;
+//! [`crate::handle::EngineHandle`] runs it on its own thread and feeds it commands between steps.
 
-mod seq;
-
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats};
+use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits};
+use crate::config::EngineConfig;
 use crate::executor::{BatchOutput, Executor};
 use crate::metrics::{record_iteration, StepRecorder};
 use crate::output::TokenDecoder;
-use crate::request::{FinishReason, Request, RequestId, RequestParams};
-use crate::scheduler::{
-    RequestOutput, Scheduler, SchedulerConfig, SchedulerError, SchedulerOutput,
-};
-use seq::SeqState;
+use crate::request::{FinishReason, Generation, Request, RequestId};
+use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
 
 /// A shared decoder usable where the output module wants a sized [`TokenDecoder`].
 struct SharedDecoder(Arc<dyn TokenDecoder + Send + Sync>);
@@ -37,13 +35,12 @@ impl TokenDecoder for SharedDecoder {
     }
 }
 
-/// Scheduler, executor, decoder and per-request state; driven by [`EngineCore::step`].
+/// Scheduler, executor and decoder; driven by [`EngineCore::step`].
 pub struct EngineCore {
     scheduler: Scheduler,
     executor: Box<dyn Executor>,
     decoder: SharedDecoder,
     eos_token_ids: Vec<u32>,
-    seqs: HashMap<RequestId, SeqState>,
     recorder: StepRecorder,
     prompt_tokens_total: u64,
     generation_tokens_total: u64,
@@ -52,20 +49,20 @@ pub struct EngineCore {
 }
 
 impl EngineCore {
-    /// A core over `executor` with a scheduler built from `config`. `eos_token_ids` end every
-    /// request that does not set `ignore_eos`.
+    /// A core over `executor`, whose KV geometry sizes the scheduler's block pool. `eos_token_ids`
+    /// end every request that does not set `ignore_eos`.
     pub fn new(
         executor: Box<dyn Executor>,
         decoder: Arc<dyn TokenDecoder + Send + Sync>,
         eos_token_ids: Vec<u32>,
-        config: SchedulerConfig,
+        config: &EngineConfig,
     ) -> Result<Self, SchedulerError> {
+        let scheduler = Scheduler::new(config.scheduler_config(executor.kv_geometry()))?;
         Ok(EngineCore {
-            scheduler: Scheduler::new(config)?,
+            scheduler,
             executor,
             decoder: SharedDecoder(decoder),
             eos_token_ids,
-            seqs: HashMap::new(),
             recorder: StepRecorder::default(),
             prompt_tokens_total: 0,
             generation_tokens_total: 0,
@@ -73,14 +70,12 @@ impl EngineCore {
         })
     }
 
-    /// Longest prompt plus output a request may have (the scheduler's clamped context limit).
-    pub fn max_model_len(&self) -> usize {
-        self.scheduler.max_model_len()
-    }
-
-    /// Vocabulary size of the executor's logits.
-    pub fn vocab_size(&self) -> usize {
-        self.executor.vocab_size()
+    /// What a request must fit: the executor's vocabulary and the scheduler's context limit.
+    pub fn limits(&self) -> RequestLimits {
+        RequestLimits {
+            vocab_size: self.executor.vocab_size(),
+            max_model_len: self.scheduler.max_model_len(),
+        }
     }
 
     /// Whether any request is waiting or running.
@@ -96,56 +91,29 @@ impl EngineCore {
         req: EngineRequest,
         events: UnboundedSender<EngineEvent>,
     ) {
-        let state = match SeqState::new(&req, events.clone()) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = events.send(EngineEvent::Failed(EngineFailure::Model(format!(
-                    "invalid sampling parameters: {e}"
-                ))));
-                return;
-            }
-        };
-        let params = self.request_params(&req);
-        let prompt_len = req.prompt_ids.len();
-        match self
-            .scheduler
-            .add_request(Request::new(id, req.prompt_ids, params))
-        {
-            Ok(()) => {
-                self.seqs.insert(id, state);
-            }
-            Err(SchedulerError::PromptTooLong { .. }) => {
-                state.fail(EngineFailure::TooLong(prompt_len))
-            }
-            Err(e) => state.fail(EngineFailure::Model(format!(
-                "request rejected by the scheduler: {e}"
-            ))),
+        let prompt_len = req.prompt_ids().len();
+        let request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
+        if let Err(e) = self.scheduler.add_request(request) {
+            let failure = match e {
+                SchedulerError::PromptTooLong { .. } => EngineFailure::TooLong(prompt_len),
+                e => EngineFailure::Internal(format!("request rejected by the scheduler: {e}")),
+            };
+            let _ = events.send(EngineEvent::Failed(failure));
         }
     }
 
-    fn request_params(&self, req: &EngineRequest) -> RequestParams {
-        let s = &req.sampling;
-        RequestParams {
-            max_tokens: s.max_tokens,
-            min_tokens: 0,
-            priority: req.priority,
-            eos_token_ids: if s.ignore_eos {
-                Vec::new()
-            } else {
-                self.eos_token_ids.clone()
-            },
-            stop_token_ids: s.stop_token_ids.clone(),
-            ignore_eos: s.ignore_eos,
-            cache_key: None,
+    /// Ends request `id` normally with `reason`: frees its blocks and sends `Finished`.
+    pub fn finish(&mut self, id: RequestId, reason: FinishReason) {
+        if let Some(req) = self.scheduler.finish(id, reason) {
+            req.into_generation().finish(reason, Instant::now());
         }
     }
 
-    /// Cancels request `id` (its client went away), freeing its blocks. False if unknown.
+    /// Cancels request `id` because its client went away, freeing its blocks. False if unknown.
     pub fn abort(&mut self, id: RequestId) -> bool {
-        self.scheduler.abort(id);
-        match self.seqs.remove(&id) {
-            Some(state) => {
-                state.aborted(Instant::now());
+        match self.scheduler.abort(id) {
+            Some(req) => {
+                req.into_generation().aborted(Instant::now());
                 true
             }
             None => false,
@@ -154,9 +122,9 @@ impl EngineCore {
 
     /// Ends every live request with `Failed(failure)` and frees its blocks.
     pub fn fail_all(&mut self, failure: EngineFailure) {
-        let ids: Vec<RequestId> = self.seqs.keys().copied().collect();
+        let ids: Vec<RequestId> = self.scheduler.request_ids().collect();
         for id in ids {
-            self.fail_request(id, failure.clone());
+            self.fail(id, failure.clone());
         }
     }
 
@@ -186,125 +154,144 @@ impl EngineCore {
         let computed = out.num_batched_tokens();
         if !out.is_empty() {
             self.mark_scheduled(&out, now);
-            let mut logits = std::mem::take(&mut self.logits);
-            match self
-                .executor
-                .execute_into(&out.to_batch_input(), &mut logits)
-            {
-                Ok(()) => self.process_batch(&out, &mut logits),
-                Err(e) => self.fail_batch(&out, &EngineFailure::Model(e.to_string())),
+            if let Err(failure) = self.execute_and_update(&out) {
+                self.fail_batch(&out, &failure);
             }
-            self.logits = logits;
             record_iteration(computed);
         }
         self.recorder.record(&self.scheduler.stats());
         computed
     }
 
+    /// Execute, sample, update: the model step proper. An error fails the whole batch.
+    fn execute_and_update(&mut self, out: &SchedulerOutput) -> Result<(), EngineFailure> {
+        let mut logits = std::mem::take(&mut self.logits);
+        let result = self
+            .executor
+            .execute_into(&out.batch, &mut logits)
+            .map_err(|e| EngineFailure::Model(e.to_string()))
+            .and_then(|()| self.sample_batch(out, &mut logits));
+        self.logits = logits;
+        let outputs = self
+            .scheduler
+            .update(out, &result?)
+            .map_err(|e| EngineFailure::Internal(e.to_string()))?;
+        let now = Instant::now();
+        for o in outputs {
+            self.apply_token(o, now);
+        }
+        Ok(())
+    }
+
     /// Fails requests that never ran and outlived their queue timeout.
     fn expire_queued(&mut self, now: Instant) {
         let expired: Vec<_> = self
-            .seqs
-            .iter()
-            .filter_map(|(&id, s)| s.queue_expired(now).map(|d| (id, d)))
+            .scheduler
+            .request_ids()
+            .filter_map(|id| {
+                let req = self.scheduler.request(id)?;
+                req.generation().queue_expired(now).map(|d| (id, d))
+            })
             .collect();
         for (id, limit) in expired {
-            self.fail_request(id, EngineFailure::QueueTimeout(limit));
+            self.fail(id, EngineFailure::QueueTimeout(limit));
         }
     }
 
     fn mark_scheduled(&mut self, out: &SchedulerOutput, now: Instant) {
-        for seq in &out.seqs {
-            let state = self.seqs.get_mut(&seq.request_id);
-            if let Some(prompt_len) = state.and_then(|s| s.mark_scheduled(now, seq.start_pos)) {
+        for seq in &out.batch.seqs {
+            let Some(req) = self.scheduler.request_mut(seq.request_id) else {
+                continue;
+            };
+            if let Some(prompt_len) = req.generation_mut().0.mark_scheduled(now, seq.start_pos) {
                 self.prompt_tokens_total += prompt_len as u64;
             }
         }
     }
 
-    /// Samples one token per logits row, then applies the step to the scheduler and streams.
-    fn process_batch(&mut self, out: &SchedulerOutput, batch: &mut BatchOutput) {
+    /// Samples one token per logits row, in batch order. A request whose row cannot be sampled
+    /// fails alone (it is removed, so `update` skips its placeholder token); a row without a
+    /// live request is an engine bug and fails the batch.
+    fn sample_batch(
+        &mut self,
+        out: &SchedulerOutput,
+        batch: &mut BatchOutput,
+    ) -> Result<Vec<u32>, EngineFailure> {
         let ids = out.sampling_request_ids();
         if batch.vocab == 0 || batch.num_rows() != ids.len() {
-            let msg = format!(
+            return Err(EngineFailure::Model(format!(
                 "executor returned {} logits rows for {} sequences",
                 batch.num_rows(),
                 ids.len()
-            );
-            return self.fail_batch(out, &EngineFailure::Model(msg));
+            )));
         }
         let mut sampled = Vec::with_capacity(ids.len());
         let mut failed = Vec::new();
         for (&id, row) in ids.iter().zip(batch.logits.chunks_mut(batch.vocab)) {
-            sampled.push(self.sample_row(id, row).unwrap_or_else(|e| {
-                failed.push((id, e));
-                0
-            }));
+            let req = self.scheduler.request_mut(id).ok_or_else(|| {
+                EngineFailure::Internal(format!("request {id} was scheduled but is not live"))
+            })?;
+            let (generation, history) = req.generation_mut();
+            match generation.sample(row, history) {
+                Ok(token) => sampled.push(token),
+                Err(e) => {
+                    failed.push((id, e));
+                    sampled.push(0);
+                }
+            }
         }
         for (id, e) in failed {
-            self.scheduler.abort(id);
-            self.fail_request(id, EngineFailure::Model(format!("sampling failed: {e}")));
+            self.fail(id, EngineFailure::Model(format!("sampling failed: {e}")));
         }
-        match self.scheduler.update(out, &sampled) {
-            Ok(outputs) => outputs.into_iter().for_each(|o| self.apply_output(o)),
-            Err(e) => self.fail_batch(out, &EngineFailure::Model(e.to_string())),
-        }
+        Ok(sampled)
     }
 
-    fn sample_row(
-        &mut self,
-        id: RequestId,
-        row: &mut [f32],
-    ) -> Result<u32, crate::sampling::SampleError> {
-        let history = self
-            .scheduler
-            .request(id)
-            .map_or(&[][..], Request::all_token_ids);
-        match self.seqs.get_mut(&id) {
-            Some(state) => state.sample(row, history),
-            // Not reachable: every scheduled request has a state; any token keeps `update` aligned.
-            None => Ok(0),
-        }
-    }
-
-    /// Streams a request's new tokens and finishes it on a stop string or a scheduler finish.
-    fn apply_output(&mut self, o: RequestOutput) {
-        let now = Instant::now();
-        let id = o.request_id;
-        let Some(state) = self.seqs.get_mut(&id) else {
+    /// Streams a request's new token and ends the request if [`end_reason`] says so.
+    fn apply_token(&mut self, o: RequestOutput, now: Instant) {
+        self.generation_tokens_total += 1;
+        let Some(req) = self.scheduler.request_mut(o.request_id) else {
+            // `update` reports only live requests.
+            tracing::error!(request = o.request_id, "a token was sampled for no live request");
             return;
         };
-        let mut stopped = false;
-        for &token in &o.new_token_ids {
-            self.generation_tokens_total += 1;
-            if state.push_token(&self.decoder, token, now) {
-                stopped = true;
-                break;
-            }
-        }
-        let reason = if stopped {
-            Some(FinishReason::Stop)
-        } else {
-            o.finish_reason
-        };
-        if let Some(reason) = reason {
-            self.scheduler.abort(id);
-            if let Some(state) = self.seqs.remove(&id) {
-                state.finish(&self.decoder, reason, stopped, now);
-            }
+        let (generation, _) = req.generation_mut();
+        let stopped = generation.push_token(&self.decoder, o.token, now);
+        if let Some(reason) = end_reason(generation, &self.decoder, stopped, o.stop) {
+            self.finish(o.request_id, reason);
         }
     }
 
     fn fail_batch(&mut self, out: &SchedulerOutput, failure: &EngineFailure) {
-        for seq in &out.seqs {
-            self.fail_request(seq.request_id, failure.clone());
+        for seq in &out.batch.seqs {
+            self.fail(seq.request_id, failure.clone());
         }
     }
 
-    fn fail_request(&mut self, id: RequestId, failure: EngineFailure) {
-        self.scheduler.abort(id);
-        if let Some(state) = self.seqs.remove(&id) {
-            state.fail(failure);
+    /// Ends request `id` because the server gave up: frees its blocks and sends `Failed`.
+    fn fail(&mut self, id: RequestId, failure: EngineFailure) {
+        if let Some(req) = self.scheduler.abort(id) {
+            req.into_generation().fail(failure);
         }
     }
+}
+
+/// How a request ends after its latest token, if it does; the one place a finish reason is
+/// decided. A stop string ends it as `Stop`; otherwise the token-level rule's `stop` (a stop
+/// token, `max_tokens`, the context limit) does, after the withheld text is flushed, and a stop
+/// string completed by that flush makes it a `Stop` as well.
+fn end_reason(
+    generation: &mut Generation,
+    decoder: &impl TokenDecoder,
+    stop_string: bool,
+    stop: Option<FinishReason>,
+) -> Option<FinishReason> {
+    if stop_string {
+        return Some(FinishReason::Stop);
+    }
+    let reason = stop?;
+    Some(if generation.flush(decoder) {
+        FinishReason::Stop
+    } else {
+        reason
+    })
 }

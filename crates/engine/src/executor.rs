@@ -2,16 +2,21 @@
 //! [`Executor`] (the model runner, or a mock in tests) runs one forward pass over it and returns
 //! logits rows for the sequences that sample this step.
 
+use crate::kv::BlockId;
+use crate::request::RequestId;
+
 /// One sequence's share of a step: the tokens it computes now (a prefill chunk or one decode
 /// token), where they start, and the KV blocks that hold its context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeqBatch {
+    /// The request this sequence belongs to.
+    pub request_id: RequestId,
     /// Tokens to run this step, at positions `start_pos..start_pos + tokens.len()`.
     pub tokens: Vec<u32>,
     /// Number of this sequence's tokens already in the KV cache (its computed tokens).
     pub start_pos: usize,
     /// Physical KV block ids, in logical order; covers `start_pos + tokens.len()` positions.
-    pub block_table: Vec<u32>,
+    pub block_table: Vec<BlockId>,
     /// Whether the last token's logits are needed (false for a non-final prefill chunk).
     pub need_logits: bool,
 }
@@ -56,6 +61,16 @@ pub enum ExecutorError {
     Failed(String),
 }
 
+/// The shape of an executor's paged KV cache: the scheduler's block ids index it, so the
+/// engine derives its block bookkeeping from this instead of being told separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvGeometry {
+    /// Token slots per block.
+    pub block_size: usize,
+    /// Blocks in the cache.
+    pub num_blocks: usize,
+}
+
 /// Runs forward passes. The engine thread owns its executor; nothing else touches it.
 pub trait Executor: Send {
     /// Run one step over `input`, writing each sequence's new K/V into its blocks.
@@ -72,4 +87,6 @@ pub trait Executor: Send {
     }
     /// Vocabulary size of the logits rows.
     fn vocab_size(&self) -> usize;
+    /// The KV cache the executor owns.
+    fn kv_geometry(&self) -> KvGeometry;
 }

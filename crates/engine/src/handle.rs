@@ -1,5 +1,6 @@
 //! [`EngineHandle`]: the engine's front door. `start` moves an [`EngineCore`] onto its own
-//! thread; `submit` validates a request, sends it over a command channel and returns a
+//! thread; `submit` sends a request (validated when it was built, see
+//! [`EngineRequest::new`] and [`EngineHandle::limits`]) over a command channel and returns a
 //! [`ResponseStream`] of [`EngineEvent`]s.
 //!
 //! ```text
@@ -20,46 +21,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::api::{EngineEvent, EngineRequest, EngineStats, SubmitError};
+use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use crate::config::EngineConfig;
 use crate::core::EngineCore;
 use crate::executor::Executor;
 use crate::output::TokenDecoder;
 use crate::request::RequestId;
-use crate::scheduler::{SchedulerConfig, SchedulerError};
-
-/// Engine limits and KV geometry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// Most requests running at once.
-    pub max_num_seqs: usize,
-    /// Token budget of one step.
-    pub max_num_batched_tokens: usize,
-    /// Token slots per KV block (must match the executor's KV cache).
-    pub block_size: usize,
-    /// KV blocks (must match the executor's KV cache).
-    pub num_kv_blocks: usize,
-    /// Share full KV blocks between requests with equal prefixes.
-    pub enable_prefix_caching: bool,
-    /// Context limit of the model (prompt plus output).
-    pub max_model_len: usize,
-    /// Most response streams alive at once; `None` for no limit.
-    pub max_concurrent_requests: Option<usize>,
-}
-
-impl EngineConfig {
-    fn scheduler_config(&self) -> SchedulerConfig {
-        SchedulerConfig {
-            max_num_seqs: self.max_num_seqs,
-            max_num_batched_tokens: self.max_num_batched_tokens,
-            block_size: self.block_size,
-            num_kv_blocks: self.num_kv_blocks,
-            enable_prefix_caching: self.enable_prefix_caching,
-            enable_chunked_prefill: true,
-            long_prefill_threshold: None,
-            max_model_len: Some(self.max_model_len),
-        }
-    }
-}
+use crate::scheduler::SchedulerError;
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -92,8 +60,7 @@ struct Shared {
     in_flight: Arc<AtomicUsize>,
     stopping: AtomicBool,
     next_id: AtomicU64,
-    max_len: usize,
-    vocab: usize,
+    limits: RequestLimits,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -128,10 +95,10 @@ impl EngineHandle {
         eos_token_ids: Vec<u32>,
         config: EngineConfig,
     ) -> Result<EngineHandle, EngineStartError> {
-        let core = EngineCore::new(executor, decoder, eos_token_ids, config.scheduler_config())?;
+        let core = EngineCore::new(executor, decoder, eos_token_ids, &config)?;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
-        let (max_len, vocab) = (core.max_model_len(), core.vocab_size());
+        let limits = core.limits();
         let engine = engine_loop::EngineLoop::new(core, rx, stats.clone());
         let thread = std::thread::Builder::new()
             .name("kestrel-engine".into())
@@ -143,8 +110,7 @@ impl EngineHandle {
             in_flight: Arc::new(AtomicUsize::new(0)),
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
-            max_len,
-            vocab,
+            limits,
             thread: Mutex::new(Some(thread)),
         };
         Ok(EngineHandle {
@@ -153,15 +119,13 @@ impl EngineHandle {
     }
 
     /// Admits a request. Errors: [`SubmitError::Overloaded`] beyond `max_concurrent_requests`
-    /// live streams, [`SubmitError::Invalid`] if it can never run (empty prompt, bad sampling
-    /// parameters, token ids outside the vocabulary, prompt plus `max_tokens` beyond the
-    /// context limit or the whole KV cache), [`SubmitError::Stopped`] once shutdown began.
+    /// live streams, [`SubmitError::Stopped`] once shutdown began. The request itself was
+    /// checked when it was built (against [`EngineHandle::limits`]).
     pub fn submit(&self, req: EngineRequest) -> Result<ResponseStream, SubmitError> {
         let s = &self.shared;
         if s.stopping.load(Ordering::Acquire) {
             return Err(SubmitError::Stopped);
         }
-        self.validate(&req)?;
         let permit = InFlight::acquire(&s.in_flight, s.config.max_concurrent_requests)?;
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
@@ -177,32 +141,9 @@ impl EngineHandle {
         })
     }
 
-    fn validate(&self, req: &EngineRequest) -> Result<(), SubmitError> {
-        let invalid = |m: String| Err(SubmitError::Invalid(m));
-        let (len, max_tokens) = (req.prompt_ids.len(), req.sampling.max_tokens);
-        if len == 0 {
-            return invalid("the prompt is empty".into());
-        }
-        if let Err(e) = req.sampling.validate() {
-            return invalid(e.to_string());
-        }
-        if let Some(t) = req
-            .prompt_ids
-            .iter()
-            .find(|&&t| t as usize >= self.shared.vocab)
-        {
-            return invalid(format!(
-                "token id {t} is outside the vocabulary ({})",
-                self.shared.vocab
-            ));
-        }
-        let max = self.shared.max_len;
-        if len.saturating_add(max_tokens) > max {
-            return invalid(format!(
-                "the prompt ({len} tokens) plus max_tokens ({max_tokens}) exceeds the context limit of {max} tokens"
-            ));
-        }
-        Ok(())
+    /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].
+    pub fn limits(&self) -> RequestLimits {
+        self.shared.limits
     }
 
     /// The latest snapshot of the engine's counters (refreshed after every step).

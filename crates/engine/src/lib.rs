@@ -4,7 +4,9 @@
 //! * [`sampling`] — [`sampling::SamplingParams`] and the [`sampling::Sampler`] that turns a
 //!   logits row into a token (greedy, temperature, top-k/top-p/min-p, penalties, seeded RNG).
 //! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
-//! * [`request`] — [`request::Request`]: tokens, `num_computed_tokens`, status, finish reason.
+//! * [`request`] — [`request::Request`]: the one entry per request (tokens,
+//!   `num_computed_tokens`, status, block table, and its [`request::Generation`]: sampler,
+//!   detokenizer, stop strings, event channel).
 //! * [`kv`] — paged KV bookkeeping: [`kv::BlockPool`] (ref counts, O(1) LRU free list, prefix
 //!   cache) and [`kv::KvCacheManager`] (block tables, prefix hits, allocation).
 //! * [`scheduler`] — the continuous-batching [`scheduler::Scheduler`]: `schedule` returns a
@@ -13,10 +15,13 @@
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
 //! * [`core`] — [`core::EngineCore`]: the step loop (schedule, execute, sample, update, stream).
 //! * [`handle`] — [`handle::EngineHandle`]: the engine thread, `submit` and
-//!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks.
+//!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks, among them
+//!   [`api::EngineRequest`], which can only be built validated; [`config::EngineConfig`] its
+//!   limits (the KV geometry comes from the executor).
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
 
 pub mod api;
+pub mod config;
 pub mod core;
 pub mod executor;
 pub mod handle;

@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, SeqBatch};
+use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry, SeqBatch};
 
 /// What a shadow KV slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,5 +212,12 @@ impl Executor for MockExecutor {
 
     fn vocab_size(&self) -> usize {
         self.vocab
+    }
+
+    fn kv_geometry(&self) -> KvGeometry {
+        KvGeometry {
+            block_size: self.block_size,
+            num_blocks: self.num_blocks,
+        }
     }
 }

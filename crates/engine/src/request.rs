@@ -1,4 +1,7 @@
-//! [`Request`]: one generation request as the scheduler sees it.
+//! [`Request`]: one generation request, the single entry the engine keeps for it. It owns
+//! its tokens and progress, its block table, and its [`Generation`] (sampler, detokenizer,
+//! stop strings, event channel and timestamps); the scheduler holds every live request in one
+//! map, and nothing else keeps per-request state.
 //!
 //! Following the vLLM v1 rule, a request has no prefill or decode phase: it has `num_tokens`
 //! (prompt plus generated tokens) and `num_computed_tokens` (tokens whose K/V sit in the cache),
@@ -10,9 +13,16 @@
 //!                      (KV cached)   \__ scheduled next __/
 //! ```
 
+mod generation;
+
 use std::fmt;
 
-use crate::kv::BlockHash;
+use tokio::sync::mpsc::UnboundedSender;
+
+pub use generation::Generation;
+
+use crate::api::{EngineEvent, EngineRequest};
+use crate::kv::{BlockHash, BlockId};
 
 /// Engine-wide request identifier.
 pub type RequestId = u64;
@@ -24,7 +34,7 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` was reached, or the sequence filled the model's context.
     Length,
-    /// The client cancelled the request.
+    /// The client went away or the server gave up on the request.
     Abort,
 }
 
@@ -94,8 +104,18 @@ impl RequestParams {
     }
 }
 
-/// A generation request: its tokens, progress and status.
-#[derive(Debug, Clone)]
+/// A request's KV blocks: its block table and how many leading blocks are registered in the
+/// prefix cache. Managed by [`crate::kv::KvCacheManager`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestBlocks {
+    /// Physical block ids, in logical order.
+    pub(crate) table: Vec<BlockId>,
+    /// Leading blocks already registered in the prefix cache (or found there).
+    pub(crate) num_cached: usize,
+}
+
+/// A generation request: its tokens, progress, status, blocks and generation state.
+#[derive(Debug)]
 pub struct Request {
     id: RequestId,
     tokens: Vec<u32>,
@@ -106,11 +126,50 @@ pub struct Request {
     status: RequestStatus,
     num_preemptions: u32,
     block_hashes: Vec<BlockHash>,
+    blocks: RequestBlocks,
+    generation: Generation,
 }
 
 impl Request {
-    /// A waiting request for `prompt` (arrival order is set when the scheduler accepts it).
+    /// A waiting request for `prompt` that samples greedily and reports to no one (arrival
+    /// order is set when the scheduler accepts it): what scheduler-level code and tests need.
     pub fn new(id: RequestId, prompt: Vec<u32>, params: RequestParams) -> Self {
+        let generation = Generation::detached(&prompt);
+        Self::with_generation(id, prompt, params, generation)
+    }
+
+    /// The engine's entry for `req`, reporting to `events`; `eos_token_ids` end it unless the
+    /// request ignores them.
+    pub fn from_engine(
+        id: RequestId,
+        req: EngineRequest,
+        eos_token_ids: &[u32],
+        events: UnboundedSender<EngineEvent>,
+    ) -> Self {
+        let generation = Generation::new(&req, events);
+        let params = RequestParams {
+            max_tokens: req.sampling().max_tokens,
+            min_tokens: 0,
+            priority: req.priority(),
+            eos_token_ids: if req.sampling().ignore_eos {
+                Vec::new()
+            } else {
+                eos_token_ids.to_vec()
+            },
+            stop_token_ids: req.sampling().stop_token_ids.clone(),
+            ignore_eos: req.sampling().ignore_eos,
+            cache_key: None,
+        };
+        let (prompt, _) = req.into_parts();
+        Self::with_generation(id, prompt, params, generation)
+    }
+
+    fn with_generation(
+        id: RequestId,
+        prompt: Vec<u32>,
+        params: RequestParams,
+        generation: Generation,
+    ) -> Self {
         Request {
             id,
             num_prompt_tokens: prompt.len(),
@@ -121,6 +180,8 @@ impl Request {
             status: RequestStatus::Waiting,
             num_preemptions: 0,
             block_hashes: Vec::new(),
+            blocks: RequestBlocks::default(),
+            generation,
         }
     }
 
@@ -179,6 +240,21 @@ impl Request {
         self.num_preemptions
     }
 
+    /// The block table: physical KV block ids in logical order (empty when it holds none).
+    pub fn block_table(&self) -> &[BlockId] {
+        &self.blocks.table
+    }
+
+    /// The sampler, detokenizer and event channel.
+    pub fn generation(&self) -> &Generation {
+        &self.generation
+    }
+
+    /// Mutable access to the generation state together with the token history it samples from.
+    pub fn generation_mut(&mut self) -> (&mut Generation, &[u32]) {
+        (&mut self.generation, &self.tokens)
+    }
+
     /// Hashes of the full blocks hashed so far (see [`crate::kv::block_hash`]).
     pub fn block_hashes(&self) -> &[BlockHash] {
         &self.block_hashes
@@ -199,8 +275,9 @@ impl Request {
         self.tokens.push(token);
     }
 
-    /// Why the request must stop now, if it must: checks the last generated token against the
-    /// stop sets, then `max_tokens`, then the context limit `max_model_len`.
+    /// The token-level stop rule: why the request must stop after its last generated token, if
+    /// it must (the stop sets, then `max_tokens`, then the context limit `max_model_len`). The
+    /// engine combines it with stop strings in one place before finishing a request.
     pub fn check_stop(&self, max_model_len: usize) -> Option<FinishReason> {
         let out = self.output_token_ids();
         let last = *out.last()?;
@@ -233,6 +310,24 @@ impl Request {
 
     pub(crate) fn block_hashes_mut(&mut self) -> (&[u32], &mut Vec<BlockHash>) {
         (&self.tokens, &mut self.block_hashes)
+    }
+
+    pub(crate) fn blocks(&self) -> &RequestBlocks {
+        &self.blocks
+    }
+
+    pub(crate) fn blocks_mut(&mut self) -> &mut RequestBlocks {
+        &mut self.blocks
+    }
+
+    /// The generation state, for the request's final event (after the scheduler released it).
+    pub(crate) fn into_generation(self) -> Generation {
+        self.generation
+    }
+
+    /// Hands the block table over (to be freed), leaving the request without blocks.
+    pub(crate) fn take_blocks(&mut self) -> RequestBlocks {
+        std::mem::take(&mut self.blocks)
     }
 }
 

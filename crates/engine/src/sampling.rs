@@ -224,15 +224,21 @@ impl Sampler {
     /// Validates `params` and seeds the RNG from `params.seed` (or the OS when `None`).
     pub fn new(params: SamplingParams) -> Result<Self, SamplingParamError> {
         params.validate()?;
+        Ok(Self::from_validated(params))
+    }
+
+    /// A sampler for parameters already validated (the engine's requests were, by
+    /// [`crate::api::EngineRequest::new`]).
+    pub(crate) fn from_validated(params: SamplingParams) -> Self {
         let seed = params.seed.unwrap_or_else(|| rand::thread_rng().gen());
-        Ok(Sampler {
+        Sampler {
             params,
             seed,
             rng: ChaCha8Rng::seed_from_u64(seed),
             candidates: Vec::new(),
             seen: Vec::new(),
             counts: Vec::new(),
-        })
+        }
     }
 
     /// The parameters this sampler was built with.

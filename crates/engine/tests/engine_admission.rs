@@ -6,7 +6,7 @@ mod engine_common;
 use std::time::Duration;
 
 use engine_common::*;
-use kestrel_engine::api::{EngineEvent, SubmitError};
+use kestrel_engine::api::{EngineEvent, InvalidRequest, SubmitError};
 
 #[test]
 fn dropping_a_stream_frees_its_blocks() {
@@ -16,7 +16,7 @@ fn dropping_a_stream_frees_its_blocks() {
     ctl.set_delay(Duration::from_millis(1));
     let mut long = request(prompt(4, 10), 200);
     long.sampling.ignore_eos = true;
-    let mut stream = engine.submit(long).expect("admitted");
+    let mut stream = engine.submit(long.build()).expect("admitted");
     for _ in 0..3 {
         assert!(matches!(
             stream.blocking_next(),
@@ -27,7 +27,7 @@ fn dropping_a_stream_frees_its_blocks() {
     assert_eq!(stats.running, 1);
     assert!(stats.kv_usage > 0.0, "{stats:?}");
     assert_eq!(
-        engine.submit(request(prompt(5, 4), 4)).err(),
+        engine.submit(request(prompt(5, 4), 4).build()).err(),
         Some(SubmitError::Overloaded(1))
     );
     let steps_at_drop = ctl.steps();
@@ -48,7 +48,7 @@ fn dropping_a_stream_frees_its_blocks() {
     // The dropped stream released its concurrency slot.
     let next = collect(
         engine
-            .submit(request(prompt(5, 4), 4))
+            .submit(request(prompt(5, 4), 4).build())
             .expect("slot released"),
     );
     assert_eq!(next.ids.len(), next.usage().completion_tokens);
@@ -61,10 +61,10 @@ fn overloaded_beyond_the_concurrency_limit() {
     cfg.max_concurrent_requests = Some(2);
     let (engine, ctl) = start(cfg);
     ctl.pause();
-    let a = engine.submit(request(prompt(1, 5), 3)).expect("first");
-    let b = engine.submit(request(prompt(2, 5), 3)).expect("second");
+    let a = engine.submit(request(prompt(1, 5), 3).build()).expect("first");
+    let b = engine.submit(request(prompt(2, 5), 3).build()).expect("second");
     assert_eq!(
-        engine.submit(request(prompt(3, 5), 3)).err(),
+        engine.submit(request(prompt(3, 5), 3).build()).err(),
         Some(SubmitError::Overloaded(2))
     );
     ctl.resume();
@@ -72,7 +72,7 @@ fn overloaded_beyond_the_concurrency_limit() {
     a.reason();
     // A finished stream no longer counts, even before it is dropped.
     let c = engine
-        .submit(request(prompt(3, 5), 3))
+        .submit(request(prompt(3, 5), 3).build())
         .expect("slot freed by a finished stream");
     collect(b).reason();
     collect(c).reason();
@@ -84,39 +84,45 @@ fn requests_that_can_never_fit_are_invalid() {
     let mut cfg = config(64); // 64 blocks of 4 = 256 tokens
     cfg.max_model_len = 100;
     let (engine, _ctl) = start(cfg.clone());
-    let invalid = |r| matches!(engine.submit(r), Err(SubmitError::Invalid(_)));
+    let limits = engine.limits();
+    assert_eq!(limits.max_model_len, 100);
+    let invalid = |r: Req| r.build_with(&limits).err();
     assert!(
-        invalid(request(prompt(1, 90), 11)),
+        matches!(
+            invalid(request(prompt(1, 90), 11)),
+            Some(InvalidRequest::TooLong { .. })
+        ),
         "90 + 11 > max_model_len 100"
     );
-    assert!(!invalid(request(prompt(1, 90), 10)), "90 + 10 fits exactly");
-    assert!(invalid(request(vec![], 4)), "empty prompt");
+    assert!(invalid(request(prompt(1, 90), 10)).is_none(), "90 + 10 fits exactly");
+    assert_eq!(invalid(request(vec![], 4)), Some(InvalidRequest::EmptyPrompt));
     assert!(
-        invalid(request(vec![1, VOCAB as u32], 4)),
+        matches!(
+            invalid(request(vec![1, VOCAB as u32], 4)),
+            Some(InvalidRequest::TokenOutOfVocab { .. })
+        ),
         "token outside the vocabulary"
     );
     let mut bad = request(prompt(1, 4), 4);
     bad.sampling.temperature = -1.0;
-    assert!(invalid(bad), "invalid sampling parameters");
+    assert!(
+        matches!(invalid(bad), Some(InvalidRequest::Sampling(_))),
+        "invalid sampling parameters"
+    );
     engine.shutdown(Duration::from_secs(1));
 
     // The whole KV cache (16 blocks of 4 = 64 tokens) is smaller than max_model_len.
     let (small, _ctl) = start(config(16));
-    assert!(invalid_on(&small, request(prompt(1, 40), 30)));
-    let ok = collect(
-        small
-            .submit(request(prompt(1, 40), 24))
-            .expect("40 + 24 fits"),
-    );
+    let limits = small.limits();
+    assert_eq!(limits.max_model_len, 64);
+    assert!(request(prompt(1, 40), 30).build_with(&limits).is_err());
+    let fits = request(prompt(1, 40), 24).build_with(&limits).expect("40 + 24 fits");
+    let ok = collect(small.submit(fits).expect("admitted"));
     assert_eq!(ok.usage().prompt_tokens, 40);
+    // A request built against looser limits still cannot overrun the engine: it fails.
+    let loose = collect(small.submit(request(prompt(2, 70), 4).build()).expect("admitted"));
+    assert_eq!(loose.failure(), kestrel_engine::api::EngineFailure::TooLong(70));
     small.shutdown(Duration::from_secs(1));
-}
-
-fn invalid_on(
-    engine: &kestrel_engine::handle::EngineHandle,
-    r: kestrel_engine::api::EngineRequest,
-) -> bool {
-    matches!(engine.submit(r), Err(SubmitError::Invalid(_)))
 }
 
 #[test]
@@ -127,7 +133,7 @@ fn handle_is_send_sync_and_stream_is_send() {
     send::<kestrel_engine::handle::ResponseStream>();
     let (engine, _ctl) = start(config(64));
     let clone = engine.clone();
-    assert_eq!(clone.config().num_kv_blocks, 64);
+    assert_eq!(clone.config().max_num_seqs, 8);
     let stats = engine.stats();
     assert_eq!((stats.num_kv_blocks, stats.block_size), (64, BLOCK));
     engine.shutdown(Duration::from_secs(1));

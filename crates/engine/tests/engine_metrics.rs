@@ -10,7 +10,7 @@ use engine_common::*;
 use kestrel_engine::api::EngineEvent;
 use kestrel_engine::core::EngineCore;
 use kestrel_engine::mock_executor::{reference_generate, MockExecutor};
-use kestrel_engine::scheduler::SchedulerConfig;
+use kestrel_engine::config::EngineConfig;
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
@@ -113,21 +113,26 @@ impl Recorder for TestRecorder {
 #[test]
 fn metrics_are_recorded_under_their_names() {
     let recorder = TestRecorder::default();
-    let mut cfg = SchedulerConfig::new(64);
-    cfg.block_size = BLOCK;
+    let cfg = EngineConfig {
+        max_num_seqs: 256,
+        max_num_batched_tokens: 2048,
+        enable_prefix_caching: true,
+        max_model_len: usize::MAX,
+        max_concurrent_requests: None,
+    };
     let exec = MockExecutor::new(64, BLOCK, VOCAB);
-    let mut core = EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], cfg)
+    let mut core = EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], &cfg)
         .expect("valid config");
     let p = prompt(2, 10);
     let want = reference_generate(&p, 6, &[EOS], VOCAB);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let (tx2, mut rx2) = tokio::sync::mpsc::unbounded_channel();
     metrics::with_local_recorder(&recorder, || {
-        core.add_request(1, request(p.clone(), 6), tx);
+        core.add_request(1, request(p.clone(), 6).build(), tx);
         while core.has_unfinished() {
             core.step();
         }
-        core.add_request(2, request(p.clone(), 6), tx2); // same prompt: 8 tokens cached
+        core.add_request(2, request(p.clone(), 6).build(), tx2); // same prompt: 8 tokens cached
         while core.has_unfinished() {
             core.step();
         }

@@ -16,13 +16,13 @@ fn requests_waiting_past_their_queue_time_fail() {
     ctl.set_delay(Duration::from_millis(1));
     let mut long = request(prompt(1, 8), 100);
     long.sampling.ignore_eos = true; // runs its full 100 steps (>= 100 ms)
-    let long = engine.submit(long).expect("admitted");
+    let long = engine.submit(long.build()).expect("admitted");
     let mut impatient = request(prompt(2, 8), 4);
     impatient.max_queue_time = Some(Duration::from_millis(20));
-    let impatient = engine.submit(impatient).expect("admitted");
+    let impatient = engine.submit(impatient.build()).expect("admitted");
     let mut patient = request(prompt(3, 8), 4);
     patient.max_queue_time = Some(Duration::from_secs(30));
-    let patient = engine.submit(patient).expect("admitted");
+    let patient = engine.submit(patient.build()).expect("admitted");
     let failed = collect(impatient);
     assert_eq!(
         failed.failure(),
@@ -55,24 +55,24 @@ fn higher_priority_waiting_requests_run_first() {
     cfg.max_num_seqs = 1;
     let (engine, ctl) = start(cfg);
     let t0 = Instant::now();
-    let at = |mut r: kestrel_engine::api::EngineRequest, priority| {
+    let at = |mut r: Req, priority| {
         r.arrival = t0;
         r.priority = priority;
         r
     };
     ctl.pause();
     let first = engine
-        .submit(at(request(prompt(1, 6), 5), 0))
+        .submit(at(request(prompt(1, 6), 5), 0).build())
         .expect("admitted");
     ctl.wait_blocked(); // `first` runs; the others queue behind it
     let low = engine
-        .submit(at(request(prompt(2, 6), 5), -1))
+        .submit(at(request(prompt(2, 6), 5), -1).build())
         .expect("admitted");
     let normal = engine
-        .submit(at(request(prompt(3, 6), 5), 0))
+        .submit(at(request(prompt(3, 6), 5), 0).build())
         .expect("admitted");
     let high = engine
-        .submit(at(request(prompt(4, 6), 5), 7))
+        .submit(at(request(prompt(4, 6), 5), 7).build())
         .expect("admitted");
     ctl.resume();
     let (first, low, normal, high) = (collect(first), collect(low), collect(normal), collect(high));
@@ -98,12 +98,12 @@ fn a_high_priority_request_preempts_a_low_one_for_kv_space() {
     let mut low = request(prompt(1, 30), 30);
     low.arrival = t0;
     low.sampling.ignore_eos = true; // grows to 60 tokens (15 blocks)
-    let low = engine.submit(low).expect("admitted");
+    let low = engine.submit(low.build()).expect("admitted");
     ctl.wait_blocked();
     let mut high = request(prompt(2, 20), 8);
     high.arrival = t0;
     high.priority = 5;
-    let high = engine.submit(high).expect("admitted");
+    let high = engine.submit(high.build()).expect("admitted");
     ctl.resume();
     let (low, high) = (collect(low), collect(high));
     assert_eq!(low.ids, reference_generate(&prompt(1, 30), 30, &[], VOCAB));

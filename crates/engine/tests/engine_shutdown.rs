@@ -16,7 +16,7 @@ fn shutdown_finishes_in_flight_requests_then_refuses_new_ones() {
     let streams: Vec<_> = (0..4)
         .map(|i| {
             engine
-                .submit(request(prompt(i, 6 + i as usize), 20))
+                .submit(request(prompt(i, 6 + i as usize), 20).build())
                 .expect("admitted")
         })
         .collect();
@@ -28,7 +28,7 @@ fn shutdown_finishes_in_flight_requests_then_refuses_new_ones() {
         got.reason();
     }
     assert_eq!(
-        engine.submit(request(prompt(9, 4), 4)).err(),
+        engine.submit(request(prompt(9, 4), 4).build()).err(),
         Some(SubmitError::Stopped)
     );
     let stats = engine.stats();
@@ -42,7 +42,7 @@ fn requests_still_running_at_the_deadline_fail() {
     ctl.set_delay(Duration::from_millis(5));
     let mut long = request(prompt(1, 8), 200);
     long.sampling.ignore_eos = true;
-    let mut stream = engine.submit(long).expect("admitted");
+    let mut stream = engine.submit(long.build()).expect("admitted");
     assert!(stream.blocking_next().is_some(), "it started");
     let t = Instant::now();
     engine.shutdown(Duration::from_millis(50));
@@ -63,7 +63,7 @@ fn idle_shutdown_is_prompt() {
     engine.shutdown(Duration::from_secs(30));
     assert!(t.elapsed() < Duration::from_secs(1));
     assert_eq!(
-        engine.submit(request(prompt(1, 4), 4)).err(),
+        engine.submit(request(prompt(1, 4), 4).build()).err(),
         Some(SubmitError::Stopped)
     );
 }

@@ -29,7 +29,7 @@ fn a_stop_string_cuts_the_text_and_frees_the_request() {
     let cut = full.find(&stop).expect("present");
     let mut req = request(p, 30);
     req.sampling.stop = vec!["never-produced".into(), stop.clone()];
-    let got = collect(engine.submit(req).expect("admitted"));
+    let got = collect(engine.submit(req.build()).expect("admitted"));
     assert_eq!(got.reason(), FinishReason::Stop);
     assert_eq!(
         got.text,
@@ -58,7 +58,7 @@ fn withheld_partial_stop_text_is_flushed_at_the_end() {
     let stop = format!("{}{{", full.chars().last().expect("non-empty"));
     let mut req = request(p, 12);
     req.sampling.stop = vec![stop];
-    let got = collect(engine.submit(req).expect("admitted"));
+    let got = collect(engine.submit(req.build()).expect("admitted"));
     assert_eq!(got.reason(), FinishReason::Length);
     assert_eq!(got.text, full);
     engine.shutdown(Duration::from_secs(1));
@@ -71,7 +71,7 @@ fn stop_token_ids_and_ignore_eos() {
     let mut req = request(p.clone(), 20);
     req.sampling.stop_token_ids = vec![out[5]];
     let first = out.iter().position(|&t| t == out[5]).expect("present");
-    let got = collect(engine.submit(req).expect("admitted"));
+    let got = collect(engine.submit(req.build()).expect("admitted"));
     assert_eq!(got.reason(), FinishReason::Stop);
     assert_eq!(got.ids, out[..=first]);
 
@@ -84,14 +84,14 @@ fn stop_token_ids_and_ignore_eos() {
         })
         .find(|(_, o)| o.last() == Some(&EOS) && o.len() < 40)
         .expect("some prompt hits EOS");
-    let stopped = collect(engine.submit(request(p.clone(), 40)).expect("admitted"));
+    let stopped = collect(engine.submit(request(p.clone(), 40).build()).expect("admitted"));
     assert_eq!(
         (stopped.ids.clone(), stopped.reason()),
         (eos_out, FinishReason::Stop)
     );
     let mut through = request(p.clone(), 40);
     through.sampling.ignore_eos = true;
-    let through = collect(engine.submit(through).expect("admitted"));
+    let through = collect(engine.submit(through.build()).expect("admitted"));
     assert_eq!(through.reason(), FinishReason::Length);
     assert_eq!(through.ids, reference_generate(&p, 40, &[], VOCAB));
     engine.shutdown(Duration::from_secs(1));

@@ -53,16 +53,16 @@ fn shared_system_prompt_hits_exact_blocks_and_evicts_lru() {
         }
     );
     assert_eq!(new, vec![3, 4]);
-    assert_eq!(kv.block_table(2), &[0, 1, 3, 4]);
+    assert_eq!(b.block_table(), &[0, 1, 3, 4]);
     assert_eq!(refs(&kv, &[0, 1, 2, 3, 4]), vec![2, 2, 1, 1, 1]);
     assert_eq!(kv.pool().free_list(), vec![5, 6, 7, 8, 9]);
     assert_eq!((kv.stats().queries, kv.stats().hits), (24, 8));
     assert!((kv.usage() - 0.5).abs() < 1e-12);
 
-    kv.free(1);
+    kv.free(&mut a);
     assert_eq!(refs(&kv, &[0, 1, 2]), vec![1, 1, 0]);
     assert_eq!(kv.pool().free_list(), vec![5, 6, 7, 8, 9, 2]);
-    kv.free(2);
+    kv.free(&mut b);
     // Reverse order: a sequence's tail is evicted before its (shared) head.
     assert_eq!(kv.pool().free_list(), vec![5, 6, 7, 8, 9, 2, 4, 3, 1, 0]);
     assert_eq!(kv.num_free_blocks(), 10);
@@ -92,7 +92,7 @@ fn prefix_hit_revives_free_block_from_middle_of_free_list() {
     let mut kv = manager(6, true);
     let mut a = req(1, &[&SYS[..], &[1]].concat());
     admit_and_compute(&mut kv, &mut a);
-    kv.free(1);
+    kv.free(&mut a);
     assert_eq!(kv.pool().free_list(), vec![3, 4, 5, 2, 1, 0]);
     let mut b = req(2, &[&SYS[..4], &[9, 9, 9, 9, 9]].concat());
     let (hit, new) = admit_and_compute(&mut kv, &mut b);
@@ -115,10 +115,8 @@ fn second_turn_reuses_first_turn_blocks() {
         a.append_output_token(t);
         let computed = a.num_tokens() - 1;
         if computed > a.num_computed_tokens() {
-            kv.allocate_slots(
-                &a,
-                computed - a.num_computed_tokens(),
-                &ComputedBlocks::default(),
+            let n = computed - a.num_computed_tokens();
+            kv.allocate_slots(&mut a, n, &ComputedBlocks::default(),
             )
             .expect("fits");
             a.set_num_computed_tokens(computed);
@@ -126,8 +124,8 @@ fn second_turn_reuses_first_turn_blocks() {
         }
     }
     assert_eq!(a.num_computed_tokens(), 12);
-    assert_eq!(kv.block_table(1), &[0, 1, 2]);
-    kv.free(1);
+    assert_eq!(a.block_table(), &[0, 1, 2]);
+    kv.free(&mut a);
 
     let turn2 = [a.all_token_ids(), &[60, 61, 62, 63]].concat();
     let mut b = req(2, &turn2);
@@ -140,7 +138,7 @@ fn second_turn_reuses_first_turn_blocks() {
         }
     );
     assert_eq!(new, vec![3, 4]);
-    assert_eq!(kv.block_table(2), &[0, 1, 2, 3, 4]);
+    assert_eq!(b.block_table(), &[0, 1, 2, 3, 4]);
     assert_eq!(refs(&kv, &[0, 1, 2, 3, 4]), vec![1; 5]);
 }
 
@@ -149,7 +147,7 @@ fn never_hits_the_whole_prompt() {
     let mut kv = manager(8, true);
     let mut a = req(1, &SYS);
     admit_and_compute(&mut kv, &mut a);
-    kv.free(1);
+    kv.free(&mut a);
     let mut b = req(2, &SYS);
     let hit = kv.get_computed_blocks(&mut b);
     assert_eq!(
@@ -159,7 +157,7 @@ fn never_hits_the_whole_prompt() {
             num_tokens: 4
         }
     );
-    let new = kv.allocate_slots(&b, 4, &hit).unwrap();
+    let new = kv.allocate_slots(&mut b, 4, &hit).unwrap();
     assert_eq!(
         new,
         vec![2],
@@ -172,7 +170,7 @@ fn disabled_caching_and_cache_keys_never_share() {
     let mut kv = manager(8, false);
     let mut a = req(1, &SYS);
     admit_and_compute(&mut kv, &mut a);
-    kv.free(1);
+    kv.free(&mut a);
     let mut b = req(2, &[&SYS[..], &[1]].concat());
     assert_eq!(kv.get_computed_blocks(&mut b), ComputedBlocks::default());
     assert_eq!(kv.stats().queries, 0);
@@ -192,19 +190,19 @@ fn allocation_failure_changes_nothing_and_counts_revived_hits() {
     let mut kv = manager(4, true);
     let mut a = req(1, &[&SYS[..], &[1]].concat());
     admit_and_compute(&mut kv, &mut a);
-    kv.free(1);
+    kv.free(&mut a);
     // All 4 blocks free; 0 and 1 hold the cached prefix.
     let mut b = req(2, &[&SYS[..], &(1..12).collect::<Vec<_>>()].concat());
     let hit = kv.get_computed_blocks(&mut b);
     assert_eq!(hit.blocks, vec![0, 1]);
     // 19 tokens need 5 blocks: 2 hits + 3 new, but only 2 remain once the hits are revived.
     let before = kv.pool().free_list();
-    assert_eq!(kv.allocate_slots(&b, 11, &hit), None);
+    assert_eq!(kv.allocate_slots(&mut b, 11, &hit), None);
     assert_eq!(kv.pool().free_list(), before);
     assert_eq!(kv.stats().queries, 9, "a failed allocation is not counted");
-    assert_eq!(kv.block_table(2), &[] as &[u32]);
+    assert_eq!(b.block_table(), &[] as &[u32]);
     let mut c = req(3, &[&SYS[..], &[1, 2, 3, 4, 5, 6, 7]].concat());
     let hit = kv.get_computed_blocks(&mut c);
-    assert_eq!(kv.allocate_slots(&c, 7, &hit), Some(vec![3, 2]));
+    assert_eq!(kv.allocate_slots(&mut c, 7, &hit), Some(vec![3, 2]));
     kv.pool().check_invariants().unwrap();
 }

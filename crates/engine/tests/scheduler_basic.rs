@@ -26,10 +26,20 @@ fn setup(cfg: SchedulerConfig) -> (Scheduler, MockExecutor) {
 fn step(s: &mut Scheduler, ex: &mut MockExecutor) -> (SchedulerOutput, Vec<RequestOutput>) {
     let out = s.schedule();
     let logits = ex
-        .execute(&out.to_batch_input())
+        .execute(&out.batch)
         .expect("mock accepts the batch");
     let outs = s.update(&out, &argmax_rows(&logits)).unwrap();
+    finish_stopped(s, &outs);
     (out, outs)
+}
+
+/// Ends the requests whose token-level stop rule fired (the engine's job, done by hand here).
+fn finish_stopped(s: &mut Scheduler, outs: &[RequestOutput]) {
+    for o in outs {
+        if let Some(reason) = o.stop {
+            assert!(s.finish(o.request_id, reason).is_some());
+        }
+    }
 }
 
 fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
@@ -40,7 +50,7 @@ fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
 
 /// (request id, start_pos, number of tokens, need_logits) per scheduled sequence.
 fn shape(out: &SchedulerOutput) -> Vec<(u64, usize, usize, bool)> {
-    out.seqs
+    out.batch.seqs
         .iter()
         .map(|s| (s.request_id, s.start_pos, s.tokens.len(), s.need_logits))
         .collect()
@@ -60,7 +70,7 @@ fn run_to_completion(s: &mut Scheduler, ex: &mut MockExecutor) -> Vec<RequestOut
 fn tokens_of(outs: &[RequestOutput], id: u64) -> Vec<u32> {
     outs.iter()
         .filter(|o| o.request_id == id)
-        .flat_map(|o| o.new_token_ids.clone())
+        .map(|o| o.token)
         .collect()
 }
 
@@ -71,20 +81,20 @@ fn chunked_prefill_splits_long_prompt_under_budget() {
     s.add_request(req(1, prompt.clone(), 3, 0)).unwrap();
     let (o1, r1) = step(&mut s, &mut ex);
     assert_eq!(shape(&o1), vec![(1, 0, 8, false)]);
-    assert_eq!(o1.seqs[0].block_table, vec![0, 1]);
+    assert_eq!(o1.batch.seqs[0].block_table, vec![0, 1]);
     assert!(r1.is_empty());
     let (o2, _) = step(&mut s, &mut ex);
     assert_eq!(shape(&o2), vec![(1, 8, 8, false)]);
-    assert_eq!(o2.seqs[0].block_table, vec![0, 1, 2, 3]);
+    assert_eq!(o2.batch.seqs[0].block_table, vec![0, 1, 2, 3]);
     let (o3, r3) = step(&mut s, &mut ex);
     assert_eq!(shape(&o3), vec![(1, 16, 4, true)]);
     assert_eq!(r3.len(), 1);
     let rest = run_to_completion(&mut s, &mut ex);
-    let mut got = r3[0].new_token_ids.clone();
+    let mut got = vec![r3[0].token];
     got.extend(tokens_of(&rest, 1));
     assert_eq!(got, reference_generate(&prompt, 3, &[], VOCAB));
     assert_eq!(
-        rest.last().unwrap().finish_reason,
+        rest.last().unwrap().stop,
         Some(FinishReason::Length)
     );
     assert_eq!(s.kv().num_free_blocks(), 64);
@@ -116,7 +126,7 @@ fn decode_tokens_mix_with_prefill_chunks() {
     let outs = run_to_completion(&mut s, &mut ex);
     assert!(outs
         .iter()
-        .any(|o| o.request_id == 1 && o.finish_reason.is_some()));
+        .any(|o| o.request_id == 1 && o.stop.is_some()));
 }
 
 #[test]
@@ -158,7 +168,7 @@ fn without_chunking_prompts_wait_for_budget_and_long_ones_are_rejected() {
     // Both reach the context limit of 8 tokens (clamped to the budget without chunking).
     assert!(outs
         .iter()
-        .all(|o| o.finish_reason == Some(FinishReason::Length)));
+        .all(|o| o.stop == Some(FinishReason::Length)));
     assert_eq!(outs.len(), 2);
     assert!(!s.has_unfinished());
 }
@@ -175,11 +185,11 @@ fn higher_priority_waiting_request_is_admitted_first() {
     let mut admitted = Vec::new();
     while s.has_unfinished() {
         let (out, _) = step(&mut s, &mut ex);
-        for seq in &out.seqs {
+        for seq in &out.batch.seqs {
             if seq.start_pos == 0 {
                 admitted.push(seq.request_id);
             }
-            assert_eq!(out.seqs.len(), 1, "max_num_seqs = 1");
+            assert_eq!(out.batch.seqs.len(), 1, "max_num_seqs = 1");
         }
     }
     assert_eq!(admitted, vec![3, 1, 2]);
@@ -193,11 +203,11 @@ fn scheduler_shares_system_prompt_blocks() {
     s.add_request(req(1, [&sys[..], &[1, 2]].concat(), 3, 0))
         .unwrap();
     let (o1, _) = step(&mut s, &mut ex);
-    assert_eq!(o1.seqs[0].block_table, vec![0, 1, 2, 3]);
+    assert_eq!(o1.batch.seqs[0].block_table, vec![0, 1, 2, 3]);
     s.add_request(req(2, prompt2.clone(), 3, 0)).unwrap();
     let (o2, r2) = step(&mut s, &mut ex);
     assert_eq!(shape(&o2), vec![(1, 14, 1, true), (2, 12, 3, true)]);
-    assert_eq!(o2.seqs[1].block_table, vec![0, 1, 2, 4]);
+    assert_eq!(o2.batch.seqs[1].block_table, vec![0, 1, 2, 4]);
     assert_eq!(s.kv().pool().ref_count(0), 2);
     let stats = s.stats().prefix_cache;
     assert_eq!((stats.queries, stats.hits), (14 + 15, 12));
@@ -219,13 +229,13 @@ fn abort_frees_every_block_waiting_or_running() {
     step(&mut s, &mut ex);
     step(&mut s, &mut ex);
     assert!(s.kv().num_free_blocks() < 16);
-    assert!(s.abort(1));
-    assert!(!s.abort(1));
-    assert!(s.abort(3));
+    assert!(s.abort(1).is_some());
+    assert!(s.abort(1).is_none());
+    assert!(s.abort(3).is_some());
     for _ in 0..3 {
         step(&mut s, &mut ex);
     }
-    assert!(s.abort(2));
+    assert!(s.abort(2).is_some());
     assert!(!s.has_unfinished());
     assert_eq!(s.kv().num_free_blocks(), 16);
     assert_eq!(s.kv().usage(), 0.0);
@@ -240,8 +250,8 @@ fn abort_between_schedule_and_update_is_ignored() {
     s.add_request(req(1, vec![1, 2, 3], 5, 0)).unwrap();
     s.add_request(req(2, vec![4, 5, 6], 5, 0)).unwrap();
     let out = s.schedule();
-    let sampled = argmax_rows(&ex.execute(&out.to_batch_input()).unwrap());
-    assert!(s.abort(1));
+    let sampled = argmax_rows(&ex.execute(&out.batch).unwrap());
+    assert!(s.abort(1).is_some());
     let outs = s.update(&out, &sampled).unwrap();
     assert_eq!(
         outs.iter().map(|o| o.request_id).collect::<Vec<_>>(),
@@ -268,5 +278,5 @@ fn eos_and_stop_tokens_finish_with_stop() {
     let got = tokens_of(&outs, 1);
     let first_eos = expected.iter().position(|&t| t == expected[2]).unwrap();
     assert_eq!(got, expected[..=first_eos].to_vec());
-    assert_eq!(outs.last().unwrap().finish_reason, Some(FinishReason::Stop));
+    assert_eq!(outs.last().unwrap().stop, Some(FinishReason::Stop));
 }

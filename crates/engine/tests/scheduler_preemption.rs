@@ -28,11 +28,21 @@ fn setup(num_blocks: usize, caching: bool) -> (Scheduler, MockExecutor) {
 fn step(s: &mut Scheduler, ex: &mut MockExecutor) -> (SchedulerOutput, Vec<RequestOutput>) {
     let out = s.schedule();
     let logits = ex
-        .execute(&out.to_batch_input())
+        .execute(&out.batch)
         .expect("mock accepts the batch");
     let outs = s.update(&out, &argmax_rows(&logits)).unwrap();
+    finish_stopped(s, &outs);
     s.kv().pool().check_invariants().unwrap();
     (out, outs)
+}
+
+/// Ends the requests whose token-level stop rule fired (the engine's job, done by hand here).
+fn finish_stopped(s: &mut Scheduler, outs: &[RequestOutput]) {
+    for o in outs {
+        if let Some(reason) = o.stop {
+            assert!(s.finish(o.request_id, reason).is_some());
+        }
+    }
 }
 
 fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
@@ -42,7 +52,7 @@ fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
 }
 
 fn shape(out: &SchedulerOutput) -> Vec<(u64, usize, usize)> {
-    out.seqs
+    out.batch.seqs
         .iter()
         .map(|s| (s.request_id, s.start_pos, s.tokens.len()))
         .collect()
@@ -65,7 +75,7 @@ fn drain(
             tokens
                 .entry(o.request_id)
                 .or_default()
-                .extend(o.new_token_ids);
+                .push(o.token);
         }
     }
     panic!("did not finish");
@@ -110,12 +120,12 @@ fn requester_preempts_itself_when_it_is_the_latest() {
     assert_eq!(o2.preempted, vec![2]);
     assert_eq!(s.waiting_ids(), vec![2]);
     assert_eq!(s.request(2).unwrap().num_computed_tokens(), 0);
-    assert_eq!(s.kv().block_table(2), &[] as &[u32]);
+    assert_eq!(s.request(2).unwrap().block_table(), &[] as &[u32]);
     for o in r1.into_iter().chain(r2) {
         tokens
             .entry(o.request_id)
             .or_default()
-            .extend(o.new_token_ids);
+            .push(o.token);
     }
     let (_, tokens) = drain(&mut s, &mut ex, tokens);
     let prompt2: Vec<u32> = (10..18).collect();
@@ -136,7 +146,7 @@ fn already_scheduled_victim_is_unscheduled() {
     let (o3, _) = step(&mut s, &mut ex);
     assert_eq!(shape(&o3), vec![(2, 4, 1)]);
     assert_eq!(o3.preempted, vec![1]);
-    assert_eq!(s.kv().block_table(2).len(), 2);
+    assert_eq!(s.request(2).unwrap().block_table().len(), 2);
     assert_eq!(s.kv().num_free_blocks(), 2);
 }
 
@@ -151,7 +161,7 @@ fn higher_priority_waiting_request_preempts_lower_running() {
             tokens
                 .entry(o.request_id)
                 .or_default()
-                .extend(o.new_token_ids);
+                .push(o.token);
         }
     }
     assert_eq!(s.kv().num_free_blocks(), 0);
@@ -164,7 +174,7 @@ fn higher_priority_waiting_request_preempts_lower_running() {
         tokens
             .entry(o.request_id)
             .or_default()
-            .extend(o.new_token_ids);
+            .push(o.token);
     }
     let (_, tokens) = drain(&mut s, &mut ex, tokens);
     // Context limit 16 = 4 blocks x 4: the low request stops at 4 outputs.
@@ -191,7 +201,7 @@ fn equal_priority_waiting_request_never_preempts() {
     for i in 0..20 {
         let (out, _) = step(&mut s, &mut ex);
         assert!(out.preempted.is_empty());
-        if first_seen.is_none() && out.seqs.iter().any(|q| q.request_id == 2) {
+        if first_seen.is_none() && out.batch.seqs.iter().any(|q| q.request_id == 2) {
             first_seen = Some(i);
             assert!(
                 s.request(1).is_none(),

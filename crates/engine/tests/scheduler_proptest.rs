@@ -118,13 +118,13 @@ impl Harness {
         } else {
             self.empty_streak = 0;
         }
-        let batch = out.to_batch_input();
+        let batch = &out.batch;
         self.chunks += batch.seqs.iter().filter(|q| !q.need_logits).count();
         prop_assert!(batch.num_tokens() <= self.s.config().max_num_batched_tokens);
         prop_assert!(batch.seqs.len() <= self.s.config().max_num_seqs);
         let logits = self
             .ex
-            .execute(&batch)
+            .execute(batch)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let outs = self
             .s
@@ -143,9 +143,10 @@ impl Harness {
             self.produced
                 .entry(o.request_id)
                 .or_default()
-                .extend(o.new_token_ids);
-            if let Some(r) = o.finish_reason {
+                .push(o.token);
+            if let Some(r) = o.stop {
                 self.finished.insert(o.request_id, r);
+                prop_assert!(self.s.finish(o.request_id, r).is_some());
             }
         }
         Ok(())
@@ -220,7 +221,7 @@ fn run(cfg: SchedulerConfig, eos: u32, ops: Vec<Op>) -> Result<Coverage, TestCas
             Op::Step => h.step()?,
             Op::Abort(i) if !h.prompts.is_empty() => {
                 let id = h.prompts[i % h.prompts.len()].0;
-                if h.s.abort(id) {
+                if h.s.abort(id).is_some() {
                     h.aborted.insert(id);
                 }
             }

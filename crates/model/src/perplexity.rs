@@ -80,6 +80,7 @@ impl WindowModel for RunnerModel {
         let mut logits = Vec::with_capacity(tokens.len() * self.vocab());
         for (i, chunk) in tokens.chunks(self.batch).enumerate() {
             let seq = SeqBatch {
+                request_id: 0,
                 tokens: chunk.to_vec(),
                 start_pos: i * self.batch,
                 block_table: self.block_table.clone(),

@@ -1,7 +1,7 @@
 //! [`ModelRunner`]: the engine's [`Executor`] for a loaded model. It owns the KV cache memory and
 //! the activation workspace, validates each batch, and runs the forward pass.
 
-use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError};
+use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
@@ -17,7 +17,53 @@ pub struct KvSpec {
     pub dtype: KvDtype,
 }
 
+/// How much KV cache to allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvBudget {
+    /// A memory budget in bytes.
+    Bytes(u64),
+    /// A number of token slots.
+    Tokens(usize),
+}
+
+/// Why a KV budget cannot hold a cache.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvSizeError {
+    #[error("the KV cache budget holds no block of {block_size} tokens; at least one is needed (raise --kv-cache-memory or --kv-cache-tokens)")]
+    TooSmall { block_size: usize },
+}
+
 impl KvSpec {
+    /// The cache that `budget` buys for `model`: as many whole blocks of `block_size` tokens
+    /// stored as `dtype` as fit.
+    ///
+    /// ```text
+    /// blocks          = bytes / (bytes_per_token × block_size)    (or tokens / block_size)
+    /// bytes_per_token = layers × 2 × kv heads × row bytes (f32 4·hd, f16 2·hd, q8 hd+4)
+    /// ```
+    pub fn for_budget(
+        model: &LlamaModel,
+        block_size: usize,
+        dtype: KvDtype,
+        budget: KvBudget,
+    ) -> Result<KvSpec, KvSizeError> {
+        let mut spec = KvSpec {
+            block_size,
+            num_blocks: 0,
+            dtype,
+        };
+        spec.num_blocks = match budget {
+            KvBudget::Bytes(b) => spec
+                .shape(model)
+                .blocks_for_bytes(usize::try_from(b).unwrap_or(usize::MAX)),
+            KvBudget::Tokens(t) => t / block_size.max(1),
+        };
+        if spec.num_blocks == 0 {
+            return Err(KvSizeError::TooSmall { block_size });
+        }
+        Ok(spec)
+    }
+
     /// The cache shape for `model`'s layers and heads.
     pub fn shape(&self, model: &LlamaModel) -> KvCacheShape {
         let d = model.dims();
@@ -173,5 +219,13 @@ impl Executor for ModelRunner {
 
     fn vocab_size(&self) -> usize {
         self.model.dims().vocab
+    }
+
+    fn kv_geometry(&self) -> KvGeometry {
+        let shape = self.kv.shape();
+        KvGeometry {
+            block_size: shape.block_size,
+            num_blocks: shape.num_blocks,
+        }
     }
 }

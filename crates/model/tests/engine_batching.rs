@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kestrel_engine::api::{EngineEvent, EngineRequest, Usage};
-use kestrel_engine::handle::{EngineConfig, EngineHandle, ResponseStream};
+use kestrel_engine::config::EngineConfig;
+use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::request::FinishReason;
 use kestrel_engine::sampling::SamplingParams;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
@@ -54,8 +55,6 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>) {
     let config = EngineConfig {
         max_num_seqs: 16,
         max_num_batched_tokens: 4096,
-        block_size: BLOCK,
-        num_kv_blocks: BLOCKS,
         enable_prefix_caching: true,
         max_model_len: 2048,
         max_concurrent_requests: None,
@@ -65,18 +64,13 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>) {
     (handle, tokenizer)
 }
 
-fn greedy(prompt: Vec<u32>) -> EngineRequest {
-    EngineRequest {
-        prompt_ids: prompt,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            max_tokens: NEW_TOKENS,
-            ..SamplingParams::default()
-        },
-        priority: 0,
-        arrival: Instant::now(),
-        max_queue_time: None,
-    }
+fn greedy(engine: &EngineHandle, prompt: Vec<u32>) -> EngineRequest {
+    let sampling = SamplingParams {
+        temperature: 0.0,
+        max_tokens: NEW_TOKENS,
+        ..SamplingParams::default()
+    };
+    EngineRequest::new(prompt, sampling, &engine.limits()).expect("a valid request")
 }
 
 /// Generated ids, text and usage of a request that must finish normally.
@@ -128,7 +122,7 @@ fn concurrent_greedy_equals_sequential_and_second_turn_hits_prefix_cache() {
     let t = Instant::now();
     let streams: Vec<_> = prompts
         .iter()
-        .map(|p| batched.submit(greedy(p.clone())).expect("admitted"))
+        .map(|p| batched.submit(greedy(&batched, p.clone())).expect("admitted"))
         .collect();
     let together: Vec<_> = streams.into_iter().map(run).collect();
     let t_batched = t.elapsed();
@@ -137,7 +131,7 @@ fn concurrent_greedy_equals_sequential_and_second_turn_hits_prefix_cache() {
     let t = Instant::now();
     let alone: Vec<_> = prompts
         .iter()
-        .map(|p| run(single.submit(greedy(p.clone())).expect("admitted")))
+        .map(|p| run(single.submit(greedy(&single, p.clone())).expect("admitted")))
         .collect();
     let t_alone = t.elapsed();
     single.shutdown(Duration::from_secs(5));
@@ -171,7 +165,7 @@ fn concurrent_greedy_equals_sequential_and_second_turn_hits_prefix_cache() {
             .encode(" Tell me more about that.", false)
             .expect("encodes"),
     );
-    let (ids, _, usage) = run(batched.submit(greedy(turn.clone())).expect("admitted"));
+    let (ids, _, usage) = run(batched.submit(greedy(&batched, turn.clone())).expect("admitted"));
     assert!(!ids.is_empty());
     let reusable = (first.len() / BLOCK) * BLOCK;
     assert!(

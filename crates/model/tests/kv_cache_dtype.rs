@@ -42,6 +42,7 @@ fn prefill_then_decode(runner: &mut ModelRunner, ids: &[u32], split: usize) -> V
     let table: Vec<u32> = (0..ids.len().div_ceil(16) as u32).collect();
     let step = |runner: &mut ModelRunner, start: usize, end: usize| {
         let seqs = vec![SeqBatch {
+            request_id: 0,
             tokens: ids[start..end].to_vec(),
             start_pos: start,
             block_table: table.clone(),

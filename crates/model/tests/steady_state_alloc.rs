@@ -29,6 +29,7 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
     let prompt = BatchInput {
         seqs: (0..SEQS)
             .map(|s| SeqBatch {
+                request_id: 0,
                 tokens: vec![3 + s as u32; 5 + s],
                 start_pos: 0,
                 block_table: table(s),
@@ -41,6 +42,7 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
     let mut step = BatchInput {
         seqs: (0..SEQS)
             .map(|s| SeqBatch {
+                request_id: 0,
                 tokens: vec![7],
                 start_pos: 5 + s,
                 block_table: table(s),

@@ -9,7 +9,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use kestrel_engine::api::{EngineFailure, SubmitError};
+use kestrel_engine::api::{EngineFailure, InvalidRequest, SubmitError};
 
 use crate::wire::openai::{ErrorBody, ErrorDetail};
 use crate::wire::tgi::TgiErrorBody;
@@ -164,7 +164,6 @@ impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> ApiError {
         match e {
             SubmitError::Overloaded(limit) => ApiError::Overloaded(limit),
-            SubmitError::Invalid(msg) => ApiError::Invalid(msg),
             SubmitError::Stopped => ApiError::Unavailable(e.to_string()),
         }
     }
@@ -177,7 +176,18 @@ impl From<EngineFailure> for ApiError {
                 ApiError::Unavailable(e.to_string())
             }
             EngineFailure::TooLong(_) => ApiError::TooLong(e.to_string()),
-            EngineFailure::Model(_) => ApiError::Internal(e.to_string()),
+            EngineFailure::Model(_) | EngineFailure::Internal(_) => {
+                ApiError::Internal(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<InvalidRequest> for ApiError {
+    fn from(e: InvalidRequest) -> ApiError {
+        match e {
+            InvalidRequest::TooLong { .. } => ApiError::TooLong(e.to_string()),
+            e => ApiError::param(e.param(), e.to_string()),
         }
     }
 }

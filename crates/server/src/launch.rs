@@ -1,9 +1,8 @@
-//! From a loaded model to a ready [`AppState`]: size the KV cache, derive the length limits,
-//! install the metrics recorder, start the engine. Used by `kestrel serve` and the HTTP tests.
+//! From a loaded model to a ready [`AppState`]: size the KV cache (the model crate's
+//! [`KvSpec::for_budget`] turns the budget into blocks), derive the length limits, install the
+//! metrics recorder, start the engine. Used by `kestrel serve` and the HTTP tests.
 //!
 //! ```text
-//! kv blocks   = kv bytes / (bytes_per_token × block_size)     (or kv tokens / block_size)
-//!               bytes_per_token = layers × 2 × kv heads × row bytes (f32 4·hd, f16 2·hd, q8 hd+4)
 //! model len   = min(model context, kv blocks × block_size)
 //! total limit = --max-total-tokens or model len    (≤ model len)
 //! input limit = --max-input-tokens or total - 1    (< total)
@@ -12,22 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kestrel_engine::handle::{EngineConfig, EngineHandle};
-use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_kernels::cpu::threadpool::ThreadPool;
-use kestrel_model::runner::KvSpec;
-use kestrel_model::{LoadedModel, ModelRunner};
+use kestrel_engine::config::EngineConfig;
+use kestrel_engine::handle::EngineHandle;
+pub use kestrel_model::runner::KvBudget;
+use kestrel_model::runner::{KvSizeError, KvSpec};
+use kestrel_model::{KvDtype, LoadedModel, ModelRunner, ThreadPool};
 
 use crate::state::{AppState, Limits, ModelInfo};
-
-/// How much KV cache to allocate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvCacheSize {
-    /// A memory budget in bytes.
-    Bytes(u64),
-    /// A number of token slots.
-    Tokens(usize),
-}
 
 /// Engine and limit settings for [`start`].
 #[derive(Debug, Clone)]
@@ -35,7 +25,7 @@ pub struct LaunchOptions {
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
     pub block_size: usize,
-    pub kv_cache: KvCacheSize,
+    pub kv_cache: KvBudget,
     /// How the KV cache stores K and V (`--kv-cache-dtype`).
     pub kv_dtype: KvDtype,
     pub enable_prefix_caching: bool,
@@ -53,7 +43,7 @@ impl Default for LaunchOptions {
             max_num_seqs: 64,
             max_num_batched_tokens: 512,
             block_size: 16,
-            kv_cache: KvCacheSize::Bytes(1 << 30),
+            kv_cache: KvBudget::Bytes(1 << 30),
             kv_dtype: KvDtype::F32,
             enable_prefix_caching: true,
             max_concurrent_requests: Some(256),
@@ -68,8 +58,8 @@ impl Default for LaunchOptions {
 /// Why the server could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("the KV cache holds {blocks} blocks of {block_size} tokens; at least one is needed (raise --kv-cache-memory or --kv-cache-tokens)")]
-    KvTooSmall { blocks: usize, block_size: usize },
+    #[error(transparent)]
+    KvSize(#[from] KvSizeError),
     #[error("{0}")]
     Limits(String),
     #[error(transparent)]
@@ -85,32 +75,15 @@ pub fn start(
     pool: &'static ThreadPool,
 ) -> Result<AppState, LaunchError> {
     let metrics = crate::metrics::install_recorder()?;
-    let mut kv = KvSpec {
-        block_size: opts.block_size,
-        num_blocks: 0,
-        dtype: opts.kv_dtype,
-    };
-    let shape = kv.shape(&loaded.model);
-    let num_blocks = match opts.kv_cache {
-        KvCacheSize::Bytes(b) => shape.blocks_for_bytes(usize::try_from(b).unwrap_or(usize::MAX)),
-        KvCacheSize::Tokens(t) => t / opts.block_size.max(1),
-    };
-    if num_blocks == 0 {
-        return Err(LaunchError::KvTooSmall {
-            blocks: num_blocks,
-            block_size: opts.block_size,
-        });
-    }
+    let kv = KvSpec::for_budget(&loaded.model, opts.block_size, opts.kv_dtype, opts.kv_cache)?;
     let model_len = loaded
         .config
         .max_position_embeddings
-        .min(num_blocks * opts.block_size);
+        .min(kv.num_blocks * kv.block_size);
     let limits = limits(opts, model_len)?;
     let config = EngineConfig {
         max_num_seqs: opts.max_num_seqs,
         max_num_batched_tokens: opts.max_num_batched_tokens,
-        block_size: opts.block_size,
-        num_kv_blocks: num_blocks,
         enable_prefix_caching: opts.enable_prefix_caching,
         max_model_len: limits.max_total_tokens,
         max_concurrent_requests: opts.max_concurrent_requests,
@@ -123,14 +96,14 @@ pub fn start(
     });
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
-    kv.num_blocks = num_blocks;
+    let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
     let engine = EngineHandle::try_start(Box::new(runner), tokenizer.clone(), eos, config)?;
     tracing::info!(
-        num_blocks,
-        block_size = opts.block_size,
-        kv_dtype = %opts.kv_dtype,
-        kv_bytes_per_token = shape.bytes_per_token(),
+        num_blocks = kv.num_blocks,
+        block_size = kv.block_size,
+        kv_dtype = %kv.dtype,
+        kv_bytes_per_token,
         max_input_tokens = limits.max_input_tokens,
         max_total_tokens = limits.max_total_tokens,
         "engine started"

@@ -6,8 +6,9 @@
 //!
 //! ```text
 //! wire body ─► reject unsupported features ─► prompt ids (template + tokenize)
-//!           ─► sampling parameters (ranges) ─► length limits (prompt, prompt + max_tokens)
-//!           ─► SamplingParams::validate (engine's own check, as a backstop)
+//!           ─► sampling parameters (ranges) ─► server length limits (prompt, prompt + max_tokens)
+//!           ─► EngineRequest::new (the engine's one check: prompt ids in the vocabulary,
+//!              SamplingParams::validate, prompt + max_tokens within the engine's context)
 //! ```
 
 use std::time::Instant;
@@ -44,11 +45,7 @@ pub struct ValidRequest {
 impl ValidRequest {
     /// The engine request of choice `index`: distinct seeds keep sampled choices distinct.
     pub fn for_choice(&self, index: usize) -> EngineRequest {
-        let mut req = self.request.clone();
-        if let Some(seed) = req.sampling.seed.as_mut() {
-            *seed = seed.wrapping_add(index as u64);
-        }
-        req
+        self.request.with_seed_offset(index as u64)
     }
 }
 
@@ -304,22 +301,18 @@ fn engine_request(
     priority: Option<i64>,
     arrival: Instant,
 ) -> Result<EngineRequest, ApiError> {
-    sampling
-        .validate()
-        .map_err(|e| ApiError::param(e.param(), e.to_string()))?;
     let priority = match priority {
         None => 0,
         Some(p) => i32::try_from(p).map_err(|_| {
             ApiError::param("priority", format!("priority must fit in 32 bits, got {p}"))
         })?,
     };
-    Ok(EngineRequest {
-        prompt_ids,
-        sampling,
-        priority,
-        arrival,
-        max_queue_time: state.limits().max_queue_time,
-    })
+    Ok(
+        EngineRequest::new(prompt_ids, sampling, &state.engine().limits())?
+            .with_priority(priority)
+            .with_arrival(arrival)
+            .with_max_queue_time(state.limits().max_queue_time),
+    )
 }
 
 fn completion_prompt(state: &AppState, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
@@ -345,13 +338,6 @@ fn completion_prompt(state: &AppState, prompt: Prompt) -> Result<Vec<u32>, ApiEr
             lists.remove(0)
         }
     };
-    let vocab = state.tokenizer().vocab_size();
-    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-        return Err(ApiError::param(
-            "prompt",
-            format!("prompt token id {bad} is outside the vocabulary (size {vocab})"),
-        ));
-    }
     Ok(ids)
 }
 
@@ -422,9 +408,6 @@ fn max_tokens(
     param: &'static str,
     default: usize,
 ) -> Result<usize, ApiError> {
-    if prompt_len == 0 {
-        return Err(ApiError::Invalid("the prompt is empty".into()));
-    }
     if prompt_len > limits.max_input_tokens {
         return Err(ApiError::TooLong(format!(
             "the prompt has {prompt_len} tokens, more than the limit of {} input tokens \

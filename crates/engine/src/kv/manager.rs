@@ -13,11 +13,9 @@
 //! 4. [`KvCacheManager::free`] drops the request's references, tail block first, so under
 //!    eviction a shared prefix outlives the private suffixes that follow it.
 
-use std::collections::HashMap;
-
 use super::block_hash::extend_block_hashes;
 use super::{BlockId, BlockPool, KvError};
-use crate::request::{Request, RequestId};
+use crate::request::Request;
 
 /// KV-cache geometry and policy. The model side converts its memory budget into `num_blocks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,20 +68,15 @@ impl PrefixCacheStats {
     }
 }
 
-#[derive(Debug, Clone, Default)]
-struct RequestBlocks {
-    blocks: Vec<BlockId>,
-    /// Leading blocks already registered in the prefix cache (or found there).
-    num_cached: usize,
-}
-
-/// Owns the block pool and every request's block table.
+/// Owns the block pool; each request's block table lives in its [`Request`] entry and is only
+/// changed here.
 #[derive(Debug, Clone)]
 pub struct KvCacheManager {
     pool: BlockPool,
     block_size: usize,
     enable_caching: bool,
-    tables: HashMap<RequestId, RequestBlocks>,
+    /// Requests holding at least one block.
+    num_tables: usize,
     stats: PrefixCacheStats,
 }
 
@@ -97,7 +90,7 @@ impl KvCacheManager {
             pool: BlockPool::new(config.num_blocks)?,
             block_size: config.block_size,
             enable_caching: config.enable_prefix_caching,
-            tables: HashMap::new(),
+            num_tables: 0,
             stats: PrefixCacheStats::default(),
         })
     }
@@ -142,20 +135,15 @@ impl KvCacheManager {
         num_tokens.div_ceil(self.block_size)
     }
 
-    /// The block table of request `id` (empty if it holds no blocks).
-    pub fn block_table(&self, id: RequestId) -> &[BlockId] {
-        self.tables.get(&id).map_or(&[], |t| t.blocks.as_slice())
-    }
-
     /// Number of requests holding blocks.
     pub fn num_tables(&self) -> usize {
-        self.tables.len()
+        self.num_tables
     }
 
     /// The longest cached prefix of `req` in whole blocks, leaving at least its last token
     /// uncomputed. Empty when caching is off or the request already holds blocks.
     pub fn get_computed_blocks(&mut self, req: &mut Request) -> ComputedBlocks {
-        if !self.enable_caching || self.tables.contains_key(&req.id()) || req.num_tokens() == 0 {
+        if !self.enable_caching || !req.block_table().is_empty() || req.num_tokens() == 0 {
             return ComputedBlocks::default();
         }
         self.update_hashes(req);
@@ -176,12 +164,12 @@ impl KvCacheManager {
     /// pool lacks free blocks.
     pub fn allocate_slots(
         &mut self,
-        req: &Request,
+        req: &mut Request,
         num_new_tokens: usize,
         computed: &ComputedBlocks,
     ) -> Option<Vec<BlockId>> {
         let total = req.num_computed_tokens() + computed.num_tokens + num_new_tokens;
-        let held = self.tables.get(&req.id()).map_or(0, |t| t.blocks.len());
+        let held = req.block_table().len();
         let needed = self
             .blocks_for(total)
             .saturating_sub(held + computed.blocks.len());
@@ -194,7 +182,7 @@ impl KvCacheManager {
         if needed + revived > self.pool.num_free_blocks() {
             return None;
         }
-        let first_allocation = !self.tables.contains_key(&req.id());
+        let first_allocation = held == 0;
         if first_allocation && self.enable_caching {
             self.stats.queries += req.num_tokens() as u64;
             self.stats.hits += computed.num_tokens as u64;
@@ -202,12 +190,15 @@ impl KvCacheManager {
         self.pool.touch(&computed.blocks);
         // The capacity check above guarantees `needed` free blocks remain after the touch.
         let new_blocks = self.pool.allocate(needed)?;
-        let table = self.tables.entry(req.id()).or_default();
-        if table.blocks.is_empty() {
+        let table = req.blocks_mut();
+        if table.table.is_empty() {
             table.num_cached = computed.blocks.len();
         }
-        table.blocks.extend_from_slice(&computed.blocks);
-        table.blocks.extend_from_slice(&new_blocks);
+        table.table.extend_from_slice(&computed.blocks);
+        table.table.extend_from_slice(&new_blocks);
+        if first_allocation && !table.table.is_empty() {
+            self.num_tables += 1;
+        }
         Some(new_blocks)
     }
 
@@ -216,29 +207,26 @@ impl KvCacheManager {
         if !self.enable_caching {
             return;
         }
-        let Some(num_cached) = self.tables.get(&req.id()).map(|t| t.num_cached) else {
-            return;
-        };
+        let num_cached = req.blocks().num_cached;
         let num_full = req.num_computed_tokens() / self.block_size;
-        if num_full <= num_cached {
+        if req.block_table().is_empty() || num_full <= num_cached {
             return;
         }
         self.update_hashes(req);
-        let Some(table) = self.tables.get_mut(&req.id()) else {
-            return;
-        };
-        let num_full = num_full.min(table.blocks.len());
-        for i in table.num_cached..num_full {
+        let num_full = num_full.min(req.block_table().len());
+        for i in num_cached..num_full {
             self.pool
-                .cache_block(table.blocks[i], req.block_hashes()[i]);
+                .cache_block(req.block_table()[i], req.block_hashes()[i]);
         }
-        table.num_cached = num_full.max(table.num_cached);
+        req.blocks_mut().num_cached = num_full.max(num_cached);
     }
 
-    /// Releases all of request `id`'s blocks, last block first (so its tail is evicted first).
-    pub fn free(&mut self, id: RequestId) {
-        if let Some(table) = self.tables.remove(&id) {
-            self.pool.free(table.blocks.into_iter().rev());
+    /// Releases all of `req`'s blocks, last block first (so its tail is evicted first).
+    pub fn free(&mut self, req: &mut Request) {
+        let blocks = req.take_blocks();
+        if !blocks.table.is_empty() {
+            self.num_tables -= 1;
+            self.pool.free(blocks.table.into_iter().rev());
         }
     }
 

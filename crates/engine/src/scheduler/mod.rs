@@ -16,8 +16,10 @@
 //!    fit.
 //!
 //! [`Scheduler::update`] then advances the computed counts, registers newly full blocks in the
-//! prefix cache, appends sampled tokens and finishes requests on a stop token, `max_tokens` or
-//! the context limit, freeing their blocks.
+//! prefix cache, appends sampled tokens and reports each request's token-level stop reason (a
+//! stop token, `max_tokens` or the context limit). It ends nothing itself: the engine decides
+//! how a request ends and calls [`Scheduler::finish`] (or [`Scheduler::abort`] when the client
+//! or the server gave up), which remove the request and free its blocks.
 //!
 //! Liveness: the context limit is clamped to the KV pool (and, without chunked prefill, to the
 //! token budget), so a request running alone always fits; victims keep their arrival order, so
@@ -28,13 +30,14 @@ pub mod output;
 pub mod queue;
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-pub use output::{RequestOutput, ScheduledSeq, SchedulerOutput};
+pub use output::{RequestOutput, SchedulerOutput};
 pub use queue::WaitingQueue;
 
+use crate::executor::{BatchInput, SeqBatch};
 use crate::kv::{ComputedBlocks, KvCacheConfig, KvCacheManager, KvError, PrefixCacheStats};
-use crate::request::{Request, RequestId, RequestStatus};
+use crate::request::{FinishReason, Request, RequestId, RequestStatus};
 
 /// Scheduling limits and KV-cache geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,8 +152,9 @@ impl Step {
     }
 }
 
-/// Owns every live request, the waiting queue, the running list and the KV manager.
-#[derive(Debug, Clone)]
+/// Owns every live request (the engine's one map of them), the waiting queue, the running list
+/// and the KV manager.
+#[derive(Debug)]
 pub struct Scheduler {
     config: SchedulerConfig,
     kv: KvCacheManager,
@@ -227,6 +231,16 @@ impl Scheduler {
         self.requests.get(&id)
     }
 
+    /// A live request, mutably (its generation state; scheduling state stays the scheduler's).
+    pub fn request_mut(&mut self, id: RequestId) -> Option<&mut Request> {
+        self.requests.get_mut(&id)
+    }
+
+    /// Ids of every live request.
+    pub fn request_ids(&self) -> impl Iterator<Item = RequestId> + '_ {
+        self.requests.keys().copied()
+    }
+
     /// Running request ids in scheduling order.
     pub fn running_ids(&self) -> &[RequestId] {
         &self.running
@@ -282,17 +296,23 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Cancels request `id`, waiting or running, releasing all its blocks. False if unknown.
-    pub fn abort(&mut self, id: RequestId) -> bool {
-        let Some(req) = self.requests.remove(&id) else {
-            return false;
-        };
+    /// Ends request `id` with `reason`: removes it, waiting or running, and frees its blocks.
+    /// Returns the request (for its final event), or `None` if it is unknown.
+    pub fn finish(&mut self, id: RequestId, reason: FinishReason) -> Option<Request> {
+        let mut req = self.requests.remove(&id)?;
         self.waiting.remove(id);
         if req.status() == RequestStatus::Running {
             self.running.retain(|&r| r != id);
         }
-        self.kv.free(id);
-        true
+        self.kv.free(&mut req);
+        req.set_status(RequestStatus::Finished(reason));
+        Some(req)
+    }
+
+    /// Cancels request `id` because its client went away or the server gave up:
+    /// [`Scheduler::finish`] with [`FinishReason::Abort`].
+    pub fn abort(&mut self, id: RequestId) -> Option<Request> {
+        self.finish(id, FinishReason::Abort)
     }
 
     /// Decides the next step: which requests run and how many tokens each.
@@ -310,14 +330,14 @@ impl Scheduler {
     }
 
     /// Applies a finished step: `sampled` holds one token per sequence of `out` with
-    /// `need_logits`, in batch order. Returns the new tokens and finish reasons; requests
-    /// aborted since `schedule` are skipped.
+    /// `need_logits`, in batch order. Returns the new tokens with their token-level stop
+    /// reasons; requests ended since `schedule` are skipped.
     pub fn update(
         &mut self,
         out: &SchedulerOutput,
         sampled: &[u32],
     ) -> Result<Vec<RequestOutput>, SchedulerError> {
-        let expected = out.seqs.iter().filter(|s| s.need_logits).count();
+        let expected = out.batch.seqs.iter().filter(|s| s.need_logits).count();
         if expected != sampled.len() {
             return Err(SchedulerError::SampledCountMismatch {
                 expected,
@@ -326,23 +346,14 @@ impl Scheduler {
         }
         let mut tokens = sampled.iter().copied();
         let mut outputs = Vec::new();
-        let mut finished = HashSet::new();
-        for seq in &out.seqs {
+        for seq in &out.batch.seqs {
             let token = if seq.need_logits { tokens.next() } else { None };
-            if let Some(o) = self.apply_seq(seq, token) {
-                if o.finish_reason.is_some() {
-                    finished.insert(o.request_id);
-                }
-                outputs.push(o);
-            }
-        }
-        if !finished.is_empty() {
-            self.running.retain(|r| !finished.contains(r));
+            outputs.extend(self.apply_seq(seq, token));
         }
         Ok(outputs)
     }
 
-    fn apply_seq(&mut self, seq: &ScheduledSeq, token: Option<u32>) -> Option<RequestOutput> {
+    fn apply_seq(&mut self, seq: &SeqBatch, token: Option<u32>) -> Option<RequestOutput> {
         let req = self.requests.get_mut(&seq.request_id)?;
         if req.status() != RequestStatus::Running || req.num_computed_tokens() != seq.start_pos {
             return None;
@@ -351,16 +362,10 @@ impl Scheduler {
         self.kv.cache_computed_blocks(req);
         let token = token?;
         req.append_output_token(token);
-        let finish_reason = req.check_stop(self.max_model_len);
-        if let Some(reason) = finish_reason {
-            req.set_status(RequestStatus::Finished(reason));
-            self.kv.free(seq.request_id);
-            self.requests.remove(&seq.request_id);
-        }
         Some(RequestOutput {
             request_id: seq.request_id,
-            new_token_ids: vec![token],
-            finish_reason,
+            token,
+            stop: req.check_stop(self.max_model_len),
         })
     }
 
@@ -402,7 +407,7 @@ impl Scheduler {
     /// `id` itself was preempted.
     fn allocate_running(&mut self, id: RequestId, n: usize, step: &mut Step) -> bool {
         loop {
-            let Some(req) = self.requests.get(&id) else {
+            let Some(req) = self.requests.get_mut(&id) else {
                 return false;
             };
             if self
@@ -455,7 +460,7 @@ impl Scheduler {
         step: &mut Step,
     ) -> bool {
         loop {
-            let Some(req) = self.requests.get(&id) else {
+            let Some(req) = self.requests.get_mut(&id) else {
                 return false;
             };
             let priority = req.priority();
@@ -485,8 +490,8 @@ impl Scheduler {
 
     fn preempt(&mut self, victim: RequestId, step: &mut Step) {
         self.running.retain(|&r| r != victim);
-        self.kv.free(victim);
         if let Some(req) = self.requests.get_mut(&victim) {
+            self.kv.free(req);
             req.mark_preempted();
             self.waiting.push_front(victim, req.priority());
         }
@@ -502,17 +507,17 @@ impl Scheduler {
             .filter_map(|&(id, n)| {
                 let req = self.requests.get(&id)?;
                 let start = req.num_computed_tokens();
-                Some(ScheduledSeq {
+                Some(SeqBatch {
                     request_id: id,
                     tokens: req.all_token_ids()[start..start + n].to_vec(),
                     start_pos: start,
-                    block_table: self.kv.block_table(id).to_vec(),
+                    block_table: req.block_table().to_vec(),
                     need_logits: start + n == req.num_tokens(),
                 })
             })
             .collect();
         SchedulerOutput {
-            seqs,
+            batch: BatchInput { seqs },
             preempted: step.preempted,
         }
     }

@@ -7,9 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use kestrel_engine::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, Usage};
-use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError};
-use kestrel_engine::handle::{EngineConfig, EngineHandle, ResponseStream};
+use kestrel_engine::api::{
+    EngineEvent, EngineFailure, EngineRequest, RequestLimits, RequestTimings, Usage,
+};
+use kestrel_engine::config::EngineConfig;
+use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
+use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::mock_executor::MockExecutor;
 use kestrel_engine::output::TokenDecoder;
 use kestrel_engine::request::FinishReason;
@@ -126,10 +129,38 @@ impl Executor for ControlledExecutor {
     fn vocab_size(&self) -> usize {
         self.inner.vocab_size()
     }
+
+    fn kv_geometry(&self) -> KvGeometry {
+        self.inner.kv_geometry()
+    }
 }
 
-pub fn config(num_kv_blocks: usize) -> EngineConfig {
-    EngineConfig {
+/// Engine limits plus the mock executor's KV geometry.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+    pub block_size: usize,
+    pub num_kv_blocks: usize,
+    pub enable_prefix_caching: bool,
+    pub max_model_len: usize,
+    pub max_concurrent_requests: Option<usize>,
+}
+
+impl Config {
+    pub fn engine(&self) -> EngineConfig {
+        EngineConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            enable_prefix_caching: self.enable_prefix_caching,
+            max_model_len: self.max_model_len,
+            max_concurrent_requests: self.max_concurrent_requests,
+        }
+    }
+}
+
+pub fn config(num_kv_blocks: usize) -> Config {
+    Config {
         max_num_seqs: 8,
         max_num_batched_tokens: 64,
         block_size: BLOCK,
@@ -141,19 +172,56 @@ pub fn config(num_kv_blocks: usize) -> EngineConfig {
 }
 
 /// An engine over a controlled mock executor with EOS [`EOS`].
-pub fn start(config: EngineConfig) -> (EngineHandle, Arc<Control>) {
+pub fn start(config: Config) -> (EngineHandle, Arc<Control>) {
     let ctl = Arc::new(Control::default());
     let exec = ControlledExecutor {
         inner: MockExecutor::new(config.num_kv_blocks, config.block_size, VOCAB),
         ctl: ctl.clone(),
     };
-    let handle = EngineHandle::start(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], config);
+    let handle = EngineHandle::start(
+        Box::new(exec),
+        Arc::new(LetterDecoder),
+        vec![EOS],
+        config.engine(),
+    );
     (handle, ctl)
 }
 
+/// A request under construction; [`Req::build`] validates it into an [`EngineRequest`].
+#[derive(Debug, Clone)]
+pub struct Req {
+    pub prompt_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub priority: i32,
+    pub arrival: Instant,
+    pub max_queue_time: Option<Duration>,
+}
+
+impl Req {
+    /// Validated against the test vocabulary only (lengths are the engine's to enforce).
+    pub fn build(self) -> EngineRequest {
+        let limits = RequestLimits {
+            vocab_size: VOCAB,
+            max_model_len: usize::MAX,
+        };
+        self.build_with(&limits).expect("a valid test request")
+    }
+
+    /// Validated against `limits`.
+    pub fn build_with(
+        self,
+        limits: &RequestLimits,
+    ) -> Result<EngineRequest, kestrel_engine::api::InvalidRequest> {
+        Ok(EngineRequest::new(self.prompt_ids, self.sampling, limits)?
+            .with_priority(self.priority)
+            .with_arrival(self.arrival)
+            .with_max_queue_time(self.max_queue_time))
+    }
+}
+
 /// Greedy request for `prompt`, at most `max_tokens` new tokens.
-pub fn request(prompt: Vec<u32>, max_tokens: usize) -> EngineRequest {
-    EngineRequest {
+pub fn request(prompt: Vec<u32>, max_tokens: usize) -> Req {
+    Req {
         prompt_ids: prompt,
         sampling: SamplingParams {
             temperature: 0.0,

@@ -133,6 +133,7 @@ pub fn calibrate(
     for w in &windows {
         let batch = BatchInput {
             seqs: vec![SeqBatch {
+                request_id: 0,
                 tokens: w.to_vec(),
                 start_pos: 0,
                 block_table: (0..shape.num_blocks as u32).collect(),

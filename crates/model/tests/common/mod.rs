@@ -73,6 +73,7 @@ pub fn teacher_forced_logits(runner: &mut ModelRunner, ids: &[u32]) -> (Vec<f32>
     let blocks = ids.len().div_ceil(16) as u32;
     let batch = BatchInput {
         seqs: vec![SeqBatch {
+            request_id: 0,
             tokens: ids.to_vec(),
             start_pos: 0,
             block_table: (0..blocks).collect(),
@@ -93,6 +94,7 @@ pub fn greedy_ids(runner: &mut ModelRunner, prompt: &[u32], n: usize) -> Vec<u32
     while out.len() < n {
         let batch = BatchInput {
             seqs: vec![SeqBatch {
+                request_id: 0,
                 tokens: std::mem::take(&mut tokens),
                 start_pos: pos,
                 block_table: table.clone(),

@@ -4,7 +4,6 @@
 //! succeeds only while the engine thread holds its command channel, so a dead or stopping engine
 //! answers 503. A full engine (`Overloaded`) is alive and answers 200.
 
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -48,21 +47,18 @@ pub async fn health(State(state): State<AppState>) -> Response {
 
 fn probe(state: &AppState) -> bool {
     let token = state.tokenizer().bos_id().unwrap_or(0);
-    let req = EngineRequest {
-        prompt_ids: vec![token],
-        sampling: SamplingParams {
-            temperature: 0.0,
-            max_tokens: 1,
-            ..SamplingParams::default()
-        },
-        priority: 0,
-        arrival: Instant::now(),
-        max_queue_time: None,
+    let sampling = SamplingParams {
+        temperature: 0.0,
+        max_tokens: 1,
+        ..SamplingParams::default()
+    };
+    let Ok(req) = EngineRequest::new(vec![token], sampling, &state.engine().limits()) else {
+        return false;
     };
     match state.engine().submit(req) {
         // Dropping the stream aborts the probe.
         Ok(_stream) => true,
         Err(SubmitError::Overloaded(_)) => true,
-        Err(SubmitError::Invalid(_) | SubmitError::Stopped) => false,
+        Err(SubmitError::Stopped) => false,
     }
 }

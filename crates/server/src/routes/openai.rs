@@ -50,7 +50,7 @@ fn start(state: &AppState, valid: ValidRequest, api: Api) -> Result<Running, Api
             created: unix_now(),
             model: state.model().model_id.clone(),
         },
-        tally: Tally::new(route, valid.request.prompt_ids.len(), valid.n),
+        tally: Tally::new(route, valid.request.prompt_ids().len(), valid.n),
         valid,
         streams,
     })
@@ -101,7 +101,7 @@ pub async fn completions(
     let Wire(req) = body?;
     let valid = validation::completion(&state, req, arrival)?;
     let run = start(&state, valid, Api::Completions)?;
-    let wants_logprobs = run.valid.request.sampling.logprobs.is_some();
+    let wants_logprobs = run.valid.request.sampling().logprobs.is_some();
     if run.valid.stream {
         let (n, usage) = (run.valid.n, run.valid.include_usage);
         let enc =
@@ -112,7 +112,7 @@ pub async fn completions(
         Ok(r) => r,
         Err(response) => return Ok(response),
     };
-    let usage = generation::total_usage(run.valid.request.prompt_ids.len(), &outputs);
+    let usage = generation::total_usage(run.valid.request.prompt_ids().len(), &outputs);
     let choices = outputs
         .into_iter()
         .enumerate()
@@ -147,7 +147,7 @@ pub async fn chat_completions(
     let Wire(req) = body?;
     let valid = validation::chat(&state, req, arrival)?;
     let run = start(&state, valid, Api::Chat)?;
-    let wants_logprobs = run.valid.request.sampling.logprobs.is_some();
+    let wants_logprobs = run.valid.request.sampling().logprobs.is_some();
     if run.valid.stream {
         let (n, usage) = (run.valid.n, run.valid.include_usage);
         let enc = ChatEncoder::new(state.clone(), run.meta, usage, run.tally, n, wants_logprobs);
@@ -157,7 +157,7 @@ pub async fn chat_completions(
         Ok(r) => r,
         Err(response) => return Ok(response),
     };
-    let usage = generation::total_usage(run.valid.request.prompt_ids.len(), &outputs);
+    let usage = generation::total_usage(run.valid.request.prompt_ids().len(), &outputs);
     let choices = outputs
         .into_iter()
         .enumerate()

@@ -32,12 +32,12 @@ fn finish_reason(reason: FinishReason, stops: bool) -> &'static str {
 }
 
 fn details(valid: &ValidGenerate, reason: FinishReason, generated: usize) -> GenerateDetails {
-    let sampling = &valid.request.sampling;
+    let sampling = valid.request.sampling();
     GenerateDetails {
         finish_reason: finish_reason(reason, !sampling.stop.is_empty()).to_string(),
         generated_tokens: generated,
         seed: sampling.seed,
-        input_length: valid.request.prompt_ids.len(),
+        input_length: valid.request.prompt_ids().len(),
     }
 }
 
@@ -53,7 +53,7 @@ pub async fn generate(
     let Wire(req) = body?;
     let valid = validation::generate(&state, req, arrival)?;
     let streams = generation::submit_all(&state, [valid.request.clone()])?;
-    let tally = Mutex::new(Tally::new("/generate", valid.request.prompt_ids.len(), 1));
+    let tally = Mutex::new(Tally::new("/generate", valid.request.prompt_ids().len(), 1));
     let result = generation::collect_all(streams, &tally).await;
     let mut tally = tally.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut response = match result.map(|mut o| o.pop()) {
@@ -92,7 +92,7 @@ pub async fn generate_stream(
     let Wire(req) = body?;
     let valid = validation::generate(&state, req, arrival)?;
     let streams = generation::submit_all(&state, [valid.request.clone()])?;
-    let tally = Tally::new("/generate_stream", valid.request.prompt_ids.len(), 1);
+    let tally = Tally::new("/generate_stream", valid.request.prompt_ids().len(), 1);
     let encoder = TgiEncoder {
         state,
         valid,
@@ -210,6 +210,7 @@ impl SseEncoder for TgiEncoder {
 #[utoipa::path(get, path = "/info", responses((status = 200, body = Info)))]
 pub async fn info(State(state): State<AppState>) -> Response {
     let engine = state.engine().config();
+    let kv = state.engine().stats();
     let limits = state.limits();
     let body = Info {
         model_id: state.model().model_id.clone(),
@@ -224,8 +225,8 @@ pub async fn info(State(state): State<AppState>) -> Response {
         max_total_tokens: limits.max_total_tokens,
         max_batch_prefill_tokens: engine.max_num_batched_tokens,
         max_batch_size: engine.max_num_seqs,
-        block_size: engine.block_size,
-        num_kv_blocks: engine.num_kv_blocks,
+        block_size: kv.block_size,
+        num_kv_blocks: kv.num_kv_blocks,
     };
     json_response(StatusCode::OK, &body)
 }

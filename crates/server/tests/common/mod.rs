@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kestrel_kernels::cpu::threadpool::ThreadPool;
-use kestrel_server::launch::{KvCacheSize, LaunchOptions};
+use kestrel_model::ThreadPool;
+use kestrel_server::launch::{KvBudget, LaunchOptions};
 use kestrel_server::ServerConfig;
 use serde_json::Value;
 
@@ -66,7 +66,7 @@ fn options(max_concurrent: usize) -> LaunchOptions {
         max_num_seqs: 32,
         max_num_batched_tokens: 512,
         block_size: 16,
-        kv_cache: KvCacheSize::Tokens(16 * 1024),
+        kv_cache: KvBudget::Tokens(16 * 1024),
         max_concurrent_requests: Some(max_concurrent),
         max_total_tokens: Some(2048),
         max_input_tokens: Some(1536),

@@ -1,5 +1,5 @@
-//! [`SeqState`]: what the engine core keeps per live request besides the scheduler's
-//! [`crate::request::Request`]: its event channel, sampler, text stream and timestamps.
+//! [`Generation`]: the part of a [`super::Request`] that turns logits into text for a client:
+//! its sampler, incremental detokenizer with stop strings, event channel and timestamps.
 
 use std::time::{Duration, Instant};
 
@@ -9,11 +9,13 @@ use crate::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, Toke
 use crate::metrics::{record_admitted, record_finished, record_token};
 use crate::output::{TextStream, TokenDecoder};
 use crate::request::FinishReason;
-use crate::sampling::{logprobs, Logprobs, SampleError, Sampler, SamplingParamError, TokenHistory};
+use crate::sampling::{logprobs, Logprobs, SampleError, Sampler, SamplingParams, TokenHistory};
 
-/// One live request's engine-side state.
-pub(crate) struct SeqState {
-    events: UnboundedSender<EngineEvent>,
+/// A request's sampling and streaming state.
+#[derive(Debug)]
+pub struct Generation {
+    /// Where events go; `None` for a request nobody listens to (scheduler tests).
+    events: Option<UnboundedSender<EngineEvent>>,
     sampler: Sampler,
     text: TextStream,
     num_logprobs: Option<usize>,
@@ -26,30 +28,46 @@ pub(crate) struct SeqState {
     last_token_at: Option<Instant>,
     cached_tokens: usize,
     completion_tokens: usize,
+    /// Text withheld by the detokenizer or stop matcher, flushed when the request ends.
+    tail: String,
 }
 
-impl SeqState {
-    /// State for `req`, whose events go to `events`.
-    pub(crate) fn new(
-        req: &EngineRequest,
-        events: UnboundedSender<EngineEvent>,
-    ) -> Result<Self, SamplingParamError> {
-        let sampler = Sampler::new(req.sampling.clone())?;
-        Ok(SeqState {
-            events,
-            text: TextStream::new(&req.prompt_ids, req.sampling.stop.iter().cloned()),
-            num_logprobs: req.sampling.logprobs,
+impl Generation {
+    /// State for `req` (whose parameters [`EngineRequest::new`] validated), reporting to
+    /// `events`.
+    pub(crate) fn new(req: &EngineRequest, events: UnboundedSender<EngineEvent>) -> Self {
+        let mut g = Self::for_prompt(req.prompt_ids(), req.sampling().clone(), req.arrival());
+        g.events = Some(events);
+        g.max_queue_time = req.max_queue_time();
+        g
+    }
+
+    /// Greedy state for `prompt` with no listener.
+    pub(crate) fn detached(prompt: &[u32]) -> Self {
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        };
+        Self::for_prompt(prompt, greedy, Instant::now())
+    }
+
+    fn for_prompt(prompt: &[u32], sampling: SamplingParams, arrival: Instant) -> Self {
+        Generation {
+            events: None,
+            text: TextStream::new(prompt, sampling.stop.iter().cloned()),
+            num_logprobs: sampling.logprobs,
             pending_logprobs: None,
-            prompt_len: req.prompt_ids.len(),
-            sampler,
-            arrival: req.arrival,
-            max_queue_time: req.max_queue_time,
+            prompt_len: prompt.len(),
+            sampler: Sampler::from_validated(sampling),
+            arrival,
+            max_queue_time: None,
             scheduled_at: None,
             first_token_at: None,
             last_token_at: None,
             cached_tokens: 0,
             completion_tokens: 0,
-        })
+            tail: String::new(),
+        }
     }
 
     /// The queue timeout, if the request never ran and waited longer than it by `now`.
@@ -103,8 +121,7 @@ impl SeqState {
         record_token(ttft, gap);
         let step = self.text.push(decoder, id);
         let logprobs = self.pending_logprobs.take();
-        // A send fails only when the stream was dropped; its abort arrives with the next commands.
-        let _ = self.events.send(EngineEvent::Token(TokenEvent {
+        self.send(EngineEvent::Token(TokenEvent {
             id,
             text: step.text,
             logprobs,
@@ -112,29 +129,27 @@ impl SeqState {
         step.stopped.is_some()
     }
 
-    /// Sends `Finished` with the withheld text. A stop string found in that tail turns `reason`
-    /// into [`FinishReason::Stop`]; `stopped` says one already fired.
-    pub(crate) fn finish(
-        mut self,
-        decoder: &impl TokenDecoder,
-        reason: FinishReason,
-        stopped: bool,
-        now: Instant,
-    ) {
-        let (text, reason) = if stopped {
-            (String::new(), FinishReason::Stop)
-        } else {
-            let tail = self.text.finish(decoder);
-            let reason = if tail.stopped.is_some() {
-                FinishReason::Stop
-            } else {
-                reason
-            };
-            (tail.text, reason)
-        };
+    /// Flushes the text withheld so far (kept for the `Finished` event); true if it completed a
+    /// stop string.
+    pub(crate) fn flush(&mut self, decoder: &impl TokenDecoder) -> bool {
+        let tail = self.text.finish(decoder);
+        self.tail.push_str(&tail.text);
+        tail.stopped.is_some()
+    }
+
+    /// A send fails only when the stream was dropped; its abort arrives with the next commands.
+    fn send(&self, event: EngineEvent) {
+        if let Some(events) = &self.events {
+            let _ = events.send(event);
+        }
+    }
+
+    /// Sends `Finished` with `reason` and the flushed tail text.
+    pub(crate) fn finish(mut self, reason: FinishReason, now: Instant) {
         let (usage, timings) = self.summary(now);
         record_finished(reason, &usage, &timings);
-        let _ = self.events.send(EngineEvent::Finished {
+        let text = std::mem::take(&mut self.tail);
+        self.send(EngineEvent::Finished {
             reason,
             text,
             usage,
@@ -150,7 +165,7 @@ impl SeqState {
 
     /// Sends `Failed(failure)`.
     pub(crate) fn fail(self, failure: EngineFailure) {
-        let _ = self.events.send(EngineEvent::Failed(failure));
+        self.send(EngineEvent::Failed(failure));
     }
 
     fn summary(&self, now: Instant) -> (Usage, RequestTimings) {

@@ -1,0 +1,37 @@
+//! [`EngineConfig`]: the engine's limits. The KV geometry is not part of it: the executor owns
+//! the KV cache and reports its [`KvGeometry`], and [`EngineConfig::scheduler_config`] joins the
+//! two.
+
+use crate::executor::KvGeometry;
+use crate::scheduler::SchedulerConfig;
+
+/// Engine limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most requests running at once.
+    pub max_num_seqs: usize,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: usize,
+    /// Share full KV blocks between requests with equal prefixes.
+    pub enable_prefix_caching: bool,
+    /// Context limit of the model (prompt plus output); further clamped to the KV cache.
+    pub max_model_len: usize,
+    /// Most response streams alive at once; `None` for no limit.
+    pub max_concurrent_requests: Option<usize>,
+}
+
+impl EngineConfig {
+    /// The scheduler's configuration over a KV cache of shape `kv`.
+    pub fn scheduler_config(&self, kv: KvGeometry) -> SchedulerConfig {
+        SchedulerConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: kv.block_size,
+            num_kv_blocks: kv.num_blocks,
+            enable_prefix_caching: self.enable_prefix_caching,
+            enable_chunked_prefill: true,
+            long_prefill_threshold: None,
+            max_model_len: Some(self.max_model_len),
+        }
+    }
+}

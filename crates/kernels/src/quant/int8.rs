@@ -16,7 +16,8 @@
 //!
 //! The block size 32 (32 bytes) only fixes the granularity of `n`; the row has one scale.
 
-use super::{ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
+use super::dispatch::{capped, select_variant, Variant};
+use super::{ActFormat, DType, TypeKernels, TILE};
 use crate::cpu::Isa;
 
 /// Bytes of the per-row header (the `f32` scale).
@@ -125,10 +126,6 @@ fn quantize_act_scalar(src: &[f32], dst: &mut [u8]) {
     quantize_row_ref(src, dst)
 }
 
-fn capped(isa: Isa) -> Isa {
-    isa.min(Isa::supported())
-}
-
 /// The fastest `I8Row` activation quantizer `isa` (capped to what this CPU runs) allows;
 /// every variant writes the reference's bytes.
 pub fn quantize_act_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
@@ -145,26 +142,12 @@ pub fn quantize_act_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
 
 /// The fastest INT8 kernels that `isa` (capped to what this CPU runs) allows.
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let isa = capped(isa);
-    let (vec_dot, vec_dot_tile): (fn(usize, &[u8], &[u8]) -> f32, Option<VecDotTileFn>) = match isa
-    {
-        Isa::Scalar => (vec_dot_ref, None),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (x86::vec_dot_avx2, None),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (x86::vec_dot_avx512, Some(x86::vec_dot_tile_avx512)),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    TypeKernels {
-        dtype: DType::INT8,
-        isa,
-        act: ActFormat::I8Row,
-        dequantize: dequantize_ref,
-        vec_dot,
-        vec_dot_tile,
-        vec_dot_rows: None,
-    }
+    let v = select_variant!(isa,
+        scalar: Variant::scalar(dequantize_ref, vec_dot_ref),
+        avx2: { vec_dot: x86::vec_dot_avx2 },
+        avx512: { vec_dot: x86::vec_dot_avx512, vec_dot_tile: x86::vec_dot_tile_avx512 },
+    );
+    v.kernels(DType::INT8, ActFormat::I8Row)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -215,10 +198,11 @@ mod x86 {
         _mm512_sub_epi32(acc, sum_a)
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         check_dot(n, w, a);
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI; both rows hold a header
-        // and `n` codes (checked above).
+        // SAFETY: both rows hold a header and `n` codes (checked above); the features are
+        // enabled here.
         let sum = unsafe {
             reduce_i64_512(lanes_avx512(
                 n,
@@ -229,9 +213,11 @@ mod x86 {
         finish(sum, w, a)
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
         check_dot(n, w, a);
-        // SAFETY: handed out only on CPUs with AVX2; both rows hold a header and `n` codes.
+        // SAFETY: both rows hold a header and `n` codes (checked above); the features are
+        // enabled here.
         let sum = unsafe { dot_avx2(n, w.as_ptr().add(HEADER), a.as_ptr().add(HEADER)) };
         finish(sum, w, a)
     }
@@ -262,14 +248,15 @@ mod x86 {
         lanes.iter().map(|&v| v as i64).sum()
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_tile_avx512(
         n: usize,
         w: [&[u8]; TILE],
         a: [&[u8]; TILE],
     ) -> [[f32; TILE]; TILE] {
         check_tile(n, &w, &a);
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI; every row holds a header
-        // and `n` codes (checked above).
+        // SAFETY: every row holds a header and `n` codes (checked above); the features are
+        // enabled here.
         let sums = unsafe {
             tile_avx512(
                 n,

@@ -36,6 +36,7 @@ use std::sync::OnceLock;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::dispatch::{select_variant, Variant};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -356,33 +357,20 @@ pub fn vec_dot_dq_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// The fastest NF4 (`dq = false`) or NF4_DQ (`dq = true`) kernels that `isa` (capped to what
 /// this CPU runs) allows.
 pub fn kernels(isa: Isa, dq: bool) -> TypeKernels {
-    let isa = isa.min(Isa::supported());
-    let vec_dot: fn(usize, &[u8], &[u8]) -> f32 = match (isa, dq) {
-        (Isa::Scalar, false) => vec_dot_ref,
-        (Isa::Scalar, true) => vec_dot_dq_ref,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, false) => x86::vec_dot_avx2::<false>,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, true) => x86::vec_dot_avx2::<true>,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, false) => x86::vec_dot_avx512::<false>,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, true) => x86::vec_dot_avx512::<true>,
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    TypeKernels {
-        dtype: if dq { DType::NF4_DQ } else { DType::NF4 },
-        isa,
-        act: ActFormat::Q8_0,
-        dequantize: if dq {
-            dequantize_dq_ref
-        } else {
-            dequantize_ref
-        },
-        vec_dot,
-        vec_dot_tile: None,
-        vec_dot_rows: None,
+    if dq {
+        let v = select_variant!(isa,
+            scalar: Variant::scalar(dequantize_dq_ref, vec_dot_dq_ref),
+            avx2: { vec_dot: x86::vec_dot_avx2::<true> },
+            avx512: { vec_dot: x86::vec_dot_avx512::<true> },
+        );
+        v.kernels(DType::NF4_DQ, ActFormat::Q8_0)
+    } else {
+        let v = select_variant!(isa,
+            scalar: Variant::scalar(dequantize_ref, vec_dot_ref),
+            avx2: { vec_dot: x86::vec_dot_avx2::<false> },
+            avx512: { vec_dot: x86::vec_dot_avx512::<false> },
+        );
+        v.kernels(DType::NF4, ActFormat::Q8_0)
     }
 }
 

@@ -11,16 +11,15 @@
 //! weights are multiplied with, so this file also holds the x86 helpers those dot products
 //! share (signed byte products, per-block scale products).
 
-use std::borrow::Cow;
-
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::{ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
+use super::dispatch::{select_variant, Variant};
+use super::format::quant_format;
+pub use super::rows::QK;
+use super::rows::scalar_variant;
+use super::{ActFormat, DType, TypeKernels, VecDotRowsFn};
 use crate::cpu::Isa;
-
-/// Elements per block.
-pub const QK: usize = 32;
 
 /// One Q8_0 block (weights or activations).
 #[repr(C)]
@@ -35,53 +34,10 @@ pub struct BlockQ8_0 {
 const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(DType::Q8_0.block_bytes() == 34 && ActFormat::Q8_0.block_bytes() == 34);
 
-/// A `(dequantize, vec_dot)` pair, as stored in [`TypeKernels`].
-pub(crate) type KernelFns = (fn(&[u8], &mut [f32]), fn(usize, &[u8], &[u8]) -> f32);
-
-/// View `bytes` as blocks of `T`, copying only if they are not suitably aligned.
-pub(crate) fn cast_blocks<T: Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(blocks) => Cow::Borrowed(blocks),
-        Err(_) => {
-            let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
-            let len = v.len() * std::mem::size_of::<T>();
-            bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&bytes[..len]);
-            Cow::Owned(v)
-        }
-    }
-}
-
-/// Check a dot product's arguments: `n` whole blocks and rows long enough for them.
-/// Returns the block count. The SIMD kernels rely on this for memory safety.
-pub(crate) fn check_dot(n: usize, w: &[u8], w_block: usize, a: &[u8], a_block: usize) -> usize {
-    assert!(n % QK == 0, "vec_dot: n = {n} is not a multiple of {QK}");
-    let nb = n / QK;
-    assert!(
-        w.len() >= nb * w_block,
-        "vec_dot: weight row shorter than n"
-    );
-    assert!(
-        a.len() >= nb * a_block,
-        "vec_dot: activation row shorter than n"
-    );
-    nb
-}
-
-/// [`check_dot`] for every (weight row, activation row) pair of a tile; returns the block
-/// count. The SIMD tile kernels rely on this for memory safety.
-pub(crate) fn check_tile(
-    n: usize,
-    w: &[&[u8]; TILE],
-    w_block: usize,
-    a: &[&[u8]; TILE],
-    a_block: usize,
-) -> usize {
-    let nb = check_dot(n, w[0], w_block, a[0], a_block);
-    for (wr, ar) in w.iter().zip(a) {
-        check_dot(n, wr, w_block, ar, a_block);
-    }
-    nb
-}
+quant_format!(
+    /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q8_0`].
+    Q8_0 { block: BlockQ8_0, act: BlockQ8_0, dtype: DType::Q8_0, act_format: ActFormat::Q8_0, quantize_act: super::act::quantize_q8_0_ref }
+);
 
 /// Reference quantization (llama.cpp's `quantize_row_q8_0_ref`): `d = amax / 127`,
 /// `qs = round(x / d)` with ties away from zero. `x.len()` must be a multiple of 32.
@@ -138,189 +94,73 @@ pub fn vec_dot_ref(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
     sum
 }
 
-fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
-    let nb = dst.len().div_ceil(QK);
-    dequantize_ref(&cast_blocks(&src[..nb * 34]), dst);
-}
-
-fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check_dot(n, w, 34, a, 34);
-    vec_dot_ref(&cast_blocks(&w[..nb * 34]), &cast_blocks(&a[..nb * 34]))
-}
-
 /// The fastest Q8_0 kernels that `isa` (capped to what this CPU runs) allows.
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let isa = isa.min(Isa::supported());
-    let (dequantize, vec_dot): KernelFns = match isa {
-        Isa::Scalar => (dequantize_scalar, vec_dot_scalar),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (x86::dequantize_avx2, x86::vec_dot_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (x86::dequantize_avx512, x86::vec_dot_avx512),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    let vec_dot_tile: Option<VecDotTileFn> = match isa {
-        Isa::Scalar => None,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(x86::tile::vec_dot_tile_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => Some(x86::tile::vec_dot_tile_avx512),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => None,
-    };
-    TypeKernels {
-        dtype: DType::Q8_0,
-        isa,
-        act: ActFormat::Q8_0,
-        dequantize,
-        vec_dot,
-        vec_dot_tile,
-        vec_dot_rows: vec_dot_rows(isa),
-    }
+    variant(isa).kernels(DType::Q8_0, ActFormat::Q8_0)
 }
 
 /// The m = 1 kernel `isa` allows: `[vec_dot(n, w[r], a); 4]` for 4 weight rows and one
 /// activation row, each activation block loaded once for the 4 rows (AVX-512 VNNI only).
-pub fn vec_dot_rows(isa: Isa) -> Option<fn(usize, [&[u8]; TILE], &[u8]) -> [f32; TILE]> {
-    match isa.min(Isa::supported()) {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => Some(x86::tile::vec_dot_rows_avx512),
-        _ => None,
-    }
+pub fn vec_dot_rows(isa: Isa) -> Option<VecDotRowsFn> {
+    variant(isa).vec_dot_rows
+}
+
+fn variant(isa: Isa) -> Variant {
+    select_variant!(isa,
+        scalar: scalar_variant::<Q8_0>(),
+        avx2: {
+            dequantize: x86::dequantize_avx2,
+            vec_dot: x86::vec_dot_avx2,
+            vec_dot_tile: x86::tile::vec_dot_tile_avx2,
+        },
+        avx512: {
+            dequantize: x86::dequantize_avx512,
+            vec_dot: x86::vec_dot_avx512,
+            vec_dot_tile: x86::tile::vec_dot_tile_avx512,
+            vec_dot_rows: x86::tile::vec_dot_rows_avx512,
+        },
+    )
 }
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    //! AVX2 and AVX-512 VNNI Q8_0 kernels, and helpers shared by every format that pairs
-    //! with Q8_0 activations. Pointers passed to the `unsafe fn`s point at whole blocks
-    //! (checked by the safe wrappers); loads are unaligned.
-    //!
-    //! The signed x signed byte products use `|w| * sign(a, w)`; this is exact for every weight
-    //! byte and for activation bytes in `-127..=127`, which the activation quantizer guarantees
-    //! (`round(x / (amax / 127))` never reaches -128).
+    //! AVX2 and AVX-512 VNNI Q8_0 kernels. The entry points are safe `#[target_feature]`
+    //! functions of byte rows; the raw-pointer cores they call address whole blocks
+    //! (checked by the entry points); loads are unaligned. Signed byte products use
+    //! `|w| * sign(a, w)` (see [`crate::quant::x86::q8`]).
     use std::arch::x86_64::*;
 
-    use super::{check_dot, QK};
+    use crate::quant::rows::{check_dequantize, dequantize_scalar, check_dot};
+    use crate::quant::x86::load::load_2x256;
+    use crate::quant::x86::q8::{mul_sum_i8_avx512, prefetch, scale_products2, PREFETCH_AHEAD};
+    use crate::quant::x86::reduce::hsum256;
+    use crate::quant::x86::signed_rows;
+    use super::QK;
 
     const B: usize = 34;
 
-    /// `d_w * d_a` of a weight block at `w` and an activation block at `a` (both start with
-    /// an `f16` scale), broadcast to 8 lanes.
-    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn scale_product(w: *const u8, a: *const u8) -> __m256 {
-        // SAFETY: both pointers address blocks that start with two readable scale bytes.
-        let (dw, da) = unsafe {
-            (
-                w.cast::<u16>().read_unaligned(),
-                a.cast::<u16>().read_unaligned(),
-            )
-        };
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128((dw as u32 | (da as u32) << 16) as i32));
-        _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
-    }
-
-    /// `[d_w0 * d_a0; 8] ++ [d_w1 * d_a1; 8]` for two weight/activation block pairs.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(crate) unsafe fn scale_products2(
-        w0: *const u8,
-        a0: *const u8,
-        w1: *const u8,
-        a1: *const u8,
-    ) -> __m512 {
-        // SAFETY: all four pointers address blocks that start with two readable scale bytes.
-        let s = unsafe { [w0, a0, w1, a1].map(|p| p.cast::<u16>().read_unaligned() as u64) };
-        let bits = s[0] | s[1] << 16 | s[2] << 32 | s[3] << 48;
-        let v = _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64));
-        let p = _mm_mul_ps(v, _mm_movehdup_ps(v));
-        let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(p))
-    }
-
-    /// Per-lane sums of signed byte products `x * y` (8 x i32), AVX2 `maddubs` based.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn mul_sum_i8_avx2(x: __m256i, y: __m256i) -> __m256i {
-        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-        _mm256_madd_epi16(p16, _mm256_set1_epi16(1))
-    }
-
-    /// Per-lane sums of signed byte products `x * y` (16 x i32), VNNI `vpdpbusd` based.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(crate) fn mul_sum_i8_avx512(x: __m512i, y: __m512i) -> __m512i {
-        let neg = _mm512_movepi8_mask(x);
-        let sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), sy)
-    }
-
-    /// How far ahead of the block being multiplied the m = 1 dot products prefetch weight
-    /// bytes. Decode streams every weight row once from memory; asking for lines this far
-    /// ahead keeps more misses in flight than the hardware prefetcher does on its own (the
-    /// distance runs past the row end into the next row, which is the next one read).
-    pub(crate) const PREFETCH_AHEAD: usize = 512;
-
-    /// Hints the CPU to bring the cache line at `p` into L1. Never faults, for any address.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn prefetch(p: *const u8) {
-        // A prefetch is only a hint: it neither faults nor changes memory for any address,
-        // which is why the intrinsic is safe.
-        _mm_prefetch::<_MM_HINT_T0>(p.cast());
-    }
-
-    /// Horizontal sum of 8 `f32` lanes.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) fn hsum256(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
-
-    /// Loads the 32 bytes starting at `p` and at `q` into one 512-bit register.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(crate) unsafe fn load_2x256(p: *const u8, q: *const u8) -> __m512i {
-        // SAFETY: the caller guarantees 32 readable bytes at `p` and at `q`.
-        unsafe {
-            let lo = _mm256_loadu_si256(p.cast());
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), _mm256_loadu_si256(q.cast()))
-        }
-    }
-
     pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let nb = check_dot(n, w, B, a, B);
-        // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; both rows hold `nb` blocks.
+        // SAFETY: both rows hold `nb` blocks (checked above); the features are enabled here.
         unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
     }
 
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; both rows hold `nb` blocks.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_avx2(nb: usize, w: *const u8, a: *const u8) -> f32 {
-        let mut acc = [_mm256_setzero_ps(); 2];
-        for i in 0..nb {
-            // SAFETY: block i < nb of both rows is in bounds; qs follow the 2-byte scale.
-            let (x, y, d) = unsafe {
-                let (wb, ab) = (w.add(i * B), a.add(i * B));
-                let x = _mm256_loadu_si256(wb.add(2).cast());
-                (
-                    x,
-                    _mm256_loadu_si256(ab.add(2).cast()),
-                    scale_product(wb, ab),
-                )
-            };
-            let p = _mm256_cvtepi32_ps(mul_sum_i8_avx2(x, y));
-            acc[i & 1] = _mm256_fmadd_ps(p, d, acc[i & 1]);
+        // SAFETY: the caller's guarantees; the closure reads the 32 quants of its block.
+        unsafe {
+            signed_rows::dot_avx2(nb, w, a, B, |b| _mm256_loadu_si256(b.add(2).cast()))
         }
-        hsum256(_mm256_add_ps(acc[0], acc[1]))
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let nb = check_dot(n, w, B, a, B);
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); both
-        // rows hold `nb` blocks.
+        // SAFETY: both rows hold `nb` blocks (checked above); the features are enabled here.
         unsafe { dot_avx512(nb, w.as_ptr(), a.as_ptr()) }
     }
 
@@ -353,16 +193,13 @@ pub(crate) mod x86 {
         sum
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-        let nb = dst.len() / QK;
-        assert!(
-            src.len() >= dst.len().div_ceil(QK) * B,
-            "Q8_0 dequantize: too few blocks"
-        );
-        // SAFETY: handed out only on CPUs with AVX2; `src` holds `nb` blocks and `dst` `nb * 32`
-        // elements (checked above).
+        let nb = check_dequantize(src, dst, B, "Q8_0");
+        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
+        // features are enabled here.
         unsafe { deq_avx2(nb, src.as_ptr(), dst.as_mut_ptr()) };
-        super::dequantize_scalar(&src[nb * B..], &mut dst[nb * QK..]);
+        dequantize_scalar::<super::Q8_0>(&src[nb * B..], &mut dst[nb * QK..]);
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -383,16 +220,13 @@ pub(crate) mod x86 {
         }
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-        let nb = dst.len() / QK;
-        assert!(
-            src.len() >= dst.len().div_ceil(QK) * B,
-            "Q8_0 dequantize: too few blocks"
-        );
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL; `src` holds `nb` blocks and
-        // `dst` `nb * 32` elements (checked above).
+        let nb = check_dequantize(src, dst, B, "Q8_0");
+        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
+        // features are enabled here.
         unsafe { deq_avx512(nb, src.as_ptr(), dst.as_mut_ptr()) };
-        super::dequantize_scalar(&src[nb * B..], &mut dst[nb * QK..]);
+        dequantize_scalar::<super::Q8_0>(&src[nb * B..], &mut dst[nb * QK..]);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -421,61 +255,16 @@ pub(crate) mod x86 {
         //! `sum((w + 128) a) - 128 sum(a) = sum(w a)`, exact in `i32`.
         use std::arch::x86_64::*;
 
-        use super::super::{check_tile, TILE};
+        use crate::quant::rows::check_tile;
+        use crate::quant::x86::tile_scales::{act_pair_scales, pair_scales, spread, Tile};
+        use crate::quant::TILE;
         use super::{dot_avx2, hsum256, load_2x256, prefetch, B, PREFETCH_AHEAD};
 
-        type Tile = [[f32; TILE]; TILE];
-
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
             let nb = check_tile(n, &w, B, &a, B);
-            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
-            // every row holds `nb` blocks (checked above).
+            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
             unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
-        }
-
-        /// Scales of blocks `i`, `i+1` of 4 rows of `block`-byte blocks that start with an
-        /// `f16` scale, as `[d_r(i), d_r(i+1)]` at lanes `2r, 2r+1`.
-        #[inline]
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub(crate) unsafe fn pair_scales(
-            rows: [*const u8; TILE],
-            i: usize,
-            block: usize,
-        ) -> __m512 {
-            // SAFETY: the caller guarantees blocks i and i+1 of every row are readable.
-            let h = unsafe {
-                rows.map(|p| {
-                    let b = p.add(i * block);
-                    let lo = b.cast::<u16>().read_unaligned() as i32;
-                    lo | (b.add(block).cast::<u16>().read_unaligned() as i32) << 16
-                })
-            };
-            _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3])))
-        }
-
-        /// Lanes `[k; 8] ++ [k + 1; 8]` of `v`.
-        #[inline]
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub(crate) fn spread(v: __m512, k: i32) -> __m512 {
-            let idx = _mm512_setr_epi32(
-                k,
-                k,
-                k,
-                k,
-                k,
-                k,
-                k,
-                k,
-                k + 1,
-                k + 1,
-                k + 1,
-                k + 1,
-                k + 1,
-                k + 1,
-                k + 1,
-                k + 1,
-            );
-            _mm512_permutexvar_ps(idx, v)
         }
 
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -524,26 +313,11 @@ pub(crate) mod x86 {
 
         /// `[vec_dot(n, w[r], a); TILE]`: 4 weight rows against one activation row (m = 1,
         /// decode), each activation block loaded once for the 4 rows.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         pub(crate) fn vec_dot_rows_avx512(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
             let nb = check_tile(n, &w, B, &[a; TILE], B);
-            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
-            // every row holds `nb` blocks (checked above).
+            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
             unsafe { rows_avx512(nb, w.map(<[u8]>::as_ptr), a.as_ptr()) }
-        }
-
-        /// The activation scales of blocks `i`, `i+1` as `[d(i), d(i+1)]` repeated over 8
-        /// lanes (the layout of [`pair_scales`]), for `block`-byte blocks.
-        #[inline]
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub(crate) unsafe fn act_pair_scales(a: *const u8, i: usize, block: usize) -> __m512 {
-            // SAFETY: the caller guarantees blocks i and i+1 of `a` are readable.
-            let h = unsafe {
-                let b = a.add(i * block);
-                let lo = b.cast::<u16>().read_unaligned() as i32;
-                lo | (b.add(block).cast::<u16>().read_unaligned() as i32) << 16
-            };
-            let d = _mm_cvtph_ps(_mm_set1_epi32(h));
-            _mm512_castps256_ps512(_mm256_set_m128(d, d))
         }
 
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -591,10 +365,11 @@ pub(crate) mod x86 {
             out
         }
 
+        #[target_feature(enable = "avx2,fma,f16c")]
         pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
             let nb = check_tile(n, &w, B, &a, B);
             let (w, a) = (w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr));
-            // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; every row holds `nb` blocks.
+            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
             let (lo, hi) = unsafe {
                 (
                     half_avx2(nb, w, [a[0], a[1]]),

@@ -9,8 +9,10 @@
 //! `absmax / 127 * d_a`. Pointers passed to the `unsafe fn`s address whole blocks.
 use std::arch::x86_64::*;
 
-use super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
-use super::super::q8_0::x86::{hsum256, load_2x256, mul_sum_i8_avx2};
+use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+use crate::quant::x86::load::load_2x256;
+use crate::quant::x86::q8::mul_sum_i8_avx2;
+use crate::quant::x86::reduce::hsum256;
 use super::{dynamic_map, Layout, A, NF4_I8};
 
 /// `absmax / 127` of block `b` of the row at `w`; `(c, offset)` from the row header when `DQ`.
@@ -39,10 +41,11 @@ fn header<const DQ: bool>(w: &[u8]) -> (f32, f32) {
     }
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn vec_dot_avx2<const DQ: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = Layout::of(DQ).check_dot(n, w, a);
     let (c, offset) = header::<DQ>(w);
-    // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; the rows hold `nb` blocks.
+    // SAFETY: the features are enabled here; the rows hold `nb` blocks.
     unsafe { dot_avx2::<DQ>(nb, w.as_ptr(), a.as_ptr(), c, offset) }
 }
 
@@ -78,10 +81,11 @@ unsafe fn dot_avx2<const DQ: bool>(
     hsum256(_mm256_add_ps(acc[0], acc[1]))
 }
 
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn vec_dot_avx512<const DQ: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = Layout::of(DQ).check_dot(n, w, a);
     let (c, offset) = header::<DQ>(w);
-    // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); the rows
+    // SAFETY: the features are enabled here; the rows
     // hold `nb` blocks.
     unsafe { dot_avx512::<DQ>(nb, w.as_ptr(), a.as_ptr(), c, offset) }
 }

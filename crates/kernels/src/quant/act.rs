@@ -83,7 +83,7 @@ pub fn quantize_q8_0_ref(x: &[f32]) -> Vec<BlockQ8_0> {
 /// multiple of 32.
 pub fn quantize_q8_1_ref(x: &[f32]) -> Vec<BlockQ8_1> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q8_1: length {} is not a multiple of {QK}",
         x.len()
     );
@@ -108,7 +108,7 @@ fn amax_scale(x: &[f32]) -> f32 {
 
 fn check_lengths(src: &[f32], dst: &[u8], block_bytes: usize) -> usize {
     assert!(
-        src.len() % QK == 0,
+        src.len().is_multiple_of(QK),
         "activation length {} is not a multiple of {QK}",
         src.len()
     );

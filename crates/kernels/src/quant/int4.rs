@@ -151,7 +151,7 @@ pub fn rtn_group(x: &[f32]) -> (f16, u8, Vec<u8>) {
 pub fn quantize_row_rtn(group: usize, x: &[f32]) -> Vec<u8> {
     let bytes = check_group(group);
     assert!(
-        x.len() % group == 0,
+        x.len().is_multiple_of(group),
         "INT4: length {} is not a multiple of {group}",
         x.len()
     );
@@ -209,7 +209,7 @@ const fn block_bytes<const S: usize>() -> usize {
 /// Checks a dot product's arguments; returns the group count.
 fn check_dot<const S: usize>(n: usize, w: &[u8], a: &[u8]) -> usize {
     assert!(
-        n % (QK * S) == 0,
+        n.is_multiple_of(QK * S),
         "vec_dot: n = {n} is not a multiple of {}",
         QK * S
     );

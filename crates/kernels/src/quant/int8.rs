@@ -39,7 +39,7 @@ fn scales(x: &[f32]) -> (f32, f32) {
 }
 
 fn check_len(n: usize, out: usize) {
-    assert!(n % QK == 0, "INT8: length {n} is not a multiple of {QK}");
+    assert!(n.is_multiple_of(QK), "INT8: length {n} is not a multiple of {QK}");
     assert!(out >= HEADER + n, "INT8: output buffer too short");
 }
 
@@ -104,7 +104,7 @@ fn finish(sum: i64, w: &[u8], a: &[u8]) -> f32 {
 }
 
 fn check_dot(n: usize, w: &[u8], a: &[u8]) {
-    assert!(n % QK == 0, "vec_dot: n = {n} is not a multiple of {QK}");
+    assert!(n.is_multiple_of(QK), "vec_dot: n = {n} is not a multiple of {QK}");
     assert!(
         n <= MAX_N,
         "vec_dot: INT8 rows are limited to {MAX_N} values"
@@ -171,6 +171,28 @@ mod x86 {
         _mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi))
     }
 
+    /// The mask of codes `k..min(k + 64, n)` (`k < n`).
+    #[inline]
+    fn code_mask(n: usize, k: usize) -> __mmask64 {
+        if n - k >= 64 {
+            !0
+        } else {
+            (1u64 << (n - k)) - 1
+        }
+    }
+
+    /// The codes at `p + k` under `mask`, zeros where it is clear.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 BW; the bytes of `p + k` that `mask` selects are readable.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn load_codes(p: *const u8, k: usize, mask: __mmask64) -> __m512i {
+        // SAFETY: the caller guarantees the selected bytes are readable; masked-off bytes
+        // are not read.
+        unsafe { _mm512_maskz_loadu_epi8(mask, p.add(k).cast()) }
+    }
+
     /// Lane sums `sum((w + 128) a) - 128 sum(a)` over the `n` codes at `w` and `a`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn lanes_avx512(n: usize, w: *const u8, a: *const u8) -> __m512i {
@@ -178,17 +200,13 @@ mod x86 {
         let (mut acc, mut sum_a) = (_mm512_setzero_si512(), _mm512_setzero_si512());
         let mut k = 0;
         while k < n {
-            let mask: __mmask64 = if n - k >= 64 {
-                !0
-            } else {
-                (1u64 << (n - k)) - 1
-            };
+            let mask = code_mask(n, k);
             // SAFETY: bytes k..min(k + 64, n) of both code arrays are in bounds; masked-off
             // bytes are not read.
             let (x, y) = unsafe {
                 (
-                    _mm512_maskz_loadu_epi8(mask, w.add(k).cast()),
-                    _mm512_maskz_loadu_epi8(mask, a.add(k).cast()),
+                    load_codes(w, k, mask),
+                    load_codes(a, k, mask),
                 )
             };
             acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(x, bias), y);
@@ -279,19 +297,13 @@ mod x86 {
         let mut sum_a = [_mm512_setzero_si512(); TILE];
         let mut k = 0;
         while k < n {
-            let mask: __mmask64 = if n - k >= 64 {
-                !0
-            } else {
-                (1u64 << (n - k)) - 1
-            };
+            let mask = code_mask(n, k);
             // SAFETY: bytes k..min(k + 64, n) of every row are in bounds; masked-off bytes
             // are not read.
             let (x, y) = unsafe {
                 (
-                    w.map(|p| {
-                        _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, p.add(k).cast()), bias)
-                    }),
-                    a.map(|p| _mm512_maskz_loadu_epi8(mask, p.add(k).cast())),
+                    w.map(|p| _mm512_xor_si512(load_codes(p, k, mask), bias)),
+                    a.map(|p| load_codes(p, k, mask)),
                 )
             };
             for j in 0..TILE {

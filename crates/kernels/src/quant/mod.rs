@@ -144,7 +144,7 @@ impl DType {
     /// Bytes for a row of `n` elements (header included), or `None` if `n` is not a whole
     /// number of blocks (or the size overflows `usize`).
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size())

@@ -175,7 +175,7 @@ fn block_absmax(x: &[f32]) -> f32 {
 /// blocksize=64)`): per block `absmax = max |x|`, code = nearest table entry to `x / absmax`.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockNf4> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "NF4: length {} is not a multiple of {QK}",
         x.len()
     );
@@ -198,7 +198,7 @@ pub fn dq_absmax(code: u8, c: f32, offset: f32) -> f32 {
 /// (see the module docs for the double quantization).
 pub fn quantize_row_ref(x: &[f32], out: &mut [u8]) {
     let n = x.len();
-    assert!(n % QK == 0, "NF4_DQ: length {n} is not a multiple of {QK}");
+    assert!(n.is_multiple_of(QK), "NF4_DQ: length {n} is not a multiple of {QK}");
     let bytes = DType::NF4_DQ.row_bytes(n).unwrap_or(usize::MAX);
     assert!(out.len() >= bytes, "NF4_DQ: output buffer too short");
     let absmax: Vec<f32> = x.chunks_exact(QK).map(block_absmax).collect();
@@ -268,7 +268,7 @@ impl Layout {
 
     /// Checks a dot product's arguments; returns the block count.
     pub(crate) fn check_dot(self, n: usize, w: &[u8], a: &[u8]) -> usize {
-        assert!(n % QK == 0, "vec_dot: n = {n} is not a multiple of {QK}");
+        assert!(n.is_multiple_of(QK), "vec_dot: n = {n} is not a multiple of {QK}");
         let nb = n / QK;
         assert!(
             w.len() >= self.hdr + nb * self.bb,
@@ -294,7 +294,7 @@ fn code(qs: &[u8], j: usize) -> u8 {
 
 fn dequantize_with(l: Layout, src: &[u8], dst: &mut [f32]) {
     assert!(
-        dst.len() % QK == 0,
+        dst.len().is_multiple_of(QK),
         "NF4 dequantize: length is not a multiple of {QK}"
     );
     let nb = dst.len() / QK;

@@ -49,7 +49,7 @@ quant_format!(
 /// multiple of 32.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockQ4_0> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q4_0: length {} is not a multiple of {QK}",
         x.len()
     );

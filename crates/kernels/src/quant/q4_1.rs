@@ -51,7 +51,7 @@ quant_format!(
 /// `q = min(15, trunc((x - min) / d + 0.5))`. `x.len()` must be a multiple of 32.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockQ4_1> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q4_1: length {} is not a multiple of {QK}",
         x.len()
     );

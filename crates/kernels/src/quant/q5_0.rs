@@ -50,7 +50,7 @@ quant_format!(
 /// a multiple of 32.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockQ5_0> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q5_0: length {} is not a multiple of {QK}",
         x.len()
     );

@@ -43,7 +43,7 @@ quant_format!(
 /// `qs = round(x / d)` with ties away from zero. `x.len()` must be a multiple of 32.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockQ8_0> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q8_0: length {} is not a multiple of {QK}",
         x.len()
     );

@@ -33,6 +33,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
 pub(crate) mod rows;
+pub(crate) mod scale_min;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 

@@ -24,7 +24,8 @@ use half::f16;
 
 use super::dispatch::select_variant;
 use super::format::quant_format;
-use super::q8_k::{block_count, kquant_scalar_variant, BlockQ8K, QK_K};
+use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
+use super::scale_min::{self, ScaleMinBlock};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -44,6 +45,9 @@ pub struct BlockQ4K {
 
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == DType::Q4_K.block_bytes());
+const _: () = assert!(
+    std::mem::offset_of!(BlockQ4K, dmin) == 2 && std::mem::offset_of!(BlockQ4K, scales) == 4
+);
 
 /// Unpack the 12 scale bytes into (`sc[0..8]`, `mn[0..8]`), each 0..=63.
 #[inline(always)]
@@ -113,26 +117,16 @@ pub fn dequantize_ref(src: &[BlockQ4K], dst: &mut [f32]) {
 
 /// Dot product of a Q4_K row with a Q8_K row of the same number of blocks: the reference.
 pub fn vec_dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
-    let mut sum = 0f32;
-    for (wb, ab) in w.iter().zip(a) {
-        let (sc, mn) = unpack_scales(&wb.scales);
-        let (mut isum, mut msum) = (0i32, 0i32);
-        for j in 0..8 {
-            let q = &wb.qs[32 * (j / 2)..32 * (j / 2) + 32];
-            let shift = 4 * (j % 2);
-            let act = &ab.qs[32 * j..32 * j + 32];
-            let dot: i32 = q
-                .iter()
-                .zip(act)
-                .map(|(&q, &a)| ((q >> shift) & 0xF) as i32 * a as i32)
-                .sum();
-            isum += sc[j] as i32 * dot;
-            msum += mn[j] as i32 * (ab.bsums[2 * j] as i32 + ab.bsums[2 * j + 1] as i32);
-        }
-        sum += ab.d * (wb.d.to_f32() * isum as f32 - wb.dmin.to_f32() * msum as f32);
+    scale_min::vec_dot_ref(w, a, "Q4_K")
+}
+
+impl ScaleMinBlock for BlockQ4K {
+    /// Sub-blocks `2p` and `2p + 1` are the low and high nibbles of `qs[32p..32p + 32]`.
+    #[inline(always)]
+    fn sub_block(&self, j: usize) -> [u8; 32] {
+        let (q, shift) = (&self.qs[32 * (j / 2)..], 4 * (j % 2));
+        std::array::from_fn(|l| (q[l] >> shift) & 0xF)
     }
-    sum
 }
 
 /// Quantize `src` (a multiple of 256 values) to Q4_K: the reference quantizer.
@@ -145,8 +139,7 @@ pub fn vec_dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 /// # Panics
 /// If `src.len()` is not a multiple of 256.
 pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ4K> {
-    block_count(src.len());
-    src.chunks_exact(QK_K).map(quantize_block).collect()
+    quantize_blocks(src, quantize_block)
 }
 
 fn quantize_block(x: &[f32]) -> BlockQ4K {
@@ -289,9 +282,8 @@ pub(crate) mod x86 {
 
     use super::{dequantize_blocks, BlockQ4K};
     use crate::quant::q8_k::BlockQ8K;
-    use crate::quant::x86::kscales::{block_scales_mins, mins_dot, PICK256, PICK512};
     use crate::quant::x86::load::{load256, load512};
-    use crate::quant::x86::reduce::{f16_to_f32, hsum128, hsum256};
+    use crate::quant::x86::scale_min::{self, pair_sum_avx2, quad_sum_avx512};
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dequantize_avx2(src: &[BlockQ4K], dst: &mut [f32]) {
@@ -305,32 +297,17 @@ pub(crate) mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn vec_dot_avx2(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
         let m0f = _mm256_set1_epi8(0x0F);
-        let mut acc = _mm256_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm256_broadcastsi128_si256(sc16);
+        scale_min::dot_avx2(w, a, "Q4_K", |wb, ab, sc16| {
             let mut isum = _mm256_setzero_si256();
             for p in 0..4 {
                 let q = load256(&wb.qs, 32 * p);
                 let lo = _mm256_and_si256(q, m0f);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m0f);
-                let p0 = _mm256_maddubs_epi16(lo, load256(&ab.qs, 64 * p));
-                let p1 = _mm256_maddubs_epi16(hi, load256(&ab.qs, 64 * p + 32));
-                let s0 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p], 0));
-                let s1 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p + 1], 0));
-                let sum = _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1));
-                isum = _mm256_add_epi32(isum, sum);
+                isum = _mm256_add_epi32(isum, pair_sum_avx2(sc16, (lo, hi), &ab.qs, p));
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
-        }
-        hsum256(acc) - hsum128(acc_m)
+            isum
+        })
     }
 
     /// AVX-512: 128 quants per step. The 64 low nibbles of `qs[64k..64k + 64]` are sub-blocks
@@ -339,17 +316,8 @@ pub(crate) mod x86 {
     /// sums and `vpdpwssd` multiplies by the sub-block scale and accumulates in i32.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(crate) fn vec_dot_avx512(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
         let m0f = _mm512_set1_epi8(0x0F);
-        let mut acc = _mm512_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm512_broadcast_i32x4(sc16);
+        scale_min::dot_avx512(w, a, "Q4_K", |wb, ab, sc16| {
             let mut isum = _mm512_setzero_si512();
             for k in 0..2 {
                 let q = load512(&wb.qs, 64 * k);
@@ -357,15 +325,10 @@ pub(crate) mod x86 {
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m0f);
                 let v0 = _mm512_shuffle_i64x2::<0x44>(lo, hi);
                 let v1 = _mm512_shuffle_i64x2::<0xEE>(lo, hi);
-                let s0 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k], 0));
-                let s1 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k + 1], 0));
-                let p0 = _mm512_maddubs_epi16(v0, load512(&ab.qs, 128 * k));
-                let p1 = _mm512_maddubs_epi16(v1, load512(&ab.qs, 128 * k + 64));
-                isum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum, p0, s0), p1, s1);
+                isum = quad_sum_avx512(isum, sc16, (v0, v1), &ab.qs, k);
             }
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
-        }
-        _mm512_reduce_add_ps(acc) - hsum128(acc_m)
+            isum
+        })
     }
 }
 

@@ -19,7 +19,8 @@ use half::f16;
 use super::q4_k::{pack_scales, unpack_scales, ScaleMin};
 use super::dispatch::select_variant;
 use super::format::quant_format;
-use super::q8_k::{block_count, kquant_scalar_variant, BlockQ8K, QK_K};
+use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
+use super::scale_min::{self, ScaleMinBlock};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -41,6 +42,9 @@ pub struct BlockQ5K {
 
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == DType::Q5_K.block_bytes());
+const _: () = assert!(
+    std::mem::offset_of!(BlockQ5K, dmin) == 2 && std::mem::offset_of!(BlockQ5K, scales) == 4
+);
 
 /// The 5-bit quant of element `32j + l`.
 #[inline(always)]
@@ -81,24 +85,14 @@ pub fn dequantize_ref(src: &[BlockQ5K], dst: &mut [f32]) {
 
 /// Dot product of a Q5_K row with a Q8_K row of the same number of blocks: the reference.
 pub fn vec_dot_ref(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    assert_eq!(w.len(), a.len(), "Q5_K vec_dot: block count mismatch");
-    let mut sum = 0f32;
-    for (wb, ab) in w.iter().zip(a) {
-        let (sc, mn) = unpack_scales(&wb.scales);
-        let (mut isum, mut msum) = (0i32, 0i32);
-        for j in 0..8 {
-            let act = &ab.qs[32 * j..32 * j + 32];
-            let dot: i32 = act
-                .iter()
-                .enumerate()
-                .map(|(l, &a)| quant(wb, j, l) as i32 * a as i32)
-                .sum();
-            isum += sc[j] as i32 * dot;
-            msum += mn[j] as i32 * (ab.bsums[2 * j] as i32 + ab.bsums[2 * j + 1] as i32);
-        }
-        sum += ab.d * (wb.d.to_f32() * isum as f32 - wb.dmin.to_f32() * msum as f32);
+    scale_min::vec_dot_ref(w, a, "Q5_K")
+}
+
+impl ScaleMinBlock for BlockQ5K {
+    #[inline(always)]
+    fn sub_block(&self, j: usize) -> [u8; 32] {
+        std::array::from_fn(|l| quant(self, j, l))
     }
-    sum
 }
 
 /// Quantize `src` (a multiple of 256 values) to Q5_K: the reference quantizer (the Q4_K
@@ -107,8 +101,7 @@ pub fn vec_dot_ref(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 /// # Panics
 /// If `src.len()` is not a multiple of 256.
 pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ5K> {
-    block_count(src.len());
-    src.chunks_exact(QK_K).map(quantize_block).collect()
+    quantize_blocks(src, quantize_block)
 }
 
 fn quantize_block(x: &[f32]) -> BlockQ5K {
@@ -145,9 +138,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{dequantize_blocks, BlockQ5K};
-    use crate::quant::x86::kscales::{block_scales_mins, mins_dot, PICK256, PICK512};
     use crate::quant::x86::load::{load256, load512};
-    use crate::quant::x86::reduce::{f16_to_f32, hsum128, hsum256};
+    use crate::quant::x86::scale_min::{self, pair_sum_avx2, quad_sum_avx512};
     use crate::quant::q8_k::BlockQ8K;
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -164,17 +156,8 @@ mod x86 {
     /// a byte), bit 0 of `h` moves to bit 4 with `<< 4`, bit 1 with `<< 3`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q5_K vec_dot: block count mismatch");
         let (m0f, m10) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
-        let mut acc = _mm256_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm256_broadcastsi128_si256(sc16);
+        scale_min::dot_avx2(w, a, "Q5_K", |wb, ab, sc16| {
             let mut h = load256(&wb.qh, 0);
             let mut isum = _mm256_setzero_si256();
             for p in 0..4 {
@@ -188,16 +171,10 @@ mod x86 {
                     _mm256_and_si256(_mm256_slli_epi16::<3>(h), m10),
                 );
                 h = _mm256_srli_epi16::<2>(h);
-                let p0 = _mm256_maddubs_epi16(lo, load256(&ab.qs, 64 * p));
-                let p1 = _mm256_maddubs_epi16(hi, load256(&ab.qs, 64 * p + 32));
-                let s0 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p], 0));
-                let s1 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p + 1], 0));
-                let sum = _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1));
-                isum = _mm256_add_epi32(isum, sum);
+                isum = _mm256_add_epi32(isum, pair_sum_avx2(sc16, (lo, hi), &ab.qs, p));
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
-        }
-        hsum256(acc) - hsum128(acc_m)
+            isum
+        })
     }
 
     /// A vector whose low 256 bits hold i16 `lo` and high 256 bits i16 `hi`.
@@ -211,18 +188,9 @@ mod x86 {
     /// the bit of sub-block `s` lands in bit 4 (left by `4 - s`, or right by `s - 4`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q5_K vec_dot: block count mismatch");
         let (m0f, m10) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
         let shifts = [halves(4, 3), halves(2, 1), halves(0, 1), halves(2, 3)];
-        let mut acc = _mm512_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm512_broadcast_i32x4(sc16);
+        scale_min::dot_avx512(w, a, "Q5_K", |wb, ab, sc16| {
             let qh = _mm512_broadcast_i64x4(load256(&wb.qh, 0));
             let hb = [
                 _mm512_sllv_epi16(qh, shifts[0]),
@@ -246,14 +214,9 @@ mod x86 {
                     hb[2 * k + 1],
                     m10,
                 );
-                let s0 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k], 0));
-                let s1 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k + 1], 0));
-                let p0 = _mm512_maddubs_epi16(v0, load512(&ab.qs, 128 * k));
-                let p1 = _mm512_maddubs_epi16(v1, load512(&ab.qs, 128 * k + 64));
-                isum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum, p0, s0), p1, s1);
+                isum = quad_sum_avx512(isum, sc16, (v0, v1), &ab.qs, k);
             }
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
-        }
-        _mm512_reduce_add_ps(acc) - hsum128(acc_m)
+            isum
+        })
     }
 }

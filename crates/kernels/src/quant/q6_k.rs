@@ -20,7 +20,7 @@ use half::f16;
 
 use super::dispatch::select_variant;
 use super::format::quant_format;
-use super::q8_k::{block_count, kquant_scalar_variant, BlockQ8K, QK_K};
+use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -105,8 +105,7 @@ pub fn vec_dot_ref(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
 /// # Panics
 /// If `src.len()` is not a multiple of 256.
 pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ6K> {
-    block_count(src.len());
-    src.chunks_exact(QK_K).map(quantize_block).collect()
+    quantize_blocks(src, quantize_block)
 }
 
 fn quantize_block(x: &[f32]) -> BlockQ6K {

@@ -95,6 +95,15 @@ pub(crate) fn block_count(n: usize) -> usize {
     n / QK_K
 }
 
+/// Quantize `src` (a multiple of 256 values) super-block by super-block with `block`.
+///
+/// # Panics
+/// If `src.len()` is not a multiple of 256.
+pub(crate) fn quantize_blocks<B>(src: &[f32], block: impl Fn(&[f32]) -> B) -> Vec<B> {
+    block_count(src.len());
+    src.chunks_exact(QK_K).map(block).collect()
+}
+
 /// View the first `n` elements' worth of a weight row as blocks.
 ///
 /// # Panics

@@ -11,5 +11,6 @@ pub(crate) mod nibbles;
 pub(crate) mod offset_tile;
 pub(crate) mod q8;
 pub(crate) mod reduce;
+pub(crate) mod scale_min;
 pub(crate) mod signed_rows;
 pub(crate) mod tile_scales;

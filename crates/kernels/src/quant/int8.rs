@@ -128,7 +128,7 @@ fn quantize_act_scalar(src: &[f32], dst: &mut [u8]) {
 
 /// The fastest `I8Row` activation quantizer `isa` (capped to what this CPU runs) allows;
 /// every variant writes the reference's bytes.
-pub fn quantize_act_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
+pub fn quantize_act_for(isa: Isa) -> super::act::QuantizeActFn {
     match capped(isa) {
         Isa::Scalar => quantize_act_scalar,
         #[cfg(target_arch = "x86_64")]

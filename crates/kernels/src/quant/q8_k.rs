@@ -71,7 +71,7 @@ pub fn dequantize_ref(src: &[BlockQ8K], dst: &mut [f32]) {
 /// The returned function converts `src` (a multiple of [`QK_K`] elements) into
 /// `src.len() / 256 * 292` bytes at the start of `dst`, which must be 4-byte aligned.
 /// NaN inputs give an unspecified (but memory-safe) block.
-pub fn quantize_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
+pub fn quantize_for(isa: Isa) -> super::act::QuantizeActFn {
     match capped(isa) {
         Isa::Scalar => quantize_bytes_ref,
         #[cfg(target_arch = "x86_64")]

@@ -39,7 +39,10 @@ fn scales(x: &[f32]) -> (f32, f32) {
 }
 
 fn check_len(n: usize, out: usize) {
-    assert!(n.is_multiple_of(QK), "INT8: length {n} is not a multiple of {QK}");
+    assert!(
+        n.is_multiple_of(QK),
+        "INT8: length {n} is not a multiple of {QK}"
+    );
     assert!(out >= HEADER + n, "INT8: output buffer too short");
 }
 
@@ -104,7 +107,10 @@ fn finish(sum: i64, w: &[u8], a: &[u8]) -> f32 {
 }
 
 fn check_dot(n: usize, w: &[u8], a: &[u8]) {
-    assert!(n.is_multiple_of(QK), "vec_dot: n = {n} is not a multiple of {QK}");
+    assert!(
+        n.is_multiple_of(QK),
+        "vec_dot: n = {n} is not a multiple of {QK}"
+    );
     assert!(
         n <= MAX_N,
         "vec_dot: INT8 rows are limited to {MAX_N} values"
@@ -203,12 +209,7 @@ mod x86 {
             let mask = code_mask(n, k);
             // SAFETY: bytes k..min(k + 64, n) of both code arrays are in bounds; masked-off
             // bytes are not read.
-            let (x, y) = unsafe {
-                (
-                    load_codes(w, k, mask),
-                    load_codes(a, k, mask),
-                )
-            };
+            let (x, y) = unsafe { (load_codes(w, k, mask), load_codes(a, k, mask)) };
             acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(x, bias), y);
             sum_a = _mm512_dpbusd_epi32(sum_a, bias, y);
             k += 64;

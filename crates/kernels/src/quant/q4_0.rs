@@ -18,8 +18,10 @@ use half::f16;
 
 use super::dispatch::{select_variant, Variant};
 use super::format::quant_format;
-use super::q8_0::BlockQ8_0;
+use super::q8_0::{signed_dot_ref, BlockQ8_0};
 use super::rows::{scalar_variant, QK};
+#[cfg(target_arch = "x86_64")]
+use super::x86::{offset, offset_tile, signed_rows};
 use super::{ActFormat, DType, TypeKernels, VecDotRowsFn};
 use crate::cpu::Isa;
 
@@ -35,9 +37,6 @@ pub struct BlockQ4_0 {
 
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(DType::Q4_0.block_bytes() == 18);
-
-const B: usize = 18;
-const A: usize = 34;
 
 quant_format!(
     /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q4_0`].
@@ -100,16 +99,13 @@ pub fn dequantize_ref(blocks: &[BlockQ4_0], out: &mut [f32]) {
 
 /// Reference dot product: per block `sum((q - 8) * a_q) * (d * d_a)`, summed in `f32`.
 pub fn vec_dot_ref(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
-    let mut sum = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let mut sumi = 0i32;
-        for (j, &q) in x.qs.iter().enumerate() {
-            sumi += ((q & 0x0F) as i32 - 8) * y.qs[j] as i32;
-            sumi += ((q >> 4) as i32 - 8) * y.qs[j + QK / 2] as i32;
-        }
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
-    }
-    sum
+    signed_dot_ref(w, a, |x| {
+        let q = |j: usize| match j {
+            0..16 => x.qs[j] & 0x0F,
+            _ => x.qs[j - QK / 2] >> 4,
+        };
+        (x.d, std::array::from_fn(|j| q(j) as i32 - 8))
+    })
 }
 
 /// The fastest Q4_0 kernels that `isa` (capped to what this CPU runs) allows.
@@ -127,206 +123,58 @@ fn variant(isa: Isa) -> Variant {
     select_variant!(isa,
         scalar: scalar_variant::<Q4_0>(),
         avx2: {
-            dequantize: x86::dequantize_avx2,
-            vec_dot: x86::vec_dot_avx2,
-            vec_dot_tile: x86::vec_dot_tile_avx2,
+            dequantize: signed_rows::dequantize_avx2::<Q4_0>,
+            vec_dot: signed_rows::vec_dot_avx2::<Q4_0>,
+            vec_dot_tile: offset_tile::vec_dot_tile_avx2::<Q4_0>,
         },
         avx512: {
-            dequantize: x86::dequantize_avx512,
-            vec_dot: x86::vec_dot_avx512,
-            vec_dot_tile: x86::vec_dot_tile_avx512,
-            vec_dot_rows: x86::vec_dot_rows_avx512,
+            dequantize: signed_rows::dequantize_avx512::<Q4_0>,
+            vec_dot: offset::vec_dot_avx512::<Q4_0, true>,
+            vec_dot_tile: offset_tile::vec_dot_tile_avx512::<Q4_0>,
+            vec_dot_rows: offset::vec_dot_rows_avx512::<Q4_0>,
         },
     )
 }
 
+/// Q4_0's unpacking for the shared offset-format kernels: the nibbles, offset 8.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! AVX2 and AVX-512 VNNI Q4_0 x Q8_0 kernels: the offset-format cores with nibbles minus
-    //! 8. The entry points are safe `#[target_feature]` functions of byte rows; the
-    //! raw-pointer cores they call address whole blocks (checked by the entry points).
     use std::arch::x86_64::*;
 
-    use super::{A, B, QK};
-    use crate::quant::TILE;
-    use crate::quant::rows::{check_dequantize, dequantize_scalar, check_dot, check_tile};
-    use crate::quant::x86::load::load_2x256;
+    use super::Q4_0;
     use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
-    use crate::quant::x86::offset_tile::{half_avx2, tile_avx512};
-    use crate::quant::x86::q8::{prefetch, PREFETCH_AHEAD};
-    use crate::quant::x86::signed_rows;
-    use crate::quant::x86::tile_scales::{act_pair_scales, pair_scales, spread, Tile};
+    use crate::quant::x86::offset::OffsetBlocks;
+    use crate::quant::x86::offset_tile::OffsetHalf;
+    use crate::quant::x86::signed_rows::SignedBlocks;
 
-    /// The block's 32 quants minus 8, as signed bytes in element order.
-    ///
-    /// # Safety
-    /// A whole block is readable at `b`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn quants_avx2(b: *const u8) -> __m256i {
-        // SAFETY: the caller guarantees a whole block at `b`; the quants are bytes 2..18.
-        _mm256_sub_epi8(unsafe { nibbles_avx2(b.add(2)) }, _mm256_set1_epi8(8))
-    }
-
-    /// The unsigned quants (elements 0..32) of the blocks at `b0` and `b1`.
-    ///
-    /// # Safety
-    /// Whole blocks are readable at `b0` and `b1`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn quants2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
-        // SAFETY: the caller guarantees whole blocks at `b0` and `b1`.
-        unsafe { nibbles2_avx512(b0.add(2), b1.add(2)) }
-    }
-
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; the rows hold `nb` blocks.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_avx2(nb: usize, w: *const u8, a: *const u8) -> f32 {
-        // SAFETY: the caller's guarantees; the closure reads only within its block.
-        unsafe { signed_rows::dot_avx2(nb, w, a, B, |b| quants_avx2(b)) }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        let nb = check_dot(n, w, B, a, A);
-        // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here.
-        unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
-    }
-
-    /// Two blocks per step: `sum(q * a) - sum(8 * a)`, both with `vpdpbusd`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        let nb = check_dot(n, w, B, a, A);
-        let (w, a) = (w.as_ptr(), a.as_ptr());
-        // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here;
-        // the closures read only within the blocks they are given.
-        unsafe {
-            signed_rows::offset_dot_avx512::<true, _, _>(
-                (nb, w, a),
-                (B, 8),
-                |b0, b1| quants2_avx512(b0, b1),
-                |i| dot_avx2(1, w.add(i * B), a.add(i * A)),
-            )
+    impl SignedBlocks for Q4_0 {
+        /// The nibbles minus 8.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn quants_avx2(b: *const u8) -> __m256i {
+            // SAFETY: the caller's guarantees are those of `unsigned_avx2`.
+            _mm256_sub_epi8(unsafe { Self::unsigned_avx2(b) }, _mm256_set1_epi8(8))
         }
     }
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn vec_dot_rows_avx512(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
-        let nb = check_tile(n, &w, B, &[a; TILE], A);
-        // SAFETY: every row holds `nb` blocks (checked above); the features are enabled here.
-        unsafe { rows_avx512(nb, w.map(<[u8]>::as_ptr), a.as_ptr()) }
-    }
+    impl OffsetBlocks for Q4_0 {
+        const OFFSET: i8 = 8;
 
-    /// 4 weight rows, two blocks per step: the activation quants, their scales and the
-    /// `sum(8 * a)` correction are loaded or computed once for the 4 rows.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn rows_avx512(nb: usize, w: [*const u8; TILE], a: *const u8) -> [f32; TILE] {
-        let eight = _mm512_set1_epi8(8);
-        let mut acc = [_mm512_setzero_ps(); TILE];
-        let mut i = 0;
-        while i + 2 <= nb {
-            for p in w {
-                prefetch(p.wrapping_add(i * B + PREFETCH_AHEAD));
-            }
-            // SAFETY: blocks i and i+1 < nb of every row are in bounds.
-            let (x, ws, y, da) = unsafe {
-                (
-                    w.map(|p| nibbles2_avx512(p.add(i * B + 2), p.add((i + 1) * B + 2))),
-                    pair_scales(w, i, B),
-                    load_2x256(a.add(i * A + 2), a.add((i + 1) * A + 2)),
-                    act_pair_scales(a, i, A),
-                )
-            };
-            let zero = _mm512_setzero_si512();
-            let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, eight, y));
-            let d = _mm512_mul_ps(ws, da);
-            for r in 0..TILE {
-                let p = _mm512_dpbusd_epi32(init, x[r], y);
-                let dr = spread(d, 2 * r as i32);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dr, acc[r]);
-            }
-            i += 2;
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn unsigned2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
+            // SAFETY: the caller guarantees whole blocks at `b0` and `b1`; the quants are
+            // bytes 2..18.
+            unsafe { nibbles2_avx512(b0.add(2), b1.add(2)) }
         }
-        let mut out = [0.0; TILE];
-        for r in 0..TILE {
-            out[r] = _mm512_reduce_add_ps(acc[r]);
-            if i < nb {
-                // SAFETY: block i < nb of both rows is in bounds; AVX2+FMA+F16C are enabled.
-                out[r] += unsafe { dot_avx2(1, w[r].add(i * B), a.add(i * A)) };
-            }
+    }
+
+    impl OffsetHalf for Q4_0 {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn unsigned_avx2(b: *const u8) -> __m256i {
+            // SAFETY: the caller guarantees a whole block at `b`; the quants are bytes 2..18.
+            unsafe { nibbles_avx2(b.add(2)) }
         }
-        out
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-        let nb = check_dequantize(src, dst, B, "Q4_0");
-        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
-        // features are enabled here; the closure reads only within its block.
-        unsafe {
-            signed_rows::dequantize_avx2(nb, src.as_ptr(), dst.as_mut_ptr(), B, |b| quants_avx2(b))
-        };
-        dequantize_scalar::<super::Q4_0>(&src[nb * B..], &mut dst[nb * QK..]);
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-        let nb = check_dequantize(src, dst, B, "Q4_0");
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
-        // features are enabled here; the closure reads only within its block.
-        unsafe { signed_rows::dequantize_avx512(nb, s, d, B, |b| quants_avx2(b)) };
-        dequantize_scalar::<super::Q4_0>(&src[nb * B..], &mut dst[nb * QK..]);
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-        let nb = check_tile(n, &w, B, &a, A);
-        // SAFETY: every row holds `nb` blocks (checked above); the features are enabled here.
-        unsafe { q4_0_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
-    }
-
-    /// [`tile_avx512`] with Q4_0 nibbles (offset 8), plus an odd last block.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn q4_0_avx512(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
-        // SAFETY: the closure reads the 16 quant bytes of the two blocks it is given.
-        let unpack =
-            |b0: *const u8, b1: *const u8| unsafe { nibbles2_avx512(b0.add(2), b1.add(2)) };
-        // SAFETY: the caller's guarantees are those of `tile_avx512`.
-        let mut out = unsafe { tile_avx512(nb, w, a, B, 8, unpack) };
-        if nb % 2 == 1 {
-            let i = nb - 1;
-            for (j, o) in out.iter_mut().enumerate() {
-                for (r, v) in o.iter_mut().enumerate() {
-                    // SAFETY: block i < nb of both rows is in bounds.
-                    *v += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
-                }
-            }
-        }
-        out
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-        let nb = check_tile(n, &w, B, &a, A);
-        // SAFETY: every row holds `nb` blocks (checked above); the features are enabled here.
-        unsafe { q4_0_avx2(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
-    }
-
-    /// Two [`half_avx2`] calls with Q4_0 nibbles (offset 8).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn q4_0_avx2(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
-        // SAFETY: the closure reads the 16 quant bytes of the block it is given.
-        let unpack = |b: *const u8| unsafe { nibbles_avx2(b.add(2)) };
-        // SAFETY: the caller's guarantees are those of `half_avx2`.
-        let (lo, hi) = unsafe {
-            (
-                half_avx2(nb, w, [a[0], a[1]], B, 8, unpack),
-                half_avx2(nb, w, [a[2], a[3]], B, 8, unpack),
-            )
-        };
-        [lo[0], lo[1], hi[0], hi[1]]
     }
 }

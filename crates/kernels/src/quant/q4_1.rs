@@ -326,18 +326,24 @@ mod x86 {
         use std::arch::x86_64::*;
 
         use super::{dot_avx2, A, B};
-        use crate::quant::rows::check_tile;
         use crate::quant::x86::load::load_2x256;
         use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
         use crate::quant::x86::reduce::hsum256;
+        use crate::quant::x86::tile::{add_odd_block, from_halves, tile_rows};
         use crate::quant::x86::tile_scales::{spread_pair, Tile};
         use crate::quant::TILE;
 
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-            let nb = check_tile(n, &w, B, &a, A);
-            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
-            unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+            let (nb, w, a) = tile_rows(n, w, B, a, A);
+            // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+            // enabled here.
+            let mut out = unsafe { tile_avx512(nb, w, a) };
+            // SAFETY: block `i < nb` of both rows is in bounds; AVX2, FMA and F16C are enabled.
+            add_odd_block(&mut out, nb, |r, j, i| unsafe {
+                dot_avx2(1, w[r].add(i * B), a[j].add(i * A))
+            });
+            out
         }
 
         /// The 8 leading `u32`s (two `f16`s each) of blocks `i` and `i + 1` of 4 rows, as 16
@@ -416,39 +422,36 @@ mod x86 {
                 }
                 i += 2;
             }
-            let mut out = [[0.0; TILE]; TILE];
-            for j in 0..TILE {
-                let mut m = [0.0f32; 8];
-                // SAFETY: `m` holds 8 floats.
-                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
-                for r in 0..TILE {
-                    out[j][r] = _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]);
-                    if i < nb {
-                        // SAFETY: block i < nb of both rows is in bounds.
-                        out[j][r] += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
-                    }
-                }
-            }
-            out
+            std::array::from_fn(|j| {
+                let m = lanes(acc_m[j]);
+                std::array::from_fn(|r| _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]))
+            })
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
         pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-            let nb = check_tile(n, &w, B, &a, A);
-            let (w, a) = (w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr));
-            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
-            let (lo, hi) = unsafe {
-                (
-                    half_avx2(nb, w, [a[0], a[1]]),
-                    half_avx2(nb, w, [a[2], a[3]]),
-                )
-            };
-            [lo[0], lo[1], hi[0], hi[1]]
+            let (nb, w, a) = tile_rows(n, w, B, a, A);
+            // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+            // enabled here.
+            from_halves(a, |a| unsafe { half_avx2(nb, w, a) })
+        }
+
+        /// The 8 lanes of `v`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn lanes(v: __m256) -> [f32; 8] {
+            let mut m = [0.0f32; 8];
+            // SAFETY: `m` holds 8 floats.
+            unsafe { _mm256_storeu_ps(m.as_mut_ptr(), v) };
+            m
         }
 
         /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step.
         /// `ws` lanes `2r, 2r+1` = `(d_r, m_r)`; times `(d_a, s_a)` repeated they give
         /// `(d_r d_a, m_r s_a)`.
+        ///
+        /// # Safety
+        /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn half_avx2(
             nb: usize,
@@ -480,16 +483,10 @@ mod x86 {
                     }
                 }
             }
-            let mut out = [[0.0; TILE]; 2];
-            for j in 0..2 {
-                let mut m = [0.0f32; 8];
-                // SAFETY: `m` holds 8 floats.
-                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
-                for r in 0..TILE {
-                    out[j][r] = hsum256(acc[j][r]) + m[2 * r + 1];
-                }
-            }
-            out
+            std::array::from_fn(|j| {
+                let m = lanes(acc_m[j]);
+                std::array::from_fn(|r| hsum256(acc[j][r]) + m[2 * r + 1])
+            })
         }
     }
 }

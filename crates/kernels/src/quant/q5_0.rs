@@ -14,11 +14,13 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_0::signed_max;
 use super::dispatch::select_variant;
 use super::format::quant_format;
-use super::q8_0::BlockQ8_0;
+use super::q4_0::signed_max;
+use super::q8_0::{signed_dot_ref, BlockQ8_0};
 use super::rows::{scalar_variant, QK};
+#[cfg(target_arch = "x86_64")]
+use super::x86::{offset, offset_tile, signed_rows};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -36,9 +38,6 @@ pub struct BlockQ5_0 {
 
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
 const _: () = assert!(DType::Q5_0.block_bytes() == 22);
-
-const B: usize = 22;
-const A: usize = 34;
 
 quant_format!(
     /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q5_0`].
@@ -104,16 +103,7 @@ fn quants(b: &BlockQ5_0) -> [i32; QK] {
 
 /// Reference dot product: per block `sum((q - 16) * a_q) * (d * d_a)`, summed in `f32`.
 pub fn vec_dot_ref(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
-    let mut sum = 0.0f32;
-    for (x, y) in w.iter().zip(a) {
-        let sumi: i32 = quants(x)
-            .iter()
-            .zip(&y.qs)
-            .map(|(&q, &a)| (q - 16) * a as i32)
-            .sum();
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
-    }
-    sum
+    signed_dot_ref(w, a, |x| (x.d, quants(x).map(|q| q - 16)))
 }
 
 /// The fastest Q5_0 kernels that `isa` (capped to what this CPU runs) allows.
@@ -121,201 +111,101 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: scalar_variant::<Q5_0>(),
         avx2: {
-            dequantize: x86::dequantize_avx2,
-            vec_dot: x86::vec_dot_avx2,
-            vec_dot_tile: x86::vec_dot_tile_avx2,
+            dequantize: signed_rows::dequantize_avx2::<Q5_0>,
+            vec_dot: signed_rows::vec_dot_avx2::<Q5_0>,
+            vec_dot_tile: offset_tile::vec_dot_tile_avx2::<Q5_0>,
         },
         avx512: {
-            dequantize: x86::dequantize_avx512,
-            vec_dot: x86::vec_dot_avx512,
-            vec_dot_tile: x86::vec_dot_tile_avx512,
+            dequantize: signed_rows::dequantize_avx512::<Q5_0>,
+            vec_dot: offset::vec_dot_avx512::<Q5_0, false>,
+            vec_dot_tile: offset_tile::vec_dot_tile_avx512::<Q5_0>,
         },
     );
     v.kernels(DType::Q5_0, ActFormat::Q8_0)
 }
 
+/// Q5_0's unpacking for the shared offset-format kernels (offset 16): the nibbles, plus 16
+/// where the fifth bit is set.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    //! AVX2 and AVX-512 VNNI Q5_0 x Q8_0 kernels, and 4 x 4 tiles built on Q4_0's offset-format
-    //! tile cores. Pointers passed to the `unsafe fn`s address whole blocks (checked by the
-    //! safe wrappers); loads are unaligned.
     use std::arch::x86_64::*;
 
-    use super::{A, B, QK};
-    use crate::quant::rows::{check_dequantize, check_dot, dequantize_scalar, check_tile};
+    use super::Q5_0;
     use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
-    use crate::quant::x86::offset_tile::{half_avx2, tile_avx512};
-    use crate::quant::x86::signed_rows;
-    use crate::quant::x86::tile_scales::Tile;
-    use crate::quant::TILE;
+    use crate::quant::x86::offset::OffsetBlocks;
+    use crate::quant::x86::offset_tile::OffsetHalf;
+    use crate::quant::x86::signed_rows::SignedBlocks;
 
     /// The block's `qh` word.
+    ///
+    /// # Safety
+    /// A whole block is readable at `b`.
     #[inline]
     unsafe fn qh(b: *const u8) -> u32 {
         // SAFETY: the caller guarantees a whole block at `b`; qh is bytes 2..6.
         u32::from_le(unsafe { b.add(2).cast::<u32>().read_unaligned() })
     }
 
-    /// The block's 32 quants minus 16 (`-16..=15`) as signed bytes in element order.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn quants_avx2(b: *const u8) -> __m256i {
-        // SAFETY: the caller guarantees a whole block at `b`.
-        let q = unsafe { quants_u_avx2(b) };
-        _mm256_sub_epi8(q, _mm256_set1_epi8(16))
-    }
+    impl SignedBlocks for Q5_0 {
+        /// The quants minus 16 (`-16..=15`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn quants_avx2(b: *const u8) -> __m256i {
+            // SAFETY: the caller's guarantees are those of `unsigned_avx2`.
+            let q = unsafe { Self::unsigned_avx2(b) };
+            _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+        }
 
-    /// The block's 32 quants (`0..=31`) as bytes in element order. AVX2 has no bit-to-byte
-    /// mask expansion: byte `k` takes qh byte `k / 8` (`pshufb`), sets every bit but `k % 8`,
-    /// and compares with all-ones.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn quants_u_avx2(b: *const u8) -> __m256i {
-        // SAFETY: the caller guarantees a whole block at `b`.
-        let (low, qh) = unsafe { (nibbles_avx2(b.add(6)), qh(b)) };
-        let spread = _mm256_set_epi64x(
-            0x0303030303030303,
-            0x0202020202020202,
-            0x0101010101010101,
-            0,
-        );
-        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
-        let bits = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-        let high = _mm256_and_si256(
-            _mm256_cmpeq_epi8(bits, _mm256_set1_epi8(-1)),
-            _mm256_set1_epi8(16),
-        );
-        _mm256_or_si256(low, high)
-    }
-
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; the rows hold `nb` blocks.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_avx2(nb: usize, w: *const u8, a: *const u8) -> f32 {
-        // SAFETY: the caller's guarantees; the closure reads only within its block.
-        unsafe { signed_rows::dot_avx2(nb, w, a, B, |b| quants_avx2(b)) }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        let nb = check_dot(n, w, B, a, A);
-        // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here.
-        unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
-    }
-
-    /// Two blocks per step: the fifth bits are a 64-bit byte mask that adds 16 to the nibbles;
-    /// then `sum(q * a) - sum(16 * a)`, both with `vpdpbusd`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        let nb = check_dot(n, w, B, a, A);
-        let (w, a) = (w.as_ptr(), a.as_ptr());
-        // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here;
-        // the closures read only within the blocks they are given.
-        unsafe {
-            signed_rows::offset_dot_avx512::<false, _, _>(
-                (nb, w, a),
-                (B, 16),
-                |b0, b1| quants2_avx512(b0, b1),
-                |i| dot_avx2(1, w.add(i * B), a.add(i * A)),
-            )
+        /// The quants minus 16 with AVX-512 BW/VL: the fifth bits as a byte mask.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn quants_avx512(b: *const u8) -> __m256i {
+            // SAFETY: the caller guarantees a whole block at `b`.
+            let (low, qh) = unsafe { (nibbles_avx2(b.add(6)), qh(b)) };
+            let q = _mm256_mask_add_epi8(low, qh, low, _mm256_set1_epi8(16));
+            _mm256_sub_epi8(q, _mm256_set1_epi8(16))
         }
     }
 
-    /// Quants (`0..=31`) of the blocks at `b0` and `b1`, elements 0..32 of each: the nibbles,
-    /// plus 16 where the 64-bit byte mask of fifth bits is set.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn quants2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
-        // SAFETY: the caller guarantees whole blocks at `b0` and `b1`.
-        let (x, hi) = unsafe {
-            (
-                nibbles2_avx512(b0.add(6), b1.add(6)),
-                qh(b0) as u64 | (qh(b1) as u64) << 32,
-            )
-        };
-        _mm512_mask_add_epi8(x, hi, x, _mm512_set1_epi8(16))
-    }
+    impl OffsetBlocks for Q5_0 {
+        const OFFSET: i8 = 16;
 
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-        let nb = check_tile(n, &w, B, &a, A);
-        // SAFETY: every row holds `nb` blocks (checked above); the features are enabled here.
-        unsafe { tile_avx512_q5_0(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
-    }
-
-    /// The shared offset-format tile core with Q5_0 quants (offset 16), plus an odd last block.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn tile_avx512_q5_0(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
-        // SAFETY: the closure reads only within the two blocks it is given.
-        let unpack = |b0: *const u8, b1: *const u8| unsafe { quants2_avx512(b0, b1) };
-        // SAFETY: the caller's guarantees are those of `tile_avx512`.
-        let mut out = unsafe { tile_avx512(nb, w, a, B, 16, unpack) };
-        if nb % 2 == 1 {
-            let i = nb - 1;
-            for (j, o) in out.iter_mut().enumerate() {
-                for (r, v) in o.iter_mut().enumerate() {
-                    // SAFETY: block i < nb of both rows is in bounds.
-                    *v += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
-                }
-            }
+        /// The nibbles, plus 16 where the 64-bit byte mask of fifth bits is set.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn unsigned2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
+            // SAFETY: the caller guarantees whole blocks at `b0` and `b1`.
+            let (x, hi) = unsafe {
+                (
+                    nibbles2_avx512(b0.add(6), b1.add(6)),
+                    qh(b0) as u64 | (qh(b1) as u64) << 32,
+                )
+            };
+            _mm512_mask_add_epi8(x, hi, x, _mm512_set1_epi8(16))
         }
-        out
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-        let nb = check_tile(n, &w, B, &a, A);
-        // SAFETY: every row holds `nb` blocks (checked above); the features are enabled here.
-        unsafe { tile_avx2_q5_0(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
-    }
-
-    /// Two calls of the shared AVX2 half-tile core with Q5_0 quants (offset 16).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_avx2_q5_0(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
-        // SAFETY: the closure reads only within the block it is given.
-        let unpack = |b: *const u8| unsafe { quants_u_avx2(b) };
-        // SAFETY: the caller's guarantees are those of `half_avx2`.
-        let (lo, hi) = unsafe {
-            (
-                half_avx2(nb, w, [a[0], a[1]], B, 16, unpack),
-                half_avx2(nb, w, [a[2], a[3]], B, 16, unpack),
-            )
-        };
-        [lo[0], lo[1], hi[0], hi[1]]
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-        let nb = check_dequantize(src, dst, B, "Q5_0");
-        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
-        // features are enabled here; the closure reads only within its block.
-        unsafe {
-            signed_rows::dequantize_avx2(nb, src.as_ptr(), dst.as_mut_ptr(), B, |b| quants_avx2(b))
-        };
-        dequantize_scalar::<super::Q5_0>(&src[nb * B..], &mut dst[nb * QK..]);
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-        let nb = check_dequantize(src, dst, B, "Q5_0");
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
-        // features are enabled here; the closure reads only within its block.
-        unsafe { signed_rows::dequantize_avx512(nb, s, d, B, |b| quants_avx512(b)) };
-        dequantize_scalar::<super::Q5_0>(&src[nb * B..], &mut dst[nb * QK..]);
-    }
-
-    /// The block's 32 quants minus 16 with AVX-512 BW/VL: the fifth bits as a byte mask.
-    ///
-    /// # Safety
-    /// A whole block is readable at `b`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn quants_avx512(b: *const u8) -> __m256i {
-        // SAFETY: the caller guarantees a whole block at `b`.
-        let (low, qh) = unsafe { (nibbles_avx2(b.add(6)), qh(b)) };
-        let q = _mm256_mask_add_epi8(low, qh, low, _mm256_set1_epi8(16));
-        _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+    impl OffsetHalf for Q5_0 {
+        /// AVX2 has no bit-to-byte mask expansion: byte `k` takes qh byte `k / 8` (`pshufb`),
+        /// sets every bit but `k % 8`, and compares with all-ones.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn unsigned_avx2(b: *const u8) -> __m256i {
+            // SAFETY: the caller guarantees a whole block at `b`.
+            let (low, qh) = unsafe { (nibbles_avx2(b.add(6)), qh(b)) };
+            let spread = _mm256_set_epi64x(
+                0x0303030303030303,
+                0x0202020202020202,
+                0x0101010101010101,
+                0,
+            );
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
+            let bits = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+            let high = _mm256_and_si256(
+                _mm256_cmpeq_epi8(bits, _mm256_set1_epi8(-1)),
+                _mm256_set1_epi8(16),
+            );
+            _mm256_or_si256(low, high)
+        }
     }
 }

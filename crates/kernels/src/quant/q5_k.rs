@@ -16,9 +16,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{pack_scales, unpack_scales, ScaleMin};
 use super::dispatch::select_variant;
 use super::format::quant_format;
+use super::q4_k::{pack_scales, unpack_scales, ScaleMin};
 use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
 use super::scale_min::{self, ScaleMinBlock};
 use super::{ActFormat, DType, TypeKernels};
@@ -138,9 +138,9 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{dequantize_blocks, BlockQ5K};
+    use crate::quant::q8_k::BlockQ8K;
     use crate::quant::x86::load::{load256, load512};
     use crate::quant::x86::scale_min::{self, pair_sum_avx2, quad_sum_avx512};
-    use crate::quant::q8_k::BlockQ8K;
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn dequantize_avx2(src: &[BlockQ5K], dst: &mut [f32]) {

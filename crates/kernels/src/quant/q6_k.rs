@@ -205,10 +205,10 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{dequantize_blocks, BlockQ6K};
+    use crate::quant::q8_k::BlockQ8K;
     use crate::quant::x86::kscales::pick_tables;
     use crate::quant::x86::load::{load128, load256, load512};
     use crate::quant::x86::reduce::{f16_to_f32, hsum256};
-    use crate::quant::q8_k::BlockQ8K;
 
     /// AVX2 `pshufb` controls: table `g` puts i16 scale `2g` in lane 0 and `2g + 1` in lane 1.
     static PICK_PAIR: [[u8; 32]; 4] = pick_tables::<32, 4>(16);

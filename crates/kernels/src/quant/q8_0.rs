@@ -16,8 +16,10 @@ use half::f16;
 
 use super::dispatch::{select_variant, Variant};
 use super::format::quant_format;
-pub use super::rows::QK;
 use super::rows::scalar_variant;
+pub use super::rows::QK;
+#[cfg(target_arch = "x86_64")]
+use super::x86::{offset, offset_tile, signed_rows};
 use super::{ActFormat, DType, TypeKernels, VecDotRowsFn};
 use crate::cpu::Isa;
 
@@ -82,14 +84,21 @@ pub fn dequantize_ref(blocks: &[BlockQ8_0], out: &mut [f32]) {
 /// Reference dot product: per block the exact integer sum, scaled by `d_w * d_a`, summed in
 /// `f32` in block order.
 pub fn vec_dot_ref(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+    signed_dot_ref(w, a, |x| (x.d, x.qs.map(i32::from)))
+}
+
+/// The reference dot product of a format whose weights are `q d` (Q4_0, Q5_0, Q8_0) with
+/// Q8_0 activations: per block the exact integer sum of `q a_q`, scaled by `d d_a`, summed in
+/// `f32` in block order. `block(x)` returns a weight block's scale and its 32 quants `q`.
+pub(crate) fn signed_dot_ref<W, F>(w: &[W], a: &[BlockQ8_0], block: F) -> f32
+where
+    F: Fn(&W) -> (f16, [i32; QK]),
+{
     let mut sum = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let sumi: i32 =
-            x.qs.iter()
-                .zip(&y.qs)
-                .map(|(&p, &q)| p as i32 * q as i32)
-                .sum();
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
+        let (d, q) = block(x);
+        let sumi: i32 = q.iter().zip(&y.qs).map(|(&q, &a)| q * a as i32).sum();
+        sum += sumi as f32 * (d.to_f32() * y.d.to_f32());
     }
     sum
 }
@@ -110,50 +119,63 @@ fn variant(isa: Isa) -> Variant {
         scalar: scalar_variant::<Q8_0>(),
         avx2: {
             dequantize: x86::dequantize_avx2,
-            vec_dot: x86::vec_dot_avx2,
-            vec_dot_tile: x86::tile::vec_dot_tile_avx2,
+            vec_dot: signed_rows::vec_dot_avx2::<Q8_0>,
+            vec_dot_tile: x86::vec_dot_tile_avx2,
         },
         avx512: {
             dequantize: x86::dequantize_avx512,
             vec_dot: x86::vec_dot_avx512,
-            vec_dot_tile: x86::tile::vec_dot_tile_avx512,
-            vec_dot_rows: x86::tile::vec_dot_rows_avx512,
+            vec_dot_tile: offset_tile::vec_dot_tile_avx512::<Q8_0>,
+            vec_dot_rows: offset::vec_dot_rows_avx512::<Q8_0>,
         },
     )
 }
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    //! AVX2 and AVX-512 VNNI Q8_0 kernels. The entry points are safe `#[target_feature]`
-    //! functions of byte rows; the raw-pointer cores they call address whole blocks
-    //! (checked by the entry points); loads are unaligned. Signed byte products use
-    //! `|w| * sign(a, w)` (see [`crate::quant::x86::q8`]).
+    //! AVX2 and AVX-512 VNNI Q8_0 kernels: the [`SignedBlocks`] and [`OffsetBlocks`] views
+    //! that the shared row, rows and AVX-512 tile kernels take, and the kernels of Q8_0's
+    //! own. The entry points are safe `#[target_feature]` functions of byte rows; the
+    //! raw-pointer cores they call address whole blocks (checked by the entry points);
+    //! loads are unaligned. Signed byte products use `|w| * sign(a, w)` (see
+    //! [`crate::quant::x86::q8`]).
     use std::arch::x86_64::*;
 
-    use crate::quant::rows::{check_dequantize, dequantize_scalar, check_dot};
+    use super::{Q8_0, QK};
+    use crate::quant::rows::{check_dequantize, check_dot, dequantize_scalar};
     use crate::quant::x86::load::load_2x256;
+    use crate::quant::x86::offset::OffsetBlocks;
     use crate::quant::x86::q8::{mul_sum_i8_avx512, prefetch, scale_products2, PREFETCH_AHEAD};
     use crate::quant::x86::reduce::hsum256;
-    use crate::quant::x86::signed_rows;
-    use super::QK;
+    use crate::quant::x86::signed_rows::{dot_of, SignedBlocks};
+    use crate::quant::x86::tile::{from_halves, tile_rows};
+    use crate::quant::x86::tile_scales::Tile;
+    use crate::quant::TILE;
 
     const B: usize = 34;
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-        let nb = check_dot(n, w, B, a, B);
-        // SAFETY: both rows hold `nb` blocks (checked above); the features are enabled here.
-        unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
+    impl SignedBlocks for Q8_0 {
+        /// The 32 quants as they are.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn quants_avx2(b: *const u8) -> __m256i {
+            // SAFETY: the caller guarantees a whole block at `b`; the quants are bytes 2..34.
+            unsafe { _mm256_loadu_si256(b.add(2).cast()) }
+        }
     }
 
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; both rows hold `nb` blocks.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_avx2(nb: usize, w: *const u8, a: *const u8) -> f32 {
-        // SAFETY: the caller's guarantees; the closure reads the 32 quants of its block.
-        unsafe {
-            signed_rows::dot_avx2(nb, w, a, B, |b| _mm256_loadu_si256(b.add(2).cast()))
+    /// `vpdpbusd` multiplies unsigned by signed bytes, so weights are biased to `w + 128`
+    /// (`xor 0x80`) with offset 128: `sum((w + 128) a) - 128 sum(a) = sum(w a)`, exact in
+    /// `i32`.
+    impl OffsetBlocks for Q8_0 {
+        const OFFSET: i8 = -128;
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn unsigned2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
+            // SAFETY: the caller guarantees whole blocks at `b0` and `b1`.
+            let q = unsafe { load_2x256(b0.add(2), b1.add(2)) };
+            _mm512_xor_si512(q, _mm512_set1_epi8(-128))
         }
     }
 
@@ -188,7 +210,7 @@ pub(crate) mod x86 {
         let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
         if i < nb {
             // SAFETY: block i < nb is in bounds; the CPU has AVX2 (implied by the features).
-            sum += unsafe { dot_avx2(1, w.add(i * B), a.add(i * B)) };
+            sum += unsafe { dot_of::<Q8_0>(1, w.add(i * B), a.add(i * B)) };
         }
         sum
     }
@@ -199,7 +221,7 @@ pub(crate) mod x86 {
         // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
         // features are enabled here.
         unsafe { deq_avx2(nb, src.as_ptr(), dst.as_mut_ptr()) };
-        dequantize_scalar::<super::Q8_0>(&src[nb * B..], &mut dst[nb * QK..]);
+        dequantize_scalar::<Q8_0>(&src[nb * B..], &mut dst[nb * QK..]);
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -226,7 +248,7 @@ pub(crate) mod x86 {
         // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
         // features are enabled here.
         unsafe { deq_avx512(nb, src.as_ptr(), dst.as_mut_ptr()) };
-        dequantize_scalar::<super::Q8_0>(&src[nb * B..], &mut dst[nb * QK..]);
+        dequantize_scalar::<Q8_0>(&src[nb * B..], &mut dst[nb * QK..]);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -246,182 +268,49 @@ pub(crate) mod x86 {
         }
     }
 
-    pub(crate) mod tile {
-        //! 4 weight rows x 4 activation rows per call: each weight and activation block is
-        //! loaded once for the whole tile.
-        //!
-        //! AVX-512 VNNI: `vpdpbusd` multiplies unsigned by signed bytes, so weights are biased
-        //! to `w + 128` (`xor 0x80`) and the accumulator starts at `-128 * sum(a)`:
-        //! `sum((w + 128) a) - 128 sum(a) = sum(w a)`, exact in `i32`.
-        use std::arch::x86_64::*;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+        let (nb, w, a) = tile_rows(n, w, B, a, B);
+        // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+        // enabled here.
+        from_halves(a, |a| unsafe { half_avx2(nb, w, a) })
+    }
 
-        use crate::quant::rows::check_tile;
-        use crate::quant::x86::tile_scales::{act_pair_scales, pair_scales, spread, Tile};
-        use crate::quant::TILE;
-        use super::{dot_avx2, hsum256, load_2x256, prefetch, B, PREFETCH_AHEAD};
-
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-            let nb = check_tile(n, &w, B, &a, B);
-            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
-            unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
-        }
-
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        unsafe fn tile_avx512(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
-            let mut acc = [[_mm512_setzero_ps(); TILE]; TILE];
-            let bias = _mm512_set1_epi8(-128);
-            let mut i = 0;
-            while i + 2 <= nb {
-                // SAFETY: blocks i and i+1 < nb of every row are in bounds.
-                let (wq, ws, aq, as_) = unsafe {
-                    (
-                        w.map(|p| {
-                            let q = load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2));
-                            _mm512_xor_si512(q, bias)
-                        }),
-                        pair_scales(w, i, B),
-                        a.map(|p| load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2))),
-                        pair_scales(a, i, B),
-                    )
-                };
-                let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
-                for j in 0..TILE {
-                    let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, aq[j]);
-                    let init = _mm512_sub_epi32(_mm512_setzero_si512(), sum);
-                    let da = spread(as_, 2 * j as i32);
-                    for r in 0..TILE {
-                        let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
-                        let d = _mm512_mul_ps(dw[r], da);
-                        acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
-                    }
-                }
-                i += 2;
-            }
-            let mut out = [[0.0; TILE]; TILE];
-            for j in 0..TILE {
-                for r in 0..TILE {
-                    out[j][r] = _mm512_reduce_add_ps(acc[j][r]);
-                    if i < nb {
-                        // SAFETY: block i < nb of both rows is in bounds.
-                        out[j][r] += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * B)) };
-                    }
-                }
-            }
-            out
-        }
-
-        /// `[vec_dot(n, w[r], a); TILE]`: 4 weight rows against one activation row (m = 1,
-        /// decode), each activation block loaded once for the 4 rows.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub(crate) fn vec_dot_rows_avx512(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
-            let nb = check_tile(n, &w, B, &[a; TILE], B);
-            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
-            unsafe { rows_avx512(nb, w.map(<[u8]>::as_ptr), a.as_ptr()) }
-        }
-
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        unsafe fn rows_avx512(nb: usize, w: [*const u8; TILE], a: *const u8) -> [f32; TILE] {
-            let mut acc = [_mm512_setzero_ps(); TILE];
-            let bias = _mm512_set1_epi8(-128);
-            let mut i = 0;
-            while i + 2 <= nb {
-                for p in w {
-                    prefetch(p.wrapping_add(i * B + PREFETCH_AHEAD));
-                }
-                // SAFETY: blocks i and i+1 < nb of every row are in bounds.
-                let (wq, ws, aq, da) = unsafe {
-                    (
-                        w.map(|p| {
-                            let q = load_2x256(p.add(i * B + 2), p.add((i + 1) * B + 2));
-                            _mm512_xor_si512(q, bias)
-                        }),
-                        pair_scales(w, i, B),
-                        load_2x256(a.add(i * B + 2), a.add((i + 1) * B + 2)),
-                        act_pair_scales(a, i, B),
-                    )
-                };
-                // `sum((w + 128) a) - 128 sum(a)`, the correction computed once for 4 rows.
-                let init = _mm512_sub_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, aq),
-                );
-                let d = _mm512_mul_ps(ws, da);
-                for r in 0..TILE {
-                    let p = _mm512_dpbusd_epi32(init, wq[r], aq);
-                    let dr = spread(d, 2 * r as i32);
-                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dr, acc[r]);
-                }
-                i += 2;
-            }
-            let mut out = [0.0; TILE];
-            for r in 0..TILE {
-                out[r] = _mm512_reduce_add_ps(acc[r]);
-                if i < nb {
-                    // SAFETY: block i < nb of both rows is in bounds.
-                    out[r] += unsafe { dot_avx2(1, w[r].add(i * B), a.add(i * B)) };
-                }
-            }
-            out
-        }
-
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-            let nb = check_tile(n, &w, B, &a, B);
-            let (w, a) = (w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr));
-            // SAFETY: every row holds `nb` blocks (checked above); the features are enabled.
-            let (lo, hi) = unsafe {
+    /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step;
+    /// signed products as `|w| * sign(a, w)` (see the module docs).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn half_avx2(nb: usize, w: [*const u8; TILE], a: [*const u8; 2]) -> [[f32; TILE]; 2] {
+        let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
+        let ones = _mm256_set1_epi16(1);
+        for i in 0..nb {
+            // SAFETY: block i < nb of every row is in bounds.
+            let (wq, ws, aq, as_) = unsafe {
+                let h = w.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
+                let g = a.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
                 (
-                    half_avx2(nb, w, [a[0], a[1]]),
-                    half_avx2(nb, w, [a[2], a[3]]),
+                    w.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
+                    _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0)),
+                    a.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
+                    _mm_cvtph_ps(_mm_setr_epi16(g[0], g[1], 0, 0, 0, 0, 0, 0)),
                 )
             };
-            [lo[0], lo[1], hi[0], hi[1]]
-        }
-
-        /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step;
-        /// signed products as `|w| * sign(a, w)` (see the module docs of `x86`).
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn half_avx2(
-            nb: usize,
-            w: [*const u8; TILE],
-            a: [*const u8; 2],
-        ) -> [[f32; TILE]; 2] {
-            let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
-            let ones = _mm256_set1_epi16(1);
-            for i in 0..nb {
-                // SAFETY: block i < nb of every row is in bounds.
-                let (wq, ws, aq, as_) = unsafe {
-                    let h = w.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
-                    let g = a.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
-                    (
-                        w.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
-                        _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0)),
-                        a.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
-                        _mm_cvtph_ps(_mm_setr_epi16(g[0], g[1], 0, 0, 0, 0, 0, 0)),
-                    )
-                };
-                let wabs = wq.map(|x| _mm256_sign_epi8(x, x));
-                for j in 0..2 {
-                    let dd = _mm256_castps128_ps256(_mm_mul_ps(
-                        ws,
-                        _mm_permutevar_ps(as_, _mm_set1_epi32(j as i32)),
-                    ));
-                    for r in 0..TILE {
-                        let sy = _mm256_sign_epi8(aq[j], wq[r]);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[r], sy), ones);
-                        let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r as i32));
-                        acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
-                    }
-                }
-            }
-            let mut out = [[0.0; TILE]; 2];
+            let wabs = wq.map(|x| _mm256_sign_epi8(x, x));
             for j in 0..2 {
+                let dd = _mm256_castps128_ps256(_mm_mul_ps(
+                    ws,
+                    _mm_permutevar_ps(as_, _mm_set1_epi32(j as i32)),
+                ));
                 for r in 0..TILE {
-                    out[j][r] = hsum256(acc[j][r]);
+                    let sy = _mm256_sign_epi8(aq[j], wq[r]);
+                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[r], sy), ones);
+                    let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r as i32));
+                    acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
                 }
             }
-            out
         }
+        acc.map(|row| row.map(|v| hsum256(v)))
     }
 }

@@ -9,11 +9,11 @@
 //! `absmax / 127 * d_a`. Pointers passed to the `unsafe fn`s address whole blocks.
 use std::arch::x86_64::*;
 
-use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+use super::{dynamic_map, Layout, A, NF4_I8};
 use crate::quant::x86::load::load_2x256;
+use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
 use crate::quant::x86::q8::mul_sum_i8_avx2;
 use crate::quant::x86::reduce::hsum256;
-use super::{dynamic_map, Layout, A, NF4_I8};
 
 /// A checked weight row and activation row: `nb` blocks, and the NF4_DQ header `(c, offset)`
 /// (zeros for NF4, which has no header).
@@ -38,7 +38,13 @@ impl Rows {
             (0.0, 0.0)
         };
         let (w, a) = (w.as_ptr(), a.as_ptr());
-        Rows { nb, w, a, c, offset }
+        Rows {
+            nb,
+            w,
+            a,
+            c,
+            offset,
+        }
     }
 
     /// `absmax / 127` of weight block `b`, and a pointer to its 32 code bytes.

@@ -8,9 +8,11 @@
 pub(crate) mod kscales;
 pub(crate) mod load;
 pub(crate) mod nibbles;
+pub(crate) mod offset;
 pub(crate) mod offset_tile;
 pub(crate) mod q8;
 pub(crate) mod reduce;
 pub(crate) mod scale_min;
 pub(crate) mod signed_rows;
+pub(crate) mod tile;
 pub(crate) mod tile_scales;

@@ -8,17 +8,61 @@
 //! (row, activation) pair. Both sums are exact in `i32` (AVX2: `maddubs` pairs stay
 //! within `i16`, `2 * 31 * 127 < 2^15`, activation bytes never being -128).
 //!
-//! The format supplies an unpacking closure; the cores are generic over it so that it
-//! inlines into the loop.
+//! The format supplies its unpacking ([`OffsetBlocks`], [`OffsetHalf`]); the cores are
+//! generic over it so that it inlines into the loop. Q8_0 uses the AVX-512 tile with
+//! `w + 128` and offset 128 (its AVX2 tile is its own: `w + 128` overflows `maddubs`).
 use std::arch::x86_64::*;
 
 use super::load::load_2x256;
+use super::offset::OffsetBlocks;
 use super::reduce::hsum256;
+use super::signed_rows::{dot_of, A};
+use super::tile::{add_odd_block, from_halves, tile_rows};
 use super::tile_scales::{pair_scales, spread, Tile};
 use crate::quant::TILE;
 
-/// Bytes per Q8_0 activation block.
-const A: usize = 34;
+/// An [`OffsetBlocks`] format with an AVX2 unpacking of one block, for [`half_avx2`].
+pub(crate) trait OffsetHalf: OffsetBlocks {
+    /// The 32 unsigned quants of the block at `b`, in element order.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; a whole block is readable at `b`.
+    unsafe fn unsigned_avx2(b: *const u8) -> __m256i;
+}
+
+/// The AVX-512 4 x 4 tile of format `F`: [`tile_avx512`] plus an odd last block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn vec_dot_tile_avx512<F: OffsetBlocks>(
+    n: usize,
+    w: [&[u8]; TILE],
+    a: [&[u8]; TILE],
+) -> Tile {
+    let (nb, w, a) = tile_rows(n, w, F::BLOCK, a, A);
+    let (b, o) = (F::BLOCK, F::OFFSET);
+    // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are enabled
+    // here; `unsigned2_avx512` reads only within the blocks it is given.
+    let mut out = unsafe { tile_avx512(nb, w, a, b, o, |b0, b1| F::unsigned2_avx512(b0, b1)) };
+    // SAFETY: block `i < nb` of both rows is in bounds; AVX2, FMA and F16C are enabled.
+    add_odd_block(&mut out, nb, |r, j, i| unsafe {
+        dot_of::<F>(1, w[r].add(i * b), a[j].add(i * A))
+    });
+    out
+}
+
+/// The AVX2 4 x 4 tile of format `F`: two [`half_avx2`] calls.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_tile_avx2<F: OffsetHalf>(
+    n: usize,
+    w: [&[u8]; TILE],
+    a: [&[u8]; TILE],
+) -> Tile {
+    let (nb, w, a) = tile_rows(n, w, F::BLOCK, a, A);
+    // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are enabled
+    // here; `unsigned_avx2` reads only within the block it is given.
+    from_halves(a, |a| unsafe {
+        half_avx2(nb, w, a, F::BLOCK, F::OFFSET, |b| F::unsigned_avx2(b))
+    })
+}
 
 /// The tile over the first `nb / 2 * 2` blocks (the caller adds an odd last block),
 /// two blocks per step. `unpack(block_i, block_i+1)` returns the unsigned quants of
@@ -31,7 +75,7 @@ const A: usize = 34;
 /// only within the two blocks it is given.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn tile_avx512<U>(
+unsafe fn tile_avx512<U>(
     nb: usize,
     w: [*const u8; TILE],
     a: [*const u8; TILE],
@@ -81,7 +125,7 @@ where
 /// and every activation row `nb` Q8_0 blocks; `unpack` reads only within its block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn half_avx2<U>(
+unsafe fn half_avx2<U>(
     nb: usize,
     w: [*const u8; TILE],
     a: [*const u8; 2],

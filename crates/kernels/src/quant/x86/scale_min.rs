@@ -33,7 +33,12 @@ where
 /// u16 scales in both 128-bit lanes).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn pair_sum_avx2(sc16: __m256i, (lo, hi): (__m256i, __m256i), a: &[i8], p: usize) -> __m256i {
+pub(crate) fn pair_sum_avx2(
+    sc16: __m256i,
+    (lo, hi): (__m256i, __m256i),
+    a: &[i8],
+    p: usize,
+) -> __m256i {
     let p0 = _mm256_maddubs_epi16(lo, load256(a, 64 * p));
     let p1 = _mm256_maddubs_epi16(hi, load256(a, 64 * p + 32));
     let s0 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p], 0));

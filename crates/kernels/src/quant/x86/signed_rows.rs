@@ -4,18 +4,87 @@
 //! the cores are `#[inline]` and generic over it, so it inlines into the loop of each
 //! format's entry point.
 //!
-//! Pointers address whole blocks (the entry points check the row lengths); loads are
-//! unaligned.
+//! The entry points are safe `#[target_feature]` functions of byte rows, generic over the
+//! format's [`SignedBlocks`]; the raw-pointer cores they call address whole blocks (the
+//! entry points check the row lengths); loads are unaligned.
 use std::arch::x86_64::*;
 
-use super::load::load_2x256;
-use super::q8::{mul_sum_i8_avx2, prefetch, scale_product, scale_products2, PREFETCH_AHEAD};
+use super::q8::{mul_sum_i8_avx2, scale_product};
 use super::reduce::hsum256;
+use crate::quant::format::QuantFormat;
+use crate::quant::rows::{check_dequantize, check_dot, dequantize_scalar, QK};
 
 /// Bytes per Q8_0 activation block.
-const A: usize = 34;
-/// Elements per block.
-const QK: usize = 32;
+pub(crate) const A: usize = 34;
+
+/// A format whose blocks are an `f16` scale `d` at byte 0 and 32 quants that unpack to
+/// signed bytes `q` (`x = q d`), multiplied with Q8_0 activations.
+pub(crate) trait SignedBlocks: QuantFormat {
+    /// Bytes per weight block.
+    const BLOCK: usize = std::mem::size_of::<Self::Block>();
+
+    /// The 32 signed quants of the block at `b`, in element order.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; a whole block is readable at `b`.
+    unsafe fn quants_avx2(b: *const u8) -> __m256i;
+
+    /// [`SignedBlocks::quants_avx2`] where AVX-512 F/BW/VL/VNNI are available as well.
+    ///
+    /// # Safety
+    /// The CPU has those features; a whole block is readable at `b`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn quants_avx512(b: *const u8) -> __m256i {
+        // SAFETY: the caller's guarantees include those of `quants_avx2`.
+        unsafe { Self::quants_avx2(b) }
+    }
+}
+
+/// [`dot_avx2`] of format `F`: `nb` blocks at `w` with `nb` Q8_0 blocks at `a`.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `w` holds `nb` blocks of `F` and `a` `nb` Q8_0 blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_of<F: SignedBlocks>(nb: usize, w: *const u8, a: *const u8) -> f32 {
+    // SAFETY: the caller's guarantees; `quants_avx2` reads only within its block.
+    unsafe { dot_avx2(nb, w, a, F::BLOCK, |b| F::quants_avx2(b)) }
+}
+
+/// The AVX2 `vec_dot` of format `F`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_avx2<F: SignedBlocks>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = check_dot(n, w, F::BLOCK, a, A);
+    // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here.
+    unsafe { dot_of::<F>(nb, w.as_ptr(), a.as_ptr()) }
+}
+
+/// The AVX2 `dequantize` of format `F`; a partial last block goes to the reference.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dequantize_avx2<F: SignedBlocks>(src: &[u8], dst: &mut [f32]) {
+    let nb = check_dequantize(src, dst, F::BLOCK, F::DTYPE.name());
+    // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
+    // features are enabled here; `quants_avx2` reads only within its block.
+    unsafe {
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        dequantize_core_avx2(nb, s, d, F::BLOCK, |b| F::quants_avx2(b))
+    };
+    dequantize_scalar::<F>(&src[nb * F::BLOCK..], &mut dst[nb * QK..]);
+}
+
+/// The AVX-512 `dequantize` of format `F` (16 floats per store).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn dequantize_avx512<F: SignedBlocks>(src: &[u8], dst: &mut [f32]) {
+    let nb = check_dequantize(src, dst, F::BLOCK, F::DTYPE.name());
+    // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
+    // features are enabled here; `quants_avx512` reads only within its block.
+    unsafe {
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        dequantize_core_avx512(nb, s, d, F::BLOCK, |b| F::quants_avx512(b))
+    };
+    dequantize_scalar::<F>(&src[nb * F::BLOCK..], &mut dst[nb * QK..]);
+}
 
 /// Dot product of `nb` blocks of `block` bytes at `w` with `nb` Q8_0 blocks at `a`, one
 /// block per step, two accumulators. `quants(b)` returns the 32 signed quants of the block
@@ -26,7 +95,13 @@ const QK: usize = 32;
 /// blocks; `quants` reads only within its block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_avx2<Q>(nb: usize, w: *const u8, a: *const u8, block: usize, quants: Q) -> f32
+pub(crate) unsafe fn dot_avx2<Q>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    block: usize,
+    quants: Q,
+) -> f32
 where
     Q: Fn(*const u8) -> __m256i,
 {
@@ -47,59 +122,6 @@ where
     hsum256(_mm256_add_ps(acc[0], acc[1]))
 }
 
-/// The offset formats' AVX-512 dot product, two blocks per step: `sum(q * a) - sum(o * a)`,
-/// both with `vpdpbusd`. `unpack(b0, b1)` returns the unsigned quants of the blocks at `b0`
-/// and `b1` (elements 0..32 of each); `tail(i)` the dot product of block `i` alone (an odd
-/// last block). With `PREFETCH`, weight bytes [`PREFETCH_AHEAD`] ahead are prefetched.
-///
-/// # Safety
-/// The CPU has AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `w` holds `nb` blocks of `block`
-/// bytes and `a` `nb` Q8_0 blocks; `unpack` reads only within its blocks.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn offset_dot_avx512<const PREFETCH: bool, U, T>(
-    (nb, w, a): (usize, *const u8, *const u8),
-    (block, offset): (usize, i8),
-    unpack: U,
-    tail: T,
-) -> f32
-where
-    U: Fn(*const u8, *const u8) -> __m512i,
-    T: Fn(usize) -> f32,
-{
-    let o = _mm512_set1_epi8(offset);
-    let mut acc = [_mm512_setzero_ps(); 2];
-    let mut i = 0;
-    while i + 2 <= nb {
-        if PREFETCH {
-            prefetch(w.wrapping_add(i * block + PREFETCH_AHEAD));
-        }
-        // SAFETY: blocks i and i+1 < nb of both rows are in bounds.
-        let (x, y, d) = unsafe {
-            let (w0, a0) = (w.add(i * block), a.add(i * A));
-            let (w1, a1) = (w0.add(block), a0.add(A));
-            (
-                unpack(w0, w1),
-                load_2x256(a0.add(2), a1.add(2)),
-                scale_products2(w0, a0, w1, a1),
-            )
-        };
-        let zero = _mm512_setzero_si512();
-        let p = _mm512_sub_epi32(
-            _mm512_dpbusd_epi32(zero, x, y),
-            _mm512_dpbusd_epi32(zero, o, y),
-        );
-        let k = (i >> 1) & 1;
-        acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[k]);
-        i += 2;
-    }
-    let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
-    if i < nb {
-        sum += tail(i);
-    }
-    sum
-}
-
 /// The block's `f16` scale at `b` as `f32` lane 0.
 ///
 /// # Safety
@@ -108,7 +130,9 @@ where
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scale(b: *const u8) -> __m128 {
     // SAFETY: the caller guarantees two readable bytes at `b`.
-    _mm_cvtph_ps(_mm_cvtsi32_si128(unsafe { b.cast::<u16>().read_unaligned() } as i32))
+    _mm_cvtph_ps(_mm_cvtsi32_si128(
+        unsafe { b.cast::<u16>().read_unaligned() } as i32,
+    ))
 }
 
 /// Dequantize `nb` blocks of `block` bytes at `src` into `32 nb` floats at `dst`: `q d`
@@ -119,7 +143,7 @@ unsafe fn scale(b: *const u8) -> __m128 {
 /// `quants` reads only within its block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dequantize_avx2<Q>(nb: usize, src: *const u8, dst: *mut f32, block: usize, quants: Q)
+unsafe fn dequantize_core_avx2<Q>(nb: usize, src: *const u8, dst: *mut f32, block: usize, quants: Q)
 where
     Q: Fn(*const u8) -> __m256i,
 {
@@ -143,14 +167,19 @@ where
     }
 }
 
-/// [`dequantize_avx2`] with 16 floats per store.
+/// [`dequantize_core_avx2`] with 16 floats per store.
 ///
 /// # Safety
-/// As for [`dequantize_avx2`], with AVX-512 F/BW/VL/VNNI as well.
+/// As for [`dequantize_core_avx2`], with AVX-512 F/BW/VL/VNNI as well.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn dequantize_avx512<Q>(nb: usize, src: *const u8, dst: *mut f32, block: usize, quants: Q)
-where
+unsafe fn dequantize_core_avx512<Q>(
+    nb: usize,
+    src: *const u8,
+    dst: *mut f32,
+    block: usize,
+    quants: Q,
+) where
     Q: Fn(*const u8) -> __m256i,
 {
     for i in 0..nb {

@@ -422,10 +422,14 @@ mod x86 {
                 }
                 i += 2;
             }
-            std::array::from_fn(|j| {
+            let mut out = [[0.0; TILE]; TILE];
+            for (j, o) in out.iter_mut().enumerate() {
                 let m = lanes(acc_m[j]);
-                std::array::from_fn(|r| _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]))
-            })
+                for (r, v) in o.iter_mut().enumerate() {
+                    *v = _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]);
+                }
+            }
+            out
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -483,10 +487,14 @@ mod x86 {
                     }
                 }
             }
-            std::array::from_fn(|j| {
+            let mut out = [[0.0; TILE]; 2];
+            for (j, o) in out.iter_mut().enumerate() {
                 let m = lanes(acc_m[j]);
-                std::array::from_fn(|r| hsum256(acc[j][r]) + m[2 * r + 1])
-            })
+                for (r, v) in o.iter_mut().enumerate() {
+                    *v = hsum256(acc[j][r]) + m[2 * r + 1];
+                }
+            }
+            out
         }
     }
 }

@@ -146,9 +146,8 @@ pub(crate) mod x86 {
     use crate::quant::x86::load::load_2x256;
     use crate::quant::x86::offset::OffsetBlocks;
     use crate::quant::x86::q8::{mul_sum_i8_avx512, prefetch, scale_products2, PREFETCH_AHEAD};
-    use crate::quant::x86::reduce::hsum256;
     use crate::quant::x86::signed_rows::{dot_of, SignedBlocks};
-    use crate::quant::x86::tile::{from_halves, tile_rows};
+    use crate::quant::x86::tile::{from_halves, hsum_half, tile_rows};
     use crate::quant::x86::tile_scales::Tile;
     use crate::quant::TILE;
 
@@ -311,6 +310,6 @@ pub(crate) mod x86 {
                 }
             }
         }
-        acc.map(|row| row.map(|v| hsum256(v)))
+        hsum_half(acc)
     }
 }

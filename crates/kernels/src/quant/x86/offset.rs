@@ -8,6 +8,7 @@ use std::arch::x86_64::*;
 use super::load::load_2x256;
 use super::q8::{prefetch, scale_products2, PREFETCH_AHEAD};
 use super::signed_rows::{dot_of, SignedBlocks, A};
+use super::tile::reduce_rows_512;
 use super::tile_scales::{act_pair_scales, pair_scales, spread};
 use crate::quant::rows::{check_dot, check_tile};
 use crate::quant::TILE;
@@ -136,7 +137,7 @@ unsafe fn rows_avx512<F: OffsetBlocks>(
         }
         i += 2;
     }
-    let mut out = acc.map(|v| _mm512_reduce_add_ps(v));
+    let mut out = reduce_rows_512(acc);
     if i < nb {
         for (r, o) in out.iter_mut().enumerate() {
             // SAFETY: block i < nb of both rows is in bounds; AVX2+FMA+F16C are enabled.

@@ -15,9 +15,8 @@ use std::arch::x86_64::*;
 
 use super::load::load_2x256;
 use super::offset::OffsetBlocks;
-use super::reduce::hsum256;
 use super::signed_rows::{dot_of, A};
-use super::tile::{add_odd_block, from_halves, tile_rows};
+use super::tile::{add_odd_block, from_halves, hsum_half, reduce_tile_512, tile_rows};
 use super::tile_scales::{pair_scales, spread, Tile};
 use crate::quant::TILE;
 
@@ -112,7 +111,7 @@ where
         }
         i += 2;
     }
-    acc.map(|row| row.map(|v| _mm512_reduce_add_ps(v)))
+    reduce_tile_512(acc)
 }
 
 /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step.
@@ -164,5 +163,5 @@ where
             }
         }
     }
-    acc.map(|row| row.map(|v| hsum256(v)))
+    hsum_half(acc)
 }

@@ -1,6 +1,6 @@
-//! The Q4_K / Q5_K dot product skeletons: per super-block the scale/min prologue (sub-block
-//! scales, the mins term against the activation `bsums`), the format's integer sums against
-//! the sub-block scales, and `d_a d` applied once per super-block in `f32`. The format
+//! The Q4_K / Q5_K dot product skeletons: per super-block the sub-block scales and mins, the
+//! format's integer sums against the scales, the mins term against the activation `bsums`,
+//! and `d_a d` applied once per super-block in `f32`. The format
 //! supplies only the unpacking of its quants (a closure that inlines into the loop).
 use std::arch::x86_64::*;
 
@@ -10,22 +10,21 @@ use super::reduce::{f16_to_f32, hsum128, hsum256};
 use crate::quant::q8_k::BlockQ8K;
 use crate::quant::scale_min::{check_blocks, ScaleMinBlock};
 
-/// The per-super-block prologue of the Q4_K / Q5_K dots: adds the mins term
-/// `d_a dmin Σ_j mn[j] (bsums[2j] + bsums[2j + 1])` (over 4 lanes) to `acc_m` and returns the
-/// 8 sub-block scales (u16 lanes) and `d_a d`, which scales the block's integer sum.
+/// The per-super-block scales of the Q4_K / Q5_K dots, given the block's u16 mins `mn16`:
+/// adds the mins term `d_a dmin Σ_j mn[j] (bsums[2j] + bsums[2j + 1])` (over 4 lanes) to
+/// `acc_m` and returns `d_a d`, which scales the block's integer sum.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn super_block<B>(wb: &B, ab: &BlockQ8K, acc_m: &mut __m128) -> (__m128i, f32)
+pub(crate) fn super_scales<B>(wb: &B, ab: &BlockQ8K, mn16: __m128i, acc_m: &mut __m128) -> f32
 where
     B: ScaleMinBlock,
 {
-    let (sc16, mn16) = block_scales_mins(wb);
     let h = wb.head();
     let dd = ab.d * f16_to_f32(h.d.to_bits());
     let dm = ab.d * f16_to_f32(h.dmin.to_bits());
     let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
     *acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, *acc_m);
-    (sc16, dd)
+    dd
 }
 
 /// `sc[2p] Σ lo a + sc[2p + 1] Σ hi a` over sub-blocks `2p` (quants `lo`) and `2p + 1`
@@ -77,8 +76,9 @@ where
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (wb, ab) in w.iter().zip(a) {
-        let (sc16, dd) = super_block(wb, ab, &mut acc_m);
+        let (sc16, mn16) = block_scales_mins(wb);
         let sums = isum(wb, ab, _mm256_broadcastsi128_si256(sc16));
+        let dd = super_scales(wb, ab, mn16, &mut acc_m);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(sums), acc);
     }
     hsum256(acc) - hsum128(acc_m)
@@ -96,8 +96,9 @@ where
     let mut acc = _mm512_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (wb, ab) in w.iter().zip(a) {
-        let (sc16, dd) = super_block(wb, ab, &mut acc_m);
+        let (sc16, mn16) = block_scales_mins(wb);
         let sums = isum(wb, ab, _mm512_broadcast_i32x4(sc16));
+        let dd = super_scales(wb, ab, mn16, &mut acc_m);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(sums), acc);
     }
     _mm512_reduce_add_ps(acc) - hsum128(acc_m)

@@ -2,6 +2,9 @@
 //! 4 x 2 halves (AVX2 has 16 registers), and the odd last block that the two-blocks-per-step
 //! AVX-512 cores leave to a one-block dot.
 
+use std::arch::x86_64::*;
+
+use super::reduce::hsum256;
 use super::tile_scales::Tile;
 use crate::quant::rows::check_tile;
 use crate::quant::TILE;
@@ -44,4 +47,40 @@ where
             }
         }
     }
+}
+
+/// The horizontal sums of the accumulators of a 4 x 2 half tile (plain loops, which inline
+/// into the caller's epilogue).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn hsum_half(acc: [[__m256; TILE]; 2]) -> [[f32; TILE]; 2] {
+    let mut out = [[0.0; TILE]; 2];
+    for (o, row) in out.iter_mut().zip(acc) {
+        for (v, x) in o.iter_mut().zip(row) {
+            *v = hsum256(x);
+        }
+    }
+    out
+}
+
+/// The horizontal sums of 4 rows of AVX-512 accumulators.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn reduce_rows_512(acc: [__m512; TILE]) -> [f32; TILE] {
+    let mut out = [0.0; TILE];
+    for (v, x) in out.iter_mut().zip(acc) {
+        *v = _mm512_reduce_add_ps(x);
+    }
+    out
+}
+
+/// The horizontal sums of the accumulators of a 4 x 4 AVX-512 tile.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn reduce_tile_512(acc: [[__m512; TILE]; TILE]) -> Tile {
+    let mut out = [[0.0; TILE]; TILE];
+    for (o, row) in out.iter_mut().zip(acc) {
+        *o = reduce_rows_512(row);
+    }
+    out
 }

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The x86 kernels are built on the offset-format cores shared with Q5_0
-//! ([`crate::quant::x86::signed_rows`], [`crate::quant::x86::offset_tile`]).
+//! (`quant::x86::signed_rows`, `quant::x86::offset`, `quant::x86::offset_tile`).
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;

@@ -8,8 +8,9 @@
 //! ```
 //!
 //! The same block is the [`ActFormat::Q8_0`] activation format that Q4_0, Q5_0 and Q8_0
-//! weights are multiplied with, so this file also holds the x86 helpers those dot products
-//! share (signed byte products, per-block scale products).
+//! weights are multiplied with, so this file also holds the reference dot product those
+//! formats share (`signed_dot_ref`); their x86 kernels share the cores in
+//! `quant::x86` (`signed_rows`, `offset`, `offset_tile`).
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;

@@ -1,4 +1,5 @@
-//! 4 weight rows x 4 activation rows per call for the "offset" formats, Q4_0 and Q5_0:
+//! 4 weight rows x 4 activation rows per call for the "offset" formats, Q4_0 and Q5_0
+//! (and Q8_0 with AVX-512, see below):
 //! `x = (q - o) d` with unsigned quants `q` and a fixed offset `o` (8, 16). Each weight
 //! block is unpacked once and each activation block loaded once for the whole tile.
 //!

@@ -17,7 +17,7 @@ use half::f16;
 use kestrel_kernels::cpu::Isa;
 use kestrel_kernels::quant::act::{self, BlockQ8_1};
 use kestrel_kernels::quant::q8_0::BlockQ8_0;
-use kestrel_kernels::quant::{q4_0, q4_1, q5_0, q8_0, ActFormat, DType, TypeKernels};
+use kestrel_kernels::quant::{q4_0, q4_1, q5_0, q8_0, ActFormat, DType, QuantFormat, TypeKernels};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -25,17 +25,11 @@ const EPS: f64 = f32::EPSILON as f64;
 /// Block counts: single, odd, the SmolLM2 hidden size (18), and larger.
 const BLOCKS: [usize; 7] = [1, 2, 3, 7, 18, 48, 97];
 
-/// One legacy format, seen through its reference functions.
-trait Format {
-    type W: Pod;
-    type A: Pod;
-    const DTYPE: DType;
-    fn quantize(x: &[f32]) -> Vec<Self::W>;
-    fn dequantize(w: &[Self::W], out: &mut [f32]);
-    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32;
-    fn quantize_act(x: &[f32]) -> Vec<Self::A>;
+/// What these tests need of a legacy format beyond the crate's [`QuantFormat`] (its block,
+/// reference functions and variants).
+trait Format: QuantFormat {
     /// Per block: (`d_w`, `m`, the 32 integer quants as they enter the dot, centred).
-    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]);
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]);
     /// Largest quant magnitude and the clamping slack (in steps) of the rounding.
     const QMAX: f32;
     const CLAMP_STEPS: f32;
@@ -66,30 +60,10 @@ fn amax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
-struct Q40;
-struct Q41;
-struct Q50;
-struct Q80;
-
-impl Format for Q40 {
-    type W = q4_0::BlockQ4_0;
-    type A = BlockQ8_0;
-    const DTYPE: DType = DType::Q4_0;
+impl Format for q4_0::Q4_0 {
     const QMAX: f32 = 8.0;
     const CLAMP_STEPS: f32 = 1.0;
-    fn quantize(x: &[f32]) -> Vec<Self::W> {
-        q4_0::quantize_ref(x)
-    }
-    fn dequantize(w: &[Self::W], out: &mut [f32]) {
-        q4_0::dequantize_ref(w, out)
-    }
-    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
-        q4_0::vec_dot_ref(w, a)
-    }
-    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
-        act::quantize_q8_0_ref(x)
-    }
-    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]) {
         (w.d.to_f32(), 0.0, nibbles(&w.qs, 8))
     }
     fn step(x: &[f32]) -> f32 {
@@ -97,25 +71,10 @@ impl Format for Q40 {
     }
 }
 
-impl Format for Q41 {
-    type W = q4_1::BlockQ4_1;
-    type A = BlockQ8_1;
-    const DTYPE: DType = DType::Q4_1;
+impl Format for q4_1::Q4_1 {
     const QMAX: f32 = 15.0;
     const CLAMP_STEPS: f32 = 0.5;
-    fn quantize(x: &[f32]) -> Vec<Self::W> {
-        q4_1::quantize_ref(x)
-    }
-    fn dequantize(w: &[Self::W], out: &mut [f32]) {
-        q4_1::dequantize_ref(w, out)
-    }
-    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
-        q4_1::vec_dot_ref(w, a)
-    }
-    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
-        act::quantize_q8_1_ref(x)
-    }
-    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]) {
         (w.d.to_f32(), w.m.to_f32(), nibbles(&w.qs, 0))
     }
     fn step(x: &[f32]) -> f32 {
@@ -126,25 +85,10 @@ impl Format for Q41 {
     }
 }
 
-impl Format for Q50 {
-    type W = q5_0::BlockQ5_0;
-    type A = BlockQ8_0;
-    const DTYPE: DType = DType::Q5_0;
+impl Format for q5_0::Q5_0 {
     const QMAX: f32 = 16.0;
     const CLAMP_STEPS: f32 = 1.0;
-    fn quantize(x: &[f32]) -> Vec<Self::W> {
-        q5_0::quantize_ref(x)
-    }
-    fn dequantize(w: &[Self::W], out: &mut [f32]) {
-        q5_0::dequantize_ref(w, out)
-    }
-    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
-        q5_0::vec_dot_ref(w, a)
-    }
-    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
-        act::quantize_q8_0_ref(x)
-    }
-    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]) {
         let qh = u32::from_le_bytes(w.qh);
         let mut q = nibbles(&w.qs, 0);
         for (j, q) in q.iter_mut().enumerate() {
@@ -157,25 +101,10 @@ impl Format for Q50 {
     }
 }
 
-impl Format for Q80 {
-    type W = BlockQ8_0;
-    type A = BlockQ8_0;
-    const DTYPE: DType = DType::Q8_0;
+impl Format for q8_0::Q8_0 {
     const QMAX: f32 = 127.0;
     const CLAMP_STEPS: f32 = 0.5;
-    fn quantize(x: &[f32]) -> Vec<Self::W> {
-        q8_0::quantize_ref(x)
-    }
-    fn dequantize(w: &[Self::W], out: &mut [f32]) {
-        q8_0::dequantize_ref(w, out)
-    }
-    fn vec_dot(w: &[Self::W], a: &[Self::A]) -> f32 {
-        q8_0::vec_dot_ref(w, a)
-    }
-    fn quantize_act(x: &[f32]) -> Vec<Self::A> {
-        act::quantize_q8_0_ref(x)
-    }
-    fn parts(w: &Self::W) -> (f32, f32, [i32; 32]) {
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]) {
         (w.d.to_f32(), 0.0, w.qs.map(|q| q as i32))
     }
     fn step(x: &[f32]) -> f32 {
@@ -184,7 +113,7 @@ impl Format for Q80 {
 }
 
 /// `(d_a, s_a, qs)` of an activation block of either format.
-fn act_parts<F: Format>(a: &F::A) -> (f32, f32, [i8; 32]) {
+fn act_parts<F: Format>(a: &F::Act) -> (f32, f32, [i8; 32]) {
     let bytes = bytemuck::bytes_of(a);
     if bytes.len() == 36 {
         act_parts_q8_1(bytemuck::from_bytes(bytes))
@@ -194,7 +123,7 @@ fn act_parts<F: Format>(a: &F::A) -> (f32, f32, [i8; 32]) {
 }
 
 /// The `L1` magnitude of the module docs.
-fn l1<F: Format>(w: &[F::W], a: &[F::A]) -> f64 {
+fn l1<F: Format>(w: &[F::Block], a: &[F::Act]) -> f64 {
     let mut sum = 0.0;
     for (w, a) in w.iter().zip(a) {
         let (dw, m, q) = F::parts(w);
@@ -242,8 +171,8 @@ fn rows(rng: &mut ChaCha8Rng, n: usize) -> Vec<(String, Vec<f32>)> {
 }
 
 /// Random raw weight blocks: arbitrary quant bytes with sane scales.
-fn raw_blocks<F: Format>(rng: &mut ChaCha8Rng, nb: usize) -> Vec<F::W> {
-    let size = std::mem::size_of::<F::W>();
+fn raw_blocks<F: Format>(rng: &mut ChaCha8Rng, nb: usize) -> Vec<F::Block> {
+    let size = std::mem::size_of::<F::Block>();
     (0..nb)
         .flat_map(|_| {
             let mut b: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
@@ -266,15 +195,16 @@ fn kernels_of(dtype: DType, isa: Isa) -> TypeKernels {
     k
 }
 
-fn check_variants<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
+fn check_variants<F: Format>(w: &[F::Block], a: &[F::Act], label: &str) {
     let n = w.len() * 32;
     let (wb, ab): (&[u8], &[u8]) = (bytemuck::cast_slice(w), bytemuck::cast_slice(a));
-    let reference = F::vec_dot(w, a);
+    let reference = F::vec_dot_ref(w, a);
     let mut deq_ref = vec![0.0f32; n];
-    F::dequantize(w, &mut deq_ref);
+    F::dequantize_ref(w, &mut deq_ref);
     let tol = 4.0 * (w.len() as f64 + 16.0) * EPS * l1::<F>(w, a);
     for isa in Isa::available() {
-        let k = kernels_of(F::DTYPE, isa);
+        let k = F::kernels(isa);
+        assert_eq!((k.dtype, k.isa), (F::DTYPE, isa));
         let got = (k.vec_dot)(n, wb, ab);
         let err = (got as f64 - reference as f64).abs();
         assert!(
@@ -296,10 +226,10 @@ fn check_variants<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
     }
 }
 
-fn check_ref_against_f64<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
+fn check_ref_against_f64<F: Format>(w: &[F::Block], a: &[F::Act], label: &str) {
     let n = w.len() * 32;
     let mut wf = vec![0.0f32; n];
-    F::dequantize(w, &mut wf);
+    F::dequantize_ref(w, &mut wf);
     let mut exact = 0.0f64;
     let mut s_err = 0.0f64;
     for (b, (wb, ab)) in w.iter().zip(a).enumerate() {
@@ -313,7 +243,7 @@ fn check_ref_against_f64<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
             s_err += (m as f64).abs() * (da as f64 * sum - s as f64).abs();
         }
     }
-    let got = F::vec_dot(w, a) as f64;
+    let got = F::vec_dot_ref(w, a) as f64;
     let tol = 4.0 * (w.len() as f64 + 16.0) * EPS * l1::<F>(w, a) + s_err;
     assert!(
         (got - exact).abs() <= tol,
@@ -323,9 +253,9 @@ fn check_ref_against_f64<F: Format>(w: &[F::W], a: &[F::A], label: &str) {
 }
 
 fn check_round_trip<F: Format>(x: &[f32], label: &str) {
-    let w = F::quantize(x);
+    let w = F::quantize_ref(x);
     let mut y = vec![0.0f32; x.len()];
-    F::dequantize(&w, &mut y);
+    F::dequantize_ref(&w, &mut y);
     let ulp16 = |v: f32| (v.abs() * 2.0f32.powi(-11)).max(2.0f32.powi(-25));
     for (b, (xb, yb)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
         let (d, m, _) = F::parts(&w[b]);
@@ -347,9 +277,9 @@ fn run_format<F: Format>(seed: u64) {
         let n = nb * 32;
         for (name, x) in rows(&mut rng, n) {
             check_round_trip::<F>(&x, &name);
-            let w = F::quantize(&x);
+            let w = F::quantize_ref(&x);
             for (aname, y) in rows(&mut rng, n) {
-                let a = F::quantize_act(&y);
+                let a = F::quantize_act_ref(&y);
                 if a.iter().any(|a| !act_parts::<F>(a).1.is_finite()) {
                     // Q8_1's `s = d * sum(q)` overflows f16 once |sum(x)| > 65504: a limit of
                     // the format (shared with GGML), only reachable by the "extreme" rows.
@@ -363,7 +293,7 @@ fn run_format<F: Format>(seed: u64) {
         }
         let raw = raw_blocks::<F>(&mut rng, nb);
         let y: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
-        let a = F::quantize_act(&y);
+        let a = F::quantize_act_ref(&y);
         check_variants::<F>(&raw, &a, "raw blocks");
         check_ref_against_f64::<F>(&raw, &a, "raw blocks");
     }
@@ -371,22 +301,22 @@ fn run_format<F: Format>(seed: u64) {
 
 #[test]
 fn q4_0_matches_reference() {
-    run_format::<Q40>(40);
+    run_format::<q4_0::Q4_0>(40);
 }
 
 #[test]
 fn q4_1_matches_reference() {
-    run_format::<Q41>(41);
+    run_format::<q4_1::Q4_1>(41);
 }
 
 #[test]
 fn q5_0_matches_reference() {
-    run_format::<Q50>(50);
+    run_format::<q5_0::Q5_0>(50);
 }
 
 #[test]
 fn q8_0_matches_reference() {
-    run_format::<Q80>(80);
+    run_format::<q8_0::Q8_0>(80);
 }
 
 #[test]

@@ -310,13 +310,13 @@ fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usi
         "attention: zero-sized cache geometry"
     );
     assert!(
-        p.n_heads % n_kv == 0 && p.n_heads > 0,
+        p.n_heads.is_multiple_of(n_kv) && p.n_heads > 0,
         "attention: n_heads % n_kv_heads != 0"
     );
     assert!(p.window != Some(0), "attention: window must be at least 1");
     let block_len = bs * kv.slot_bytes();
     assert!(
-        kv.k.len() == kv.v.len() && kv.k.len() % block_len == 0,
+        kv.k.len() == kv.v.len() && kv.k.len().is_multiple_of(block_len),
         "attention: cache size"
     );
     let num_blocks = (kv.k.len() / block_len) as u32;

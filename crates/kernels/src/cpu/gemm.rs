@@ -256,7 +256,7 @@ fn check_shapes(k: &GemmKernels, w: &MatRef<'_>, x: &[f32], m: usize, y: &[f32])
         )
     });
     assert!(
-        w.cols % k.weights.act.block_size() == 0,
+        w.cols.is_multiple_of(k.weights.act.block_size()),
         "matmul: {} cols is not a whole number of activation blocks",
         w.cols
     );

@@ -88,7 +88,7 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
 /// ```
 pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f32], style: RopeStyle) {
     assert!(
-        head_dim % 2 == 0 && head_dim > 0,
+        head_dim.is_multiple_of(2) && head_dim > 0,
         "rope: head_dim {head_dim} must be even"
     );
     assert_eq!(

@@ -38,9 +38,12 @@ pub struct BlockQ8_1 {
 const _: () = assert!(std::mem::size_of::<BlockQ8_1>() == 36);
 const _: () = assert!(ActFormat::Q8_1.block_bytes() == 36);
 
+/// Quantizes an `f32` activation row into the bytes of its [`ActFormat`] row.
+pub type QuantizeActFn = fn(&[f32], &mut [u8]);
+
 /// Quantizers for every [`ActFormat`], indexed by `ActFormat as usize`.
 pub struct ActKernels {
-    pub quantize: [fn(&[f32], &mut [u8]); 5],
+    pub quantize: [QuantizeActFn; 5],
 }
 
 impl ActKernels {
@@ -83,7 +86,7 @@ pub fn quantize_q8_0_ref(x: &[f32]) -> Vec<BlockQ8_0> {
 /// multiple of 32.
 pub fn quantize_q8_1_ref(x: &[f32]) -> Vec<BlockQ8_1> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q8_1: length {} is not a multiple of {QK}",
         x.len()
     );
@@ -108,7 +111,7 @@ fn amax_scale(x: &[f32]) -> f32 {
 
 fn check_lengths(src: &[f32], dst: &[u8], block_bytes: usize) -> usize {
     assert!(
-        src.len() % QK == 0,
+        src.len().is_multiple_of(QK),
         "activation length {} is not a multiple of {QK}",
         src.len()
     );
@@ -142,7 +145,7 @@ fn capped(isa: Isa) -> Isa {
 }
 
 /// The fastest Q8_0 activation quantizer `isa` (capped to what this CPU runs) allows.
-pub fn quantize_q8_0_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
+pub fn quantize_q8_0_for(isa: Isa) -> QuantizeActFn {
     match capped(isa) {
         Isa::Scalar => quantize_q8_0_scalar,
         #[cfg(target_arch = "x86_64")]
@@ -155,7 +158,7 @@ pub fn quantize_q8_0_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
 }
 
 /// The fastest Q8_1 activation quantizer `isa` (capped to what this CPU runs) allows.
-pub fn quantize_q8_1_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
+pub fn quantize_q8_1_for(isa: Isa) -> QuantizeActFn {
     match capped(isa) {
         Isa::Scalar => quantize_q8_1_scalar,
         #[cfg(target_arch = "x86_64")]

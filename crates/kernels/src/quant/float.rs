@@ -13,8 +13,11 @@
 
 use half::{bf16, f16};
 
-use super::q8_0::KernelFns;
+use super::dispatch::{DequantizeFn, VecDotFn};
 use super::{ActFormat, DType, TypeKernels};
+
+/// A `(dequantize, vec_dot)` pair.
+type KernelFns = (DequantizeFn, VecDotFn);
 use crate::cpu::Isa;
 
 /// One float element type: its width and its exact conversion to `f32`.

@@ -21,8 +21,9 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::act::BlockQ8_1;
-use super::q8_0::cast_blocks;
-use super::{ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
+use super::dispatch::{select_variant, Variant};
+use super::rows::cast_blocks;
+use super::{ActFormat, DType, TypeKernels, TILE};
 use crate::cpu::Isa;
 
 /// Elements per sub-block (one Q8_1 activation block).
@@ -150,7 +151,7 @@ pub fn rtn_group(x: &[f32]) -> (f16, u8, Vec<u8>) {
 pub fn quantize_row_rtn(group: usize, x: &[f32]) -> Vec<u8> {
     let bytes = check_group(group);
     assert!(
-        x.len() % group == 0,
+        x.len().is_multiple_of(group),
         "INT4: length {} is not a multiple of {group}",
         x.len()
     );
@@ -208,7 +209,7 @@ const fn block_bytes<const S: usize>() -> usize {
 /// Checks a dot product's arguments; returns the group count.
 fn check_dot<const S: usize>(n: usize, w: &[u8], a: &[u8]) -> usize {
     assert!(
-        n % (QK * S) == 0,
+        n.is_multiple_of(QK * S),
         "vec_dot: n = {n} is not a multiple of {}",
         QK * S
     );
@@ -242,29 +243,15 @@ pub fn kernels<const S: usize>(isa: Isa) -> TypeKernels {
         Some(t) => t,
         None => panic!("INT4: {S} sub-blocks per group is not a supported group size"),
     };
-    let isa = isa.min(Isa::supported());
-    let (vec_dot, vec_dot_tile): (fn(usize, &[u8], &[u8]) -> f32, Option<VecDotTileFn>) = match isa
-    {
-        Isa::Scalar => (vec_dot_scalar::<S>, None),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (x86::vec_dot_avx2::<S>, None),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (
-            x86::vec_dot_avx512::<S>,
-            Some(x86::vec_dot_tile_avx512::<S>),
-        ),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    TypeKernels {
-        dtype,
-        isa,
-        act: ActFormat::Q8_1,
-        dequantize: dequantize_scalar::<S>,
-        vec_dot,
-        vec_dot_tile,
-        vec_dot_rows: None,
-    }
+    let v = select_variant!(isa,
+        scalar: Variant::scalar(dequantize_scalar::<S>, vec_dot_scalar::<S>),
+        avx2: { vec_dot: x86::vec_dot_avx2::<S> },
+        avx512: {
+            vec_dot: x86::vec_dot_avx512::<S>,
+            vec_dot_tile: x86::vec_dot_tile_avx512::<S>,
+        },
+    );
+    v.kernels(dtype, ActFormat::Q8_1)
 }
 
 /// [`check_dot`] for every pair of a tile.

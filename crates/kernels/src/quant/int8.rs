@@ -16,7 +16,8 @@
 //!
 //! The block size 32 (32 bytes) only fixes the granularity of `n`; the row has one scale.
 
-use super::{ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
+use super::dispatch::{capped, select_variant, Variant};
+use super::{ActFormat, DType, TypeKernels, TILE};
 use crate::cpu::Isa;
 
 /// Bytes of the per-row header (the `f32` scale).
@@ -38,7 +39,10 @@ fn scales(x: &[f32]) -> (f32, f32) {
 }
 
 fn check_len(n: usize, out: usize) {
-    assert!(n % QK == 0, "INT8: length {n} is not a multiple of {QK}");
+    assert!(
+        n.is_multiple_of(QK),
+        "INT8: length {n} is not a multiple of {QK}"
+    );
     assert!(out >= HEADER + n, "INT8: output buffer too short");
 }
 
@@ -103,7 +107,10 @@ fn finish(sum: i64, w: &[u8], a: &[u8]) -> f32 {
 }
 
 fn check_dot(n: usize, w: &[u8], a: &[u8]) {
-    assert!(n % QK == 0, "vec_dot: n = {n} is not a multiple of {QK}");
+    assert!(
+        n.is_multiple_of(QK),
+        "vec_dot: n = {n} is not a multiple of {QK}"
+    );
     assert!(
         n <= MAX_N,
         "vec_dot: INT8 rows are limited to {MAX_N} values"
@@ -125,13 +132,9 @@ fn quantize_act_scalar(src: &[f32], dst: &mut [u8]) {
     quantize_row_ref(src, dst)
 }
 
-fn capped(isa: Isa) -> Isa {
-    isa.min(Isa::supported())
-}
-
 /// The fastest `I8Row` activation quantizer `isa` (capped to what this CPU runs) allows;
 /// every variant writes the reference's bytes.
-pub fn quantize_act_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
+pub fn quantize_act_for(isa: Isa) -> super::act::QuantizeActFn {
     match capped(isa) {
         Isa::Scalar => quantize_act_scalar,
         #[cfg(target_arch = "x86_64")]
@@ -145,26 +148,12 @@ pub fn quantize_act_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
 
 /// The fastest INT8 kernels that `isa` (capped to what this CPU runs) allows.
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let isa = capped(isa);
-    let (vec_dot, vec_dot_tile): (fn(usize, &[u8], &[u8]) -> f32, Option<VecDotTileFn>) = match isa
-    {
-        Isa::Scalar => (vec_dot_ref, None),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (x86::vec_dot_avx2, None),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (x86::vec_dot_avx512, Some(x86::vec_dot_tile_avx512)),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    TypeKernels {
-        dtype: DType::INT8,
-        isa,
-        act: ActFormat::I8Row,
-        dequantize: dequantize_ref,
-        vec_dot,
-        vec_dot_tile,
-        vec_dot_rows: None,
-    }
+    let v = select_variant!(isa,
+        scalar: Variant::scalar(dequantize_ref, vec_dot_ref),
+        avx2: { vec_dot: x86::vec_dot_avx2 },
+        avx512: { vec_dot: x86::vec_dot_avx512, vec_dot_tile: x86::vec_dot_tile_avx512 },
+    );
+    v.kernels(DType::INT8, ActFormat::I8Row)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -188,6 +177,28 @@ mod x86 {
         _mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi))
     }
 
+    /// The mask of codes `k..min(k + 64, n)` (`k < n`).
+    #[inline]
+    fn code_mask(n: usize, k: usize) -> __mmask64 {
+        if n - k >= 64 {
+            !0
+        } else {
+            (1u64 << (n - k)) - 1
+        }
+    }
+
+    /// The codes at `p + k` under `mask`, zeros where it is clear.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 BW; the bytes of `p + k` that `mask` selects are readable.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn load_codes(p: *const u8, k: usize, mask: __mmask64) -> __m512i {
+        // SAFETY: the caller guarantees the selected bytes are readable; masked-off bytes
+        // are not read.
+        unsafe { _mm512_maskz_loadu_epi8(mask, p.add(k).cast()) }
+    }
+
     /// Lane sums `sum((w + 128) a) - 128 sum(a)` over the `n` codes at `w` and `a`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn lanes_avx512(n: usize, w: *const u8, a: *const u8) -> __m512i {
@@ -195,19 +206,10 @@ mod x86 {
         let (mut acc, mut sum_a) = (_mm512_setzero_si512(), _mm512_setzero_si512());
         let mut k = 0;
         while k < n {
-            let mask: __mmask64 = if n - k >= 64 {
-                !0
-            } else {
-                (1u64 << (n - k)) - 1
-            };
+            let mask = code_mask(n, k);
             // SAFETY: bytes k..min(k + 64, n) of both code arrays are in bounds; masked-off
             // bytes are not read.
-            let (x, y) = unsafe {
-                (
-                    _mm512_maskz_loadu_epi8(mask, w.add(k).cast()),
-                    _mm512_maskz_loadu_epi8(mask, a.add(k).cast()),
-                )
-            };
+            let (x, y) = unsafe { (load_codes(w, k, mask), load_codes(a, k, mask)) };
             acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(x, bias), y);
             sum_a = _mm512_dpbusd_epi32(sum_a, bias, y);
             k += 64;
@@ -215,10 +217,11 @@ mod x86 {
         _mm512_sub_epi32(acc, sum_a)
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         check_dot(n, w, a);
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI; both rows hold a header
-        // and `n` codes (checked above).
+        // SAFETY: both rows hold a header and `n` codes (checked above); the features are
+        // enabled here.
         let sum = unsafe {
             reduce_i64_512(lanes_avx512(
                 n,
@@ -229,9 +232,11 @@ mod x86 {
         finish(sum, w, a)
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
         check_dot(n, w, a);
-        // SAFETY: handed out only on CPUs with AVX2; both rows hold a header and `n` codes.
+        // SAFETY: both rows hold a header and `n` codes (checked above); the features are
+        // enabled here.
         let sum = unsafe { dot_avx2(n, w.as_ptr().add(HEADER), a.as_ptr().add(HEADER)) };
         finish(sum, w, a)
     }
@@ -262,14 +267,15 @@ mod x86 {
         lanes.iter().map(|&v| v as i64).sum()
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_tile_avx512(
         n: usize,
         w: [&[u8]; TILE],
         a: [&[u8]; TILE],
     ) -> [[f32; TILE]; TILE] {
         check_tile(n, &w, &a);
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI; every row holds a header
-        // and `n` codes (checked above).
+        // SAFETY: every row holds a header and `n` codes (checked above); the features are
+        // enabled here.
         let sums = unsafe {
             tile_avx512(
                 n,
@@ -292,19 +298,13 @@ mod x86 {
         let mut sum_a = [_mm512_setzero_si512(); TILE];
         let mut k = 0;
         while k < n {
-            let mask: __mmask64 = if n - k >= 64 {
-                !0
-            } else {
-                (1u64 << (n - k)) - 1
-            };
+            let mask = code_mask(n, k);
             // SAFETY: bytes k..min(k + 64, n) of every row are in bounds; masked-off bytes
             // are not read.
             let (x, y) = unsafe {
                 (
-                    w.map(|p| {
-                        _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, p.add(k).cast()), bias)
-                    }),
-                    a.map(|p| _mm512_maskz_loadu_epi8(mask, p.add(k).cast())),
+                    w.map(|p| _mm512_xor_si512(load_codes(p, k, mask), bias)),
+                    a.map(|p| load_codes(p, k, mask)),
                 )
             };
             for j in 0..TILE {

@@ -18,7 +18,9 @@ use std::sync::OnceLock;
 use crate::cpu::Isa;
 
 pub mod act;
+pub(crate) mod dispatch;
 pub mod float;
+pub mod format;
 pub mod int4;
 pub mod int8;
 pub mod nf4;
@@ -30,6 +32,12 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
+pub(crate) mod rows;
+pub(crate) mod scale_min;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+pub use format::QuantFormat;
 
 /// Tensor element types, with their GGUF (`ggml_type`) ids as discriminants. Variant names
 /// follow GGUF's own spelling (`Q4_K`), which every model card and tool uses.
@@ -137,7 +145,7 @@ impl DType {
     /// Bytes for a row of `n` elements (header included), or `None` if `n` is not a whole
     /// number of blocks (or the size overflows `usize`).
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
+        if !n.is_multiple_of(self.block_size()) {
             return None;
         }
         (n / self.block_size())

@@ -36,6 +36,7 @@ use std::sync::OnceLock;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::dispatch::{select_variant, Variant};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -174,7 +175,7 @@ fn block_absmax(x: &[f32]) -> f32 {
 /// blocksize=64)`): per block `absmax = max |x|`, code = nearest table entry to `x / absmax`.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockNf4> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "NF4: length {} is not a multiple of {QK}",
         x.len()
     );
@@ -197,7 +198,7 @@ pub fn dq_absmax(code: u8, c: f32, offset: f32) -> f32 {
 /// (see the module docs for the double quantization).
 pub fn quantize_row_ref(x: &[f32], out: &mut [u8]) {
     let n = x.len();
-    assert!(n % QK == 0, "NF4_DQ: length {n} is not a multiple of {QK}");
+    assert!(n.is_multiple_of(QK), "NF4_DQ: length {n} is not a multiple of {QK}");
     let bytes = DType::NF4_DQ.row_bytes(n).unwrap_or(usize::MAX);
     assert!(out.len() >= bytes, "NF4_DQ: output buffer too short");
     let absmax: Vec<f32> = x.chunks_exact(QK).map(block_absmax).collect();
@@ -267,7 +268,7 @@ impl Layout {
 
     /// Checks a dot product's arguments; returns the block count.
     pub(crate) fn check_dot(self, n: usize, w: &[u8], a: &[u8]) -> usize {
-        assert!(n % QK == 0, "vec_dot: n = {n} is not a multiple of {QK}");
+        assert!(n.is_multiple_of(QK), "vec_dot: n = {n} is not a multiple of {QK}");
         let nb = n / QK;
         assert!(
             w.len() >= self.hdr + nb * self.bb,
@@ -293,7 +294,7 @@ fn code(qs: &[u8], j: usize) -> u8 {
 
 fn dequantize_with(l: Layout, src: &[u8], dst: &mut [f32]) {
     assert!(
-        dst.len() % QK == 0,
+        dst.len().is_multiple_of(QK),
         "NF4 dequantize: length is not a multiple of {QK}"
     );
     let nb = dst.len() / QK;
@@ -356,33 +357,20 @@ pub fn vec_dot_dq_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// The fastest NF4 (`dq = false`) or NF4_DQ (`dq = true`) kernels that `isa` (capped to what
 /// this CPU runs) allows.
 pub fn kernels(isa: Isa, dq: bool) -> TypeKernels {
-    let isa = isa.min(Isa::supported());
-    let vec_dot: fn(usize, &[u8], &[u8]) -> f32 = match (isa, dq) {
-        (Isa::Scalar, false) => vec_dot_ref,
-        (Isa::Scalar, true) => vec_dot_dq_ref,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, false) => x86::vec_dot_avx2::<false>,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, true) => x86::vec_dot_avx2::<true>,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, false) => x86::vec_dot_avx512::<false>,
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, true) => x86::vec_dot_avx512::<true>,
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    TypeKernels {
-        dtype: if dq { DType::NF4_DQ } else { DType::NF4 },
-        isa,
-        act: ActFormat::Q8_0,
-        dequantize: if dq {
-            dequantize_dq_ref
-        } else {
-            dequantize_ref
-        },
-        vec_dot,
-        vec_dot_tile: None,
-        vec_dot_rows: None,
+    if dq {
+        let v = select_variant!(isa,
+            scalar: Variant::scalar(dequantize_dq_ref, vec_dot_dq_ref),
+            avx2: { vec_dot: x86::vec_dot_avx2::<true> },
+            avx512: { vec_dot: x86::vec_dot_avx512::<true> },
+        );
+        v.kernels(DType::NF4_DQ, ActFormat::Q8_0)
+    } else {
+        let v = select_variant!(isa,
+            scalar: Variant::scalar(dequantize_ref, vec_dot_ref),
+            avx2: { vec_dot: x86::vec_dot_avx2::<false> },
+            avx512: { vec_dot: x86::vec_dot_avx512::<false> },
+        );
+        v.kernels(DType::NF4, ActFormat::Q8_0)
     }
 }
 

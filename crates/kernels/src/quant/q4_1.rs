@@ -18,8 +18,10 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::act::BlockQ8_1;
-use super::q8_0::{cast_blocks, check_dot, KernelFns, QK};
-use super::{ActFormat, DType, TypeKernels, VecDotTileFn};
+use super::dispatch::select_variant;
+use super::format::quant_format;
+use super::rows::{scalar_variant, QK};
+use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
 /// One Q4_1 block.
@@ -40,11 +42,16 @@ const _: () = assert!(DType::Q4_1.block_bytes() == 20);
 const B: usize = 20;
 const A: usize = 36;
 
+quant_format!(
+    /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q4_1`].
+    Q4_1 { block: BlockQ4_1, act: BlockQ8_1, dtype: DType::Q4_1, act_format: ActFormat::Q8_1, quantize_act: super::act::quantize_q8_1_ref }
+);
+
 /// Reference quantization (llama.cpp's `quantize_row_q4_1_ref`): `d = (max - min) / 15`,
 /// `q = min(15, trunc((x - min) / d + 0.5))`. `x.len()` must be a multiple of 32.
 pub fn quantize_ref(x: &[f32]) -> Vec<BlockQ4_1> {
     assert!(
-        x.len() % QK == 0,
+        x.len().is_multiple_of(QK),
         "Q4_1: length {} is not a multiple of {QK}",
         x.len()
     );
@@ -97,46 +104,22 @@ pub fn vec_dot_ref(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
     sum
 }
 
-fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
-    let nb = dst.len().div_ceil(QK);
-    dequantize_ref(&cast_blocks(&src[..nb * B]), dst);
-}
-
-fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = check_dot(n, w, B, a, A);
-    vec_dot_ref(&cast_blocks(&w[..nb * B]), &cast_blocks(&a[..nb * A]))
-}
-
 /// The fastest Q4_1 kernels that `isa` (capped to what this CPU runs) allows.
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let isa = isa.min(Isa::supported());
-    let (dequantize, vec_dot): KernelFns = match isa {
-        Isa::Scalar => (dequantize_scalar, vec_dot_scalar),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (x86::dequantize_avx2, x86::vec_dot_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (x86::dequantize_avx512, x86::vec_dot_avx512),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only Isa::Scalar is available off x86-64"),
-    };
-    let vec_dot_tile: Option<VecDotTileFn> = match isa {
-        Isa::Scalar => None,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => Some(x86::tile::vec_dot_tile_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => Some(x86::tile::vec_dot_tile_avx512),
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => None,
-    };
-    TypeKernels {
-        dtype: DType::Q4_1,
-        isa,
-        act: ActFormat::Q8_1,
-        dequantize,
-        vec_dot,
-        vec_dot_tile,
-        vec_dot_rows: None,
-    }
+    let v = select_variant!(isa,
+        scalar: scalar_variant::<Q4_1>(),
+        avx2: {
+            dequantize: x86::dequantize_avx2,
+            vec_dot: x86::vec_dot_avx2,
+            vec_dot_tile: x86::tile::vec_dot_tile_avx2,
+        },
+        avx512: {
+            dequantize: x86::dequantize_avx512,
+            vec_dot: x86::vec_dot_avx512,
+            vec_dot_tile: x86::tile::vec_dot_tile_avx512,
+        },
+    );
+    v.kernels(DType::Q4_1, ActFormat::Q8_1)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -147,9 +130,10 @@ mod x86 {
     //! converted together: `[d, m, d_a, s_a] * [d_a, s_a, d, m] = [d d_a, m s_a, ..]`.
     use std::arch::x86_64::*;
 
-    use super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
-    use super::super::q8_0::x86::hsum256;
-    use super::{check_dot, A, B, QK};
+    use super::{A, B, QK};
+    use crate::quant::rows::{check_dequantize, check_dot, dequantize_scalar};
+    use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+    use crate::quant::x86::reduce::hsum256;
 
     /// `[d d_a, m s_a, d d_a, m s_a]` (as f32) for the weight block `w` and activation block `a`.
     #[inline]
@@ -179,9 +163,10 @@ mod x86 {
         _mm256_mul_ps(v, _mm256_permute_ps::<0b01_00_11_10>(v))
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let nb = check_dot(n, w, B, a, A);
-        // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; the rows hold `nb` blocks.
+        // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here.
         unsafe { dot_avx2(nb, w.as_ptr(), a.as_ptr()) }
     }
 
@@ -210,10 +195,10 @@ mod x86 {
         hsum256(acc) + m
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let nb = check_dot(n, w, B, a, A);
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); the
-        // rows hold `nb` blocks.
+        // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here.
         unsafe { dot_avx512(nb, w.as_ptr(), a.as_ptr()) }
     }
 
@@ -258,16 +243,13 @@ mod x86 {
         sum
     }
 
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-        let nb = dst.len() / QK;
-        assert!(
-            src.len() >= dst.len().div_ceil(QK) * B,
-            "Q4_1 dequantize: too few blocks"
-        );
-        // SAFETY: handed out only on CPUs with AVX2; `src` holds `nb` blocks and `dst` `nb * 32`
-        // elements (checked above).
+        let nb = check_dequantize(src, dst, B, "Q4_1");
+        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
+        // features are enabled here.
         unsafe { deq_avx2(nb, src.as_ptr(), dst.as_mut_ptr()) };
-        super::dequantize_scalar(&src[nb * B..], &mut dst[nb * QK..]);
+        dequantize_scalar::<super::Q4_1>(&src[nb * B..], &mut dst[nb * QK..]);
     }
 
     /// `q * d + m` as a multiply then an add (no FMA), bit-identical to the reference.
@@ -296,16 +278,13 @@ mod x86 {
         }
     }
 
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-        let nb = dst.len() / QK;
-        assert!(
-            src.len() >= dst.len().div_ceil(QK) * B,
-            "Q4_1 dequantize: too few blocks"
-        );
-        // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL; `src` holds `nb` blocks and
-        // `dst` `nb * 32` elements (checked above).
+        let nb = check_dequantize(src, dst, B, "Q4_1");
+        // SAFETY: `src` holds `nb` blocks and `dst` `nb * 32` elements (checked above); the
+        // features are enabled here.
         unsafe { deq_avx512(nb, src.as_ptr(), dst.as_mut_ptr()) };
-        super::dequantize_scalar(&src[nb * B..], &mut dst[nb * QK..]);
+        dequantize_scalar::<super::Q4_1>(&src[nb * B..], &mut dst[nb * QK..]);
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -346,19 +325,25 @@ mod x86 {
         //! ```
         use std::arch::x86_64::*;
 
-        use super::super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
-        use super::super::super::q8_0::check_tile;
-        use super::super::super::q8_0::x86::{hsum256, load_2x256};
-        use super::super::super::TILE;
         use super::{dot_avx2, A, B};
+        use crate::quant::x86::load::load_2x256;
+        use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+        use crate::quant::x86::reduce::hsum256;
+        use crate::quant::x86::tile::{add_odd_block, from_halves, tile_rows};
+        use crate::quant::x86::tile_scales::{spread_pair, Tile};
+        use crate::quant::TILE;
 
-        type Tile = [[f32; TILE]; TILE];
-
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         pub(crate) fn vec_dot_tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-            let nb = check_tile(n, &w, B, &a, A);
-            // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C);
-            // every row holds `nb` blocks (checked above).
-            unsafe { tile_avx512(nb, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
+            let (nb, w, a) = tile_rows(n, w, B, a, A);
+            // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+            // enabled here.
+            let mut out = unsafe { tile_avx512(nb, w, a) };
+            // SAFETY: block `i < nb` of both rows is in bounds; AVX2, FMA and F16C are enabled.
+            add_odd_block(&mut out, nb, |r, j, i| unsafe {
+                dot_avx2(1, w[r].add(i * B), a[j].add(i * A))
+            });
+            out
         }
 
         /// The 8 leading `u32`s (two `f16`s each) of blocks `i` and `i + 1` of 4 rows, as 16
@@ -381,26 +366,8 @@ mod x86 {
         /// Lanes `[k; 8] ++ [k + 2; 8]` of `v`.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        fn spread(v: __m512, k: i32) -> __m512 {
-            let idx = _mm512_setr_epi32(
-                k,
-                k,
-                k,
-                k,
-                k,
-                k,
-                k,
-                k,
-                k + 2,
-                k + 2,
-                k + 2,
-                k + 2,
-                k + 2,
-                k + 2,
-                k + 2,
-                k + 2,
-            );
-            _mm512_permutexvar_ps(idx, v)
+        fn spread4(v: __m512, k: i32) -> __m512 {
+            spread_pair(v, k, k + 2)
         }
 
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -421,7 +388,7 @@ mod x86 {
                     )
                 };
                 let mins = _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, ws));
-                let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 4 * r as i32));
+                let dw: [__m512; TILE] = std::array::from_fn(|r| spread4(ws, 4 * r as i32));
                 for j in 0..TILE {
                     let s = 4 * j as i32 + 1;
                     let sa = _mm512_castps512_ps256(_mm512_permutexvar_ps(
@@ -446,7 +413,7 @@ mod x86 {
                         as_,
                     ));
                     acc_m[j] = _mm256_fmadd_ps(mins, sa, acc_m[j]);
-                    let da = spread(as_, 4 * j as i32);
+                    let da = spread4(as_, 4 * j as i32);
                     for r in 0..TILE {
                         let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[r], aq[j]);
                         let d = _mm512_mul_ps(dw[r], da);
@@ -456,37 +423,39 @@ mod x86 {
                 i += 2;
             }
             let mut out = [[0.0; TILE]; TILE];
-            for j in 0..TILE {
-                let mut m = [0.0f32; 8];
-                // SAFETY: `m` holds 8 floats.
-                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
-                for r in 0..TILE {
-                    out[j][r] = _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]);
-                    if i < nb {
-                        // SAFETY: block i < nb of both rows is in bounds.
-                        out[j][r] += unsafe { dot_avx2(1, w[r].add(i * B), a[j].add(i * A)) };
-                    }
+            for (j, o) in out.iter_mut().enumerate() {
+                let m = lanes(acc_m[j]);
+                for (r, v) in o.iter_mut().enumerate() {
+                    *v = _mm512_reduce_add_ps(acc[j][r]) + (m[2 * r] + m[2 * r + 1]);
                 }
             }
             out
         }
 
+        #[target_feature(enable = "avx2,fma,f16c")]
         pub(crate) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-            let nb = check_tile(n, &w, B, &a, A);
-            let (w, a) = (w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr));
-            // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; every row holds `nb` blocks.
-            let (lo, hi) = unsafe {
-                (
-                    half_avx2(nb, w, [a[0], a[1]]),
-                    half_avx2(nb, w, [a[2], a[3]]),
-                )
-            };
-            [lo[0], lo[1], hi[0], hi[1]]
+            let (nb, w, a) = tile_rows(n, w, B, a, A);
+            // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+            // enabled here.
+            from_halves(a, |a| unsafe { half_avx2(nb, w, a) })
+        }
+
+        /// The 8 lanes of `v`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn lanes(v: __m256) -> [f32; 8] {
+            let mut m = [0.0f32; 8];
+            // SAFETY: `m` holds 8 floats.
+            unsafe { _mm256_storeu_ps(m.as_mut_ptr(), v) };
+            m
         }
 
         /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step.
         /// `ws` lanes `2r, 2r+1` = `(d_r, m_r)`; times `(d_a, s_a)` repeated they give
         /// `(d_r d_a, m_r s_a)`.
+        ///
+        /// # Safety
+        /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn half_avx2(
             nb: usize,
@@ -519,12 +488,10 @@ mod x86 {
                 }
             }
             let mut out = [[0.0; TILE]; 2];
-            for j in 0..2 {
-                let mut m = [0.0f32; 8];
-                // SAFETY: `m` holds 8 floats.
-                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
-                for r in 0..TILE {
-                    out[j][r] = hsum256(acc[j][r]) + m[2 * r + 1];
+            for (j, o) in out.iter_mut().enumerate() {
+                let m = lanes(acc_m[j]);
+                for (r, v) in o.iter_mut().enumerate() {
+                    *v = hsum256(acc[j][r]) + m[2 * r + 1];
                 }
             }
             out

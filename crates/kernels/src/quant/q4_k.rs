@@ -22,7 +22,10 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q8_k::{block_count, runnable, split_row, BlockQ8K, QK_K};
+use super::dispatch::select_variant;
+use super::format::quant_format;
+use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
+use super::scale_min::{self, ScaleMinBlock};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -42,6 +45,9 @@ pub struct BlockQ4K {
 
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == DType::Q4_K.block_bytes());
+const _: () = assert!(
+    std::mem::offset_of!(BlockQ4K, dmin) == 2 && std::mem::offset_of!(BlockQ4K, scales) == 4
+);
 
 /// Unpack the 12 scale bytes into (`sc[0..8]`, `mn[0..8]`), each 0..=63.
 #[inline(always)]
@@ -98,6 +104,12 @@ fn dequantize_blocks(src: &[BlockQ4K], dst: &mut [f32]) {
     }
 }
 
+quant_format!(
+    /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q4_K`].
+    Q4K { block: BlockQ4K, act: BlockQ8K, dtype: DType::Q4_K, act_format: ActFormat::Q8K,
+         quantize_act: super::q8_k::quantize_ref }
+);
+
 /// Dequantize `src` into `dst` (`dst.len() == 256 * src.len()`): the reference.
 pub fn dequantize_ref(src: &[BlockQ4K], dst: &mut [f32]) {
     dequantize_blocks(src, dst)
@@ -105,26 +117,16 @@ pub fn dequantize_ref(src: &[BlockQ4K], dst: &mut [f32]) {
 
 /// Dot product of a Q4_K row with a Q8_K row of the same number of blocks: the reference.
 pub fn vec_dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
-    let mut sum = 0f32;
-    for (wb, ab) in w.iter().zip(a) {
-        let (sc, mn) = unpack_scales(&wb.scales);
-        let (mut isum, mut msum) = (0i32, 0i32);
-        for j in 0..8 {
-            let q = &wb.qs[32 * (j / 2)..32 * (j / 2) + 32];
-            let shift = 4 * (j % 2);
-            let act = &ab.qs[32 * j..32 * j + 32];
-            let dot: i32 = q
-                .iter()
-                .zip(act)
-                .map(|(&q, &a)| ((q >> shift) & 0xF) as i32 * a as i32)
-                .sum();
-            isum += sc[j] as i32 * dot;
-            msum += mn[j] as i32 * (ab.bsums[2 * j] as i32 + ab.bsums[2 * j + 1] as i32);
-        }
-        sum += ab.d * (wb.d.to_f32() * isum as f32 - wb.dmin.to_f32() * msum as f32);
+    scale_min::vec_dot_ref(w, a, "Q4_K")
+}
+
+impl ScaleMinBlock for BlockQ4K {
+    /// Sub-blocks `2p` and `2p + 1` are the low and high nibbles of `qs[32p..32p + 32]`.
+    #[inline(always)]
+    fn sub_block(&self, j: usize) -> [u8; 32] {
+        let (q, shift) = (&self.qs[32 * (j / 2)..], 4 * (j % 2));
+        std::array::from_fn(|l| (q[l] >> shift) & 0xF)
     }
-    sum
 }
 
 /// Quantize `src` (a multiple of 256 values) to Q4_K: the reference quantizer.
@@ -137,8 +139,7 @@ pub fn vec_dot_ref(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 /// # Panics
 /// If `src.len()` is not a multiple of 256.
 pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ4K> {
-    block_count(src.len());
-    src.chunks_exact(QK_K).map(quantize_block).collect()
+    quantize_blocks(src, quantize_block)
 }
 
 fn quantize_block(x: &[f32]) -> BlockQ4K {
@@ -265,69 +266,12 @@ fn least_squares(x: &[f32], q: impl Fn(f32) -> f32) -> Option<(f32, f32)> {
 
 /// The fastest Q4_K kernels `isa` can run (capped to what this CPU supports).
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let (isa, dequantize, vec_dot) = variant(runnable(isa));
-    TypeKernels {
-        dtype: DType::Q4_K,
-        isa,
-        act: ActFormat::Q8K,
-        dequantize,
-        vec_dot,
-        vec_dot_tile: None,
-        vec_dot_rows: None,
-    }
-}
-
-type Variant = (Isa, fn(&[u8], &mut [f32]), fn(usize, &[u8], &[u8]) -> f32);
-
-fn variant(isa: Isa) -> Variant {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (Isa::Avx2, dequantize_avx2, vec_dot_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (Isa::Avx512Vnni, dequantize_avx512, vec_dot_avx512),
-        _ => (Isa::Scalar, dequantize_scalar, vec_dot_scalar),
-    }
-}
-
-fn weight_blocks(src: &[u8], n: usize) -> &[BlockQ4K] {
-    bytemuck::cast_slice(&src[..block_count(n) * std::mem::size_of::<BlockQ4K>()])
-}
-
-fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
-    dequantize_ref(weight_blocks(src, dst.len()), dst)
-}
-
-fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ4K>(n, w, a);
-    vec_dot_ref(w, a)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-    let src = weight_blocks(src, dst.len());
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
-    unsafe { x86::dequantize_avx2(src, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-    let src = weight_blocks(src, dst.len());
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
-    unsafe { x86::dequantize_avx512(src, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ4K>(n, w, a);
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
-    unsafe { x86::vec_dot_avx2(w, a) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ4K>(n, w, a);
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
-    unsafe { x86::vec_dot_avx512(w, a) }
+    let v = select_variant!(isa,
+        scalar: kquant_scalar_variant::<Q4K>(),
+        avx2: { kquant_dequantize: x86::dequantize_avx2, kquant_vec_dot: x86::vec_dot_avx2 },
+        avx512: { kquant_dequantize: x86::dequantize_avx512, kquant_vec_dot: x86::vec_dot_avx512 },
+    );
+    v.kernels(DType::Q4_K, ActFormat::Q8K)
 }
 
 /// x86 variants. Both dots keep per-sub-block integer sums exact and apply `d` and `dmin`
@@ -337,62 +281,9 @@ pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{dequantize_blocks, BlockQ4K};
-    use crate::quant::q8_k::x86::{f16_to_f32, hsum128, hsum256, load128, load256, load512};
     use crate::quant::q8_k::BlockQ8K;
-
-    /// `pshufb` controls broadcasting i16 scale `j` (of 8) across a 256-bit vector.
-    pub(crate) static PICK256: [[u8; 32]; 8] = pick_tables::<32, 8>(32);
-    /// `pshufb` controls putting i16 scale `2m` in 128-bit lanes 0-1 and `2m + 1` in lanes 2-3.
-    pub(crate) static PICK512: [[u8; 64]; 4] = pick_tables::<64, 4>(32);
-
-    /// Table `t`, byte `i` selects bytes of i16 element `t * N / per + i / per` (`per` bytes
-    /// of the vector share one scale).
-    pub(crate) const fn pick_tables<const N: usize, const T: usize>(per: usize) -> [[u8; N]; T] {
-        let mut out = [[0u8; N]; T];
-        let mut t = 0;
-        while t < T {
-            let mut i = 0;
-            while i < N {
-                let elem = t * N / per + i / per;
-                out[t][i] = (2 * elem + i % 2) as u8;
-                i += 1;
-            }
-            t += 1;
-        }
-        out
-    }
-
-    /// The SIMD form of [`super::unpack_scales`]: `raw` holds the 12 scale bytes in its low 3 u32
-    /// lanes; returns (8 scales, 8 mins) as u16 lanes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn scales_mins(raw: __m128i) -> (__m128i, __m128i) {
-        let lo6 = _mm_and_si128(raw, _mm_set1_epi32(0x3f3f_3f3f)); // [sc 0..4, mn 0..4, ..]
-                                                                   // Bits 6-7 of each byte of w0 / w1 become bits 4-5 of sc / mn 4..8.
-        let top = _mm_and_si128(_mm_srli_epi32::<2>(raw), _mm_set1_epi32(0x3030_3030));
-        let w2 = _mm_srlv_epi32(_mm_shuffle_epi32::<0xAA>(raw), _mm_set_epi32(0, 0, 4, 0));
-        let hi = _mm_or_si128(_mm_and_si128(w2, _mm_set1_epi32(0x0f0f_0f0f)), top); // [sc 4..8, mn 4..8, ..]
-        let both = _mm_unpacklo_epi32(lo6, hi); // bytes: sc[0..8], mn[0..8]
-        (
-            _mm_cvtepu8_epi16(both),
-            _mm_cvtepu8_epi16(_mm_unpackhi_epi64(both, both)),
-        )
-    }
-
-    /// Scales and mins of a Q4_K / Q5_K block (both keep `scales` at byte offset 4).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn block_scales_mins<B: bytemuck::Pod>(b: &B) -> (__m128i, __m128i) {
-        scales_mins(load128(bytemuck::bytes_of(b), 4))
-    }
-
-    /// `Σ_j mn[j] * (bsums[2j] + bsums[2j + 1])`, spread over 4 i32 lanes (`mn16`: u16 mins).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn mins_dot(mn16: __m128i, bsums: &[i16; 16]) -> __m128i {
-        let pair = _mm_hadd_epi16(load128(bsums, 0), load128(bsums, 8));
-        _mm_madd_epi16(pair, mn16)
-    }
+    use crate::quant::x86::load::{load256, load512};
+    use crate::quant::x86::scale_min::{self, pair_sum_avx2, quad_sum_avx512};
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn dequantize_avx2(src: &[BlockQ4K], dst: &mut [f32]) {
@@ -406,32 +297,17 @@ pub(crate) mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) fn vec_dot_avx2(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
         let m0f = _mm256_set1_epi8(0x0F);
-        let mut acc = _mm256_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm256_broadcastsi128_si256(sc16);
+        scale_min::dot_avx2(w, a, "Q4_K", |wb, ab, sc16| {
             let mut isum = _mm256_setzero_si256();
             for p in 0..4 {
                 let q = load256(&wb.qs, 32 * p);
                 let lo = _mm256_and_si256(q, m0f);
                 let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m0f);
-                let p0 = _mm256_maddubs_epi16(lo, load256(&ab.qs, 64 * p));
-                let p1 = _mm256_maddubs_epi16(hi, load256(&ab.qs, 64 * p + 32));
-                let s0 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p], 0));
-                let s1 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p + 1], 0));
-                let sum = _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1));
-                isum = _mm256_add_epi32(isum, sum);
+                isum = _mm256_add_epi32(isum, pair_sum_avx2(sc16, (lo, hi), &ab.qs, p));
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
-        }
-        hsum256(acc) - hsum128(acc_m)
+            isum
+        })
     }
 
     /// AVX-512: 128 quants per step. The 64 low nibbles of `qs[64k..64k + 64]` are sub-blocks
@@ -440,17 +316,8 @@ pub(crate) mod x86 {
     /// sums and `vpdpwssd` multiplies by the sub-block scale and accumulates in i32.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(crate) fn vec_dot_avx512(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q4_K vec_dot: block count mismatch");
         let m0f = _mm512_set1_epi8(0x0F);
-        let mut acc = _mm512_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm512_broadcast_i32x4(sc16);
+        scale_min::dot_avx512(w, a, "Q4_K", |wb, ab, sc16| {
             let mut isum = _mm512_setzero_si512();
             for k in 0..2 {
                 let q = load512(&wb.qs, 64 * k);
@@ -458,15 +325,10 @@ pub(crate) mod x86 {
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m0f);
                 let v0 = _mm512_shuffle_i64x2::<0x44>(lo, hi);
                 let v1 = _mm512_shuffle_i64x2::<0xEE>(lo, hi);
-                let s0 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k], 0));
-                let s1 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k + 1], 0));
-                let p0 = _mm512_maddubs_epi16(v0, load512(&ab.qs, 128 * k));
-                let p1 = _mm512_maddubs_epi16(v1, load512(&ab.qs, 128 * k + 64));
-                isum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum, p0, s0), p1, s1);
+                isum = quad_sum_avx512(isum, sc16, (v0, v1), &ab.qs, k);
             }
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
-        }
-        _mm512_reduce_add_ps(acc) - hsum128(acc_m)
+            isum
+        })
     }
 }
 
@@ -525,7 +387,7 @@ mod tests {
                 *b = (state >> 56) as u8;
             }
             // SAFETY: AVX2 + FMA + F16C presence was checked above.
-            let (sc, mn) = unsafe { x86::block_scales_mins(&block) };
+            let (sc, mn) = unsafe { crate::quant::x86::kscales::block_scales_mins(&block) };
             let (mut sc16, mut mn16) = ([0u16; 8], [0u16; 8]);
             // SAFETY: each array is 16 writable bytes; stores are unaligned.
             unsafe {
@@ -541,9 +403,9 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn pick_tables_select_the_right_scale() {
-        assert_eq!(&x86::PICK256[3][..4], &[6, 7, 6, 7]);
-        assert_eq!(&x86::PICK512[1][..2], &[4, 5]);
-        assert_eq!(&x86::PICK512[1][32..34], &[6, 7]);
-        assert_eq!(&x86::PICK512[3][62..], &[14, 15]);
+        assert_eq!(&crate::quant::x86::kscales::PICK256[3][..4], &[6, 7, 6, 7]);
+        assert_eq!(&crate::quant::x86::kscales::PICK512[1][..2], &[4, 5]);
+        assert_eq!(&crate::quant::x86::kscales::PICK512[1][32..34], &[6, 7]);
+        assert_eq!(&crate::quant::x86::kscales::PICK512[3][62..], &[14, 15]);
     }
 }

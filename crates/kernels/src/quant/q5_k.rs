@@ -16,8 +16,11 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::dispatch::select_variant;
+use super::format::quant_format;
 use super::q4_k::{pack_scales, unpack_scales, ScaleMin};
-use super::q8_k::{block_count, runnable, split_row, BlockQ8K, QK_K};
+use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
+use super::scale_min::{self, ScaleMinBlock};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -39,6 +42,9 @@ pub struct BlockQ5K {
 
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == DType::Q5_K.block_bytes());
+const _: () = assert!(
+    std::mem::offset_of!(BlockQ5K, dmin) == 2 && std::mem::offset_of!(BlockQ5K, scales) == 4
+);
 
 /// The 5-bit quant of element `32j + l`.
 #[inline(always)]
@@ -66,6 +72,12 @@ fn dequantize_blocks(src: &[BlockQ5K], dst: &mut [f32]) {
     }
 }
 
+quant_format!(
+    /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q5_K`].
+    Q5K { block: BlockQ5K, act: BlockQ8K, dtype: DType::Q5_K, act_format: ActFormat::Q8K,
+         quantize_act: super::q8_k::quantize_ref }
+);
+
 /// Dequantize `src` into `dst` (`dst.len() == 256 * src.len()`): the reference.
 pub fn dequantize_ref(src: &[BlockQ5K], dst: &mut [f32]) {
     dequantize_blocks(src, dst)
@@ -73,24 +85,14 @@ pub fn dequantize_ref(src: &[BlockQ5K], dst: &mut [f32]) {
 
 /// Dot product of a Q5_K row with a Q8_K row of the same number of blocks: the reference.
 pub fn vec_dot_ref(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-    assert_eq!(w.len(), a.len(), "Q5_K vec_dot: block count mismatch");
-    let mut sum = 0f32;
-    for (wb, ab) in w.iter().zip(a) {
-        let (sc, mn) = unpack_scales(&wb.scales);
-        let (mut isum, mut msum) = (0i32, 0i32);
-        for j in 0..8 {
-            let act = &ab.qs[32 * j..32 * j + 32];
-            let dot: i32 = act
-                .iter()
-                .enumerate()
-                .map(|(l, &a)| quant(wb, j, l) as i32 * a as i32)
-                .sum();
-            isum += sc[j] as i32 * dot;
-            msum += mn[j] as i32 * (ab.bsums[2 * j] as i32 + ab.bsums[2 * j + 1] as i32);
-        }
-        sum += ab.d * (wb.d.to_f32() * isum as f32 - wb.dmin.to_f32() * msum as f32);
+    scale_min::vec_dot_ref(w, a, "Q5_K")
+}
+
+impl ScaleMinBlock for BlockQ5K {
+    #[inline(always)]
+    fn sub_block(&self, j: usize) -> [u8; 32] {
+        std::array::from_fn(|l| quant(self, j, l))
     }
-    sum
 }
 
 /// Quantize `src` (a multiple of 256 values) to Q5_K: the reference quantizer (the Q4_K
@@ -99,8 +101,7 @@ pub fn vec_dot_ref(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
 /// # Panics
 /// If `src.len()` is not a multiple of 256.
 pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ5K> {
-    block_count(src.len());
-    src.chunks_exact(QK_K).map(quantize_block).collect()
+    quantize_blocks(src, quantize_block)
 }
 
 fn quantize_block(x: &[f32]) -> BlockQ5K {
@@ -123,69 +124,12 @@ fn quantize_block(x: &[f32]) -> BlockQ5K {
 
 /// The fastest Q5_K kernels `isa` can run (capped to what this CPU supports).
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let (isa, dequantize, vec_dot) = variant(runnable(isa));
-    TypeKernels {
-        dtype: DType::Q5_K,
-        isa,
-        act: ActFormat::Q8K,
-        dequantize,
-        vec_dot,
-        vec_dot_tile: None,
-        vec_dot_rows: None,
-    }
-}
-
-type Variant = (Isa, fn(&[u8], &mut [f32]), fn(usize, &[u8], &[u8]) -> f32);
-
-fn variant(isa: Isa) -> Variant {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (Isa::Avx2, dequantize_avx2, vec_dot_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (Isa::Avx512Vnni, dequantize_avx512, vec_dot_avx512),
-        _ => (Isa::Scalar, dequantize_scalar, vec_dot_scalar),
-    }
-}
-
-fn weight_blocks(src: &[u8], n: usize) -> &[BlockQ5K] {
-    bytemuck::cast_slice(&src[..block_count(n) * std::mem::size_of::<BlockQ5K>()])
-}
-
-fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
-    dequantize_ref(weight_blocks(src, dst.len()), dst)
-}
-
-fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ5K>(n, w, a);
-    vec_dot_ref(w, a)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-    let src = weight_blocks(src, dst.len());
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
-    unsafe { x86::dequantize_avx2(src, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-    let src = weight_blocks(src, dst.len());
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
-    unsafe { x86::dequantize_avx512(src, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ5K>(n, w, a);
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
-    unsafe { x86::vec_dot_avx2(w, a) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ5K>(n, w, a);
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
-    unsafe { x86::vec_dot_avx512(w, a) }
+    let v = select_variant!(isa,
+        scalar: kquant_scalar_variant::<Q5K>(),
+        avx2: { kquant_dequantize: x86::dequantize_avx2, kquant_vec_dot: x86::vec_dot_avx2 },
+        avx512: { kquant_dequantize: x86::dequantize_avx512, kquant_vec_dot: x86::vec_dot_avx512 },
+    );
+    v.kernels(DType::Q5_K, ActFormat::Q8K)
 }
 
 /// x86 variants: the Q4_K kernels plus the fifth bit, shifted from `qh` into bit 4.
@@ -194,9 +138,9 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{dequantize_blocks, BlockQ5K};
-    use crate::quant::q4_k::x86::{block_scales_mins, mins_dot, PICK256, PICK512};
-    use crate::quant::q8_k::x86::{f16_to_f32, hsum128, hsum256, load256, load512};
     use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::load::{load256, load512};
+    use crate::quant::x86::scale_min::{self, pair_sum_avx2, quad_sum_avx512};
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn dequantize_avx2(src: &[BlockQ5K], dst: &mut [f32]) {
@@ -212,17 +156,8 @@ mod x86 {
     /// a byte), bit 0 of `h` moves to bit 4 with `<< 4`, bit 1 with `<< 3`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q5_K vec_dot: block count mismatch");
         let (m0f, m10) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x10));
-        let mut acc = _mm256_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm256_broadcastsi128_si256(sc16);
+        scale_min::dot_avx2(w, a, "Q5_K", |wb, ab, sc16| {
             let mut h = load256(&wb.qh, 0);
             let mut isum = _mm256_setzero_si256();
             for p in 0..4 {
@@ -236,16 +171,10 @@ mod x86 {
                     _mm256_and_si256(_mm256_slli_epi16::<3>(h), m10),
                 );
                 h = _mm256_srli_epi16::<2>(h);
-                let p0 = _mm256_maddubs_epi16(lo, load256(&ab.qs, 64 * p));
-                let p1 = _mm256_maddubs_epi16(hi, load256(&ab.qs, 64 * p + 32));
-                let s0 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p], 0));
-                let s1 = _mm256_shuffle_epi8(sc16, load256(&PICK256[2 * p + 1], 0));
-                let sum = _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1));
-                isum = _mm256_add_epi32(isum, sum);
+                isum = _mm256_add_epi32(isum, pair_sum_avx2(sc16, (lo, hi), &ab.qs, p));
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(isum), acc);
-        }
-        hsum256(acc) - hsum128(acc_m)
+            isum
+        })
     }
 
     /// A vector whose low 256 bits hold i16 `lo` and high 256 bits i16 `hi`.
@@ -259,18 +188,9 @@ mod x86 {
     /// the bit of sub-block `s` lands in bit 4 (left by `4 - s`, or right by `s - 4`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
-        assert_eq!(w.len(), a.len(), "Q5_K vec_dot: block count mismatch");
         let (m0f, m10) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x10));
         let shifts = [halves(4, 3), halves(2, 1), halves(0, 1), halves(2, 3)];
-        let mut acc = _mm512_setzero_ps();
-        let mut acc_m = _mm_setzero_ps();
-        for (wb, ab) in w.iter().zip(a) {
-            let (sc16, mn16) = block_scales_mins(wb);
-            let dd = ab.d * f16_to_f32(wb.d.to_bits());
-            let dm = ab.d * f16_to_f32(wb.dmin.to_bits());
-            let mins = _mm_cvtepi32_ps(mins_dot(mn16, &ab.bsums));
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dm), mins, acc_m);
-            let sc16 = _mm512_broadcast_i32x4(sc16);
+        scale_min::dot_avx512(w, a, "Q5_K", |wb, ab, sc16| {
             let qh = _mm512_broadcast_i64x4(load256(&wb.qh, 0));
             let hb = [
                 _mm512_sllv_epi16(qh, shifts[0]),
@@ -294,14 +214,9 @@ mod x86 {
                     hb[2 * k + 1],
                     m10,
                 );
-                let s0 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k], 0));
-                let s1 = _mm512_shuffle_epi8(sc16, load512(&PICK512[2 * k + 1], 0));
-                let p0 = _mm512_maddubs_epi16(v0, load512(&ab.qs, 128 * k));
-                let p1 = _mm512_maddubs_epi16(v1, load512(&ab.qs, 128 * k + 64));
-                isum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum, p0, s0), p1, s1);
+                isum = quad_sum_avx512(isum, sc16, (v0, v1), &ab.qs, k);
             }
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(dd), _mm512_cvtepi32_ps(isum), acc);
-        }
-        _mm512_reduce_add_ps(acc) - hsum128(acc_m)
+            isum
+        })
     }
 }

@@ -18,7 +18,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q8_k::{block_count, runnable, split_row, BlockQ8K, QK_K};
+use super::dispatch::select_variant;
+use super::format::quant_format;
+use super::q8_k::{kquant_scalar_variant, quantize_blocks, BlockQ8K, QK_K};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -66,6 +68,12 @@ fn dequantize_blocks(src: &[BlockQ6K], dst: &mut [f32]) {
     }
 }
 
+quant_format!(
+    /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::Q6_K`].
+    Q6K { block: BlockQ6K, act: BlockQ8K, dtype: DType::Q6_K, act_format: ActFormat::Q8K,
+         quantize_act: super::q8_k::quantize_ref }
+);
+
 /// Dequantize `src` into `dst` (`dst.len() == 256 * src.len()`): the reference.
 pub fn dequantize_ref(src: &[BlockQ6K], dst: &mut [f32]) {
     dequantize_blocks(src, dst)
@@ -97,8 +105,7 @@ pub fn vec_dot_ref(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
 /// # Panics
 /// If `src.len()` is not a multiple of 256.
 pub fn quantize_ref(src: &[f32]) -> Vec<BlockQ6K> {
-    block_count(src.len());
-    src.chunks_exact(QK_K).map(quantize_block).collect()
+    quantize_blocks(src, quantize_block)
 }
 
 fn quantize_block(x: &[f32]) -> BlockQ6K {
@@ -183,69 +190,12 @@ fn fit_symmetric(x: &[f32]) -> f32 {
 
 /// The fastest Q6_K kernels `isa` can run (capped to what this CPU supports).
 pub fn kernels(isa: Isa) -> TypeKernels {
-    let (isa, dequantize, vec_dot) = variant(runnable(isa));
-    TypeKernels {
-        dtype: DType::Q6_K,
-        isa,
-        act: ActFormat::Q8K,
-        dequantize,
-        vec_dot,
-        vec_dot_tile: None,
-        vec_dot_rows: None,
-    }
-}
-
-type Variant = (Isa, fn(&[u8], &mut [f32]), fn(usize, &[u8], &[u8]) -> f32);
-
-fn variant(isa: Isa) -> Variant {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => (Isa::Avx2, dequantize_avx2, vec_dot_avx2),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (Isa::Avx512Vnni, dequantize_avx512, vec_dot_avx512),
-        _ => (Isa::Scalar, dequantize_scalar, vec_dot_scalar),
-    }
-}
-
-fn weight_blocks(src: &[u8], n: usize) -> &[BlockQ6K] {
-    bytemuck::cast_slice(&src[..block_count(n) * std::mem::size_of::<BlockQ6K>()])
-}
-
-fn dequantize_scalar(src: &[u8], dst: &mut [f32]) {
-    dequantize_ref(weight_blocks(src, dst.len()), dst)
-}
-
-fn vec_dot_scalar(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ6K>(n, w, a);
-    vec_dot_ref(w, a)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dequantize_avx2(src: &[u8], dst: &mut [f32]) {
-    let src = weight_blocks(src, dst.len());
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
-    unsafe { x86::dequantize_avx2(src, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn dequantize_avx512(src: &[u8], dst: &mut [f32]) {
-    let src = weight_blocks(src, dst.len());
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
-    unsafe { x86::dequantize_avx512(src, dst) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ6K>(n, w, a);
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX2 + FMA + F16C.
-    unsafe { x86::vec_dot_avx2(w, a) }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_avx512(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (w, a) = split_row::<BlockQ6K>(n, w, a);
-    // SAFETY: only handed out by `kernels` after `runnable` confirmed AVX-512 F/BW/VL/VNNI.
-    unsafe { x86::vec_dot_avx512(w, a) }
+    let v = select_variant!(isa,
+        scalar: kquant_scalar_variant::<Q6K>(),
+        avx2: { kquant_dequantize: x86::dequantize_avx2, kquant_vec_dot: x86::vec_dot_avx2 },
+        avx512: { kquant_dequantize: x86::dequantize_avx512, kquant_vec_dot: x86::vec_dot_avx512 },
+    );
+    v.kernels(DType::Q6_K, ActFormat::Q8K)
 }
 
 /// x86 variants. The unsigned quants (0..=63) go through `vpmaddubsw`; the `-32` is applied
@@ -255,9 +205,10 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{dequantize_blocks, BlockQ6K};
-    use crate::quant::q4_k::x86::pick_tables;
-    use crate::quant::q8_k::x86::{f16_to_f32, hsum256, load128, load256, load512};
     use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::kscales::pick_tables;
+    use crate::quant::x86::load::{load128, load256, load512};
+    use crate::quant::x86::reduce::{f16_to_f32, hsum256};
 
     /// AVX2 `pshufb` controls: table `g` puts i16 scale `2g` in lane 0 and `2g + 1` in lane 1.
     static PICK_PAIR: [[u8; 32]; 4] = pick_tables::<32, 4>(16);

@@ -19,6 +19,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::dispatch::{capped, Variant};
+use super::format::QuantFormat;
 use crate::cpu::Isa;
 
 /// Elements per K-quant super-block.
@@ -69,8 +71,8 @@ pub fn dequantize_ref(src: &[BlockQ8K], dst: &mut [f32]) {
 /// The returned function converts `src` (a multiple of [`QK_K`] elements) into
 /// `src.len() / 256 * 292` bytes at the start of `dst`, which must be 4-byte aligned.
 /// NaN inputs give an unspecified (but memory-safe) block.
-pub fn quantize_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
-    match runnable(isa) {
+pub fn quantize_for(isa: Isa) -> super::act::QuantizeActFn {
+    match capped(isa) {
         Isa::Scalar => quantize_bytes_ref,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => quantize_bytes_avx2,
@@ -79,12 +81,6 @@ pub fn quantize_for(isa: Isa) -> fn(&[f32], &mut [u8]) {
         #[cfg(not(target_arch = "x86_64"))]
         _ => quantize_bytes_ref,
     }
-}
-
-/// The strongest ISA that is both `<= isa` and runnable on this CPU. Every K-quant
-/// `kernels(isa)` goes through this, which is what makes handing out the SIMD variants sound.
-pub(crate) fn runnable(isa: Isa) -> Isa {
-    isa.min(Isa::supported())
 }
 
 /// Number of blocks in a row of `n` elements.
@@ -97,6 +93,34 @@ pub(crate) fn block_count(n: usize) -> usize {
         "K-quant row length {n} is not a multiple of {QK_K}"
     );
     n / QK_K
+}
+
+/// Quantize `src` (a multiple of 256 values) super-block by super-block with `block`.
+///
+/// # Panics
+/// If `src.len()` is not a multiple of 256.
+pub(crate) fn quantize_blocks<B>(src: &[f32], block: impl Fn(&[f32]) -> B) -> Vec<B> {
+    block_count(src.len());
+    src.chunks_exact(QK_K).map(block).collect()
+}
+
+/// View the first `n` elements' worth of a weight row as blocks.
+///
+/// # Panics
+/// If `n` is not a multiple of [`QK_K`], `src` is too short or misaligned for `W`.
+pub(crate) fn weight_blocks<W: Pod>(src: &[u8], n: usize) -> &[W] {
+    bytemuck::cast_slice(&src[..block_count(n) * std::mem::size_of::<W>()])
+}
+
+/// The scalar variant of K-quant `F`: its reference kernels on byte rows.
+pub(crate) fn kquant_scalar_variant<F: QuantFormat<Act = BlockQ8K>>() -> Variant {
+    Variant::scalar(
+        |src, dst| F::dequantize_ref(weight_blocks(src, dst.len()), dst),
+        |n, w, a| {
+            let (w, a) = split_row::<F::Block>(n, w, a);
+            F::vec_dot_ref(w, a)
+        },
+    )
 }
 
 /// View a weight row of `n` elements and its Q8_K activation row as blocks.
@@ -160,7 +184,7 @@ fn quantize_bytes_ref(src: &[f32], dst: &mut [u8]) {
 #[cfg(target_arch = "x86_64")]
 fn quantize_bytes_avx2(src: &[f32], dst: &mut [u8]) {
     for (x, blk) in src.chunks_exact(QK_K).zip(blocks_mut(src, dst)) {
-        // SAFETY: `quantize_for` hands this function out only when `runnable` confirmed the
+        // SAFETY: `quantize_for` hands this function out only when `capped` confirmed the
         // CPU supports AVX2 + FMA + F16C; `x` has exactly QK_K elements (chunks_exact).
         unsafe { x86::quantize_block_avx2(x, blk) }
     }
@@ -169,73 +193,18 @@ fn quantize_bytes_avx2(src: &[f32], dst: &mut [u8]) {
 #[cfg(target_arch = "x86_64")]
 fn quantize_bytes_avx512(src: &[f32], dst: &mut [u8]) {
     for (x, blk) in src.chunks_exact(QK_K).zip(blocks_mut(src, dst)) {
-        // SAFETY: handed out only when `runnable` confirmed AVX-512 F/BW/VL/VNNI support;
+        // SAFETY: handed out only when `capped` confirmed AVX-512 F/BW/VL/VNNI support;
         // `x` has exactly QK_K elements (chunks_exact).
         unsafe { x86::quantize_block_avx512(x, blk) }
     }
 }
 
-/// Helpers shared by the K-quant x86 kernels, plus the Q8_K SIMD quantizers.
+/// The Q8_K SIMD quantizers.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{block_scale, fill_bsums, BlockQ8K, QK_K};
-
-    /// Convert raw `f16` bits to `f32` (exact).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn f16_to_f32(bits: u16) -> f32 {
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-    }
-
-    /// Horizontal sum of 8 lanes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn hsum256(v: __m256) -> f32 {
-        hsum128(_mm_add_ps(
-            _mm256_castps256_ps128(v),
-            _mm256_extractf128_ps::<1>(v),
-        ))
-    }
-
-    /// Horizontal sum of 4 lanes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn hsum128(v: __m128) -> f32 {
-        let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
-
-    /// Load 32 bytes from `b[at..at + 32]` (bounds-checked).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn load256<T: bytemuck::Pod>(b: &[T], at: usize) -> __m256i {
-        let bytes: &[u8] = bytemuck::cast_slice(b);
-        let s = &bytes[at * std::mem::size_of::<T>()..][..32];
-        // SAFETY: `s` is exactly 32 readable bytes; the load is unaligned.
-        unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
-    }
-
-    /// Load 16 bytes from `b[at..at + 16]` (bounds-checked).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn load128<T: bytemuck::Pod>(b: &[T], at: usize) -> __m128i {
-        let bytes: &[u8] = bytemuck::cast_slice(b);
-        let s = &bytes[at * std::mem::size_of::<T>()..][..16];
-        // SAFETY: `s` is exactly 16 readable bytes; the load is unaligned.
-        unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
-    }
-
-    /// Load 64 bytes from `b[at..at + 64]` (bounds-checked).
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    #[inline]
-    pub(crate) fn load512<T: bytemuck::Pod>(b: &[T], at: usize) -> __m512i {
-        let bytes: &[u8] = bytemuck::cast_slice(b);
-        let s = &bytes[at * std::mem::size_of::<T>()..][..64];
-        // SAFETY: `s` is exactly 64 readable bytes; the load is unaligned.
-        unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
-    }
 
     /// Q8_K-quantize one block of `QK_K` values with AVX2.
     #[target_feature(enable = "avx2,fma,f16c")]

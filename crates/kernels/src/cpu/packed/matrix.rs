@@ -36,7 +36,7 @@ impl PackedMatrix {
     pub fn pack(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> Option<PackedMatrix> {
         let kind = PackedKind::of(dtype)?;
         let row_bytes = dtype.row_bytes(cols)?;
-        if rows % PANEL != 0 || data.len() != rows * row_bytes {
+        if !rows.is_multiple_of(PANEL) || data.len() != rows * row_bytes {
             return None;
         }
         let panel_stride = (PANEL * row_bytes).div_ceil(64) * 64;

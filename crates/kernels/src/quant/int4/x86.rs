@@ -13,8 +13,9 @@
 //! (checked by the safe wrappers).
 use std::arch::x86_64::*;
 
-use super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
-use super::super::q8_0::x86::{hsum256, load_2x256};
+use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+use crate::quant::x86::load::load_2x256;
+use crate::quant::x86::reduce::hsum256;
 use super::{block_bytes, check_dot, check_tile, A, TILE};
 
 /// Sub-block `t`'s packed codes, and its group's header, in a row of `S`-sub-block groups.
@@ -34,9 +35,10 @@ unsafe fn header(hdr: *const u8) -> (u16, i32) {
     unsafe { (hdr.cast::<u16>().read_unaligned(), *hdr.add(2) as i32) }
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn vec_dot_avx2<const S: usize>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check_dot::<S>(n, w, a);
-    // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; the rows hold `nb` groups and
+    // SAFETY: the features are enabled here; the rows hold `nb` groups and
     // `nb * S` activation blocks.
     unsafe { dot_avx2::<S>(0, nb * S, w.as_ptr(), a.as_ptr()) }
 }
@@ -71,9 +73,10 @@ unsafe fn dot_avx2<const S: usize>(t0: usize, t1: usize, w: *const u8, a: *const
     hsum256(_mm256_add_ps(acc[0], acc[1])) - acc_m
 }
 
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn vec_dot_avx512<const S: usize>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = check_dot::<S>(n, w, a);
-    // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); the rows
+    // SAFETY: the features are enabled here; the rows
     // hold `nb` groups and `nb * S` activation blocks.
     unsafe { dot_avx512::<S>(nb * S, w.as_ptr(), a.as_ptr()) }
 }
@@ -135,13 +138,14 @@ unsafe fn dot_avx512<const S: usize>(nsub: usize, w: *const u8, a: *const u8) ->
 
 type Tile = [[f32; TILE]; TILE];
 
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn vec_dot_tile_avx512<const S: usize>(
     n: usize,
     w: [&[u8]; TILE],
     a: [&[u8]; TILE],
 ) -> Tile {
     let nb = check_tile::<S>(n, &w, &a);
-    // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); every row
+    // SAFETY: the features are enabled here; every row
     // holds `nb` groups / `nb * S` activation blocks (checked above).
     unsafe { tile_avx512::<S>(nb * S, w.map(<[u8]>::as_ptr), a.map(<[u8]>::as_ptr)) }
 }

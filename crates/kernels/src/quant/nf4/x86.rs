@@ -9,108 +9,123 @@
 //! `absmax / 127 * d_a`. Pointers passed to the `unsafe fn`s address whole blocks.
 use std::arch::x86_64::*;
 
-use super::super::q4_0::x86::{nibbles2_avx512, nibbles_avx2};
-use super::super::q8_0::x86::{hsum256, load_2x256, mul_sum_i8_avx2};
 use super::{dynamic_map, Layout, A, NF4_I8};
+use crate::quant::x86::load::load_2x256;
+use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+use crate::quant::x86::q8::mul_sum_i8_avx2;
+use crate::quant::x86::reduce::hsum256;
 
-/// `absmax / 127` of block `b` of the row at `w`; `(c, offset)` from the row header when `DQ`.
-#[inline(always)]
-unsafe fn block_scale<const DQ: bool>(w: *const u8, b: usize, c: f32, offset: f32) -> f32 {
-    let l = Layout::of(DQ);
-    // SAFETY: the caller guarantees block b of the row is in bounds.
-    let am = unsafe {
-        let blk = w.add(l.hdr + b * l.bb);
-        if DQ {
-            dynamic_map()[*blk as usize] * c + offset
-        } else {
-            blk.cast::<f32>().read_unaligned()
-        }
-    };
-    am / 127.0
-}
-
-/// `(c, offset)` of an NF4_DQ row (zeros for NF4, which has no header).
-fn header<const DQ: bool>(w: &[u8]) -> (f32, f32) {
-    if DQ {
-        let f = |o: usize| f32::from_le_bytes([w[o], w[o + 1], w[o + 2], w[o + 3]]);
-        (f(0), f(4))
-    } else {
-        (0.0, 0.0)
-    }
-}
-
-pub(super) fn vec_dot_avx2<const DQ: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = Layout::of(DQ).check_dot(n, w, a);
-    let (c, offset) = header::<DQ>(w);
-    // SAFETY: handed out only on CPUs with AVX2+FMA+F16C; the rows hold `nb` blocks.
-    unsafe { dot_avx2::<DQ>(nb, w.as_ptr(), a.as_ptr(), c, offset) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_avx2<const DQ: bool>(
+/// A checked weight row and activation row: `nb` blocks, and the NF4_DQ header `(c, offset)`
+/// (zeros for NF4, which has no header).
+#[derive(Clone, Copy)]
+struct Rows {
     nb: usize,
     w: *const u8,
     a: *const u8,
     c: f32,
     offset: f32,
-) -> f32 {
-    let l = Layout::of(DQ);
+}
+
+impl Rows {
+    /// Checks the rows (the SIMD loops rely on it for memory safety) and reads the header.
+    #[inline(always)]
+    fn new<const DQ: bool>(n: usize, w: &[u8], a: &[u8]) -> Rows {
+        let nb = Layout::of(DQ).check_dot(n, w, a);
+        let (c, offset) = if DQ {
+            let f = |o: usize| f32::from_le_bytes([w[o], w[o + 1], w[o + 2], w[o + 3]]);
+            (f(0), f(4))
+        } else {
+            (0.0, 0.0)
+        };
+        let (w, a) = (w.as_ptr(), a.as_ptr());
+        Rows {
+            nb,
+            w,
+            a,
+            c,
+            offset,
+        }
+    }
+
+    /// `absmax / 127` of weight block `b`, and a pointer to its 32 code bytes.
+    ///
+    /// # Safety
+    /// `b < nb`.
+    #[inline(always)]
+    unsafe fn block<const DQ: bool>(self, b: usize) -> (f32, *const u8) {
+        let l = Layout::of(DQ);
+        // SAFETY: the caller guarantees block b of the (checked) row is in bounds.
+        unsafe {
+            let blk = self.w.add(l.hdr + b * l.bb);
+            let am = if DQ {
+                dynamic_map()[*blk as usize] * self.c + self.offset
+            } else {
+                blk.cast::<f32>().read_unaligned()
+            };
+            (am / 127.0, blk.add(l.qoff))
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn vec_dot_avx2<const DQ: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: the features are enabled here; `Rows::new` checked the rows.
+    unsafe { dot_avx2::<DQ>(Rows::new::<DQ>(n, w, a)) }
+}
+
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `rows` was checked by [`Rows::new`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_avx2<const DQ: bool>(rows: Rows) -> f32 {
     // SAFETY: NF4_I8 holds 16 bytes.
     let t = unsafe { _mm_loadu_si128(NF4_I8.as_ptr().cast()) };
     let table = _mm256_broadcastsi128_si256(t);
     let mut acc = [_mm256_setzero_ps(); 2];
-    for b in 0..nb {
+    for b in 0..rows.nb {
         // SAFETY: block b < nb of the weight row and blocks 2b, 2b + 1 of the activations are
         // in bounds.
         unsafe {
-            let sw = block_scale::<DQ>(w, b, c, offset);
-            let qs = w.add(l.hdr + b * l.bb + l.qoff);
-            for s in 0..2 {
-                let ab = a.add((2 * b + s) * A);
+            let (sw, qs) = rows.block::<DQ>(b);
+            for (s, acc) in acc.iter_mut().enumerate() {
+                let ab = rows.a.add((2 * b + s) * A);
                 let x = _mm256_shuffle_epi8(table, nibbles_avx2(qs.add(16 * s)));
                 let y = _mm256_loadu_si256(ab.add(2).cast());
                 let da = half::f16::from_bits(ab.cast::<u16>().read_unaligned()).to_f32();
                 let p = _mm256_cvtepi32_ps(mul_sum_i8_avx2(x, y));
-                acc[s] = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * da), acc[s]);
+                *acc = _mm256_fmadd_ps(p, _mm256_set1_ps(sw * da), *acc);
             }
         }
     }
     hsum256(_mm256_add_ps(acc[0], acc[1]))
 }
 
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) fn vec_dot_avx512<const DQ: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let nb = Layout::of(DQ).check_dot(n, w, a);
-    let (c, offset) = header::<DQ>(w);
-    // SAFETY: handed out only on CPUs with AVX-512 F/BW/VL/VNNI (+AVX2, FMA, F16C); the rows
-    // hold `nb` blocks.
-    unsafe { dot_avx512::<DQ>(nb, w.as_ptr(), a.as_ptr(), c, offset) }
+    // SAFETY: the features are enabled here; `Rows::new` checked the rows.
+    unsafe { dot_avx512::<DQ>(Rows::new::<DQ>(n, w, a)) }
 }
 
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `rows` was checked by
+/// [`Rows::new`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_avx512<const DQ: bool>(
-    nb: usize,
-    w: *const u8,
-    a: *const u8,
-    c: f32,
-    offset: f32,
-) -> f32 {
-    let l = Layout::of(DQ);
+unsafe fn dot_avx512<const DQ: bool>(rows: Rows) -> f32 {
     let biased: [u8; 16] = std::array::from_fn(|k| (NF4_I8[k] as i32 + 128) as u8);
     // SAFETY: `biased` holds 16 bytes.
     let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(biased.as_ptr().cast()) });
     let bias = _mm512_set1_epi8(-128);
     let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     let mut acc = [_mm512_setzero_ps(); 2];
-    for b in 0..nb {
+    for b in 0..rows.nb {
         // SAFETY: block b < nb of the weight row and blocks 2b, 2b + 1 of the activations are
         // in bounds.
         let (sw, x, y, da) = unsafe {
-            let qs = w.add(l.hdr + b * l.bb + l.qoff);
-            let (a0, a1) = (a.add(2 * b * A), a.add((2 * b + 1) * A));
+            let (sw, qs) = rows.block::<DQ>(b);
+            let (a0, a1) = (rows.a.add(2 * b * A), rows.a.add((2 * b + 1) * A));
             let h = a0.cast::<u16>().read_unaligned() as i32
                 | (a1.cast::<u16>().read_unaligned() as i32) << 16;
             (
-                block_scale::<DQ>(w, b, c, offset),
+                sw,
                 _mm512_shuffle_epi8(table, nibbles2_avx512(qs, qs.add(16))),
                 load_2x256(a0.add(2), a1.add(2)),
                 _mm_cvtph_ps(_mm_cvtsi32_si128(h)),

@@ -9,6 +9,12 @@ use kestrel_kernels::DType;
 use super::pack::pack;
 use super::rtn::{quantize_rtn, GridKind};
 
+/// A tensor's storage type and its bytes.
+pub type Encoded = (DType, Vec<u8>);
+
+/// A reference quantizer of one row.
+type QuantizeRow = fn(&[f32], &mut [u8]);
+
 /// Encode `values` (one row, a whole number of `dtype` blocks) as `dtype`, on one thread.
 ///
 /// # Panics
@@ -27,7 +33,7 @@ pub fn encode_rows(dtype: DType, values: &[f32], row_len: usize) -> Vec<u8> {
         // The type was chosen for this group size, so packing cannot fail.
         return pack(&q).map(|(_, b)| b).unwrap_or_else(|e| panic!("{e}"));
     }
-    let row_wise: Option<fn(&[f32], &mut [u8])> = match dtype {
+    let row_wise: Option<QuantizeRow> = match dtype {
         DType::INT8 => Some(int8::quantize_row_ref),
         DType::NF4_DQ => Some(nf4::quantize_row_ref),
         _ => None,

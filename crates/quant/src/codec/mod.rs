@@ -12,6 +12,6 @@ pub mod group;
 mod pack;
 pub mod rtn;
 
-pub use encode::{encode, encode_rows, encode_threads};
+pub use encode::{encode, encode_rows, encode_threads, Encoded};
 pub use group::GroupQuant;
-pub use pack::{pack, PackError};
+pub use pack::{pack, PackError, PackedLinear};

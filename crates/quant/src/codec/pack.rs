@@ -11,6 +11,10 @@ use super::GroupQuant;
 #[error("invalid quantization option: {0}")]
 pub struct PackError(pub String);
 
+/// A linear layer's weights as stored: their type, their bytes and, when the columns are
+/// stored permuted (GPTQ act-order), the permutation.
+pub type PackedLinear = (DType, Vec<u8>, Option<Vec<u32>>);
+
 /// The tensor type and bytes holding `q` (stored column order; a permutation travels
 /// separately).
 pub fn pack(q: &GroupQuant) -> Result<(DType, Vec<u8>), PackError> {

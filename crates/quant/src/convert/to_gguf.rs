@@ -10,7 +10,7 @@ use kestrel_model::weights::gguf::{GgufWriter, MetaValue};
 
 use super::source::{ModelSource, SourceTensor};
 use super::{ConvertError, FloatType};
-use crate::codec::encode_threads;
+use crate::codec::{encode_threads, Encoded};
 use crate::plan::TensorPlan;
 
 /// Keys that describe a file's tensor types, rewritten by [`retype`].
@@ -71,7 +71,7 @@ pub fn retype(
 /// Like [`retype`], with each tensor's type and bytes computed by `encode`.
 pub fn retype_with<E>(
     source: &ModelSource,
-    encode: &mut dyn FnMut(&SourceTensor) -> Result<(DType, Vec<u8>), E>,
+    encode: &mut dyn FnMut(&SourceTensor) -> Result<Encoded, E>,
     file_type: u32,
     on_tensor: &mut dyn FnMut(&TensorPlan),
 ) -> Result<GgufWriter, E>

@@ -18,7 +18,7 @@ use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::{TensorSource, TensorView};
 
 use super::{is_quantized_linear, read_linear, ImportError, QuantConfig};
-use crate::codec::{encode_rows, pack, GroupQuant};
+use crate::codec::{encode_rows, pack, GroupQuant, PackedLinear};
 
 /// A checkpoint with packed linears.
 pub struct QuantizedCheckpoint {
@@ -80,7 +80,7 @@ impl QuantizedCheckpoint {
 }
 
 /// The Kestrel type, bytes and permutation holding `q`.
-fn to_kestrel(q: GroupQuant) -> Result<(DType, Vec<u8>, Option<Vec<u32>>), ImportError> {
+fn to_kestrel(q: GroupQuant) -> Result<PackedLinear, ImportError> {
     let symmetric_rows = q.bits == 8 && q.group_size == q.cols && q.zeros.iter().all(|z| *z == 128);
     if q.bits == 8 && !symmetric_rows {
         let values = q.dequantize();
@@ -95,7 +95,10 @@ fn to_kestrel(q: GroupQuant) -> Result<(DType, Vec<u8>, Option<Vec<u32>>), Impor
 /// Split every group into equal groups of the largest supported size (128, 64, 32) dividing
 /// it; scales and zeros repeat, so the values are unchanged.
 fn regroup(q: GroupQuant) -> GroupQuant {
-    let Some(g) = [128, 64, 32].into_iter().find(|g| q.group_size % g == 0) else {
+    let Some(g) = [128, 64, 32]
+        .into_iter()
+        .find(|g| q.group_size.is_multiple_of(*g))
+    else {
         return q;
     };
     let k = q.group_size / g;

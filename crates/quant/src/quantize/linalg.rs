@@ -17,7 +17,7 @@ pub fn cholesky(a: &[f32], n: usize) -> Result<Vec<f32>, LinalgError> {
             let (ri, rj) = (&l[i * n..i * n + j], &l[j * n..j * n + j]);
             let v = a[i * n + j] as f64 - dot(ri, rj) as f64;
             l[i * n + j] = if i == j {
-                if !(v > 0.0) {
+                if v.is_nan() || v <= 0.0 {
                     return Err(LinalgError::NotPositiveDefinite {
                         index: i,
                         value: v as f32,

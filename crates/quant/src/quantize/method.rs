@@ -160,7 +160,7 @@ impl QuantMethod {
             QuantMethod::Gptq if opts.bits == 8 => DType::INT8,
             QuantMethod::Int4 | QuantMethod::Awq | QuantMethod::Gptq => [opts.group, 64, 32]
                 .into_iter()
-                .filter(|g| *g <= opts.group && cols % g == 0)
+                .filter(|g| *g <= opts.group && cols.is_multiple_of(*g))
                 .find_map(int4::dtype_for_group)
                 .unwrap_or(DType::Q8_0),
             QuantMethod::Nf4 if opts.double_quant => DType::NF4_DQ,
@@ -232,7 +232,7 @@ impl QuantMethod {
 pub fn fitting_type(wanted: DType, row_len: usize) -> DType {
     let mut t = wanted;
     loop {
-        if row_len % t.block_size() == 0 {
+        if row_len.is_multiple_of(t.block_size()) {
             return t;
         }
         t = match t {

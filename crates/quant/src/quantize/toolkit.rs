@@ -32,8 +32,8 @@ use super::gptq::{gptq_prepared, prepare, GptqConfig, Prepared};
 use super::outliers::{choose_channels, split_off};
 use super::{QuantMethod, QuantOptions, QuantizeError, Smoothing};
 use crate::codec::encode_threads;
-use crate::codec::pack;
 use crate::codec::rtn::GridKind;
+use crate::codec::{pack, PackedLinear};
 use crate::convert::{retype_with, ModelSource, SourceTensor};
 use crate::plan::TensorPlan;
 
@@ -380,7 +380,7 @@ fn gptq_tensor(
     prep: &Prepared,
     opts: &QuantOptions,
     pool: &ThreadPool,
-) -> Result<(DType, Vec<u8>, Option<Vec<u32>>), QuantizeError> {
+) -> Result<PackedLinear, QuantizeError> {
     let (rows, cols) = (t.shape()[0], t.row_len());
     let (group, kind) = match opts.bits {
         8 => (cols, GridKind::Symmetric8),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use kestrel_model::convert::{gguf_to_hf, hf_to_gguf, FloatType};
+use kestrel_quant::convert::{gguf_to_hf, hf_to_gguf, FloatType};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Target {

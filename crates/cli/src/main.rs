@@ -85,7 +85,7 @@ pub fn load_with_progress(path: &std::path::Path) -> Result<kestrel_model::Loade
         indicatif::ProgressBar::new_spinner().with_message(format!("loading {}", path.display()));
     spinner.enable_steady_tick(std::time::Duration::from_millis(120));
     let start = std::time::Instant::now();
-    let loaded = kestrel_model::load_model(path);
+    let loaded = kestrel_quant::load_model(path);
     spinner.finish_and_clear();
     let loaded = loaded.map_err(|e| anyhow::anyhow!("cannot load {}: {e}", path.display()))?;
     tracing::info!(

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_model::perplexity::{
-    self, KlStats, LogProbHeader, LogProbReader, LogProbWriter, NllStats, RunnerModel, ScoredToken,
-};
 use kestrel_model::runner::KvSpec;
 use kestrel_model::ModelRunner;
+use kestrel_quant::perplexity::{
+    self, KlStats, LogProbHeader, LogProbReader, LogProbWriter, NllStats, RunnerModel, ScoredToken,
+};
 
 const BLOCK_SIZE: usize = 16;
 

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use kestrel_model::convert::{write_file, ModelSource};
-use kestrel_model::quantize::{quantize_with, CalibText, Progress, QuantMethod, QuantOptions};
+use kestrel_quant::convert::{write_file, ModelSource};
+use kestrel_quant::quantize::{quantize_with, CalibText, Progress, QuantMethod, QuantOptions};
 
 #[derive(clap::Args)]
 pub struct QuantizeArgs {
@@ -109,7 +109,7 @@ pub fn run(args: QuantizeArgs) -> Result<()> {
         bar.tick();
         eprintln!("{s} ({:.1} s)", start.elapsed().as_secs_f64());
     };
-    let mut tensor = |p: &kestrel_model::quantize::TensorPlan| {
+    let mut tensor = |p: &kestrel_quant::quantize::TensorPlan| {
         let e = by_type.entry(p.to.name().to_string()).or_default();
         e.0 += 1;
         e.1 += p.shape.iter().product::<usize>();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_model::quantize::{QuantMethod, QuantOptions};
+use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions};
 use kestrel_server::ServerConfig;
 
@@ -202,11 +202,11 @@ fn load_quantizing(
         bar.set_message(format!("{name} {from} -> {to}"));
         bar.inc(1);
     };
-    let load = kestrel_model::LoadOptions {
+    let load = kestrel_quant::LoadOptions {
         quantize: Some((method, opts)),
         on_tensor: Some(&on_tensor),
     };
-    let loaded = kestrel_model::load_model_with(path, &load);
+    let loaded = kestrel_quant::load_model_with(path, &load);
     bar.finish_and_clear();
     let loaded = loaded.map_err(|e| anyhow::anyhow!("cannot load {}: {e}", path.display()))?;
     eprintln!(

@@ -15,8 +15,6 @@ pub enum ModelError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
-    #[error(transparent)]
-    Import(#[from] crate::import::ImportError),
     #[error("tensor `{0}` is missing from the model file")]
     MissingTensor(String),
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
@@ -29,8 +27,6 @@ pub enum ModelError {
     BadTensor { name: String, reason: String },
     #[error("unsupported architecture `{0}` (supported: llama, mistral, qwen2)")]
     UnsupportedArchitecture(String),
-    #[error("quantizing while loading: {0}")]
-    Quantize(String),
     #[error("chat template: {0}")]
     ChatTemplate(String),
     #[error("cannot read model at {path}: {reason}")]

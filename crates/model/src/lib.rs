@@ -4,24 +4,27 @@
 //! * [`config`] — [`config::ModelConfig`], read from GGUF metadata or HF `config.json`.
 //! * [`tokenizer`] — [`tokenizer::Tokenizer`] from GGUF metadata or `tokenizer.json`.
 //! * [`chat_template`] — [`chat_template::ChatTemplate`], HF-compatible Jinja via minijinja.
+//! * [`loader`] — [`load_model`] into a [`LoadedModel`]; [`load_model_using`] with a
+//!   [`BuildModel`] that decides how the opened [`Weights`] become the model.
+//! * [`runner`] — [`ModelRunner`], the model behind the engine's executor interface.
+//!
+//! Quantization, conversion, AWQ/GPTQ import and perplexity live in `kestrel-quant`.
 
 pub mod arch;
 pub mod chat_template;
 pub mod config;
-pub mod convert;
 pub mod error;
-pub mod import;
 pub mod kv_cache;
 pub mod layers;
 pub mod loader;
-pub mod perplexity;
-pub mod quantize;
 pub mod runner;
 pub mod tokenizer;
 pub mod weights;
 
 pub use error::ModelError;
-pub use loader::{load_model, load_model_with, LoadOptions, LoadedModel, ModelFormat};
+pub use loader::{
+    load_model, load_model_using, AsStored, BuildModel, LoadedModel, ModelFormat, Weights,
+};
 pub use runner::ModelRunner;
 /// Re-exported so the model's users (server, CLI) configure the KV cache and threads without
 /// depending on the kernels crate.

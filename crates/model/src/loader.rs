@@ -1,5 +1,10 @@
 //! [`load_model`]: open a GGUF file or an HF checkpoint directory and build everything needed
 //! to run it — configuration, weights, tokenizer and chat template.
+//!
+//! [`load_model_using`] lets a caller decide how the opened [`Weights`] become a
+//! [`LlamaModel`] (a [`BuildModel`]); the offline toolkit uses it to quantize while loading
+//! and to read AWQ/GPTQ checkpoints. [`load_model`] builds from the weights as stored
+//! ([`AsStored`]).
 
 use std::path::{Path, PathBuf};
 
@@ -7,9 +12,6 @@ use crate::arch::{LlamaModel, TensorNaming};
 use crate::chat_template::ChatTemplate;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::import::{ImportError, QuantizedCheckpoint};
-use crate::quantize::in_situ::{OnTensor, QuantizingSource};
-use crate::quantize::{QuantMethod, QuantOptions};
 use crate::tokenizer::{GgufMetadata, Tokenizer};
 use crate::weights::gguf::{GgufFile, MetaArray, MetaValue};
 use crate::weights::safetensors::SafetensorsCheckpoint;
@@ -32,61 +34,80 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
 }
 
-/// Load a `.gguf` file, or a directory with `config.json`, `*.safetensors` and `tokenizer.json`.
+/// The weights of a model file, opened, before the model is built from them.
+pub enum Weights<'a> {
+    /// A GGUF file (GGUF tensor names).
+    Gguf(&'a GgufFile),
+    /// The safetensors of an HF checkpoint directory (HF tensor names).
+    Safetensors {
+        dir: &'a Path,
+        checkpoint: SafetensorsCheckpoint,
+    },
+}
+
+impl Weights<'_> {
+    /// The tensors, as stored.
+    pub fn source(&self) -> &dyn TensorSource {
+        match self {
+            Weights::Gguf(file) => *file,
+            Weights::Safetensors { checkpoint, .. } => checkpoint,
+        }
+    }
+
+    /// How the tensors are named.
+    pub fn naming(&self) -> TensorNaming {
+        match self {
+            Weights::Gguf(_) => TensorNaming::Gguf,
+            Weights::Safetensors { .. } => TensorNaming::HuggingFace,
+        }
+    }
+}
+
+/// How [`load_model_using`] turns the opened weights into a [`LlamaModel`].
+pub trait BuildModel {
+    /// The error of a load: [`ModelError`] or a wider type that holds it.
+    type Error: From<ModelError>;
+
+    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<LlamaModel, Self::Error>;
+}
+
+/// Builds the model from the tensors as stored.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AsStored;
+
+impl BuildModel for AsStored {
+    type Error = ModelError;
+
+    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<LlamaModel, ModelError> {
+        LlamaModel::load(config, weights.source(), weights.naming())
+    }
+}
+
+/// Load a `.gguf` file, or a directory with `config.json`, `*.safetensors` and `tokenizer.json`,
+/// with the weights as stored. (AWQ/GPTQ checkpoints and quantizing while loading:
+/// `kestrel_quant::load_model_with`.)
 pub fn load_model(path: &Path) -> Result<LoadedModel, ModelError> {
-    load_model_with(path, &LoadOptions::default())
+    load_model_using(path, &AsStored)
 }
 
-/// How to load a model.
-#[derive(Default)]
-pub struct LoadOptions<'a> {
-    /// Quantize the floating-point weights while loading (no calibration).
-    pub quantize: Option<(QuantMethod, QuantOptions)>,
-    /// Called after each tensor converted by `quantize`, with `(name, from, to)`.
-    pub on_tensor: Option<OnTensor<'a>>,
-}
-
-/// [`load_model`] with options.
-pub fn load_model_with(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, ModelError> {
+/// [`load_model`], building the model with `builder`.
+pub fn load_model_using<B: BuildModel>(path: &Path, builder: &B) -> Result<LoadedModel, B::Error> {
     let meta = std::fs::metadata(path).map_err(|e| ModelError::Unreadable {
         path: path.display().to_string(),
         reason: e.to_string(),
     })?;
     if meta.is_dir() {
-        load_hf_dir(path, opts)
+        load_hf_dir(path, builder)
     } else {
-        load_gguf(path, opts)
+        load_gguf(path, builder)
     }
 }
 
-/// Build the model from `src`, through a [`QuantizingSource`] when asked to quantize.
-fn build(
-    config: &ModelConfig,
-    src: &dyn TensorSource,
-    naming: TensorNaming,
-    opts: &LoadOptions<'_>,
-) -> Result<LlamaModel, ModelError> {
-    let Some((method, qopts)) = &opts.quantize else {
-        return LlamaModel::load(config, src, naming);
-    };
-    let quantizing = QuantizingSource::new(src, naming, *method, qopts.clone(), opts.on_tensor)
-        .map_err(|e| ModelError::Quantize(e.to_string()))?;
-    LlamaModel::load(config, &quantizing, naming).map_err(|e| {
-        match (e, quantizing.failures().first()) {
-            (ModelError::MissingTensor(_), Some((name, reason))) => ModelError::BadTensor {
-                name: name.clone(),
-                reason: reason.clone(),
-            },
-            (e, _) => e,
-        }
-    })
-}
-
-fn load_gguf(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, ModelError> {
-    let file = GgufFile::open(path)?;
-    let config = ModelConfig::from_gguf(&file)?;
-    let model = build(&config, &file, TensorNaming::Gguf, opts)?;
-    let tokenizer = Tokenizer::from_gguf_metadata(&file)?;
+fn load_gguf<B: BuildModel>(path: &Path, builder: &B) -> Result<LoadedModel, B::Error> {
+    let file = GgufFile::open(path).map_err(ModelError::from)?;
+    let config = ModelConfig::from_gguf(&file).map_err(ModelError::from)?;
+    let model = builder.build(&config, Weights::Gguf(&file))?;
+    let tokenizer = Tokenizer::from_gguf_metadata(&file).map_err(ModelError::from)?;
     let chat_template = template(&tokenizer)?;
     Ok(LoadedModel {
         path: path.into(),
@@ -98,29 +119,21 @@ fn load_gguf(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, ModelEr
     })
 }
 
-fn load_hf_dir(dir: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, ModelError> {
+fn load_hf_dir<B: BuildModel>(dir: &Path, builder: &B) -> Result<LoadedModel, B::Error> {
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|e| ModelError::Unreadable {
         path: config_path.display().to_string(),
         reason: e.to_string(),
     })?;
-    let config = ModelConfig::from_hf_json(&text)?;
-    let checkpoint = SafetensorsCheckpoint::open(dir)?;
-    let model = match crate::import::quant_config(dir)? {
-        None => build(&config, &checkpoint, TensorNaming::HuggingFace, opts)?,
-        Some(_) if opts.quantize.is_some() => {
-            return Err(ModelError::Quantize(format!(
-                "{} is already quantized (AWQ/GPTQ)",
-                dir.display()
-            )))
-        }
-        Some(q) => load_quantized(&config, QuantizedCheckpoint::new(checkpoint, q))?,
-    };
+    let config = ModelConfig::from_hf_json(&text).map_err(ModelError::from)?;
+    let checkpoint = SafetensorsCheckpoint::open(dir).map_err(ModelError::from)?;
+    let model = builder.build(&config, Weights::Safetensors { dir, checkpoint })?;
     let tok_config = dir.join("tokenizer_config.json");
     let tokenizer = Tokenizer::from_file(
         &dir.join("tokenizer.json"),
         tok_config.exists().then_some(tok_config.as_path()),
-    )?;
+    )
+    .map_err(ModelError::from)?;
     let chat_template = template(&tokenizer)?;
     Ok(LoadedModel {
         path: dir.into(),
@@ -129,21 +142,6 @@ fn load_hf_dir(dir: &Path, opts: &LoadOptions<'_>) -> Result<LoadedModel, ModelE
         model,
         tokenizer,
         chat_template,
-    })
-}
-
-/// Load an AWQ/GPTQ checkpoint, reporting why a packed linear could not be read rather than
-/// calling it missing.
-fn load_quantized(
-    config: &ModelConfig,
-    src: QuantizedCheckpoint,
-) -> Result<LlamaModel, ModelError> {
-    LlamaModel::load(config, &src, TensorNaming::HuggingFace).map_err(|e| match e {
-        ModelError::MissingTensor(name) => match src.failure(&name) {
-            Some(reason) => ModelError::Import(ImportError::Linear { name, reason }),
-            None => ModelError::MissingTensor(name),
-        },
-        other => other,
     })
 }
 

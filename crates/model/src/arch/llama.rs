@@ -15,7 +15,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv_cache::KvCache;
 use crate::layers::to_f32_vec;
-use crate::layers::{Embedding, Linear, OutlierColumns, RmsNorm};
+use crate::layers::{Embedding, Linear, OutlierColumns, RmsNorm, WeightMatrix};
 use crate::weights::{outlier_weight_name, TensorSource, TensorView};
 
 /// Where a linear layer's input is taken: the inputs shared by Q/K/V, by gate/up, and the
@@ -84,6 +84,15 @@ struct NoObserver;
 
 impl ActivationObserver for NoObserver {
     fn observe(&mut self, _: usize, _: LinearSite, _: &[f32], _: usize) {}
+}
+
+/// What one forward pass runs on: the batch, the KV cache it writes, the workspace and the
+/// worker threads.
+pub struct Pass<'a> {
+    pub batch: &'a BatchInput,
+    pub kv: &'a mut KvCache,
+    pub ws: &'a mut Workspace,
+    pub pool: &'a ThreadPool,
 }
 
 /// Sizes the forward pass needs.
@@ -177,7 +186,7 @@ impl Loader<'_> {
         cols: usize,
     ) -> Result<OutlierColumns, ModelError> {
         let weight = self.get(&outlier_weight_name(name), &[rows, channels.len()])?;
-        OutlierColumns::new(name, channels, Linear::new(weight, None)?, rows, cols)
+        OutlierColumns::new(name, channels, WeightMatrix::new(weight)?, rows, cols)
     }
 
     fn norm(&self, name: &str, hidden: usize, eps: f32) -> Result<RmsNorm, ModelError> {
@@ -285,24 +294,28 @@ impl LlamaModel {
         pool: &ThreadPool,
         logits: &mut Vec<f32>,
     ) {
-        self.forward_observed(batch, logit_rows, kv, ws, pool, logits, &mut NoObserver);
+        let pass = Pass {
+            batch,
+            kv,
+            ws,
+            pool,
+        };
+        self.forward_observed(pass, logit_rows, logits, &mut NoObserver);
     }
 
     /// [`forward`](Self::forward), showing the input of every linear layer to `observer`
     /// (calibration for activation-aware quantization).
-    #[allow(clippy::too_many_arguments)]
     pub fn forward_observed(
         &self,
-        batch: &BatchInput,
+        mut pass: Pass<'_>,
         logit_rows: &[usize],
-        kv: &mut KvCache,
-        ws: &mut Workspace,
-        pool: &ThreadPool,
         logits: &mut Vec<f32>,
         observer: &mut dyn ActivationObserver,
     ) {
+        let (batch, pool) = (pass.batch, pass.pool);
         let d = self.dims;
         let t = batch.num_tokens();
+        let ws = &mut *pass.ws;
         ws.reserve(&WorkspaceDims {
             tokens: t,
             hidden: d.hidden,
@@ -315,23 +328,21 @@ impl LlamaModel {
         self.embed.forward(&tokens, &mut ws.x[..t * d.hidden]);
         ws.tokens = tokens;
         for (l, layer) in self.layers.iter().enumerate() {
-            self.attention_block(l, layer, batch, kv, ws, pool, observer);
-            self.mlp_block(l, layer, t, ws, pool, observer);
+            self.attention_block(l, layer, &mut pass, observer);
+            self.mlp_block(l, layer, t, pass.ws, pool, observer);
         }
-        self.logits(logit_rows, ws, pool, logits);
+        self.logits(logit_rows, pass.ws, pool, logits);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
         l: usize,
         layer: &Layer,
-        batch: &BatchInput,
-        kv: &mut KvCache,
-        ws: &mut Workspace,
-        pool: &ThreadPool,
+        pass: &mut Pass<'_>,
         observer: &mut dyn ActivationObserver,
     ) {
+        let (batch, pool) = (pass.batch, pass.pool);
+        let (kv, ws) = (&mut *pass.kv, &mut *pass.ws);
         let d = self.dims;
         let t = batch.num_tokens();
         let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);

@@ -5,6 +5,6 @@ pub mod llama;
 pub mod naming;
 pub mod workspace;
 
-pub use llama::{ActivationObserver, AttnHeads, LinearSite, LlamaModel};
+pub use llama::{ActivationObserver, AttnHeads, LinearSite, LlamaModel, Pass};
 pub use naming::TensorNaming;
 pub use workspace::Workspace;

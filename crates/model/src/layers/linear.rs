@@ -1,14 +1,15 @@
-//! [`Linear`]: `y = x · Wᵀ (+ b)` over a weight matrix of any [`DType`].
+//! [`Linear`]: `y = x · Wᵀ (+ b)` over a [`WeightMatrix`] of any [`DType`], with an optional
+//! input permutation (GPTQ act-order) and outlier channels (INT8 with outlier decomposition).
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
-use kestrel_kernels::cpu::packed::{matmul_packed, worth_packing, PackedMatrix};
+use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
-use kestrel_kernels::{DType, SharedBytes};
+use kestrel_kernels::DType;
 
 use super::outlier_columns::OutlierColumns;
+use super::weight_matrix::WeightMatrix;
 use crate::error::ModelError;
 use crate::weights::TensorView;
 
@@ -16,12 +17,7 @@ use crate::weights::TensorView;
 /// are repacked into interleaved panels ([`Linear::packed`]) where the CPU has kernels for them.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    dtype: DType,
-    rows: usize,
-    cols: usize,
-    /// The weights in their file format; empty once packed.
-    data: SharedBytes,
-    packed: Option<Arc<PackedMatrix>>,
+    weight: WeightMatrix,
     bias: Option<Vec<f32>>,
     /// Stored column `j` multiplies input column `perm[j]` (GPTQ act-order checkpoints).
     perm: Option<Arc<[u32]>>,
@@ -48,47 +44,19 @@ thread_local! {
 impl Linear {
     /// Wrap a `[rows, cols]` tensor, checking its byte size against its type.
     pub fn new(view: TensorView, bias: Option<Vec<f32>>) -> Result<Linear, ModelError> {
-        let [rows, cols] = view.shape[..] else {
-            return Err(ModelError::BadTensor {
-                name: view.name,
-                reason: format!("expected a matrix, got shape {:?}", view.shape),
-            });
-        };
-        let row_bytes = view
-            .dtype
-            .row_bytes(cols)
-            .ok_or_else(|| ModelError::BadTensor {
-                name: view.name.clone(),
-                reason: format!(
-                    "{cols} columns is not a multiple of the {} block size",
-                    view.dtype
-                ),
-            })?;
-        if view.data.len() != rows * row_bytes {
-            return Err(ModelError::BadTensor {
-                name: view.name,
-                reason: format!(
-                    "{} bytes of data, expected {}",
-                    view.data.len(),
-                    rows * row_bytes
-                ),
-            });
-        }
+        let name = view.name.clone();
+        let weight = WeightMatrix::new(view)?;
         if let Some(b) = &bias {
-            if b.len() != rows {
+            if b.len() != weight.rows() {
                 return Err(ModelError::BadShape {
-                    name: format!("{}.bias", view.name),
-                    expected: vec![rows],
+                    name: format!("{name}.bias"),
+                    expected: vec![weight.rows()],
                     actual: vec![b.len()],
                 });
             }
         }
         Ok(Linear {
-            dtype: view.dtype,
-            rows,
-            cols,
-            data: view.data,
-            packed: None,
+            weight,
             bias,
             perm: None,
             outliers: None,
@@ -99,29 +67,23 @@ impl Linear {
     /// type and shape (see `kestrel_kernels::cpu::packed`); otherwise unchanged. The file-format
     /// bytes are released.
     pub fn packed(mut self) -> Linear {
-        if self.packed.is_some() || !worth_packing(self.dtype, self.rows) {
-            return self;
-        }
-        if let Some(p) = PackedMatrix::pack(self.dtype, self.rows, self.cols, &self.data) {
-            self.packed = Some(Arc::new(p));
-            self.data.release_resident();
-            self.data = SharedBytes::from_vec(Vec::new());
-        }
+        self.weight = self.weight.packed();
         self
     }
 
     /// Read input column `perm[j]` where the weights have column `j` (the weights were stored
     /// in a permuted column order). `perm` must be a permutation of `0..cols`.
     pub fn with_input_perm(mut self, name: &str, perm: Vec<u32>) -> Result<Linear, ModelError> {
-        let mut seen = vec![false; self.cols];
-        let valid = perm.len() == self.cols
-            && perm.iter().all(|&p| {
-                (p as usize) < self.cols && !std::mem::replace(&mut seen[p as usize], true)
-            });
+        let cols = self.cols();
+        let mut seen = vec![false; cols];
+        let valid = perm.len() == cols
+            && perm
+                .iter()
+                .all(|&p| (p as usize) < cols && !std::mem::replace(&mut seen[p as usize], true));
         if !valid {
             return Err(ModelError::BadTensor {
                 name: name.into(),
-                reason: format!("input permutation is not a permutation of 0..{}", self.cols),
+                reason: format!("input permutation is not a permutation of 0..{cols}"),
             });
         }
         self.perm = Some(perm.into());
@@ -136,24 +98,20 @@ impl Linear {
     }
 
     pub fn rows(&self) -> usize {
-        self.rows
+        self.weight.rows()
     }
 
     pub fn cols(&self) -> usize {
-        self.cols
+        self.weight.cols()
     }
 
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.weight.dtype()
     }
 
     /// Bytes of weight data (outlier weights included).
     pub fn n_bytes(&self) -> usize {
-        let main = self
-            .packed
-            .as_ref()
-            .map_or(self.data.len(), |p| p.n_bytes());
-        main + self.outliers.as_ref().map_or(0, |o| o.n_bytes())
+        self.weight.n_bytes() + self.outliers.as_ref().map_or(0, |o| o.n_bytes())
     }
 
     /// `y[m × rows] = x[m × cols] · Wᵀ (+ b)`.
@@ -165,41 +123,26 @@ impl Linear {
         y: &mut [f32],
         scratch: &mut Scratch,
     ) {
-        let (x, out) = (&x[..m * self.cols], &mut y[..m * self.rows]);
+        let (rows, cols) = (self.rows(), self.cols());
+        let (x, out) = (&x[..m * cols], &mut y[..m * rows]);
         if self.perm.is_none() && self.outliers.is_none() {
-            self.product(pool, x, m, out, scratch);
+            self.weight.product(pool, x, m, out, scratch);
         } else {
             INPUTS.with(|b| {
                 let b = &mut *b.borrow_mut();
                 self.gather(x, &mut b.main);
                 if let Some(o) = &self.outliers {
-                    o.split(&mut b.main, self.cols, &mut b.outliers);
+                    o.split(&mut b.main, cols, &mut b.outliers);
                 }
-                self.product(pool, &b.main, m, out, scratch);
+                self.weight.product(pool, &b.main, m, out, scratch);
                 if let Some(o) = &self.outliers {
                     o.add(pool, &b.outliers, m, out, &mut b.product, scratch);
                 }
             });
         }
         if let Some(bias) = &self.bias {
-            for row in y[..m * self.rows].chunks_exact_mut(self.rows) {
+            for row in y[..m * rows].chunks_exact_mut(rows) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-            }
-        }
-    }
-
-    /// The weight product alone, `x` already in stored column order.
-    fn product(&self, pool: &ThreadPool, x: &[f32], m: usize, y: &mut [f32], s: &mut Scratch) {
-        match &self.packed {
-            Some(p) => matmul_packed(pool, p, x, m, y, s),
-            None => {
-                let w = MatRef {
-                    dtype: self.dtype,
-                    rows: self.rows,
-                    cols: self.cols,
-                    data: &self.data,
-                };
-                matmul(pool, w, x, m, y, s)
             }
         }
     }
@@ -210,7 +153,7 @@ impl Linear {
         match &self.perm {
             None => out.extend_from_slice(x),
             Some(perm) => {
-                for row in x.chunks_exact(self.cols) {
+                for row in x.chunks_exact(self.cols()) {
                     out.extend(perm.iter().map(|&p| row[p as usize]));
                 }
             }
@@ -220,11 +163,6 @@ impl Linear {
     /// Dequantize row `r` into `out` (used for embedding lookups through a tied head; in stored
     /// column order).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        if let Some(p) = &self.packed {
-            return p.dequantize_row(r, out);
-        }
-        let row_bytes = self.data.len() / self.rows;
-        let src = &self.data[r * row_bytes..(r + 1) * row_bytes];
-        kestrel_kernels::quant::dequantize_row(self.dtype, src, &mut out[..self.cols]);
+        self.weight.dequantize_row(r, out)
     }
 }

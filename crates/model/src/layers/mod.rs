@@ -5,11 +5,13 @@ pub mod embedding;
 pub mod linear;
 pub mod norm;
 pub mod outlier_columns;
+pub mod weight_matrix;
 
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::RmsNorm;
 pub use outlier_columns::OutlierColumns;
+pub use weight_matrix::WeightMatrix;
 
 /// Dequantize a whole (small) tensor, e.g. a norm weight or bias, to `f32`.
 pub fn to_f32_vec(view: &crate::weights::TensorView) -> Result<Vec<f32>, crate::error::ModelError> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
-use super::Linear;
+use super::weight_matrix::WeightMatrix;
 use crate::error::ModelError;
 
 /// Outlier input channels and their weights.
@@ -21,7 +21,7 @@ pub struct OutlierColumns {
     /// Input channels (stored column order), strictly increasing.
     cols: Arc<[u32]>,
     /// `[rows, cols.len()]`: the layer's weights on those channels.
-    weight: Linear,
+    weight: WeightMatrix,
 }
 
 impl OutlierColumns {
@@ -30,7 +30,7 @@ impl OutlierColumns {
     pub fn new(
         name: &str,
         cols: Vec<u32>,
-        weight: Linear,
+        weight: WeightMatrix,
         out_rows: usize,
         in_cols: usize,
     ) -> Result<Self, ModelError> {
@@ -90,7 +90,8 @@ impl OutlierColumns {
     ) {
         let rows = self.weight.rows();
         tmp.resize(m * rows, 0.0);
-        self.weight.forward(pool, xo, m, tmp, scratch);
+        self.weight
+            .product(pool, &xo[..m * self.cols.len()], m, tmp, scratch);
         y[..m * rows]
             .iter_mut()
             .zip(tmp.iter())
@@ -103,21 +104,46 @@ mod tests {
     use kestrel_kernels::{DType, SharedBytes};
 
     use super::*;
-    use crate::quantize::encode_rows;
+    use crate::layers::Linear;
     use crate::weights::TensorView;
 
+    /// `values` as rows of `cols` in `dtype` (INT8 or F16), with the reference quantizer.
+    fn encode_rows(dtype: DType, values: &[f32], cols: usize) -> Vec<u8> {
+        match dtype {
+            DType::F16 => values
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            DType::INT8 => {
+                let row_bytes = DType::INT8.row_bytes(cols).expect("whole INT8 rows");
+                let mut out = vec![0u8; values.len() / cols * row_bytes];
+                for (src, dst) in values
+                    .chunks_exact(cols)
+                    .zip(out.chunks_exact_mut(row_bytes))
+                {
+                    kestrel_kernels::quant::int8::quantize_row_ref(src, dst);
+                }
+                out
+            }
+            other => unreachable!("{other} is not used here"),
+        }
+    }
+
+    fn view(name: &str, dtype: DType, values: &[f32], rows: usize, cols: usize) -> TensorView {
+        TensorView {
+            name: name.into(),
+            dtype,
+            shape: vec![rows, cols],
+            data: SharedBytes::from_vec(encode_rows(dtype, values, cols)),
+        }
+    }
+
     fn linear(name: &str, dtype: DType, values: &[f32], rows: usize, cols: usize) -> Linear {
-        let data = SharedBytes::from_vec(encode_rows(dtype, values, cols));
-        Linear::new(
-            TensorView {
-                name: name.into(),
-                dtype,
-                shape: vec![rows, cols],
-                data,
-            },
-            None,
-        )
-        .unwrap()
+        Linear::new(view(name, dtype, values, rows, cols), None).unwrap()
+    }
+
+    fn matrix(name: &str, dtype: DType, values: &[f32], rows: usize, cols: usize) -> WeightMatrix {
+        WeightMatrix::new(view(name, dtype, values, rows, cols)).unwrap()
     }
 
     fn max_error(l: &Linear, x: &[f32], m: usize, want: &[f64]) -> f64 {
@@ -162,7 +188,7 @@ mod tests {
         let o = OutlierColumns::new(
             "split",
             vec![hot as u32],
-            linear("o", DType::F16, &apart, rows, 1),
+            matrix("o", DType::F16, &apart, rows, 1),
             rows,
             cols,
         )
@@ -182,7 +208,7 @@ mod tests {
 
     #[test]
     fn channels_and_weights_must_agree() {
-        let w = linear("o", DType::F16, &[1.0; 8], 4, 2);
+        let w = matrix("o", DType::F16, &[1.0; 8], 4, 2);
         let err = |cols: Vec<u32>, rows: usize| {
             OutlierColumns::new("t", cols, w.clone(), rows, 16)
                 .unwrap_err()

@@ -7,7 +7,9 @@
 use crate::error::ApiError;
 
 /// Runs `work` on the blocking pool and returns its result.
-pub async fn run<T>(work: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError>
+pub async fn run<T>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError>
 where
     T: Send + 'static,
 {

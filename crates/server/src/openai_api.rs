@@ -16,7 +16,7 @@ use crate::logprobs;
 use crate::sse::json;
 use crate::state::AppState;
 use crate::usage::usage_info;
-use crate::validation::{Validate, ValidRequest};
+use crate::validation::{ValidRequest, Validate};
 use crate::wire::openai::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatMessageOut, CompletionChoice, CompletionRequest,

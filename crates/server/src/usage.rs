@@ -65,7 +65,10 @@ mod tests {
             });
         }
         let u = total.get();
-        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens), (7, 8, 4));
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.cached_tokens),
+            (7, 8, 4)
+        );
         assert_eq!(usage_info(u).total_tokens, 15);
     }
 }

@@ -48,7 +48,10 @@ pub async fn generate(
     let (valid, generation) = start(&state, "/generate", body).await?;
     let (tally, outputs) = generation.collect().await;
     let result = outputs
-        .and_then(|mut o| o.pop().ok_or_else(|| ApiError::Internal("no output".into())))
+        .and_then(|mut o| {
+            o.pop()
+                .ok_or_else(|| ApiError::Internal("no output".into()))
+        })
         .map(|out| {
             let body = GenerateResponse {
                 details: valid

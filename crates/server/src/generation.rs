@@ -1,12 +1,24 @@
-//! Running validated requests on the engine: submit every choice, and either collect the
-//! results (non-streaming) or hand the streams to [`crate::sse`].
+//! Running validated requests on the engine, shared by every generation route:
+//!
+//! ```text
+//! Generation::submit ─► n ResponseStreams + Tally ─► merge (select_all) ─► (index, event)
+//!                                                    ├─► collect ─► respond (JSON)
+//!                                                    └─► into_sse ─► SseEncoder (text/event-stream)
+//! ```
+//!
+//! The choices' streams are merged into one stream of `(index, event)`; whoever consumes it
+//! owns the streams, so dropping it (the client went away, or one choice failed) aborts every
+//! choice still running.
 
-use futures_util::future::try_join_all;
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use kestrel_engine::api::{EngineEvent, EngineRequest, RequestTimings, TokenEvent, Usage};
 use kestrel_engine::handle::ResponseStream;
 use kestrel_engine::request::FinishReason;
 
 use crate::error::ApiError;
+use crate::request_log::{mark_logged, Tally};
+use crate::sse::{sse_response, SseEncoder};
 use crate::state::AppState;
 
 /// What one finished choice produced.
@@ -21,41 +33,92 @@ pub struct ChoiceOutput {
     pub timings: RequestTimings,
 }
 
-/// Submits `requests`; if one is refused, the ones already admitted are dropped (aborted).
-pub fn submit_all(
-    state: &AppState,
-    requests: impl IntoIterator<Item = EngineRequest>,
-) -> Result<Vec<ResponseStream>, ApiError> {
-    requests
-        .into_iter()
-        .map(|r| state.engine().submit(r).map_err(ApiError::from))
-        .collect()
+/// The events of all choices of a request, tagged with the choice index.
+pub type Events = SelectAll<BoxStream<'static, (usize, EngineEvent)>>;
+
+/// Merges the choices' streams into one; dropping it drops (aborts) the streams.
+pub fn merge(streams: Vec<ResponseStream>) -> Events {
+    stream::select_all(streams.into_iter().enumerate().map(|(index, s)| {
+        stream::unfold(s, |mut s| async move { s.next().await.map(|e| (e, s)) })
+            .map(move |event| (index, event))
+            .boxed()
+    }))
 }
 
-/// Waits for every choice; the first failure fails the request (dropping the rest aborts them).
-pub async fn collect_all(
+/// A request's submitted choices and the tally that logs it.
+pub struct Generation {
     streams: Vec<ResponseStream>,
-    tally: &std::sync::Mutex<crate::request_log::Tally>,
-) -> Result<Vec<ChoiceOutput>, ApiError> {
-    try_join_all(streams.into_iter().map(|s| collect(s, tally))).await
+    tally: Tally,
 }
 
-async fn collect(
-    mut stream: ResponseStream,
-    tally: &std::sync::Mutex<crate::request_log::Tally>,
-) -> Result<ChoiceOutput, ApiError> {
-    let mut text = String::new();
-    let mut tokens = Vec::new();
-    while let Some(event) = stream.next().await {
-        // Never held across an await: the guard lives only for this statement.
-        tally
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(&event);
+impl Generation {
+    /// Submits one engine request per choice. If one is refused, the ones already admitted are
+    /// dropped (aborted) and nothing is logged here: the error response is logged by the
+    /// middleware.
+    pub fn submit(
+        state: &AppState,
+        route: &'static str,
+        prompt_tokens: usize,
+        requests: impl IntoIterator<Item = EngineRequest>,
+    ) -> Result<Generation, ApiError> {
+        let streams = requests
+            .into_iter()
+            .map(|r| state.engine().submit(r).map_err(ApiError::from))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tally = Tally::new(route, prompt_tokens, streams.len());
+        Ok(Generation { streams, tally })
+    }
+
+    /// The engine id of the first choice (0 if there is none).
+    pub fn first_id(&self) -> u64 {
+        self.streams.first().map_or(0, ResponseStream::request_id)
+    }
+
+    /// A `text/event-stream` response of every choice's events through `encoder`.
+    pub fn into_sse(self, encoder: impl SseEncoder) -> Response {
+        sse_response(merge(self.streams), self.tally, encoder)
+    }
+
+    /// Waits for every choice; the first failure fails the request (dropping the rest aborts
+    /// them). The tally comes back to log the request with its final status.
+    pub async fn collect(self) -> (Tally, Result<Vec<ChoiceOutput>, ApiError>) {
+        let Generation { streams, mut tally } = self;
+        let mut choices: Vec<Choice> = streams.iter().map(|_| Choice::default()).collect();
+        let mut events = merge(streams);
+        while let Some((index, event)) = events.next().await {
+            tally.observe(&event);
+            let Some(choice) = choices.get_mut(index) else {
+                continue;
+            };
+            if let Err(e) = choice.push(event) {
+                return (tally, Err(e));
+            }
+        }
+        let outputs = choices
+            .into_iter()
+            .map(|c| c.done)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                ApiError::Internal("the engine ended the request without a result".into())
+            });
+        (tally, outputs)
+    }
+}
+
+/// One choice being collected.
+#[derive(Default)]
+struct Choice {
+    text: String,
+    tokens: Vec<TokenEvent>,
+    done: Option<ChoiceOutput>,
+}
+
+impl Choice {
+    fn push(&mut self, event: EngineEvent) -> Result<(), ApiError> {
         match event {
             EngineEvent::Token(t) => {
-                text.push_str(&t.text);
-                tokens.push(t);
+                self.text.push_str(&t.text);
+                self.tokens.push(t);
             }
             EngineEvent::Finished {
                 reason,
@@ -63,10 +126,11 @@ async fn collect(
                 usage,
                 timings,
             } => {
+                let mut text = std::mem::take(&mut self.text);
                 text.push_str(&tail);
-                return Ok(ChoiceOutput {
+                self.done = Some(ChoiceOutput {
                     text,
-                    tokens,
+                    tokens: std::mem::take(&mut self.tokens),
                     reason,
                     usage,
                     timings,
@@ -74,21 +138,17 @@ async fn collect(
             }
             EngineEvent::Failed(f) => return Err(f.into()),
         }
+        Ok(())
     }
-    Err(ApiError::Internal(
-        "the engine ended the request without a result".into(),
-    ))
 }
 
-/// Total usage of a request's choices: the prompt counted once, completions summed.
-pub fn total_usage(prompt_tokens: usize, outputs: &[ChoiceOutput]) -> Usage {
-    Usage {
-        prompt_tokens,
-        completion_tokens: outputs.iter().map(|o| o.usage.completion_tokens).sum(),
-        cached_tokens: outputs
-            .iter()
-            .map(|o| o.usage.cached_tokens)
-            .max()
-            .unwrap_or(0),
-    }
+/// The response of a collected request: `result`'s body, or its error in the route's shape
+/// `E`. The tally records the status and logs the request; the response is marked as logged.
+pub fn respond<E>(mut tally: Tally, result: Result<Response, ApiError>) -> Response
+where
+    E: From<ApiError> + IntoResponse,
+{
+    let response = result.unwrap_or_else(|e| E::from(e).into_response());
+    tally.set_status(response.status().as_u16());
+    mark_logged(response)
 }

@@ -6,16 +6,24 @@
 //!   `/v1/models`, `/generate`, `/generate_stream`, `/info`, `/tokenize`, `/health`,
 //!   `/metrics`, `/openapi.json`.
 //! * [`wire`] — request/response bodies with OpenAPI schemas; [`validation`] turns them into
-//!   engine requests (the one place parameters are checked); [`error::ApiError`] maps every
-//!   failure to a status and an OpenAI- or TGI-shaped body.
-//! * [`sse`] — streaming; [`auth`] — bearer keys; [`metrics`] — Prometheus.
+//!   engine requests (the one place parameters are checked), on the [`blocking`] pool;
+//!   [`error::ApiError`] maps every failure to a status and an OpenAI- or TGI-shaped body.
+//! * [`generation`] — the core every generation route shares: submit the choices, merge their
+//!   streams, collect them or stream them through [`sse`]; [`usage`] sums their token counts
+//!   and [`request_log`] logs one line per request.
+//! * [`openai_api`] — how completions and chat differ (choices and chunks);
+//!   [`openai_stream`] and [`tgi_stream`] — the SSE encoders.
+//! * [`auth`] — bearer keys; [`metrics`] — Prometheus.
 //!
 //! ```text
-//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation ─► EngineHandle::submit × n
-//!      ─► collect (JSON) or SseEncoder (text/event-stream) ─► one log line per request
+//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation (blocking pool) ─► Generation::submit × n
+//!      ─► select_all ─► collect (JSON) or SseEncoder (text/event-stream) ─► one log line per request
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod auth;
+pub mod blocking;
 pub mod config;
 pub mod error;
 pub mod extract;
@@ -23,11 +31,14 @@ pub mod generation;
 pub mod launch;
 pub mod logprobs;
 pub mod metrics;
+pub mod openai_api;
 pub mod openai_stream;
 pub mod request_log;
 pub mod routes;
 pub mod sse;
 pub mod state;
+pub mod tgi_stream;
+pub mod usage;
 pub mod validation;
 pub mod wire;
 

@@ -10,20 +10,26 @@ use std::time::{Duration, Instant};
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
-use kestrel_engine::api::EngineEvent;
+use kestrel_engine::api::{EngineEvent, Usage};
+
+use crate::usage::UsageTotal;
 
 /// Response extension: the handler's [`Tally`] logs this request.
 #[derive(Debug, Clone, Copy)]
 pub struct LoggedByHandler;
+
+/// Marks `response` as logged by its handler.
+pub fn mark_logged(mut response: Response) -> Response {
+    response.extensions_mut().insert(LoggedByHandler);
+    response
+}
 
 /// Accumulates a generation request's outcome and logs it once, on drop.
 #[derive(Debug)]
 pub struct Tally {
     route: &'static str,
     start: Instant,
-    prompt_tokens: usize,
-    completion_tokens: usize,
-    cached_tokens: usize,
+    usage: UsageTotal,
     queue: Duration,
     ttft: Option<Duration>,
     finish: Vec<&'static str>,
@@ -38,9 +44,7 @@ impl Tally {
         Tally {
             route,
             start: Instant::now(),
-            prompt_tokens,
-            completion_tokens: 0,
-            cached_tokens: 0,
+            usage: UsageTotal::new(prompt_tokens),
             queue: Duration::ZERO,
             ttft: None,
             finish: Vec::new(),
@@ -62,8 +66,7 @@ impl Tally {
                 timings,
                 ..
             } => {
-                self.completion_tokens += usage.completion_tokens;
-                self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
+                self.usage.add(usage);
                 self.queue = self.queue.max(timings.queue);
                 self.finish.push(reason.as_str());
             }
@@ -71,9 +74,9 @@ impl Tally {
         }
     }
 
-    /// Prompt length of the request.
-    pub fn prompt_tokens(&self) -> usize {
-        self.prompt_tokens
+    /// Usage of the choices finished so far (the prompt counted once).
+    pub fn usage(&self) -> Usage {
+        self.usage.get()
     }
 
     /// Records the HTTP status the request ended with (default 200).
@@ -95,14 +98,15 @@ impl Drop for Tally {
             (None, false) => "cancelled",
         };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let usage = self.usage.get();
         tracing::info!(
             target: "kestrel::request",
             route = self.route,
             status = self.status,
             outcome,
-            prompt_tokens = self.prompt_tokens,
-            completion_tokens = self.completion_tokens,
-            cached_tokens = self.cached_tokens,
+            prompt_tokens = usage.prompt_tokens,
+            completion_tokens = usage.completion_tokens,
+            cached_tokens = usage.cached_tokens,
             queue_ms = ms(self.queue),
             ttft_ms = self.ttft.map(ms),
             e2e_ms = ms(self.start.elapsed()),

@@ -1,51 +1,61 @@
-//! Server-sent events over engine streams.
+//! Server-sent events over a request's merged choice streams.
 //!
 //! ```text
-//! ResponseStream 0 ─► forwarder task ─┐
-//! ResponseStream 1 ─► forwarder task ─┼─► mpsc (index, event) ─► SseEncoder ─► "data: {...}\n\n"
-//! ...                                 ┘                              end() ─► trailing frames
+//! ResponseStream 0 ─┐
+//! ResponseStream 1 ─┼─► select_all (index, event) ─► Tally::observe ─► SseEncoder ─► "data: {...}\n\n"
+//! ...               ┘                                          end(&Tally) ─► trailing frames
 //! ```
 //!
-//! When the client disconnects, the body (and the receiver) is dropped; each forwarder sees its
-//! channel close, stops waiting and drops its `ResponseStream`, which aborts the request.
+//! The body owns the merged stream: when the client disconnects, the body is dropped, and with
+//! it every `ResponseStream`, which aborts the requests still running. The tally is dropped
+//! with it and logs the request.
 
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use kestrel_engine::api::EngineEvent;
-use kestrel_engine::handle::ResponseStream;
-use tokio::sync::mpsc;
 
-use crate::request_log::LoggedByHandler;
+use crate::generation::Events;
+use crate::request_log::{mark_logged, Tally};
 
 /// Turns the events of all choices into SSE `data` payloads.
 pub trait SseEncoder: Send + 'static {
     /// Payloads for one event of choice `index` (possibly none).
     fn event(&mut self, index: usize, event: EngineEvent) -> Vec<String>;
-    /// Payloads after every choice ended (usage chunk, `[DONE]`).
-    fn end(&mut self) -> Vec<String>;
+    /// Payloads after every choice ended (usage chunk, `[DONE]`); `tally` has seen every event.
+    fn end(&mut self, tally: &Tally) -> Vec<String>;
 }
 
-/// A `text/event-stream` response streaming `streams` through `encoder`.
-pub fn sse_response(streams: Vec<ResponseStream>, encoder: impl SseEncoder) -> Response {
-    let (tx, rx) = mpsc::channel::<(usize, EngineEvent)>(64);
-    for (index, stream) in streams.into_iter().enumerate() {
-        tokio::spawn(forward(index, stream, tx.clone()));
-    }
-    drop(tx);
-    let body = futures_util::stream::unfold(Some((rx, encoder)), |state| async move {
-        let (mut rx, mut encoder) = state?;
-        match rx.recv().await {
+/// What the body stream carries between polls.
+struct Streaming<E> {
+    events: Events,
+    tally: Tally,
+    encoder: E,
+}
+
+/// A `text/event-stream` response streaming `events` through `encoder`; `tally` sees every
+/// event first and logs the request when the body ends or is dropped.
+pub fn sse_response(events: Events, tally: Tally, encoder: impl SseEncoder) -> Response {
+    let start = Streaming {
+        events,
+        tally,
+        encoder,
+    };
+    let body = futures_util::stream::unfold(Some(start), |state| async move {
+        let mut s = state?;
+        match s.events.next().await {
             Some((index, event)) => {
-                let frames = frames(encoder.event(index, event));
-                Some((Ok::<_, Infallible>(frames), Some((rx, encoder))))
+                s.tally.observe(&event);
+                let frames = frames(s.encoder.event(index, event));
+                Some((Ok::<_, Infallible>(frames), Some(s)))
             }
-            None => Some((Ok(frames(encoder.end())), None)),
+            None => Some((Ok(frames(s.encoder.end(&s.tally))), None)),
         }
     });
-    let mut response = (
+    let response = (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
@@ -53,21 +63,7 @@ pub fn sse_response(streams: Vec<ResponseStream>, encoder: impl SseEncoder) -> R
         Body::from_stream(body),
     )
         .into_response();
-    response.extensions_mut().insert(LoggedByHandler);
-    response
-}
-
-async fn forward(index: usize, mut stream: ResponseStream, tx: mpsc::Sender<(usize, EngineEvent)>) {
-    loop {
-        let event = tokio::select! {
-            event = stream.next() => event,
-            () = tx.closed() => return,
-        };
-        let Some(event) = event else { return };
-        if tx.send((index, event)).await.is_err() {
-            return;
-        }
-    }
+    mark_logged(response)
 }
 
 fn frames(payloads: Vec<String>) -> Bytes {

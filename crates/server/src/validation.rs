@@ -10,6 +10,9 @@
 //!           ─► EngineRequest::new (the engine's one check: prompt ids in the vocabulary,
 //!              SamplingParams::validate, prompt + max_tokens within the engine's context)
 //! ```
+//!
+//! Routes call [`validate_off_thread`], which runs the wire type's [`Validate`] on the blocking
+//! pool: templating and tokenizing are CPU work proportional to the prompt.
 
 use std::time::Instant;
 
@@ -17,6 +20,7 @@ use kestrel_engine::api::EngineRequest;
 use kestrel_engine::sampling::{SamplingParams, MAX_LOGPROBS};
 use kestrel_model::chat_template::ChatMessage;
 
+use crate::blocking;
 use crate::error::ApiError;
 use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
@@ -57,6 +61,47 @@ pub struct ValidGenerate {
     pub details: bool,
     /// Prepended to `generated_text` (`return_full_text`).
     pub text_prefix: Option<String>,
+}
+
+/// A wire request that validation turns into its validated form.
+pub trait Validate: Send + Sized + 'static {
+    /// The validated request.
+    type Valid: Send + 'static;
+    /// Checks `self` and builds the engine request (templating and tokenizing the prompt).
+    fn validate(self, state: &AppState, arrival: Instant) -> Result<Self::Valid, ApiError>;
+}
+
+impl Validate for CompletionRequest {
+    type Valid = ValidRequest;
+    fn validate(self, state: &AppState, arrival: Instant) -> Result<ValidRequest, ApiError> {
+        completion(state, self, arrival)
+    }
+}
+
+impl Validate for ChatCompletionRequest {
+    type Valid = ValidRequest;
+    fn validate(self, state: &AppState, arrival: Instant) -> Result<ValidRequest, ApiError> {
+        chat(state, self, arrival)
+    }
+}
+
+impl Validate for GenerateRequest {
+    type Valid = ValidGenerate;
+    fn validate(self, state: &AppState, arrival: Instant) -> Result<ValidGenerate, ApiError> {
+        generate(state, self, arrival)
+    }
+}
+
+/// Validates `req` on the blocking pool: rendering the chat template and tokenizing take time
+/// proportional to the prompt, which must not stall the async workers serving other
+/// connections.
+pub async fn validate_off_thread<W: Validate>(
+    state: &AppState,
+    req: W,
+    arrival: Instant,
+) -> Result<W::Valid, ApiError> {
+    let state = state.clone();
+    blocking::run(move || req.validate(&state, arrival)).await
 }
 
 /// Validates `POST /v1/completions`.

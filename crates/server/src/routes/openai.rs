@@ -1,92 +1,58 @@
 //! OpenAI-compatible routes: `POST /v1/completions`, `POST /v1/chat/completions`,
 //! `GET /v1/models`.
+//!
+//! Both generation routes run [`handle`]; they differ only in their [`OpenAiApi`]
+//! ([`Completions`] or [`Chat`]):
+//!
+//! ```text
+//! Wire<A::Request> ─► validate (blocking pool) ─► Generation::submit × n
+//!                  ─► stream: OpenAiEncoder<A>  |  collect ─► A::response
+//! ```
 
-use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
-use crate::generation::{self, ChoiceOutput};
-use crate::logprobs;
-use crate::openai_stream::{usage_info, ChatEncoder, ChunkMeta, CompletionEncoder};
-use crate::request_log::{LoggedByHandler, Tally};
-use crate::sse::sse_response;
+use crate::generation::{respond, Generation};
+use crate::openai_api::{Chat, Completions, OpenAiApi, OpenAiContext};
+use crate::openai_stream::OpenAiEncoder;
 use crate::state::{unix_now, AppState};
-use crate::validation::{self, ValidRequest};
+use crate::validation;
 use crate::wire::openai::{
-    ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatMessageOut, CompletionChoice,
-    CompletionRequest, CompletionResponse, ErrorBody, ModelCard, ModelList,
+    ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
+    ErrorBody, ModelCard, ModelList,
 };
 
-/// Which OpenAI route a request came through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Api {
-    Completions,
-    Chat,
-}
-
-/// Submitted choices of a request, ready to stream or collect.
-struct Running {
-    valid: ValidRequest,
-    streams: Vec<kestrel_engine::handle::ResponseStream>,
-    meta: ChunkMeta,
-    tally: Tally,
-}
-
-fn start(state: &AppState, valid: ValidRequest, api: Api) -> Result<Running, ApiError> {
-    let streams = generation::submit_all(state, (0..valid.n).map(|i| valid.for_choice(i)))?;
-    let first = streams.first().map_or(0, |s| s.request_id());
-    let (prefix, route) = match api {
-        Api::Completions => ("cmpl", "/v1/completions"),
-        Api::Chat => ("chatcmpl", "/v1/chat/completions"),
+/// The handler core of both generation routes.
+async fn handle<A: OpenAiApi>(
+    state: AppState,
+    body: Result<Wire<A::Request>, ApiError>,
+) -> Result<Response, OpenAiError> {
+    let arrival = Instant::now();
+    let Wire(req) = body?;
+    let valid = validation::validate_off_thread(&state, req, arrival).await?;
+    let prompt_tokens = valid.request.prompt_ids().len();
+    let choices = (0..valid.n).map(|i| valid.for_choice(i));
+    let generation = Generation::submit(&state, A::ROUTE, prompt_tokens, choices)?;
+    let cx = OpenAiContext {
+        id: format!("{}-{}", A::ID_PREFIX, generation.first_id()),
+        created: unix_now(),
+        model: state.model().model_id.clone(),
+        include_usage: valid.include_usage,
+        logprobs: valid.request.sampling().logprobs.is_some(),
+        state,
     };
-    Ok(Running {
-        meta: ChunkMeta {
-            id: format!("{prefix}-{first}"),
-            created: unix_now(),
-            model: state.model().model_id.clone(),
-        },
-        tally: Tally::new(route, valid.request.prompt_ids().len(), valid.n),
-        valid,
-        streams,
-    })
-}
-
-/// Collects every choice; a failure becomes an error response that the tally logs.
-async fn collect(run: Running) -> Result<(Running, Vec<ChoiceOutput>), Response> {
-    let Running {
-        valid,
-        streams,
-        meta,
-        tally,
-    } = run;
-    let tally = Mutex::new(tally);
-    let result = generation::collect_all(streams, &tally).await;
-    let mut tally = tally.into_inner().unwrap_or_else(|p| p.into_inner());
-    match result {
-        Ok(outputs) => Ok((
-            Running {
-                valid,
-                streams: Vec::new(),
-                meta,
-                tally,
-            },
-            outputs,
-        )),
-        Err(e) => {
-            tally.set_status(e.kind().status().as_u16());
-            Err(logged(OpenAiError(e).into_response()))
-        }
+    if valid.stream {
+        return Ok(generation.into_sse(OpenAiEncoder::<A>::new(cx, valid.n)));
     }
-}
-
-fn logged(mut response: Response) -> Response {
-    response.extensions_mut().insert(LoggedByHandler);
-    response
+    let (tally, outputs) = generation.collect().await;
+    let usage = tally.usage();
+    let result = outputs.map(|outputs| A::response(&cx, outputs, usage));
+    Ok(respond::<OpenAiError>(tally, result))
 }
 
 /// Text completion.
@@ -97,42 +63,7 @@ pub async fn completions(
     State(state): State<AppState>,
     body: Result<Wire<CompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    let arrival = Instant::now();
-    let Wire(req) = body?;
-    let valid = validation::completion(&state, req, arrival)?;
-    let run = start(&state, valid, Api::Completions)?;
-    let wants_logprobs = run.valid.request.sampling().logprobs.is_some();
-    if run.valid.stream {
-        let (n, usage) = (run.valid.n, run.valid.include_usage);
-        let enc =
-            CompletionEncoder::new(state.clone(), run.meta, usage, run.tally, n, wants_logprobs);
-        return Ok(sse_response(run.streams, enc));
-    }
-    let (run, outputs) = match collect(run).await {
-        Ok(r) => r,
-        Err(response) => return Ok(response),
-    };
-    let usage = generation::total_usage(run.valid.request.prompt_ids().len(), &outputs);
-    let choices = outputs
-        .into_iter()
-        .enumerate()
-        .map(|(index, o)| CompletionChoice {
-            index,
-            logprobs: wants_logprobs
-                .then(|| logprobs::completion(state.tokenizer(), &o.tokens, &mut 0)),
-            text: o.text,
-            finish_reason: Some(o.reason.as_str().to_string()),
-        })
-        .collect();
-    let body = CompletionResponse {
-        id: run.meta.id.clone(),
-        object: "text_completion",
-        created: run.meta.created,
-        model: run.meta.model.clone(),
-        choices,
-        usage: Some(usage_info(usage)),
-    };
-    Ok(logged(json_response(StatusCode::OK, &body)))
+    handle::<Completions>(state, body).await
 }
 
 /// Chat completion (the model's chat template applied to `messages`).
@@ -143,43 +74,7 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     body: Result<Wire<ChatCompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    let arrival = Instant::now();
-    let Wire(req) = body?;
-    let valid = validation::chat(&state, req, arrival)?;
-    let run = start(&state, valid, Api::Chat)?;
-    let wants_logprobs = run.valid.request.sampling().logprobs.is_some();
-    if run.valid.stream {
-        let (n, usage) = (run.valid.n, run.valid.include_usage);
-        let enc = ChatEncoder::new(state.clone(), run.meta, usage, run.tally, n, wants_logprobs);
-        return Ok(sse_response(run.streams, enc));
-    }
-    let (run, outputs) = match collect(run).await {
-        Ok(r) => r,
-        Err(response) => return Ok(response),
-    };
-    let usage = generation::total_usage(run.valid.request.prompt_ids().len(), &outputs);
-    let choices = outputs
-        .into_iter()
-        .enumerate()
-        .map(|(index, o)| ChatChoice {
-            index,
-            logprobs: wants_logprobs.then(|| logprobs::chat(state.tokenizer(), &o.tokens)),
-            message: ChatMessageOut {
-                role: "assistant",
-                content: o.text,
-            },
-            finish_reason: o.reason.as_str().to_string(),
-        })
-        .collect();
-    let body = ChatCompletionResponse {
-        id: run.meta.id.clone(),
-        object: "chat.completion",
-        created: run.meta.created,
-        model: run.meta.model.clone(),
-        choices,
-        usage: usage_info(usage),
-    };
-    Ok(logged(json_response(StatusCode::OK, &body)))
+    handle::<Chat>(state, body).await
 }
 
 /// The served model.

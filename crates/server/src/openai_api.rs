@@ -1,0 +1,296 @@
+//! What differs between the two OpenAI generation routes: the [`OpenAiApi`] trait says how a
+//! route builds its response (non-streaming) and its chunks (streaming); [`Completions`]
+//! (`/v1/completions`, `text_completion`) and [`Chat`] (`/v1/chat/completions`,
+//! `chat.completion` / `chat.completion.chunk`) implement it. Everything else — validation,
+//! submission, collection, usage, logging, SSE framing — is shared (`routes::openai::handle`,
+//! [`crate::openai_stream::OpenAiEncoder`]).
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use kestrel_engine::api::{TokenEvent, Usage};
+use kestrel_engine::request::FinishReason;
+
+use crate::error::json_response;
+use crate::generation::ChoiceOutput;
+use crate::logprobs;
+use crate::sse::json;
+use crate::state::AppState;
+use crate::usage::usage_info;
+use crate::validation::{ValidRequest, Validate};
+use crate::wire::openai::{
+    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatMessageOut, CompletionChoice, CompletionRequest,
+    CompletionResponse, UsageInfo,
+};
+
+/// What every response and chunk of one request shares.
+pub struct OpenAiContext {
+    pub state: AppState,
+    /// `cmpl-<id>` or `chatcmpl-<id>`.
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// Logprobs were requested.
+    pub logprobs: bool,
+}
+
+/// How one OpenAI route shapes its output.
+pub trait OpenAiApi: Send + 'static {
+    /// The wire request.
+    type Request: Validate<Valid = ValidRequest>;
+    /// What a stream remembers per choice.
+    type ChoiceState: Default + Send + 'static;
+    /// The route template (for the request log).
+    const ROUTE: &'static str;
+    /// Prefix of response ids.
+    const ID_PREFIX: &'static str;
+
+    /// The non-streaming response.
+    fn response(cx: &OpenAiContext, outputs: Vec<ChoiceOutput>, usage: Usage) -> Response;
+    /// Chunks for a token of choice `index`.
+    fn token(
+        cx: &OpenAiContext,
+        choice: &mut Self::ChoiceState,
+        index: usize,
+        token: TokenEvent,
+        out: &mut Vec<String>,
+    );
+    /// Chunks for the end of choice `index` (`text` is the withheld tail).
+    fn finished(
+        cx: &OpenAiContext,
+        choice: &mut Self::ChoiceState,
+        index: usize,
+        reason: FinishReason,
+        text: String,
+        out: &mut Vec<String>,
+    );
+    /// The final usage chunk (`stream_options.include_usage`).
+    fn usage_chunk(cx: &OpenAiContext, usage: Usage) -> String;
+}
+
+/// `POST /v1/completions`.
+pub enum Completions {}
+
+/// Per-choice stream state of completions: the text offset for logprobs.
+#[derive(Debug, Default)]
+pub struct TextOffset(usize);
+
+fn completion_chunk(
+    cx: &OpenAiContext,
+    choices: Vec<CompletionChoice>,
+    usage: Option<UsageInfo>,
+) -> CompletionResponse {
+    CompletionResponse {
+        id: cx.id.clone(),
+        object: "text_completion",
+        created: cx.created,
+        model: cx.model.clone(),
+        choices,
+        usage,
+    }
+}
+
+impl OpenAiApi for Completions {
+    type Request = CompletionRequest;
+    type ChoiceState = TextOffset;
+    const ROUTE: &'static str = "/v1/completions";
+    const ID_PREFIX: &'static str = "cmpl";
+
+    fn response(cx: &OpenAiContext, outputs: Vec<ChoiceOutput>, usage: Usage) -> Response {
+        let choices = outputs
+            .into_iter()
+            .enumerate()
+            .map(|(index, o)| CompletionChoice {
+                index,
+                logprobs: cx
+                    .logprobs
+                    .then(|| logprobs::completion(cx.state.tokenizer(), &o.tokens, &mut 0)),
+                text: o.text,
+                finish_reason: Some(o.reason.as_str().to_string()),
+            })
+            .collect();
+        let body = completion_chunk(cx, choices, Some(usage_info(usage)));
+        json_response(StatusCode::OK, &body)
+    }
+
+    fn token(
+        cx: &OpenAiContext,
+        offset: &mut TextOffset,
+        index: usize,
+        t: TokenEvent,
+        out: &mut Vec<String>,
+    ) {
+        if t.text.is_empty() && !cx.logprobs {
+            return;
+        }
+        let lp = cx.logprobs.then(|| {
+            logprobs::completion(
+                cx.state.tokenizer(),
+                std::slice::from_ref(&t),
+                &mut offset.0,
+            )
+        });
+        let choice = CompletionChoice {
+            index,
+            text: t.text,
+            logprobs: lp,
+            finish_reason: None,
+        };
+        out.push(json(&completion_chunk(cx, vec![choice], None)));
+    }
+
+    fn finished(
+        cx: &OpenAiContext,
+        _offset: &mut TextOffset,
+        index: usize,
+        reason: FinishReason,
+        text: String,
+        out: &mut Vec<String>,
+    ) {
+        let choice = CompletionChoice {
+            index,
+            text,
+            logprobs: None,
+            finish_reason: Some(reason.as_str().to_string()),
+        };
+        out.push(json(&completion_chunk(cx, vec![choice], None)));
+    }
+
+    fn usage_chunk(cx: &OpenAiContext, usage: Usage) -> String {
+        json(&completion_chunk(cx, Vec::new(), Some(usage_info(usage))))
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub enum Chat {}
+
+/// Per-choice stream state of chat: whether the opening (role) chunk went out.
+#[derive(Debug, Default)]
+pub struct Opened(bool);
+
+fn chat_chunk(
+    cx: &OpenAiContext,
+    choices: Vec<ChatChunkChoice>,
+    usage: Option<UsageInfo>,
+) -> String {
+    json(&ChatCompletionChunk {
+        id: cx.id.clone(),
+        object: "chat.completion.chunk",
+        created: cx.created,
+        model: cx.model.clone(),
+        choices,
+        usage: cx.include_usage.then_some(usage),
+    })
+}
+
+fn chat_delta(
+    cx: &OpenAiContext,
+    index: usize,
+    role: Option<&'static str>,
+    content: Option<String>,
+    finish_reason: Option<String>,
+) -> String {
+    let choice = ChatChunkChoice {
+        index,
+        delta: ChatDelta { role, content },
+        logprobs: None,
+        finish_reason,
+    };
+    chat_chunk(cx, vec![choice], None)
+}
+
+/// The opening chunk of choice `index` (role only), once.
+fn open(cx: &OpenAiContext, opened: &mut Opened, index: usize, out: &mut Vec<String>) {
+    if std::mem::replace(&mut opened.0, true) {
+        return;
+    }
+    out.push(chat_delta(
+        cx,
+        index,
+        Some("assistant"),
+        Some(String::new()),
+        None,
+    ));
+}
+
+impl OpenAiApi for Chat {
+    type Request = ChatCompletionRequest;
+    type ChoiceState = Opened;
+    const ROUTE: &'static str = "/v1/chat/completions";
+    const ID_PREFIX: &'static str = "chatcmpl";
+
+    fn response(cx: &OpenAiContext, outputs: Vec<ChoiceOutput>, usage: Usage) -> Response {
+        let choices = outputs
+            .into_iter()
+            .enumerate()
+            .map(|(index, o)| ChatChoice {
+                index,
+                logprobs: cx
+                    .logprobs
+                    .then(|| logprobs::chat(cx.state.tokenizer(), &o.tokens)),
+                message: ChatMessageOut {
+                    role: "assistant",
+                    content: o.text,
+                },
+                finish_reason: o.reason.as_str().to_string(),
+            })
+            .collect();
+        let body = ChatCompletionResponse {
+            id: cx.id.clone(),
+            object: "chat.completion",
+            created: cx.created,
+            model: cx.model.clone(),
+            choices,
+            usage: usage_info(usage),
+        };
+        json_response(StatusCode::OK, &body)
+    }
+
+    fn token(
+        cx: &OpenAiContext,
+        opened: &mut Opened,
+        index: usize,
+        t: TokenEvent,
+        out: &mut Vec<String>,
+    ) {
+        open(cx, opened, index, out);
+        if t.text.is_empty() && !cx.logprobs {
+            return;
+        }
+        let lp = cx
+            .logprobs
+            .then(|| logprobs::chat(cx.state.tokenizer(), std::slice::from_ref(&t)));
+        let choice = ChatChunkChoice {
+            index,
+            delta: ChatDelta {
+                role: None,
+                content: Some(t.text),
+            },
+            logprobs: lp,
+            finish_reason: None,
+        };
+        out.push(chat_chunk(cx, vec![choice], None));
+    }
+
+    fn finished(
+        cx: &OpenAiContext,
+        opened: &mut Opened,
+        index: usize,
+        reason: FinishReason,
+        text: String,
+        out: &mut Vec<String>,
+    ) {
+        open(cx, opened, index, out);
+        if !text.is_empty() {
+            out.push(chat_delta(cx, index, None, Some(text), None));
+        }
+        let reason = Some(reason.as_str().to_string());
+        out.push(chat_delta(cx, index, None, None, reason));
+    }
+
+    fn usage_chunk(cx: &OpenAiContext, usage: Usage) -> String {
+        chat_chunk(cx, Vec::new(), Some(usage_info(usage)))
+    }
+}

@@ -20,6 +20,10 @@
 //!   limits (the KV geometry comes from the executor).
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
 
+// Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod api;
 pub mod config;
 pub mod core;

@@ -20,6 +20,8 @@
 //!      ─► select_all ─► collect (JSON) or SseEncoder (text/event-stream) ─► one log line per request
 //! ```
 
+// Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod auth;

@@ -1,8 +1,6 @@
 //! HTTP tests on the real default model (`KESTREL_DEFAULT_MODEL`): OpenAI and TGI routes,
 //! streaming vs non-streaming, batching invariance, prefix caching, limits, auth, metrics.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod common;
 
 use std::time::{Duration, Instant};

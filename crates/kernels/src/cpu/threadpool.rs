@@ -335,6 +335,7 @@ impl<'a, T> SharedMut<'a, T> {
     /// # Safety
     /// No other thread accesses that range while the returned slice lives.
     #[inline]
+    // A shared view hands out disjoint mutable ranges; the caller upholds the contract above.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut(&self, start: usize, len: usize) -> &mut [T] {
         assert!(

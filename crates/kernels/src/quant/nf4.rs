@@ -46,6 +46,7 @@ pub const QK: usize = 64;
 const A: usize = 34;
 
 /// bitsandbytes' NF4 table (the `float` constants of its CUDA and CPU kernels).
+// The digits are kept exactly as the reference publishes them.
 #[allow(clippy::excessive_precision)]
 pub const NF4_TABLE: [f32; 16] = [
     -1.0,

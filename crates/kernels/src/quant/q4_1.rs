@@ -456,6 +456,8 @@ mod x86 {
         ///
         /// # Safety
         /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
+        // Not inlined: each tile makes two calls, and one body keeps the 16 AVX2 registers.
+        #[inline(never)]
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn half_avx2(
             nb: usize,
@@ -488,10 +490,12 @@ mod x86 {
                 }
             }
             let mut out = [[0.0; TILE]; 2];
-            for (j, o) in out.iter_mut().enumerate() {
-                let m = lanes(acc_m[j]);
-                for (r, v) in o.iter_mut().enumerate() {
-                    *v = hsum256(acc[j][r]) + m[2 * r + 1];
+            for j in 0..2 {
+                let mut m = [0.0f32; 8];
+                // SAFETY: `m` holds 8 floats.
+                unsafe { _mm256_storeu_ps(m.as_mut_ptr(), acc_m[j]) };
+                for r in 0..TILE {
+                    out[j][r] = hsum256(acc[j][r]) + m[2 * r + 1];
                 }
             }
             out

@@ -281,6 +281,8 @@ pub(crate) mod x86 {
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
+    // Not inlined: each tile makes two calls, and one body keeps the 16 AVX2 registers.
+    #[inline(never)]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn half_avx2(nb: usize, w: [*const u8; TILE], a: [*const u8; 2]) -> [[f32; TILE]; 2] {
         let mut acc = [[_mm256_setzero_ps(); TILE]; 2];

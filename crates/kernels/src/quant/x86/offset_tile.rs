@@ -123,7 +123,8 @@ where
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; every weight row holds `nb` blocks of `block` bytes
 /// and every activation row `nb` Q8_0 blocks; `unpack` reads only within its block.
-#[inline]
+// Not inlined: each tile makes two calls, and one body keeps the 16 AVX2 registers.
+#[inline(never)]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn half_avx2<U>(
     nb: usize,

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Same-run comparison of this checkout's `kestrel` with another build of it (for example the
+# commit before a refactor): `kestrel speed` (pp/tg tokens/s) and `kestrel bench` against
+# `kestrel serve`, alternating the two binaries ROUNDS times so drift affects both alike.
+# Prints a markdown table of medians and the new/old ratio, with the triad bandwidth.
+#
+#   scripts/bench_vs_build.sh OLD_KESTREL_BINARY [MODEL.gguf]
+#
+# Env: ROUNDS=3, PP=512, TG=128, CONCURRENCY=16, PROMPTS=32, INPUT_LEN=128, OUTPUT_LEN=128,
+#      THREADS=2, PORT=8411.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+old=${1:?usage: $0 OLD_KESTREL_BINARY [MODEL.gguf]}
+cargo build --release -q -p kestrel-cli
+new=./target/release/kestrel
+model=${2:-$($new fetch)}
+rounds=${ROUNDS:-3}
+threads=${THREADS:-2}
+port=${PORT:-8411}
+results=$(mktemp -d)
+server_pid=
+
+stop_server() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  server_pid=
+}
+trap stop_server EXIT
+
+wait_ready() {
+  for _ in $(seq 1 240); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "server on port $port did not become ready" >&2; return 1
+}
+
+serve_bench() { # binary out.json
+  port=$((port + 1))
+  "$1" serve --model "$model" --port "$port" --threads "$threads" >"$results/server.log" 2>&1 &
+  server_pid=$!
+  wait_ready
+  "$new" bench --base-url "http://127.0.0.1:$port" --concurrency "${CONCURRENCY:-16}" \
+    --num-prompts "${PROMPTS:-32}" --input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" \
+    --no-progress --json-out "$2" >/dev/null
+  stop_server
+}
+
+for r in $(seq 1 "$rounds"); do
+  for which in old new; do
+    bin=$old; [ "$which" = new ] && bin=$new
+    "$bin" speed --model "$model" -p "${PP:-512}" -n "${TG:-128}" -t "$threads" --json \
+      >"$results/speed-$which-$r.json" 2>/dev/null
+    serve_bench "$bin" "$results/serve-$which-$r.json"
+  done
+done
+triad=$("$new" membw -t "$threads" 2>/dev/null | awk -F'|' 'END { gsub(/ /, "", $3); print $3 " GB/s" }')
+
+python3 - "$results" "$rounds" "$triad" <<'PY'
+import json, statistics, sys
+d, rounds, triad = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def load(kind, which):
+    return [json.load(open(f"{d}/{kind}-{which}-{r}.json")) for r in range(1, rounds + 1)]
+rows = [
+    ("pp tokens/s", lambda s: s["pp"]["mean_tps"], "speed"),
+    ("tg tokens/s", lambda s: s["tg"]["mean_tps"], "speed"),
+    ("serving output tokens/s", lambda b: b["output_throughput"], "serve"),
+    ("serving TTFT p50 ms", lambda b: b["ttft_ms"]["median_ms"], "serve"),
+    ("serving TTFT p99 ms", lambda b: b["ttft_ms"]["p99_ms"], "serve"),
+    ("serving TPOT p50 ms", lambda b: b["tpot_ms"]["median_ms"], "serve"),
+]
+print(f"triad bandwidth: {triad}; {rounds} alternating rounds, medians\n")
+print("| metric | old | new | new/old |\n|---|---|---|---|")
+for name, get, kind in rows:
+    old = statistics.median(get(x) for x in load(kind, "old"))
+    new = statistics.median(get(x) for x in load(kind, "new"))
+    print(f"| {name} | {old:.1f} | {new:.1f} | {new / old:.3f} |")
+PY

@@ -20,23 +20,8 @@ out_len=${OUTPUT_LEN:-128}
 threads=${THREADS:-2}
 port=${PORT:-8311}
 results=$(mktemp -d)
-server_pid=
-
-stop_server() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  server_pid=
-}
-trap stop_server EXIT
-
-wait_ready() {
-  for _ in $(seq 1 480); do
-    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  echo "server (pid $server_pid) did not become ready on port $port; its log:" >&2
-  tail -20 "$results/server.log" >&2; return 1
-}
+# shellcheck source=bench_server_lib.sh
+source scripts/bench_server_lib.sh
 
 rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 

@@ -19,22 +19,8 @@ rounds=${ROUNDS:-3}
 threads=${THREADS:-2}
 port=${PORT:-8411}
 results=$(mktemp -d)
-server_pid=
-
-stop_server() {
-  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  server_pid=
-}
-trap stop_server EXIT
-
-wait_ready() {
-  for _ in $(seq 1 240); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  echo "server on port $port did not become ready" >&2; return 1
-}
+# shellcheck source=bench_server_lib.sh
+source scripts/bench_server_lib.sh
 
 serve_bench() { # binary out.json
   port=$((port + 1))

@@ -210,7 +210,8 @@ impl EngineCore {
     }
 
     /// Samples one token per logits row, in batch order. A request whose row cannot be sampled
-    /// fails alone (it is removed, so `update` skips its placeholder token); a row without a
+    /// fails alone: it is removed here, and `update`, which skips requests that are no longer
+    /// live, never applies the token recorded for its row. A row without a
     /// live request is an engine bug and fails the batch.
     fn sample_batch(
         &mut self,
@@ -236,6 +237,7 @@ impl EngineCore {
                 Ok(token) => sampled.push(token),
                 Err(e) => {
                     failed.push((id, e));
+                    // Keeps rows and tokens aligned; never applied (the request is removed below).
                     sampled.push(0);
                 }
             }

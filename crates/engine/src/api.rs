@@ -9,7 +9,7 @@ use crate::sampling::{Logprobs, SamplingParamError, SamplingParams};
 
 /// What a request must fit: the engine's vocabulary and context limit. Read it from
 /// [`crate::handle::EngineHandle::limits`] and pass it to [`EngineRequest::new`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RequestLimits {
     /// Token ids must be below this.
     pub vocab_size: usize,
@@ -156,7 +156,7 @@ impl EngineRequest {
 }
 
 /// Token counts of a finished request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -165,7 +165,7 @@ pub struct Usage {
 }
 
 /// Latencies of a finished request.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RequestTimings {
     pub queue: Duration,
     pub time_to_first_token: Duration,
@@ -173,7 +173,7 @@ pub struct RequestTimings {
 }
 
 /// One generated token.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenEvent {
     pub id: u32,
     /// Newly completed text (may be empty while a multi-byte character or a possible stop
@@ -184,7 +184,7 @@ pub struct TokenEvent {
 }
 
 /// What a request's stream yields, in order: tokens, then exactly one `Finished` or `Failed`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum EngineEvent {
     Token(TokenEvent),
     Finished {
@@ -198,7 +198,7 @@ pub enum EngineEvent {
 }
 
 /// Why a request ended without finishing normally.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum EngineFailure {
     #[error("request waited longer than the queue timeout ({0:?})")]
     QueueTimeout(Duration),
@@ -222,7 +222,7 @@ pub enum SubmitError {
 }
 
 /// A snapshot of the engine's state, for health checks and gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EngineStats {
     pub running: usize,
     pub waiting: usize,

@@ -28,7 +28,7 @@ use crate::kv::{BlockHash, BlockId};
 pub type RequestId = u64;
 
 /// Why a request stopped generating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum FinishReason {
     /// An end-of-sequence or stop token was sampled.
     Stop,

@@ -28,7 +28,7 @@ const GREEDY_EPSILON: f32 = 1e-5;
 
 /// How a request samples its tokens. Build one, then call [`SamplingParams::validate`] (or
 /// [`Sampler::new`], which validates).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
     /// Softmax temperature; `0` means greedy (argmax).
     pub temperature: f32,
@@ -436,7 +436,7 @@ fn keep_nucleus(cands: &mut Vec<Candidate>, top_p: f32) {
 }
 
 /// One token and its log-probability.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenLogprob {
     pub token: u32,
     pub logprob: f32,
@@ -444,7 +444,7 @@ pub struct TokenLogprob {
 
 /// The chosen token's log-probability and the `n` most likely alternatives (descending, ties by
 /// ascending id).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Logprobs {
     pub chosen: TokenLogprob,
     pub top: Vec<TokenLogprob>,

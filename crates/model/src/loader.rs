@@ -145,7 +145,8 @@ fn load_hf_dir<B: BuildModel>(dir: &Path, builder: &B) -> Result<LoadedModel, B:
     })
 }
 
-fn template(tokenizer: &Tokenizer) -> Result<Option<ChatTemplate>, ModelError> {
+/// The chat template `tokenizer` carries, compiled with its BOS/EOS text (`None` without one).
+pub fn template(tokenizer: &Tokenizer) -> Result<Option<ChatTemplate>, ModelError> {
     let Some(source) = tokenizer.chat_template() else {
         return Ok(None);
     };

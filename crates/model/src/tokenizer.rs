@@ -186,6 +186,21 @@ impl ByteLevelPre {
     }
 }
 
+/// A [`Tokenizer`] as plain data, to rebuild it in another process ([`Tokenizer::to_spec`],
+/// [`Tokenizer::from_spec`]): the HF `tokenizer.json` text plus the ids and template it does
+/// not carry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TokenizerSpec {
+    /// HF `tokenizer.json` text.
+    pub json: String,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    /// Every end-of-generation id.
+    pub eog: Vec<u32>,
+    /// Jinja chat template source.
+    pub chat_template: Option<String>,
+}
+
 /// A tokenizer plus the ids and template the serving path needs.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
@@ -346,6 +361,45 @@ impl Tokenizer {
     /// The Jinja chat template source, if the model ships one.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
+    }
+
+    /// This tokenizer as plain data.
+    pub fn to_spec(&self) -> Result<TokenizerSpec> {
+        Ok(TokenizerSpec {
+            json: self.to_json(false)?,
+            bos: self.bos,
+            eos: self.eos,
+            eog: self.eog.clone(),
+            chat_template: self.chat_template.clone(),
+        })
+    }
+
+    /// Rebuilds a tokenizer from [`Tokenizer::to_spec`]'s data; ids outside the vocabulary are
+    /// refused.
+    pub fn from_spec(spec: &TokenizerSpec) -> Result<Self> {
+        let inner: tokenizers::Tokenizer = spec.json.parse().map_err(TokenizerError::build)?;
+        let vocab = inner.get_vocab_size(true);
+        let check = |key: &'static str, id: u32| {
+            if (id as usize) < vocab {
+                Ok(id)
+            } else {
+                Err(TokenizerError::IdOutOfRange { key, id, vocab })
+            }
+        };
+        let bos = spec.bos.map(|id| check("bos", id)).transpose()?;
+        let eos = spec.eos.map(|id| check("eos", id)).transpose()?;
+        let eog = spec
+            .eog
+            .iter()
+            .map(|&id| check("eog", id))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tokenizer {
+            inner,
+            bos,
+            eos,
+            eog,
+            chat_template: spec.chat_template.clone(),
+        })
     }
 
     /// The tokenizer as HF `tokenizer.json` text (what `tokenizers` serializes).

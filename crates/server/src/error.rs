@@ -101,6 +101,9 @@ pub enum ApiError {
     /// The engine cannot serve the request.
     #[error("{0}")]
     Unavailable(String),
+    /// The fleet's queue holds `depth` requests, at or beyond its limit.
+    #[error("the request queue is full ({depth} waiting, limit {limit}); retry later")]
+    QueueFull { depth: usize, limit: usize },
     /// Something broke.
     #[error("{0}")]
     Internal(String),
@@ -117,7 +120,7 @@ impl ApiError {
             | ApiError::TooLong(_) => ErrorKind::InvalidRequest,
             ApiError::PayloadTooLarge(_) => ErrorKind::PayloadTooLarge,
             ApiError::Unauthorized => ErrorKind::Authentication,
-            ApiError::Overloaded(_) => ErrorKind::Overloaded,
+            ApiError::Overloaded(_) | ApiError::QueueFull { .. } => ErrorKind::Overloaded,
             ApiError::Unavailable(_) => ErrorKind::Unavailable,
             ApiError::Internal(_) => ErrorKind::Internal,
         }
@@ -143,6 +146,7 @@ impl ApiError {
             ApiError::Unauthorized => Some("invalid_api_key".into()),
             ApiError::TooLong(_) => Some("context_length_exceeded".into()),
             ApiError::Overloaded(_) => Some("overloaded".into()),
+            ApiError::QueueFull { .. } => Some("queue_full".into()),
             _ => None,
         }
     }
@@ -205,8 +209,19 @@ impl From<ApiError> for OpenAiError {
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
         let status = self.0.kind().status();
-        json_response(status, &self.0.openai_body())
+        with_retry_after(self.0.kind(), json_response(status, &self.0.openai_body()))
     }
+}
+
+/// Overload and unavailability are temporary: tell the client to retry in a second.
+fn with_retry_after(kind: ErrorKind, mut response: Response) -> Response {
+    if matches!(kind, ErrorKind::Overloaded | ErrorKind::Unavailable) {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    response
 }
 
 /// An [`ApiError`] rendered in TGI's shape (validation errors are 422 there).
@@ -230,7 +245,7 @@ impl IntoResponse for TgiError {
             error: self.0.to_string(),
             error_type: kind.tgi_type().to_string(),
         };
-        json_response(status, &body)
+        with_retry_after(kind, json_response(status, &body))
     }
 }
 

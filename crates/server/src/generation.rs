@@ -1,7 +1,7 @@
 //! Running validated requests on the engine, shared by every generation route:
 //!
 //! ```text
-//! Generation::submit ─► n ResponseStreams + Tally ─► merge (select_all) ─► (index, event)
+//! Generation::submit ─► n EventStreams + Tally ─► merge (select_all) ─► (index, event)
 //!                                                    ├─► collect ─► respond (JSON)
 //!                                                    └─► into_sse ─► SseEncoder (text/event-stream)
 //! ```
@@ -13,9 +13,9 @@
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use kestrel_engine::api::{EngineEvent, EngineRequest, RequestTimings, TokenEvent, Usage};
-use kestrel_engine::handle::ResponseStream;
 use kestrel_engine::request::FinishReason;
 
+use crate::backend::EventStream;
 use crate::error::ApiError;
 use crate::request_log::{mark_logged, Tally};
 use crate::sse::{sse_response, SseEncoder};
@@ -37,7 +37,7 @@ pub struct ChoiceOutput {
 pub type Events = SelectAll<BoxStream<'static, (usize, EngineEvent)>>;
 
 /// Merges the choices' streams into one; dropping it drops (aborts) the streams.
-pub fn merge(streams: Vec<ResponseStream>) -> Events {
+pub fn merge(streams: Vec<EventStream>) -> Events {
     stream::select_all(streams.into_iter().enumerate().map(|(index, s)| {
         stream::unfold(s, |mut s| async move { s.next().await.map(|e| (e, s)) })
             .map(move |event| (index, event))
@@ -47,7 +47,7 @@ pub fn merge(streams: Vec<ResponseStream>) -> Events {
 
 /// A request's submitted choices and the tally that logs it.
 pub struct Generation {
-    streams: Vec<ResponseStream>,
+    streams: Vec<EventStream>,
     tally: Tally,
 }
 
@@ -63,15 +63,15 @@ impl Generation {
     ) -> Result<Generation, ApiError> {
         let streams = requests
             .into_iter()
-            .map(|r| state.engine().submit(r).map_err(ApiError::from))
+            .map(|r| state.backend().submit(r))
             .collect::<Result<Vec<_>, _>>()?;
         let tally = Tally::new(route, prompt_tokens, streams.len());
         Ok(Generation { streams, tally })
     }
 
-    /// The engine id of the first choice (0 if there is none).
+    /// The backend's id of the first choice (0 if there is none).
     pub fn first_id(&self) -> u64 {
-        self.streams.first().map_or(0, ResponseStream::request_id)
+        self.streams.first().map_or(0, EventStream::request_id)
     }
 
     /// A `text/event-stream` response of every choice's events through `encoder`.

@@ -16,6 +16,7 @@ use kestrel_engine::handle::EngineHandle;
 pub use kestrel_model::runner::KvBudget;
 use kestrel_model::runner::{KvSizeError, KvSpec};
 use kestrel_model::{KvDtype, LoadedModel, ModelRunner, ThreadPool};
+use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::state::{AppState, Limits, ModelInfo};
 
@@ -68,12 +69,36 @@ pub enum LaunchError {
     Engine(#[from] kestrel_engine::handle::EngineStartError),
 }
 
+/// A started engine with what the routes need to know of its model.
+pub struct Launched {
+    pub engine: EngineHandle,
+    pub model: ModelInfo,
+    pub limits: Limits,
+    pub metrics: PrometheusHandle,
+}
+
+impl Launched {
+    /// The routes' state over this engine.
+    pub fn into_state(self) -> AppState {
+        AppState::new(Arc::new(self.engine), self.model, self.limits, self.metrics)
+    }
+}
+
 /// Starts the engine over `loaded` and returns the server state.
 pub fn start(
     loaded: LoadedModel,
     opts: &LaunchOptions,
     pool: &'static ThreadPool,
 ) -> Result<AppState, LaunchError> {
+    start_engine(loaded, opts, pool).map(Launched::into_state)
+}
+
+/// Starts the engine over `loaded` (sizing its KV cache and limits from `opts`).
+pub fn start_engine(
+    loaded: LoadedModel,
+    opts: &LaunchOptions,
+    pool: &'static ThreadPool,
+) -> Result<Launched, LaunchError> {
     let metrics = crate::metrics::install_recorder()?;
     let kv = KvSpec::for_budget(&loaded.model, opts.block_size, opts.kv_dtype, opts.kv_cache)?;
     let model_len = loaded
@@ -118,7 +143,12 @@ pub fn start(
         tokenizer,
         chat_template: loaded.chat_template,
     };
-    Ok(AppState::new(engine, model, limits, metrics))
+    Ok(Launched {
+        engine,
+        model,
+        limits,
+        metrics,
+    })
 }
 
 fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError> {

@@ -1,5 +1,6 @@
-//! Kestrel's HTTP server: OpenAI- and TGI-compatible routes over an
-//! [`kestrel_engine::handle::EngineHandle`].
+//! Kestrel's HTTP server: OpenAI- and TGI-compatible routes over a [`backend::Backend`]: an
+//! [`kestrel_engine::handle::EngineHandle`] in this process (`kestrel serve`) or a fleet of
+//! workers (`kestrel gateway`).
 //!
 //! * [`serve`] / [`serve_on`] — run the server until a shutdown signal, then drain the engine.
 //! * [`routes::router`] — the axum router: `/v1/completions`, `/v1/chat/completions`,
@@ -25,6 +26,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod auth;
+pub mod backend;
 pub mod blocking;
 pub mod config;
 pub mod error;
@@ -46,9 +48,11 @@ pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use backend::Backend;
 pub use config::ServerConfig;
 pub use state::{AppState, Limits, ModelInfo};
 
@@ -80,33 +84,43 @@ pub async fn serve(config: ServerConfig, state: AppState) -> Result<(), ServerEr
 }
 
 /// Serves on `listener` until `shutdown` resolves: stops accepting connections, waits for open
-/// ones, then shuts the engine down on a blocking thread.
+/// ones, then shuts the backend down on a blocking thread.
 pub async fn serve_on(
     listener: TcpListener,
     config: ServerConfig,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let app = routes::router(&config, state.clone());
+    serve_app(listener, app, state.backend().clone(), &config, shutdown).await
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves; then `backend` drains: in-flight
+/// requests get `config.shutdown_deadline`.
+pub async fn serve_app(
+    listener: TcpListener,
+    app: axum::Router,
+    backend: Arc<dyn Backend>,
+    config: &ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     let local: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(addr = ?local, "listening");
-    let app = routes::router(&config, state.clone());
-    let engine = state.engine().clone();
     let deadline = config.shutdown_deadline;
-    // When the signal comes, the engine starts draining at once, so that streams still open
+    // When the signal comes, the backend starts draining at once, so that streams still open
     // finish (or fail with "shutting down") within the deadline and the connections close.
+    let draining = backend.clone();
     let drain = async move {
         shutdown.await;
         tracing::info!("shutdown signal received; draining");
-        let engine = engine.clone();
-        tokio::task::spawn_blocking(move || engine.shutdown(deadline));
+        tokio::task::spawn_blocking(move || draining.shutdown(deadline));
     };
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(drain)
         .await
         .map_err(ServerError::Serve);
-    let engine = state.engine().clone();
-    // Joins the engine thread (a no-op if draining already finished).
-    let _ = tokio::task::spawn_blocking(move || engine.shutdown(deadline)).await;
+    // Waits for the drain (a no-op if it already finished).
+    let _ = tokio::task::spawn_blocking(move || backend.shutdown(deadline)).await;
     tracing::info!("server stopped");
     result
 }

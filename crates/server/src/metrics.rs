@@ -14,6 +14,7 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
+use kestrel_engine::api::EngineStats;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::state::AppState;
@@ -82,14 +83,20 @@ pub async fn count_requests(req: Request, next: Next) -> Response {
     response
 }
 
-/// The Prometheus text exposition, with the engine gauges refreshed from its latest stats.
+/// The Prometheus text exposition, with the engine gauges refreshed from its latest stats
+/// (when the engine runs in this process).
 pub fn render(state: &AppState) -> String {
+    render_with(state.metrics(), state.backend().engine_stats())
+}
+
+/// The exposition of `handle`, with the engine gauges set from `stats` first.
+pub fn render_with(handle: &PrometheusHandle, stats: Option<EngineStats>) -> String {
     use kestrel_engine::metrics::names;
-    let stats = state.engine().stats();
-    metrics::gauge!(names::NUM_REQUESTS_RUNNING).set(stats.running as f64);
-    metrics::gauge!(names::NUM_REQUESTS_WAITING).set(stats.waiting as f64);
-    metrics::gauge!(names::KV_CACHE_USAGE_PERC).set(stats.kv_usage);
-    let handle = state.metrics();
+    if let Some(stats) = stats {
+        metrics::gauge!(names::NUM_REQUESTS_RUNNING).set(stats.running as f64);
+        metrics::gauge!(names::NUM_REQUESTS_WAITING).set(stats.waiting as f64);
+        metrics::gauge!(names::KV_CACHE_USAGE_PERC).set(stats.kv_usage);
+    }
     handle.run_upkeep();
     handle.render()
 }

@@ -1,13 +1,14 @@
-//! [`AppState`]: what every route shares: the engine handle, the tokenizer and chat template,
+//! [`AppState`]: what every route shares: the [`Backend`] requests run on, the tokenizer and chat template,
 //! the request [`Limits`] and the metrics handle. Cheap to clone.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kestrel_engine::handle::EngineHandle;
 use kestrel_model::chat_template::ChatTemplate;
 use kestrel_model::tokenizer::Tokenizer;
 use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::backend::Backend;
 
 /// Most choices (`n`) one request may ask for.
 pub const MAX_N: usize = 16;
@@ -36,7 +37,7 @@ pub struct ModelInfo {
 }
 
 struct Inner {
-    engine: EngineHandle,
+    backend: Arc<dyn Backend>,
     model: ModelInfo,
     limits: Limits,
     metrics: PrometheusHandle,
@@ -50,10 +51,10 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// State over a started engine. `metrics` comes from [`crate::metrics::install_recorder`],
-    /// which must run before the engine starts so its metrics are recorded.
+    /// State over a started backend. `metrics` comes from [`crate::metrics::install_recorder`],
+    /// which must run before an engine starts so its metrics are recorded.
     pub fn new(
-        engine: EngineHandle,
+        backend: Arc<dyn Backend>,
         model: ModelInfo,
         limits: Limits,
         metrics: PrometheusHandle,
@@ -64,7 +65,7 @@ impl AppState {
             .unwrap_or(0);
         AppState {
             inner: Arc::new(Inner {
-                engine,
+                backend,
                 model,
                 limits,
                 metrics,
@@ -73,9 +74,9 @@ impl AppState {
         }
     }
 
-    /// The engine.
-    pub fn engine(&self) -> &EngineHandle {
-        &self.inner.engine
+    /// Where requests run.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
     }
 
     /// Model name, tokenizer, chat template.

@@ -353,7 +353,7 @@ fn engine_request(
         })?,
     };
     Ok(
-        EngineRequest::new(prompt_ids, sampling, &state.engine().limits())?
+        EngineRequest::new(prompt_ids, sampling, &state.backend().request_limits())?
             .with_priority(priority)
             .with_arrival(arrival)
             .with_max_queue_time(state.limits().max_queue_time),

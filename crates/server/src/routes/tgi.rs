@@ -79,8 +79,7 @@ pub async fn generate_stream(
 /// Server and model limits.
 #[utoipa::path(get, path = "/info", responses((status = 200, body = Info)))]
 pub async fn info(State(state): State<AppState>) -> Response {
-    let engine = state.engine().config();
-    let kv = state.engine().stats();
+    let capacity = state.backend().capacity();
     let limits = state.limits();
     let body = Info {
         model_id: state.model().model_id.clone(),
@@ -88,15 +87,15 @@ pub async fn info(State(state): State<AppState>) -> Response {
         model_device_type: "cpu",
         router: "kestrel",
         version: env!("CARGO_PKG_VERSION"),
-        max_concurrent_requests: engine.max_concurrent_requests.unwrap_or(usize::MAX),
+        max_concurrent_requests: capacity.max_concurrent_requests.unwrap_or(usize::MAX),
         max_best_of: 1,
         max_stop_sequences: MAX_STOP_SEQUENCES,
         max_input_tokens: limits.max_input_tokens,
         max_total_tokens: limits.max_total_tokens,
-        max_batch_prefill_tokens: engine.max_num_batched_tokens,
-        max_batch_size: engine.max_num_seqs,
-        block_size: kv.block_size,
-        num_kv_blocks: kv.num_kv_blocks,
+        max_batch_prefill_tokens: capacity.max_num_batched_tokens,
+        max_batch_size: capacity.max_num_seqs,
+        block_size: capacity.block_size,
+        num_kv_blocks: capacity.num_kv_blocks,
     };
     json_response(StatusCode::OK, &body)
 }

@@ -1,0 +1,150 @@
+//! [`Backend`]: what the routes run requests on. `kestrel serve` runs them on an engine in this
+//! process ([`EngineHandle`]); the fleet's gateway runs them on remote workers. The routes,
+//! validation, SSE encoders and logging are the same for both, so a client cannot tell them apart.
+//!
+//! A backend hands back an [`EventStream`] per submitted request: tokens, then exactly one
+//! `Finished` or `Failed`. Dropping the stream before its end aborts the request.
+
+use std::time::Duration;
+
+use futures_util::stream::{self, BoxStream, StreamExt};
+use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use kestrel_engine::handle::{EngineHandle, ResponseStream};
+
+use crate::error::ApiError;
+
+/// The events of one submitted request. Dropping it before the end aborts the request.
+pub struct EventStream {
+    id: u64,
+    events: BoxStream<'static, EngineEvent>,
+}
+
+impl EventStream {
+    /// A stream of `events` for the request the backend calls `id` (used in logs).
+    pub fn new(id: u64, events: BoxStream<'static, EngineEvent>) -> EventStream {
+        EventStream { id, events }
+    }
+
+    /// The backend's id for this request.
+    pub fn request_id(&self) -> u64 {
+        self.id
+    }
+
+    /// The next event; `None` after the last.
+    pub async fn next(&mut self) -> Option<EngineEvent> {
+        self.events.next().await
+    }
+}
+
+impl From<ResponseStream> for EventStream {
+    fn from(s: ResponseStream) -> EventStream {
+        let id = s.request_id();
+        let events = stream::unfold(s, |mut s| async move { s.next().await.map(|e| (e, s)) });
+        EventStream::new(id, events.boxed())
+    }
+}
+
+/// Batch and admission limits, as `/info` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Requests in flight beyond this are refused (429); `None`: no limit.
+    pub max_concurrent_requests: Option<usize>,
+    /// Token budget of one engine step.
+    pub max_num_batched_tokens: usize,
+    /// Most sequences in one step.
+    pub max_num_seqs: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// KV blocks of one engine.
+    pub num_kv_blocks: usize,
+}
+
+/// What `/health` reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackendHealth {
+    /// Whether requests can be served now.
+    pub ready: bool,
+    pub running: usize,
+    pub waiting: usize,
+    /// Fraction of KV blocks in use, 0..=1 (the highest of several engines).
+    pub kv_usage: f64,
+}
+
+/// Where requests run.
+pub trait Backend: Send + Sync + 'static {
+    /// Starts `req`. Refusals: overloaded (429) or unavailable (503).
+    fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError>;
+
+    /// What a request must fit (vocabulary, context), for [`EngineRequest::new`].
+    fn request_limits(&self) -> RequestLimits;
+
+    /// The batch and admission limits.
+    fn capacity(&self) -> Capacity;
+
+    /// This process's engine counters, exported as its gauges; `None` when requests run in
+    /// other processes (which export their own).
+    fn engine_stats(&self) -> Option<EngineStats>;
+
+    /// Readiness and load, for `/health`.
+    fn health(&self) -> BackendHealth;
+
+    /// Stops taking requests and lets in-flight ones finish within `deadline`. Blocks the
+    /// calling thread (call it from `spawn_blocking`). Later calls return at once.
+    fn shutdown(&self, deadline: Duration);
+}
+
+impl Backend for EngineHandle {
+    fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError> {
+        EngineHandle::submit(self, req)
+            .map(EventStream::from)
+            .map_err(ApiError::from)
+    }
+
+    fn request_limits(&self) -> RequestLimits {
+        self.limits()
+    }
+
+    fn capacity(&self) -> Capacity {
+        let (config, stats) = (self.config(), self.stats());
+        Capacity {
+            max_concurrent_requests: config.max_concurrent_requests,
+            max_num_batched_tokens: config.max_num_batched_tokens,
+            max_num_seqs: config.max_num_seqs,
+            block_size: stats.block_size,
+            num_kv_blocks: stats.num_kv_blocks,
+        }
+    }
+
+    fn engine_stats(&self) -> Option<EngineStats> {
+        Some(self.stats())
+    }
+
+    /// Ready while the engine thread takes commands: a one-token probe is submitted and
+    /// dropped at once (which aborts it). A full engine (`Overloaded`) is alive.
+    fn health(&self) -> BackendHealth {
+        let stats = self.stats();
+        let probe = kestrel_engine::sampling::SamplingParams {
+            temperature: 0.0,
+            max_tokens: 1,
+            ..Default::default()
+        };
+        let ready = match EngineRequest::new(vec![0], probe, &self.limits()) {
+            Ok(req) => match EngineHandle::submit(self, req) {
+                Ok(_stream) => true,
+                Err(SubmitError::Overloaded(_)) => true,
+                Err(SubmitError::Stopped) => false,
+            },
+            Err(_) => false,
+        };
+        BackendHealth {
+            ready,
+            running: stats.running,
+            waiting: stats.waiting,
+            kv_usage: stats.kv_usage,
+        }
+    }
+
+    fn shutdown(&self, deadline: Duration) {
+        EngineHandle::shutdown(self, deadline);
+    }
+}

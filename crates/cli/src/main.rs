@@ -2,13 +2,17 @@
 
 mod convert;
 mod default_model;
+mod engine_args;
+mod gateway;
 mod generate;
+mod http_args;
 mod inspect;
 mod membw;
 mod ppl;
 mod quantize;
 mod serve;
 mod speed;
+mod worker;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -37,6 +41,11 @@ enum Command {
     Fetch,
     /// Serve the OpenAI- and TGI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Serve the same HTTP API as `serve` in front of a fleet of workers behind Redis (loads no
+    /// weights).
+    Gateway(gateway::GatewayArgs),
+    /// Run an engine that takes requests from a gateway's Redis queue.
+    Worker(worker::WorkerArgs),
     /// Perplexity on a text file, like llama.cpp's llama-perplexity (and KL divergence vs a base).
     Ppl(ppl::PplArgs),
     /// Convert GGUF -> HF safetensors directory, or HF directory -> GGUF.
@@ -54,6 +63,8 @@ fn main() -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Gateway(args) => gateway::run(args),
+        Command::Worker(args) => worker::run(args),
         Command::Bench(args) => {
             let report = kestrel_bench::run_blocking(args)?;
             println!("{}", report.render_table());
@@ -106,4 +117,14 @@ pub fn thread_pool(
         ))),
         None => kestrel_kernels::cpu::threadpool::ThreadPool::global(),
     }
+}
+
+/// The async runtime of the HTTP front ends (two workers: the engine has its own threads).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    use anyhow::Context;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }

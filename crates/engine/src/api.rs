@@ -184,7 +184,7 @@ pub struct TokenEvent {
 }
 
 /// What a request's stream yields, in order: tokens, then exactly one `Finished` or `Failed`.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum EngineEvent {
     Token(TokenEvent),
     Finished {

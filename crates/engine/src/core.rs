@@ -253,7 +253,10 @@ impl EngineCore {
         self.generation_tokens_total += 1;
         let Some(req) = self.scheduler.request_mut(o.request_id) else {
             // `update` reports only live requests.
-            tracing::error!(request = o.request_id, "a token was sampled for no live request");
+            tracing::error!(
+                request = o.request_id,
+                "a token was sampled for no live request"
+            );
             return;
         };
         let (generation, _) = req.generation_mut();

@@ -61,8 +61,12 @@ fn overloaded_beyond_the_concurrency_limit() {
     cfg.max_concurrent_requests = Some(2);
     let (engine, ctl) = start(cfg);
     ctl.pause();
-    let a = engine.submit(request(prompt(1, 5), 3).build()).expect("first");
-    let b = engine.submit(request(prompt(2, 5), 3).build()).expect("second");
+    let a = engine
+        .submit(request(prompt(1, 5), 3).build())
+        .expect("first");
+    let b = engine
+        .submit(request(prompt(2, 5), 3).build())
+        .expect("second");
     assert_eq!(
         engine.submit(request(prompt(3, 5), 3).build()).err(),
         Some(SubmitError::Overloaded(2))
@@ -94,8 +98,14 @@ fn requests_that_can_never_fit_are_invalid() {
         ),
         "90 + 11 > max_model_len 100"
     );
-    assert!(invalid(request(prompt(1, 90), 10)).is_none(), "90 + 10 fits exactly");
-    assert_eq!(invalid(request(vec![], 4)), Some(InvalidRequest::EmptyPrompt));
+    assert!(
+        invalid(request(prompt(1, 90), 10)).is_none(),
+        "90 + 10 fits exactly"
+    );
+    assert_eq!(
+        invalid(request(vec![], 4)),
+        Some(InvalidRequest::EmptyPrompt)
+    );
     assert!(
         matches!(
             invalid(request(vec![1, VOCAB as u32], 4)),
@@ -116,12 +126,21 @@ fn requests_that_can_never_fit_are_invalid() {
     let limits = small.limits();
     assert_eq!(limits.max_model_len, 64);
     assert!(request(prompt(1, 40), 30).build_with(&limits).is_err());
-    let fits = request(prompt(1, 40), 24).build_with(&limits).expect("40 + 24 fits");
+    let fits = request(prompt(1, 40), 24)
+        .build_with(&limits)
+        .expect("40 + 24 fits");
     let ok = collect(small.submit(fits).expect("admitted"));
     assert_eq!(ok.usage().prompt_tokens, 40);
     // A request built against looser limits still cannot overrun the engine: it fails.
-    let loose = collect(small.submit(request(prompt(2, 70), 4).build()).expect("admitted"));
-    assert_eq!(loose.failure(), kestrel_engine::api::EngineFailure::TooLong(70));
+    let loose = collect(
+        small
+            .submit(request(prompt(2, 70), 4).build())
+            .expect("admitted"),
+    );
+    assert_eq!(
+        loose.failure(),
+        kestrel_engine::api::EngineFailure::TooLong(70)
+    );
     small.shutdown(Duration::from_secs(1));
 }
 

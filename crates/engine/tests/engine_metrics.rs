@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use engine_common::*;
 use kestrel_engine::api::EngineEvent;
+use kestrel_engine::config::EngineConfig;
 use kestrel_engine::core::EngineCore;
 use kestrel_engine::mock_executor::{reference_generate, MockExecutor};
-use kestrel_engine::config::EngineConfig;
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,

@@ -21,7 +21,9 @@ fn run_sixteen(num_kv_blocks: usize) -> kestrel_engine::api::EngineStats {
         p.push(1 + i); // distinct tail, shared prefix with requests of the same `i % 5`
         let max_tokens = 8 + (i as usize % 4) * 6;
         expected.push(reference_generate(&p, max_tokens, &[EOS], VOCAB));
-        let stream = engine.submit(request(p, max_tokens).build()).expect("admitted");
+        let stream = engine
+            .submit(request(p, max_tokens).build())
+            .expect("admitted");
         readers.push(std::thread::spawn(move || collect(stream)));
     }
     for (i, (reader, want)) in readers.into_iter().zip(expected).enumerate() {
@@ -87,7 +89,11 @@ fn outputs_survive_preemption_under_kv_pressure() {
 fn usage_and_timings_are_filled() {
     let (engine, _ctl) = start(config(64));
     let p = prompt(3, 10);
-    let first = collect(engine.submit(request(p.clone(), 5).build()).expect("admitted"));
+    let first = collect(
+        engine
+            .submit(request(p.clone(), 5).build())
+            .expect("admitted"),
+    );
     let usage = first.usage();
     assert_eq!(usage.prompt_tokens, 10);
     assert_eq!(usage.cached_tokens, 0);
@@ -155,9 +161,13 @@ fn async_next_yields_the_same_events() {
 fn model_error_fails_the_batch_and_the_engine_keeps_serving() {
     let (engine, ctl) = start(config(64));
     ctl.pause();
-    let a = engine.submit(request(prompt(1, 5), 10).build()).expect("admitted");
+    let a = engine
+        .submit(request(prompt(1, 5), 10).build())
+        .expect("admitted");
     ctl.wait_blocked(); // step 0 holds `a` alone; `b` joins it in step 1, which fails
-    let b = engine.submit(request(prompt(2, 7), 10).build()).expect("admitted");
+    let b = engine
+        .submit(request(prompt(2, 7), 10).build())
+        .expect("admitted");
     ctl.fail_at_step(1);
     ctl.resume();
     let (a, b) = (collect(a), collect(b));
@@ -176,7 +186,11 @@ fn model_error_fails_the_batch_and_the_engine_keeps_serving() {
         .kv_usage
         == 0.0));
     let p = prompt(3, 9);
-    let c = collect(engine.submit(request(p.clone(), 6).build()).expect("admitted"));
+    let c = collect(
+        engine
+            .submit(request(p.clone(), 6).build())
+            .expect("admitted"),
+    );
     assert_eq!(c.ids, reference_generate(&p, 6, &[EOS], VOCAB));
     engine.shutdown(Duration::from_secs(1));
 }

@@ -84,7 +84,11 @@ fn stop_token_ids_and_ignore_eos() {
         })
         .find(|(_, o)| o.last() == Some(&EOS) && o.len() < 40)
         .expect("some prompt hits EOS");
-    let stopped = collect(engine.submit(request(p.clone(), 40).build()).expect("admitted"));
+    let stopped = collect(
+        engine
+            .submit(request(p.clone(), 40).build())
+            .expect("admitted"),
+    );
     assert_eq!(
         (stopped.ids.clone(), stopped.reason()),
         (eos_out, FinishReason::Stop)

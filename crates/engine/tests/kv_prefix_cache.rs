@@ -116,9 +116,8 @@ fn second_turn_reuses_first_turn_blocks() {
         let computed = a.num_tokens() - 1;
         if computed > a.num_computed_tokens() {
             let n = computed - a.num_computed_tokens();
-            kv.allocate_slots(&mut a, n, &ComputedBlocks::default(),
-            )
-            .expect("fits");
+            kv.allocate_slots(&mut a, n, &ComputedBlocks::default())
+                .expect("fits");
             a.set_num_computed_tokens(computed);
             kv.cache_computed_blocks(&mut a);
         }

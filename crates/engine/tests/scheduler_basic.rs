@@ -25,9 +25,7 @@ fn setup(cfg: SchedulerConfig) -> (Scheduler, MockExecutor) {
 
 fn step(s: &mut Scheduler, ex: &mut MockExecutor) -> (SchedulerOutput, Vec<RequestOutput>) {
     let out = s.schedule();
-    let logits = ex
-        .execute(&out.batch)
-        .expect("mock accepts the batch");
+    let logits = ex.execute(&out.batch).expect("mock accepts the batch");
     let outs = s.update(&out, &argmax_rows(&logits)).unwrap();
     finish_stopped(s, &outs);
     (out, outs)
@@ -50,7 +48,8 @@ fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
 
 /// (request id, start_pos, number of tokens, need_logits) per scheduled sequence.
 fn shape(out: &SchedulerOutput) -> Vec<(u64, usize, usize, bool)> {
-    out.batch.seqs
+    out.batch
+        .seqs
         .iter()
         .map(|s| (s.request_id, s.start_pos, s.tokens.len(), s.need_logits))
         .collect()
@@ -93,10 +92,7 @@ fn chunked_prefill_splits_long_prompt_under_budget() {
     let mut got = vec![r3[0].token];
     got.extend(tokens_of(&rest, 1));
     assert_eq!(got, reference_generate(&prompt, 3, &[], VOCAB));
-    assert_eq!(
-        rest.last().unwrap().stop,
-        Some(FinishReason::Length)
-    );
+    assert_eq!(rest.last().unwrap().stop, Some(FinishReason::Length));
     assert_eq!(s.kv().num_free_blocks(), 64);
 }
 
@@ -124,9 +120,7 @@ fn decode_tokens_mix_with_prefill_chunks() {
         vec![(1, 8, 1, true), (2, 20, 1, true)]
     );
     let outs = run_to_completion(&mut s, &mut ex);
-    assert!(outs
-        .iter()
-        .any(|o| o.request_id == 1 && o.stop.is_some()));
+    assert!(outs.iter().any(|o| o.request_id == 1 && o.stop.is_some()));
 }
 
 #[test]
@@ -166,9 +160,7 @@ fn without_chunking_prompts_wait_for_budget_and_long_ones_are_rejected() {
     let (out, outs) = step(&mut s, &mut ex);
     assert_eq!(shape(&out), vec![(1, 6, 1, true), (2, 0, 7, true)]);
     // Both reach the context limit of 8 tokens (clamped to the budget without chunking).
-    assert!(outs
-        .iter()
-        .all(|o| o.stop == Some(FinishReason::Length)));
+    assert!(outs.iter().all(|o| o.stop == Some(FinishReason::Length)));
     assert_eq!(outs.len(), 2);
     assert!(!s.has_unfinished());
 }

@@ -27,9 +27,7 @@ fn setup(num_blocks: usize, caching: bool) -> (Scheduler, MockExecutor) {
 
 fn step(s: &mut Scheduler, ex: &mut MockExecutor) -> (SchedulerOutput, Vec<RequestOutput>) {
     let out = s.schedule();
-    let logits = ex
-        .execute(&out.batch)
-        .expect("mock accepts the batch");
+    let logits = ex.execute(&out.batch).expect("mock accepts the batch");
     let outs = s.update(&out, &argmax_rows(&logits)).unwrap();
     finish_stopped(s, &outs);
     s.kv().pool().check_invariants().unwrap();
@@ -52,7 +50,8 @@ fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
 }
 
 fn shape(out: &SchedulerOutput) -> Vec<(u64, usize, usize)> {
-    out.batch.seqs
+    out.batch
+        .seqs
         .iter()
         .map(|s| (s.request_id, s.start_pos, s.tokens.len()))
         .collect()
@@ -72,10 +71,7 @@ fn drain(
         let (out, outs) = step(s, ex);
         preempted.extend(&out.preempted);
         for o in outs {
-            tokens
-                .entry(o.request_id)
-                .or_default()
-                .push(o.token);
+            tokens.entry(o.request_id).or_default().push(o.token);
         }
     }
     panic!("did not finish");
@@ -122,10 +118,7 @@ fn requester_preempts_itself_when_it_is_the_latest() {
     assert_eq!(s.request(2).unwrap().num_computed_tokens(), 0);
     assert_eq!(s.request(2).unwrap().block_table(), &[] as &[u32]);
     for o in r1.into_iter().chain(r2) {
-        tokens
-            .entry(o.request_id)
-            .or_default()
-            .push(o.token);
+        tokens.entry(o.request_id).or_default().push(o.token);
     }
     let (_, tokens) = drain(&mut s, &mut ex, tokens);
     let prompt2: Vec<u32> = (10..18).collect();
@@ -158,10 +151,7 @@ fn higher_priority_waiting_request_preempts_lower_running() {
     let mut tokens: HashMap<u64, Vec<u32>> = HashMap::new();
     for _ in 0..2 {
         for o in step(&mut s, &mut ex).1 {
-            tokens
-                .entry(o.request_id)
-                .or_default()
-                .push(o.token);
+            tokens.entry(o.request_id).or_default().push(o.token);
         }
     }
     assert_eq!(s.kv().num_free_blocks(), 0);
@@ -171,10 +161,7 @@ fn higher_priority_waiting_request_preempts_lower_running() {
     assert_eq!(o3.preempted, vec![1]);
     assert_eq!(shape(&o3), vec![(2, 0, 6)]);
     for o in r3 {
-        tokens
-            .entry(o.request_id)
-            .or_default()
-            .push(o.token);
+        tokens.entry(o.request_id).or_default().push(o.token);
     }
     let (_, tokens) = drain(&mut s, &mut ex, tokens);
     // Context limit 16 = 4 blocks x 4: the low request stops at 4 outputs.

@@ -140,10 +140,7 @@ impl Harness {
                 !self.finished.contains_key(&o.request_id),
                 "output after finish"
             );
-            self.produced
-                .entry(o.request_id)
-                .or_default()
-                .push(o.token);
+            self.produced.entry(o.request_id).or_default().push(o.token);
             if let Some(r) = o.stop {
                 self.finished.insert(o.request_id, r);
                 prop_assert!(self.s.finish(o.request_id, r).is_some());

@@ -194,7 +194,14 @@ fn bench_packed(c: &mut Criterion) {
 fn bench_tile(c: &mut Criterion) {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     let mut group = c.benchmark_group("vec_dot_tile");
-    for dtype in [DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q8_0, DType::INT8, DType::INT4_G128] {
+    for dtype in [
+        DType::Q4_0,
+        DType::Q5_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::INT8,
+        DType::INT4_G128,
+    ] {
         let k = *kestrel_kernels::quant::kernels(dtype);
         let Some(tile) = k.vec_dot_tile else { continue };
         let cols = if 576 % dtype.block_size() == 0 {

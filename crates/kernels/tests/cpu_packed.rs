@@ -16,7 +16,14 @@ const KINDS: [DType; 3] = [DType::Q4_0, DType::Q4_1, DType::Q8_0];
 /// block scales vary widely).
 fn quantized(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
     let x: Vec<f32> = (0..rows * cols)
-        .map(|i| rng.gen_range(-1.0f32..1.0) * if (i / cols).is_multiple_of(5) { 8.0 } else { 1.0 })
+        .map(|i| {
+            rng.gen_range(-1.0f32..1.0)
+                * if (i / cols).is_multiple_of(5) {
+                    8.0
+                } else {
+                    1.0
+                }
+        })
         .collect();
     match dtype {
         DType::Q4_0 => bytemuck::cast_slice(&quant::q4_0::quantize_ref(&x)).to_vec(),

@@ -22,11 +22,11 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use error::ModelError;
-pub use loader::{
-    load_model, load_model_using, AsStored, BuildModel, LoadedModel, ModelFormat, Weights,
-};
-pub use runner::ModelRunner;
 /// Re-exported so the model's users (server, CLI) configure the KV cache and threads without
 /// depending on the kernels crate.
 pub use kestrel_kernels::cpu::attention::KvDtype;
 pub use kestrel_kernels::cpu::threadpool::ThreadPool;
+pub use loader::{
+    load_model, load_model_using, AsStored, BuildModel, LoadedModel, ModelFormat, Weights,
+};
+pub use runner::ModelRunner;

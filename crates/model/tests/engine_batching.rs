@@ -122,7 +122,11 @@ fn concurrent_greedy_equals_sequential_and_second_turn_hits_prefix_cache() {
     let t = Instant::now();
     let streams: Vec<_> = prompts
         .iter()
-        .map(|p| batched.submit(greedy(&batched, p.clone())).expect("admitted"))
+        .map(|p| {
+            batched
+                .submit(greedy(&batched, p.clone()))
+                .expect("admitted")
+        })
         .collect();
     let together: Vec<_> = streams.into_iter().map(run).collect();
     let t_batched = t.elapsed();
@@ -165,7 +169,9 @@ fn concurrent_greedy_equals_sequential_and_second_turn_hits_prefix_cache() {
             .encode(" Tell me more about that.", false)
             .expect("encodes"),
     );
-    let (ids, _, usage) = run(batched.submit(greedy(&batched, turn.clone())).expect("admitted"));
+    let (ids, _, usage) = run(batched
+        .submit(greedy(&batched, turn.clone()))
+        .expect("admitted"));
     assert!(!ids.is_empty());
     let reusable = (first.len() / BLOCK) * BLOCK;
     assert!(

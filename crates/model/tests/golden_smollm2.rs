@@ -63,7 +63,11 @@ fn greedy_continuations_follow_transformers_until_a_near_tie() {
         let ours = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
         let split = ours.iter().zip(&p.greedy.ids).position(|(a, b)| a != b);
         let same = split.unwrap_or(ours.len());
-        eprintln!("{}: first {same} of {} greedy tokens agree", p.name, ours.len());
+        eprintln!(
+            "{}: first {same} of {} greedy tokens agree",
+            p.name,
+            ours.len()
+        );
         agreed += same;
         if let Some(s) = split {
             // Row n - 1 + s of the teacher-forced run predicts greedy step s.

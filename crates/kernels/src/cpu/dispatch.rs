@@ -38,7 +38,10 @@ impl Isa {
     /// Every ISA this CPU can run, weakest first (tests iterate over these).
     pub fn available() -> Vec<Isa> {
         let best = Self::probe();
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| *i <= best).collect()
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni]
+            .into_iter()
+            .filter(|i| *i <= best)
+            .collect()
     }
 
     fn probe() -> Isa {

@@ -199,7 +199,10 @@ pub fn dq_absmax(code: u8, c: f32, offset: f32) -> f32 {
 /// (see the module docs for the double quantization).
 pub fn quantize_row_ref(x: &[f32], out: &mut [u8]) {
     let n = x.len();
-    assert!(n.is_multiple_of(QK), "NF4_DQ: length {n} is not a multiple of {QK}");
+    assert!(
+        n.is_multiple_of(QK),
+        "NF4_DQ: length {n} is not a multiple of {QK}"
+    );
     let bytes = DType::NF4_DQ.row_bytes(n).unwrap_or(usize::MAX);
     assert!(out.len() >= bytes, "NF4_DQ: output buffer too short");
     let absmax: Vec<f32> = x.chunks_exact(QK).map(block_absmax).collect();
@@ -269,7 +272,10 @@ impl Layout {
 
     /// Checks a dot product's arguments; returns the block count.
     pub(crate) fn check_dot(self, n: usize, w: &[u8], a: &[u8]) -> usize {
-        assert!(n.is_multiple_of(QK), "vec_dot: n = {n} is not a multiple of {QK}");
+        assert!(
+            n.is_multiple_of(QK),
+            "vec_dot: n = {n} is not a multiple of {QK}"
+        );
         let nb = n / QK;
         assert!(
             w.len() >= self.hdr + nb * self.bb,

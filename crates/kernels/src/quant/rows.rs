@@ -28,7 +28,10 @@ pub(crate) fn cast_blocks<T: Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
 /// Check a dot product's arguments: `n` whole blocks and rows long enough for them.
 /// Returns the block count. The SIMD kernels rely on this for memory safety.
 pub(crate) fn check_dot(n: usize, w: &[u8], w_block: usize, a: &[u8], a_block: usize) -> usize {
-    assert!(n.is_multiple_of(QK), "vec_dot: n = {n} is not a multiple of {QK}");
+    assert!(
+        n.is_multiple_of(QK),
+        "vec_dot: n = {n} is not a multiple of {QK}"
+    );
     let nb = n / QK;
     assert!(
         w.len() >= nb * w_block,

@@ -470,7 +470,9 @@ impl LlamaModel {
 /// (checked by the steady-state allocation test).
 fn recycle<'b>(mut v: Vec<AttnSeq<'_>>) -> Vec<AttnSeq<'b>> {
     v.clear();
-    v.into_iter().map(|_| unreachable!("the vector is empty")).collect()
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
 }
 
 /// Stack the batch's tokens and positions into the workspace.

@@ -4,7 +4,6 @@
 //! For an engine in this process the probe submits a one-token request and drops it at once
 //! (which aborts it); a full engine (`Overloaded`) is alive and answers 200.
 
-
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;

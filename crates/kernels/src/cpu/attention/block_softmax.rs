@@ -29,7 +29,10 @@ pub(super) struct RowState<'a> {
 pub(super) unsafe fn fold<V: Lanes>(s: &mut [f32], st: &mut RowState<'_>) {
     let rp = st.m.len();
     assert!(
-        rp.is_multiple_of(V::W) && s.len().is_multiple_of(rp) && st.l.len() == rp && st.corr.len() == rp,
+        rp.is_multiple_of(V::W)
+            && s.len().is_multiple_of(rp)
+            && st.l.len() == rp
+            && st.corr.len() == rp,
         "attention: softmax state shapes"
     );
     for c in (0..rp).step_by(V::W) {

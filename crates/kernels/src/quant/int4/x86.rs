@@ -13,10 +13,10 @@
 //! (checked by the safe wrappers).
 use std::arch::x86_64::*;
 
-use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
-use crate::quant::x86::load::load_2x256;
-use crate::quant::x86::reduce::hsum256;
 use super::{block_bytes, check_dot, check_tile, A, TILE};
+use crate::quant::x86::load::load_2x256;
+use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+use crate::quant::x86::reduce::hsum256;
 
 /// Sub-block `t`'s packed codes, and its group's header, in a row of `S`-sub-block groups.
 #[inline(always)]

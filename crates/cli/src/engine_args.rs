@@ -1,0 +1,189 @@
+//! [`EngineArgs`]: the flags that load a model and start an engine, shared by `kestrel serve`
+//! and `kestrel worker`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use kestrel_kernels::cpu::attention::KvDtype;
+use kestrel_quant::quantize::{QuantMethod, QuantOptions};
+use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
+
+#[derive(clap::Args)]
+pub struct EngineArgs {
+    /// A .gguf file or an HF checkpoint directory [default: SmolLM2-135M-Instruct, fetched on first use].
+    #[arg(long, env = "MODEL_ID")]
+    pub model: Option<PathBuf>,
+    /// Name clients see in /v1/models and responses [default: the model file's stem].
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Most requests running in one batch.
+    #[arg(long, env = "MAX_BATCH_SIZE", default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Longest prompt in tokens [default: max total tokens - 1].
+    #[arg(long, env = "MAX_INPUT_LENGTH")]
+    pub max_input_tokens: Option<usize>,
+    /// Longest prompt + output in tokens [default: the model's context, capped by the KV cache].
+    #[arg(long, env = "MAX_TOTAL_TOKENS")]
+    pub max_total_tokens: Option<usize>,
+    /// Requests in flight beyond this get 429.
+    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
+    pub max_concurrent_requests: usize,
+    /// Token budget of one engine step (chunked prefill).
+    #[arg(long, env = "MAX_BATCH_PREFILL_TOKENS", default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// KV cache memory, e.g. 512MiB, 2GiB, 1000000.
+    #[arg(long, default_value = "1GiB", value_parser = parse_bytes)]
+    pub kv_cache_memory: u64,
+    /// KV cache size in tokens (instead of --kv-cache-memory).
+    #[arg(long)]
+    pub kv_cache_tokens: Option<usize>,
+    /// KV cache storage: f32, f16 (half the memory) or q8 (int8 with one scale per head row).
+    #[arg(long, default_value_t = KvDtype::F32)]
+    pub kv_cache_dtype: KvDtype,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Quantize an F32/F16/BF16 model while loading: int8, int4, nf4, q8_0, q4_0, q4_1, q4_k
+    /// or q6_k (round to nearest; awq and gptq need calibration: use `kestrel quantize`).
+    #[arg(long)]
+    pub quantize: Option<String>,
+    /// Columns per group for --quantize int4.
+    #[arg(long, default_value_t = 128)]
+    pub quantize_group: usize,
+    /// Disable sharing KV blocks between requests with equal prefixes.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Abort requests that wait longer than this many seconds to start.
+    #[arg(long)]
+    pub max_queue_time: Option<f64>,
+    /// Worker threads [default: KESTREL_THREADS, else all cores].
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+}
+
+impl EngineArgs {
+    pub fn launch_options(&self) -> Result<LaunchOptions> {
+        let max_queue_time = match self.max_queue_time {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => bail!("--max-queue-time must be a positive number of seconds, got {s}"),
+        };
+        Ok(LaunchOptions {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.block_size,
+            kv_cache: match self.kv_cache_tokens {
+                Some(t) => KvBudget::Tokens(t),
+                None => KvBudget::Bytes(self.kv_cache_memory),
+            },
+            kv_dtype: self.kv_cache_dtype,
+            enable_prefix_caching: !self.no_prefix_caching,
+            max_concurrent_requests: Some(self.max_concurrent_requests),
+            max_input_tokens: self.max_input_tokens,
+            max_total_tokens: self.max_total_tokens,
+            max_queue_time,
+            model_id: self.served_model_name.clone(),
+        })
+    }
+
+    /// Loads the model (quantizing it if asked) and starts the engine.
+    pub fn launch(&self) -> Result<Launched> {
+        let opts = self.launch_options()?;
+        let path = crate::resolve_model(self.model.clone())?;
+        let loaded = match &self.quantize {
+            None => crate::load_with_progress(&path)?,
+            Some(method) => load_quantizing(&path, method, self.quantize_group)?,
+        };
+        let pool = crate::thread_pool(self.threads);
+        Ok(kestrel_server::launch::start_engine(loaded, &opts, pool)?)
+    }
+}
+
+/// Parses `512MiB`, `2GiB`, `1.5GB`, `4096` (bytes) and the like.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a size: {s:?}"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("size must be at least 1 byte, got {s:?}"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Load `path`, quantizing its matrices with `method`, with a progress bar over the tensors.
+fn load_quantizing(
+    path: &std::path::Path,
+    method: &str,
+    group: usize,
+) -> Result<kestrel_model::LoadedModel> {
+    let method: QuantMethod = method.parse()?;
+    let opts = QuantOptions {
+        group,
+        ..QuantOptions::default()
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} quantizing to {prefix} [{elapsed_precise}] {pos} tensors {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(method.name());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let start = std::time::Instant::now();
+    let on_tensor = |name: &str, from: kestrel_kernels::DType, to: kestrel_kernels::DType| {
+        bar.set_message(format!("{name} {from} -> {to}"));
+        bar.inc(1);
+    };
+    let load = kestrel_quant::LoadOptions {
+        quantize: Some((method, opts)),
+        on_tensor: Some(&on_tensor),
+    };
+    let loaded = kestrel_quant::load_model_with(path, &load);
+    bar.finish_and_clear();
+    let loaded = loaded.map_err(|e| anyhow::anyhow!("cannot load {}: {e}", path.display()))?;
+    eprintln!(
+        "quantized {} to {} while loading in {:.1} s ({} tensors, {:.1} MiB of weights)",
+        path.display(),
+        method.name(),
+        start.elapsed().as_secs_f64(),
+        bar.position(),
+        loaded.model.weight_bytes() as f64 / (1 << 20) as f64
+    );
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("1.5GB"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("0").is_err());
+    }
+}

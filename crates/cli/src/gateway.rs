@@ -1,0 +1,50 @@
+//! `kestrel gateway`: the fleet's HTTP front door. Serves `kestrel serve`'s routes, loads no
+//! weights, and runs every request on the workers behind a Redis server.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use kestrel_fleet::gateway::GatewayConfig;
+
+use crate::http_args::HttpArgs;
+
+#[derive(clap::Args)]
+pub struct GatewayArgs {
+    /// The Redis server the workers read from, e.g. redis://127.0.0.1:6379.
+    #[arg(long, env = "KESTREL_REDIS_URL")]
+    pub redis_url: String,
+    #[command(flatten)]
+    pub http: HttpArgs,
+    /// Queued requests no worker has taken yet beyond which new ones get 429.
+    #[arg(long, default_value_t = 1024)]
+    pub max_queue_len: usize,
+    /// Abort requests that wait longer than this many seconds to start.
+    #[arg(long)]
+    pub max_queue_time: Option<f64>,
+    /// Fail a queued request once no worker has been alive for this many seconds.
+    #[arg(long, default_value_t = 30)]
+    pub no_worker_timeout: u64,
+}
+
+pub fn run(args: GatewayArgs) -> Result<()> {
+    let http = args.http.server_config()?;
+    let mut config = GatewayConfig::new(&args.redis_url);
+    if args.max_queue_len == 0 {
+        bail!("--max-queue-len must be at least 1");
+    }
+    config.max_queue_len = args.max_queue_len;
+    config.no_worker_timeout = Duration::from_secs(args.no_worker_timeout);
+    config.max_queue_time = match args.max_queue_time {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => bail!("--max-queue-time must be a positive number of seconds, got {s}"),
+    };
+    crate::runtime()?.block_on(async move {
+        let listener = kestrel_server::bind(&http).await?;
+        let addr = listener.local_addr().context("no local address")?;
+        println!("kestrel gateway on http://{addr}, queue {}", args.redis_url);
+        kestrel_fleet::gateway::serve(listener, http, config, kestrel_server::shutdown_signal())
+            .await?;
+        Ok(())
+    })
+}

@@ -1,0 +1,85 @@
+//! `kestrel worker`: a full engine that takes requests from the fleet's Redis streams and
+//! streams their results back; `--metrics-port` serves its `/metrics` and `/health`.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use kestrel_fleet::worker::{Worker, WorkerConfig};
+
+use crate::engine_args::EngineArgs;
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The Redis server the gateway queues requests on, e.g. redis://127.0.0.1:6379.
+    #[arg(long, env = "KESTREL_REDIS_URL")]
+    pub redis_url: String,
+    /// Unique name of this worker in the fleet [default: host name and process id].
+    #[arg(long, env = "KESTREL_WORKER_ID")]
+    pub worker_id: Option<String>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Serve /metrics and /health on this port.
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
+    /// Address for the metrics port.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub metrics_host: String,
+    /// Seconds running requests may take to finish after SIGINT/SIGTERM (the rest are re-run
+    /// by other workers).
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+    /// Seconds a taken request may go without its worker's heartbeat before another worker
+    /// claims it.
+    #[arg(long, default_value_t = 5.0)]
+    pub claim_idle: f64,
+    /// Deliveries of one request (first run plus re-runs after worker failures) before it
+    /// fails with an error.
+    #[arg(long, default_value_t = 3)]
+    pub max_deliveries: u32,
+}
+
+pub fn run(args: WorkerArgs) -> Result<()> {
+    if !(args.claim_idle.is_finite() && args.claim_idle >= 2.0) {
+        bail!(
+            "--claim-idle must be at least 2 seconds (twice the heartbeat), got {}",
+            args.claim_idle
+        );
+    }
+    if args.max_deliveries == 0 {
+        bail!("--max-deliveries must be at least 1");
+    }
+    let worker_id = args.worker_id.clone().unwrap_or_else(default_worker_id);
+    let mut config = WorkerConfig::new(&args.redis_url, &worker_id);
+    config.claim_idle = Duration::from_secs_f64(args.claim_idle);
+    config.max_deliveries = args.max_deliveries;
+    let launched = args.engine.launch()?;
+    let metrics_app =
+        kestrel_fleet::worker::metrics_router(launched.engine.clone(), launched.metrics.clone());
+    crate::runtime()?.block_on(async move {
+        if let Some(port) = args.metrics_port {
+            let listener = tokio::net::TcpListener::bind((args.metrics_host.as_str(), port))
+                .await
+                .with_context(|| format!("cannot listen on {}:{port}", args.metrics_host))?;
+            tokio::spawn(async move { axum::serve(listener, metrics_app).await });
+        }
+        let worker = Worker::connect(config, &launched).await?;
+        println!(
+            "kestrel worker {worker_id} serving {} from {}",
+            launched.model.model_id, args.redis_url
+        );
+        worker
+            .run(
+                kestrel_server::shutdown_signal(),
+                Duration::from_secs(args.shutdown_timeout),
+            )
+            .await?;
+        Ok(())
+    })
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "worker".into());
+    format!("{host}-{}", std::process::id())
+}

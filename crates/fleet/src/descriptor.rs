@@ -1,0 +1,58 @@
+//! The [`ModelDescriptor`] a worker announces, and the gateway's [`ModelInfo`] and [`Limits`]
+//! rebuilt from it: the gateway validates, tokenizes and renders chat templates exactly as
+//! `kestrel serve` does, without loading weights.
+
+use std::sync::Arc;
+
+use kestrel_model::tokenizer::Tokenizer;
+use kestrel_server::launch::Launched;
+use kestrel_server::{Limits, ModelInfo};
+
+use crate::protocol::ModelDescriptor;
+use crate::FleetError;
+
+/// The descriptor of a started engine.
+pub fn describe(launched: &Launched) -> Result<ModelDescriptor, FleetError> {
+    let config = launched.engine.config();
+    let stats = launched.engine.stats();
+    let tokenizer = launched
+        .model
+        .tokenizer
+        .to_spec()
+        .map_err(|e| FleetError::Model(e.to_string()))?;
+    Ok(ModelDescriptor {
+        model_id: launched.model.model_id.clone(),
+        dtype: launched.model.dtype.clone(),
+        tokenizer,
+        request_limits: launched.engine.limits(),
+        max_input_tokens: launched.limits.max_input_tokens,
+        max_total_tokens: launched.limits.max_total_tokens,
+        max_num_batched_tokens: config.max_num_batched_tokens,
+        max_num_seqs: config.max_num_seqs,
+        block_size: stats.block_size,
+        num_kv_blocks: stats.num_kv_blocks,
+    })
+}
+
+/// The model as the gateway's routes see it.
+pub fn model_info(d: &ModelDescriptor) -> Result<ModelInfo, FleetError> {
+    let tokenizer =
+        Tokenizer::from_spec(&d.tokenizer).map_err(|e| FleetError::Model(e.to_string()))?;
+    let chat_template = kestrel_model::loader::template(&tokenizer)
+        .map_err(|e| FleetError::Model(e.to_string()))?;
+    Ok(ModelInfo {
+        model_id: d.model_id.clone(),
+        dtype: d.dtype.clone(),
+        tokenizer: Arc::new(tokenizer),
+        chat_template,
+    })
+}
+
+/// The request limits the gateway enforces (the workers'; a queue timeout is the gateway's).
+pub fn limits(d: &ModelDescriptor, max_queue_time: Option<std::time::Duration>) -> Limits {
+    Limits {
+        max_input_tokens: d.max_input_tokens,
+        max_total_tokens: d.max_total_tokens,
+        max_queue_time,
+    }
+}

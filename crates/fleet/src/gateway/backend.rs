@@ -1,0 +1,99 @@
+//! [`FleetBackend`]: the gateway's [`Backend`]. Admission is decided from the registry's view
+//! (no live worker: 503; queue at its limit: 429); an admitted request becomes a [`Job`] that a
+//! [`relay`] task queues and follows.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use kestrel_engine::api::{EngineRequest, EngineStats, RequestLimits};
+use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream};
+use kestrel_server::error::ApiError;
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::relay::relay;
+use super::GatewayShared;
+use crate::metrics::REQUESTS_REJECTED_TOTAL;
+use crate::protocol::Job;
+
+/// Requests run on the fleet's workers.
+pub struct FleetBackend {
+    pub(super) shared: Arc<GatewayShared>,
+    pub(super) runtime: tokio::runtime::Handle,
+}
+
+impl Backend for FleetBackend {
+    fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError> {
+        let shared = &self.shared;
+        if shared.stopping.load(Ordering::Acquire) {
+            return Err(ApiError::Unavailable("the gateway is shutting down".into()));
+        }
+        let view = shared.registry.view();
+        if view.workers.is_empty() {
+            metrics::counter!(REQUESTS_REJECTED_TOTAL, "reason" => "no_workers").increment(1);
+            return Err(ApiError::Unavailable(
+                "no inference worker is alive; retry later".into(),
+            ));
+        }
+        let depth = view.total_depth();
+        let limit = shared.config.max_queue_len;
+        if depth >= limit {
+            metrics::counter!(REQUESTS_REJECTED_TOTAL, "reason" => "queue_full").increment(1);
+            return Err(ApiError::QueueFull { depth, limit });
+        }
+        let number = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}-{number}", shared.gateway_id);
+        let job = Job::new(id, &req, rand::random());
+        let (tx, rx) = unbounded_channel();
+        shared.active.fetch_add(1, Ordering::AcqRel);
+        self.runtime.spawn(relay(shared.clone(), job, tx));
+        let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+        Ok(EventStream::new(number, events.boxed()))
+    }
+
+    fn request_limits(&self) -> RequestLimits {
+        self.shared.descriptor.get().map_or(
+            RequestLimits {
+                vocab_size: 0,
+                max_model_len: 0,
+            },
+            |d| d.request_limits,
+        )
+    }
+
+    fn capacity(&self) -> Capacity {
+        let d = self.shared.descriptor.get();
+        let workers = self.shared.registry.view().workers.len().max(1);
+        Capacity {
+            max_concurrent_requests: Some(self.shared.config.max_queue_len),
+            max_num_batched_tokens: d.map_or(0, |d| d.max_num_batched_tokens),
+            max_num_seqs: d.map_or(0, |d| d.max_num_seqs * workers),
+            block_size: d.map_or(0, |d| d.block_size),
+            num_kv_blocks: d.map_or(0, |d| d.num_kv_blocks),
+        }
+    }
+
+    fn engine_stats(&self) -> Option<EngineStats> {
+        None
+    }
+
+    fn health(&self) -> BackendHealth {
+        let view = self.shared.registry.view();
+        BackendHealth {
+            ready: !view.workers.is_empty() && !self.shared.stopping.load(Ordering::Acquire),
+            running: view.workers.iter().map(|w| w.running).sum(),
+            waiting: view.workers.iter().map(|w| w.waiting).sum::<usize>() + view.total_depth(),
+            kv_usage: view.workers.iter().map(|w| w.kv_usage).fold(0.0, f64::max),
+        }
+    }
+
+    fn shutdown(&self, deadline: Duration) {
+        let shared = &self.shared;
+        shared.stopping.store(true, Ordering::Release);
+        let end = std::time::Instant::now() + deadline;
+        while shared.active.load(Ordering::Acquire) > 0 && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

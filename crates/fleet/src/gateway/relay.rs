@@ -1,0 +1,233 @@
+//! [`relay`]: the life of one request at the gateway. Queue the job on its band's stream, then
+//! follow the request's result stream and pass the events to the client's [`EventStream`]
+//! through a [`Splice`] (a re-run after a worker died repeats tokens the client has). When the
+//! client goes away, tell the workers to cancel.
+//!
+//! [`EventStream`]: kestrel_server::backend::EventStream
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kestrel_engine::api::{EngineEvent, EngineFailure};
+use redis::aio::MultiplexedConnection;
+use redis::streams::StreamReadReply;
+use redis::RedisError;
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::splice::{Splice, Step};
+use super::GatewayShared;
+use crate::keys::Band;
+use crate::metrics::{
+    E2E_REQUEST_LATENCY_SECONDS, REDELIVERIES_TOTAL, TIME_TO_FIRST_TOKEN_SECONDS,
+};
+use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
+use crate::redis_io::retry_for;
+
+/// Longest one blocking read of the result stream waits.
+const BLOCK: Duration = Duration::from_millis(1000);
+/// How long Redis may stay unreachable before the request fails.
+const REDIS_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Runs one request to its end (or its client's departure).
+pub async fn relay(shared: Arc<GatewayShared>, job: Job, events: UnboundedSender<EngineEvent>) {
+    let start = Instant::now();
+    let request = job.id.clone();
+    let ended = tokio::select! {
+        ended = follow(&shared, job, &events, start) => ended,
+        () = events.closed() => false,
+    };
+    if !ended {
+        cancel(&shared, &request).await;
+    }
+    let mut conn = shared.redis.conn();
+    let _ = redis::cmd("DEL")
+        .arg(shared.keys.results(&request))
+        .query_async::<()>(&mut conn)
+        .await;
+    shared.finished();
+}
+
+/// Queues the job and forwards its results; true once a last event reached the client.
+async fn follow(
+    shared: &GatewayShared,
+    job: Job,
+    events: &UnboundedSender<EngineEvent>,
+    start: Instant,
+) -> bool {
+    let request = job.id.clone();
+    if let Err(e) = enqueue(shared, &job).await {
+        let _ = events.send(EngineEvent::Failed(EngineFailure::Internal(format!(
+            "cannot queue the request: {e}"
+        ))));
+        return true;
+    }
+    let mut splice = Splice::default();
+    let mut last_id = "0-0".to_string();
+    let mut conn: Option<MultiplexedConnection> = None;
+    let mut failing_since: Option<Instant> = None;
+    let mut first_token = true;
+    loop {
+        let read = match conn.as_mut() {
+            Some(c) => read(shared, c, &request, &last_id).await,
+            None => match shared.redis.dedicated(BLOCK).await {
+                Ok(c) => {
+                    conn = Some(c);
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let entries = match read {
+            Ok(entries) => {
+                failing_since = None;
+                entries
+            }
+            Err(e) => {
+                conn = None;
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > REDIS_PATIENCE {
+                    let _ = events.send(EngineEvent::Failed(EngineFailure::Internal(format!(
+                        "lost the connection to the queue: {e}"
+                    ))));
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if entries.is_empty() {
+            if let Some(failure) = stranded(shared) {
+                let _ = events.send(EngineEvent::Failed(failure));
+                return true;
+            }
+            continue;
+        }
+        for (id, entry) in entries {
+            last_id = id;
+            if splice.is_rerun(entry.attempt) {
+                metrics::counter!(REDELIVERIES_TOTAL).increment(1);
+                tracing::warn!(%request, attempt = entry.attempt, resent = splice.sent(), "request re-run after a worker failure");
+            }
+            let event = match entry.event {
+                ResultEvent::Started { worker } => {
+                    tracing::debug!(%request, %worker, attempt = entry.attempt, "started");
+                    continue;
+                }
+                ResultEvent::Engine(event) => event,
+                ResultEvent::Rejected { message } => EngineEvent::Failed(EngineFailure::Internal(
+                    format!("the worker refused the request: {message}"),
+                )),
+                ResultEvent::GaveUp { deliveries } => EngineEvent::Failed(EngineFailure::Internal(
+                    format!("the request was delivered {deliveries} times and its worker failed each time; giving up"),
+                )),
+            };
+            let event = match splice.step(entry.attempt, event) {
+                Step::Skip => continue,
+                Step::Forward(event) => event,
+                Step::Diverged(failure) => EngineEvent::Failed(failure),
+            };
+            let last = !matches!(event, EngineEvent::Token(_));
+            if first_token && !last {
+                first_token = false;
+                metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS)
+                    .record(start.elapsed().as_secs_f64());
+            }
+            if events.send(event).is_err() {
+                return false;
+            }
+            if last {
+                metrics::histogram!(E2E_REQUEST_LATENCY_SECONDS)
+                    .record(start.elapsed().as_secs_f64());
+                return true;
+            }
+        }
+    }
+}
+
+/// Puts the job on its band's stream.
+async fn enqueue(shared: &GatewayShared, job: &Job) -> Result<(), RedisError> {
+    let json = serde_json::to_string(job).map_err(|e| {
+        RedisError::from((
+            redis::ErrorKind::Client,
+            "cannot encode the job",
+            e.to_string(),
+        ))
+    })?;
+    let stream = shared.keys.requests(Band::of(job.priority));
+    let conn = shared.redis.conn();
+    retry_for(Duration::from_secs(5), || {
+        let mut conn = conn.clone();
+        let cmd = redis::cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg(FIELD)
+            .arg(&json)
+            .clone();
+        async move { cmd.query_async::<String>(&mut conn).await }
+    })
+    .await
+    .map(|_| ())
+}
+
+/// New entries of the request's result stream after `last_id`, waiting up to [`BLOCK`].
+async fn read(
+    shared: &GatewayShared,
+    conn: &mut MultiplexedConnection,
+    request: &str,
+    last_id: &str,
+) -> Result<Vec<(String, ResultEntry)>, RedisError> {
+    let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+        .arg("COUNT")
+        .arg(256)
+        .arg("BLOCK")
+        .arg(BLOCK.as_millis() as u64)
+        .arg("STREAMS")
+        .arg(shared.keys.results(request))
+        .arg(last_id)
+        .query_async(conn)
+        .await?;
+    let mut out = Vec::new();
+    for key in reply.map(|r| r.keys).unwrap_or_default() {
+        for item in key.ids {
+            let Some(json) = item.get::<String>(FIELD) else {
+                continue;
+            };
+            match serde_json::from_str::<ResultEntry>(&json) {
+                Ok(entry) => out.push((item.id, entry)),
+                Err(e) => tracing::error!(error = %e, "undecodable result entry"),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A failure when no worker has been alive for longer than the gateway waits for one.
+fn stranded(shared: &GatewayShared) -> Option<EngineFailure> {
+    let since = shared.registry.view().no_worker_since?;
+    (since.elapsed() > shared.config.no_worker_timeout).then(|| {
+        EngineFailure::Internal(format!(
+            "no inference worker has been alive for {} s; the request stays unserved",
+            since.elapsed().as_secs()
+        ))
+    })
+}
+
+/// Tells the workers that the client went away.
+async fn cancel(shared: &GatewayShared, request: &str) {
+    let mut conn = shared.redis.conn();
+    let ttl = shared.config.result_ttl.as_secs().max(1);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(shared.keys.cancelled(request))
+        .arg(1)
+        .arg("EX")
+        .arg(ttl)
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(shared.keys.cancel_channel())
+        .arg(request)
+        .ignore();
+    if let Err(e) = pipe.query_async::<()>(&mut conn).await {
+        tracing::warn!(error = %e, %request, "cannot publish a cancellation");
+    }
+}

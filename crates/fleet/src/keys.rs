@@ -1,0 +1,126 @@
+//! [`Keys`]: the names of everything the fleet keeps in Redis, in one place, and [`Band`], the
+//! priority class a request is queued under.
+//!
+//! ```text
+//! {p}:requests:{high,normal,low}   stream, consumer group `{p}-workers`: queued requests
+//! {p}:results:{request}            stream with a TTL: one request's events, in order
+//! {p}:worker:{id}                  string with a TTL: a live worker's heartbeat (JSON)
+//! {p}:model                        string: the served model's descriptor (JSON)
+//! {p}:cancel                       pub/sub channel: ids of requests whose client went away
+//! {p}:cancelled:{request}          string with a TTL: the same, for workers that missed it
+//! ```
+
+/// A request's priority class: workers read `High` first, then `Normal`, then `Low`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Band {
+    High,
+    Normal,
+    Low,
+}
+
+impl Band {
+    /// Highest first.
+    pub const ALL: [Band; 3] = [Band::High, Band::Normal, Band::Low];
+
+    /// The band of a request's `priority` (higher runs first; 0 is the default).
+    pub fn of(priority: i32) -> Band {
+        match priority {
+            p if p > 0 => Band::High,
+            0 => Band::Normal,
+            _ => Band::Low,
+        }
+    }
+
+    /// The label used in key names and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Band::High => "high",
+            Band::Normal => "normal",
+            Band::Low => "low",
+        }
+    }
+}
+
+/// Key names under one prefix (default `kestrel`), so several fleets can share a Redis.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys::new("kestrel")
+    }
+}
+
+impl Keys {
+    /// Keys under `prefix`.
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    /// The request stream of `band`.
+    pub fn requests(&self, band: Band) -> String {
+        format!("{}:requests:{}", self.prefix, band.as_str())
+    }
+
+    /// The consumer group every worker reads the request streams through.
+    pub fn group(&self) -> String {
+        format!("{}-workers", self.prefix)
+    }
+
+    /// The result stream of `request`.
+    pub fn results(&self, request: &str) -> String {
+        format!("{}:results:{request}", self.prefix)
+    }
+
+    /// The heartbeat key of `worker`.
+    pub fn worker(&self, worker: &str) -> String {
+        format!("{}:worker:{worker}", self.prefix)
+    }
+
+    /// The pattern matching every heartbeat key.
+    pub fn worker_pattern(&self) -> String {
+        format!("{}:worker:*", self.prefix)
+    }
+
+    /// The model descriptor.
+    pub fn model(&self) -> String {
+        format!("{}:model", self.prefix)
+    }
+
+    /// The cancellation channel.
+    pub fn cancel_channel(&self) -> String {
+        format!("{}:cancel", self.prefix)
+    }
+
+    /// The cancellation marker of `request`.
+    pub fn cancelled(&self, request: &str) -> String {
+        format!("{}:cancelled:{request}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_follow_priority_order() {
+        assert_eq!(Band::of(5), Band::High);
+        assert_eq!(Band::of(0), Band::Normal);
+        assert_eq!(Band::of(-1), Band::Low);
+        assert_eq!(Band::ALL[0], Band::High);
+    }
+
+    #[test]
+    fn keys_share_the_prefix() {
+        let k = Keys::new("t1");
+        assert_eq!(k.requests(Band::Low), "t1:requests:low");
+        assert_eq!(k.results("abc"), "t1:results:abc");
+        assert_eq!(k.worker("w1"), "t1:worker:w1");
+        assert!(k.worker_pattern().starts_with("t1:worker:"));
+        assert_eq!(k.group(), "t1-workers");
+    }
+}

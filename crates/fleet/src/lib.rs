@@ -1,0 +1,45 @@
+//! Kestrel's fleet: `kestrel gateway` (the HTTP front door, no weights) and `kestrel worker`
+//! (a full engine) sharing work through Redis Streams.
+//!
+//! * [`keys`] — every Redis key and the priority [`keys::Band`]s;
+//! * [`protocol`] — the JSON that travels: jobs, result entries, heartbeats, the model
+//!   descriptor;
+//! * [`worker`] — takes jobs through a consumer group, runs them, publishes results,
+//!   acknowledges after the last one, claims dead workers' jobs;
+//! * [`gateway`] — the server's routes over a [`gateway::FleetBackend`] that queues jobs and
+//!   splices their results (re-runs included) into the client's stream;
+//! * [`redis_io`] — connections and retries.
+//!
+//! Delivery is at least once; a worker crash costs the client time, not tokens.
+
+// Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod descriptor;
+pub mod gateway;
+pub mod keys;
+pub mod metrics;
+pub mod protocol;
+pub mod redis_io;
+pub mod worker;
+
+/// Why a fleet process failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("invalid redis URL {url:?}: {message}")]
+    Url { url: String, message: String },
+    #[error("cannot connect to redis at {url}: {source}")]
+    Connect {
+        url: String,
+        source: redis::RedisError,
+    },
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("malformed fleet data: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("{0}")]
+    Model(String),
+    #[error("the HTTP server failed: {0}")]
+    Serve(String),
+}

@@ -1,0 +1,184 @@
+//! What travels through Redis, as JSON: the queued [`Job`], the [`ResultEntry`]s of a request's
+//! result stream, a worker's [`WorkerStatus`] heartbeat and the [`ModelDescriptor`] the gateway
+//! serves from.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kestrel_engine::api::{EngineEvent, EngineRequest, InvalidRequest, RequestLimits};
+use kestrel_engine::sampling::SamplingParams;
+use kestrel_model::tokenizer::TokenizerSpec;
+use serde::{Deserialize, Serialize};
+
+/// The field of a stream entry that holds its JSON.
+pub const FIELD: &str = "v";
+
+/// A queued request: a validated [`EngineRequest`] in a form another process can rebuild.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// The gateway's id for the request (unique; names its result stream).
+    pub id: String,
+    pub prompt_ids: Vec<u32>,
+    /// Always seeded, so that a re-run after a worker died repeats the first run's tokens.
+    pub sampling: SamplingParams,
+    pub priority: i32,
+    pub max_queue_time_ms: Option<u64>,
+    /// When the gateway queued it (Unix milliseconds): queue time includes the wait in Redis.
+    pub queued_at_ms: u64,
+}
+
+impl Job {
+    /// The job for `req`; an unseeded request gets `seed`.
+    pub fn new(id: String, req: &EngineRequest, seed: u64) -> Job {
+        let mut sampling = req.sampling().clone();
+        sampling.seed.get_or_insert(seed);
+        Job {
+            id,
+            prompt_ids: req.prompt_ids().to_vec(),
+            sampling,
+            priority: req.priority(),
+            max_queue_time_ms: req
+                .max_queue_time()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            queued_at_ms: unix_ms(),
+        }
+    }
+
+    /// The engine request again, checked against this worker's `limits`.
+    pub fn to_request(&self, limits: &RequestLimits) -> Result<EngineRequest, InvalidRequest> {
+        let waited = Duration::from_millis(unix_ms().saturating_sub(self.queued_at_ms));
+        // Clocks of different machines may disagree; a wait beyond an hour is not believed.
+        let waited = waited.min(Duration::from_secs(3600));
+        let now = Instant::now();
+        let arrival = now.checked_sub(waited).unwrap_or(now);
+        Ok(
+            EngineRequest::new(self.prompt_ids.clone(), self.sampling.clone(), limits)?
+                .with_priority(self.priority)
+                .with_arrival(arrival)
+                .with_max_queue_time(self.max_queue_time_ms.map(Duration::from_millis)),
+        )
+    }
+}
+
+/// One entry of a request's result stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResultEntry {
+    /// Which delivery of the job produced it (1 for the first run; a re-run after a worker
+    /// died has a higher one and repeats the tokens from the start).
+    pub attempt: u32,
+    pub event: ResultEvent,
+}
+
+/// What a worker reports about a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ResultEvent {
+    /// A worker took the job (and the `attempt`-th run starts).
+    Started { worker: String },
+    /// The engine's event, as `kestrel serve` would stream it.
+    Engine(EngineEvent),
+    /// The worker refused the job as invalid for its model (a 400).
+    Rejected { message: String },
+    /// The job was delivered more often than allowed (workers kept dying on it).
+    GaveUp { deliveries: u32 },
+}
+
+/// A worker's heartbeat: who it is, what it serves, how loaded it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    pub worker_id: String,
+    pub model_id: String,
+    /// Most sequences its engine runs at once.
+    pub max_num_seqs: usize,
+    /// Jobs it has taken and not finished.
+    pub active: usize,
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_usage: f64,
+}
+
+/// The served model, as the gateway needs it to validate and render requests without weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelDescriptor {
+    pub model_id: String,
+    pub dtype: String,
+    pub tokenizer: TokenizerSpec,
+    pub request_limits: RequestLimits,
+    pub max_input_tokens: usize,
+    pub max_total_tokens: usize,
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    pub block_size: usize,
+    pub num_kv_blocks: usize,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_round_trips_and_is_seeded() {
+        let limits = RequestLimits {
+            vocab_size: 100,
+            max_model_len: 64,
+        };
+        let sampling = SamplingParams {
+            max_tokens: 8,
+            ..Default::default()
+        };
+        let req = EngineRequest::new(vec![1, 2, 3], sampling, &limits)
+            .unwrap()
+            .with_priority(3);
+        let job = Job::new("r1".into(), &req, 42);
+        assert_eq!(job.sampling.seed, Some(42));
+        let json = serde_json::to_string(&job).unwrap();
+        let back: Job = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, job);
+        let rebuilt = back.to_request(&limits).unwrap();
+        assert_eq!(rebuilt.prompt_ids(), &[1, 2, 3]);
+        assert_eq!(rebuilt.priority(), 3);
+        assert_eq!(rebuilt.sampling().seed, Some(42));
+    }
+
+    #[test]
+    fn a_seeded_request_keeps_its_seed() {
+        let limits = RequestLimits {
+            vocab_size: 10,
+            max_model_len: 16,
+        };
+        let sampling = SamplingParams {
+            seed: Some(7),
+            max_tokens: 2,
+            ..Default::default()
+        };
+        let req = EngineRequest::new(vec![1], sampling, &limits).unwrap();
+        assert_eq!(Job::new("x".into(), &req, 99).sampling.seed, Some(7));
+    }
+
+    #[test]
+    fn a_job_is_checked_against_the_worker_limits() {
+        let wide = RequestLimits {
+            vocab_size: 1000,
+            max_model_len: 64,
+        };
+        let narrow = RequestLimits {
+            vocab_size: 10,
+            max_model_len: 64,
+        };
+        let sampling = SamplingParams {
+            max_tokens: 2,
+            ..Default::default()
+        };
+        let req = EngineRequest::new(vec![500], sampling, &wide);
+        let job = Job::new("y".into(), &req.unwrap(), 1);
+        assert!(matches!(
+            job.to_request(&narrow),
+            Err(InvalidRequest::TokenOutOfVocab { .. })
+        ));
+    }
+}

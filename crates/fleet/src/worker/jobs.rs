@@ -1,0 +1,265 @@
+//! [`Jobs`]: the requests this worker has taken from Redis and not finished. Each runs in a task
+//! that streams the engine's events to the request's result stream, then acknowledges the queue
+//! entry: only after the last event is published, so a worker that dies earlier leaves the entry
+//! pending for another worker to claim.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kestrel_engine::api::{EngineEvent, EngineFailure, SubmitError};
+use kestrel_engine::handle::EngineHandle;
+use redis::aio::ConnectionManager;
+use tokio::sync::{oneshot, Notify};
+
+use crate::keys::{Band, Keys};
+use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
+use crate::redis_io::retry_for;
+
+/// How long publishing one event may keep failing before the run is given up (the entry stays
+/// pending, so another worker re-runs it).
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(30);
+
+/// A queue entry: which stream, which id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub band: Band,
+    pub id: String,
+}
+
+struct Active {
+    entry: Entry,
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// The jobs in progress, shared by the intake, upkeep and cancellation tasks.
+pub struct Jobs {
+    engine: EngineHandle,
+    conn: ConnectionManager,
+    keys: Keys,
+    worker_id: String,
+    result_ttl: Duration,
+    active: Mutex<HashMap<String, Active>>,
+    /// Signalled whenever a job ends (a slot is free).
+    pub freed: Notify,
+}
+
+impl Jobs {
+    pub fn new(
+        engine: EngineHandle,
+        conn: ConnectionManager,
+        keys: Keys,
+        worker_id: String,
+        result_ttl: Duration,
+    ) -> Arc<Jobs> {
+        Arc::new(Jobs {
+            engine,
+            conn,
+            keys,
+            worker_id,
+            result_ttl,
+            active: Mutex::new(HashMap::new()),
+            freed: Notify::new(),
+        })
+    }
+
+    /// Jobs in progress.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no job is in progress.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// The queue entries of the jobs in progress in `band`.
+    pub fn entries_in(&self, band: Band) -> Vec<String> {
+        self.lock()
+            .values()
+            .filter(|a| a.entry.band == band)
+            .map(|a| a.entry.id.clone())
+            .collect()
+    }
+
+    /// The request ids in progress.
+    pub fn request_ids(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Asks the job of `request` to stop (its client went away); false if it is not here.
+    pub fn cancel(&self, request: &str) -> bool {
+        let sender = self.lock().get_mut(request).and_then(|a| a.cancel.take());
+        match sender {
+            Some(tx) => tx.send(()).is_ok(),
+            None => false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
+        // The map holds plain data; a panic elsewhere cannot leave it half-updated.
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts `job` (its `attempt`-th delivery) from `entry`. A cancelled, invalid or
+    /// engine-refused job ends here; the rest run in their own task.
+    pub async fn start(self: &Arc<Self>, entry: Entry, job: Job, attempt: u32) {
+        let mut conn = self.conn.clone();
+        let cancelled: bool = redis::cmd("EXISTS")
+            .arg(self.keys.cancelled(&job.id))
+            .query_async(&mut conn)
+            .await
+            .unwrap_or(false);
+        if cancelled {
+            self.ack(&entry).await;
+            return;
+        }
+        let req = match job.to_request(&self.engine.limits()) {
+            Ok(req) => req,
+            Err(e) => {
+                let event = ResultEvent::Rejected {
+                    message: e.to_string(),
+                };
+                self.finish_with(&entry, &job.id, attempt, event).await;
+                return;
+            }
+        };
+        let stream = match self.engine.submit(req) {
+            Ok(stream) => stream,
+            Err(SubmitError::Overloaded(_)) | Err(SubmitError::Stopped) => {
+                // Left pending: this worker or another claims it again later.
+                tracing::warn!(request = %job.id, "engine refused a job; leaving it queued");
+                return;
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(
+            job.id.clone(),
+            Active {
+                entry: entry.clone(),
+                cancel: Some(tx),
+            },
+        );
+        let jobs = self.clone();
+        tokio::spawn(async move { jobs.run(entry, job.id, attempt, stream, rx).await });
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        entry: Entry,
+        request: String,
+        attempt: u32,
+        mut stream: kestrel_engine::handle::ResponseStream,
+        mut cancel: oneshot::Receiver<()>,
+    ) {
+        let started = ResultEvent::Started {
+            worker: self.worker_id.clone(),
+        };
+        let mut published = self.publish(&request, attempt, started).await;
+        while published {
+            let event = tokio::select! {
+                event = stream.next() => event,
+                _ = &mut cancel => {
+                    tracing::debug!(%request, "cancelled by its client");
+                    drop(stream);
+                    self.ack(&entry).await;
+                    self.end(&request);
+                    return;
+                }
+            };
+            let Some(event) = event else { break };
+            if matches!(event, EngineEvent::Failed(EngineFailure::ShuttingDown)) {
+                // This worker is stopping: leave the job pending for another one.
+                break;
+            }
+            let last = !matches!(event, EngineEvent::Token(_));
+            published = self
+                .publish(&request, attempt, ResultEvent::Engine(event))
+                .await;
+            if last && published {
+                self.ack(&entry).await;
+                break;
+            }
+        }
+        if !published {
+            tracing::error!(%request, "cannot publish results; leaving the job for a re-run");
+        }
+        self.end(&request);
+    }
+
+    fn end(&self, request: &str) {
+        self.lock().remove(request);
+        self.freed.notify_waiters();
+    }
+
+    /// Publishes `event` and acknowledges the entry (for jobs that end before running).
+    pub async fn finish_with(
+        &self,
+        entry: &Entry,
+        request: &str,
+        attempt: u32,
+        event: ResultEvent,
+    ) {
+        if self.publish(request, attempt, event).await {
+            self.ack(entry).await;
+        }
+    }
+
+    /// Appends one event to the request's result stream (and refreshes its TTL); false if
+    /// Redis stayed unreachable.
+    async fn publish(&self, request: &str, attempt: u32, event: ResultEvent) -> bool {
+        let entry = ResultEntry { attempt, event };
+        let json = match serde_json::to_string(&entry) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode a result");
+                return false;
+            }
+        };
+        let key = self.keys.results(request);
+        let ttl = self.result_ttl.as_secs().max(1);
+        let conn = self.conn.clone();
+        let sent = retry_for(PUBLISH_PATIENCE, || {
+            let mut conn = conn.clone();
+            let mut pipe = redis::pipe();
+            pipe.cmd("XADD")
+                .arg(&key)
+                .arg("*")
+                .arg(FIELD)
+                .arg(&json)
+                .ignore()
+                .cmd("EXPIRE")
+                .arg(&key)
+                .arg(ttl)
+                .ignore();
+            async move { pipe.query_async::<()>(&mut conn).await }
+        })
+        .await;
+        sent.is_ok()
+    }
+
+    /// Acknowledges and deletes a queue entry: the request is done with.
+    pub async fn ack(&self, entry: &Entry) {
+        let stream = self.keys.requests(entry.band);
+        let group = self.keys.group();
+        let conn = self.conn.clone();
+        let done = retry_for(PUBLISH_PATIENCE, || {
+            let mut conn = conn.clone();
+            let mut pipe = redis::pipe();
+            pipe.cmd("XACK")
+                .arg(&stream)
+                .arg(&group)
+                .arg(&entry.id)
+                .ignore()
+                .cmd("XDEL")
+                .arg(&stream)
+                .arg(&entry.id)
+                .ignore();
+            async move { pipe.query_async::<()>(&mut conn).await }
+        })
+        .await;
+        if let Err(e) = done {
+            tracing::error!(error = %e, entry = %entry.id, "cannot acknowledge a finished job");
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! [`Worker`]: a full Kestrel engine that takes requests from the fleet's Redis streams and
+//! streams their events back.
+//!
+//! ```text
+//! intake  ── XREADGROUP (high, normal, low; only as many as the engine can start) ──► Jobs
+//! Jobs    ── one task per job: engine events ─► XADD {p}:results:{id} ─► XACK + XDEL
+//! upkeep  ── heartbeat key, XCLAIM own entries (fresh), XAUTOCLAIM dead workers' entries
+//! cancel  ── SUBSCRIBE {p}:cancel ─► drop the job's engine stream (KV freed next step)
+//! ```
+//!
+//! Delivery is at least once: an entry is acknowledged only after its last event is published.
+//! A worker that dies leaves its entries pending; once idle past `claim_idle` another worker
+//! claims and re-runs them (same seed, so the same tokens), up to `max_deliveries` times.
+
+mod cancel;
+mod intake;
+mod jobs;
+mod upkeep;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kestrel_engine::handle::EngineHandle;
+use kestrel_server::launch::Launched;
+
+use crate::keys::Keys;
+use crate::protocol::ModelDescriptor;
+use crate::redis_io::{ensure_groups, Redis};
+use crate::FleetError;
+use jobs::Jobs;
+
+/// How a worker talks to the fleet.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub redis_url: String,
+    /// Its consumer name in the group and its heartbeat key; unique in the fleet.
+    pub worker_id: String,
+    pub keys: Keys,
+    /// How often it announces itself (its heartbeat expires after three of these).
+    pub heartbeat: Duration,
+    /// Pending entries idle this long belong to a dead worker and are claimed.
+    pub claim_idle: Duration,
+    /// A job delivered more often than this fails with a clear error instead of running again.
+    pub max_deliveries: u32,
+    /// How long a result stream outlives its last event.
+    pub result_ttl: Duration,
+}
+
+impl WorkerConfig {
+    /// Defaults for `worker_id` on `redis_url`: heartbeat 1 s, claim after 5 s idle, at most 3
+    /// deliveries, results kept 10 minutes.
+    pub fn new(redis_url: &str, worker_id: &str) -> WorkerConfig {
+        WorkerConfig {
+            redis_url: redis_url.to_string(),
+            worker_id: worker_id.to_string(),
+            keys: Keys::default(),
+            heartbeat: Duration::from_secs(1),
+            claim_idle: Duration::from_secs(5),
+            max_deliveries: 3,
+            result_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What the worker's tasks share.
+pub(crate) struct WorkerShared {
+    config: WorkerConfig,
+    redis: Redis,
+    keys: Keys,
+    worker_id: String,
+    engine: EngineHandle,
+    descriptor: ModelDescriptor,
+    max_num_seqs: usize,
+    stopping: AtomicBool,
+}
+
+impl WorkerShared {
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// A started engine connected to the fleet.
+pub struct Worker {
+    shared: Arc<WorkerShared>,
+}
+
+impl Worker {
+    /// Connects to Redis (waiting up to 30 s for it), creates the consumer group if needed and
+    /// announces the model.
+    pub async fn connect(config: WorkerConfig, launched: &Launched) -> Result<Worker, FleetError> {
+        let redis = Redis::connect(&config.redis_url, Duration::from_secs(30)).await?;
+        let descriptor = crate::descriptor::describe(launched)?;
+        ensure_groups(&redis, &config.keys).await?;
+        let shared = Arc::new(WorkerShared {
+            keys: config.keys.clone(),
+            worker_id: config.worker_id.clone(),
+            max_num_seqs: launched.engine.config().max_num_seqs,
+            engine: launched.engine.clone(),
+            descriptor,
+            redis,
+            config,
+            stopping: AtomicBool::new(false),
+        });
+        announce_model(&shared).await?;
+        Ok(Worker { shared })
+    }
+
+    /// Takes and runs work until `shutdown` resolves; then takes no more, lets running jobs
+    /// finish within `deadline` (the rest stay pending for other workers), removes its
+    /// heartbeat and stops the engine.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()>,
+        deadline: Duration,
+    ) -> Result<(), FleetError> {
+        let shared = self.shared;
+        let jobs = Jobs::new(
+            shared.engine.clone(),
+            shared.redis.conn(),
+            shared.keys.clone(),
+            shared.worker_id.clone(),
+            shared.config.result_ttl,
+        );
+        let tasks = [
+            tokio::spawn(intake::run(shared.clone(), jobs.clone())),
+            tokio::spawn(upkeep::run(shared.clone(), jobs.clone())),
+            tokio::spawn(cancel::run(shared.clone(), jobs.clone())),
+        ];
+        tracing::info!(worker = %shared.worker_id, "worker taking requests");
+        shutdown.await;
+        tracing::info!("stopping: no new requests; finishing running ones");
+        shared.stopping.store(true, Ordering::Release);
+        let drained = tokio::time::timeout(deadline, async {
+            while !jobs.is_empty() {
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(100), jobs.freed.notified()).await;
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                left = jobs.len(),
+                "deadline passed; unfinished jobs stay queued"
+            );
+        }
+        for t in tasks {
+            t.abort();
+        }
+        let mut conn = shared.redis.conn();
+        let _ = redis::cmd("DEL")
+            .arg(shared.keys.worker(&shared.worker_id))
+            .query_async::<()>(&mut conn)
+            .await;
+        let engine = shared.engine.clone();
+        let _ = tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await;
+        Ok(())
+    }
+}
+
+/// Stores the model descriptor the gateway serves from.
+async fn announce_model(shared: &WorkerShared) -> Result<(), redis::RedisError> {
+    let json = serde_json::to_string(&shared.descriptor).unwrap_or_default();
+    let mut conn = shared.redis.conn();
+    redis::cmd("SET")
+        .arg(shared.keys.model())
+        .arg(json)
+        .query_async::<()>(&mut conn)
+        .await
+}
+
+/// The worker's own HTTP routes: `/metrics` (its engine's `kestrel:*` series) and `/health`
+/// (200 while the engine takes requests).
+pub fn metrics_router(
+    engine: EngineHandle,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> axum::Router {
+    use axum::routing::get;
+    use kestrel_server::backend::Backend;
+    let health_engine = engine.clone();
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let stats = engine.stats();
+                let text = kestrel_server::metrics::render_with(&metrics, Some(stats));
+                async move { text }
+            }),
+        )
+        .route(
+            "/health",
+            get(move || {
+                let ready = health_engine.health().ready;
+                async move {
+                    if ready {
+                        (axum::http::StatusCode::OK, "ok")
+                    } else {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+                    }
+                }
+            }),
+        )
+}

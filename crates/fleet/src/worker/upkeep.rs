@@ -1,0 +1,180 @@
+//! The worker's periodic duties, once per heartbeat interval:
+//!
+//! * announce itself: its [`WorkerStatus`] under a key that expires after three intervals, and
+//!   the model descriptor if Redis lost it;
+//! * keep its own pending entries fresh (`XCLAIM ... JUSTID` to itself resets their idle time,
+//!   without counting a delivery), so that only entries of a dead worker grow idle;
+//! * claim entries idle past `claim_idle` (`XAUTOCLAIM`): their worker died. Each is re-run as
+//!   its next attempt, or given up once delivered more than `max_deliveries` times;
+//! * look for cancellations it may have missed on the pub/sub channel.
+
+use std::sync::Arc;
+
+use redis::streams::StreamAutoClaimReply;
+use redis::RedisError;
+
+use super::jobs::{Entry, Jobs};
+use super::{intake, WorkerShared};
+use crate::keys::Band;
+use crate::protocol::{ResultEvent, WorkerStatus};
+
+/// Runs until `shared.stopping` is set; then removes the heartbeat.
+pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
+    let mut ticker = tokio::time::interval(shared.config.heartbeat);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !shared.is_stopping() {
+        ticker.tick().await;
+        if let Err(e) = beat(&shared, &jobs).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+            continue;
+        }
+        if let Err(e) = touch(&shared, &jobs).await {
+            tracing::warn!(error = %e, "refreshing pending entries failed");
+        }
+        if let Err(e) = check_cancelled(&shared, &jobs).await {
+            tracing::warn!(error = %e, "checking cancellations failed");
+        }
+        if !shared.is_stopping() {
+            if let Err(e) = reclaim(&shared, &jobs).await {
+                tracing::warn!(error = %e, "claiming entries of dead workers failed");
+            }
+        }
+    }
+}
+
+async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
+    let stats = shared.engine.stats();
+    let status = WorkerStatus {
+        worker_id: shared.worker_id.clone(),
+        model_id: shared.descriptor.model_id.clone(),
+        max_num_seqs: shared.max_num_seqs,
+        active: jobs.len(),
+        running: stats.running,
+        waiting: stats.waiting,
+        kv_usage: stats.kv_usage,
+    };
+    let json = serde_json::to_string(&status).unwrap_or_default();
+    let ttl_ms = shared.config.heartbeat.as_millis() as u64 * 3;
+    let mut conn = shared.redis.conn();
+    redis::cmd("SET")
+        .arg(shared.keys.worker(&shared.worker_id))
+        .arg(json)
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async::<()>(&mut conn)
+        .await?;
+    let known: bool = redis::cmd("EXISTS")
+        .arg(shared.keys.model())
+        .query_async(&mut conn)
+        .await?;
+    if !known {
+        super::announce_model(shared).await?;
+    }
+    Ok(())
+}
+
+async fn touch(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
+    let mut conn = shared.redis.conn();
+    for band in Band::ALL {
+        let ids = jobs.entries_in(band);
+        if ids.is_empty() {
+            continue;
+        }
+        redis::cmd("XCLAIM")
+            .arg(shared.keys.requests(band))
+            .arg(shared.keys.group())
+            .arg(&shared.worker_id)
+            .arg(0)
+            .arg(&ids)
+            .arg("JUSTID")
+            .query_async::<redis::Value>(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn check_cancelled(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
+    let requests = jobs.request_ids();
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for r in &requests {
+        pipe.cmd("EXISTS").arg(shared.keys.cancelled(r));
+    }
+    let mut conn = shared.redis.conn();
+    let found: Vec<bool> = pipe.query_async(&mut conn).await?;
+    for (request, cancelled) in requests.iter().zip(found) {
+        if cancelled {
+            jobs.cancel(request);
+        }
+    }
+    Ok(())
+}
+
+async fn reclaim(shared: &Arc<WorkerShared>, jobs: &Arc<Jobs>) -> Result<(), RedisError> {
+    let mut conn = shared.redis.conn();
+    for band in Band::ALL {
+        let free = intake::free_slots(shared, jobs);
+        if free == 0 {
+            return Ok(());
+        }
+        let stream = shared.keys.requests(band);
+        let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
+            .arg(&stream)
+            .arg(shared.keys.group())
+            .arg(&shared.worker_id)
+            .arg(shared.config.claim_idle.as_millis() as u64)
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(free)
+            .query_async(&mut conn)
+            .await?;
+        for item in reply.claimed {
+            let deliveries = deliveries(shared, &stream, &item.id).await?;
+            tracing::warn!(entry = %item.id, deliveries, "claimed a job of a dead worker");
+            if deliveries > shared.config.max_deliveries {
+                give_up(jobs, band, &item, deliveries).await;
+            } else {
+                intake::start(jobs, band, item, deliveries).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How often the entry has been delivered (this claim included).
+async fn deliveries(shared: &WorkerShared, stream: &str, id: &str) -> Result<u32, RedisError> {
+    let mut conn = shared.redis.conn();
+    let pending: redis::streams::StreamPendingCountReply = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(shared.keys.group())
+        .arg(id)
+        .arg(id)
+        .arg(1)
+        .query_async(&mut conn)
+        .await?;
+    Ok(pending
+        .ids
+        .first()
+        .map_or(1, |p| u32::try_from(p.times_delivered).unwrap_or(u32::MAX)))
+}
+
+async fn give_up(jobs: &Jobs, band: Band, item: &redis::streams::StreamId, deliveries: u32) {
+    let entry = Entry {
+        band,
+        id: item.id.clone(),
+    };
+    let request = item
+        .get::<String>(crate::protocol::FIELD)
+        .and_then(|json| serde_json::from_str::<crate::protocol::Job>(&json).ok())
+        .map(|job| job.id);
+    tracing::error!(entry = %entry.id, deliveries, "giving up on a job that keeps failing");
+    match request {
+        Some(request) => {
+            let event = ResultEvent::GaveUp { deliveries };
+            jobs.finish_with(&entry, &request, deliveries, event).await;
+        }
+        None => jobs.ack(&entry).await,
+    }
+}

@@ -4,6 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The fleet tests run a real Redis (Debian's redis-server and redis-cli).
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "installing redis-server for the fleet tests"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq redis-server >/dev/null
+fi
+
 cargo build --release --locked -p kestrel-cli
 KESTREL_DEFAULT_MODEL="$(./target/release/kestrel fetch)"
 export KESTREL_DEFAULT_MODEL

@@ -186,7 +186,7 @@ async fn load_routes(
             Ok(None) => tracing::info!("waiting for a worker to announce its model"),
             Err(e) => tracing::warn!(error = %e, "cannot read the model descriptor"),
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -95,6 +95,8 @@ def main() -> int:
     gport = flag(gcmd, "--port")
     mport = flag(wcmd, "--metrics-port")
     check(flag(gcmd, "--hostname") == "0.0.0.0", "the gateway listens on 0.0.0.0 in its container")
+    check(flag(wcmd, "--metrics-host") == "0.0.0.0",
+          "the workers' metrics port listens on 0.0.0.0 (its default is 127.0.0.1)")
     check(str(gateway.get("environment", {}).get("KESTREL_HEALTH_PORT", "8000")) == gport,
           f"the gateway's health check probes its --port {gport}")
     check(str(worker.get("environment", {}).get("KESTREL_HEALTH_PORT")) == mport,

@@ -88,6 +88,8 @@ def main() -> int:
     wargs = [str(a) for a in worker["args"]]
     check(wargs[:1] == ["worker"], "the worker Deployment runs `kestrel worker`")
     mport = flag(wargs, "--metrics-port")
+    check(flag(wargs, "--metrics-host") == "0.0.0.0",
+          "the worker's metrics port listens on the pod address (its default is 127.0.0.1)")
     ports = {p["name"]: p["containerPort"] for p in worker.get("ports", [])}
     check(str(ports.get("metrics")) == mport, f"the worker's `metrics` port is --metrics-port {mport}")
     for probe in ["startupProbe", "readinessProbe", "livenessProbe"]:
@@ -105,6 +107,7 @@ def main() -> int:
     gateway = container("Deployment", "kestrel-gateway")
     gargs = [str(a) for a in gateway["args"]]
     check(gargs[:1] == ["gateway"], "the gateway Deployment runs `kestrel gateway`")
+    check(flag(gargs, "--hostname") == "0.0.0.0", "the gateway listens on the pod address")
     check(gateway.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/health",
           "gateway readiness is GET /health (503 while no worker is live)")
     check("httpGet" not in gateway.get("livenessProbe", {"httpGet": 1}),

@@ -11,6 +11,7 @@
 #   tests/deploy/check_grafana.py                       dashboard structure and required panels
 #   tests/deploy/test_dashboard.py                      every panel query against a real
 #                                                       Prometheus scraping a real kestrel serve
+#                                                       (and gateway + worker when available)
 #
 # Usage: scripts/test_deploy.sh PATH/TO/kestrel
 # Uses the default model (KESTREL_DEFAULT_MODEL if set, else `kestrel serve`'s default).
@@ -18,8 +19,9 @@
 # Installs what is missing: Debian's `prometheus` package (prometheus and promtool) and
 # `docker-compose` package (Compose 1.29, the compose implementation Debian 12 ships; its
 # `config` command validates a file against the Compose specification schema without a Docker
-# engine), and a virtual environment with kubernetes-validate (API schemas included, no network
-# at run time) and PyYAML under target/deploy-venv. Binds 127.0.0.1 ports only.
+# engine), `redis-server` when the binary has the fleet's gateway and worker, and a virtual
+# environment with kubernetes-validate (API schemas included, no network at run time) and
+# PyYAML under target/deploy-venv. Binds 127.0.0.1 ports only.
 set -uo pipefail
 
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
@@ -57,6 +59,13 @@ ensure_tools() {
   fi
   if ! command -v docker-compose >/dev/null; then
     apt_install docker-compose || return 1
+  fi
+  # The dashboard test runs a gateway and a worker too when the binary has them; they need Redis.
+  if "$KESTREL" gateway --help >/dev/null 2>&1 && ! command -v redis-server >/dev/null; then
+    apt_install redis-server || return 1
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
+      systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+    fi
   fi
   if [[ ! -x "$VENV/bin/kubernetes-validate" ]] \
     || ! "$VENV/bin/python" -c 'import yaml' 2>/dev/null \
@@ -122,7 +131,7 @@ step "kubernetes-validate --strict deploy/k8s (Kubernetes ${KUBERNETES_VERSIONS[
 step "kubernetes manifests wiring" "$PY" tests/deploy/check_k8s.py
 step "Dockerfile properties" "$PY" tests/deploy/check_dockerfile.py
 step "Grafana dashboard structure" "$PY" tests/deploy/check_grafana.py
-step "dashboard queries against a real Prometheus and kestrel serve" \
+step "dashboard queries against a real Prometheus scraping real Kestrel processes" \
   "$PY" tests/deploy/test_dashboard.py --kestrel "$KESTREL"
 
 if ((failed > 0)); then

@@ -12,10 +12,11 @@ Each panel expression must be in exactly one of two lists below:
   the HTTP server's kestrel:http_*). In the fleet the workers export the engine series and the
   gateway the HTTP ones, so the same expressions work there.
 * GATEWAY_EXPRS: answered only by `kestrel gateway` (kestrel:gateway_*). They are checked for
-  data only when a scrape target of job "kestrel-gateway" is configured. Without one (the
-  default, until the gateway exists), they are still sent to Prometheus, which must accept them
-  (a syntax error fails), and every metric they name must be one of the gateway's documented
-  series (GATEWAY_METRICS), so a misspelt name fails too.
+  data only when a scrape target of job "kestrel-gateway" is configured (the fleet below).
+  Without one (a kestrel binary without the gateway subcommand, or --fleet off), they are
+  still sent to Prometheus, which must accept them (a syntax error fails), and every metric
+  they name must be one of the gateway's documented series (GATEWAY_METRICS), so a misspelt
+  name fails too.
 
 An expression in neither list fails the test: a new panel has to be classified here.
 
@@ -24,11 +25,12 @@ value is a finite number, and every kestrel:* metric it names has been ingested 
 Also checked: all scrape targets are up, kestrel:max_num_seqs equals the --max-num-seqs given to
 the server, and every alerting rule of alerts.yml evaluates without error on the real series.
 
-The scrape targets are a list of Target values built by start_targets(); to cover the fleet,
-start `kestrel gateway` and `kestrel worker` there with start_kestrel() (Redis beside them) and
-append Target("kestrel-gateway", ...) / Target("kestrel-worker", ...) and send the traffic to
-the gateway. Already running processes can be added with --target JOB=HOST:PORT, and
---traffic-url sends the requests elsewhere than the server started here.
+The scrape targets are a list of Target values built by start_targets(): always a
+`kestrel serve`, and, when the binary has the `gateway` subcommand (--fleet auto, the default),
+a Redis server, a `kestrel worker` and a `kestrel gateway` too (start_fleet()); each wave of
+traffic then goes to the server and through the gateway. --fleet off leaves the fleet out, and
+already running processes can be added with --target JOB=HOST:PORT (--traffic-url sends the
+requests to them).
 
 Usage: test_dashboard.py --kestrel target/release/kestrel [--model PATH] [--prometheus BIN]
 """
@@ -62,7 +64,9 @@ ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 # Grafana's $__rate_interval, replaced by a fixed window that spans both traffic waves.
 RATE_WINDOW = "30s"
 SCRAPE_INTERVAL = "1s"
-MAX_NUM_SEQS = 8
+# Distinct batch sizes, so that kestrel:max_num_seqs is seen to come from each engine's flag.
+SERVE_MAX_NUM_SEQS = 8
+WORKER_MAX_NUM_SEQS = 4
 
 SERVE_EXPRS = [
     'histogram_quantile(0.5, sum by (le) (rate(kestrel:time_to_first_token_seconds_bucket[$__rate_interval])))',
@@ -192,26 +196,79 @@ def start_kestrel(kestrel: str, name: str, args: list[str], health_url: str, wor
     wait_until(lambda: http_get(health_url, 2)[0] == 200, timeout, f"{name} /health", [p])
 
 
-def start_targets(args, workdir: Path, started: list[Started]) -> tuple[list[Target], str]:
-    """Starts what Prometheus scrapes; returns the targets and the base URL for traffic.
+def has_fleet(kestrel: str) -> bool:
+    """Whether this kestrel binary has the `gateway` and `worker` subcommands."""
+    return all(
+        subprocess.run([kestrel, cmd, "--help"], capture_output=True).returncode == 0
+        for cmd in ["gateway", "worker"]
+    )
 
-    For now one `kestrel serve` with a KV cache small enough (160 tokens) that four concurrent
-    requests of 32 + 32 tokens preempt each other, so the preemption series exists.
+
+def start_fleet(args, workdir: Path, started: list[Started]) -> tuple[list[Target], str]:
+    """A Redis server (no persistence, in the work dir), one `kestrel worker` and one
+    `kestrel gateway`, all on 127.0.0.1; returns their targets and the gateway's URL."""
+    redis_port = free_port()
+    p = start_process("redis", [
+        args.redis_server, "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "",
+        "--appendonly", "no", "--dir", str(workdir),
+    ], workdir)
+    started.append(p)
+
+    def redis_up() -> bool:
+        with socket.create_connection(("127.0.0.1", redis_port), timeout=1) as c:
+            c.sendall(b"PING\r\n")
+            return c.recv(16).startswith(b"+PONG")
+
+    wait_until(redis_up, 30, "redis-server", [p])
+    redis_url = f"redis://127.0.0.1:{redis_port}"
+    metrics_port = free_port()
+    worker_args = [
+        "worker", "--redis-url", redis_url, "--worker-id", "dashboard-test",
+        "--threads", "2", "--max-num-seqs", str(WORKER_MAX_NUM_SEQS),
+        "--metrics-port", str(metrics_port),
+    ]
+    if args.model:
+        worker_args += ["--model", args.model]
+    start_kestrel(args.kestrel, "kestrel-worker", worker_args,
+                  f"http://127.0.0.1:{metrics_port}/health", workdir, started)
+    port = free_port()
+    gateway = f"http://127.0.0.1:{port}"
+    # Its /health answers 200 once it sees a live worker.
+    start_kestrel(args.kestrel, "kestrel-gateway", [
+        "gateway", "--redis-url", redis_url, "--hostname", "127.0.0.1", "--port", str(port),
+    ], f"{gateway}/health", workdir, started)
+    return [Target("kestrel-worker", f"127.0.0.1:{metrics_port}"),
+            Target("kestrel-gateway", f"127.0.0.1:{port}")], gateway
+
+
+def start_targets(args, workdir: Path, started: list[Started]) -> tuple[list[Target], list[str]]:
+    """Starts what Prometheus scrapes; returns the targets and the base URLs for traffic.
+
+    A `kestrel serve` with a KV cache small enough (160 tokens) that four concurrent requests
+    of 32 + 32 tokens preempt each other, so the preemption series exists; then the fleet.
     """
     port = free_port()
     serve_args = [
         "serve", "--hostname", "127.0.0.1", "--port", str(port), "--threads", "2",
-        "--kv-cache-tokens", "160", "--max-num-seqs", str(MAX_NUM_SEQS),
+        "--kv-cache-tokens", "160", "--max-num-seqs", str(SERVE_MAX_NUM_SEQS),
     ]
     if args.model:
         serve_args += ["--model", args.model]
     base = f"http://127.0.0.1:{port}"
     start_kestrel(args.kestrel, "kestrel-serve", serve_args, f"{base}/health", workdir, started)
     targets = [Target("kestrel-serve", f"127.0.0.1:{port}")]
+    urls = [base]
+    fleet = args.fleet == "on" or (args.fleet == "auto" and has_fleet(args.kestrel))
+    if fleet:
+        fleet_targets, gateway = start_fleet(args, workdir, started)
+        targets += fleet_targets
+        urls.append(gateway)
     for spec in args.target:
         job, _, address = spec.partition("=")
         targets.append(Target(job, address))
-    return targets, args.traffic_url or base
+    if args.traffic_url:
+        urls.append(args.traffic_url)
+    return targets, urls
 
 
 def prometheus_config(targets: list[Target]) -> str:
@@ -333,10 +390,10 @@ def run(args) -> int:
     started: list[Started] = []
     t0 = time.monotonic()
     try:
-        targets, traffic_url = start_targets(args, workdir, started)
+        targets, traffic_urls = start_targets(args, workdir, started)
         prom = start_prometheus(args.prometheus, targets, workdir, started)
         jobs = {t.job for t in targets}
-        print(f"targets: {[(t.job, t.address) for t in targets]}; traffic to {traffic_url}")
+        print(f"targets: {[(t.job, t.address) for t in targets]}; traffic to {traffic_urls}")
 
         def all_up() -> bool:
             r = query(prom, "up")
@@ -348,19 +405,25 @@ def run(args) -> int:
 
         # Wave one creates the series; wave two, a few scrapes later, makes them grow, so rates
         # and quantiles over RATE_WINDOW have real values.
-        send_traffic(args.kestrel, traffic_url)
+        for url in traffic_urls:
+            send_traffic(args.kestrel, url)
         time.sleep(3)
-        send_traffic(args.kestrel, traffic_url)
+        for url in traffic_urls:
+            send_traffic(args.kestrel, url)
         time.sleep(4)
 
         names = query(prom, 'count by (__name__) ({__name__=~"kestrel:.+"})')
         ingested = {s["metric"]["__name__"] for s in names["data"]["result"]}
         print(f"ingested {len(ingested)} kestrel:* series names")
 
-        r = query(prom, "kestrel:max_num_seqs")
-        got = [s["value"][1] for s in r["data"]["result"]]
-        f.check(got == [str(MAX_NUM_SEQS)],
-                f"kestrel:max_num_seqs is the server's --max-num-seqs {MAX_NUM_SEQS} (got {got})")
+        for job, want in [("kestrel-serve", SERVE_MAX_NUM_SEQS),
+                          ("kestrel-worker", WORKER_MAX_NUM_SEQS)]:
+            if job not in jobs:
+                continue
+            r = query(prom, f'kestrel:max_num_seqs{{job="{job}"}}')
+            got = [s["value"][1] for s in r["data"]["result"]]
+            f.check(got == [str(want)],
+                    f"kestrel:max_num_seqs of {job} is its --max-num-seqs {want} (got {got})")
 
         has_gateway = "kestrel-gateway" in jobs
         if not has_gateway:
@@ -412,10 +475,14 @@ def main() -> int:
                     "serve's default]")
     ap.add_argument("--prometheus", default=shutil.which("prometheus") or "prometheus")
     ap.add_argument("--dashboard", default=str(DASHBOARD))
+    ap.add_argument("--fleet", choices=["auto", "on", "off"], default="auto",
+                    help="also run Redis, a worker and a gateway (auto: when the kestrel "
+                    "binary has the gateway subcommand)")
+    ap.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     ap.add_argument("--target", action="append", default=[], metavar="JOB=HOST:PORT",
                     help="an extra, already running scrape target (repeatable)")
-    ap.add_argument("--traffic-url", help="send the requests here instead of to the server "
-                    "started by the test (e.g. a gateway given with --target)")
+    ap.add_argument("--traffic-url", help="also send the requests here (e.g. to a gateway "
+                    "given with --target)")
     ap.add_argument("--keep-workdir", action="store_true")
     return run(ap.parse_args())
 

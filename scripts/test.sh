@@ -26,4 +26,8 @@ fi
 
 # The official `openai` Python client against a real `kestrel serve`.
 tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
+
+# The production stack in deploy/: Prometheus rules and configs, compose, Kubernetes manifests,
+# Dockerfile, and the Grafana dashboard's queries against a real Prometheus.
+scripts/test_deploy.sh target/release/kestrel || status=$?
 exit $status

@@ -21,7 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits};
 use crate::config::EngineConfig;
 use crate::executor::{BatchOutput, Executor};
-use crate::metrics::{record_iteration, StepRecorder};
+use crate::metrics::{record_config, record_iteration, StepRecorder};
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
@@ -58,6 +58,7 @@ impl EngineCore {
         config: &EngineConfig,
     ) -> Result<Self, SchedulerError> {
         let scheduler = Scheduler::new(config.scheduler_config(executor.kv_geometry()))?;
+        record_config(config.max_num_seqs);
         Ok(EngineCore {
             scheduler,
             executor,

@@ -24,6 +24,9 @@ pub mod names {
     pub const NUM_REQUESTS_WAITING: &str = "kestrel:num_requests_waiting";
     /// Gauge: fraction of KV blocks in use, 0..1.
     pub const KV_CACHE_USAGE_PERC: &str = "kestrel:kv_cache_usage_perc";
+    /// Gauge: the configured most requests running at once (set when the engine starts), so
+    /// utilisation is `num_requests_running / max_num_seqs`.
+    pub const MAX_NUM_SEQS: &str = "kestrel:max_num_seqs";
     /// Counter: prompt tokens of admitted requests.
     pub const PROMPT_TOKENS_TOTAL: &str = "kestrel:prompt_tokens_total";
     /// Counter: generated tokens.
@@ -65,6 +68,11 @@ pub fn describe() {
         KV_CACHE_USAGE_PERC,
         Unit::Percent,
         "Fraction of KV blocks in use (0..1)"
+    );
+    describe_gauge!(
+        MAX_NUM_SEQS,
+        Unit::Count,
+        "Configured most requests running at once"
     );
     describe_counter!(
         PROMPT_TOKENS_TOTAL,
@@ -164,6 +172,11 @@ impl StepRecorder {
         }
         self.last = *now;
     }
+}
+
+/// The engine's configured limits, published once when its core is created.
+pub(crate) fn record_config(max_num_seqs: usize) {
+    gauge!(names::MAX_NUM_SEQS).set(max_num_seqs as f64);
 }
 
 /// Tokens computed by one step.

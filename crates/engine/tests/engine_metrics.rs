@@ -189,3 +189,22 @@ fn metrics_are_recorded_under_their_names() {
         "10 + 2 prompt tokens computed, then decodes"
     );
 }
+
+#[test]
+fn max_num_seqs_is_published_when_the_core_is_created() {
+    let recorder = TestRecorder::default();
+    let cfg = EngineConfig {
+        max_num_seqs: 7,
+        max_num_batched_tokens: 2048,
+        enable_prefix_caching: true,
+        max_model_len: usize::MAX,
+        max_concurrent_requests: None,
+    };
+    metrics::with_local_recorder(&recorder, || {
+        let exec = MockExecutor::new(64, BLOCK, VOCAB);
+        EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], &cfg)
+            .expect("valid config");
+    });
+    let s = recorder.0.lock().unwrap();
+    assert_eq!(s.gauges.get("kestrel:max_num_seqs"), Some(&7.0));
+}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The fleet's overhead: `kestrel bench` against a gateway with one worker vs against `kestrel
-# serve`, same model, same engine threads, alternating ROUNDS times in one run. Needs
+# serve`, same model, same engine threads, alternating ROUNDS times in one run: throughput with
+# CONCURRENCY streams, and latency with one stream at a time (there TTFT is the server's own
+# path, not queueing behind other requests, so the gateway's added milliseconds show). Needs
 # redis-server. Prints a markdown table of medians and the ratios, with the triad bandwidth.
 #
 #   scripts/bench_fleet.sh [MODEL.gguf]
@@ -31,10 +33,13 @@ cleanup() {
 trap cleanup EXIT
 until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
 
-run_bench() { # out.json
+run_bench() { # name round
   "$bin" bench --base-url "http://127.0.0.1:$port" --concurrency "${CONCURRENCY:-16}" \
     --num-prompts "${PROMPTS:-32}" --input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" \
-    --no-progress --json-out "$1" >/dev/null
+    --no-progress --json-out "$results/$1-$2.json" >/dev/null
+  "$bin" bench --base-url "http://127.0.0.1:$port" --concurrency 1 \
+    --num-prompts "${LATENCY_PROMPTS:-12}" --input-len "${INPUT_LEN:-128}" --output-len 16 \
+    --no-progress --json-out "$results/$1-c1-$2.json" >/dev/null
 }
 
 for r in $(seq 1 "$rounds"); do
@@ -42,7 +47,7 @@ for r in $(seq 1 "$rounds"); do
   "$bin" serve --model "$model" --port "$port" --threads "$threads" >"$results/server.log" 2>&1 &
   server_pid=$!
   wait_ready
-  run_bench "$results/serve-$r.json"
+  run_bench serve "$r"
   stop_server
 
   port=$((port + 1))
@@ -53,7 +58,7 @@ for r in $(seq 1 "$rounds"); do
   "$bin" gateway --redis-url "redis://127.0.0.1:$redis_port" --port "$port" >"$results/server.log" 2>&1 &
   server_pid=$!
   wait_ready
-  run_bench "$results/fleet-$r.json"
+  run_bench fleet "$r"
   stop_server
   kill "$worker_pid" 2>/dev/null || true
   wait "$worker_pid" 2>/dev/null || true
@@ -67,15 +72,17 @@ d, rounds, triad = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def load(which):
     return [json.load(open(f"{d}/{which}-{r}.json")) for r in range(1, rounds + 1)]
 rows = [
-    ("output tokens/s", lambda b: b["output_throughput"]),
-    ("TTFT p50 ms", lambda b: b["ttft_ms"]["median_ms"]),
-    ("TTFT p99 ms", lambda b: b["ttft_ms"]["p99_ms"]),
-    ("TPOT p50 ms", lambda b: b["tpot_ms"]["median_ms"]),
+    ("output tokens/s, concurrent", "", lambda b: b["output_throughput"]),
+    ("TTFT p50 ms, concurrent", "", lambda b: b["ttft_ms"]["median_ms"]),
+    ("TTFT p99 ms, concurrent", "", lambda b: b["ttft_ms"]["p99_ms"]),
+    ("TPOT p50 ms, concurrent", "", lambda b: b["tpot_ms"]["median_ms"]),
+    ("TTFT p50 ms, one at a time", "-c1", lambda b: b["ttft_ms"]["median_ms"]),
+    ("TPOT p50 ms, one at a time", "-c1", lambda b: b["tpot_ms"]["median_ms"]),
 ]
 print(f"triad bandwidth: {triad}; {rounds} alternating rounds, medians\n")
 print("| metric | serve | gateway + 1 worker | ratio | difference |\n|---|---|---|---|---|")
-for name, get in rows:
-    a = statistics.median(get(x) for x in load("serve"))
-    b = statistics.median(get(x) for x in load("fleet"))
+for name, suffix, get in rows:
+    a = statistics.median(get(x) for x in load("serve" + suffix))
+    b = statistics.median(get(x) for x in load("fleet" + suffix))
     print(f"| {name} | {a:.1f} | {b:.1f} | {b / a:.3f} | {b - a:+.1f} |")
 PY

@@ -243,3 +243,35 @@ fn invalid_metadata_is_reported() {
     m.remove(keys::SCORES);
     assert!(matches!(err(&m), TokenizerError::MissingKey(k) if k == keys::SCORES));
 }
+
+/// A tokenizer rebuilt from its spec (as the fleet's gateway does from a worker's descriptor)
+/// encodes, decodes and names its special ids exactly as the original.
+#[test]
+fn a_tokenizer_rebuilt_from_its_spec_behaves_the_same() {
+    let original = build(&byte_level_meta(Some("smollm")));
+    let spec = original.to_spec().unwrap();
+    let json = serde_json::to_string(&spec).unwrap();
+    let rebuilt = Tokenizer::from_spec(&serde_json::from_str(&json).unwrap()).unwrap();
+    for text in ["hello the 1234", "<|im_end|> hello\n\tthe", "ünïcödé 12 34"] {
+        let ids = original.encode(text, true).unwrap();
+        assert_eq!(rebuilt.encode(text, true).unwrap(), ids, "{text:?}");
+        assert_eq!(rebuilt.decode(&ids, true), original.decode(&ids, true));
+    }
+    assert_eq!(rebuilt.bos_id(), original.bos_id());
+    assert_eq!(rebuilt.eos_ids(), original.eos_ids());
+    assert_eq!(rebuilt.chat_template(), original.chat_template());
+    assert_eq!(rebuilt.vocab_size(), original.vocab_size());
+}
+
+#[test]
+fn a_spec_with_an_id_outside_the_vocabulary_is_refused() {
+    let mut spec = build(&byte_level_meta(None)).to_spec().unwrap();
+    spec.eos = Some(1_000_000);
+    assert!(matches!(
+        Tokenizer::from_spec(&spec),
+        Err(TokenizerError::IdOutOfRange { .. })
+    ));
+    spec.eos = None;
+    spec.json = "{not json".into();
+    assert!(Tokenizer::from_spec(&spec).is_err());
+}

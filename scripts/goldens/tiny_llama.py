@@ -25,17 +25,13 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from _common import FIXTURES, versions, write_json
-from _lm import TOP_K, prompt_record
-from _tiny_tokenizer import CHAT_TEMPLATE, SPECIALS, train_tokenizer
+from _tiny_hf import LM_HEAD_STD, NORM_JITTER, WEIGHT_STD, init_weights, prompt_records, reference, save_tokenizer
+from _tiny_tokenizer import train_tokenizer
 
 SEED = 1234
-WEIGHT_STD = 0.15
-LM_HEAD_STD = 0.3  # sharper logits, so top-1/top-2 margins are rarely tiny
-NORM_JITTER = 0.1
-N_NEW = 16
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 64}
 
@@ -44,16 +40,6 @@ VARIANTS = {
     "bf16": {"layers": 3, "dtype": torch.bfloat16, "rope_scaling": None},
     "ropescale": {"layers": 2, "dtype": torch.float32, "rope_scaling": LLAMA3_SCALING},
 }
-
-PROMPTS = [
-    ("hello", "plain", "Hello world! How are you"),
-    ("fox", "plain", "The quick brown fox jumps over the lazy dog near the river bank. On Monday the market"),
-    ("code", "code", "def add(a, b):\n    return"),
-    ("long", "plain", "She opened the window, looked at the garden, and smiled at the birds on the fence. "
-                      "The lighthouse keeper wrote the weather into his logbook every evening before dinner. "
-                      "Water boils at 100 degrees"),
-]
-CHAT_MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def make_config(vocab: int, layers: int, rope_scaling: dict | None) -> LlamaConfig:
@@ -64,37 +50,6 @@ def make_config(vocab: int, layers: int, rope_scaling: dict | None) -> LlamaConf
         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None,
         attention_bias=False, mlp_bias=False, initializer_range=WEIGHT_STD,
     )
-
-
-@torch.no_grad()
-def init_weights(model: torch.nn.Module, seed: int) -> None:
-    """Explicit init independent of transformers: N(0, WEIGHT_STD) matrices, N(0, LM_HEAD_STD) lm_head,
-    1 + N(0, NORM_JITTER) norm weights; parameters visited in sorted name order."""""
-    gen = torch.Generator().manual_seed(seed)
-    for name, p in sorted(model.named_parameters()):
-        noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-        if name.endswith("norm.weight"):
-            p.copy_(1.0 + NORM_JITTER * noise)
-        elif name == "lm_head.weight":
-            p.copy_(LM_HEAD_STD * noise)
-        else:
-            p.copy_(WEIGHT_STD * noise)
-
-
-def save_tokenizer(out: Path) -> None:
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=train_tokenizer(), bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-        additional_special_tokens=SPECIALS[3:],
-    )
-    fast.save_pretrained(str(out))
-    cfg_path = out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["chat_template"] = CHAT_TEMPLATE
-    cfg["add_bos_token"] = True
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    write_json(cfg_path, cfg)
-    for extra in ("chat_template.jinja", "special_tokens_map.json"):
-        (out / extra).unlink(missing_ok=True)
 
 
 def add_legacy_config_keys(out: Path, rope_scaling: dict | None, dtype: torch.dtype) -> None:
@@ -121,20 +76,6 @@ def build_checkpoint(name: str, spec: dict, vocab: int, seed: int) -> Path:
     return out
 
 
-def prompt_list(tok) -> list[tuple[str, str, str, list[int]]]:
-    """(name, kind, text, ids). Plain prompts use add_special_tokens=True (BOS prepended by the
-    tokenizer's post-processor); the chat prompt's template emits BOS itself and is encoded
-    with add_special_tokens=False."""
-    out = [(n, k, t, tok(t)["input_ids"]) for n, k, t in PROMPTS]
-    chat = tok.apply_chat_template(CHAT_MESSAGES, tokenize=False, add_generation_prompt=True)
-    ids = tok(chat, add_special_tokens=False)["input_ids"]
-    via = tok.apply_chat_template(CHAT_MESSAGES, tokenize=True, add_generation_prompt=True)
-    via = via["input_ids"] if hasattr(via, "keys") else via
-    assert list(via) == ids and ids[0] == 1
-    out.append(("chat", "chat_template", chat, ids))
-    return out
-
-
 def golden_for(name: str, ckpt: Path, spec: dict) -> dict:
     model = AutoModelForCausalLM.from_pretrained(str(ckpt), torch_dtype=torch.float32, attn_implementation="eager").eval()
     assert model.model.embed_tokens.weight.dtype == torch.float32
@@ -142,12 +83,7 @@ def golden_for(name: str, ckpt: Path, spec: dict) -> dict:
     cfg = json.loads((ckpt / "config.json").read_text())
     legacy = LlamaConfig.from_dict(copy.deepcopy({k: v for k, v in cfg.items() if k != "rope_parameters"}))
     assert legacy.rope_parameters == model.config.rope_parameters, "legacy and v5 rope keys disagree"
-    records = []
-    for pname, kind, text, ids in prompt_list(tok):
-        rec, _ = prompt_record(model, tok, pname, kind, text, ids, N_NEW)
-        records.append(rec)
-        g = rec["greedy"]
-        print(f"  {pname}: {len(ids)} ids, consistent={g['consistent_with_teacher_forced']} min_margin={g['min_margin']:.4f}")
+    records = prompt_records(model, tok)
     return {
         "generator": "scripts/goldens/tiny_llama.py",
         "versions": versions(),
@@ -158,15 +94,7 @@ def golden_for(name: str, ckpt: Path, spec: dict) -> dict:
             "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
             "num_key_value_heads", "head_dim", "max_position_embeddings", "rope_theta", "rope_scaling",
             "rms_norm_eps", "tie_word_embeddings", "bos_token_id", "eos_token_id")},
-        "reference": {
-            "library": "transformers AutoModelForCausalLM.from_pretrained(dir, torch_dtype=float32)",
-            "compute_dtype": "float32 (bf16 checkpoint: bf16 weights upcast exactly to float32 at load)",
-            "attn_implementation": "eager", "device": "cpu",
-            "tokenizer": "AutoTokenizer.from_pretrained(dir); plain prompts add_special_tokens=True (BOS=1 prepended); chat prompt rendered by chat_template (which emits BOS) and encoded with add_special_tokens=False",
-            "greedy": "argmax each step over a full no-cache forward; EOS does not stop; exactly n_new tokens",
-            "teacher_forced": "one forward over prompt_ids + greedy ids; row i = logits after tokens[0..=i] (predicts token i+1)",
-            "top_k": TOP_K,
-        },
+        "reference": reference("float32 (bf16 checkpoint: bf16 weights upcast exactly to float32 at load)"),
         "prompts": records,
     }
 

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use kestrel_kernels::cpu::ops::RopeStyle;
+use kestrel_model::arch::TensorNaming;
 use kestrel_model::config::ModelConfig;
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
@@ -25,7 +27,8 @@ struct TypeTotals {
 
 pub fn run(args: InspectArgs) -> Result<()> {
     let path = crate::resolve_model(args.model)?;
-    let (format, config, source, file_size, template): (
+    let (naming, format, config, source, file_size, template): (
+        TensorNaming,
         &str,
         ModelConfig,
         Box<dyn TensorSource>,
@@ -43,6 +46,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
             .sum();
         let template = has_hf_template(&path);
         (
+            TensorNaming::HuggingFace,
             "safetensors",
             ModelConfig::from_hf_json(&text)?,
             Box::new(ckpt),
@@ -55,6 +59,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         let template = file.get("tokenizer.chat_template").is_some();
         let config = ModelConfig::from_gguf(&file)?;
         (
+            TensorNaming::Gguf,
             if file.version() == 2 {
                 "GGUF v2"
             } else {
@@ -67,7 +72,16 @@ pub fn run(args: InspectArgs) -> Result<()> {
         )
     };
     let totals = tensor_totals(source.as_ref());
-    print_report(&path, format, &config, &totals, file_size, template);
+    let features = features(&config, naming);
+    let report = Report {
+        path: &path,
+        format,
+        features: &features,
+        totals: &totals,
+        file_size,
+        template,
+    };
+    print_report(&report, &config);
     Ok(())
 }
 
@@ -92,14 +106,61 @@ fn tensor_totals(source: &dyn TensorSource) -> BTreeMap<&'static str, TypeTotals
     totals
 }
 
-fn print_report(
-    path: &Path,
-    format: &str,
-    c: &ModelConfig,
-    totals: &BTreeMap<&'static str, TypeTotals>,
+/// What `print_report` shows besides the configuration.
+struct Report<'a> {
+    path: &'a Path,
+    format: &'a str,
+    features: &'a str,
+    totals: &'a BTreeMap<&'static str, TypeTotals>,
     file_size: u64,
     template: bool,
-) {
+}
+
+/// The architecture's forward-pass features: RoPE pairing, biases, q/k norm, sliding window.
+fn features(c: &ModelConfig, naming: TensorNaming) -> String {
+    let rope = match naming.rope_style(c.architecture) {
+        RopeStyle::Interleaved => "RoPE interleaved (adjacent pairs)",
+        RopeStyle::Neox => "RoPE neox (rotate halves)",
+    };
+    let mut out = vec![rope.to_string()];
+    if c.attention_bias {
+        out.push("q/k/v bias".into());
+    }
+    if c.qk_norm {
+        out.push("q/k norm".into());
+    }
+    out.push(match c.sliding_window {
+        None => "full attention".into(),
+        Some(w) => match &c.window_layers {
+            None => format!("sliding window {w} (every layer)"),
+            Some(flags) => format!("sliding window {w} (layers {})", layer_list(flags)),
+        },
+    });
+    out.join(", ")
+}
+
+/// The indices of the set flags, runs written as ranges: `1-3, 5`.
+fn layer_list(flags: &[bool]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, _) in flags.iter().enumerate().filter(|(_, &f)| f) {
+        match runs.last_mut() {
+            Some((_, end)) if *end + 1 == i => *end = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let text: Vec<String> = runs
+        .iter()
+        .map(|&(a, b)| match a == b {
+            true => a.to_string(),
+            false => format!("{a}-{b}"),
+        })
+        .collect();
+    text.join(", ")
+}
+
+fn print_report(r: &Report<'_>, c: &ModelConfig) {
+    let (path, format, totals, file_size, template) =
+        (r.path, r.format, r.totals, r.file_size, r.template);
     let params: u64 = totals.values().map(|t| t.elements).sum();
     let weight_bytes: u64 = totals.values().map(|t| t.bytes).sum();
     let kv_per_token =
@@ -107,7 +168,7 @@ fn print_report(
     let ctx = c.max_position_embeddings as u64;
     println!("model:          {}", path.display());
     println!("format:         {format}");
-    println!("architecture:   {}", c.architecture.name());
+    println!("architecture:   {} ({})", c.architecture.name(), r.features);
     println!("parameters:     {} ({:.1} M)", params, params as f64 / 1e6);
     println!(
         "layers:         {} (hidden {}, ffn {}, heads {} / kv heads {}, head dim {})",

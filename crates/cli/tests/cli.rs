@@ -153,6 +153,65 @@ fn inspect_describes_the_default_model() {
     }
 }
 
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+/// The tiny Qwen fixtures (scripts/goldens/tiny_qwen.py): the architecture and its features.
+#[test]
+fn inspect_names_the_architecture_and_its_features() {
+    let cases = [
+        (
+            "tiny-qwen2-swa",
+            "architecture:   qwen2 (RoPE neox (rotate halves), q/k/v bias, sliding window 8 (layers 1-2))",
+        ),
+        (
+            "tiny-qwen2-swa.gguf",
+            "architecture:   qwen2 (RoPE neox (rotate halves), q/k/v bias, full attention)",
+        ),
+        (
+            "tiny-qwen3.gguf",
+            "architecture:   qwen3 (RoPE neox (rotate halves), q/k norm, full attention)",
+        ),
+        (
+            "tiny-llama-f32",
+            "architecture:   llama (RoPE neox (rotate halves), full attention)",
+        ),
+    ];
+    for (name, line) in cases {
+        let path = fixture(name);
+        let text = stdout_of(&kestrel(&["inspect", path.to_str().unwrap()]));
+        assert!(text.contains(line), "{name}: no {line:?} in\n{text}");
+    }
+}
+
+/// A GGUF of an architecture Kestrel does not run: the error names it. (tiny-qwen2.gguf with
+/// every `qwen2` renamed `gemma`, so `general.architecture` and its keys say gemma.)
+#[test]
+fn inspect_names_an_unsupported_gguf_architecture() {
+    let bytes = std::fs::read(fixture("tiny-qwen2.gguf")).unwrap();
+    let mut renamed = bytes.clone();
+    for i in 0..bytes.len().saturating_sub(4) {
+        if &bytes[i..i + 5] == b"qwen2" {
+            renamed[i..i + 5].copy_from_slice(b"gemma");
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("kestrel-cli-arch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gemma.gguf");
+    std::fs::write(&path, renamed).unwrap();
+    let out = kestrel(&["inspect", path.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unsupported architecture \"gemma\""),
+        "error names the architecture: {err}"
+    );
+}
+
 #[test]
 fn inspect_reports_a_malformed_file_clearly() {
     let dir = std::env::temp_dir().join(format!("kestrel-cli-test-{}", std::process::id()));

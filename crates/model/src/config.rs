@@ -4,29 +4,36 @@
 //! validated in one place ([`ModelConfig::validate`]). [`ModelConfig::rope_inv_freq`] gives
 //! the rotary inverse frequencies, scaling included.
 
+use kestrel_kernels::cpu::ops::RopeStyle;
+
 use crate::weights::gguf::GgufError;
 
 mod from_gguf;
 mod from_hf;
 mod rope;
 
-/// The architectures Kestrel runs.
+/// The architectures Kestrel runs: the Llama family, which differ only in features of one
+/// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3:
+/// sliding-window attention where the config enables it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Architecture {
     Llama,
     Mistral,
     Qwen2,
+    Qwen3,
 }
 
 impl Architecture {
+    pub const ALL: [Architecture; 4] = [
+        Architecture::Llama,
+        Architecture::Mistral,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+    ];
+
     /// From a GGUF `general.architecture` or HF `model_type` name.
     pub fn from_name(name: &str) -> Option<Architecture> {
-        match name {
-            "llama" => Some(Architecture::Llama),
-            "mistral" => Some(Architecture::Mistral),
-            "qwen2" => Some(Architecture::Qwen2),
-            _ => None,
-        }
+        Architecture::ALL.into_iter().find(|a| a.name() == name)
     }
 
     /// From an HF `architectures` entry such as `LlamaForCausalLM`.
@@ -35,16 +42,35 @@ impl Architecture {
             "LlamaForCausalLM" => Some(Architecture::Llama),
             "MistralForCausalLM" => Some(Architecture::Mistral),
             "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
+            "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
             _ => None,
         }
     }
 
-    /// The lower-case name (`llama`, `mistral`, `qwen2`).
+    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
             Architecture::Mistral => "mistral",
             Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
+        }
+    }
+
+    /// The supported architecture names, comma-separated (for error messages).
+    pub fn supported_names() -> String {
+        let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
+        names.join(", ")
+    }
+
+    /// The RoPE pairing of this architecture's GGUF files, as llama.cpp's
+    /// `llama_model_rope_type` assigns it. llama.cpp's converter permutes the Q/K rows of the
+    /// Llama family only (for adjacent-pair rotation); Qwen2 and Qwen3 keep Hugging Face's
+    /// row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
+    pub fn gguf_rope_style(self) -> RopeStyle {
+        match self {
+            Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
+            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::Neox,
         }
     }
 }
@@ -83,10 +109,16 @@ pub struct ModelConfig {
     pub max_position_embeddings: usize,
     /// The LM head reuses the token embedding matrix.
     pub tie_word_embeddings: bool,
-    /// Every layer attends to at most this many previous positions.
+    /// Sliding-window attention: a query at position `p` sees keys `p - w + 1 ..= p` (the
+    /// window counts the query itself), in the layers `window_layers` selects.
     pub sliding_window: Option<usize>,
+    /// Which layers use `sliding_window`, one flag per layer; `None`: every layer. (Qwen2/3
+    /// with `max_window_layers`: full attention below it, the window from it on.)
+    pub window_layers: Option<Vec<bool>>,
     /// The q/k/v projections have biases (Qwen2).
     pub attention_bias: bool,
+    /// Queries and keys go through a per-head RMSNorm (`head_dim` weights) before RoPE (Qwen3).
+    pub qk_norm: bool,
     pub bos_token_id: Option<u32>,
     /// End-of-sequence ids (HF configs may list several; GGUF gives eos and, if set, eot).
     pub eos_token_ids: Vec<u32>,
@@ -105,7 +137,7 @@ pub enum ConfigError {
     MissingField(String),
     #[error("config field {field:?}: {reason}")]
     BadField { field: String, reason: String },
-    #[error("unsupported architecture {0:?} (Kestrel runs llama, mistral, qwen2)")]
+    #[error("unsupported architecture {0:?} (Kestrel runs {list})", list = Architecture::supported_names())]
     UnsupportedArchitecture(String),
     #[error("unsupported rope scaling {0:?} (Kestrel supports linear and llama3)")]
     UnsupportedRopeScaling(String),
@@ -151,9 +183,7 @@ impl ModelConfig {
         }
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
-        if self.sliding_window == Some(0) {
-            return Err(ConfigError::Invalid("sliding_window is 0".to_string()));
-        }
+        self.validate_window()?;
         if let Some(scaling) = &self.rope_scaling {
             rope::validate_scaling(scaling, self.head_dim)?;
         }
@@ -163,6 +193,29 @@ impl ModelConfig {
     /// Number of query heads sharing one key/value head.
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads
+    }
+
+    /// The attention window of layer `layer` (`None`: it attends to every earlier position).
+    pub fn layer_window(&self, layer: usize) -> Option<usize> {
+        let slides = match &self.window_layers {
+            None => true,
+            Some(flags) => flags.get(layer).copied().unwrap_or(false),
+        };
+        self.sliding_window.filter(|_| slides)
+    }
+
+    fn validate_window(&self) -> Result<(), ConfigError> {
+        if self.sliding_window == Some(0) {
+            return Err(ConfigError::Invalid("sliding_window is 0".to_string()));
+        }
+        match &self.window_layers {
+            Some(flags) if flags.len() != self.n_layers => Err(ConfigError::Invalid(format!(
+                "{} sliding-window layer flags for {} layers",
+                flags.len(),
+                self.n_layers
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -94,6 +94,41 @@ fn qwen2_bias_vocab_key_and_linear_scaling() {
 }
 
 #[test]
+fn qwen3_has_qk_norm_and_key_length_head_dim() {
+    let extra = vec![
+        ("qwen3.attention.key_length", MetaValue::U32(24)),
+        ("qwen3.attention.value_length", MetaValue::U32(24)),
+        ("qwen3.rope.dimension_count", MetaValue::U32(24)),
+    ];
+    let c = ModelConfig::from_gguf(&open(&writer("qwen3", extra))).unwrap();
+    assert_eq!(c.architecture, Architecture::Qwen3);
+    assert!(c.qk_norm && !c.attention_bias);
+    assert_eq!((c.head_dim, c.hidden_size, c.n_heads), (24, 64, 4));
+    let c = ModelConfig::from_gguf(&open(&writer("llama", vec![]))).unwrap();
+    assert!(!c.qk_norm);
+}
+
+/// GGUF RoPE pairing per architecture, as llama.cpp's `llama_model_rope_type`: its converter
+/// permutes Q/K rows for adjacent-pair ("normal") rope only in the Llama family; Qwen2/Qwen3
+/// GGUFs keep HF's rotate-half order (NeoX). HF checkpoints are NeoX whatever the architecture.
+#[test]
+fn rope_style_follows_the_gguf_architecture() {
+    use kestrel_kernels::cpu::ops::RopeStyle;
+    use kestrel_model::arch::TensorNaming;
+    let gguf = |name: &str| {
+        let c = ModelConfig::from_gguf(&open(&writer(name, vec![]))).unwrap();
+        TensorNaming::Gguf.rope_style(c.architecture)
+    };
+    assert_eq!(gguf("llama"), RopeStyle::Interleaved);
+    assert_eq!(gguf("mistral"), RopeStyle::Interleaved);
+    assert_eq!(gguf("qwen2"), RopeStyle::Neox);
+    assert_eq!(gguf("qwen3"), RopeStyle::Neox);
+    for arch in Architecture::ALL {
+        assert_eq!(TensorNaming::HuggingFace.rope_style(arch), RopeStyle::Neox);
+    }
+}
+
+#[test]
 fn rope_freqs_tensor_becomes_frequency_factors() {
     let mut w = writer("llama", vec![]);
     let factors = [1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0];
@@ -122,11 +157,10 @@ fn errors() {
         "{e}"
     );
 
-    let w = writer("gpt2", vec![]);
-    assert!(matches!(
-        ModelConfig::from_gguf(&open(&w)),
-        Err(ConfigError::UnsupportedArchitecture(_))
-    ));
+    let w = writer("gemma2", vec![]);
+    let e = ModelConfig::from_gguf(&open(&w)).unwrap_err();
+    assert!(matches!(e, ConfigError::UnsupportedArchitecture(ref a) if a == "gemma2"));
+    assert!(e.to_string().contains("\"gemma2\""), "{e}");
 
     let w = writer(
         "llama",

@@ -99,14 +99,8 @@ fn qwen2_and_mistral_specifics() {
     assert_eq!(c.architecture, Architecture::Qwen2);
     assert!(c.attention_bias, "Qwen2 always has q/k/v biases");
     assert_eq!(c.sliding_window, None, "use_sliding_window is false");
-    let partial = qwen.replace(
-        "\"use_sliding_window\": false",
-        "\"use_sliding_window\": true",
-    );
-    assert!(matches!(
-        ModelConfig::from_hf_json(&partial),
-        Err(ConfigError::Unsupported(_))
-    ));
+    assert_eq!(c.window_layers, None);
+    assert!(!c.qk_norm, "Qwen2 has no q/k norm");
 
     let mistral = r#"{"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096,
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -123,6 +117,85 @@ fn qwen2_and_mistral_specifics() {
             .sliding_window,
         None
     );
+}
+
+/// Qwen2/Qwen3 slide only with `use_sliding_window`, on layers `max_window_layers..` (as
+/// transformers' config classes derive `layer_types`), or as `layer_types` lists them.
+#[test]
+fn qwen_sliding_window_per_layer() {
+    let qwen = |extra: &str| {
+        format!(
+            r#"{{"model_type": "qwen2", "vocab_size": 32, "hidden_size": 64, "num_hidden_layers": 4,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128{extra}}}"#
+        )
+    };
+    let windows = |extra: &str| {
+        let c = ModelConfig::from_hf_json(&qwen(extra)).unwrap();
+        (0..c.n_layers)
+            .map(|l| c.layer_window(l))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(windows(""), [None; 4], "off by default");
+    assert_eq!(
+        windows(r#", "sliding_window": 16, "max_window_layers": 1"#),
+        [None; 4],
+        "use_sliding_window is false"
+    );
+    assert_eq!(
+        windows(r#", "use_sliding_window": true, "sliding_window": 16, "max_window_layers": 2"#),
+        [None, None, Some(16), Some(16)]
+    );
+    assert_eq!(
+        windows(r#", "use_sliding_window": true, "max_window_layers": 0"#),
+        [Some(4096); 4],
+        "default window 4096, every layer"
+    );
+    assert_eq!(
+        windows(r#", "use_sliding_window": true, "sliding_window": 8"#),
+        [None; 4],
+        "default max_window_layers 28 is past the last layer"
+    );
+    let listed = r#", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]"#;
+    assert_eq!(
+        windows(listed),
+        [Some(8), None, Some(8), None],
+        "layer_types wins"
+    );
+    let every = ModelConfig::from_hf_json(&qwen(
+        r#", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0"#,
+    ))
+    .unwrap();
+    assert_eq!((every.sliding_window, every.window_layers), (Some(8), None));
+    let short = r#", "use_sliding_window": true, "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"]"#;
+    assert!(matches!(
+        ModelConfig::from_hf_json(&qwen(short)),
+        Err(ConfigError::Invalid(_))
+    ));
+    let bad = r#", "use_sliding_window": true, "sliding_window": 8,
+        "layer_types": ["local", "full_attention", "full_attention", "full_attention"]"#;
+    assert!(matches!(
+        ModelConfig::from_hf_json(&qwen(bad)),
+        Err(ConfigError::BadField { ref field, .. }) if field == "layer_types"
+    ));
+}
+
+#[test]
+fn qwen3_has_qk_norm_and_its_own_head_dim() {
+    let text = r#"{"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 1024,
+        "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 3072, "rope_theta": 1000000, "attention_bias": false,
+        "use_sliding_window": false, "sliding_window": null, "max_window_layers": 28,
+        "tie_word_embeddings": true, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06}"#;
+    let c = ModelConfig::from_hf_json(text).unwrap();
+    assert_eq!(c.architecture, Architecture::Qwen3);
+    assert!(c.qk_norm && !c.attention_bias && c.tie_word_embeddings);
+    assert_eq!(
+        (c.head_dim, c.n_heads * c.head_dim, c.hidden_size),
+        (128, 2048, 1024)
+    );
+    assert_eq!((c.sliding_window, c.rope_theta), (None, 1e6));
 }
 
 #[test]
@@ -159,10 +232,12 @@ fn errors_name_the_problem() {
     assert!(
         matches!(with("hidden_size", "576".into()), Err(ConfigError::BadField { ref field, .. }) if field == "hidden_size")
     );
-    assert!(matches!(
-        with("model_type", "gpt2".into()),
-        Err(ConfigError::UnsupportedArchitecture(_))
-    ));
+    let e = with("model_type", "gpt2".into()).unwrap_err();
+    assert!(matches!(e, ConfigError::UnsupportedArchitecture(ref a) if a == "gpt2"));
+    assert_eq!(
+        e.to_string(),
+        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3)"
+    );
     let yarn = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
     assert!(
         matches!(with("rope_scaling", yarn), Err(ConfigError::UnsupportedRopeScaling(ref t)) if t == "yarn")

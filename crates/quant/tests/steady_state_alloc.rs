@@ -70,11 +70,15 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
 }
 
 fn runner_for(quantize: Option<QuantMethod>, dtype: KvDtype) -> ModelRunner {
+    runner_of("tiny-llama-f32", quantize, dtype)
+}
+
+fn runner_of(fixture: &str, quantize: Option<QuantMethod>, dtype: KvDtype) -> ModelRunner {
     let opts = LoadOptions {
         quantize: quantize.map(|m| (m, QuantOptions::default())),
         on_tensor: None,
     };
-    let loaded = load_model_with(&fixtures().join("tiny-llama-f32"), &opts).unwrap();
+    let loaded = load_model_with(&fixtures().join(fixture), &opts).unwrap();
     let kv = KvSpec {
         block_size: BLOCK,
         num_blocks: SEQS * BLOCKS_PER_SEQ,
@@ -97,5 +101,12 @@ fn decode_steps_do_not_allocate() {
             n, 0,
             "{quantize:?} weights, {dtype:?} KV: {n} allocations per decode step"
         );
+    }
+    // The Llama-family features: q/k/v biases and a sliding window on some layers
+    // (tiny-qwen2-swa), per-head q/k RMSNorm (tiny-qwen3, HF and GGUF). In this one test, as
+    // the allocation counter is global and tests run in parallel.
+    for fixture in ["tiny-qwen2-swa", "tiny-qwen3", "tiny-qwen3.gguf"] {
+        let n = allocations_per_decode_step(runner_of(fixture, None, KvDtype::F32));
+        assert_eq!(n, 0, "{fixture}: {n} allocations per decode step");
     }
 }

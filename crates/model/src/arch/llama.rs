@@ -1,4 +1,7 @@
 //! [`LlamaModel`]: the Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU).
+//! The family's members differ only in per-model features, all read from the
+//! [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k RMSNorm before RoPE (Qwen3), the RoPE
+//! pairing (by architecture and file format), and a sliding window per layer.
 //!
 //! One forward pass runs a ragged batch: the tokens of all sequences are stacked into one
 //! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
@@ -112,11 +115,32 @@ struct Layer {
     q: Linear,
     k: Linear,
     v: Linear,
+    /// Per-head RMSNorm of queries and keys before RoPE (Qwen3).
+    qk_norm: Option<QkNorm>,
     o: Linear,
+    /// This layer's attention window (`None`: full causal attention).
+    window: Option<usize>,
     ffn_norm: RmsNorm,
     gate: Linear,
     up: Linear,
     down: Linear,
+}
+
+/// The `head_dim`-long RMSNorm weights applied to every query and key head.
+struct QkNorm {
+    q: RmsNorm,
+    k: RmsNorm,
+}
+
+impl QkNorm {
+    /// Normalize every head of the first `q_len` query and `kv_len` key values, in place
+    /// (through `ws.attn`, which is free until attention runs and holds `q_len` values).
+    fn apply(&self, q_len: usize, kv_len: usize, ws: &mut Workspace) {
+        self.q.forward(&ws.q[..q_len], &mut ws.attn[..q_len]);
+        ws.q[..q_len].copy_from_slice(&ws.attn[..q_len]);
+        self.k.forward(&ws.k[..kv_len], &mut ws.attn[..kv_len]);
+        ws.k[..kv_len].copy_from_slice(&ws.attn[..kv_len]);
+    }
 }
 
 pub struct LlamaModel {
@@ -128,7 +152,6 @@ pub struct LlamaModel {
     tied_head: bool,
     inv_freq: Vec<f32>,
     rope_style: RopeStyle,
-    window: Option<usize>,
 }
 
 /// Loads tensors by name and checks their shapes.
@@ -193,23 +216,54 @@ impl Loader<'_> {
         RmsNorm::new(self.get(name, &[hidden])?, eps)
     }
 
-    fn layer(&self, i: usize, d: &LlamaDims, eps: f32) -> Result<Layer, ModelError> {
+    fn layer_norm(
+        &self,
+        i: usize,
+        t: LayerTensor,
+        len: usize,
+        eps: f32,
+    ) -> Result<RmsNorm, ModelError> {
+        self.norm(&self.naming.layer(i, t, "weight"), len, eps)
+    }
+
+    /// A q/k/v projection; with `bias`, its bias must be present (it is read whenever it is).
+    fn qkv(
+        &self,
+        i: usize,
+        t: LayerTensor,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+    ) -> Result<Linear, ModelError> {
+        let bias_name = self.naming.layer(i, t, "bias");
+        if bias && self.src.tensor(&bias_name).is_none() {
+            return Err(ModelError::MissingTensor(bias_name));
+        }
+        self.linear(i, t, rows, cols)
+    }
+
+    fn qk_norm(&self, i: usize, head_dim: usize, eps: f32) -> Result<QkNorm, ModelError> {
+        Ok(QkNorm {
+            q: self.layer_norm(i, LayerTensor::QNorm, head_dim, eps)?,
+            k: self.layer_norm(i, LayerTensor::KNorm, head_dim, eps)?,
+        })
+    }
+
+    fn layer(&self, i: usize, cfg: &ModelConfig, d: &LlamaDims) -> Result<Layer, ModelError> {
         let (h, q, kv) = (d.hidden, d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        let eps = cfg.rms_norm_eps;
         Ok(Layer {
-            attn_norm: self.norm(
-                &self.naming.layer(i, LayerTensor::AttnNorm, "weight"),
-                h,
-                eps,
-            )?,
-            q: self.linear(i, LayerTensor::Q, q, h)?,
-            k: self.linear(i, LayerTensor::K, kv, h)?,
-            v: self.linear(i, LayerTensor::V, kv, h)?,
+            attn_norm: self.layer_norm(i, LayerTensor::AttnNorm, h, eps)?,
+            q: self.qkv(i, LayerTensor::Q, q, h, cfg.attention_bias)?,
+            k: self.qkv(i, LayerTensor::K, kv, h, cfg.attention_bias)?,
+            v: self.qkv(i, LayerTensor::V, kv, h, cfg.attention_bias)?,
+            qk_norm: match cfg.qk_norm {
+                true => Some(self.qk_norm(i, d.head_dim, eps)?),
+                false => None,
+            },
             o: self.linear(i, LayerTensor::O, h, q)?,
-            ffn_norm: self.norm(
-                &self.naming.layer(i, LayerTensor::FfnNorm, "weight"),
-                h,
-                eps,
-            )?,
+            window: cfg.layer_window(i),
+            ffn_norm: self.layer_norm(i, LayerTensor::FfnNorm, h, eps)?,
             gate: self.linear(i, LayerTensor::Gate, d.ffn, h)?,
             up: self.linear(i, LayerTensor::Up, d.ffn, h)?,
             down: self.linear(i, LayerTensor::Down, h, d.ffn)?,
@@ -218,8 +272,9 @@ impl Loader<'_> {
 }
 
 impl LlamaModel {
-    /// Load from `src`. GGUF files store Q/K rows permuted for interleaved RoPE; HF
-    /// checkpoints use the rotate-half (NeoX) pairing.
+    /// Load from `src`. The RoPE pairing follows the naming and architecture
+    /// ([`TensorNaming::rope_style`]): llama.cpp permutes the Q/K rows of Llama-family GGUFs
+    /// for interleaved RoPE; HF checkpoints and Qwen GGUFs use the rotate-half (NeoX) pairing.
     pub fn load(
         cfg: &ModelConfig,
         src: &dyn TensorSource,
@@ -244,7 +299,7 @@ impl LlamaModel {
         }
         .packed();
         let layers = (0..dims.n_layers)
-            .map(|i| ld.layer(i, &dims, eps))
+            .map(|i| ld.layer(i, cfg, &dims))
             .collect::<Result<_, _>>()?;
         Ok(LlamaModel {
             dims,
@@ -254,11 +309,7 @@ impl LlamaModel {
             head,
             tied_head,
             inv_freq: cfg.rope_inv_freq(),
-            rope_style: match naming {
-                TensorNaming::Gguf => RopeStyle::Interleaved,
-                TensorNaming::HuggingFace => RopeStyle::Neox,
-            },
-            window: cfg.sliding_window,
+            rope_style: naming.rope_style(cfg.architecture),
         })
     }
 
@@ -353,22 +404,10 @@ impl LlamaModel {
         layer.q.forward(pool, &ws.h, t, &mut ws.q, &mut ws.scratch);
         layer.k.forward(pool, &ws.h, t, &mut ws.k, &mut ws.scratch);
         layer.v.forward(pool, &ws.h, t, &mut ws.v, &mut ws.scratch);
-        for (i, &pos) in ws.positions[..t].iter().enumerate() {
-            rope(
-                &mut ws.q[i * qd..(i + 1) * qd],
-                d.head_dim,
-                pos,
-                &self.inv_freq,
-                self.rope_style,
-            );
-            rope(
-                &mut ws.k[i * kvd..(i + 1) * kvd],
-                d.head_dim,
-                pos,
-                &self.inv_freq,
-                self.rope_style,
-            );
+        if let Some(norm) = &layer.qk_norm {
+            norm.apply(t * qd, t * kvd, ws);
         }
+        self.rope_qk(t, ws);
         let scale = 1.0 / (d.head_dim as f32).sqrt();
         let heads = AttnHeads {
             n_heads: d.n_heads,
@@ -411,7 +450,7 @@ impl LlamaModel {
             &seqs,
             d.n_heads,
             scale,
-            self.window,
+            layer.window,
             &mut ws.attn[..t * qd],
         );
         ws.attn_seqs = recycle(seqs);
@@ -420,6 +459,19 @@ impl LlamaModel {
             .o
             .forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
         add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+    }
+
+    /// Rotate the batch's `t` query and key rows by their positions.
+    fn rope_qk(&self, t: usize, ws: &mut Workspace) {
+        let d = self.dims;
+        let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        let rows = ws.q[..t * qd]
+            .chunks_exact_mut(qd)
+            .zip(ws.k[..t * kvd].chunks_exact_mut(kvd));
+        for ((q, k), &pos) in rows.zip(&ws.positions[..t]) {
+            rope(q, d.head_dim, pos, &self.inv_freq, self.rope_style);
+            rope(k, d.head_dim, pos, &self.inv_freq, self.rope_style);
+        }
     }
 
     fn mlp_block(

@@ -1,4 +1,9 @@
-//! [`TensorNaming`]: the two spellings of Llama-family tensor names (GGUF and HF).
+//! [`TensorNaming`]: the two spellings of Llama-family tensor names (GGUF and HF), and the
+//! RoPE pairing each implies ([`TensorNaming::rope_style`]).
+
+use kestrel_kernels::cpu::ops::RopeStyle;
+
+use crate::config::Architecture;
 
 /// A tensor of a Llama-family decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -8,6 +13,10 @@ pub enum LayerTensor {
     K,
     V,
     O,
+    /// Per-head RMSNorm of the queries (Qwen3).
+    QNorm,
+    /// Per-head RMSNorm of the keys (Qwen3).
+    KNorm,
     FfnNorm,
     Gate,
     Up,
@@ -24,6 +33,16 @@ pub enum TensorNaming {
 }
 
 impl TensorNaming {
+    /// The RoPE pairing of `arch`'s Q/K rows as this source stores them: Hugging Face
+    /// checkpoints rotate halves (NeoX); a GGUF file follows llama.cpp's converter for its
+    /// architecture ([`Architecture::gguf_rope_style`]).
+    pub fn rope_style(self, arch: Architecture) -> RopeStyle {
+        match self {
+            TensorNaming::Gguf => arch.gguf_rope_style(),
+            TensorNaming::HuggingFace => RopeStyle::Neox,
+        }
+    }
+
     pub fn embedding(self) -> &'static str {
         match self {
             TensorNaming::Gguf => "token_embd.weight",
@@ -63,6 +82,8 @@ fn gguf_part(t: LayerTensor) -> &'static str {
         LayerTensor::K => "attn_k",
         LayerTensor::V => "attn_v",
         LayerTensor::O => "attn_output",
+        LayerTensor::QNorm => "attn_q_norm",
+        LayerTensor::KNorm => "attn_k_norm",
         LayerTensor::FfnNorm => "ffn_norm",
         LayerTensor::Gate => "ffn_gate",
         LayerTensor::Up => "ffn_up",
@@ -77,6 +98,8 @@ fn hf_part(t: LayerTensor) -> &'static str {
         LayerTensor::K => "self_attn.k_proj",
         LayerTensor::V => "self_attn.v_proj",
         LayerTensor::O => "self_attn.o_proj",
+        LayerTensor::QNorm => "self_attn.q_norm",
+        LayerTensor::KNorm => "self_attn.k_norm",
         LayerTensor::FfnNorm => "post_attention_layernorm",
         LayerTensor::Gate => "mlp.gate_proj",
         LayerTensor::Up => "mlp.up_proj",

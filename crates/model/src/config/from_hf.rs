@@ -22,11 +22,13 @@ impl ModelConfig {
         let n_heads = req_usize(obj, "num_attention_heads")?;
         let hidden_size = req_usize(obj, "hidden_size")?;
         let rope_params = rope_params(obj)?;
+        let n_layers = req_usize(obj, "num_hidden_layers")?;
+        let window = sliding_window(obj, architecture, n_layers)?;
         let config = ModelConfig {
             architecture,
             vocab_size: req_usize(obj, "vocab_size")?,
             hidden_size,
-            n_layers: req_usize(obj, "num_hidden_layers")?,
+            n_layers,
             n_heads,
             n_kv_heads: opt_usize(obj, "num_key_value_heads")?.unwrap_or(n_heads),
             head_dim: opt_usize(obj, "head_dim")?
@@ -38,9 +40,11 @@ impl ModelConfig {
             max_position_embeddings: opt_usize(obj, "max_position_embeddings")?
                 .unwrap_or(default_max_positions(architecture)),
             tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?.unwrap_or(false),
-            sliding_window: sliding_window(obj, architecture)?,
+            sliding_window: window.size,
+            window_layers: window.layers,
             attention_bias: architecture == Architecture::Qwen2
                 || opt_bool(obj, "attention_bias")?.unwrap_or(false),
+            qk_norm: architecture == Architecture::Qwen3,
             bos_token_id: opt_u32(obj, "bos_token_id")?,
             eos_token_ids: eos_ids(obj)?,
             dtype: opt_str(obj, "dtype")?
@@ -66,7 +70,7 @@ fn default_max_positions(arch: Architecture) -> usize {
     match arch {
         Architecture::Llama => 2048,
         Architecture::Mistral => 4096 * 32,
-        Architecture::Qwen2 => 32768,
+        Architecture::Qwen2 | Architecture::Qwen3 => 32768,
     }
 }
 
@@ -130,27 +134,88 @@ fn rope_scaling(p: &Obj) -> Result<Option<RopeScaling>, ConfigError> {
     }
 }
 
-/// Mistral: `sliding_window` (default 4096, null = none). Qwen2: only with
-/// `use_sliding_window`, and only when it applies to every layer.
-fn sliding_window(obj: &Obj, arch: Architecture) -> Result<Option<usize>, ConfigError> {
+/// The sliding window and the layers it applies to.
+struct Window {
+    size: Option<usize>,
+    layers: Option<Vec<bool>>,
+}
+
+impl Window {
+    const NONE: Window = Window {
+        size: None,
+        layers: None,
+    };
+}
+
+/// Mistral: `sliding_window` on every layer (default 4096, null = none). Qwen2/Qwen3 (as
+/// transformers' config classes): only with `use_sliding_window`; the layers `layer_types`
+/// marks `sliding_attention`, or else layers `max_window_layers..` (default 28).
+fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Window, ConfigError> {
     match arch {
-        Architecture::Llama => Ok(None),
-        Architecture::Mistral => match obj.get("sliding_window") {
-            None => Ok(Some(4096)),
-            Some(_) => opt_usize(obj, "sliding_window"),
-        },
-        Architecture::Qwen2 => {
-            if !opt_bool(obj, "use_sliding_window")?.unwrap_or(false) {
-                return Ok(None);
-            }
-            if opt_usize(obj, "max_window_layers")?.unwrap_or(0) != 0 {
-                return Err(ConfigError::Unsupported(
-                    "Qwen2 sliding window on only some layers (max_window_layers > 0)".to_string(),
-                ));
-            }
-            Ok(Some(opt_usize(obj, "sliding_window")?.unwrap_or(4096)))
-        }
+        Architecture::Llama => Ok(Window::NONE),
+        Architecture::Mistral => Ok(Window {
+            size: window_size(obj)?,
+            layers: None,
+        }),
+        Architecture::Qwen2 | Architecture::Qwen3 => qwen_window(obj, n_layers),
     }
+}
+
+fn qwen_window(obj: &Obj, n_layers: usize) -> Result<Window, ConfigError> {
+    if !opt_bool(obj, "use_sliding_window")?.unwrap_or(false) {
+        return Ok(Window::NONE);
+    }
+    let Some(size) = window_size(obj)? else {
+        return Ok(Window::NONE);
+    };
+    let flags = match layer_types(obj)? {
+        Some(flags) => flags,
+        None => {
+            let first = opt_usize(obj, "max_window_layers")?.unwrap_or(28);
+            (0..n_layers).map(|i| i >= first).collect()
+        }
+    };
+    let layers = if !flags.contains(&true) {
+        return Ok(Window::NONE);
+    } else if flags.len() == n_layers && !flags.contains(&false) {
+        None
+    } else {
+        Some(flags) // a wrong length is reported by `validate`
+    };
+    Ok(Window {
+        size: Some(size),
+        layers,
+    })
+}
+
+/// `sliding_window`: absent = 4096 (the transformers default), null = none.
+fn window_size(obj: &Obj) -> Result<Option<usize>, ConfigError> {
+    match obj.get("sliding_window") {
+        None => Ok(Some(4096)),
+        Some(_) => opt_usize(obj, "sliding_window"),
+    }
+}
+
+/// `layer_types` (transformers ≥ 4.53): `true` for each `sliding_attention` layer.
+fn layer_types(obj: &Obj) -> Result<Option<Vec<bool>>, ConfigError> {
+    let Some(value) = present(obj, "layer_types") else {
+        return Ok(None);
+    };
+    let items = value
+        .as_array()
+        .ok_or_else(|| bad("layer_types", "expected a list"))?;
+    items
+        .iter()
+        .map(|v| match v.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(bad(
+                "layer_types",
+                &format!("expected full_attention or sliding_attention, got {v}"),
+            )),
+        })
+        .collect::<Result<Vec<bool>, _>>()
+        .map(Some)
 }
 
 /// `eos_token_id`: an integer, a list of integers, or null.

@@ -1,0 +1,140 @@
+//! Golden tests on tiny random-weight Qwen2 / Qwen3 checkpoints generated with transformers
+//! (scripts/goldens/tiny_qwen.py), each run twice: from the HF directory (config.json +
+//! float16 safetensors) and from the GGUF that llama.cpp's convert_hf_to_gguf.py made of it
+//! (f16, the same weights bit for bit).
+//!
+//! * tiny-qwen2: q/k/v biases, untied head. Its GGUF keeps HF's Q/K row order, so it only
+//!   matches with NeoX RoPE (llama.cpp's rope type for qwen2).
+//! * tiny-qwen2-swa: tied embeddings, a sliding window of 8 on layers 1-2 (layer 0 full,
+//!   `max_window_layers` 1); prompts run up to 107 tokens, so the window matters (the script
+//!   checks the windowed and full-attention goldens differ by > 0.1 in a top-1 logit). The
+//!   converter writes no window for qwen2 (llama.cpp runs Qwen2 with full attention), so its
+//!   GGUF is checked against transformers with the window off.
+//! * tiny-qwen3: per-head q/k RMSNorm, head_dim 24 (hidden 64 / 4 heads would be 16), tied
+//!   embeddings, rope theta 1e6.
+//!
+//! Weights are exact in f32 on both sides and the compute is f32, so the tolerances are the
+//! tiny-llama ones: `LOGIT_TOL` absolute on the reference's top-20 logits of every
+//! teacher-forced row, the argmax equal wherever the reference's top-1/top-2 margin exceeds
+//! `MARGIN`, and the greedy continuation (prompt prefill, then one token at a time through the
+//! KV cache) equal to transformers'.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use kestrel_model::config::Architecture;
+use kestrel_model::ModelFormat;
+
+const LOGIT_TOL: f32 = 2e-3;
+const MARGIN: f32 = 1e-2;
+
+/// Run the model at `path` against `golden`; returns the largest logit difference.
+fn check(path: &Path, golden: &str, arch: Architecture) -> f32 {
+    let name = path
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let golden = read_golden(golden);
+    let loaded = load(path);
+    assert_eq!(loaded.config.architecture, arch, "{name}: architecture");
+    for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
+        let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
+        assert_eq!(ids, p.prompt_ids, "{name}/{}: prompt ids differ", p.name);
+    }
+    let mut runner = runner(loaded, 256);
+    let mut worst = 0.0f32;
+    for p in &golden.prompts {
+        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
+        let a = compare(p, &logits, vocab, MARGIN);
+        eprintln!(
+            "{name}/{}: max |Δlogit| = {:.2e}; {} clear rows",
+            p.name, a.max_abs_err, a.clear_rows
+        );
+        assert!(
+            a.max_abs_err < LOGIT_TOL,
+            "{name}/{}: logits differ by {}",
+            p.name,
+            a.max_abs_err
+        );
+        assert!(
+            a.argmax_mismatches.is_empty(),
+            "{name}/{}: argmax differs at rows {:?}",
+            p.name,
+            a.argmax_mismatches
+        );
+        let greedy = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
+        assert_eq!(
+            greedy, p.greedy.ids,
+            "{name}/{}: greedy continuation",
+            p.name
+        );
+        worst = worst.max(a.max_abs_err);
+    }
+    worst
+}
+
+fn hf(dir: &str) -> std::path::PathBuf {
+    fixtures().join(dir)
+}
+
+fn gguf(dir: &str) -> std::path::PathBuf {
+    fixtures().join(format!("{dir}.gguf"))
+}
+
+#[test]
+fn tiny_qwen2_hf_matches_transformers() {
+    check(&hf("tiny-qwen2"), "tiny-qwen2.json", Architecture::Qwen2);
+}
+
+#[test]
+fn tiny_qwen2_gguf_matches_transformers() {
+    check(&gguf("tiny-qwen2"), "tiny-qwen2.json", Architecture::Qwen2);
+}
+
+#[test]
+fn tiny_qwen2_sliding_window_hf_matches_transformers() {
+    let loaded = load(&hf("tiny-qwen2-swa"));
+    let c = &loaded.config;
+    assert_eq!(c.sliding_window, Some(8));
+    assert_eq!(
+        (0..3).map(|l| c.layer_window(l)).collect::<Vec<_>>(),
+        [None, Some(8), Some(8)]
+    );
+    assert!(c.tie_word_embeddings && c.attention_bias);
+    check(
+        &hf("tiny-qwen2-swa"),
+        "tiny-qwen2-swa.json",
+        Architecture::Qwen2,
+    );
+}
+
+#[test]
+fn tiny_qwen2_sliding_window_gguf_runs_full_attention_like_llama_cpp() {
+    let path = gguf("tiny-qwen2-swa");
+    let loaded = load(&path);
+    assert_eq!(loaded.format, ModelFormat::Gguf);
+    assert_eq!(
+        loaded.config.sliding_window, None,
+        "the converter writes no window"
+    );
+    check(
+        &path,
+        "tiny-qwen2-swa-full-attention.json",
+        Architecture::Qwen2,
+    );
+}
+
+#[test]
+fn tiny_qwen3_hf_matches_transformers() {
+    check(&hf("tiny-qwen3"), "tiny-qwen3.json", Architecture::Qwen3);
+}
+
+#[test]
+fn tiny_qwen3_gguf_matches_transformers() {
+    let path = gguf("tiny-qwen3");
+    let c = load(&path).config;
+    assert!(c.qk_norm && !c.attention_bias && c.tie_word_embeddings);
+    assert_eq!((c.head_dim, c.hidden_size, c.n_heads), (24, 64, 4));
+    check(&path, "tiny-qwen3.json", Architecture::Qwen3);
+}

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checklist import Checklist  # noqa: E402
 from metric_names import unknown  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,16 +41,8 @@ def anchors(markdown: str) -> set[str]:
 
 
 def main() -> int:
-    failures: list[str] = []
-    passed = 0
-
-    def check(ok: bool, what: str) -> None:
-        nonlocal passed
-        print(("ok    " if ok else "FAIL  ") + what)
-        if ok:
-            passed += 1
-        else:
-            failures.append(what)
+    checks = Checklist("alerts")
+    check = checks.check
 
     rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
     alerts = {r["alert"]: r for r in rules if "alert" in r}
@@ -84,8 +77,7 @@ def main() -> int:
         check(path == "docs/deployment.md" and anchor in heads,
               f"{name} runbook_url {url!r} points at a heading of docs/deployment.md")
 
-    print(f"alerts: {passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checklist import Checklist  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
@@ -53,23 +56,14 @@ def mounts(service: dict) -> dict[str, str]:
 
 def main() -> int:
     resolved = yaml.safe_load(Path(sys.argv[1]).read_text())
-    failures: list[str] = []
-    passed = 0
-
-    def check(ok: bool, what: str) -> None:
-        nonlocal passed
-        print(("ok    " if ok else "FAIL  ") + what)
-        if ok:
-            passed += 1
-        else:
-            failures.append(what)
+    checks = Checklist("compose")
+    check = checks.check
 
     services = resolved.get("services", {})
     for name in ["redis", "gateway", "worker", "prometheus", "grafana"]:
         check(name in services, f"service {name} exists")
-    if failures:
-        print(f"compose: {passed} passed, {len(failures)} failed")
-        return 1
+    if checks.failed():
+        return checks.summary()
     redis, gateway, worker = services["redis"], services["gateway"], services["worker"]
     prom, grafana = services["prometheus"], services["grafana"]
 
@@ -139,8 +133,7 @@ def main() -> int:
     uids |= {t.get("datasource", {}).get("uid") for p in dash["panels"] for t in p.get("targets", [])}
     check(uids == {uid}, f"every panel and query uses the provisioned datasource uid {uid} ({uids})")
 
-    print(f"compose: {passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

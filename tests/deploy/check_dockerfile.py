@@ -27,6 +27,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checklist import Checklist  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -135,16 +138,8 @@ def check_skeleton(script: str) -> list[tuple[str, bool]]:
 
 def main() -> int:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy" / "Dockerfile"
-    failures: list[str] = []
-    passed = 0
-
-    def check(ok: bool, what: str) -> None:
-        nonlocal passed
-        print(("ok    " if ok else "FAIL  ") + what)
-        if ok:
-            passed += 1
-        else:
-            failures.append(what)
+    checks = Checklist("dockerfile")
+    check = checks.check
 
     _, stages = parse(path.read_text())
     by_name = {s.name: s for s in stages if s.name}
@@ -211,8 +206,7 @@ def main() -> int:
         for what, ok in check_skeleton(runs[0]):
             check(ok, what)
 
-    print(f"dockerfile: {passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

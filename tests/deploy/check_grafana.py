@@ -16,6 +16,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checklist import Checklist  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # (what, every substring one expression of the dashboard must contain)
@@ -41,16 +44,8 @@ REQUIRED = [
 def main() -> int:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "deploy" / "grafana" / "kestrel.json"
     dash = json.loads(path.read_text())
-    failures: list[str] = []
-    passed = 0
-
-    def check(ok: bool, what: str) -> None:
-        nonlocal passed
-        print(("ok    " if ok else "FAIL  ") + what)
-        if ok:
-            passed += 1
-        else:
-            failures.append(what)
+    checks = Checklist("grafana")
+    check = checks.check
 
     check(bool(dash.get("uid")) and bool(dash.get("title")), "the dashboard has a uid and a title")
     panels = dash.get("panels", [])
@@ -86,8 +81,7 @@ def main() -> int:
     for what, parts in REQUIRED:
         check(any(all(s in e for s in parts) for e in exprs), f"a panel shows {what}")
 
-    print(f"grafana: {passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

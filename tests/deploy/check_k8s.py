@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from checklist import Checklist  # noqa: E402
 from metric_names import unknown  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,16 +44,8 @@ def flag(args: list[str], name: str) -> str | None:
 
 
 def main() -> int:
-    failures: list[str] = []
-    passed = 0
-
-    def check(ok: bool, what: str) -> None:
-        nonlocal passed
-        print(("ok    " if ok else "FAIL  ") + what)
-        if ok:
-            passed += 1
-        else:
-            failures.append(what)
+    checks = Checklist("k8s")
+    check = checks.check
 
     docs = [d for f in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
     objs = {(d["kind"], d["metadata"]["name"]): d for d in docs}
@@ -65,9 +58,8 @@ def main() -> int:
                 ("StatefulSet", "kestrel-redis"), ("HorizontalPodAutoscaler", "kestrel-worker"),
                 ("ConfigMap", "kestrel-adapter-rules")]:
         check(key in objs, f"{key[0]} {key[1]} exists")
-    if failures:
-        print(f"k8s: {passed} passed, {len(failures)} failed")
-        return 1
+    if checks.failed():
+        return checks.summary()
 
     for w in workloads:
         sel = w["spec"]["selector"]["matchLabels"]
@@ -170,8 +162,7 @@ def main() -> int:
         check(res.returncode == 0, "every adapter metricsQuery is valid PromQL (promtool check rules)"
               + ("" if res.returncode == 0 else f": {res.stdout}{res.stderr}"))
 
-    print(f"k8s: {passed} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    return checks.summary()
 
 
 if __name__ == "__main__":

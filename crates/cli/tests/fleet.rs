@@ -223,15 +223,7 @@ fn beyond_the_queue_limit_the_gateway_answers_429_and_high_priority_goes_first()
         })
     };
     let lows: Vec<_> = (0..6).map(|_| send("low", -1)).collect();
-    wait_for(LONG, "a queue of at least 5", || {
-        let scrape = request(&addr, "GET", "/metrics", "", LONG).unwrap().body;
-        scrape
-            .lines()
-            .filter(|l| l.starts_with("kestrel:gateway_queue_depth{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-            >= 5.0
-    });
+    wait_for(LONG, "a queue of at least 5", || queue_depth(&addr) >= 5.0);
     let refused = request(
         &addr,
         "POST",
@@ -243,15 +235,7 @@ fn beyond_the_queue_limit_the_gateway_answers_429_and_high_priority_goes_first()
     assert_eq!(refused.status, 429, "{}", refused.body);
     assert!(refused.header("retry-after").is_some());
     // Room again for one, at high priority: it runs before the lows still queued.
-    wait_for(LONG, "room in the queue", || {
-        let scrape = request(&addr, "GET", "/metrics", "", LONG).unwrap().body;
-        scrape
-            .lines()
-            .filter(|l| l.starts_with("kestrel:gateway_queue_depth{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-            < 5.0
-    });
+    wait_for(LONG, "room in the queue", || queue_depth(&addr) < 5.0);
     let high = send("high", 5);
     assert_eq!(high.join().unwrap().status, 200);
     for l in lows {
@@ -350,4 +334,14 @@ fn redis_and_gateway_restarts_lose_no_queued_or_running_request() {
             .unwrap_or_default();
         metric(&scrape, "kestrel:kv_cache_usage_perc") == Some(0.0)
     });
+}
+
+/// The gateway's queue depth over all priority bands.
+fn queue_depth(addr: &str) -> f64 {
+    let scrape = request(addr, "GET", "/metrics", "", LONG).unwrap().body;
+    scrape
+        .lines()
+        .filter(|l| l.starts_with("kestrel:gateway_queue_depth{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -218,46 +218,38 @@ impl Jobs {
         };
         let key = self.keys.results(request);
         let ttl = self.result_ttl.as_secs().max(1);
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD")
+            .arg(&key)
+            .arg("*")
+            .arg(FIELD)
+            .arg(&json)
+            .ignore();
+        pipe.cmd("EXPIRE").arg(&key).arg(ttl).ignore();
+        self.run_patiently(&pipe).await.is_ok()
+    }
+
+    /// Runs `pipe`, retrying for up to [`PUBLISH_PATIENCE`].
+    async fn run_patiently(&self, pipe: &redis::Pipeline) -> Result<(), redis::RedisError> {
         let conn = self.conn.clone();
-        let sent = retry_for(PUBLISH_PATIENCE, || {
+        retry_for(PUBLISH_PATIENCE, || {
             let mut conn = conn.clone();
-            let mut pipe = redis::pipe();
-            pipe.cmd("XADD")
-                .arg(&key)
-                .arg("*")
-                .arg(FIELD)
-                .arg(&json)
-                .ignore()
-                .cmd("EXPIRE")
-                .arg(&key)
-                .arg(ttl)
-                .ignore();
             async move { pipe.query_async::<()>(&mut conn).await }
         })
-        .await;
-        sent.is_ok()
+        .await
     }
 
     /// Acknowledges and deletes a queue entry: the request is done with.
     pub async fn ack(&self, entry: &Entry) {
         let stream = self.keys.requests(entry.band);
-        let group = self.keys.group();
-        let conn = self.conn.clone();
-        let done = retry_for(PUBLISH_PATIENCE, || {
-            let mut conn = conn.clone();
-            let mut pipe = redis::pipe();
-            pipe.cmd("XACK")
-                .arg(&stream)
-                .arg(&group)
-                .arg(&entry.id)
-                .ignore()
-                .cmd("XDEL")
-                .arg(&stream)
-                .arg(&entry.id)
-                .ignore();
-            async move { pipe.query_async::<()>(&mut conn).await }
-        })
-        .await;
+        let mut pipe = redis::pipe();
+        pipe.cmd("XACK")
+            .arg(&stream)
+            .arg(self.keys.group())
+            .arg(&entry.id)
+            .ignore();
+        pipe.cmd("XDEL").arg(&stream).arg(&entry.id).ignore();
+        let done = self.run_patiently(&pipe).await;
         if let Err(e) = done {
             tracing::error!(error = %e, entry = %entry.id, "cannot acknowledge a finished job");
         }

@@ -26,23 +26,8 @@ fn check_checkpoint(dir: &str, golden: &str) {
     let mut runner = runner(loaded, 256);
     for p in &golden.prompts {
         let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
-        let a = compare(p, &logits, vocab, MARGIN);
-        eprintln!(
-            "{dir}/{}: max |Δlogit| = {:.2e}; {} clear rows",
-            p.name, a.max_abs_err, a.clear_rows
-        );
-        assert!(
-            a.max_abs_err < LOGIT_TOL,
-            "{dir}/{}: logits differ by {}",
-            p.name,
-            a.max_abs_err
-        );
-        assert!(
-            a.argmax_mismatches.is_empty(),
-            "{dir}/{}: argmax differs at rows {:?}",
-            p.name,
-            a.argmax_mismatches
-        );
+        let label = format!("{dir}/{}", p.name);
+        assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
     }
 }
 

@@ -142,6 +142,35 @@ pub fn compare(p: &GoldenPrompt, logits: &[f32], vocab: usize, margin_threshold:
     a
 }
 
+/// Checks one prompt's teacher-forced logits against the reference: every top-k logit within
+/// `tol`, the argmax equal on every row whose margin exceeds `margin`. Returns the largest
+/// difference; `label` names the prompt in messages.
+pub fn assert_logits_agree(
+    label: &str,
+    p: &GoldenPrompt,
+    logits: &[f32],
+    vocab: usize,
+    tol: f32,
+    margin: f32,
+) -> f32 {
+    let a = compare(p, logits, vocab, margin);
+    eprintln!(
+        "{label}: max |Δlogit| = {:.2e}; {} clear rows",
+        a.max_abs_err, a.clear_rows
+    );
+    assert!(
+        a.max_abs_err < tol,
+        "{label}: logits differ by {}",
+        a.max_abs_err
+    );
+    assert!(
+        a.argmax_mismatches.is_empty(),
+        "{label}: argmax differs at rows {:?}",
+        a.argmax_mismatches
+    );
+    a.max_abs_err
+}
+
 pub fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;
     for (i, v) in row.iter().enumerate() {

@@ -20,7 +20,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use kestrel_server::error::{ApiError, OpenAiError};
@@ -152,14 +151,11 @@ async fn dispatch(routes: Option<Router>, metrics: PrometheusHandle, req: Reques
     if req.uri().path() == "/metrics" {
         return kestrel_server::metrics::render_with(&metrics, None).into_response();
     }
-    let mut response = OpenAiError(ApiError::Unavailable(
+    // Unavailable errors carry `Retry-After`.
+    OpenAiError(ApiError::Unavailable(
         "no inference worker has announced a model yet; retry later".into(),
     ))
-    .into_response();
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
+    .into_response()
 }
 
 /// Waits for a worker's model descriptor, then builds the routes over it.

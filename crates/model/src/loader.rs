@@ -2,13 +2,13 @@
 //! to run it — configuration, weights, tokenizer and chat template.
 //!
 //! [`load_model_using`] lets a caller decide how the opened [`Weights`] become a
-//! [`LlamaModel`] (a [`BuildModel`]); the offline toolkit uses it to quantize while loading
+//! [`DecoderModel`] (a [`BuildModel`]); the offline toolkit uses it to quantize while loading
 //! and to read AWQ/GPTQ checkpoints. [`load_model`] builds from the weights as stored
 //! ([`AsStored`]).
 
 use std::path::{Path, PathBuf};
 
-use crate::arch::{LlamaModel, TensorNaming};
+use crate::arch::{DecoderModel, TensorNaming};
 use crate::chat_template::ChatTemplate;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -29,7 +29,7 @@ pub struct LoadedModel {
     pub path: PathBuf,
     pub format: ModelFormat,
     pub config: ModelConfig,
-    pub model: LlamaModel,
+    pub model: DecoderModel,
     pub tokenizer: Tokenizer,
     pub chat_template: Option<ChatTemplate>,
 }
@@ -63,12 +63,16 @@ impl Weights<'_> {
     }
 }
 
-/// How [`load_model_using`] turns the opened weights into a [`LlamaModel`].
+/// How [`load_model_using`] turns the opened weights into a [`DecoderModel`].
 pub trait BuildModel {
     /// The error of a load: [`ModelError`] or a wider type that holds it.
     type Error: From<ModelError>;
 
-    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<LlamaModel, Self::Error>;
+    fn build(
+        &self,
+        config: &ModelConfig,
+        weights: Weights<'_>,
+    ) -> Result<DecoderModel, Self::Error>;
 }
 
 /// Builds the model from the tensors as stored.
@@ -78,8 +82,12 @@ pub struct AsStored;
 impl BuildModel for AsStored {
     type Error = ModelError;
 
-    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<LlamaModel, ModelError> {
-        LlamaModel::load(config, weights.source(), weights.naming())
+    fn build(
+        &self,
+        config: &ModelConfig,
+        weights: Weights<'_>,
+    ) -> Result<DecoderModel, ModelError> {
+        DecoderModel::load(config, weights.source(), weights.naming())
     }
 }
 

@@ -5,7 +5,7 @@ use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError,
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
-use crate::arch::{LlamaModel, Workspace};
+use crate::arch::{DecoderModel, Workspace};
 use crate::kv_cache::{KvCache, KvCacheShape};
 
 /// Size and storage type of a runner's KV cache.
@@ -42,7 +42,7 @@ impl KvSpec {
     /// bytes_per_token = layers × 2 × kv heads × row bytes (f32 4·hd, f16 2·hd, q8 hd+4)
     /// ```
     pub fn for_budget(
-        model: &LlamaModel,
+        model: &DecoderModel,
         block_size: usize,
         dtype: KvDtype,
         budget: KvBudget,
@@ -65,7 +65,7 @@ impl KvSpec {
     }
 
     /// The cache shape for `model`'s layers and heads.
-    pub fn shape(&self, model: &LlamaModel) -> KvCacheShape {
+    pub fn shape(&self, model: &DecoderModel) -> KvCacheShape {
         let d = model.dims();
         KvCacheShape {
             n_layers: d.n_layers,
@@ -79,7 +79,7 @@ impl KvSpec {
 }
 
 pub struct ModelRunner {
-    model: LlamaModel,
+    model: DecoderModel,
     kv: KvCache,
     ws: Workspace,
     pool: &'static ThreadPool,
@@ -89,7 +89,7 @@ pub struct ModelRunner {
 impl ModelRunner {
     /// A runner with `num_blocks` f32 KV blocks of `block_size` tokens.
     pub fn new(
-        model: LlamaModel,
+        model: DecoderModel,
         block_size: usize,
         num_blocks: usize,
         pool: &'static ThreadPool,
@@ -106,7 +106,7 @@ impl ModelRunner {
     }
 
     /// A runner whose KV cache has the size and storage type of `kv`.
-    pub fn with_kv(model: LlamaModel, kv: KvSpec, pool: &'static ThreadPool) -> ModelRunner {
+    pub fn with_kv(model: DecoderModel, kv: KvSpec, pool: &'static ThreadPool) -> ModelRunner {
         let shape = kv.shape(&model);
         ModelRunner {
             model,
@@ -117,7 +117,7 @@ impl ModelRunner {
         }
     }
 
-    pub fn model(&self) -> &LlamaModel {
+    pub fn model(&self) -> &DecoderModel {
         &self.model
     }
 

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use kestrel_model::arch::{LlamaModel, TensorNaming};
+use kestrel_model::arch::{DecoderModel, TensorNaming};
 use kestrel_model::config::ModelConfig;
 use kestrel_model::weights::TensorSource;
 use kestrel_model::{load_model_using, BuildModel, LoadedModel, ModelError, Weights};
@@ -51,7 +51,7 @@ pub fn load_model_with(path: &Path, opts: &LoadOptions<'_>) -> Result<LoadedMode
 impl BuildModel for LoadOptions<'_> {
     type Error = LoadError;
 
-    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<LlamaModel, LoadError> {
+    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<DecoderModel, LoadError> {
         let Weights::Safetensors { dir, checkpoint } = weights else {
             return build(config, weights.source(), weights.naming(), self);
         };
@@ -72,13 +72,13 @@ fn build(
     src: &dyn TensorSource,
     naming: TensorNaming,
     opts: &LoadOptions<'_>,
-) -> Result<LlamaModel, LoadError> {
+) -> Result<DecoderModel, LoadError> {
     let Some((method, qopts)) = &opts.quantize else {
-        return Ok(LlamaModel::load(config, src, naming)?);
+        return Ok(DecoderModel::load(config, src, naming)?);
     };
     let quantizing = QuantizingSource::new(src, naming, *method, qopts.clone(), opts.on_tensor)
         .map_err(|e| LoadError::Quantize(e.to_string()))?;
-    LlamaModel::load(config, &quantizing, naming).map_err(|e| {
+    DecoderModel::load(config, &quantizing, naming).map_err(|e| {
         LoadError::Model(match (e, quantizing.failures().first()) {
             (ModelError::MissingTensor(_), Some((name, reason))) => ModelError::BadTensor {
                 name: name.clone(),
@@ -91,8 +91,11 @@ fn build(
 
 /// Load an AWQ/GPTQ checkpoint, reporting why a packed linear could not be read rather than
 /// calling it missing.
-fn load_quantized(config: &ModelConfig, src: QuantizedCheckpoint) -> Result<LlamaModel, LoadError> {
-    LlamaModel::load(config, &src, TensorNaming::HuggingFace).map_err(|e| match e {
+fn load_quantized(
+    config: &ModelConfig,
+    src: QuantizedCheckpoint,
+) -> Result<DecoderModel, LoadError> {
+    DecoderModel::load(config, &src, TensorNaming::HuggingFace).map_err(|e| match e {
         ModelError::MissingTensor(name) => match src.failure(&name) {
             Some(reason) => LoadError::Import(ImportError::Linear { name, reason }),
             None => LoadError::Model(ModelError::MissingTensor(name)),

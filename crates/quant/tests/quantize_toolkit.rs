@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use common::*;
 use kestrel_kernels::quant::dequantize_row;
 use kestrel_kernels::{DType, SharedBytes};
-use kestrel_model::arch::{LlamaModel, TensorNaming};
+use kestrel_model::arch::{DecoderModel, TensorNaming};
 use kestrel_model::config::ModelConfig;
 use kestrel_model::weights::gguf::{
     GgufFile, GgufWriter, MetaArray, MetaValue, INPUT_PERM_KEY_PREFIX, OUTLIER_COLS_KEY_PREFIX,
@@ -39,7 +39,7 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn logits_of(model: LlamaModel) -> (Vec<f32>, usize) {
+fn logits_of(model: DecoderModel) -> (Vec<f32>, usize) {
     let mut r = ModelRunner::new(
         model,
         16,
@@ -147,8 +147,8 @@ fn check_against_dequantized(path: &Path, tol: f32) -> f32 {
     let file = GgufFile::open(path).unwrap();
     let config = ModelConfig::from_gguf(&file).unwrap();
     let quantized =
-        LlamaModel::load(&config, &file, TensorNaming::Gguf).expect("loads on its own kernels");
-    let reference = LlamaModel::load(
+        DecoderModel::load(&config, &file, TensorNaming::Gguf).expect("loads on its own kernels");
+    let reference = DecoderModel::load(
         &config,
         &Dequantized {
             file: GgufFile::open(path).unwrap(),
@@ -272,8 +272,8 @@ fn gptq_act_order_stores_and_applies_a_permutation() {
             self.0.tensor_names()
         }
     }
-    let ignored = LlamaModel::load(&config, &NoPerm(&file), TensorNaming::Gguf).unwrap();
-    let applied = LlamaModel::load(&config, &file, TensorNaming::Gguf).unwrap();
+    let ignored = DecoderModel::load(&config, &NoPerm(&file), TensorNaming::Gguf).unwrap();
+    let applied = DecoderModel::load(&config, &file, TensorNaming::Gguf).unwrap();
     assert!(rel_diff(&logits_of(ignored).0, &logits_of(applied).0) > 0.05);
 }
 
@@ -340,7 +340,7 @@ fn imported_awq_and_gptq_checkpoints_run_like_their_dequantized_weights() {
             expected: SafetensorsCheckpoint::open(&dir.join("expected.safetensors")).unwrap(),
         };
         let reference =
-            LlamaModel::load(&loaded.config, &reference_src, TensorNaming::HuggingFace).unwrap();
+            DecoderModel::load(&loaded.config, &reference_src, TensorNaming::HuggingFace).unwrap();
         let d = rel_diff(&logits_of(loaded.model).0, &logits_of(reference).0);
         assert!(d < 0.05, "{name}: relative logit difference {d}");
     }

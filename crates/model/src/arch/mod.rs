@@ -1,10 +1,15 @@
-//! Architectures: configuration plus a forward pass over shared layers. The Llama family
-//! (Llama, Mistral, Qwen2 — the latter adds QKV biases) shares one implementation.
+//! Architectures: configuration plus a forward pass over shared layers. Every supported family
+//! runs on one [`DecoderModel`], built from per-feature blocks.
 
-pub mod llama;
+pub(crate) mod attention_block;
+pub mod decoder;
+pub(crate) mod feed_forward;
 pub mod naming;
+pub mod observer;
+pub(crate) mod tensor_loader;
 pub mod workspace;
 
-pub use llama::{ActivationObserver, AttnHeads, LinearSite, LlamaModel, Pass};
+pub use decoder::{DecoderDims, DecoderModel, Pass};
 pub use naming::TensorNaming;
+pub use observer::{ActivationObserver, AttnHeads, LinearSite};
 pub use workspace::Workspace;

@@ -16,7 +16,9 @@ use kestrel_engine::executor::{BatchInput, SeqBatch};
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::DType;
-use kestrel_model::arch::{ActivationObserver, AttnHeads, LinearSite, LlamaModel, Pass, Workspace};
+use kestrel_model::arch::{
+    ActivationObserver, AttnHeads, DecoderModel, LinearSite, Pass, Workspace,
+};
 use kestrel_model::kv_cache::{KvCache, KvCacheShape};
 
 use super::attn_weights::{key_weights, KeyWeightScratch};
@@ -94,7 +96,7 @@ impl Calibration {
 
 /// Run `model` over `tokens` in windows of `cfg.ctx` and collect [`Calibration`].
 pub fn calibrate(
-    model: &LlamaModel,
+    model: &DecoderModel,
     tokens: &[u32],
     cfg: CalibConfig,
     pool: &ThreadPool,

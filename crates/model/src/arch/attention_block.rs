@@ -1,0 +1,211 @@
+//! [`AttentionBlock`]: the attention half of a decoder layer — norm, Q/K/V projections,
+//! optional per-head Q/K norms, rotary positions, paged causal attention (optionally
+//! windowed), output projection and the residual add.
+
+use kestrel_kernels::cpu::attention::{attention, store_kv, AttnSeq};
+use kestrel_kernels::cpu::ops::{add_assign, rope, RopeStyle};
+
+use super::decoder::{DecoderDims, Pass};
+use super::naming::LayerTensor;
+use super::observer::{ActivationObserver, AttnHeads, LinearSite};
+use super::tensor_loader::TensorLoader;
+use super::workspace::Workspace;
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::layers::{Linear, RmsNorm};
+
+/// Rotary position embedding: the inverse frequencies and the pairing of rotated dimensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Rotary {
+    pub inv_freq: Vec<f32>,
+    pub style: RopeStyle,
+}
+
+impl Rotary {
+    /// Rotate the batch's `t` query rows (`qd` wide) and key rows (`kvd` wide) by their
+    /// positions.
+    fn apply(&self, t: usize, head_dim: usize, (qd, kvd): (usize, usize), ws: &mut Workspace) {
+        let rows = ws.q[..t * qd]
+            .chunks_exact_mut(qd)
+            .zip(ws.k[..t * kvd].chunks_exact_mut(kvd));
+        for ((q, k), &pos) in rows.zip(&ws.positions[..t]) {
+            rope(q, head_dim, pos, &self.inv_freq, self.style);
+            rope(k, head_dim, pos, &self.inv_freq, self.style);
+        }
+    }
+}
+
+/// The `head_dim`-long RMSNorm weights applied to every query and key head.
+struct QkNorm {
+    q: RmsNorm,
+    k: RmsNorm,
+}
+
+impl QkNorm {
+    fn load(
+        ld: &TensorLoader<'_>,
+        i: usize,
+        head_dim: usize,
+        eps: f32,
+    ) -> Result<QkNorm, ModelError> {
+        Ok(QkNorm {
+            q: ld.layer_norm(i, LayerTensor::QNorm, head_dim, eps)?,
+            k: ld.layer_norm(i, LayerTensor::KNorm, head_dim, eps)?,
+        })
+    }
+
+    /// Normalize every head of the first `q_len` query and `kv_len` key values, in place
+    /// (through `ws.attn`, which is free until attention runs and holds `q_len` values).
+    fn apply(&self, q_len: usize, kv_len: usize, ws: &mut Workspace) {
+        self.q.forward(&ws.q[..q_len], &mut ws.attn[..q_len]);
+        ws.q[..q_len].copy_from_slice(&ws.attn[..q_len]);
+        self.k.forward(&ws.k[..kv_len], &mut ws.attn[..kv_len]);
+        ws.k[..kv_len].copy_from_slice(&ws.attn[..kv_len]);
+    }
+}
+
+pub(crate) struct AttentionBlock {
+    norm: RmsNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    /// Per-head RMSNorm of queries and keys before RoPE (Qwen3).
+    qk_norm: Option<QkNorm>,
+    rotary: Rotary,
+    o: Linear,
+    /// This layer's attention window (`None`: full causal attention).
+    window: Option<usize>,
+}
+
+impl AttentionBlock {
+    pub fn load(
+        ld: &TensorLoader<'_>,
+        i: usize,
+        cfg: &ModelConfig,
+        d: &DecoderDims,
+        rotary: Rotary,
+    ) -> Result<AttentionBlock, ModelError> {
+        let (h, q, kv) = (d.hidden, d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        let (eps, bias) = (cfg.rms_norm_eps, cfg.attention_bias);
+        Ok(AttentionBlock {
+            norm: ld.layer_norm(i, LayerTensor::AttnNorm, h, eps)?,
+            q: ld.linear_with_bias(i, LayerTensor::Q, q, h, bias)?,
+            k: ld.linear_with_bias(i, LayerTensor::K, kv, h, bias)?,
+            v: ld.linear_with_bias(i, LayerTensor::V, kv, h, bias)?,
+            qk_norm: match cfg.qk_norm {
+                true => Some(QkNorm::load(ld, i, d.head_dim, eps)?),
+                false => None,
+            },
+            rotary,
+            o: ld.linear(i, LayerTensor::O, h, q)?,
+            window: cfg.layer_window(i),
+        })
+    }
+
+    /// The stored bytes of the block's projections.
+    pub fn weight_bytes(&self) -> usize {
+        [&self.q, &self.k, &self.v, &self.o]
+            .iter()
+            .map(|x| x.n_bytes())
+            .sum()
+    }
+
+    /// Layer `l`'s attention over the pass's batch, added to the residual stream `ws.x`.
+    pub fn forward(
+        &self,
+        l: usize,
+        d: &DecoderDims,
+        pass: &mut Pass<'_>,
+        observer: &mut dyn ActivationObserver,
+    ) {
+        let (batch, pool) = (pass.batch, pass.pool);
+        let ws = &mut *pass.ws;
+        let t = batch.num_tokens();
+        let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
+        self.norm
+            .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        observer.observe(l, LinearSite::Qkv, &ws.h[..t * d.hidden], t);
+        self.q.forward(pool, &ws.h, t, &mut ws.q, &mut ws.scratch);
+        self.k.forward(pool, &ws.h, t, &mut ws.k, &mut ws.scratch);
+        self.v.forward(pool, &ws.h, t, &mut ws.v, &mut ws.scratch);
+        if let Some(norm) = &self.qk_norm {
+            norm.apply(t * qd, t * kvd, ws);
+        }
+        self.rotary.apply(t, d.head_dim, (qd, kvd), ws);
+        let heads = AttnHeads {
+            n_heads: d.n_heads,
+            n_kv_heads: d.n_kv_heads,
+            head_dim: d.head_dim,
+            scale: 1.0 / (d.head_dim as f32).sqrt(),
+        };
+        observer.observe_attention(l, &ws.q[..t * qd], &ws.k[..t * kvd], t, heads);
+        self.store_kv(l, kvd, pass);
+        self.attend(l, heads, pass);
+        let ws = &mut *pass.ws;
+        observer.observe(l, LinearSite::O, &ws.attn[..t * qd], t);
+        self.o
+            .forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
+        add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+    }
+
+    /// Write the batch's keys and values into layer `l`'s cache blocks.
+    fn store_kv(&self, l: usize, kvd: usize, pass: &mut Pass<'_>) {
+        let (ws, mut cache) = (&*pass.ws, pass.kv.layer_mut(l));
+        let mut i = 0;
+        for seq in &pass.batch.seqs {
+            for j in 0..seq.tokens.len() {
+                let (k_row, v_row) = (&ws.k[i * kvd..(i + 1) * kvd], &ws.v[i * kvd..(i + 1) * kvd]);
+                store_kv(
+                    &mut cache,
+                    &seq.block_table,
+                    seq.start_pos + j,
+                    k_row,
+                    v_row,
+                );
+                i += 1;
+            }
+        }
+    }
+
+    /// Causal attention of every query of the batch over its sequence's cached keys, into
+    /// `ws.attn`.
+    fn attend(&self, l: usize, heads: AttnHeads, pass: &mut Pass<'_>) {
+        let ws = &mut *pass.ws;
+        let t = pass.batch.num_tokens();
+        let qd = heads.n_heads * heads.head_dim;
+        let mut seqs = recycle(std::mem::take(&mut ws.attn_seqs));
+        let mut offset = 0;
+        seqs.extend(pass.batch.seqs.iter().map(|s| {
+            let n = s.tokens.len();
+            let a = AttnSeq {
+                q: &ws.q[offset * qd..(offset + n) * qd],
+                n_q: n,
+                q_start_pos: s.start_pos,
+                block_table: &s.block_table,
+            };
+            offset += n;
+            a
+        }));
+        attention(
+            pass.pool,
+            &pass.kv.layer(l),
+            &seqs,
+            heads.n_heads,
+            heads.scale,
+            self.window,
+            &mut ws.attn[..t * qd],
+        );
+        ws.attn_seqs = recycle(seqs);
+    }
+}
+
+/// An empty vector with `v`'s allocation, for borrows of another lifetime: collecting a
+/// `vec::IntoIter` through `map` into a vector of a same-sized type reuses the source buffer,
+/// so the per-layer list of attention sequences costs no allocation once it has grown
+/// (checked by the steady-state allocation test).
+fn recycle<'b>(mut v: Vec<AttnSeq<'_>>) -> Vec<AttnSeq<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("the vector is empty"))
+        .collect()
+}

@@ -1,0 +1,104 @@
+//! [`TensorLoader`]: fetches a model's tensors by name from a [`TensorSource`], checks their
+//! shapes, and builds the layers (linears with their biases, input permutations and outlier
+//! columns; norms).
+
+use super::naming::{LayerTensor, TensorNaming};
+use crate::error::ModelError;
+use crate::layers::to_f32_vec;
+use crate::layers::{Linear, OutlierColumns, RmsNorm, WeightMatrix};
+use crate::weights::{outlier_weight_name, TensorSource, TensorView};
+
+/// Loads tensors by name and checks their shapes.
+pub(crate) struct TensorLoader<'a> {
+    pub src: &'a dyn TensorSource,
+    pub naming: TensorNaming,
+}
+
+impl TensorLoader<'_> {
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<TensorView, ModelError> {
+        let view = self
+            .src
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        if view.shape != shape {
+            return Err(ModelError::BadShape {
+                name: name.into(),
+                expected: shape.to_vec(),
+                actual: view.shape,
+            });
+        }
+        Ok(view)
+    }
+
+    /// Whether the source has tensor `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.src.tensor(name).is_some()
+    }
+
+    /// The `[rows, cols]` linear `t` of `layer`, with its bias when the source has one.
+    pub fn linear(
+        &self,
+        layer: usize,
+        t: LayerTensor,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Linear, ModelError> {
+        let view = self.get(&self.naming.layer(layer, t, "weight"), &[rows, cols])?;
+        let bias_name = self.naming.layer(layer, t, "bias");
+        let bias = match self.has(&bias_name) {
+            true => Some(to_f32_vec(&self.get(&bias_name, &[rows])?)?),
+            false => None,
+        };
+        let name = view.name.clone();
+        let mut linear = Linear::new(view, bias)?.packed();
+        if let Some(perm) = self.src.input_perm(&name) {
+            linear = linear.with_input_perm(&name, perm)?;
+        }
+        match self.src.outlier_columns(&name) {
+            Some(channels) => Ok(linear.with_outliers(self.outliers(&name, channels, rows, cols)?)),
+            None => Ok(linear),
+        }
+    }
+
+    /// A linear that must have a bias when `bias` is set (it is read whenever it is present).
+    pub fn linear_with_bias(
+        &self,
+        i: usize,
+        t: LayerTensor,
+        rows: usize,
+        cols: usize,
+        bias: bool,
+    ) -> Result<Linear, ModelError> {
+        let bias_name = self.naming.layer(i, t, "bias");
+        if bias && !self.has(&bias_name) {
+            return Err(ModelError::MissingTensor(bias_name));
+        }
+        self.linear(i, t, rows, cols)
+    }
+
+    /// The outlier channels of matrix `name` and their weights.
+    fn outliers(
+        &self,
+        name: &str,
+        channels: Vec<u32>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<OutlierColumns, ModelError> {
+        let weight = self.get(&outlier_weight_name(name), &[rows, channels.len()])?;
+        OutlierColumns::new(name, channels, WeightMatrix::new(weight)?, rows, cols)
+    }
+
+    pub fn norm(&self, name: &str, len: usize, eps: f32) -> Result<RmsNorm, ModelError> {
+        RmsNorm::new(self.get(name, &[len])?, eps)
+    }
+
+    pub fn layer_norm(
+        &self,
+        i: usize,
+        t: LayerTensor,
+        len: usize,
+        eps: f32,
+    ) -> Result<RmsNorm, ModelError> {
+        self.norm(&self.naming.layer(i, t, "weight"), len, eps)
+    }
+}

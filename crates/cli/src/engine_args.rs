@@ -23,7 +23,8 @@ pub struct EngineArgs {
     /// Longest prompt in tokens [default: max total tokens - 1].
     #[arg(long, env = "MAX_INPUT_LENGTH")]
     pub max_input_tokens: Option<usize>,
-    /// Longest prompt + output in tokens [default: the model's context, capped by the KV cache].
+    /// Longest prompt + output in tokens [default: the model's context, capped by the KV cache
+    /// unless a sliding window on every layer bounds each sequence's blocks].
     #[arg(long, env = "MAX_TOTAL_TOKENS")]
     pub max_total_tokens: Option<usize>,
     /// Requests in flight beyond this get 429.

@@ -233,6 +233,9 @@ pub struct EngineStats {
     pub preemptions_total: u64,
     pub prefix_cache_queries_total: u64,
     pub prefix_cache_hits_total: u64,
+    /// KV blocks released because they fell out of the attention window of every layer.
+    #[serde(default)]
+    pub kv_window_blocks_freed_total: u64,
     pub prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
 }

@@ -32,6 +32,7 @@ impl EngineConfig {
             enable_chunked_prefill: true,
             long_prefill_threshold: None,
             max_model_len: Some(self.max_model_len),
+            attention_window: kv.attention_window,
         }
     }
 }

@@ -142,6 +142,7 @@ impl EngineCore {
             preemptions_total: s.num_preemptions,
             prefix_cache_queries_total: s.prefix_cache.queries,
             prefix_cache_hits_total: s.prefix_cache.hits,
+            kv_window_blocks_freed_total: s.window_blocks_freed,
             prompt_tokens_total: self.prompt_tokens_total,
             generation_tokens_total: self.generation_tokens_total,
         }

@@ -16,6 +16,9 @@ pub struct SeqBatch {
     /// Number of this sequence's tokens already in the KV cache (its computed tokens).
     pub start_pos: usize,
     /// Physical KV block ids, in logical order; covers `start_pos + tokens.len()` positions.
+    /// Leading entries may be [`crate::kv::NO_BLOCK`]: released because they lie before the
+    /// attention window of the first token (see [`KvGeometry::attention_window`]), so no layer
+    /// reads them.
     pub block_table: Vec<BlockId>,
     /// Whether the last token's logits are needed (false for a non-final prefill chunk).
     pub need_logits: bool,
@@ -69,6 +72,10 @@ pub struct KvGeometry {
     pub block_size: usize,
     /// Blocks in the cache.
     pub num_blocks: usize,
+    /// The attention window that bounds every layer, in tokens: `Some(w)` only if every layer
+    /// has a sliding window (then `w` is the largest), `None` if any layer attends to the whole
+    /// context. The engine releases blocks outside it while a request runs.
+    pub attention_window: Option<usize>,
 }
 
 /// Runs forward passes. The engine thread owns its executor; nothing else touches it.

@@ -39,6 +39,9 @@ pub mod names {
     pub const PREFIX_CACHE_QUERIES_TOTAL: &str = "kestrel:prefix_cache_queries_total";
     /// Counter: prompt tokens found in the prefix cache.
     pub const PREFIX_CACHE_HITS_TOTAL: &str = "kestrel:prefix_cache_hits_total";
+    /// Counter: KV blocks released while their request ran because they fell out of the
+    /// attention window of every layer (sliding-window models only).
+    pub const KV_WINDOW_BLOCKS_FREED_TOTAL: &str = "kestrel:kv_window_blocks_freed_total";
     /// Histogram (seconds): arrival to first generated token.
     pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "kestrel:time_to_first_token_seconds";
     /// Histogram (seconds): gap between consecutive generated tokens.
@@ -99,6 +102,11 @@ pub fn describe() {
         PREFIX_CACHE_HITS_TOTAL,
         Unit::Count,
         "Prompt tokens found in the prefix cache"
+    );
+    describe_counter!(
+        KV_WINDOW_BLOCKS_FREED_TOTAL,
+        Unit::Count,
+        "KV blocks released while their request ran, outside every layer's attention window"
     );
     describe_histogram!(
         TIME_TO_FIRST_TOKEN_SECONDS,
@@ -161,6 +169,9 @@ impl StepRecorder {
             .prefix_cache
             .hits
             .saturating_sub(self.last.prefix_cache.hits);
+        let window_freed = now
+            .window_blocks_freed
+            .saturating_sub(self.last.window_blocks_freed);
         if preemptions > 0 {
             counter!(names::NUM_PREEMPTIONS_TOTAL).increment(preemptions);
         }
@@ -169,6 +180,9 @@ impl StepRecorder {
         }
         if hits > 0 {
             counter!(names::PREFIX_CACHE_HITS_TOTAL).increment(hits);
+        }
+        if window_freed > 0 {
+            counter!(names::KV_WINDOW_BLOCKS_FREED_TOTAL).increment(window_freed);
         }
         self.last = *now;
     }

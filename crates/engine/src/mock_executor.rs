@@ -3,18 +3,21 @@
 //! It keeps a shadow KV cache (which token, at which position, sits in each block slot) and
 //! checks every [`BatchInput`] the way a real runner would depend on it:
 //! * each sequence's block table has exactly `ceil((start_pos + len) / block_size)` distinct,
-//!   in-range blocks;
-//! * every context position `< start_pos` was written in an *earlier* step, at that position
-//!   (so prefix-cache hits only ever point at K/V that really exists);
+//!   in-range blocks, except that with an attention window ([`MockExecutor::with_window`])
+//!   entries before the window of the first token may be [`NO_BLOCK`] holes;
+//! * every context position `< start_pos` that the window lets the sequence see was written in
+//!   an *earlier* step, at that position (so prefix-cache hits only ever point at K/V that
+//!   really exists);
 //! * no slot is written twice in one step, and no slot is read and written in the same step.
 //!
 //! The "model" reads the context back from the shadow cache, so a wrong block table changes its
-//! output: the next token is [`reference_next_token`] of the whole context, returned as a
-//! one-hot logits row.
+//! output: the next token is [`reference_next_token_at`] of the context the last token sees
+//! (all of it, or its window), returned as a one-hot logits row.
 
 use std::collections::{HashMap, HashSet};
 
 use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry, SeqBatch};
+use crate::kv::NO_BLOCK;
 
 /// What a shadow KV slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +30,14 @@ struct Slot {
 /// The "model": the token that follows `context`, a hash of every (position, token) pair
 /// reduced to `vocab`.
 pub fn reference_next_token(context: &[u32], vocab: usize) -> u32 {
+    reference_next_token_at(0, context, vocab)
+}
+
+/// The "model" over the part of a context it sees: `tokens` sit at positions `first_pos..`.
+pub fn reference_next_token_at(first_pos: usize, tokens: &[u32], vocab: usize) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (pos, &t) in context.iter().enumerate() {
+    for (i, &t) in tokens.iter().enumerate() {
+        let pos = first_pos + i;
         h ^= u64::from(t) | ((pos as u64) << 32);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
         h ^= h >> 29;
@@ -44,10 +53,23 @@ pub fn reference_generate(
     stop_ids: &[u32],
     vocab: usize,
 ) -> Vec<u32> {
+    reference_generate_windowed(prompt, max_tokens, stop_ids, vocab, None)
+}
+
+/// [`reference_generate`] for a model whose last token sees only the `window` tokens up to
+/// and including itself.
+pub fn reference_generate_windowed(
+    prompt: &[u32],
+    max_tokens: usize,
+    stop_ids: &[u32],
+    vocab: usize,
+    window: Option<usize>,
+) -> Vec<u32> {
     let mut ctx = prompt.to_vec();
     let mut out = Vec::new();
     while out.len() < max_tokens {
-        let t = reference_next_token(&ctx, vocab);
+        let first = first_key(window, ctx.len() - 1);
+        let t = reference_next_token_at(first, &ctx[first..], vocab);
         ctx.push(t);
         out.push(t);
         if stop_ids.contains(&t) {
@@ -55,6 +77,11 @@ pub fn reference_generate(
         }
     }
     out
+}
+
+/// The first key position a query at `pos` sees under `window`.
+fn first_key(window: Option<usize>, pos: usize) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
 /// Index of each row's largest logit (the token a one-hot row encodes).
@@ -77,6 +104,7 @@ pub struct MockExecutor {
     block_size: usize,
     num_blocks: usize,
     vocab: usize,
+    window: Option<usize>,
     kv: HashMap<u32, Vec<Option<Slot>>>,
     step: u64,
     tokens_computed: usize,
@@ -89,10 +117,19 @@ impl MockExecutor {
             block_size,
             num_blocks,
             vocab,
+            window: None,
             kv: HashMap::new(),
             step: 0,
             tokens_computed: 0,
         }
+    }
+
+    /// The same mock as a model whose every layer attends over `window` tokens: it reports
+    /// the window in its [`KvGeometry`], reads only the window, and accepts [`NO_BLOCK`] holes
+    /// before it.
+    pub fn with_window(mut self, window: usize) -> Self {
+        self.window = Some(window);
+        self
     }
 
     /// Steps executed so far.
@@ -109,13 +146,14 @@ impl MockExecutor {
         ExecutorError::InvalidBatch(msg)
     }
 
-    /// Checks one sequence's table and reads its cached context.
+    /// Checks one sequence's table and reads the cached context its first token sees; returns
+    /// that context's first position and its tokens.
     fn read_context(
         &self,
         i: usize,
         s: &SeqBatch,
         reads: &mut HashSet<(u32, usize)>,
-    ) -> Result<Vec<u32>, ExecutorError> {
+    ) -> Result<(usize, Vec<u32>), ExecutorError> {
         if s.tokens.is_empty() {
             return Err(Self::invalid(format!("seq {i}: no tokens")));
         }
@@ -127,15 +165,26 @@ impl MockExecutor {
                 s.block_table.len()
             )));
         }
-        let distinct: HashSet<u32> = s.block_table.iter().copied().collect();
-        if distinct.len() != want || s.block_table.iter().any(|&b| b as usize >= self.num_blocks) {
+        let first = first_key(self.window, s.start_pos);
+        let live = &s.block_table[first / self.block_size..];
+        let held: Vec<u32> = s
+            .block_table
+            .iter()
+            .copied()
+            .filter(|&b| b != NO_BLOCK)
+            .collect();
+        let distinct: HashSet<u32> = held.iter().copied().collect();
+        if distinct.len() != held.len()
+            || live.contains(&NO_BLOCK)
+            || held.iter().any(|&b| b as usize >= self.num_blocks)
+        {
             return Err(Self::invalid(format!(
                 "seq {i}: bad block table {:?}",
                 s.block_table
             )));
         }
-        let mut ctx = Vec::with_capacity(end);
-        for pos in 0..s.start_pos {
+        let mut ctx = Vec::with_capacity(end - first);
+        for pos in first..s.start_pos {
             let (b, off) = (s.block_table[pos / self.block_size], pos % self.block_size);
             let slot = self.kv.get(&b).and_then(|v| v[off]);
             match slot {
@@ -148,15 +197,15 @@ impl MockExecutor {
             }
             reads.insert((b, off));
         }
-        Ok(ctx)
+        Ok((first, ctx))
     }
 
-    fn validate(&self, input: &BatchInput) -> Result<Vec<Vec<u32>>, ExecutorError> {
+    fn validate(&self, input: &BatchInput) -> Result<Vec<(usize, Vec<u32>)>, ExecutorError> {
         let mut reads = HashSet::new();
         let mut writes = HashSet::new();
         let mut contexts = Vec::with_capacity(input.seqs.len());
         for (i, s) in input.seqs.iter().enumerate() {
-            let mut ctx = self.read_context(i, s, &mut reads)?;
+            let (first, mut ctx) = self.read_context(i, s, &mut reads)?;
             for (k, &t) in s.tokens.iter().enumerate() {
                 let pos = s.start_pos + k;
                 let slot = (s.block_table[pos / self.block_size], pos % self.block_size);
@@ -167,7 +216,7 @@ impl MockExecutor {
                 }
                 ctx.push(t);
             }
-            contexts.push(ctx);
+            contexts.push((first, ctx));
         }
         if let Some(slot) = reads.intersection(&writes).next() {
             return Err(Self::invalid(format!(
@@ -182,7 +231,7 @@ impl Executor for MockExecutor {
     fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
         let contexts = self.validate(input)?;
         let mut logits = Vec::new();
-        for (s, ctx) in input.seqs.iter().zip(&contexts) {
+        for (s, (first, ctx)) in input.seqs.iter().zip(&contexts) {
             for (k, &token) in s.tokens.iter().enumerate() {
                 let pos = s.start_pos + k;
                 let b = s.block_table[pos / self.block_size];
@@ -199,7 +248,9 @@ impl Executor for MockExecutor {
             self.tokens_computed += s.tokens.len();
             if s.need_logits {
                 let mut row = vec![0.0f32; self.vocab];
-                row[reference_next_token(ctx, self.vocab) as usize] = 1.0;
+                let last = first_key(self.window, s.start_pos + s.tokens.len() - 1);
+                let seen = &ctx[last - first..];
+                row[reference_next_token_at(last, seen, self.vocab) as usize] = 1.0;
                 logits.extend_from_slice(&row);
             }
         }
@@ -218,6 +269,7 @@ impl Executor for MockExecutor {
         KvGeometry {
             block_size: self.block_size,
             num_blocks: self.num_blocks,
+            attention_window: self.window,
         }
     }
 }

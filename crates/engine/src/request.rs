@@ -112,6 +112,9 @@ pub struct RequestBlocks {
     pub(crate) table: Vec<BlockId>,
     /// Leading blocks already registered in the prefix cache (or found there).
     pub(crate) num_cached: usize,
+    /// Leading entries released because they fell out of the attention window
+    /// ([`crate::kv::NO_BLOCK`] holes).
+    pub(crate) num_released: usize,
 }
 
 /// A generation request: its tokens, progress, status, blocks and generation state.
@@ -240,9 +243,16 @@ impl Request {
         self.num_preemptions
     }
 
-    /// The block table: physical KV block ids in logical order (empty when it holds none).
+    /// The block table: physical KV block ids in logical order (empty when it holds none);
+    /// entries released out of a sliding window read [`crate::kv::NO_BLOCK`].
     pub fn block_table(&self) -> &[BlockId] {
         &self.blocks.table
+    }
+
+    /// Blocks the request holds now: its table less the entries released out of the
+    /// attention window.
+    pub fn num_held_blocks(&self) -> usize {
+        self.blocks.table.len() - self.blocks.num_released
     }
 
     /// The sampler, detokenizer and event channel.

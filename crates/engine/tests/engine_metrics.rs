@@ -208,3 +208,46 @@ fn max_num_seqs_is_published_when_the_core_is_created() {
     let s = recorder.0.lock().unwrap();
     assert_eq!(s.gauges.get("kestrel:max_num_seqs"), Some(&7.0));
 }
+
+#[test]
+fn window_releases_are_counted_and_the_usage_gauge_stays_bounded() {
+    let recorder = TestRecorder::default();
+    let cfg = EngineConfig {
+        max_num_seqs: 4,
+        max_num_batched_tokens: 64,
+        enable_prefix_caching: true,
+        max_model_len: 1024,
+        max_concurrent_requests: None,
+    };
+    // A model with a window of 6 on every layer, over 32 blocks of 4.
+    let exec = MockExecutor::new(32, BLOCK, VOCAB).with_window(6);
+    let mut core = EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], &cfg)
+        .expect("valid config");
+    let p = prompt(3, 12);
+    let mut req = request(p.clone(), 80);
+    req.sampling.ignore_eos = true;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut peak_usage = 0.0f64;
+    metrics::with_local_recorder(&recorder, || {
+        core.add_request(1, req.build(), tx);
+        while core.has_unfinished() {
+            core.step();
+            let usage = recorder.0.lock().unwrap().gauges["kestrel:kv_cache_usage_perc"];
+            peak_usage = peak_usage.max(usage);
+        }
+    });
+    let mut n = 0;
+    while let Ok(ev) = rx.try_recv() {
+        n += usize::from(matches!(ev, EngineEvent::Token(_)));
+    }
+    assert_eq!(n, 80);
+    // The last computed position is 12 + 80 - 2 = 90; the next query (91) sees 86..=91, so
+    // blocks 0..21 (positions 0..84) were released along the way.
+    let s = recorder.0.lock().unwrap();
+    assert_eq!(s.counters["kestrel:kv_window_blocks_freed_total"], 21);
+    assert_eq!(core.stats().kv_window_blocks_freed_total, 21);
+    // Between steps the request holds the 5 cached keys its next query sees: 2 blocks of the
+    // 32 (keeping every block it would reach 23).
+    assert_eq!(peak_usage, 2.0 / 32.0);
+    assert_eq!(s.gauges["kestrel:kv_cache_usage_perc"], 0.0);
+}

@@ -10,6 +10,7 @@ fn manager(num_blocks: usize, caching: bool) -> KvCacheManager {
         num_blocks,
         block_size: BS,
         enable_prefix_caching: caching,
+        attention_window: None,
     })
     .unwrap()
 }

@@ -1,11 +1,15 @@
 //! Randomized submit / step / abort sequences over random configurations: no block leaks, pool
 //! invariants hold after every step, the mock accepts every batch, the engine never stalls,
-//! every non-aborted request finishes with exactly the unbatched reference output.
+//! every non-aborted request finishes with exactly the unbatched reference output. Half the
+//! configurations model a sliding window on every layer: then blocks are released out of the
+//! window as requests run, no sequence ever holds more than the window bound, and the outputs
+//! are the windowed reference's.
 
 use std::collections::{HashMap, HashSet};
 
 use kestrel_engine::executor::Executor;
-use kestrel_engine::mock_executor::{argmax_rows, reference_generate, MockExecutor};
+use kestrel_engine::kv::NO_BLOCK;
+use kestrel_engine::mock_executor::{argmax_rows, reference_generate_windowed, MockExecutor};
 use kestrel_engine::request::{FinishReason, Request, RequestParams};
 use kestrel_engine::scheduler::{Scheduler, SchedulerConfig, SchedulerError};
 use proptest::prelude::*;
@@ -51,9 +55,10 @@ fn config() -> impl Strategy<Value = (SchedulerConfig, u32)> {
         any::<bool>(),
         prop::option::of(1..10usize),
         0..VOCAB as u32,
+        prop::option::of(1..20usize),
     )
         .prop_map(
-            |(num_blocks, block_size, budget, seqs, chunked, caching, threshold, eos)| {
+            |(num_blocks, block_size, budget, seqs, chunked, caching, threshold, eos, window)| {
                 let cfg = SchedulerConfig {
                     max_num_seqs: seqs,
                     max_num_batched_tokens: budget,
@@ -63,6 +68,7 @@ fn config() -> impl Strategy<Value = (SchedulerConfig, u32)> {
                     enable_chunked_prefill: chunked,
                     long_prefill_threshold: threshold,
                     max_model_len: None,
+                    attention_window: window,
                 };
                 (cfg, eos)
             },
@@ -120,6 +126,17 @@ impl Harness {
         }
         let batch = &out.batch;
         self.chunks += batch.seqs.iter().filter(|q| !q.need_logits).count();
+        if let Some(w) = self.s.kv().attention_window() {
+            for q in &batch.seqs {
+                let held = q.block_table.iter().filter(|&&b| b != NO_BLOCK).count();
+                prop_assert!(
+                    held <= w.max_live_blocks(q.tokens.len()),
+                    "sequence holds {} blocks for a chunk of {}",
+                    held,
+                    q.tokens.len()
+                );
+            }
+        }
         prop_assert!(batch.num_tokens() <= self.s.config().max_num_batched_tokens);
         prop_assert!(batch.seqs.len() <= self.s.config().max_num_seqs);
         let logits = self
@@ -162,7 +179,8 @@ impl Harness {
         let max_len = self.s.max_model_len();
         for (id, prompt, max_tokens) in &self.prompts {
             let limit = (*max_tokens).min(max_len.saturating_sub(prompt.len()));
-            let want = reference_generate(prompt, limit, &[self.eos], VOCAB);
+            let window = self.s.config().attention_window;
+            let want = reference_generate_windowed(prompt, limit, &[self.eos], VOCAB, window);
             let got = self.produced.get(id).cloned().unwrap_or_default();
             if self.aborted.contains(id) {
                 prop_assert!(
@@ -192,12 +210,16 @@ struct Coverage {
     hits: u64,
     aborts: usize,
     chunks: usize,
+    window_freed: u64,
 }
 
 fn run(cfg: SchedulerConfig, eos: u32, ops: Vec<Op>) -> Result<Coverage, TestCaseError> {
     let mut h = Harness {
         s: Scheduler::new(cfg).map_err(|e| TestCaseError::fail(e.to_string()))?,
-        ex: MockExecutor::new(cfg.num_kv_blocks, cfg.block_size, VOCAB),
+        ex: match cfg.attention_window {
+            Some(w) => MockExecutor::new(cfg.num_kv_blocks, cfg.block_size, VOCAB).with_window(w),
+            None => MockExecutor::new(cfg.num_kv_blocks, cfg.block_size, VOCAB),
+        },
         eos,
         prompts: Vec::new(),
         aborted: HashSet::new(),
@@ -238,6 +260,7 @@ fn run(cfg: SchedulerConfig, eos: u32, ops: Vec<Op>) -> Result<Coverage, TestCas
         hits: stats.prefix_cache.hits,
         aborts: h.aborted.len(),
         chunks: h.chunks,
+        window_freed: stats.window_blocks_freed,
     })
 }
 
@@ -254,7 +277,7 @@ proptest! {
 }
 
 /// Guards the random test against silently exercising nothing: over 300 cases, preemption,
-/// prefix hits, aborts and chunked prefill all happen.
+/// prefix hits, aborts, chunked prefill and window releases all happen.
 #[test]
 fn random_traffic_covers_preemption_caching_abort_and_chunking() {
     use proptest::test_runner::{Config, TestRunner};
@@ -274,13 +297,14 @@ fn random_traffic_covers_preemption_caching_abort_and_chunking() {
                 hits: t.hits + c.hits,
                 aborts: t.aborts + c.aborts,
                 chunks: t.chunks + c.chunks,
+                window_freed: t.window_freed + c.window_freed,
             });
             Ok(())
         })
         .unwrap();
     let t = total.get();
     assert!(
-        t.preemptions > 0 && t.hits > 0 && t.aborts > 0 && t.chunks > 0,
+        t.preemptions > 0 && t.hits > 0 && t.aborts > 0 && t.chunks > 0 && t.window_freed > 0,
         "{t:?}"
     );
     eprintln!("coverage over 300 cases: {t:?}");

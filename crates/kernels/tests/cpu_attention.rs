@@ -560,3 +560,87 @@ fn single_sequence_decode_split_per_query_head() {
         assert_eq!(run(1), run(2), "{dtype}");
     }
 }
+
+/// A released block's placeholder in a block table (any out-of-range id).
+const HOLE: u32 = u32::MAX;
+
+/// Entries wholly before the first query's window are never read: replacing them with an
+/// out-of-range id changes nothing, for every ISA, dtype and the reference.
+#[test]
+fn blocks_before_the_window_are_never_read() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let pool = ThreadPool::new(2);
+    for dtype in KvDtype::ALL {
+        for (block_size, window) in [(4, 7), (4, 8), (16, 20), (1, 3), (5, 9)] {
+            let c = Case {
+                block_size,
+                n_kv: 2,
+                group: 2,
+                head_dim: 16,
+                window: Some(window),
+                seqs: vec![(37, 1), (64, 1), (23, 19), (3, 5), (80, 16)],
+            };
+            let b = build(&c, dtype, 0, &mut rng);
+            let seqs = seqs_of(&c, &b);
+            let holed: Vec<Vec<u32>> = c
+                .seqs
+                .iter()
+                .zip(&b.tables)
+                .map(|(&(p, _), t)| {
+                    let dead = (p + 1).saturating_sub(window) / block_size;
+                    let mut t = t.clone();
+                    t[..dead].fill(HOLE);
+                    t
+                })
+                .collect();
+            assert!(holed.iter().any(|t| t.contains(&HOLE)));
+            let holed_seqs: Vec<AttnSeq<'_>> = seqs
+                .iter()
+                .zip(&holed)
+                .map(|(s, t)| AttnSeq {
+                    block_table: t,
+                    ..*s
+                })
+                .collect();
+            let params = params_of(&c);
+            let total: usize = b.qs.iter().map(Vec::len).sum();
+            let (mut want, mut got_ref) = (vec![0.0; total], vec![0.0; total]);
+            reference(&b.cache.view(), &seqs, params, &mut want);
+            reference(&b.cache.view(), &holed_seqs, params, &mut got_ref);
+            assert_eq!(
+                want, got_ref,
+                "{dtype} bs={block_size} w={window}: reference"
+            );
+            for isa in Isa::available() {
+                let (mut full, mut got) = (vec![0.0; total], vec![0.0; total]);
+                attention_with(isa, &pool, &b.cache.view(), &seqs, params, &mut full);
+                attention_with(isa, &pool, &b.cache.view(), &holed_seqs, params, &mut got);
+                assert_eq!(full, got, "{dtype} {isa:?} bs={block_size} w={window}");
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "block table entry out of range")]
+fn rejects_a_released_block_inside_the_window() {
+    let k = vec![0u8; 4 * 4 * 2 * 8 * 2];
+    let kv = PagedKv {
+        k: &k,
+        v: &k,
+        dtype: KvDtype::F16,
+        block_size: 4,
+        n_kv_heads: 2,
+        head_dim: 8,
+    };
+    let q = vec![0.0f32; 2 * 8];
+    // The query at 9 with a window of 7 sees 3..=9: block 0 (positions 0..4) is still read.
+    let seqs = [AttnSeq {
+        q: &q,
+        n_q: 1,
+        q_start_pos: 9,
+        block_table: &[HOLE, 1, 2],
+    }];
+    let mut out = vec![0.0; q.len()];
+    attention::attention(&ThreadPool::new(1), &kv, &seqs, 2, 1.0, Some(7), &mut out);
+}

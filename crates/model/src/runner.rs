@@ -2,6 +2,7 @@
 //! the activation workspace, validates each batch, and runs the forward pass.
 
 use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
+use kestrel_engine::kv::NO_BLOCK;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
@@ -168,7 +169,9 @@ impl ModelRunner {
         }
     }
 
-    /// Reject batches the forward pass cannot run safely.
+    /// Reject batches the forward pass cannot run safely. A block-table entry may be
+    /// [`NO_BLOCK`] (released) only if it lies wholly before the first token's window in every
+    /// layer, so that no layer reads or writes it.
     fn validate(&self, input: &BatchInput) -> Result<(), ExecutorError> {
         let vocab = self.model.dims().vocab;
         let shape = self.kv.shape();
@@ -185,13 +188,16 @@ impl ModelRunner {
                     s.block_table.len()
                 )));
             }
-            if let Some(b) = s
-                .block_table
-                .iter()
-                .find(|b| **b as usize >= shape.num_blocks)
+            let released = self.model.attention_window().map_or(0, |w| {
+                (s.start_pos + 1).saturating_sub(w) / shape.block_size
+            });
+            if let Some((j, b)) =
+                s.block_table.iter().enumerate().find(|&(j, &b)| {
+                    b as usize >= shape.num_blocks && !(j < released && b == NO_BLOCK)
+                })
             {
                 return Err(ExecutorError::InvalidBatch(format!(
-                    "sequence {i}: block id {b} is out of range"
+                    "sequence {i}: block id {b} at table entry {j} is out of range"
                 )));
             }
         }
@@ -226,6 +232,7 @@ impl Executor for ModelRunner {
         KvGeometry {
             block_size: shape.block_size,
             num_blocks: shape.num_blocks,
+            attention_window: self.model.attention_window(),
         }
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use kestrel_engine::config::EngineConfig;
 use kestrel_engine::handle::EngineHandle;
+use kestrel_engine::kv::AttentionWindow;
 pub use kestrel_model::runner::KvBudget;
 use kestrel_model::runner::{KvSizeError, KvSpec};
 use kestrel_model::{KvDtype, LoadedModel, ModelRunner, ThreadPool};
@@ -101,10 +102,20 @@ pub fn start_engine(
 ) -> Result<Launched, LaunchError> {
     let metrics = crate::metrics::install_recorder()?;
     let kv = KvSpec::for_budget(&loaded.model, opts.block_size, opts.kv_dtype, opts.kv_cache)?;
-    let model_len = loaded
-        .config
-        .max_position_embeddings
-        .min(kv.num_blocks * kv.block_size);
+    // With a window on every layer that the pool can hold, the engine releases blocks outside
+    // it and a sequence's blocks stay bounded, so the pool does not cap the context.
+    let window_bounded = loaded
+        .model
+        .attention_window()
+        .and_then(|w| AttentionWindow::new(w, kv.block_size))
+        .and_then(|w| w.max_chunk(kv.num_blocks))
+        .is_some();
+    let pool_len = if window_bounded {
+        usize::MAX
+    } else {
+        kv.num_blocks * kv.block_size
+    };
+    let model_len = loaded.config.max_position_embeddings.min(pool_len);
     let limits = limits(opts, model_len)?;
     let config = EngineConfig {
         max_num_seqs: opts.max_num_seqs,
@@ -155,7 +166,7 @@ fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError>
     let total = opts.max_total_tokens.unwrap_or(model_len);
     if total > model_len || total < 2 {
         return Err(LaunchError::Limits(format!(
-            "--max-total-tokens must be between 2 and {model_len} (the model's context, capped by the KV cache), got {total}"
+            "--max-total-tokens must be between 2 and {model_len} (the model's context, capped by the KV cache unless a sliding window on every layer bounds it), got {total}"
         )));
     }
     let input = opts.max_input_tokens.unwrap_or(total - 1);

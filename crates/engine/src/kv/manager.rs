@@ -10,11 +10,19 @@
 //!    returns `None` when too few blocks are free.
 //! 3. After a step ran, [`KvCacheManager::cache_computed_blocks`] registers the blocks that became
 //!    full *and computed*, so later requests only ever hit K/V that was really written.
-//! 4. [`KvCacheManager::free`] drops the request's references, tail block first, so under
+//! 4. On a model whose every layer has a sliding window, after each step
+//!    [`KvCacheManager::free_outside_window`] drops the references on the leading blocks that
+//!    no later query can see (after step 3 registered them, so a released full block stays
+//!    findable in the prefix cache until it is evicted) and leaves [`NO_BLOCK`] holes in their
+//!    table entries.
+//! 5. [`KvCacheManager::free`] drops the request's references, tail block first, so under
 //!    eviction a shared prefix outlives the private suffixes that follow it.
+//!
+//! Every reference is dropped exactly once: a hole is never freed again, and a shared block
+//! that leaves one request's window only loses that request's reference.
 
 use super::block_hash::extend_block_hashes;
-use super::{BlockId, BlockPool, KvError};
+use super::{AttentionWindow, BlockId, BlockPool, KvError, NO_BLOCK};
 use crate::request::Request;
 
 /// KV-cache geometry and policy. The model side converts its memory budget into `num_blocks`.
@@ -26,6 +34,9 @@ pub struct KvCacheConfig {
     pub block_size: usize,
     /// Reuse full blocks across requests with equal prefixes.
     pub enable_prefix_caching: bool,
+    /// The attention window that bounds every layer of the model (`None` if any layer attends
+    /// to the whole context): blocks outside it are released while a request runs.
+    pub attention_window: Option<usize>,
 }
 
 impl KvCacheConfig {
@@ -35,6 +46,7 @@ impl KvCacheConfig {
             num_blocks,
             block_size: 16,
             enable_prefix_caching: true,
+            attention_window: None,
         }
     }
 }
@@ -78,6 +90,9 @@ pub struct KvCacheManager {
     /// Requests holding at least one block.
     num_tables: usize,
     stats: PrefixCacheStats,
+    window: Option<AttentionWindow>,
+    /// Blocks released out of the attention window since start.
+    window_blocks_freed: u64,
 }
 
 impl KvCacheManager {
@@ -86,12 +101,19 @@ impl KvCacheManager {
         if config.block_size == 0 {
             return Err(KvError::ZeroBlockSize);
         }
+        if config.attention_window == Some(0) {
+            return Err(KvError::ZeroWindow);
+        }
         Ok(KvCacheManager {
             pool: BlockPool::new(config.num_blocks)?,
             block_size: config.block_size,
             enable_caching: config.enable_prefix_caching,
             num_tables: 0,
             stats: PrefixCacheStats::default(),
+            window: config
+                .attention_window
+                .and_then(|w| AttentionWindow::new(w, config.block_size)),
+            window_blocks_freed: 0,
         })
     }
 
@@ -118,6 +140,16 @@ impl KvCacheManager {
     /// Prefix-cache counters.
     pub fn stats(&self) -> PrefixCacheStats {
         self.stats
+    }
+
+    /// The attention window whose outside is released, if the model has one on every layer.
+    pub fn attention_window(&self) -> Option<AttentionWindow> {
+        self.window
+    }
+
+    /// Blocks released out of the attention window since start.
+    pub fn window_blocks_freed(&self) -> u64 {
+        self.window_blocks_freed
     }
 
     /// Whether prefix caching is on.
@@ -160,8 +192,9 @@ impl KvCacheManager {
 
     /// Grows `req`'s table to cover `num_computed_tokens + computed.num_tokens + num_new_tokens`
     /// tokens, sharing `computed` (from [`Self::get_computed_blocks`], only on the first
-    /// allocation). Returns the newly allocated blocks, or `None` with nothing changed if the
-    /// pool lacks free blocks.
+    /// allocation). Hits that already lie outside the attention window of the first new token
+    /// are not taken: their entries start out as [`NO_BLOCK`] holes. Returns the newly allocated
+    /// blocks, or `None` with nothing changed if the pool lacks free blocks.
     pub fn allocate_slots(
         &mut self,
         req: &mut Request,
@@ -173,9 +206,13 @@ impl KvCacheManager {
         let needed = self
             .blocks_for(total)
             .saturating_sub(held + computed.blocks.len());
+        let dead = self
+            .window
+            .map_or(0, |w| w.first_live_block(computed.num_tokens))
+            .min(computed.blocks.len());
+        let hits = &computed.blocks[dead..];
         // Free cached hits leave the free list when touched, so they cannot also be allocated.
-        let revived = computed
-            .blocks
+        let revived = hits
             .iter()
             .filter(|&&b| self.pool.ref_count(b) == 0)
             .count();
@@ -187,14 +224,16 @@ impl KvCacheManager {
             self.stats.queries += req.num_tokens() as u64;
             self.stats.hits += computed.num_tokens as u64;
         }
-        self.pool.touch(&computed.blocks);
+        self.pool.touch(hits);
         // The capacity check above guarantees `needed` free blocks remain after the touch.
         let new_blocks = self.pool.allocate(needed)?;
         let table = req.blocks_mut();
         if table.table.is_empty() {
             table.num_cached = computed.blocks.len();
+            table.num_released = dead;
         }
-        table.table.extend_from_slice(&computed.blocks);
+        table.table.resize(table.table.len() + dead, NO_BLOCK);
+        table.table.extend_from_slice(hits);
         table.table.extend_from_slice(&new_blocks);
         if first_allocation && !table.table.is_empty() {
             self.num_tables += 1;
@@ -215,18 +254,55 @@ impl KvCacheManager {
         self.update_hashes(req);
         let num_full = num_full.min(req.block_table().len());
         for i in num_cached..num_full {
-            self.pool
-                .cache_block(req.block_table()[i], req.block_hashes()[i]);
+            let block = req.block_table()[i];
+            // Blocks are released only after they were registered here.
+            debug_assert_ne!(block, NO_BLOCK, "block {i} released before it was cached");
+            if block != NO_BLOCK {
+                self.pool.cache_block(block, req.block_hashes()[i]);
+            }
         }
         req.blocks_mut().num_cached = num_full.max(num_cached);
     }
 
-    /// Releases all of `req`'s blocks, last block first (so its tail is evicted first).
+    /// Releases the leading blocks of running `req` that no query at its next position
+    /// (`num_computed_tokens`) or later can see, when the model has a window on every layer.
+    /// A shared block only loses this request's reference; a full block stays in the prefix
+    /// cache. Returns how many blocks were released.
+    pub fn free_outside_window(&mut self, req: &mut Request) -> usize {
+        let Some(window) = self.window else {
+            return 0;
+        };
+        let first_live = window.first_live_block(req.num_computed_tokens());
+        let blocks = req.blocks_mut();
+        let end = first_live.min(blocks.table.len());
+        if end <= blocks.num_released {
+            return 0;
+        }
+        let released = &mut blocks.table[blocks.num_released..end];
+        debug_assert!(
+            released.iter().all(|&b| b != NO_BLOCK),
+            "a released block is released again"
+        );
+        self.pool.free(released.iter().copied());
+        released.fill(NO_BLOCK);
+        let n = end - blocks.num_released;
+        blocks.num_released = end;
+        self.window_blocks_freed += n as u64;
+        n
+    }
+
+    /// Releases all of `req`'s blocks, last block first (so its tail is evicted first); holes
+    /// left by [`Self::free_outside_window`] were released already.
     pub fn free(&mut self, req: &mut Request) {
         let blocks = req.take_blocks();
         if !blocks.table.is_empty() {
             self.num_tables -= 1;
-            self.pool.free(blocks.table.into_iter().rev());
+            let held = &blocks.table[blocks.num_released..];
+            debug_assert!(
+                held.iter().all(|&b| b != NO_BLOCK),
+                "a hole past the released prefix"
+            );
+            self.pool.free(held.iter().rev().copied());
         }
     }
 

@@ -8,7 +8,10 @@
 //! * [`block_pool`] — [`BlockPool`]: reference counts, the O(1) LRU free list and the
 //!   prefix-cache map `hash -> block`.
 //! * [`manager`] — [`KvCacheManager`]: per-request block tables, prefix-cache lookups
-//!   (`get_computed_blocks`), allocation for new tokens (`allocate_slots`) and `free`.
+//!   (`get_computed_blocks`), allocation for new tokens (`allocate_slots`), `free`, and the
+//!   release of blocks that fell out of a sliding window (`free_outside_window`).
+//! * [`attention_window`] — [`AttentionWindow`]: which blocks a sliding-window sequence still
+//!   needs, and how many it can hold at most.
 //!
 //! A request's block table maps logical token positions to physical slots:
 //!
@@ -19,17 +22,32 @@
 //! block_table: |    7      |     2      |    11 (partial)   |
 //! hashes:      |   h0      | h1=H(h0,.) |   (none: not full)|
 //! ```
+//!
+//! On a model whose every layer has a sliding window, blocks no future query can see are
+//! released while the request runs. Their entries stay in the table as [`NO_BLOCK`] holes, so
+//! `p / block_size` still indexes the right entry for every live position:
+//!
+//! ```text
+//! block_table: | NO_BLOCK  | NO_BLOCK   |  5  |  11 (partial) |
+//! ```
 
+pub mod attention_window;
 pub mod block_hash;
 pub mod block_pool;
 pub mod manager;
 
+pub use attention_window::AttentionWindow;
 pub use block_hash::BlockHash;
 pub use block_pool::BlockPool;
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheManager, PrefixCacheStats};
 
 /// Physical KV block id (an index into the model's KV buffer).
 pub type BlockId = u32;
+
+/// A block-table entry whose block was released because it fell out of the attention window
+/// of every layer. No block has this id (`u32::MAX` is reserved), and no query reads or writes
+/// a position it covers.
+pub const NO_BLOCK: BlockId = BlockId::MAX;
 
 /// Invalid KV-cache configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,4 +61,7 @@ pub enum KvError {
     /// A block must hold at least one token.
     #[error("the KV block size must be at least 1")]
     ZeroBlockSize,
+    /// An attention window must hold at least one token.
+    #[error("the attention window must be at least 1 token")]
+    ZeroWindow,
 }

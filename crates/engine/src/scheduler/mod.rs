@@ -25,6 +25,12 @@
 //! token budget), so a request running alone always fits; victims keep their arrival order, so
 //! a preempted request becomes the oldest of its class and is not chosen again while newer
 //! requests of its priority run.
+//!
+//! Sliding windows: when every layer of the model has a window (`attention_window`), `update`
+//! releases each sequence's blocks that fell out of the window, so a sequence holds at most
+//! [`AttentionWindow::max_live_blocks`] of its chunk. With chunked prefill on, chunks are then
+//! capped so that bound fits the pool and the context limit is *not* clamped to the pool: a
+//! request alone always fits whatever its length.
 
 pub mod output;
 pub mod queue;
@@ -36,7 +42,9 @@ pub use output::{RequestOutput, SchedulerOutput};
 pub use queue::WaitingQueue;
 
 use crate::executor::{BatchInput, SeqBatch};
-use crate::kv::{ComputedBlocks, KvCacheConfig, KvCacheManager, KvError, PrefixCacheStats};
+use crate::kv::{
+    AttentionWindow, ComputedBlocks, KvCacheConfig, KvCacheManager, KvError, PrefixCacheStats,
+};
 use crate::request::{FinishReason, Request, RequestId, RequestStatus};
 
 /// Scheduling limits and KV-cache geometry.
@@ -57,8 +65,12 @@ pub struct SchedulerConfig {
     /// Most prompt tokens one request may compute per step, leaving budget for others.
     pub long_prefill_threshold: Option<usize>,
     /// Context limit of the model (prompt plus output); further clamped to what the KV pool
-    /// holds.
+    /// holds, unless the attention window bounds a sequence's blocks.
     pub max_model_len: Option<usize>,
+    /// The attention window that bounds every layer of the model, in tokens (`None` if any
+    /// layer attends to the whole context): blocks outside it are released while a request
+    /// runs.
+    pub attention_window: Option<usize>,
 }
 
 impl SchedulerConfig {
@@ -74,6 +86,7 @@ impl SchedulerConfig {
             enable_chunked_prefill: true,
             long_prefill_threshold: None,
             max_model_len: None,
+            attention_window: None,
         }
     }
 }
@@ -129,6 +142,8 @@ pub struct SchedulerStats {
     pub num_preemptions: u64,
     /// Prefix-cache queries and hits, in tokens.
     pub prefix_cache: PrefixCacheStats,
+    /// KV blocks released out of the attention window since start.
+    pub window_blocks_freed: u64,
 }
 
 /// The step being built: remaining budget, who runs how many tokens, who was preempted.
@@ -163,6 +178,9 @@ pub struct Scheduler {
     running: Vec<RequestId>,
     next_arrival: u64,
     max_model_len: usize,
+    /// Longest chunk a windowed sequence may compute in one step (its blocks then fit the
+    /// pool); `usize::MAX` without a window.
+    max_chunk: usize,
     num_preemptions: u64,
 }
 
@@ -188,9 +206,13 @@ impl Scheduler {
             num_blocks: config.num_kv_blocks,
             block_size: config.block_size,
             enable_prefix_caching: config.enable_prefix_caching,
+            attention_window: config.attention_window,
         })?;
+        let window_chunk = window_chunk_limit(&config, kv.attention_window());
         let mut max_model_len = config.max_model_len.unwrap_or(usize::MAX);
-        max_model_len = max_model_len.min(config.num_kv_blocks * config.block_size);
+        if window_chunk.is_none() {
+            max_model_len = max_model_len.min(config.num_kv_blocks * config.block_size);
+        }
         if !config.enable_chunked_prefill {
             max_model_len = max_model_len.min(config.max_num_batched_tokens);
         }
@@ -207,6 +229,7 @@ impl Scheduler {
             running: Vec::new(),
             next_arrival: 0,
             max_model_len,
+            max_chunk: window_chunk.unwrap_or(usize::MAX),
             num_preemptions: 0,
         })
     }
@@ -264,6 +287,7 @@ impl Scheduler {
             kv_usage: self.kv.usage(),
             num_preemptions: self.num_preemptions,
             prefix_cache: self.kv.stats(),
+            window_blocks_freed: self.kv.window_blocks_freed(),
         }
     }
 
@@ -360,6 +384,7 @@ impl Scheduler {
         }
         req.set_num_computed_tokens(seq.start_pos + seq.tokens.len());
         self.kv.cache_computed_blocks(req);
+        self.kv.free_outside_window(req);
         let token = token?;
         req.append_output_token(token);
         Some(RequestOutput {
@@ -374,7 +399,8 @@ impl Scheduler {
         let n = self
             .config
             .long_prefill_threshold
-            .map_or(remaining, |t| remaining.min(t));
+            .map_or(remaining, |t| remaining.min(t))
+            .min(self.max_chunk);
         if n <= budget {
             n
         } else if self.config.enable_chunked_prefill {
@@ -521,4 +547,15 @@ impl Scheduler {
             preempted: step.preempted,
         }
     }
+}
+
+/// With a window on every layer and chunked prefill, the longest chunk whose live blocks fit
+/// the pool; `None` when the window does not bound a sequence's blocks (no window, no chunked
+/// prefill — a preempted request recomputes its whole context in one chunk — or a pool too
+/// small for even one token of window).
+fn window_chunk_limit(config: &SchedulerConfig, window: Option<AttentionWindow>) -> Option<usize> {
+    if !config.enable_chunked_prefill {
+        return None;
+    }
+    window?.max_chunk(config.num_kv_blocks)
 }

@@ -131,6 +131,11 @@ pub fn store_kv(
         "store_kv: rows must be n_kv·head_dim"
     );
     let rb = dtype.row_bytes(hd);
+    let block_bytes = kv.block_size * kv.n_kv_heads * rb;
+    debug_assert!(
+        (block_table[pos / kv.block_size] as usize) < kv.k.len() / block_bytes.max(1),
+        "store_kv: position {pos} maps to a block outside the cache (a released block?)"
+    );
     let off = slot_offset(block_table, kv.block_size, kv.n_kv_heads * rb, pos);
     let slot = off..off + kv.n_kv_heads * rb;
     for (src, dst) in k_row
@@ -152,6 +157,8 @@ pub struct AttnSeq<'a> {
     pub n_q: usize,
     pub q_start_pos: usize,
     /// Physical block of each logical block; must cover positions `..q_start_pos + n_q`.
+    /// Entries wholly before the window of the first query (`first_key(q_start_pos)`) are
+    /// never read and may hold any value (a released block's placeholder).
     pub block_table: &'a [u32],
 }
 
@@ -332,8 +339,12 @@ fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usi
             s.block_table.len() >= needed,
             "attention: block table too short"
         );
+        // Only blocks from the first query's window on are read.
+        let first_read = p.first_key(s.q_start_pos) / bs;
         assert!(
-            s.block_table[..needed].iter().all(|&b| b < num_blocks),
+            s.block_table[first_read..needed]
+                .iter()
+                .all(|&b| b < num_blocks),
             "attention: block table entry out of range"
         );
         total += s.q.len();
@@ -504,7 +515,8 @@ fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
     }
 }
 
-/// The spec: decode every stored K/V row with [`KvDtype::decode_row`]; then, for every
+/// The spec: decode every stored K/V row that a query can see with [`KvDtype::decode_row`]
+/// (rows before the first query's window are left zero: they are masked); then, for every
 /// sequence and head, materialize the `n_q × context` score matrix with an explicit
 /// causal/window mask (−∞), softmax each row in `f64`, multiply by V.
 pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mut [f32]) {
@@ -513,12 +525,14 @@ pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mu
     let mut out_base = 0;
     for s in seqs {
         let ctx_len = s.q_start_pos + s.n_q;
+        let first = p.first_key(s.q_start_pos);
         for kvh in 0..kv.n_kv_heads {
             let (mut k, mut v) = (vec![0.0f32; ctx_len * hd], vec![0.0f32; ctx_len * hd]);
             for (j, (kr, vr)) in k
                 .chunks_exact_mut(hd)
                 .zip(v.chunks_exact_mut(hd))
                 .enumerate()
+                .skip(first)
             {
                 kv.read_row(s.block_table, j, kvh, kr, vr);
             }

@@ -102,6 +102,11 @@ impl AttentionBlock {
         })
     }
 
+    /// This layer's attention window (`None`: full causal attention).
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
     /// The stored bytes of the block's projections.
     pub fn weight_bytes(&self) -> usize {
         [&self.q, &self.k, &self.v, &self.o]

@@ -126,6 +126,15 @@ impl DecoderModel {
         self.dims
     }
 
+    /// The attention window that bounds every layer: the largest window if every layer has
+    /// one, `None` if any layer attends to the whole context.
+    pub fn attention_window(&self) -> Option<usize> {
+        self.layers
+            .iter()
+            .map(|l| l.attention.window())
+            .try_fold(0, |w, lw| lw.map(|lw| w.max(lw)))
+    }
+
     /// Bytes of weights (as stored).
     pub fn weight_bytes(&self) -> usize {
         let per_layer = |l: &DecoderLayer| l.attention.weight_bytes() + l.ffn.weight_bytes();

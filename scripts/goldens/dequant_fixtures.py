@@ -37,8 +37,16 @@ SCALE_OFFSETS = {
     T.Q4_K: [0, 2],  # d, dmin
     T.Q5_K: [0, 2],  # d, dmin
     T.Q6_K: [208],  # d is the last field
+    T.Q5_1: [0, 2],  # d, m
+    T.Q2_K: [80, 82],  # d, dmin follow scales and qs
+    T.Q3_K: [108],  # d is the last field
+    T.IQ4_NL: [0],
+    T.IQ4_XS: [0],  # d (scales_h after it is a bit field, left random)
 }
-SUPPORTED = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
+# New types go at the end: each case's seed is SEED + its index here, so appending keeps the
+# existing fixtures byte-identical.
+SUPPORTED = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
+             T.Q5_1, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS]
 
 
 def write_case(name: str, qtype: T, raw: np.ndarray, values: np.ndarray, source: str, extra: dict) -> dict:

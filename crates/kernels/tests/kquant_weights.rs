@@ -1,4 +1,4 @@
-//! Q4_K / Q5_K / Q6_K: every ISA variant against the scalar reference (the spec), the
+//! Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS (the Q8_K-activation types): every ISA variant against the scalar reference (the spec), the
 //! reference dot against an f64 dot of the dequantized rows, and quantizer round-trip error.
 //!
 //! Tolerances:
@@ -13,7 +13,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 use kestrel_kernels::cpu::Isa;
 use kestrel_kernels::quant::q8_k::{self, BlockQ8K, QK_K};
-use kestrel_kernels::quant::{q4_k, q5_k, q6_k};
+use kestrel_kernels::quant::{iq4_xs, q2_k, q3_k, q4_k, q5_k, q6_k};
 use kestrel_kernels::{ActFormat, DType, TypeKernels};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -33,9 +33,88 @@ trait KQuant {
     fn magnitude_block(b: Self::Block) -> Self::Block;
 }
 
+struct Q2K;
+struct Q3K;
 struct Q4K;
 struct Q5K;
 struct Q6K;
+struct Iq4Xs;
+
+impl KQuant for Q2K {
+    type Block = q2_k::BlockQ2K;
+    const DTYPE: DType = DType::Q2_K;
+    const RMSE_BOUND: f64 = 0.38;
+    fn kernels(isa: Isa) -> TypeKernels {
+        q2_k::kernels(isa)
+    }
+    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
+        q2_k::dequantize_ref(src, dst)
+    }
+    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
+        q2_k::vec_dot_ref(w, a)
+    }
+    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
+        q2_k::quantize_ref(src)
+    }
+    fn with_scales(b: Self::Block, d: f16, dmin: f16) -> Self::Block {
+        Self::Block { d, dmin, ..b }
+    }
+    fn magnitude_block(b: Self::Block) -> Self::Block {
+        Self::Block {
+            d: abs(b.d),
+            dmin: -abs(b.dmin),
+            ..b
+        }
+    }
+}
+
+impl KQuant for Q3K {
+    type Block = q3_k::BlockQ3K;
+    const DTYPE: DType = DType::Q3_K;
+    const RMSE_BOUND: f64 = 0.185;
+    fn kernels(isa: Isa) -> TypeKernels {
+        q3_k::kernels(isa)
+    }
+    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
+        q3_k::dequantize_ref(src, dst)
+    }
+    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
+        q3_k::vec_dot_ref(w, a)
+    }
+    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
+        q3_k::quantize_ref(src)
+    }
+    fn with_scales(b: Self::Block, d: f16, _dmin: f16) -> Self::Block {
+        Self::Block { d, ..b }
+    }
+    fn magnitude_block(b: Self::Block) -> Self::Block {
+        b // one term per element: the magnitude is |dequantized value|
+    }
+}
+
+impl KQuant for Iq4Xs {
+    type Block = iq4_xs::BlockIq4Xs;
+    const DTYPE: DType = DType::IQ4_XS;
+    const RMSE_BOUND: f64 = 0.095;
+    fn kernels(isa: Isa) -> TypeKernels {
+        iq4_xs::kernels(isa)
+    }
+    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
+        iq4_xs::dequantize_ref(src, dst)
+    }
+    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
+        iq4_xs::vec_dot_ref(w, a)
+    }
+    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
+        iq4_xs::quantize_ref(src)
+    }
+    fn with_scales(b: Self::Block, d: f16, _dmin: f16) -> Self::Block {
+        Self::Block { d, ..b }
+    }
+    fn magnitude_block(b: Self::Block) -> Self::Block {
+        b // one term per element: the magnitude is |dequantized value|
+    }
+}
 
 impl KQuant for Q4K {
     type Block = q4_k::BlockQ4K;
@@ -349,6 +428,27 @@ macro_rules! kquant_tests {
     };
 }
 
+kquant_tests!(
+    Q2K,
+    kquant_q2k_variants_match_ref,
+    kquant_q2k_edge_cases,
+    kquant_q2k_ref_dot_is_dequant_dot,
+    kquant_q2k_round_trip
+);
+kquant_tests!(
+    Q3K,
+    kquant_q3k_variants_match_ref,
+    kquant_q3k_edge_cases,
+    kquant_q3k_ref_dot_is_dequant_dot,
+    kquant_q3k_round_trip
+);
+kquant_tests!(
+    Iq4Xs,
+    kquant_iq4xs_variants_match_ref,
+    kquant_iq4xs_edge_cases,
+    kquant_iq4xs_ref_dot_is_dequant_dot,
+    kquant_iq4xs_round_trip
+);
 kquant_tests!(
     Q4K,
     kquant_q4k_variants_match_ref,

@@ -1,4 +1,4 @@
-//! Q4_0, Q4_1, Q5_0 and Q8_0: every ISA variant against the scalar reference, the reference
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL (the 32-element block types): every ISA variant against the scalar reference, the reference
 //! dot product against an `f64` dot of dequantized rows, and quantize -> dequantize error
 //! bounds.
 //!
@@ -17,7 +17,9 @@ use half::f16;
 use kestrel_kernels::cpu::Isa;
 use kestrel_kernels::quant::act::{self, BlockQ8_1};
 use kestrel_kernels::quant::q8_0::BlockQ8_0;
-use kestrel_kernels::quant::{q4_0, q4_1, q5_0, q8_0, ActFormat, DType, QuantFormat, TypeKernels};
+use kestrel_kernels::quant::{
+    iq4_nl, q4_0, q4_1, q5_0, q5_1, q8_0, ActFormat, DType, QuantFormat, TypeKernels,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -101,6 +103,44 @@ impl Format for q5_0::Q5_0 {
     }
 }
 
+impl Format for q5_1::Q5_1 {
+    const QMAX: f32 = 31.0;
+    const CLAMP_STEPS: f32 = 0.5;
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]) {
+        let qh = u32::from_le_bytes(w.qh);
+        let mut q = nibbles(&w.qs, 0);
+        for (j, q) in q.iter_mut().enumerate() {
+            *q += ((qh >> j & 1) << 4) as i32;
+        }
+        (w.d.to_f32(), w.m.to_f32(), q)
+    }
+    fn step(x: &[f32]) -> f32 {
+        let (lo, hi) = x
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+        (hi - lo) / 31.0
+    }
+}
+
+/// IQ4_NL, in steps of `d = amax / 127`: rounding to the nearest codebook entry is off by
+/// at most half the largest gap (24, between 89 and 113), and a value of the sign opposite
+/// to the extreme one (which maps to -127) clamps at 113: off by at most 14.
+impl Format for iq4_nl::Iq4Nl {
+    const QMAX: f32 = 127.0;
+    const CLAMP_STEPS: f32 = 14.0;
+    fn parts(w: &Self::Block) -> (f32, f32, [i32; 32]) {
+        let idx = nibbles(&w.qs, 0);
+        (
+            w.d.to_f32(),
+            0.0,
+            idx.map(|i| iq4_nl::CODEBOOK[i as usize] as i32),
+        )
+    }
+    fn step(x: &[f32]) -> f32 {
+        amax(x) / 127.0
+    }
+}
+
 impl Format for q8_0::Q8_0 {
     const QMAX: f32 = 127.0;
     const CLAMP_STEPS: f32 = 0.5;
@@ -177,7 +217,7 @@ fn raw_blocks<F: Format>(rng: &mut ChaCha8Rng, nb: usize) -> Vec<F::Block> {
         .flat_map(|_| {
             let mut b: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
             b[..2].copy_from_slice(&f16::from_f32(rng.gen_range(-0.1f32..0.1)).to_le_bytes());
-            if F::DTYPE == DType::Q4_1 {
+            if matches!(F::DTYPE, DType::Q4_1 | DType::Q5_1) {
                 b[2..4].copy_from_slice(&f16::from_f32(rng.gen_range(-1.0f32..1.0)).to_le_bytes());
             }
             b
@@ -283,7 +323,12 @@ fn run_format<F: Format>(seed: u64) {
                 if a.iter().any(|a| !act_parts::<F>(a).1.is_finite()) {
                     // Q8_1's `s = d * sum(q)` overflows f16 once |sum(x)| > 65504: a limit of
                     // the format (shared with GGML), only reachable by the "extreme" rows.
-                    assert_eq!((F::DTYPE, aname.as_str()), (DType::Q4_1, "extreme"));
+                    assert!(
+                        matches!(F::DTYPE, DType::Q4_1 | DType::Q5_1),
+                        "{}",
+                        F::DTYPE
+                    );
+                    assert_eq!(aname, "extreme");
                     continue;
                 }
                 let label = format!("w={name} a={aname}");
@@ -315,6 +360,16 @@ fn q5_0_matches_reference() {
 }
 
 #[test]
+fn q5_1_matches_reference() {
+    run_format::<q5_1::Q5_1>(51);
+}
+
+#[test]
+fn iq4_nl_matches_reference() {
+    run_format::<iq4_nl::Iq4Nl>(20);
+}
+
+#[test]
 fn q8_0_matches_reference() {
     run_format::<q8_0::Q8_0>(80);
 }
@@ -326,6 +381,11 @@ fn legacy_kernels_pair_with_their_activation_format() {
         assert_eq!(TypeKernels::for_isa(DType::Q4_1, isa).act, ActFormat::Q8_1);
         assert_eq!(TypeKernels::for_isa(DType::Q5_0, isa).act, ActFormat::Q8_0);
         assert_eq!(TypeKernels::for_isa(DType::Q8_0, isa).act, ActFormat::Q8_0);
+        assert_eq!(TypeKernels::for_isa(DType::Q5_1, isa).act, ActFormat::Q8_1);
+        assert_eq!(
+            TypeKernels::for_isa(DType::IQ4_NL, isa).act,
+            ActFormat::Q8_0
+        );
     }
 }
 

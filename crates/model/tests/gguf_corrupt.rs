@@ -241,14 +241,23 @@ fn bad_alignment() {
 
 #[test]
 fn unknown_tensor_types() {
-    for id in [10u32, 23, 99, u32::MAX] {
+    for (id, what) in [
+        (16u32, "IQ2_XXS (ggml type 16)"),
+        (29, "IQ1_M (ggml type 29)"),
+        (99, "unknown type id 99"),
+        (u32::MAX, "unknown type id 4294967295"),
+    ] {
         let raw = Raw::header(3, 1, 0)
-            .tensor("w", &[32], id, 0)
+            .tensor("w", &[256], id, 0)
             .pad(32)
-            .zeros(64);
+            .zeros(1024);
+        let e = err(&raw);
+        let msg = e.to_string();
         assert!(
-            matches!(err(&raw), GgufError::UnknownTensorType { id: i, ref name } if i == id && name == "w")
+            matches!(e, GgufError::UnknownTensorType { id: i, ref name, .. } if i == id && name == "w"),
+            "{msg}"
         );
+        assert!(msg.contains(what) && msg.contains("IQ4_XS"), "{msg}");
     }
 }
 

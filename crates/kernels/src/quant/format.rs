@@ -13,7 +13,9 @@ use crate::cpu::Isa;
 ///
 /// Implemented by the marker types [`Q4_0`](super::q4_0::Q4_0),
 /// [`Q4_1`](super::q4_1::Q4_1), [`Q5_0`](super::q5_0::Q5_0), [`Q8_0`](super::q8_0::Q8_0),
-/// [`Q4K`](super::q4_k::Q4K), [`Q5K`](super::q5_k::Q5K) and [`Q6K`](super::q6_k::Q6K).
+/// [`Q5_1`](super::q5_1::Q5_1), [`Q2K`](super::q2_k::Q2K), [`Q3K`](super::q3_k::Q3K),
+/// [`Q4K`](super::q4_k::Q4K), [`Q5K`](super::q5_k::Q5K), [`Q6K`](super::q6_k::Q6K),
+/// [`Iq4Nl`](super::iq4_nl::Iq4Nl) and [`Iq4Xs`](super::iq4_xs::Iq4Xs).
 pub trait QuantFormat {
     /// The `#[repr(C)]` weight block.
     type Block: Pod;

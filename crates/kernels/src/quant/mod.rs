@@ -23,11 +23,16 @@ pub mod float;
 pub mod format;
 pub mod int4;
 pub mod int8;
+pub mod iq4_nl;
+pub mod iq4_xs;
 pub mod nf4;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
 pub mod q5_0;
+pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
@@ -55,10 +60,15 @@ pub enum DType {
     Q4_0 = 2,
     Q4_1 = 3,
     Q5_0 = 6,
+    Q5_1 = 7,
     Q8_0 = 8,
+    Q2_K = 10,
+    Q3_K = 11,
     Q4_K = 12,
     Q5_K = 13,
     Q6_K = 14,
+    IQ4_NL = 20,
+    IQ4_XS = 23,
     BF16 = 30,
     INT8 = 1024,
     INT4_G32 = 1025,
@@ -70,17 +80,22 @@ pub enum DType {
 
 impl DType {
     /// Every supported type: the GGUF types, then Kestrel's own.
-    pub const ALL: [DType; 16] = [
+    pub const ALL: [DType; 21] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::Q4_0,
         DType::Q4_1,
         DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
+        DType::Q2_K,
+        DType::Q3_K,
         DType::Q4_K,
         DType::Q5_K,
         DType::Q6_K,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
         DType::INT8,
         DType::INT4_G32,
         DType::INT4_G64,
@@ -103,8 +118,10 @@ impl DType {
     pub const fn block_size(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 => 32,
-            DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
+            DType::IQ4_NL => 32,
+            DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
+            DType::IQ4_XS => 256,
             DType::INT8 | DType::INT4_G32 => 32,
             DType::INT4_G64 | DType::NF4 | DType::NF4_DQ => 64,
             DType::INT4_G128 => 128,
@@ -119,10 +136,15 @@ impl DType {
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
             DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q8_0 => 34,
+            DType::Q2_K => 84,
+            DType::Q3_K => 110,
             DType::Q4_K => 144,
             DType::Q5_K => 176,
             DType::Q6_K => 210,
+            DType::IQ4_NL => 18,
+            DType::IQ4_XS => 136,
             DType::INT8 => 32,
             DType::INT4_G32 => 20,
             DType::INT4_G64 => 36,
@@ -178,10 +200,15 @@ impl DType {
             DType::Q4_0 => "Q4_0",
             DType::Q4_1 => "Q4_1",
             DType::Q5_0 => "Q5_0",
+            DType::Q5_1 => "Q5_1",
             DType::Q8_0 => "Q8_0",
+            DType::Q2_K => "Q2_K",
+            DType::Q3_K => "Q3_K",
             DType::Q4_K => "Q4_K",
             DType::Q5_K => "Q5_K",
             DType::Q6_K => "Q6_K",
+            DType::IQ4_NL => "IQ4_NL",
+            DType::IQ4_XS => "IQ4_XS",
             DType::INT8 => "INT8",
             DType::INT4_G32 => "INT4_G32",
             DType::INT4_G64 => "INT4_G64",
@@ -203,12 +230,12 @@ impl std::fmt::Display for DType {
 pub enum ActFormat {
     /// Plain little-endian `f32` (for F32/F16/BF16 weights).
     F32,
-    /// Blocks of 32: `f16` scale + 32 × `i8` (34 bytes). Pairs with Q4_0, Q5_0, Q8_0.
+    /// Blocks of 32: `f16` scale + 32 × `i8` (34 bytes). Pairs with Q4_0, Q5_0, Q8_0, IQ4_NL.
     Q8_0,
-    /// Blocks of 32: `f16` scale, `f16` scale × sum of quants, 32 × `i8` (36 bytes). Pairs with Q4_1.
+    /// Blocks of 32: `f16` scale, `f16` scale × sum of quants, 32 × `i8` (36 bytes). Pairs with Q4_1, Q5_1.
     Q8_1,
     /// Blocks of 256: `f32` scale, 256 × `i8`, 16 × `i16` sums of each 16 quants (292 bytes).
-    /// Pairs with the K-quants.
+    /// Pairs with the K-quants and IQ4_XS.
     Q8K,
     /// One `f32` scale per row, then `n` × `i8` (`row_bytes(n) = 4 + n`): per-token dynamic
     /// int8, `scale = amax / 127`. Pairs with [`DType::INT8`] (W8A8).
@@ -294,10 +321,15 @@ impl TypeKernels {
             DType::Q4_0 => q4_0::kernels(isa),
             DType::Q4_1 => q4_1::kernels(isa),
             DType::Q5_0 => q5_0::kernels(isa),
+            DType::Q5_1 => q5_1::kernels(isa),
             DType::Q8_0 => q8_0::kernels(isa),
+            DType::Q2_K => q2_k::kernels(isa),
+            DType::Q3_K => q3_k::kernels(isa),
             DType::Q4_K => q4_k::kernels(isa),
             DType::Q5_K => q5_k::kernels(isa),
             DType::Q6_K => q6_k::kernels(isa),
+            DType::IQ4_NL => iq4_nl::kernels(isa),
+            DType::IQ4_XS => iq4_xs::kernels(isa),
             DType::INT8 => int8::kernels(isa),
             DType::INT4_G32 => int4::kernels::<1>(isa),
             DType::INT4_G64 => int4::kernels::<2>(isa),

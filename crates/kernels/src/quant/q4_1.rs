@@ -133,22 +133,8 @@ mod x86 {
     use super::{A, B, QK};
     use crate::quant::rows::{check_dequantize, check_dot, dequantize_scalar};
     use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+    use crate::quant::x86::q8::scale_min_products as scales;
     use crate::quant::x86::reduce::hsum256;
-
-    /// `[d d_a, m s_a, d d_a, m s_a]` (as f32) for the weight block `w` and activation block `a`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(w: *const u8, a: *const u8) -> __m128 {
-        // SAFETY: both blocks start with four readable bytes.
-        let (x, y) = unsafe {
-            (
-                w.cast::<u32>().read_unaligned(),
-                a.cast::<u32>().read_unaligned(),
-            )
-        };
-        let v = _mm_cvtph_ps(_mm_cvtsi64_si128((x as u64 | (y as u64) << 32) as i64));
-        _mm_mul_ps(v, _mm_permute_ps::<0b01_00_11_10>(v))
-    }
 
     /// `[d d_a, m s_a, d d_a, m s_a]` for block pair 0, then for block pair 1 (one conversion).
     #[inline]

@@ -131,7 +131,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Q5_0;
-    use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+    use crate::quant::x86::nibbles::{fifth_bits_avx2, nibbles2_avx512, nibbles_avx2};
     use crate::quant::x86::offset::OffsetBlocks;
     use crate::quant::x86::offset_tile::OffsetHalf;
     use crate::quant::x86::signed_rows::SignedBlocks;
@@ -186,26 +186,13 @@ mod x86 {
     }
 
     impl OffsetHalf for Q5_0 {
-        /// AVX2 has no bit-to-byte mask expansion: byte `k` takes qh byte `k / 8` (`pshufb`),
-        /// sets every bit but `k % 8`, and compares with all-ones.
+        /// The nibbles with the fifth bits ([`fifth_bits_avx2`]) ORed on.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn unsigned_avx2(b: *const u8) -> __m256i {
             // SAFETY: the caller guarantees a whole block at `b`.
             let (low, qh) = unsafe { (nibbles_avx2(b.add(6)), qh(b)) };
-            let spread = _mm256_set_epi64x(
-                0x0303030303030303,
-                0x0202020202020202,
-                0x0101010101010101,
-                0,
-            );
-            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), spread);
-            let bits = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-            let high = _mm256_and_si256(
-                _mm256_cmpeq_epi8(bits, _mm256_set1_epi8(-1)),
-                _mm256_set1_epi8(16),
-            );
-            _mm256_or_si256(low, high)
+            _mm256_or_si256(low, fifth_bits_avx2(qh))
         }
     }
 }

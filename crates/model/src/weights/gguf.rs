@@ -17,6 +17,7 @@ use kestrel_kernels::SharedBytes;
 use super::{TensorSource, TensorView};
 
 mod error;
+mod ggml_type;
 mod meta;
 mod parse;
 mod reader;

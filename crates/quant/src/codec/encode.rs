@@ -1,9 +1,12 @@
 //! [`encode`]: `f32` values into the stored bytes of a [`DType`], with the reference
-//! quantizers of `kestrel_kernels::quant` (the spec, bit-compatible with ggml's `_ref`
-//! quantizers).
+//! quantizers of `kestrel_kernels::quant` (the spec; bit-compatible with ggml's `_ref`
+//! quantizers for the legacy types, simpler searches for Q2_K, Q3_K, IQ4_NL and IQ4_XS,
+//! whose files are normally made by llama.cpp).
 
 use half::{bf16, f16};
-use kestrel_kernels::quant::{int4, int8, nf4, q4_0, q4_1, q4_k, q5_0, q6_k, q8_0};
+use kestrel_kernels::quant::{
+    int4, int8, iq4_nl, iq4_xs, nf4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q6_k, q8_0,
+};
 use kestrel_kernels::DType;
 
 use super::pack::pack;
@@ -81,6 +84,11 @@ fn encode_blocks(dtype: DType, values: &[f32]) -> Vec<u8> {
         DType::Q5_K => {
             bytemuck::cast_slice(&kestrel_kernels::quant::q5_k::quantize_ref(values)).to_vec()
         }
+        DType::Q5_1 => bytemuck::cast_slice(&q5_1::quantize_ref(values)).to_vec(),
+        DType::Q2_K => bytemuck::cast_slice(&q2_k::quantize_ref(values)).to_vec(),
+        DType::Q3_K => bytemuck::cast_slice(&q3_k::quantize_ref(values)).to_vec(),
+        DType::IQ4_NL => bytemuck::cast_slice(&iq4_nl::quantize_ref(values)).to_vec(),
+        DType::IQ4_XS => bytemuck::cast_slice(&iq4_xs::quantize_ref(values)).to_vec(),
         DType::NF4 => bytemuck::cast_slice(&nf4::quantize_ref(values)).to_vec(),
         other => unreachable!("{other} is encoded row-wise by encode_rows"),
     }

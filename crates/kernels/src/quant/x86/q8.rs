@@ -25,6 +25,26 @@ pub(crate) unsafe fn scale_product(w: *const u8, a: *const u8) -> __m256 {
     _mm256_broadcastss_ps(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
+/// `[d d_a, m s_a, d d_a, m s_a]` for the `(d, m)` blocks (Q4_1, Q5_1) with Q8_1 activations: both blocks
+/// start with two `f16`s, `(d, m)` and `(d_a, s_a)`, converted together;
+/// `[d, m, d_a, s_a] * [d_a, s_a, d, m] = [d d_a, m s_a, d d_a, m s_a]`.
+///
+/// # Safety
+/// Four bytes are readable at `w` and at `a`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn scale_min_products(w: *const u8, a: *const u8) -> __m128 {
+    // SAFETY: the caller guarantees four readable bytes at both pointers.
+    let (x, y) = unsafe {
+        (
+            w.cast::<u32>().read_unaligned(),
+            a.cast::<u32>().read_unaligned(),
+        )
+    };
+    let v = _mm_cvtph_ps(_mm_cvtsi64_si128((x as u64 | (y as u64) << 32) as i64));
+    _mm_mul_ps(v, _mm_permute_ps::<0b01_00_11_10>(v))
+}
+
 /// `[d_w0 * d_a0; 8] ++ [d_w1 * d_a1; 8]` for two weight/activation block pairs.
 ///
 /// # Safety

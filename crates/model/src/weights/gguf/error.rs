@@ -55,8 +55,14 @@ pub enum GgufError {
     DuplicateKey { key: String },
     #[error("GGUF general.alignment must be a non-zero power of two, got {value}")]
     BadAlignment { value: String },
-    #[error("GGUF tensor {name:?}: unknown or unsupported tensor type id {id}")]
-    UnknownTensorType { name: String, id: u32 },
+    /// `what` names the type (`"IQ2_XXS (ggml type 16)"`, `"unknown type id 99"`).
+    #[error("GGUF tensor {name:?}: tensor type {what} is not supported by Kestrel (supported: {supported})")]
+    UnknownTensorType {
+        name: String,
+        id: u32,
+        what: String,
+        supported: String,
+    },
     #[error("GGUF tensor {name:?}: {n_dims} dimensions, at most 4 allowed")]
     TooManyDims { name: String, n_dims: u32 },
     #[error("GGUF tensor {name:?}: dimensions {dims:?} overflow the element count")]

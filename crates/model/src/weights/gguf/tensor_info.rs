@@ -59,6 +59,16 @@ pub(super) fn validate_tensors(
     Ok((infos, index))
 }
 
+/// The GGUF tensor types Kestrel reads, comma-separated.
+fn supported_types() -> String {
+    let names: Vec<&str> = DType::ALL
+        .iter()
+        .filter(|t| !t.is_kestrel_only())
+        .map(|t| t.name())
+        .collect();
+    names.join(", ")
+}
+
 fn validate_one(raw: RawTensorInfo, data: &DataSection) -> Result<GgufTensorInfo, GgufError> {
     let RawTensorInfo {
         name,
@@ -67,7 +77,12 @@ fn validate_one(raw: RawTensorInfo, data: &DataSection) -> Result<GgufTensorInfo
         offset,
     } = raw;
     let Some(dtype) = DType::from_ggml_id(type_id) else {
-        return Err(GgufError::UnknownTensorType { name, id: type_id });
+        return Err(GgufError::UnknownTensorType {
+            name,
+            id: type_id,
+            what: super::ggml_type::describe(type_id),
+            supported: supported_types(),
+        });
     };
     let size_bytes = match tensor_bytes(&dims, dtype) {
         Ok(size) => size,

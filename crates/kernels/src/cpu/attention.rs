@@ -26,6 +26,11 @@
 //! (unit, block) to f32, the q8 row scale folded in. The SIMD kernels are monomorphized per
 //! storage format and ISA; the portable path uses the same tiling on plain arrays, or, for
 //! units with very few rows, a per-row dot-product loop (`simd`).
+//!
+//! ALiBi models set [`AttnParams::alibi`]: every score of head `h` gets
+//! `slope_h · (key_pos − query_pos)` added before the softmax ([`Alibi`]), from the absolute
+//! positions the kernel already has, so paging, prefix caching and chunked prefill need
+//! nothing more.
 
 mod alibi;
 mod block_softmax;

@@ -338,7 +338,14 @@ fn alibi_slopes_follow_the_rule() {
     );
     assert_eq!(
         a.slopes(6),
-        [1.0 / 4.0, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0, 1.0 / 2.0, 1.0 / 8.0]
+        [
+            1.0 / 4.0,
+            1.0 / 16.0,
+            1.0 / 64.0,
+            1.0 / 256.0,
+            1.0 / 2.0,
+            1.0 / 8.0
+        ]
     );
     let twelve = a.slopes(12);
     let want: Vec<f32> = (1..=8)
@@ -346,7 +353,10 @@ fn alibi_slopes_follow_the_rule() {
         .chain([0.5, 1.5, 2.5, 3.5].map(|e| pow2(-e)))
         .collect();
     for (g, w) in twelve.iter().zip(&want) {
-        assert!((g - w).abs() <= 1e-7 * w, "12 heads: {twelve:?} vs {want:?}");
+        assert!(
+            (g - w).abs() <= 1e-7 * w,
+            "12 heads: {twelve:?} vs {want:?}"
+        );
     }
     // BLOOM-176B has 112 heads: p = 64, m0 = 2^(-1/8), m1 = 2^(-1/16).
     let s = a.slopes(112);
@@ -388,11 +398,17 @@ fn alibi_reference_by_hand() {
     reference(&cache.view(), &seqs, params, &mut out);
     let slope = 0.5f64;
     for (pos, &o) in out.iter().enumerate() {
-        let w: Vec<f64> = (0..=pos).map(|j| (slope * (j as f64 - pos as f64)).exp()).collect();
-        let want = w.iter().enumerate().map(|(j, w)| w * j as f64).sum::<f64>() / w.iter().sum::<f64>();
+        let w: Vec<f64> = (0..=pos)
+            .map(|j| (slope * (j as f64 - pos as f64)).exp())
+            .collect();
+        let want =
+            w.iter().enumerate().map(|(j, w)| w * j as f64).sum::<f64>() / w.iter().sum::<f64>();
         assert!((o as f64 - want).abs() < 1e-6, "pos {pos}: {o} vs {want}");
         if pos > 0 {
-            assert!(o > pos as f32 / 2.0 + 0.1, "pos {pos}: the bias favours recent keys");
+            assert!(
+                o > pos as f32 / 2.0 + 0.1,
+                "pos {pos}: the bias favours recent keys"
+            );
         }
     }
 }

@@ -276,7 +276,13 @@ fn bloom_config() {
     let c = ModelConfig::from_hf_json(json).unwrap();
     assert_eq!(c.architecture, Architecture::Bloom);
     assert_eq!(
-        (c.n_heads, c.n_kv_heads, c.head_dim, c.n_layers, c.intermediate_size),
+        (
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+            c.n_layers,
+            c.intermediate_size
+        ),
         (16, 16, 64, 24, 4096)
     );
     assert_eq!((c.rms_norm_eps, c.max_position_embeddings), (1e-5, 2048));
@@ -288,5 +294,8 @@ fn bloom_config() {
         "\"apply_residual_connection_post_layernorm\": true",
     );
     let err = ModelConfig::from_hf_json(&post).unwrap_err().to_string();
-    assert!(err.contains("apply_residual_connection_post_layernorm"), "{err}");
+    assert!(
+        err.contains("apply_residual_connection_post_layernorm"),
+        "{err}"
+    );
 }

@@ -66,7 +66,11 @@ fn check(path: &Path) -> f32 {
         let label = format!("{name}/{}", p.name);
         let err = assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
         let greedy = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
-        assert_eq!(greedy, p.greedy.ids, "{name}/{}: greedy continuation", p.name);
+        assert_eq!(
+            greedy, p.greedy.ids,
+            "{name}/{}: greedy continuation",
+            p.name
+        );
         worst = worst.max(err);
     }
     eprintln!("{name}: max |logit - transformers| over top-20 = {worst:.2e}");
@@ -107,7 +111,9 @@ fn chunked_logits(path: &Path, ids: &[u32], cuts: &[usize]) -> Vec<f32> {
                 need_logits: true,
             }],
         };
-        let out = runner.execute_all_logits(&batch).expect("forward pass runs");
+        let out = runner
+            .execute_all_logits(&batch)
+            .expect("forward pass runs");
         logits.extend_from_slice(&out.logits);
     }
     logits
@@ -147,6 +153,9 @@ fn tiny_bloom_hf_and_gguf_agree() {
     let ids = &golden.prompts[1].teacher_forced.ids;
     let (a, _) = teacher_forced_logits(&mut runner(load(&hf()), 256), ids);
     let (b, _) = teacher_forced_logits(&mut runner(load(&gguf()), 256), ids);
-    let worst = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    let worst = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(worst <= 1e-4, "HF vs GGUF: {worst}");
 }

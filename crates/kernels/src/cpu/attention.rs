@@ -44,8 +44,8 @@ mod tiled;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use elem::{F16Row, F32Row, KvElem, Q8Row};
 pub use alibi::Alibi;
+use elem::{F16Row, F32Row, KvElem, Q8Row};
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
 use lanes::Lanes;
 use simd::{ScalarVec, VecOps};

@@ -3,8 +3,8 @@
 //! paged causal attention (optionally windowed), output projection and the residual add.
 
 use kestrel_kernels::cpu::attention::{attention_with, store_kv, AttnParams, AttnSeq};
-use kestrel_kernels::cpu::Isa;
 use kestrel_kernels::cpu::ops::{add_assign, rope, RopeStyle};
+use kestrel_kernels::cpu::Isa;
 
 use super::decoder::{DecoderDims, Pass};
 use super::naming::LayerTensor;

@@ -71,7 +71,8 @@ impl FeedForward {
                 silu_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
             }
             None => {
-                self.up.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
+                self.up
+                    .forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
                 gelu_tanh(&mut ws.gate[..t * d.ffn]);
             }
         }

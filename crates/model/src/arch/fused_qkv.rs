@@ -35,9 +35,11 @@ impl FusedQkv {
         let part = |p: usize| -> Result<Linear, ModelError> {
             let rows = part_rows(order, n_heads, head_dim, p);
             let view = gather_rows(weight, &rows)?;
-            let b = bias
-                .as_ref()
-                .map(|b| rows.iter().flat_map(|r| b[r.clone()].iter().copied()).collect());
+            let b = bias.as_ref().map(|b| {
+                rows.iter()
+                    .flat_map(|r| b[r.clone()].iter().copied())
+                    .collect()
+            });
             Ok(Linear::new(view, b)?.packed())
         };
         Ok(FusedQkv {
@@ -57,7 +59,7 @@ fn part_rows(
 ) -> Vec<std::ops::Range<usize>> {
     let q_dim = n_heads * head_dim;
     match order {
-        QkvOrder::Blocked => vec![p * q_dim..(p + 1) * q_dim],
+        QkvOrder::Blocked => std::iter::once(p * q_dim..(p + 1) * q_dim).collect(),
         QkvOrder::PerHead => (0..n_heads)
             .map(|h| (3 * h + p) * head_dim..(3 * h + p + 1) * head_dim)
             .collect(),
@@ -65,7 +67,10 @@ fn part_rows(
 }
 
 /// The `rows` of the `[r, c]` matrix `view`, as a new `[Σ rows, c]` tensor.
-fn gather_rows(view: &TensorView, rows: &[std::ops::Range<usize>]) -> Result<TensorView, ModelError> {
+fn gather_rows(
+    view: &TensorView,
+    rows: &[std::ops::Range<usize>],
+) -> Result<TensorView, ModelError> {
     let (r, c) = match view.shape[..] {
         [r, c] => (r, c),
         _ => {
@@ -84,7 +89,11 @@ fn gather_rows(view: &TensorView, rows: &[std::ops::Range<usize>]) -> Result<Ten
         .row_bytes(c)
         .ok_or_else(|| bad(format!("{c} columns are not whole {} blocks", view.dtype)))?;
     if view.data.len() != r * rb || rows.iter().any(|x| x.end > r) {
-        return Err(bad(format!("{} bytes for [{r}, {c}] {}", view.data.len(), view.dtype)));
+        return Err(bad(format!(
+            "{} bytes for [{r}, {c}] {}",
+            view.data.len(),
+            view.dtype
+        )));
     }
     let n: usize = rows.iter().map(|x| x.len()).sum();
     let data = match rows {

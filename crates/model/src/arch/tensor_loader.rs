@@ -148,7 +148,10 @@ impl TensorLoader<'_> {
         hidden: usize,
     ) -> Result<FusedQkv, ModelError> {
         let rows = 3 * n_heads * head_dim;
-        let weight = self.get(&self.naming.layer(i, LayerTensor::Qkv, "weight"), &[rows, hidden])?;
+        let weight = self.get(
+            &self.naming.layer(i, LayerTensor::Qkv, "weight"),
+            &[rows, hidden],
+        )?;
         let bias_name = self.naming.layer(i, LayerTensor::Qkv, "bias");
         let bias = match self.has(&bias_name) {
             true => Some(self.get(&bias_name, &[rows])?),

@@ -4,7 +4,7 @@
 //! and there is no rotary (ALiBi needs no position limit: `seq_length` if given, else 2048,
 //! BLOOM's training context).
 
-use super::{bad, opt_bool, opt_f32, opt_str, opt_u32, opt_usize, eos_ids, req_usize, Obj};
+use super::{bad, eos_ids, opt_bool, opt_f32, opt_str, opt_u32, opt_usize, req_usize, Obj};
 use crate::config::{Architecture, ConfigError, ModelConfig};
 
 /// Parse and validate a BLOOM config.
@@ -24,7 +24,10 @@ pub(super) fn bloom_config(obj: &Obj) -> Result<ModelConfig, ConfigError> {
     if opt_usize(obj, "pretraining_tp")?.unwrap_or(1) != 1
         && opt_bool(obj, "slow_but_exact")?.unwrap_or(false)
     {
-        return Err(bad("slow_but_exact", "tensor-parallel slicing is not supported"));
+        return Err(bad(
+            "slow_but_exact",
+            "tensor-parallel slicing is not supported",
+        ));
     }
     let config = ModelConfig {
         architecture: Architecture::Bloom,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use kestrel_kernels::cpu::ops::RopeStyle;
 use kestrel_model::arch::TensorNaming;
-use kestrel_model::config::ModelConfig;
+use kestrel_model::config::{MlpKind, ModelConfig, NormKind, PositionEncoding};
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::TensorSource;
@@ -116,13 +116,27 @@ struct Report<'a> {
     template: bool,
 }
 
-/// The architecture's forward-pass features: RoPE pairing, biases, q/k norm, sliding window.
+/// The architecture's forward-pass features: position encoding (RoPE pairing or ALiBi),
+/// BLOOM's block layout, biases, q/k norm, sliding window.
 fn features(c: &ModelConfig, naming: TensorNaming) -> String {
-    let rope = match naming.rope_style(c.architecture) {
-        RopeStyle::Interleaved => "RoPE interleaved (adjacent pairs)",
-        RopeStyle::Neox => "RoPE neox (rotate halves)",
+    let layout = c.architecture.layout();
+    let positions = match (layout.positions, naming.rope_style(c.architecture)) {
+        (PositionEncoding::Alibi(a), _) => format!("ALiBi (max bias {})", a.max_bias),
+        (PositionEncoding::Rope, RopeStyle::Interleaved) => {
+            "RoPE interleaved (adjacent pairs)".to_string()
+        }
+        (PositionEncoding::Rope, RopeStyle::Neox) => "RoPE neox (rotate halves)".to_string(),
     };
-    let mut out = vec![rope.to_string()];
+    let mut out = vec![positions];
+    if layout.norm == NormKind::Layer {
+        out.push("LayerNorm".into());
+    }
+    if layout.mlp == MlpKind::PlainGelu {
+        out.push("GELU MLP".into());
+    }
+    if layout.fused_qkv {
+        out.push("fused QKV".into());
+    }
     if c.attention_bias {
         out.push("q/k/v bias".into());
     }

@@ -159,7 +159,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The tiny Qwen fixtures (scripts/goldens/tiny_qwen.py): the architecture and its features.
+/// The tiny Qwen, Llama and BLOOM fixtures (scripts/goldens/): the architecture and its
+/// features.
 #[test]
 fn inspect_names_the_architecture_and_its_features() {
     let cases = [
@@ -178,6 +179,14 @@ fn inspect_names_the_architecture_and_its_features() {
         (
             "tiny-llama-f32",
             "architecture:   llama (RoPE neox (rotate halves), full attention)",
+        ),
+        (
+            "tiny-bloom",
+            "architecture:   bloom (ALiBi (max bias 8), LayerNorm, GELU MLP, fused QKV, q/k/v bias, full attention)",
+        ),
+        (
+            "tiny-bloom.gguf",
+            "architecture:   bloom (ALiBi (max bias 8), LayerNorm, GELU MLP, fused QKV, q/k/v bias, full attention)",
         ),
     ];
     for (name, line) in cases {

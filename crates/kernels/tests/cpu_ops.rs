@@ -183,3 +183,33 @@ fn rope_styles_pair_different_elements() {
     ops::rope(&mut b, 4, 1, &inv, RopeStyle::Neox);
     assert_close(&b, &[-3.0, 2.0, 1.0, 4.0], 1e-6, 0.0, "neox");
 }
+
+/// LayerNorm by hand: `[1, 2, 3, 4]` has mean 2.5 and variance 1.25; torch.nn.LayerNorm's
+/// output for weight `w`, bias `b`.
+#[test]
+fn layer_norm_matches_hand_values() {
+    let x = [1.0f32, 2.0, 3.0, 4.0];
+    let (w, b) = ([1.0f32, 2.0, 0.5, -1.0], [0.0f32, 0.1, -0.2, 0.3]);
+    let mut out = [0.0f32; 4];
+    kestrel_kernels::cpu::ops::layer_norm(&x, &w, &b, 1e-5, &mut out);
+    let inv = 1.0 / (1.25f64 + 1e-5).sqrt();
+    for i in 0..4 {
+        let want = ((x[i] as f64 - 2.5) * inv) as f32 * w[i] + b[i];
+        assert!((out[i] - want).abs() < 1e-6, "{i}: {} vs {want}", out[i]);
+    }
+    let torch = [-1.3416355f32, -0.7944236, 0.0236059, -1.0416355];
+    for (g, t) in out.iter().zip(torch) {
+        assert!((g - t).abs() < 1e-5, "{out:?} vs torch {torch:?}");
+    }
+}
+
+/// GELU (tanh) at points torch.nn.functional.gelu(x, approximate="tanh") gives.
+#[test]
+fn gelu_tanh_matches_torch() {
+    let mut x = [0.0f32, 1.0, -1.0, 2.5, -3.0, 0.1];
+    let want = [0.0f32, 0.841192, -0.158808, 2.4849, -0.003637, 0.053983];
+    kestrel_kernels::cpu::ops::gelu_tanh(&mut x);
+    for (g, w) in x.iter().zip(want) {
+        assert!((g - w).abs() < 2e-4, "{x:?} vs {want:?}");
+    }
+}

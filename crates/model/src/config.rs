@@ -10,25 +10,31 @@ use crate::weights::gguf::GgufError;
 
 mod from_gguf;
 mod from_hf;
+mod layout;
 mod rope;
+
+pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
 
 /// The architectures Kestrel runs: the Llama family, which differ only in features of one
 /// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3:
-/// sliding-window attention where the config enables it).
+/// sliding-window attention where the config enables it), and BLOOM, whose blocks differ
+/// ([`Architecture::layout`]: LayerNorm, ALiBi, fused QKV, a GELU MLP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Architecture {
     Llama,
     Mistral,
     Qwen2,
     Qwen3,
+    Bloom,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 5] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Bloom,
     ];
 
     /// From a GGUF `general.architecture` or HF `model_type` name.
@@ -43,17 +49,19 @@ impl Architecture {
             "MistralForCausalLM" => Some(Architecture::Mistral),
             "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
             "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
+            "BloomForCausalLM" => Some(Architecture::Bloom),
             _ => None,
         }
     }
 
-    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`).
+    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`, `bloom`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
             Architecture::Mistral => "mistral",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Bloom => "bloom",
         }
     }
 
@@ -66,11 +74,12 @@ impl Architecture {
     /// The RoPE pairing of this architecture's GGUF files, as llama.cpp's
     /// `llama_model_rope_type` assigns it. llama.cpp's converter permutes the Q/K rows of the
     /// Llama family only (for adjacent-pair rotation); Qwen2 and Qwen3 keep Hugging Face's
-    /// row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
+    /// row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX. (BLOOM
+    /// has no rotary positions.)
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
-            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::Neox,
+            Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Bloom => RopeStyle::Neox,
         }
     }
 }
@@ -103,6 +112,7 @@ pub struct ModelConfig {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub intermediate_size: usize,
+    /// The epsilon of the model's norms (RMSNorm; BLOOM's LayerNorm `layer_norm_epsilon`).
     pub rms_norm_eps: f32,
     pub rope_theta: f32,
     pub rope_scaling: Option<RopeScaling>,

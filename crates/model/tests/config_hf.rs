@@ -236,7 +236,7 @@ fn errors_name_the_problem() {
     assert!(matches!(e, ConfigError::UnsupportedArchitecture(ref a) if a == "gpt2"));
     assert_eq!(
         e.to_string(),
-        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3)"
+        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3, bloom)"
     );
     let yarn = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
     assert!(
@@ -261,4 +261,41 @@ fn errors_name_the_problem() {
         ModelConfig::from_hf_json("{"),
         Err(ConfigError::Json(_))
     ));
+}
+
+/// BLOOM's config (bigscience/bloom-560m's keys): `n_head`, `n_layer`, `layer_norm_epsilon`,
+/// no intermediate size (4 × hidden), one K/V head per head, tied head by default; the
+/// `num_attention_heads` alias works; an unsupported residual variant is refused.
+#[test]
+fn bloom_config() {
+    let json = r#"{"architectures": ["BloomForCausalLM"], "model_type": "bloom",
+        "hidden_size": 1024, "n_head": 16, "n_layer": 24, "layer_norm_epsilon": 1e-05,
+        "vocab_size": 250880, "bos_token_id": 1, "eos_token_id": 2,
+        "apply_residual_connection_post_layernorm": false, "pretraining_tp": 1,
+        "slow_but_exact": false}"#;
+    let c = ModelConfig::from_hf_json(json).unwrap();
+    assert_eq!(c.architecture, Architecture::Bloom);
+    assert_eq!(
+        (
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+            c.n_layers,
+            c.intermediate_size
+        ),
+        (16, 16, 64, 24, 4096)
+    );
+    assert_eq!((c.rms_norm_eps, c.max_position_embeddings), (1e-5, 2048));
+    assert!(c.tie_word_embeddings && c.attention_bias && !c.qk_norm);
+    let alias = json.replace("\"n_head\"", "\"num_attention_heads\"");
+    assert_eq!(ModelConfig::from_hf_json(&alias).unwrap().n_heads, 16);
+    let post = json.replace(
+        "\"apply_residual_connection_post_layernorm\": false",
+        "\"apply_residual_connection_post_layernorm\": true",
+    );
+    let err = ModelConfig::from_hf_json(&post).unwrap_err().to_string();
+    assert!(
+        err.contains("apply_residual_connection_post_layernorm"),
+        "{err}"
+    );
 }

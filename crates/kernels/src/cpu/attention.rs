@@ -26,7 +26,13 @@
 //! (unit, block) to f32, the q8 row scale folded in. The SIMD kernels are monomorphized per
 //! storage format and ISA; the portable path uses the same tiling on plain arrays, or, for
 //! units with very few rows, a per-row dot-product loop (`simd`).
+//!
+//! ALiBi models set [`AttnParams::alibi`]: every score of head `h` gets
+//! `slope_h · (key_pos − query_pos)` added before the softmax ([`Alibi`]), from the absolute
+//! positions the kernel already has, so paging, prefix caching and chunked prefill need
+//! nothing more.
 
+mod alibi;
 mod block_softmax;
 mod elem;
 pub mod kv_dtype;
@@ -38,6 +44,7 @@ mod tiled;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub use alibi::Alibi;
 use elem::{F16Row, F32Row, KvElem, Q8Row};
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
 use lanes::Lanes;
@@ -162,19 +169,28 @@ pub struct AttnSeq<'a> {
     pub block_table: &'a [u32],
 }
 
-/// Head count, score scale and optional sliding window.
+/// Head count, score scale, optional sliding window and optional ALiBi position biases.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnParams {
     pub n_heads: usize,
     pub scale: f32,
     /// Query at position `p` sees keys `max(0, p − window + 1)..=p`; `None` = all.
     pub window: Option<usize>,
+    /// Head `h` adds `slope_h · (key_pos − query_pos)` to its scaled scores ([`Alibi`]);
+    /// `None` costs nothing.
+    pub alibi: Option<Alibi>,
 }
 
 impl AttnParams {
     #[inline]
     fn first_key(&self, pos: usize) -> usize {
         self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+
+    /// The ALiBi slope of query head `head` (0 without ALiBi).
+    #[inline]
+    fn slope(&self, head: usize) -> f32 {
+        self.alibi.map_or(0.0, |a| a.slope(head, self.n_heads))
     }
 }
 
@@ -193,6 +209,7 @@ pub fn attention(
         n_heads,
         scale,
         window,
+        alibi: None,
     };
     attention_with(Isa::detected(), pool, kv, seqs, params, out)
 }
@@ -484,6 +501,12 @@ fn score_block<E: KvElem>(ctx: &Ctx<'_>, u: Unit, b: usize, st: &mut Softmax<'_>
                 // SAFETY: the portable operations need no target features.
                 *s = unsafe { ScalarVec::dot::<E>(q, &kv.k[key(j)..key(j) + rb]) } * p.scale;
             }
+            if p.alibi.is_some() {
+                let slope = p.slope(head);
+                for (j, s) in sc.iter_mut().enumerate() {
+                    *s += slope * ((lo + j) as f32 - pos as f32);
+                }
+            }
             let m_new = st.m[r].max(vmath::max::<4>(sc));
             let corr = if st.m[r] == f32::NEG_INFINITY {
                 0.0
@@ -517,8 +540,9 @@ fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
 
 /// The spec: decode every stored K/V row that a query can see with [`KvDtype::decode_row`]
 /// (rows before the first query's window are left zero: they are masked); then, for every
-/// sequence and head, materialize the `n_q × context` score matrix with an explicit
-/// causal/window mask (−∞), softmax each row in `f64`, multiply by V.
+/// sequence and head, materialize the `n_q × context` score matrix (plus the ALiBi bias
+/// `slope · (key − query)` when set) with an explicit causal/window mask (−∞), softmax each
+/// row in `f64`, multiply by V.
 pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mut [f32]) {
     validate(kv, seqs, &p, out.len());
     let (hd, g) = (kv.head_dim, p.n_heads / kv.n_kv_heads);
@@ -540,7 +564,7 @@ pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mu
                 for i in 0..s.n_q {
                     let o = &mut out[out_base + (i * p.n_heads + head) * hd..][..hd];
                     let q = &s.q[(i * p.n_heads + head) * hd..][..hd];
-                    reference_row(q, &k, &v, s.q_start_pos + i, &p, o);
+                    reference_row(q, &k, &v, (s.q_start_pos + i, head), &p, o);
                 }
             }
         }
@@ -548,9 +572,18 @@ pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mu
     }
 }
 
-/// One query row of [`reference`] at position `pos` over decoded `k`/`v` (`[context][hd]`).
-fn reference_row(q: &[f32], k: &[f32], v: &[f32], pos: usize, p: &AttnParams, o: &mut [f32]) {
+/// One query row of [`reference`] at position `pos`, head `head`, over decoded `k`/`v`
+/// (`[context][hd]`).
+fn reference_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (pos, head): (usize, usize),
+    p: &AttnParams,
+    o: &mut [f32],
+) {
     let hd = q.len();
+    let slope = p.slope(head) as f64;
     let scores: Vec<f64> = k
         .chunks_exact(hd)
         .enumerate()
@@ -563,6 +596,7 @@ fn reference_row(q: &[f32], k: &[f32], v: &[f32], pos: usize, p: &AttnParams, o:
                 .map(|(&a, &b)| a as f64 * b as f64)
                 .sum::<f64>()
                 * p.scale as f64
+                + slope * (j as f64 - pos as f64)
         })
         .collect();
     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);

@@ -1,4 +1,5 @@
-//! Row-wise element ops: RMS norm, rotary embedding, SiLU-gating, softmax, residual add.
+//! Row-wise element ops: RMS norm, LayerNorm, rotary embedding, SiLU-gating, GELU, softmax,
+//! residual add.
 //!
 //! Each op has a scalar `reference` (the spec, written for clarity). The hot ones also have
 //! SIMD variants: one lane-structured body (see [`vmath`]) compiled under
@@ -113,6 +114,31 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f32], style:
             head[ia] = a * cos - b * sin;
             head[ib] = a * sin + b * cos;
         }
+    }
+}
+
+/// LayerNorm of one row: `out = (x − mean) / sqrt(var + eps) · weight + bias`, `var` the
+/// biased variance (as `torch.nn.LayerNorm`), accumulated in `f64`. A few flops per element
+/// next to the matrix products around it, so there is a single (scalar) implementation.
+pub fn layer_norm(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
+    check_len3(x.len(), weight.len(), out.len());
+    assert_eq!(bias.len(), x.len(), "layer_norm: bias length");
+    let n = x.len().max(1) as f64;
+    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+    let inv = 1.0 / (var + eps as f64).sqrt();
+    for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(weight).zip(bias) {
+        *o = ((v as f64 - mean) * inv) as f32 * w + b;
+    }
+}
+
+/// GELU, tanh approximation, in place: `x · ½ · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`
+/// (BLOOM's `bloom_gelu_forward`, PyTorch's `gelu(approximate="tanh")`). Single implementation.
+pub fn gelu_tanh(x: &mut [f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for v in x.iter_mut() {
+        let u = *v;
+        *v = u * 0.5 * (1.0 + (SQRT_2_OVER_PI * u * (1.0 + 0.044_715 * u * u)).tanh());
     }
 }
 

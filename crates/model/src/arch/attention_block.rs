@@ -1,18 +1,20 @@
 //! [`AttentionBlock`]: the attention half of a decoder layer — norm, Q/K/V projections,
-//! optional per-head Q/K norms, rotary positions, paged causal attention (optionally
-//! windowed), output projection and the residual add.
+//! optional per-head Q/K norms, positions (rotary, or ALiBi biases in the attention kernel),
+//! paged causal attention (optionally windowed), output projection and the residual add.
 
-use kestrel_kernels::cpu::attention::{attention, store_kv, AttnSeq};
+use kestrel_kernels::cpu::attention::{attention_with, store_kv, AttnParams, AttnSeq};
 use kestrel_kernels::cpu::ops::{add_assign, rope, RopeStyle};
+use kestrel_kernels::cpu::Isa;
 
 use super::decoder::{DecoderDims, Pass};
 use super::naming::LayerTensor;
 use super::observer::{ActivationObserver, AttnHeads, LinearSite};
+use super::positions::Positions;
 use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::layers::{Linear, RmsNorm};
+use crate::layers::{BlockNorm, Linear, RmsNorm};
 
 /// Rotary position embedding: the inverse frequencies and the pairing of rotated dimensions.
 #[derive(Debug, Clone)]
@@ -65,13 +67,13 @@ impl QkNorm {
 }
 
 pub(crate) struct AttentionBlock {
-    norm: RmsNorm,
+    norm: BlockNorm,
     q: Linear,
     k: Linear,
     v: Linear,
     /// Per-head RMSNorm of queries and keys before RoPE (Qwen3).
     qk_norm: Option<QkNorm>,
-    rotary: Rotary,
+    positions: Positions,
     o: Linear,
     /// This layer's attention window (`None`: full causal attention).
     window: Option<usize>,
@@ -83,20 +85,32 @@ impl AttentionBlock {
         i: usize,
         cfg: &ModelConfig,
         d: &DecoderDims,
-        rotary: Rotary,
+        positions: Positions,
     ) -> Result<AttentionBlock, ModelError> {
         let (h, q, kv) = (d.hidden, d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
         let (eps, bias) = (cfg.rms_norm_eps, cfg.attention_bias);
+        let layout = cfg.architecture.layout();
+        let [q_proj, k_proj, v_proj] = match layout.fused_qkv {
+            true => {
+                let f = ld.fused_qkv(i, (d.n_heads, d.head_dim), h)?;
+                [f.q, f.k, f.v]
+            }
+            false => [
+                ld.linear_with_bias(i, LayerTensor::Q, q, h, bias)?,
+                ld.linear_with_bias(i, LayerTensor::K, kv, h, bias)?,
+                ld.linear_with_bias(i, LayerTensor::V, kv, h, bias)?,
+            ],
+        };
         Ok(AttentionBlock {
-            norm: ld.layer_norm(i, LayerTensor::AttnNorm, h, eps)?,
-            q: ld.linear_with_bias(i, LayerTensor::Q, q, h, bias)?,
-            k: ld.linear_with_bias(i, LayerTensor::K, kv, h, bias)?,
-            v: ld.linear_with_bias(i, LayerTensor::V, kv, h, bias)?,
+            norm: ld.layer_block_norm(i, LayerTensor::AttnNorm, h, eps, layout.norm)?,
+            q: q_proj,
+            k: k_proj,
+            v: v_proj,
             qk_norm: match cfg.qk_norm {
                 true => Some(QkNorm::load(ld, i, d.head_dim, eps)?),
                 false => None,
             },
-            rotary,
+            positions,
             o: ld.linear(i, LayerTensor::O, h, q)?,
             window: cfg.layer_window(i),
         })
@@ -136,7 +150,9 @@ impl AttentionBlock {
         if let Some(norm) = &self.qk_norm {
             norm.apply(t * qd, t * kvd, ws);
         }
-        self.rotary.apply(t, d.head_dim, (qd, kvd), ws);
+        if let Some(rotary) = self.positions.rotary() {
+            rotary.apply(t, d.head_dim, (qd, kvd), ws);
+        }
         let heads = AttnHeads {
             n_heads: d.n_heads,
             n_kv_heads: d.n_kv_heads,
@@ -191,13 +207,18 @@ impl AttentionBlock {
             offset += n;
             a
         }));
-        attention(
+        let params = AttnParams {
+            n_heads: heads.n_heads,
+            scale: heads.scale,
+            window: self.window,
+            alibi: self.positions.alibi(),
+        };
+        attention_with(
+            Isa::detected(),
             pass.pool,
             &pass.kv.layer(l),
             &seqs,
-            heads.n_heads,
-            heads.scale,
-            self.window,
+            params,
             &mut ws.attn[..t * qd],
         );
         ws.attn_seqs = recycle(seqs);

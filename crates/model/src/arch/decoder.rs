@@ -1,8 +1,10 @@
 //! [`DecoderModel`]: a decoder-only transformer (token embedding, a stack of
 //! [`AttentionBlock`] + [`FeedForward`] layers, final norm, LM head). The supported families
-//! (Llama, Mistral, Qwen2, Qwen3, ...) differ only in per-model features, all read from the
+//! (Llama, Mistral, Qwen2, Qwen3, BLOOM) differ only in per-model features, all read from the
 //! [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k RMSNorm before RoPE (Qwen3), the RoPE
-//! pairing (by architecture and file format), and a sliding window per layer.
+//! pairing (by architecture and file format), a sliding window per layer, and the block
+//! layout (BLOOM: LayerNorm, also on the embeddings; ALiBi instead of RoPE; fused QKV; GELU
+//! MLP).
 //!
 //! One forward pass runs a ragged batch: the tokens of all sequences are stacked into one
 //! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
@@ -11,16 +13,17 @@
 use kestrel_engine::executor::BatchInput;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
-use super::attention_block::{AttentionBlock, Rotary};
+use super::attention_block::AttentionBlock;
 use super::feed_forward::FeedForward;
 use super::naming::TensorNaming;
 use super::observer::{ActivationObserver, NoObserver};
+use super::positions::Positions;
 use super::tensor_loader::TensorLoader;
 use super::workspace::{Workspace, WorkspaceDims};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv_cache::KvCache;
-use crate::layers::{Embedding, Linear, RmsNorm};
+use crate::layers::{BlockNorm, Embedding, Linear};
 use crate::weights::TensorSource;
 
 /// What one forward pass runs on: the batch, the KV cache it writes, the workspace and the
@@ -71,12 +74,9 @@ impl DecoderLayer {
         cfg: &ModelConfig,
         d: &DecoderDims,
     ) -> Result<DecoderLayer, ModelError> {
-        let rotary = Rotary {
-            inv_freq: cfg.rope_inv_freq(),
-            style: ld.naming.rope_style(cfg.architecture),
-        };
+        let positions = Positions::of(cfg, ld.naming);
         Ok(DecoderLayer {
-            attention: AttentionBlock::load(ld, i, cfg, d, rotary)?,
+            attention: AttentionBlock::load(ld, i, cfg, d, positions)?,
             ffn: FeedForward::load(ld, i, cfg, d)?,
         })
     }
@@ -85,8 +85,10 @@ impl DecoderLayer {
 pub struct DecoderModel {
     dims: DecoderDims,
     embed: Embedding,
+    /// A norm on the token embeddings (BLOOM's `word_embeddings_layernorm`).
+    embed_norm: Option<BlockNorm>,
     layers: Vec<DecoderLayer>,
-    norm: RmsNorm,
+    norm: BlockNorm,
     head: Linear,
     tied_head: bool,
 }
@@ -101,7 +103,9 @@ impl DecoderModel {
         naming: TensorNaming,
     ) -> Result<DecoderModel, ModelError> {
         let dims = DecoderDims::of(cfg);
+        let naming = naming.for_architecture(cfg.architecture, src);
         let ld = TensorLoader { src, naming };
+        let (eps, layout) = (cfg.rms_norm_eps, cfg.architecture.layout());
         let embed = Embedding::new(ld.get(naming.embedding(), &[dims.vocab, dims.hidden])?)?;
         let tied_head = !ld.has(naming.output());
         let head = match tied_head {
@@ -112,11 +116,16 @@ impl DecoderModel {
         let layers = (0..dims.n_layers)
             .map(|i| DecoderLayer::load(&ld, i, cfg, &dims))
             .collect::<Result<_, _>>()?;
+        let embed_norm = match layout.embedding_norm {
+            true => Some(embedding_norm(&ld, dims.hidden, eps, layout.norm)?),
+            false => None,
+        };
         Ok(DecoderModel {
             dims,
             embed,
+            embed_norm,
             layers,
-            norm: ld.norm(naming.final_norm(), dims.hidden, cfg.rms_norm_eps)?,
+            norm: ld.block_norm(naming.final_norm(), dims.hidden, eps, layout.norm)?,
             head,
             tied_head,
         })
@@ -191,6 +200,10 @@ impl DecoderModel {
         let tokens = std::mem::take(&mut ws.tokens);
         self.embed.forward(&tokens, &mut ws.x[..t * d.hidden]);
         ws.tokens = tokens;
+        if let Some(norm) = &self.embed_norm {
+            norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+            ws.x[..t * d.hidden].copy_from_slice(&ws.h[..t * d.hidden]);
+        }
         for (l, layer) in self.layers.iter().enumerate() {
             layer.attention.forward(l, &d, &mut pass, observer);
             layer.ffn.forward(l, &d, t, pass.ws, pool, observer);
@@ -210,6 +223,20 @@ impl DecoderModel {
         self.head
             .forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);
     }
+}
+
+/// The norm on the token embeddings, under the naming's name for it.
+fn embedding_norm(
+    ld: &TensorLoader<'_>,
+    hidden: usize,
+    eps: f32,
+    kind: crate::config::NormKind,
+) -> Result<BlockNorm, ModelError> {
+    let name = ld
+        .naming
+        .embedding_norm("weight")
+        .ok_or_else(|| ModelError::MissingTensor("token embedding norm".to_string()))?;
+    ld.block_norm(&name, hidden, eps, kind)
 }
 
 /// Stack the batch's tokens and positions into the workspace.

@@ -1,11 +1,14 @@
 //! Architectures: configuration plus a forward pass over shared layers. Every supported family
-//! runs on one [`DecoderModel`], built from per-feature blocks.
+//! runs on one [`DecoderModel`], built from per-feature blocks (norm kind, position encoding,
+//! MLP kind and fused QKV follow [`crate::config::BlockLayout`]).
 
 pub(crate) mod attention_block;
 pub mod decoder;
 pub(crate) mod feed_forward;
+pub(crate) mod fused_qkv;
 pub mod naming;
 pub mod observer;
+pub(crate) mod positions;
 pub(crate) mod tensor_loader;
 pub mod workspace;
 

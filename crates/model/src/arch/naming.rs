@@ -1,9 +1,11 @@
-//! [`TensorNaming`]: the two spellings of Llama-family tensor names (GGUF and HF), and the
-//! RoPE pairing each implies ([`TensorNaming::rope_style`]).
+//! [`TensorNaming`]: the spellings of decoder tensor names (GGUF, HF Llama-family, HF BLOOM),
+//! the RoPE pairing each implies ([`TensorNaming::rope_style`]) and the row order of a fused
+//! QKV projection ([`TensorNaming::qkv_order`]).
 
 use kestrel_kernels::cpu::ops::RopeStyle;
 
 use crate::config::Architecture;
+use crate::weights::TensorSource;
 
 /// A tensor of a Llama-family decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub enum LayerTensor {
     Gate,
     Up,
     Down,
+    /// The fused query/key/value projection (BLOOM).
+    Qkv,
 }
 
 /// Which naming scheme a weight source uses.
@@ -30,6 +34,19 @@ pub enum TensorNaming {
     Gguf,
     /// `model.embed_tokens.weight`, `model.layers.0.self_attn.q_proj.weight`, ...
     HuggingFace,
+    /// BLOOM's HF names: `transformer.word_embeddings.weight`,
+    /// `transformer.h.0.self_attention.query_key_value.weight`, ...; without the
+    /// `transformer.` prefix (`prefixed: false`) in checkpoints saved from the base model.
+    HfBloom { prefixed: bool },
+}
+
+/// The row order of a fused `[3·q_dim, hidden]` QKV projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkvOrder {
+    /// All query rows, then all key rows, then all value rows (llama.cpp's GGUF).
+    Blocked,
+    /// Per head: its query, key and value rows, `[n_heads][3][head_dim]` (HF BLOOM).
+    PerHead,
 }
 
 impl TensorNaming {
@@ -39,7 +56,27 @@ impl TensorNaming {
     pub fn rope_style(self, arch: Architecture) -> RopeStyle {
         match self {
             TensorNaming::Gguf => arch.gguf_rope_style(),
-            TensorNaming::HuggingFace => RopeStyle::Neox,
+            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => RopeStyle::Neox,
+        }
+    }
+
+    /// The naming of `arch`'s tensors in a source named `self`: BLOOM's HF checkpoints use
+    /// their own names, with or without the `transformer.` prefix (whichever `src` has).
+    pub fn for_architecture(self, arch: Architecture, src: &dyn TensorSource) -> TensorNaming {
+        match (self, arch) {
+            (TensorNaming::HuggingFace, Architecture::Bloom) => TensorNaming::HfBloom {
+                prefixed: src.tensor("word_embeddings.weight").is_none(),
+            },
+            _ => self,
+        }
+    }
+
+    /// The row order of the fused QKV projection ([`LayerTensor::Qkv`]): llama.cpp's
+    /// converter regroups BLOOM's per-head rows into `[q; k; v]`.
+    pub fn qkv_order(self) -> QkvOrder {
+        match self {
+            TensorNaming::Gguf => QkvOrder::Blocked,
+            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => QkvOrder::PerHead,
         }
     }
 
@@ -47,6 +84,21 @@ impl TensorNaming {
         match self {
             TensorNaming::Gguf => "token_embd.weight",
             TensorNaming::HuggingFace => "model.embed_tokens.weight",
+            TensorNaming::HfBloom { prefixed: true } => "transformer.word_embeddings.weight",
+            TensorNaming::HfBloom { prefixed: false } => "word_embeddings.weight",
+        }
+    }
+
+    /// The norm right after the token embedding (BLOOM's `word_embeddings_layernorm`), with
+    /// `suffix` "weight" or "bias"; `None` where the naming has no such tensor.
+    pub fn embedding_norm(self, suffix: &str) -> Option<String> {
+        match self {
+            TensorNaming::Gguf => Some(format!("token_embd_norm.{suffix}")),
+            TensorNaming::HuggingFace => None,
+            TensorNaming::HfBloom { prefixed } => Some(format!(
+                "{}word_embeddings_layernorm.{suffix}",
+                bloom_prefix(prefixed)
+            )),
         }
     }
 
@@ -54,13 +106,15 @@ impl TensorNaming {
         match self {
             TensorNaming::Gguf => "output_norm.weight",
             TensorNaming::HuggingFace => "model.norm.weight",
+            TensorNaming::HfBloom { prefixed: true } => "transformer.ln_f.weight",
+            TensorNaming::HfBloom { prefixed: false } => "ln_f.weight",
         }
     }
 
     pub fn output(self) -> &'static str {
         match self {
             TensorNaming::Gguf => "output.weight",
-            TensorNaming::HuggingFace => "lm_head.weight",
+            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => "lm_head.weight",
         }
     }
 
@@ -71,7 +125,20 @@ impl TensorNaming {
             TensorNaming::HuggingFace => {
                 format!("model.layers.{layer}.{}.{suffix}", hf_part(tensor))
             }
+            TensorNaming::HfBloom { prefixed } => format!(
+                "{}h.{layer}.{}.{suffix}",
+                bloom_prefix(prefixed),
+                hf_bloom_part(tensor)
+            ),
         }
+    }
+}
+
+fn bloom_prefix(prefixed: bool) -> &'static str {
+    if prefixed {
+        "transformer."
+    } else {
+        ""
     }
 }
 
@@ -88,6 +155,7 @@ fn gguf_part(t: LayerTensor) -> &'static str {
         LayerTensor::Gate => "ffn_gate",
         LayerTensor::Up => "ffn_up",
         LayerTensor::Down => "ffn_down",
+        LayerTensor::Qkv => "attn_qkv",
     }
 }
 
@@ -104,5 +172,19 @@ fn hf_part(t: LayerTensor) -> &'static str {
         LayerTensor::Gate => "mlp.gate_proj",
         LayerTensor::Up => "mlp.up_proj",
         LayerTensor::Down => "mlp.down_proj",
+        LayerTensor::Qkv => "self_attn.qkv_proj",
+    }
+}
+
+/// BLOOM's HF layer names (the tensors BLOOM does not have keep the Llama-family names).
+fn hf_bloom_part(t: LayerTensor) -> &'static str {
+    match t {
+        LayerTensor::AttnNorm => "input_layernorm",
+        LayerTensor::Qkv => "self_attention.query_key_value",
+        LayerTensor::O => "self_attention.dense",
+        LayerTensor::FfnNorm => "post_attention_layernorm",
+        LayerTensor::Up => "mlp.dense_h_to_4h",
+        LayerTensor::Down => "mlp.dense_4h_to_h",
+        other => hf_part(other),
     }
 }

@@ -2,10 +2,12 @@
 //! shapes, and builds the layers (linears with their biases, input permutations and outlier
 //! columns; norms).
 
+use super::fused_qkv::FusedQkv;
 use super::naming::{LayerTensor, TensorNaming};
+use crate::config::NormKind;
 use crate::error::ModelError;
 use crate::layers::to_f32_vec;
-use crate::layers::{Linear, OutlierColumns, RmsNorm, WeightMatrix};
+use crate::layers::{BlockNorm, LayerNorm, Linear, OutlierColumns, RmsNorm, WeightMatrix};
 use crate::weights::{outlier_weight_name, TensorSource, TensorView};
 
 /// Loads tensors by name and checks their shapes.
@@ -100,5 +102,62 @@ impl TensorLoader<'_> {
         eps: f32,
     ) -> Result<RmsNorm, ModelError> {
         self.norm(&self.naming.layer(i, t, "weight"), len, eps)
+    }
+
+    /// A norm of `kind` whose weight is `weight_name` (a LayerNorm's bias: the same name
+    /// ending in `bias`).
+    pub fn block_norm(
+        &self,
+        weight_name: &str,
+        len: usize,
+        eps: f32,
+        kind: NormKind,
+    ) -> Result<BlockNorm, ModelError> {
+        match kind {
+            NormKind::Rms => Ok(BlockNorm::Rms(self.norm(weight_name, len, eps)?)),
+            NormKind::Layer => {
+                let stem = weight_name.strip_suffix("weight").unwrap_or(weight_name);
+                let bias = self.get(&format!("{stem}bias"), &[len])?;
+                Ok(BlockNorm::Layer(LayerNorm::new(
+                    self.get(weight_name, &[len])?,
+                    bias,
+                    eps,
+                )?))
+            }
+        }
+    }
+
+    /// Layer `i`'s norm `t` of `kind`.
+    pub fn layer_block_norm(
+        &self,
+        i: usize,
+        t: LayerTensor,
+        len: usize,
+        eps: f32,
+        kind: NormKind,
+    ) -> Result<BlockNorm, ModelError> {
+        self.block_norm(&self.naming.layer(i, t, "weight"), len, eps, kind)
+    }
+
+    /// Layer `i`'s fused QKV projection (`[3·n_heads·head_dim, hidden]`, bias if present),
+    /// split into q, k and v.
+    pub fn fused_qkv(
+        &self,
+        i: usize,
+        (n_heads, head_dim): (usize, usize),
+        hidden: usize,
+    ) -> Result<FusedQkv, ModelError> {
+        let rows = 3 * n_heads * head_dim;
+        let weight = self.get(
+            &self.naming.layer(i, LayerTensor::Qkv, "weight"),
+            &[rows, hidden],
+        )?;
+        let bias_name = self.naming.layer(i, LayerTensor::Qkv, "bias");
+        let bias = match self.has(&bias_name) {
+            true => Some(self.get(&bias_name, &[rows])?),
+            false => None,
+        };
+        let order = self.naming.qkv_order();
+        FusedQkv::split(&weight, bias.as_ref(), order, (n_heads, head_dim))
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
-use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
+use super::{Architecture, ConfigError, ModelConfig, NormKind, RopeScaling};
 
 /// llama.cpp's per-frequency rope divisors (Llama 3.1 GGUFs).
 const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
@@ -43,7 +43,7 @@ impl ModelConfig {
             n_kv_heads: usize_key("attention.head_count_kv")?.unwrap_or(n_heads),
             head_dim,
             intermediate_size: required("feed_forward_length")?,
-            rms_norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
+            rms_norm_eps: file.get_f32(&key(norm_eps_key(architecture)))?,
             rope_theta: file
                 .get_f32(&key("rope.freq_base"))
                 .optional()?
@@ -53,7 +53,8 @@ impl ModelConfig {
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
             sliding_window: usize_key("attention.sliding_window")?,
             window_layers: None,
-            attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
+            attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some()
+                || file.tensor_info("blk.0.attn_qkv.bias").is_some(),
             qk_norm: architecture == Architecture::Qwen3,
             bos_token_id: file.get_u32("tokenizer.ggml.bos_token_id").optional()?,
             eos_token_ids: gguf_eos_ids(file)?,
@@ -62,6 +63,14 @@ impl ModelConfig {
         config.validate()?;
         check_embedding_shape(file, &config)?;
         Ok(config)
+    }
+}
+
+/// The metadata key (after `{arch}.`) of the norm epsilon: LayerNorm or RMSNorm.
+fn norm_eps_key(arch: Architecture) -> &'static str {
+    match arch.layout().norm {
+        NormKind::Layer => "attention.layer_norm_epsilon",
+        NormKind::Rms => "attention.layer_norm_rms_epsilon",
     }
 }
 

@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 
 use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
 
+mod bloom;
+
 type Obj = Map<String, Value>;
 
 impl ModelConfig {
@@ -19,6 +21,9 @@ impl ModelConfig {
             .as_object()
             .ok_or_else(|| bad("(root)", "not a JSON object"))?;
         let architecture = hf_architecture(obj)?;
+        if architecture == Architecture::Bloom {
+            return bloom::bloom_config(obj);
+        }
         let n_heads = req_usize(obj, "num_attention_heads")?;
         let hidden_size = req_usize(obj, "hidden_size")?;
         let rope_params = rope_params(obj)?;
@@ -71,6 +76,7 @@ fn default_max_positions(arch: Architecture) -> usize {
         Architecture::Llama => 2048,
         Architecture::Mistral => 4096 * 32,
         Architecture::Qwen2 | Architecture::Qwen3 => 32768,
+        Architecture::Bloom => 2048,
     }
 }
 
@@ -152,7 +158,7 @@ impl Window {
 /// marks `sliding_attention`, or else layers `max_window_layers..` (default 28).
 fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Window, ConfigError> {
     match arch {
-        Architecture::Llama => Ok(Window::NONE),
+        Architecture::Llama | Architecture::Bloom => Ok(Window::NONE),
         Architecture::Mistral => Ok(Window {
             size: window_size(obj)?,
             layers: None,

@@ -1,13 +1,17 @@
 //! Building blocks of a transformer forward pass. Quantization is a property of [`Linear`]:
 //! the same layer code runs F32, BF16 and every quantized type.
 
+pub mod block_norm;
 pub mod embedding;
+pub mod layer_norm;
 pub mod linear;
 pub mod norm;
 pub mod outlier_columns;
 pub mod weight_matrix;
 
+pub use block_norm::BlockNorm;
 pub use embedding::Embedding;
+pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use norm::RmsNorm;
 pub use outlier_columns::OutlierColumns;

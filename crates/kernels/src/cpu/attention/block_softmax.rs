@@ -94,3 +94,33 @@ pub(super) fn mask(
         }
     }
 }
+
+/// ALiBi: adds `slope[r] · (kp0 + j − pos[r])` to `s[j·rp + r]` (`[nk][rp]`, `rp` =
+/// `slope.len()` = `pos.len()`), lane-wise over the rows; padding rows have slope 0. The key
+/// and query positions are exact in f32 (below 2^24), so this rounds once, as the spec's
+/// `slope · (key − query)`.
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+pub(super) unsafe fn add_alibi<V: Lanes>(s: &mut [f32], kp0: usize, slope: &[f32], pos: &[f32]) {
+    let rp = slope.len();
+    assert!(
+        pos.len() == rp && rp.is_multiple_of(V::W) && s.len().is_multiple_of(rp),
+        "attention: alibi shapes"
+    );
+    let nk = s.len() / rp;
+    let sp = s.as_mut_ptr();
+    for c in (0..rp).step_by(V::W) {
+        // SAFETY: lanes c..c + W ≤ rp of `slope`, `pos` and of every row j < nk of `s`
+        // (asserted above); features: the caller's contract.
+        unsafe {
+            let (sl, qp) = (V::load(slope.as_ptr().add(c)), V::load(pos.as_ptr().add(c)));
+            for j in 0..nk {
+                let x = sp.add(j * rp + c);
+                let d = V::sub(V::splat((kp0 + j) as f32), qp);
+                V::store(x, V::fma(sl, d, V::load(x)));
+            }
+        }
+    }
+}

@@ -12,6 +12,7 @@
 //!     K, V rows          read in place (f32), or decoded once to f32 rows with the q8
 //!                        scale folded in (f16, q8)
 //!     S   [nk][rp]       = K · Qᵀ                                    (tile::scores)
+//!     S  += slope_r · (key − query_r)   with ALiBi only               (block_softmax)
 //!     S  −∞ outside each row's causal/window range (diagonal and window-edge blocks only)
 //!     P, corr            online softmax, lane-wise over rows         (block_softmax)
 //!     acc [rows][hd]     = acc · corr + P · V                        (tile::pv)
@@ -39,22 +40,29 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
     } else {
         2 * bs * hd
     };
+    let alibi_len = if p.alibi.is_some() { 2 * rp } else { 0 };
     buf.clear();
-    buf.resize(rows * hd + 3 * rp + (hd + bs) * rp + decoded, 0.0);
+    buf.resize(
+        rows * hd + 3 * rp + (hd + bs) * rp + alibi_len + decoded,
+        0.0,
+    );
     let (acc, rest) = buf.split_at_mut(rows * hd);
     let (m, rest) = rest.split_at_mut(rp);
     let (l, rest) = rest.split_at_mut(rp);
     let (corr, rest) = rest.split_at_mut(rp);
     let (qt, rest) = rest.split_at_mut(hd * rp);
-    let (s, dec) = rest.split_at_mut(bs * rp);
+    let (s, rest) = rest.split_at_mut(bs * rp);
+    let (alibi, dec) = rest.split_at_mut(alibi_len);
     m.fill(f32::NEG_INFINITY);
     load_queries(ctx, u, qt, rp);
+    let alibi = (!alibi.is_empty()).then(|| alibi_rows(ctx, u, alibi));
     let mut st = RowState { m, l, corr };
     let mut t = Tile {
         acc,
         qt,
         s,
         dec,
+        alibi,
         rows,
         rp,
     };
@@ -70,14 +78,31 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
     }
 }
 
-/// A unit's matrices (see the module docs); `dec` holds decoded K and V rows (f16, q8).
+/// A unit's matrices (see the module docs); `dec` holds decoded K and V rows (f16, q8);
+/// `alibi` each row's ALiBi slope and query position, when the scores take ALiBi biases.
 struct Tile<'a> {
     acc: &'a mut [f32],
     qt: &'a [f32],
     s: &'a mut [f32],
     dec: &'a mut [f32],
+    alibi: Option<(&'a [f32], &'a [f32])>,
     rows: usize,
     rp: usize,
+}
+
+/// Fills `buf` (`2·rp` floats, zeroed) with each row's ALiBi slope, then its query position;
+/// padding rows keep slope 0. Returns the two halves.
+fn alibi_rows<'b>(ctx: &Ctx<'_>, u: Unit, buf: &'b mut [f32]) -> (&'b [f32], &'b [f32]) {
+    let (p, g, seq) = (&ctx.params, u.g1 - u.g0, &ctx.seqs[u.seq]);
+    let (slope, pos) = buf.split_at_mut(buf.len() / 2);
+    for gi in 0..g {
+        let s = p.slope(u.kv_head * ctx.group + u.g0 + gi);
+        for qi in 0..u.q1 - u.q0 {
+            slope[qi * g + gi] = s;
+            pos[qi * g + gi] = (seq.q_start_pos + u.q0 + qi) as f32;
+        }
+    }
+    (slope, pos)
 }
 
 /// `qt[d·rp + r] = scale · q_r[d]` for the unit's rows `r`; padding lanes stay 0.
@@ -141,6 +166,10 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
     // of W. Features: the caller's contract.
     unsafe { V::scores(&sa) };
     let kp0 = bp0 + j0;
+    if let Some((slope, pos)) = t.alibi {
+        // SAFETY: features: the caller's contract (shapes are checked inside).
+        unsafe { block_softmax::add_alibi::<V>(s, kp0, slope, pos) };
+    }
     let all_visible = kp0 >= p.first_key(last_pos) && kp0 + nk - 1 <= first_pos;
     if !all_visible {
         let visible = |r: usize| {

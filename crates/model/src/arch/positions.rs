@@ -1,0 +1,42 @@
+//! [`Positions`]: how a layer's attention sees token positions — rotary embeddings applied to
+//! its queries and keys, or ALiBi biases the attention kernel adds to the scores (from the
+//! absolute positions it already has, so the KV cache, prefix caching and chunked prefill
+//! need nothing more).
+
+use kestrel_kernels::cpu::attention::Alibi;
+
+use super::attention_block::Rotary;
+use super::naming::TensorNaming;
+use crate::config::{ModelConfig, PositionEncoding};
+
+pub(crate) enum Positions {
+    Rope(Rotary),
+    Alibi(Alibi),
+}
+
+impl Positions {
+    /// The encoding `cfg`'s architecture uses; rotary pairing as `naming` stores the rows.
+    pub fn of(cfg: &ModelConfig, naming: TensorNaming) -> Positions {
+        match cfg.architecture.layout().positions {
+            PositionEncoding::Rope => Positions::Rope(Rotary {
+                inv_freq: cfg.rope_inv_freq(),
+                style: naming.rope_style(cfg.architecture),
+            }),
+            PositionEncoding::Alibi(a) => Positions::Alibi(a),
+        }
+    }
+
+    pub fn rotary(&self) -> Option<&Rotary> {
+        match self {
+            Positions::Rope(r) => Some(r),
+            Positions::Alibi(_) => None,
+        }
+    }
+
+    pub fn alibi(&self) -> Option<Alibi> {
+        match self {
+            Positions::Rope(_) => None,
+            Positions::Alibi(a) => Some(*a),
+        }
+    }
+}

@@ -218,9 +218,19 @@ fn rope_partial_rotary_matches_hf_and_passes_the_rest_through() {
                 .chunks_exact(hd)
                 .flat_map(|h| hf_partial_neox(h, pos, &inv, scale))
                 .collect();
-            assert_close(&got, &want, 1e-5, 1e-5, &format!("hd {hd} rot {rot} pos {pos}"));
+            assert_close(
+                &got,
+                &want,
+                1e-5,
+                1e-5,
+                &format!("hd {hd} rot {rot} pos {pos}"),
+            );
             for (h, (g, x)) in got.chunks_exact(hd).zip(x.chunks_exact(hd)).enumerate() {
-                assert_eq!(g[rot..], x[rot..], "head {h}: dims past {rot} must pass through");
+                assert_eq!(
+                    g[rot..],
+                    x[rot..],
+                    "head {h}: dims past {rot} must pass through"
+                );
             }
             if pos != 0 {
                 assert_ne!(got[..rot], x[..rot], "the rotary part turns");

@@ -9,7 +9,7 @@
 
 use kestrel_engine::executor::BatchInput;
 use kestrel_kernels::cpu::attention::{attention, store_kv, AttnSeq};
-use kestrel_kernels::cpu::ops::{add_assign, rope, silu_mul, RopeStyle};
+use kestrel_kernels::cpu::ops::{add_assign, silu_mul};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::naming::{LayerTensor, TensorNaming};
@@ -18,7 +18,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv_cache::KvCache;
 use crate::layers::to_f32_vec;
-use crate::layers::{Embedding, Linear, OutlierColumns, RmsNorm, WeightMatrix};
+use crate::layers::{Embedding, Linear, OutlierColumns, RmsNorm, Rotary, WeightMatrix};
 use crate::weights::{outlier_weight_name, TensorSource, TensorView};
 
 /// Where a linear layer's input is taken: the inputs shared by Q/K/V, by gate/up, and the
@@ -150,8 +150,7 @@ pub struct LlamaModel {
     norm: RmsNorm,
     head: Linear,
     tied_head: bool,
-    inv_freq: Vec<f32>,
-    rope_style: RopeStyle,
+    rotary: Rotary,
 }
 
 /// Loads tensors by name and checks their shapes.
@@ -308,8 +307,7 @@ impl LlamaModel {
             norm: ld.norm(naming.final_norm(), dims.hidden, eps)?,
             head,
             tied_head,
-            inv_freq: cfg.rope_inv_freq(),
-            rope_style: naming.rope_style(cfg.architecture),
+            rotary: Rotary::new(cfg, naming.rope_style(cfg.architecture)),
         })
     }
 
@@ -469,8 +467,8 @@ impl LlamaModel {
             .chunks_exact_mut(qd)
             .zip(ws.k[..t * kvd].chunks_exact_mut(kvd));
         for ((q, k), &pos) in rows.zip(&ws.positions[..t]) {
-            rope(q, d.head_dim, pos, &self.inv_freq, self.rope_style);
-            rope(k, d.head_dim, pos, &self.inv_freq, self.rope_style);
+            self.rotary.apply(q, d.head_dim, pos);
+            self.rotary.apply(k, d.head_dim, pos);
         }
     }
 

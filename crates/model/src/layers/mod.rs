@@ -5,12 +5,14 @@ pub mod embedding;
 pub mod linear;
 pub mod norm;
 pub mod outlier_columns;
+pub mod rotary;
 pub mod weight_matrix;
 
 pub use embedding::Embedding;
 pub use linear::Linear;
 pub use norm::RmsNorm;
 pub use outlier_columns::OutlierColumns;
+pub use rotary::Rotary;
 pub use weight_matrix::WeightMatrix;
 
 /// Dequantize a whole (small) tensor, e.g. a norm weight or bias, to `f32`.

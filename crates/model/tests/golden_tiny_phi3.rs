@@ -226,3 +226,40 @@ fn fused_tensors_split_into_the_same_parts_in_both_formats() {
     assert!(names.contains(&"blk.0.attn_q.weight".to_string()));
     assert!(!names.contains(&"blk.0.attn_qkv.weight".to_string()));
 }
+
+/// Builds the model with LongRoPE's attention factor replaced by 1.
+struct WithoutAttentionFactor;
+
+impl BuildModel for WithoutAttentionFactor {
+    type Error = ModelError;
+
+    fn build(&self, config: &ModelConfig, weights: Weights<'_>) -> Result<LlamaModel, ModelError> {
+        let mut config = config.clone();
+        if let Some(RopeScaling::LongRope {
+            attention_factor, ..
+        }) = &mut config.rope_scaling
+        {
+            *attention_factor = 1.0;
+        }
+        let naming = weights.naming();
+        LlamaModel::load(&config, &FusedSplit::new(weights.source(), &config, naming), naming)
+    }
+}
+
+/// The goldens see the rope details: without the attention factor, or with the short factors
+/// on sequences transformers ran with the long ones, the logits move far past the tolerance.
+#[test]
+fn longrope_golden_detects_a_missing_attention_factor_or_the_wrong_factors() {
+    let path = hf("tiny-phi3-longrope");
+    let golden = read_golden("tiny-phi3-longrope.json");
+    let p = golden.prompts.iter().find(|p| p.name == "fox").expect("fox");
+    for (what, loaded) in [
+        ("no attention factor", load_model_using(&path, &WithoutAttentionFactor)),
+        ("short factors", load_model_using(&path, &WithRopeContext(LONGROPE_ORIG))),
+    ] {
+        let mut runner = runner(loaded.expect("loads"), 256);
+        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
+        let err = compare(p, &logits, vocab, MARGIN).max_abs_err;
+        assert!(err > 50.0 * LOGIT_TOL, "{what}: logits moved only {err}");
+    }
+}

@@ -242,7 +242,8 @@ fn errors_name_the_problem() {
     let e = with("rope_scaling", unknown).unwrap_err();
     assert!(matches!(e, ConfigError::UnsupportedRopeScaling(ref t) if t == "ntk-by-parts"));
     assert!(
-        e.to_string().contains("linear, llama3, yarn, dynamic, longrope"),
+        e.to_string()
+            .contains("linear, llama3, yarn, dynamic, longrope"),
         "{e}"
     );
     let no_factors = serde_json::json!({"rope_type": "longrope", "short_factor": [1.0]});
@@ -250,7 +251,8 @@ fn errors_name_the_problem() {
         with("rope_scaling", no_factors),
         Err(ConfigError::MissingField(ref f)) if f == "rope_scaling.long_factor"
     ));
-    let short = serde_json::json!({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]});
+    let short =
+        serde_json::json!({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]});
     assert!(matches!(
         with("rope_scaling", short),
         Err(ConfigError::Invalid(_))

@@ -202,11 +202,20 @@ fn scaled_frequencies_match_transformers() {
         assert_eq!(inv.len(), case.inv_freq.len(), "{}", case.name);
         for (i, (&got, &want)) in inv.iter().zip(&case.inv_freq).enumerate() {
             let rel = (f64::from(got) - want).abs() / want;
-            assert!(rel <= 1e-6, "{} [{i}]: {got} vs {want} (rel {rel:.2e})", case.name);
+            assert!(
+                rel <= 1e-6,
+                "{} [{i}]: {got} vs {want} (rel {rel:.2e})",
+                case.name
+            );
         }
         let attention = f64::from(c.rope_attention_factor());
         let rel = (attention - case.attention_factor).abs() / case.attention_factor;
-        assert!(rel <= 1e-6, "{}: attention {attention} vs {}", case.name, case.attention_factor);
+        assert!(
+            rel <= 1e-6,
+            "{}: attention {attention} vs {}",
+            case.name,
+            case.attention_factor
+        );
     }
 }
 

@@ -57,7 +57,11 @@ impl BuildModel for WithRopeContext {
         let mut config = config.clone();
         config.rope_context_length = self.0;
         let naming = weights.naming();
-        LlamaModel::load(&config, &FusedSplit::new(weights.source(), &config, naming), naming)
+        LlamaModel::load(
+            &config,
+            &FusedSplit::new(weights.source(), &config, naming),
+            naming,
+        )
     }
 }
 
@@ -162,7 +166,13 @@ fn check_longrope(path: &Path) -> f32 {
     let golden = read_golden("tiny-phi3-longrope.json");
     let short_steps: usize = golden.prompts.iter().map(short).sum();
     assert!(short_steps >= 4, "some greedy steps ran within 16 tokens");
-    check_with(short_model, "tiny-phi3-longrope.json", &format!("{label} (short)"), false, &short);
+    check_with(
+        short_model,
+        "tiny-phi3-longrope.json",
+        &format!("{label} (short)"),
+        false,
+        &short,
+    );
     worst
 }
 
@@ -204,7 +214,10 @@ fn fused_tensors_split_into_the_same_parts_in_both_formats() {
             let g = gguf_split
                 .tensor(&format!("blk.{layer}.attn_{t}.weight"))
                 .expect("gguf part");
-            assert_eq!((part.shape.clone(), g.shape.clone()), (vec![rows, 64], vec![rows, 64]));
+            assert_eq!(
+                (part.shape.clone(), g.shape.clone()),
+                (vec![rows, 64], vec![rows, 64])
+            );
             assert_eq!(part.data[..], g.data[..], "layer {layer} {t}");
             tiled.extend_from_slice(&part.data);
         }
@@ -218,9 +231,20 @@ fn fused_tensors_split_into_the_same_parts_in_both_formats() {
         let up = gguf_split
             .tensor(&format!("blk.{layer}.ffn_up.weight"))
             .expect("up");
-        assert_eq!((gate.shape.clone(), up.shape.clone()), (vec![ffn, 64], vec![ffn, 64]));
-        assert_eq!(gate.data[..], gate_up.data[..gate.data.len()], "gate is the first half");
-        assert_eq!(up.data[..], gate_up.data[gate.data.len()..], "up is the second half");
+        assert_eq!(
+            (gate.shape.clone(), up.shape.clone()),
+            (vec![ffn, 64], vec![ffn, 64])
+        );
+        assert_eq!(
+            gate.data[..],
+            gate_up.data[..gate.data.len()],
+            "gate is the first half"
+        );
+        assert_eq!(
+            up.data[..],
+            gate_up.data[gate.data.len()..],
+            "up is the second half"
+        );
     }
     let names = gguf_split.tensor_names();
     assert!(names.contains(&"blk.0.attn_q.weight".to_string()));
@@ -242,7 +266,11 @@ impl BuildModel for WithoutAttentionFactor {
             *attention_factor = 1.0;
         }
         let naming = weights.naming();
-        LlamaModel::load(&config, &FusedSplit::new(weights.source(), &config, naming), naming)
+        LlamaModel::load(
+            &config,
+            &FusedSplit::new(weights.source(), &config, naming),
+            naming,
+        )
     }
 }
 
@@ -252,10 +280,20 @@ impl BuildModel for WithoutAttentionFactor {
 fn longrope_golden_detects_a_missing_attention_factor_or_the_wrong_factors() {
     let path = hf("tiny-phi3-longrope");
     let golden = read_golden("tiny-phi3-longrope.json");
-    let p = golden.prompts.iter().find(|p| p.name == "fox").expect("fox");
+    let p = golden
+        .prompts
+        .iter()
+        .find(|p| p.name == "fox")
+        .expect("fox");
     for (what, loaded) in [
-        ("no attention factor", load_model_using(&path, &WithoutAttentionFactor)),
-        ("short factors", load_model_using(&path, &WithRopeContext(LONGROPE_ORIG))),
+        (
+            "no attention factor",
+            load_model_using(&path, &WithoutAttentionFactor),
+        ),
+        (
+            "short factors",
+            load_model_using(&path, &WithRopeContext(LONGROPE_ORIG)),
+        ),
     ] {
         let mut runner = runner(loaded.expect("loads"), 256);
         let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);

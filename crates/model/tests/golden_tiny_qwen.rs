@@ -143,7 +143,10 @@ fn assert_yarn(path: &Path) {
     assert_eq!((factor, original_max_position), (4.0, 32));
     assert_eq!((beta_fast, beta_slow, truncate), (32.0, 1.0, true));
     let expected = 0.1 * 4f32.ln() + 1.0;
-    assert!((attention_factor - expected).abs() < 1e-6, "{attention_factor}");
+    assert!(
+        (attention_factor - expected).abs() < 1e-6,
+        "{attention_factor}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use kestrel_kernels::cpu::ops::RopeStyle;
 use kestrel_model::arch::TensorNaming;
-use kestrel_model::config::{MlpKind, ModelConfig, NormKind, PositionEncoding};
+use kestrel_model::config::{MlpKind, ModelConfig, NormKind, PositionEncoding, RopeScaling};
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::TensorSource;
@@ -128,6 +128,17 @@ fn features(c: &ModelConfig, naming: TensorNaming) -> String {
         (PositionEncoding::Rope, RopeStyle::Neox) => "RoPE neox (rotate halves)".to_string(),
     };
     let mut out = vec![positions];
+    if layout.positions == PositionEncoding::Rope {
+        if c.rotary_dim != c.head_dim {
+            out.push(format!(
+                "partial rotary ({} of {} dims)",
+                c.rotary_dim, c.head_dim
+            ));
+        }
+        if let Some(s) = &c.rope_scaling {
+            out.push(rope_scaling(s, c));
+        }
+    }
     if layout.norm == NormKind::Layer {
         out.push("LayerNorm".into());
     }
@@ -151,6 +162,47 @@ fn features(c: &ModelConfig, naming: TensorNaming) -> String {
         },
     });
     out.join(", ")
+}
+
+/// The RoPE scaling and its parameters, as `inspect` prints them.
+fn rope_scaling(s: &RopeScaling, c: &ModelConfig) -> String {
+    let attention = c.rope_attention_factor();
+    match s {
+        RopeScaling::Linear { factor } => format!("RoPE scaling linear x{factor}"),
+        RopeScaling::Llama3 {
+            factor,
+            original_max_position,
+            ..
+        } => format!("RoPE scaling llama3 x{factor} from {original_max_position}"),
+        RopeScaling::FreqFactors { factors } => {
+            format!("RoPE frequency factors ({})", factors.len())
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position,
+            ..
+        } => format!(
+            "RoPE scaling yarn x{factor} from {original_max_position} (attention x{attention:.4})"
+        ),
+        RopeScaling::DynamicNtk {
+            factor,
+            original_max_position,
+        } => format!(
+            "RoPE scaling dynamic NTK x{factor} from {original_max_position}, base set for {} positions",
+            c.rope_context_length
+        ),
+        RopeScaling::LongRope {
+            original_max_position,
+            ..
+        } => format!(
+            "RoPE scaling longrope, {} factors for {} positions (original {original_max_position}, attention x{attention:.4})",
+            match c.rope_context_length > *original_max_position {
+                true => "long",
+                false => "short",
+            },
+            c.rope_context_length
+        ),
+    }
 }
 
 /// The indices of the set flags, runs written as ranges: `1-3, 5`.

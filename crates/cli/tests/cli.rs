@@ -159,8 +159,8 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The tiny Qwen, Llama and BLOOM fixtures (scripts/goldens/): the architecture and its
-/// features.
+/// The tiny Qwen, Llama, Phi-3 and BLOOM fixtures (scripts/goldens/): the architecture and
+/// its features.
 #[test]
 fn inspect_names_the_architecture_and_its_features() {
     let cases = [
@@ -187,6 +187,18 @@ fn inspect_names_the_architecture_and_its_features() {
         (
             "tiny-bloom.gguf",
             "architecture:   bloom (ALiBi (max bias 8), LayerNorm, GELU MLP, fused QKV, q/k/v bias, full attention)",
+        ),
+        (
+            "tiny-phi3.gguf",
+            "architecture:   phi3 (RoPE neox (rotate halves), partial rotary (12 of 16 dims), full attention)",
+        ),
+        (
+            "tiny-phi3-longrope",
+            "architecture:   phi3 (RoPE neox (rotate halves), RoPE scaling longrope, long factors for 256 positions (original 16, attention x1.4142), full attention)",
+        ),
+        (
+            "tiny-qwen2-yarn.gguf",
+            "architecture:   qwen2 (RoPE neox (rotate halves), RoPE scaling yarn x4 from 32 (attention x1.1386), q/k/v bias, full attention)",
         ),
     ];
     for (name, line) in cases {

@@ -213,3 +213,71 @@ fn gelu_tanh_matches_torch() {
         assert!((g - w).abs() < 2e-4, "{x:?} vs {want:?}");
     }
 }
+
+/// Hugging Face's `apply_rotary_pos_emb` on one head with partial rotary: `x_rot = x[..rot]`,
+/// `emb = cat(freqs, freqs)`, `x_rot * cos(emb) * s + rotate_half(x_rot) * sin(emb) * s`, where
+/// `rotate_half(v) = cat(-v[rot/2..], v[..rot/2])`; `x[rot..]` passes through.
+fn hf_partial_neox(x: &[f32], pos: usize, inv: &[f32], scale: f32) -> Vec<f32> {
+    let half = inv.len();
+    let rot = 2 * half;
+    let emb: Vec<f32> = (0..rot).map(|j| pos as f32 * inv[j % half]).collect();
+    let rotated_half: Vec<f32> = (0..rot)
+        .map(|j| if j < half { -x[j + half] } else { x[j - half] })
+        .collect();
+    let mut y = x.to_vec();
+    for j in 0..rot {
+        let (c, s) = (emb[j].cos() * scale, emb[j].sin() * scale);
+        y[j] = x[j] * c + rotated_half[j] * s;
+    }
+    y
+}
+
+#[test]
+fn rope_partial_rotary_matches_hf_and_passes_the_rest_through() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    // head_dim 16 with 12 rotary dims (Phi-4-mini's 0.75), 32 with 8 (0.25).
+    for (hd, rot, n_heads) in [(16, 12, 3), (32, 8, 2)] {
+        let inv: Vec<f32> = (0..rot / 2)
+            .map(|i| 10000f32.powf(-2.0 * i as f32 / rot as f32))
+            .collect();
+        for (pos, scale) in [(0, 1.0), (5, 1.0), (300, 1.0), (7, 1.25)] {
+            let x = random(&mut rng, hd * n_heads, 2.0);
+            let mut got = x.clone();
+            ops::rope_scaled(&mut got, hd, pos, &inv, RopeStyle::Neox, scale);
+            let want: Vec<f32> = x
+                .chunks_exact(hd)
+                .flat_map(|h| hf_partial_neox(h, pos, &inv, scale))
+                .collect();
+            assert_close(
+                &got,
+                &want,
+                1e-5,
+                1e-5,
+                &format!("hd {hd} rot {rot} pos {pos}"),
+            );
+            for (h, (g, x)) in got.chunks_exact(hd).zip(x.chunks_exact(hd)).enumerate() {
+                assert_eq!(
+                    g[rot..],
+                    x[rot..],
+                    "head {h}: dims past {rot} must pass through"
+                );
+            }
+            if pos != 0 {
+                assert_ne!(got[..rot], x[..rot], "the rotary part turns");
+            }
+        }
+    }
+}
+
+#[test]
+fn rope_scale_multiplies_the_rotated_values_only() {
+    let inv = [0.3f32, 0.01];
+    let x = [1.0f32, -2.0, 0.5, 4.0, 7.0, 8.0];
+    let mut plain = x;
+    ops::rope(&mut plain, 6, 3, &inv, RopeStyle::Interleaved);
+    let mut scaled = x;
+    ops::rope_scaled(&mut scaled, 6, 3, &inv, RopeStyle::Interleaved, 1.5);
+    let want: Vec<f32> = plain[..4].iter().map(|v| v * 1.5).collect();
+    assert_close(&scaled[..4], &want, 1e-6, 1e-6, "scaled rotary part");
+    assert_eq!(scaled[4..], x[4..], "the pass-through part is not scaled");
+}

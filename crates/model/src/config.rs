@@ -16,24 +16,27 @@ mod rope;
 pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
 
 /// The architectures Kestrel runs: the Llama family, which differ only in features of one
-/// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3:
-/// sliding-window attention where the config enables it), and BLOOM, whose blocks differ
-/// ([`Architecture::layout`]: LayerNorm, ALiBi, fused QKV, a GELU MLP).
+/// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3,
+/// Phi-3: sliding-window attention where the config enables it; Phi-3 stores Q/K/V and
+/// gate/up fused, split when loaded by [`crate::weights::FusedSplit`]), and BLOOM, whose
+/// blocks differ ([`Architecture::layout`]: LayerNorm, ALiBi, fused QKV, a GELU MLP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Architecture {
     Llama,
     Mistral,
     Qwen2,
     Qwen3,
+    Phi3,
     Bloom,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 5] = [
+    pub const ALL: [Architecture; 6] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Phi3,
         Architecture::Bloom,
     ];
 
@@ -49,18 +52,20 @@ impl Architecture {
             "MistralForCausalLM" => Some(Architecture::Mistral),
             "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
             "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
+            "Phi3ForCausalLM" => Some(Architecture::Phi3),
             "BloomForCausalLM" => Some(Architecture::Bloom),
             _ => None,
         }
     }
 
-    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`, `bloom`).
+    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`, `phi3`, `bloom`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
             Architecture::Mistral => "mistral",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Phi3 => "phi3",
             Architecture::Bloom => "bloom",
         }
     }
@@ -73,13 +78,16 @@ impl Architecture {
 
     /// The RoPE pairing of this architecture's GGUF files, as llama.cpp's
     /// `llama_model_rope_type` assigns it. llama.cpp's converter permutes the Q/K rows of the
-    /// Llama family only (for adjacent-pair rotation); Qwen2 and Qwen3 keep Hugging Face's
-    /// row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX. (BLOOM
-    /// has no rotary positions.)
+    /// Llama family only (for adjacent-pair rotation); Qwen2, Qwen3 and Phi-3 keep Hugging
+    /// Face's row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
+    /// (BLOOM has no rotary positions.)
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
-            Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Bloom => RopeStyle::Neox,
+            Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Phi3
+            | Architecture::Bloom => RopeStyle::Neox,
         }
     }
 }
@@ -99,7 +107,53 @@ pub enum RopeScaling {
     /// Per-frequency divisors, one per rotary pair (GGUF `rope_freqs.weight`, which llama.cpp
     /// writes instead of the Llama 3.1 parameters).
     FreqFactors { factors: Vec<f32> },
+    /// YaRN (HF `rope_type: "yarn"`): frequencies ramp from interpolated (divided by `factor`)
+    /// to kept between the dimensions that turn `beta_slow` and `beta_fast` times over the
+    /// original context; `attention_factor` multiplies cos and sin (resolved when read, from
+    /// `attention_factor` or `mscale` / `mscale_all_dim` or `0.1 ln(factor) + 1`).
+    Yarn {
+        factor: f32,
+        original_max_position: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        /// Round the ramp's ends outwards to whole dimensions (HF `truncate`, default true).
+        truncate: bool,
+        attention_factor: f32,
+    },
+    /// Dynamic NTK (HF `rope_type: "dynamic"`): the base grows with the sequence length past
+    /// `original_max_position`. Kestrel evaluates it once, for
+    /// [`ModelConfig::rope_context_length`] (see [`ModelConfig::rope_inv_freq`]).
+    DynamicNtk {
+        factor: f32,
+        original_max_position: usize,
+    },
+    /// LongRoPE (HF `longrope`, formerly `su`; Phi-3 long-context models): per-pair divisors,
+    /// `long_factor` past `original_max_position`, `short_factor` within it, chosen once from
+    /// [`ModelConfig::rope_context_length`]; `attention_factor` multiplies cos and sin.
+    LongRope {
+        short_factor: Vec<f32>,
+        long_factor: Vec<f32>,
+        original_max_position: usize,
+        attention_factor: f32,
+    },
 }
+
+impl RopeScaling {
+    /// The scaling's name as Hugging Face configs spell it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RopeScaling::Linear { .. } => "linear",
+            RopeScaling::Llama3 { .. } => "llama3",
+            RopeScaling::FreqFactors { .. } => "frequency factors",
+            RopeScaling::Yarn { .. } => "yarn",
+            RopeScaling::DynamicNtk { .. } => "dynamic",
+            RopeScaling::LongRope { .. } => "longrope",
+        }
+    }
+}
+
+/// The rope scaling types Kestrel reads (for error messages).
+pub const SUPPORTED_ROPE_SCALING: &str = "linear, llama3, yarn, dynamic, longrope (su)";
 
 /// Model hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,12 +165,20 @@ pub struct ModelConfig {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// The leading dimensions of each head that RoPE rotates (`head_dim` unless the model has
+    /// partial rotary: HF `partial_rotary_factor`, GGUF `rope.dimension_count`); even.
+    pub rotary_dim: usize,
     pub intermediate_size: usize,
     /// The epsilon of the model's norms (RMSNorm; BLOOM's LayerNorm `layer_norm_epsilon`).
     pub rms_norm_eps: f32,
     pub rope_theta: f32,
     pub rope_scaling: Option<RopeScaling>,
     pub max_position_embeddings: usize,
+    /// The longest sequence the rotary frequencies are set up for (default
+    /// `max_position_embeddings`, the longest Kestrel serves). Only LongRoPE (short or long
+    /// factors) and dynamic NTK (the base) depend on it: both are fixed once for the model, so
+    /// every cached key keeps the rotation it was stored with.
+    pub rope_context_length: usize,
     /// The LM head reuses the token embedding matrix.
     pub tie_word_embeddings: bool,
     /// Sliding-window attention: a query at position `p` sees keys `p - w + 1 ..= p` (the
@@ -149,7 +211,7 @@ pub enum ConfigError {
     BadField { field: String, reason: String },
     #[error("unsupported architecture {0:?} (Kestrel runs {list})", list = Architecture::supported_names())]
     UnsupportedArchitecture(String),
-    #[error("unsupported rope scaling {0:?} (Kestrel supports linear and llama3)")]
+    #[error("unsupported rope scaling {0:?} (Kestrel supports {SUPPORTED_ROPE_SCALING})")]
     UnsupportedRopeScaling(String),
     #[error("unsupported configuration: {0}")]
     Unsupported(String),
@@ -175,6 +237,7 @@ impl ModelConfig {
             ("head_dim", self.head_dim),
             ("intermediate_size", self.intermediate_size),
             ("max_position_embeddings", self.max_position_embeddings),
+            ("rope_context_length", self.rope_context_length),
         ];
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!("{name} is 0")));
@@ -191,11 +254,20 @@ impl ModelConfig {
                 self.head_dim
             )));
         }
+        if !self.rotary_dim.is_multiple_of(2)
+            || self.rotary_dim == 0
+            || self.rotary_dim > self.head_dim
+        {
+            return Err(ConfigError::Invalid(format!(
+                "rotary dimensions ({}) must be even and within 2..=head_dim ({})",
+                self.rotary_dim, self.head_dim
+            )));
+        }
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
         self.validate_window()?;
         if let Some(scaling) = &self.rope_scaling {
-            rope::validate_scaling(scaling, self.head_dim)?;
+            rope::validate_scaling(scaling, self.rotary_dim)?;
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use crate::error::ModelError;
 use crate::tokenizer::{GgufMetadata, Tokenizer};
 use crate::weights::gguf::{GgufFile, MetaArray, MetaValue};
 use crate::weights::safetensors::SafetensorsCheckpoint;
-use crate::weights::TensorSource;
+use crate::weights::{FusedSplit, TensorSource};
 
 /// Which kind of file a model came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,9 @@ impl BuildModel for AsStored {
         config: &ModelConfig,
         weights: Weights<'_>,
     ) -> Result<DecoderModel, ModelError> {
-        DecoderModel::load(config, weights.source(), weights.naming())
+        let naming = weights.naming();
+        let split = FusedSplit::new(weights.source(), config, naming);
+        DecoderModel::load(config, &split, naming)
     }
 }
 

@@ -164,20 +164,39 @@ fn errors() {
 
     let w = writer(
         "llama",
+        vec![("llama.rope.scaling.type", MetaValue::String("ntk".into()))],
+    );
+    let e = ModelConfig::from_gguf(&open(&w)).unwrap_err();
+    assert!(matches!(e, ConfigError::UnsupportedRopeScaling(ref t) if t == "ntk"));
+    assert_eq!(
+        e.to_string(),
+        "unsupported rope scaling \"ntk\" (Kestrel supports linear, llama3, yarn, dynamic, longrope (su))"
+    );
+    let w = writer(
+        "llama",
         vec![("llama.rope.scaling.type", MetaValue::String("yarn".into()))],
     );
     assert!(matches!(
         ModelConfig::from_gguf(&open(&w)),
-        Err(ConfigError::UnsupportedRopeScaling(_))
+        Err(ConfigError::MissingField(ref k)) if k == "llama.rope.scaling.factor"
     ));
 
     let w = writer(
         "llama",
         vec![("llama.attention.key_length", MetaValue::U32(32))],
     );
+    let c = ModelConfig::from_gguf(&open(&w)).expect("partial rotary is read");
+    assert_eq!((c.head_dim, c.rotary_dim), (32, 16));
+    let w = writer(
+        "llama",
+        vec![
+            ("llama.attention.key_length", MetaValue::U32(32)),
+            ("llama.rope.dimension_count", MetaValue::U32(48)),
+        ],
+    );
     assert!(matches!(
         ModelConfig::from_gguf(&open(&w)),
-        Err(ConfigError::Unsupported(_))
+        Err(ConfigError::Invalid(_))
     ));
 
     let w = writer(

@@ -236,12 +236,31 @@ fn errors_name_the_problem() {
     assert!(matches!(e, ConfigError::UnsupportedArchitecture(ref a) if a == "gpt2"));
     assert_eq!(
         e.to_string(),
-        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3, bloom)"
+        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3, phi3, bloom)"
     );
-    let yarn = serde_json::json!({"rope_type": "yarn", "factor": 4.0});
+    let unknown = serde_json::json!({"rope_type": "ntk-by-parts", "factor": 4.0});
+    let e = with("rope_scaling", unknown).unwrap_err();
+    assert!(matches!(e, ConfigError::UnsupportedRopeScaling(ref t) if t == "ntk-by-parts"));
     assert!(
-        matches!(with("rope_scaling", yarn), Err(ConfigError::UnsupportedRopeScaling(ref t)) if t == "yarn")
+        e.to_string()
+            .contains("linear, llama3, yarn, dynamic, longrope"),
+        "{e}"
     );
+    let no_factors = serde_json::json!({"rope_type": "longrope", "short_factor": [1.0]});
+    assert!(matches!(
+        with("rope_scaling", no_factors),
+        Err(ConfigError::MissingField(ref f)) if f == "rope_scaling.long_factor"
+    ));
+    let short =
+        serde_json::json!({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [2.0]});
+    assert!(matches!(
+        with("rope_scaling", short),
+        Err(ConfigError::Invalid(_))
+    ));
+    assert!(matches!(
+        with("partial_rotary_factor", 1.5.into()),
+        Err(ConfigError::BadField { ref field, .. }) if field == "partial_rotary_factor"
+    ));
     let no_factor = serde_json::json!({"rope_type": "linear"});
     assert!(matches!(
         with("rope_scaling", no_factor),

@@ -1,4 +1,6 @@
-//! rope_inv_freq: base frequencies and linear / llama3 / per-factor scaling.
+//! rope_inv_freq: base frequencies; linear, llama3, per-factor, YaRN, dynamic NTK and LongRoPE
+//! scaling; partial rotary. The YaRN / dynamic / LongRoPE / partial cases are checked against
+//! transformers' own values (tests/fixtures/goldens/rope-params.json, scripts/goldens/rope_params.py).
 
 use kestrel_model::config::{Architecture, ModelConfig, RopeScaling};
 
@@ -11,11 +13,13 @@ fn config(head_dim: usize, theta: f32, scaling: Option<RopeScaling>) -> ModelCon
         n_heads: 2,
         n_kv_heads: 1,
         head_dim,
+        rotary_dim: head_dim,
         intermediate_size: 8,
         rms_norm_eps: 1e-5,
         rope_theta: theta,
         rope_scaling: scaling,
         max_position_embeddings: 128,
+        rope_context_length: 128,
         tie_word_embeddings: false,
         sliding_window: None,
         window_layers: None,
@@ -139,5 +143,119 @@ fn llama3_scaling_matches_float32_reference_values() {
             (got - expected).abs() <= expected * 2e-6,
             "index {i}: {got} vs {expected}"
         );
+    }
+}
+
+/// One transformers case of rope-params.json.
+struct HfCase {
+    name: String,
+    config: serde_json::Value,
+    seq_len: Option<usize>,
+    rope_type: String,
+    rotary_dim: usize,
+    inv_freq: Vec<f64>,
+    attention_factor: f64,
+}
+
+fn hf_cases() -> Vec<HfCase> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/goldens/rope-params.json");
+    let text = std::fs::read_to_string(&path).expect("rope-params.json");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let cases = json["cases"].as_array().expect("cases");
+    cases
+        .iter()
+        .map(|c| HfCase {
+            name: c["name"].as_str().unwrap().to_string(),
+            config: c["config"].clone(),
+            seq_len: c["seq_len"].as_u64().map(|n| n as usize),
+            rope_type: c["rope_type"].as_str().unwrap().to_string(),
+            rotary_dim: c["rotary_dim"].as_u64().unwrap() as usize,
+            inv_freq: c["inv_freq"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect(),
+            attention_factor: c["attention_factor"].as_f64().unwrap(),
+        })
+        .collect()
+}
+
+/// Every case: the config.json parses to the same rotary dimensions, and the inverse
+/// frequencies and attention factor agree with transformers' to 1e-6 relative. transformers
+/// evaluates dynamic NTK and LongRoPE for a sequence length (none: within the original
+/// length); Kestrel's `rope_context_length` is set to it.
+#[test]
+fn scaled_frequencies_match_transformers() {
+    let cases = hf_cases();
+    assert_eq!(cases.len(), 12);
+    for case in &cases {
+        let mut c = ModelConfig::from_hf_json(&case.config.to_string())
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        c.rope_context_length = case.seq_len.unwrap_or(1);
+        c.validate().unwrap();
+        assert_eq!(c.rotary_dim, case.rotary_dim, "{}: rotary dims", case.name);
+        let kind = c.rope_scaling.as_ref().map_or("default", |s| s.kind());
+        assert_eq!(kind, case.rope_type, "{}: rope type", case.name);
+        let inv = c.rope_inv_freq();
+        assert_eq!(inv.len(), case.inv_freq.len(), "{}", case.name);
+        for (i, (&got, &want)) in inv.iter().zip(&case.inv_freq).enumerate() {
+            let rel = (f64::from(got) - want).abs() / want;
+            assert!(
+                rel <= 1e-6,
+                "{} [{i}]: {got} vs {want} (rel {rel:.2e})",
+                case.name
+            );
+        }
+        let attention = f64::from(c.rope_attention_factor());
+        let rel = (attention - case.attention_factor).abs() / case.attention_factor;
+        assert!(
+            rel <= 1e-6,
+            "{}: attention {attention} vs {}",
+            case.name,
+            case.attention_factor
+        );
+    }
+}
+
+/// The fixture's cases differ where they should: YaRN and LongRoPE change the frequencies and
+/// the attention factor; dynamic NTK past the original length changes the base, within it not.
+#[test]
+fn transformers_cases_exercise_the_scaling() {
+    let cases = hf_cases();
+    let by = |n: &str| cases.iter().find(|c| c.name == n).unwrap();
+    let (short, long) = (by("longrope_short"), by("longrope_long"));
+    assert!(short.inv_freq[10] > long.inv_freq[10] * 2.0);
+    assert!(short.attention_factor > 1.1);
+    let (within, past) = (by("dynamic_within_original"), by("dynamic_past_original"));
+    assert_eq!(within.inv_freq, by("dynamic_below_original").inv_freq);
+    assert!(within.inv_freq[5] > past.inv_freq[5] * 1.05);
+    let yarn = by("yarn_default_betas");
+    assert!(yarn.attention_factor > 1.1);
+    assert!((yarn.inv_freq[31] - within.inv_freq[31] / 4.0).abs() < 1e-6 * yarn.inv_freq[31]);
+    assert_eq!(by("default_partial").rotary_dim, 16);
+}
+
+/// Kestrel fixes LongRoPE's factors and the dynamic-NTK base once, from
+/// `rope_context_length`: the default (`max_position_embeddings`) serves a LongRoPE model past
+/// its original length with the long factors, and a dynamic model within its original length
+/// with the unscaled base.
+#[test]
+fn static_choices_follow_the_rope_context_length() {
+    let cases = hf_cases();
+    let by = |n: &str| cases.iter().find(|c| c.name == n).unwrap();
+    let long = by("longrope_long");
+    let c = ModelConfig::from_hf_json(&long.config.to_string()).unwrap();
+    assert_eq!(c.rope_context_length, c.max_position_embeddings);
+    let got: Vec<f64> = c.rope_inv_freq().iter().map(|&f| f64::from(f)).collect();
+    for (g, w) in got.iter().zip(&long.inv_freq) {
+        assert!((g - w).abs() <= 1e-6 * w);
+    }
+    let within = by("dynamic_within_original");
+    let c = ModelConfig::from_hf_json(&within.config.to_string()).unwrap();
+    let got: Vec<f64> = c.rope_inv_freq().iter().map(|&f| f64::from(f)).collect();
+    for (g, w) in got.iter().zip(&within.inv_freq) {
+        assert!((g - w).abs() <= 1e-6 * w);
     }
 }

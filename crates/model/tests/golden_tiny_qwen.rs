@@ -12,6 +12,9 @@
 //!   GGUF is checked against transformers with the window off.
 //! * tiny-qwen3: per-head q/k RMSNorm, head_dim 24 (hidden 64 / 4 heads would be 16), tied
 //!   embeddings, rope theta 1e6.
+//! * tiny-qwen2-yarn (scripts/goldens/tiny_phi3.py): YaRN scaling, factor 4 from an original
+//!   length of 32 (attention factor 0.1 ln 4 + 1 on cos and sin); prompts run up to 107
+//!   tokens. Its GGUF carries `rope.scaling.type = yarn`, the factor and original length.
 //!
 //! Weights are exact in f32 on both sides and the compute is f32, so the tolerances are the
 //! tiny-llama ones: `LOGIT_TOL` absolute on the reference's top-20 logits of every
@@ -24,7 +27,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use kestrel_model::config::Architecture;
+use kestrel_model::config::{Architecture, RopeScaling};
 use kestrel_model::ModelFormat;
 
 const LOGIT_TOL: f32 = 2e-3;
@@ -122,4 +125,40 @@ fn tiny_qwen3_gguf_matches_transformers() {
     assert!(c.qk_norm && !c.attention_bias && c.tie_word_embeddings);
     assert_eq!((c.head_dim, c.hidden_size, c.n_heads), (24, 64, 4));
     check(&path, "tiny-qwen3.json", Architecture::Qwen3);
+}
+
+fn assert_yarn(path: &Path) {
+    let c = load(path).config;
+    let Some(RopeScaling::Yarn {
+        factor,
+        original_max_position,
+        beta_fast,
+        beta_slow,
+        truncate,
+        attention_factor,
+    }) = c.rope_scaling
+    else {
+        panic!("expected YaRN, got {:?}", c.rope_scaling);
+    };
+    assert_eq!((factor, original_max_position), (4.0, 32));
+    assert_eq!((beta_fast, beta_slow, truncate), (32.0, 1.0, true));
+    let expected = 0.1 * 4f32.ln() + 1.0;
+    assert!(
+        (attention_factor - expected).abs() < 1e-6,
+        "{attention_factor}"
+    );
+}
+
+#[test]
+fn tiny_qwen2_yarn_hf_matches_transformers() {
+    let path = hf("tiny-qwen2-yarn");
+    assert_yarn(&path);
+    check(&path, "tiny-qwen2-yarn.json", Architecture::Qwen2);
+}
+
+#[test]
+fn tiny_qwen2_yarn_gguf_matches_transformers() {
+    let path = gguf("tiny-qwen2-yarn");
+    assert_yarn(&path);
+    check(&path, "tiny-qwen2-yarn.json", Architecture::Qwen2);
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use kestrel_model::arch::{DecoderModel, TensorNaming};
 use kestrel_model::config::ModelConfig;
-use kestrel_model::weights::TensorSource;
+use kestrel_model::weights::{FusedSplit, TensorSource};
 use kestrel_model::{load_model_using, BuildModel, LoadedModel, ModelError, Weights};
 
 use crate::import::{quant_config, ImportError, QuantizedCheckpoint};
@@ -73,6 +73,8 @@ fn build(
     naming: TensorNaming,
     opts: &LoadOptions<'_>,
 ) -> Result<DecoderModel, LoadError> {
+    let split = FusedSplit::new(src, config, naming);
+    let src: &dyn TensorSource = &split;
     let Some((method, qopts)) = &opts.quantize else {
         return Ok(DecoderModel::load(config, src, naming)?);
     };

@@ -78,16 +78,32 @@ pub fn add_assign(x: &mut [f32], y: &[f32]) {
     (OpsKernels::detected().add_assign)(x, y)
 }
 
-/// Rotate, in place, `x.len() / head_dim` heads for position `pos`. `inv_freq` has
-/// `head_dim / 2` entries (any rope scaling already applied); pair `i` turns by
-/// `pos * inv_freq[i]`, computed in `f32` as Hugging Face does. Cheap (one sin/cos per pair
-/// index, shared by all heads), so there is a single implementation.
+/// Rotate, in place, `x.len() / head_dim` heads for position `pos`. `inv_freq` has one entry
+/// per rotary pair (any rope scaling already applied): `head_dim / 2` for a fully rotary head,
+/// fewer for partial rotary, where only the first `rotary_dim = 2 * inv_freq.len()` values of
+/// each head turn and the rest pass through. Pair `i` turns by `pos * inv_freq[i]`, computed
+/// in `f32` as Hugging Face does. Cheap (one sin/cos per pair index, shared by all heads), so
+/// there is a single implementation.
 ///
 /// ```text
-/// Interleaved: (x[2i], x[2i+1])        Neox: (x[i], x[i + head_dim/2])
+/// Interleaved: (x[2i], x[2i+1])        Neox: (x[i], x[i + rotary_dim/2])
 /// (a, b) -> (a·cos − b·sin, a·sin + b·cos)
 /// ```
 pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f32], style: RopeStyle) {
+    rope_scaled(x, head_dim, pos, inv_freq, style, 1.0);
+}
+
+/// [`rope`] with the rotated values multiplied by `scale` (YaRN's and LongRoPE's attention
+/// factor, which Hugging Face applies to cos and sin: `(a, b) -> (a·c − b·s, a·s + b·c)` with
+/// `c = scale·cos`, `s = scale·sin`). Values past the rotary part are not scaled.
+pub fn rope_scaled(
+    x: &mut [f32],
+    head_dim: usize,
+    pos: usize,
+    inv_freq: &[f32],
+    style: RopeStyle,
+    scale: f32,
+) {
     assert!(
         head_dim.is_multiple_of(2) && head_dim > 0,
         "rope: head_dim {head_dim} must be even"
@@ -97,14 +113,14 @@ pub fn rope(x: &mut [f32], head_dim: usize, pos: usize, inv_freq: &[f32], style:
         0,
         "rope: x.len() is not a multiple of head_dim"
     );
-    assert_eq!(
-        inv_freq.len(),
-        head_dim / 2,
-        "rope: inv_freq must have head_dim/2 entries"
+    assert!(
+        !inv_freq.is_empty() && inv_freq.len() <= head_dim / 2,
+        "rope: inv_freq must have 1..=head_dim/2 entries"
     );
-    let half = head_dim / 2;
+    let half = inv_freq.len();
     for (i, &f) in inv_freq.iter().enumerate() {
         let (sin, cos) = (pos as f32 * f).sin_cos();
+        let (sin, cos) = (sin * scale, cos * scale);
         let (ia, ib) = match style {
             RopeStyle::Interleaved => (2 * i, 2 * i + 1),
             RopeStyle::Neox => (i, i + half),

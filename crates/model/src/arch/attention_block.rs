@@ -3,7 +3,7 @@
 //! paged causal attention (optionally windowed), output projection and the residual add.
 
 use kestrel_kernels::cpu::attention::{attention_with, store_kv, AttnParams, AttnSeq};
-use kestrel_kernels::cpu::ops::{add_assign, rope, RopeStyle};
+use kestrel_kernels::cpu::ops::add_assign;
 use kestrel_kernels::cpu::Isa;
 
 use super::decoder::{DecoderDims, Pass};
@@ -14,26 +14,23 @@ use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::layers::{BlockNorm, Linear, RmsNorm};
+use crate::layers::{BlockNorm, Linear, RmsNorm, Rotary};
 
-/// Rotary position embedding: the inverse frequencies and the pairing of rotated dimensions.
-#[derive(Debug, Clone)]
-pub(crate) struct Rotary {
-    pub inv_freq: Vec<f32>,
-    pub style: RopeStyle,
-}
-
-impl Rotary {
-    /// Rotate the batch's `t` query rows (`qd` wide) and key rows (`kvd` wide) by their
-    /// positions.
-    fn apply(&self, t: usize, head_dim: usize, (qd, kvd): (usize, usize), ws: &mut Workspace) {
-        let rows = ws.q[..t * qd]
-            .chunks_exact_mut(qd)
-            .zip(ws.k[..t * kvd].chunks_exact_mut(kvd));
-        for ((q, k), &pos) in rows.zip(&ws.positions[..t]) {
-            rope(q, head_dim, pos, &self.inv_freq, self.style);
-            rope(k, head_dim, pos, &self.inv_freq, self.style);
-        }
+/// Rotate the batch's `t` query rows (`qd` wide) and key rows (`kvd` wide) by their
+/// positions.
+fn rotate_qk(
+    rotary: &Rotary,
+    t: usize,
+    head_dim: usize,
+    (qd, kvd): (usize, usize),
+    ws: &mut Workspace,
+) {
+    let rows = ws.q[..t * qd]
+        .chunks_exact_mut(qd)
+        .zip(ws.k[..t * kvd].chunks_exact_mut(kvd));
+    for ((q, k), &pos) in rows.zip(&ws.positions[..t]) {
+        rotary.apply(q, head_dim, pos);
+        rotary.apply(k, head_dim, pos);
     }
 }
 
@@ -151,7 +148,7 @@ impl AttentionBlock {
             norm.apply(t * qd, t * kvd, ws);
         }
         if let Some(rotary) = self.positions.rotary() {
-            rotary.apply(t, d.head_dim, (qd, kvd), ws);
+            rotate_qk(rotary, t, d.head_dim, (qd, kvd), ws);
         }
         let heads = AttnHeads {
             n_heads: d.n_heads,

@@ -5,9 +5,9 @@
 
 use kestrel_kernels::cpu::attention::Alibi;
 
-use super::attention_block::Rotary;
 use super::naming::TensorNaming;
 use crate::config::{ModelConfig, PositionEncoding};
+use crate::layers::Rotary;
 
 pub(crate) enum Positions {
     Rope(Rotary),
@@ -18,10 +18,9 @@ impl Positions {
     /// The encoding `cfg`'s architecture uses; rotary pairing as `naming` stores the rows.
     pub fn of(cfg: &ModelConfig, naming: TensorNaming) -> Positions {
         match cfg.architecture.layout().positions {
-            PositionEncoding::Rope => Positions::Rope(Rotary {
-                inv_freq: cfg.rope_inv_freq(),
-                style: naming.rope_style(cfg.architecture),
-            }),
+            PositionEncoding::Rope => {
+                Positions::Rope(Rotary::new(cfg, naming.rope_style(cfg.architecture)))
+            }
             PositionEncoding::Alibi(a) => Positions::Alibi(a),
         }
     }

@@ -3,10 +3,14 @@
 
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
+use super::rope::yarn_mscale;
 use super::{Architecture, ConfigError, ModelConfig, NormKind, RopeScaling};
 
 /// llama.cpp's per-frequency rope divisors (Llama 3.1 GGUFs).
 const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
+/// LongRoPE's per-frequency divisors past / within the original context (Phi-3 GGUFs).
+const ROPE_FACTORS_LONG: &str = "rope_factors_long.weight";
+const ROPE_FACTORS_SHORT: &str = "rope_factors_short.weight";
 
 impl ModelConfig {
     /// Read and validate the configuration stored in `file`'s metadata.
@@ -27,13 +31,7 @@ impl ModelConfig {
             Some(d) => d,
             None => hidden_size.checked_div(n_heads).unwrap_or(0),
         };
-        if let Some(rope_dim) = usize_key("rope.dimension_count")? {
-            if rope_dim != head_dim {
-                return Err(ConfigError::Unsupported(format!(
-                    "partial rotary embedding: rope.dimension_count {rope_dim} != head_dim {head_dim}"
-                )));
-            }
-        }
+        let max_position_embeddings = required("context_length")?;
         let config = ModelConfig {
             architecture,
             vocab_size: gguf_vocab_size(file, arch_name)?,
@@ -42,6 +40,7 @@ impl ModelConfig {
             n_heads,
             n_kv_heads: usize_key("attention.head_count_kv")?.unwrap_or(n_heads),
             head_dim,
+            rotary_dim: usize_key("rope.dimension_count")?.unwrap_or(head_dim),
             intermediate_size: required("feed_forward_length")?,
             rms_norm_eps: file.get_f32(&key(norm_eps_key(architecture)))?,
             rope_theta: file
@@ -49,9 +48,10 @@ impl ModelConfig {
                 .optional()?
                 .unwrap_or(10000.0),
             rope_scaling: gguf_rope_scaling(file, arch_name)?,
-            max_position_embeddings: required("context_length")?,
+            max_position_embeddings,
+            rope_context_length: max_position_embeddings,
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
-            sliding_window: usize_key("attention.sliding_window")?,
+            sliding_window: gguf_window(architecture, usize_key("attention.sliding_window")?),
             window_layers: None,
             attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some()
                 || file.tensor_info("blk.0.attn_qkv.bias").is_some(),
@@ -87,12 +87,26 @@ fn gguf_vocab_size(file: &GgufFile, arch: &str) -> Result<usize, ConfigError> {
     }
 }
 
-/// `{arch}.rope.scaling.type` / `.factor` (or the older `rope.scale_linear`), or the
-/// `rope_freqs.weight` tensor.
+/// llama.cpp's converter writes a Phi-3 `attention.sliding_window` of 0 for "none".
+fn gguf_window(arch: Architecture, window: Option<usize>) -> Option<usize> {
+    match (arch, window) {
+        (Architecture::Phi3, Some(0)) => None,
+        (_, w) => w,
+    }
+}
+
+/// `{arch}.rope.scaling.type` / `.factor` (or the older `rope.scale_linear`), YaRN's keys, the
+/// `rope_freqs.weight` tensor, or LongRoPE's `rope_factors_{long,short}.weight` tensors.
 fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>, ConfigError> {
     let kind = file
         .get_str(&format!("{arch}.rope.scaling.type"))
         .optional()?;
+    if kind == Some("longrope") || file.tensor_info(ROPE_FACTORS_LONG).is_some() {
+        return gguf_longrope(file, arch).map(Some);
+    }
+    if kind == Some("yarn") {
+        return gguf_yarn(file, arch).map(Some);
+    }
     let factor = file
         .get_f32(&format!("{arch}.rope.scaling.factor"))
         .optional()?;
@@ -110,28 +124,91 @@ fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>,
         }
         (Some(other), _) => return Err(ConfigError::UnsupportedRopeScaling(other.to_string())),
     };
-    let Some(info) = file.tensor_info(ROPE_FREQS_TENSOR) else {
+    if file.tensor_info(ROPE_FREQS_TENSOR).is_none() {
         return Ok(linear);
-    };
+    }
     if linear.is_some() {
         return Err(ConfigError::Unsupported(format!(
             "linear rope scaling together with {ROPE_FREQS_TENSOR}"
         )));
     }
+    Ok(Some(RopeScaling::FreqFactors {
+        factors: f32_tensor(file, ROPE_FREQS_TENSOR)?,
+    }))
+}
+
+/// The values of an F32 tensor.
+fn f32_tensor(file: &GgufFile, name: &str) -> Result<Vec<f32>, ConfigError> {
+    let info = file
+        .tensor_info(name)
+        .ok_or_else(|| ConfigError::MissingField(name.to_string()))?;
     if info.dtype != kestrel_kernels::DType::F32 {
         return Err(ConfigError::Unsupported(format!(
-            "{ROPE_FREQS_TENSOR} of type {}",
+            "{name} of type {}",
             info.dtype
         )));
     }
     let data = file
         .tensor_data(info)
-        .ok_or_else(|| ConfigError::MissingField(ROPE_FREQS_TENSOR.to_string()))?;
-    let factors = data
+        .ok_or_else(|| ConfigError::MissingField(name.to_string()))?;
+    Ok(data
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    Ok(Some(RopeScaling::FreqFactors { factors }))
+        .collect())
+}
+
+fn required_f32(file: &GgufFile, key: &str) -> Result<f32, ConfigError> {
+    file.get_f32(key)
+        .optional()?
+        .ok_or_else(|| ConfigError::MissingField(key.to_string()))
+}
+
+fn original_context(file: &GgufFile, arch: &str) -> Result<usize, ConfigError> {
+    let key = format!("{arch}.rope.scaling.original_context_length");
+    let n = file.get_u64(&key).optional()?;
+    n.map(|n| n as usize).ok_or(ConfigError::MissingField(key))
+}
+
+/// YaRN from `rope.scaling.factor`, `.original_context_length`, `.yarn_beta_fast` /
+/// `.yarn_beta_slow` (defaults 32 / 1). The attention factor: `.yarn_attn_factor` when the
+/// converter wrote one (transformers' `attention_factor`), else llama.cpp's rule:
+/// `mscale(factor, 1) / mscale(factor, yarn_log_multiplier)` when that key is set and non-zero,
+/// `0.1 ln(factor) + 1` otherwise; times `rope.scaling.attn_factor` when present.
+fn gguf_yarn(file: &GgufFile, arch: &str) -> Result<RopeScaling, ConfigError> {
+    let key = |suffix: &str| format!("{arch}.rope.scaling.{suffix}");
+    let opt = |suffix: &str| file.get_f32(&key(suffix)).optional();
+    let factor = required_f32(file, &key("factor"))?;
+    let f = f64::from(factor);
+    let attention = match opt("yarn_attn_factor")? {
+        Some(a) => f64::from(a),
+        None => match opt("yarn_log_multiplier")?.filter(|&m| m != 0.0) {
+            Some(m) => yarn_mscale(f, 1.0) / yarn_mscale(f, f64::from(m)),
+            None => yarn_mscale(f, 1.0),
+        },
+    };
+    let extra = f64::from(opt("attn_factor")?.unwrap_or(1.0));
+    Ok(RopeScaling::Yarn {
+        factor,
+        original_max_position: original_context(file, arch)?,
+        beta_fast: opt("yarn_beta_fast")?.unwrap_or(32.0),
+        beta_slow: opt("yarn_beta_slow")?.unwrap_or(1.0),
+        truncate: true,
+        attention_factor: (attention * extra) as f32,
+    })
+}
+
+/// LongRoPE from the `rope_factors_{long,short}.weight` tensors, `rope.scaling.original_context_length`
+/// and `rope.scaling.attn_factor` (which llama.cpp's converter computes; default 1).
+fn gguf_longrope(file: &GgufFile, arch: &str) -> Result<RopeScaling, ConfigError> {
+    let attention = file
+        .get_f32(&format!("{arch}.rope.scaling.attn_factor"))
+        .optional()?;
+    Ok(RopeScaling::LongRope {
+        short_factor: f32_tensor(file, ROPE_FACTORS_SHORT)?,
+        long_factor: f32_tensor(file, ROPE_FACTORS_LONG)?,
+        original_max_position: original_context(file, arch)?,
+        attention_factor: attention.unwrap_or(1.0),
+    })
 }
 
 /// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` if set and different.

@@ -4,9 +4,14 @@
 //! * transformers 5: `rope_parameters: {rope_theta, rope_type, factor, ...}`, `dtype`.
 //!
 //! Absent optional keys take the transformers defaults of the architecture's config class.
+//! RoPE scaling (`linear`, `llama3`, `yarn`, `dynamic`, `longrope`/`su`) and
+//! `partial_rotary_factor` (top level or in the rope parameters) are read as transformers'
+//! `standardize_rope_params` does: a top-level `original_max_position_embeddings` (Phi-3) wins
+//! over the rope parameters' own, which default to `max_position_embeddings`.
 
 use serde_json::{Map, Value};
 
+use super::rope::{longrope_attention, yarn_mscale};
 use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
 
 mod bloom;
@@ -29,6 +34,15 @@ impl ModelConfig {
         let rope_params = rope_params(obj)?;
         let n_layers = req_usize(obj, "num_hidden_layers")?;
         let window = sliding_window(obj, architecture, n_layers)?;
+        let head_dim =
+            opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads));
+        let max_position_embeddings = opt_usize(obj, "max_position_embeddings")?
+            .unwrap_or(default_max_positions(architecture));
+        let rope = RopeContext {
+            top: obj,
+            arch: architecture,
+            max_positions: max_position_embeddings,
+        };
         let config = ModelConfig {
             architecture,
             vocab_size: req_usize(obj, "vocab_size")?,
@@ -36,14 +50,15 @@ impl ModelConfig {
             n_layers,
             n_heads,
             n_kv_heads: opt_usize(obj, "num_key_value_heads")?.unwrap_or(n_heads),
-            head_dim: opt_usize(obj, "head_dim")?
-                .unwrap_or_else(|| default_head_dim(hidden_size, n_heads)),
+            head_dim,
+            rotary_dim: rotary_dim(obj, rope_params, head_dim)?,
             intermediate_size: req_usize(obj, "intermediate_size")?,
-            rms_norm_eps: opt_f32(obj, "rms_norm_eps")?.unwrap_or(1e-6),
+            rms_norm_eps: opt_f32(obj, "rms_norm_eps")?
+                .unwrap_or(default_rms_norm_eps(architecture)),
             rope_theta: rope_theta(obj, rope_params)?,
-            rope_scaling: rope_params.map(rope_scaling).transpose()?.flatten(),
-            max_position_embeddings: opt_usize(obj, "max_position_embeddings")?
-                .unwrap_or(default_max_positions(architecture)),
+            rope_scaling: rope_params.map(|p| rope.scaling(p)).transpose()?.flatten(),
+            max_position_embeddings,
+            rope_context_length: max_position_embeddings,
             tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?.unwrap_or(false),
             sliding_window: window.size,
             window_layers: window.layers,
@@ -76,8 +91,36 @@ fn default_max_positions(arch: Architecture) -> usize {
         Architecture::Llama => 2048,
         Architecture::Mistral => 4096 * 32,
         Architecture::Qwen2 | Architecture::Qwen3 => 32768,
+        Architecture::Phi3 => 4096,
         Architecture::Bloom => 2048,
     }
+}
+
+/// transformers' per-class defaults for `rms_norm_eps`.
+fn default_rms_norm_eps(arch: Architecture) -> f32 {
+    match arch {
+        Architecture::Phi3 => 1e-5,
+        _ => 1e-6,
+    }
+}
+
+/// `int(head_dim * partial_rotary_factor)`, the factor from the rope parameters or the top
+/// level (default 1).
+fn rotary_dim(obj: &Obj, params: Option<&Obj>, head_dim: usize) -> Result<usize, ConfigError> {
+    let in_params = params
+        .map(|p| opt_f64(p, "partial_rotary_factor"))
+        .transpose()?;
+    let factor = match in_params.flatten() {
+        Some(f) => f,
+        None => opt_f64(obj, "partial_rotary_factor")?.unwrap_or(1.0),
+    };
+    if !(factor > 0.0 && factor <= 1.0) {
+        return Err(bad(
+            "partial_rotary_factor",
+            &format!("must be in (0, 1], got {factor}"),
+        ));
+    }
+    Ok((head_dim as f64 * factor) as usize)
 }
 
 fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
@@ -117,27 +160,116 @@ fn rope_theta(obj: &Obj, params: Option<&Obj>) -> Result<f32, ConfigError> {
     Ok(opt_f32(obj, "rope_theta")?.unwrap_or(10000.0))
 }
 
-/// The scaling described by a rope parameter object; `None` for the default (unscaled) type.
-fn rope_scaling(p: &Obj) -> Result<Option<RopeScaling>, ConfigError> {
-    let kind = match opt_str(p, "rope_type")? {
-        Some(k) => Some(k),
-        None => opt_str(p, "type")?,
-    };
-    let factor = |p: &Obj| opt_f32(p, "factor")?.ok_or_else(|| missing("rope_scaling.factor"));
-    match kind.unwrap_or("default") {
-        "default" => Ok(None),
-        "linear" => Ok(Some(RopeScaling::Linear { factor: factor(p)? })),
-        "llama3" => Ok(Some(RopeScaling::Llama3 {
-            factor: factor(p)?,
-            low_freq_factor: opt_f32(p, "low_freq_factor")?
-                .ok_or_else(|| missing("rope_scaling.low_freq_factor"))?,
-            high_freq_factor: opt_f32(p, "high_freq_factor")?
-                .ok_or_else(|| missing("rope_scaling.high_freq_factor"))?,
-            original_max_position: opt_usize(p, "original_max_position_embeddings")?
-                .ok_or_else(|| missing("rope_scaling.original_max_position_embeddings"))?,
-        })),
-        other => Err(ConfigError::UnsupportedRopeScaling(other.to_string())),
+/// What reading a rope parameter object needs from the rest of the config.
+struct RopeContext<'a> {
+    top: &'a Obj,
+    arch: Architecture,
+    max_positions: usize,
+}
+
+impl RopeContext<'_> {
+    /// The scaling described by a rope parameter object; `None` for the default type.
+    fn scaling(&self, p: &Obj) -> Result<Option<RopeScaling>, ConfigError> {
+        let kind = match opt_str(p, "rope_type")? {
+            Some(k) => Some(k),
+            None => opt_str(p, "type")?,
+        };
+        let factor = |p: &Obj| opt_f32(p, "factor")?.ok_or_else(|| missing("rope_scaling.factor"));
+        match kind.unwrap_or("default") {
+            "default" => Ok(None),
+            "linear" => Ok(Some(RopeScaling::Linear { factor: factor(p)? })),
+            "llama3" => Ok(Some(RopeScaling::Llama3 {
+                factor: factor(p)?,
+                low_freq_factor: opt_f32(p, "low_freq_factor")?
+                    .ok_or_else(|| missing("rope_scaling.low_freq_factor"))?,
+                high_freq_factor: opt_f32(p, "high_freq_factor")?
+                    .ok_or_else(|| missing("rope_scaling.high_freq_factor"))?,
+                original_max_position: opt_usize(p, "original_max_position_embeddings")?
+                    .ok_or_else(|| missing("rope_scaling.original_max_position_embeddings"))?,
+            })),
+            // transformers' Phi-3 config reads `yarn` (and `su`) as LongRoPE.
+            "yarn" if self.arch == Architecture::Phi3 => self.longrope(p).map(Some),
+            "yarn" => self.yarn(p).map(Some),
+            "dynamic" => Ok(Some(RopeScaling::DynamicNtk {
+                factor: factor(p)?,
+                original_max_position: self.max_positions,
+            })),
+            "longrope" | "su" => self.longrope(p).map(Some),
+            other => Err(ConfigError::UnsupportedRopeScaling(other.to_string())),
+        }
     }
+
+    /// A top-level `original_max_position_embeddings` first (transformers gives it priority),
+    /// then the parameters', then `max_position_embeddings`.
+    fn original_max_position(&self, p: &Obj) -> Result<usize, ConfigError> {
+        let top = opt_usize(self.top, "original_max_position_embeddings")?;
+        let own = opt_usize(p, "original_max_position_embeddings")?;
+        Ok(top.or(own).unwrap_or(self.max_positions))
+    }
+
+    /// `factor`, or `max_position_embeddings / original` when absent.
+    fn factor_or_ratio(&self, p: &Obj, orig: usize) -> Result<f64, ConfigError> {
+        Ok(opt_f64(p, "factor")?.unwrap_or(self.max_positions as f64 / orig as f64))
+    }
+
+    fn yarn(&self, p: &Obj) -> Result<RopeScaling, ConfigError> {
+        let orig = self.original_max_position(p)?;
+        let factor = self.factor_or_ratio(p, orig)?;
+        let attention = match opt_f64(p, "attention_factor")? {
+            Some(a) => a,
+            None => {
+                let mscale = opt_f64(p, "mscale")?.filter(|&m| m != 0.0);
+                let all_dim = opt_f64(p, "mscale_all_dim")?.filter(|&m| m != 0.0);
+                match (mscale, all_dim) {
+                    (Some(m), Some(a)) => yarn_mscale(factor, m) / yarn_mscale(factor, a),
+                    _ => yarn_mscale(factor, 1.0),
+                }
+            }
+        };
+        // `beta_fast or 32`, `beta_slow or 1`: 0 and null take the default too.
+        let beta = |key: &str, default: f32| -> Result<f32, ConfigError> {
+            Ok(opt_f32(p, key)?.filter(|&b| b != 0.0).unwrap_or(default))
+        };
+        Ok(RopeScaling::Yarn {
+            factor: factor as f32,
+            original_max_position: orig,
+            beta_fast: beta("beta_fast", 32.0)?,
+            beta_slow: beta("beta_slow", 1.0)?,
+            truncate: opt_bool(p, "truncate")?.unwrap_or(true),
+            attention_factor: attention as f32,
+        })
+    }
+
+    fn longrope(&self, p: &Obj) -> Result<RopeScaling, ConfigError> {
+        let orig = self.original_max_position(p)?;
+        let attention = match opt_f64(p, "attention_factor")? {
+            Some(a) => a,
+            None => longrope_attention(self.factor_or_ratio(p, orig)?, orig),
+        };
+        Ok(RopeScaling::LongRope {
+            short_factor: f32_list(p, "short_factor")?,
+            long_factor: f32_list(p, "long_factor")?,
+            original_max_position: orig,
+            attention_factor: attention as f32,
+        })
+    }
+}
+
+/// A required list of numbers.
+fn f32_list(obj: &Obj, key: &str) -> Result<Vec<f32>, ConfigError> {
+    let field = format!("rope_scaling.{key}");
+    let items = present(obj, key)
+        .ok_or_else(|| missing(&field))?
+        .as_array()
+        .ok_or_else(|| bad(&field, "expected a list of numbers"))?;
+    items
+        .iter()
+        .map(|v| {
+            v.as_f64()
+                .map(|f| f as f32)
+                .ok_or_else(|| bad(&field, &format!("expected a number, got {v}")))
+        })
+        .collect()
 }
 
 /// The sliding window and the layers it applies to.
@@ -161,6 +293,11 @@ fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Wind
         Architecture::Llama | Architecture::Bloom => Ok(Window::NONE),
         Architecture::Mistral => Ok(Window {
             size: window_size(obj)?,
+            layers: None,
+        }),
+        // transformers' Phi-3: `sliding_window` on every layer, absent or null = none.
+        Architecture::Phi3 => Ok(Window {
+            size: opt_usize(obj, "sliding_window")?,
             layers: None,
         }),
         Architecture::Qwen2 | Architecture::Qwen3 => qwen_window(obj, n_layers),
@@ -278,6 +415,15 @@ fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> {
         .map(|v| {
             v.as_f64()
                 .map(|f| f as f32)
+                .ok_or_else(|| bad(key, &format!("expected a number, got {v}")))
+        })
+        .transpose()
+}
+
+fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ConfigError> {
+    present(obj, key)
+        .map(|v| {
+            v.as_f64()
                 .ok_or_else(|| bad(key, &format!("expected a number, got {v}")))
         })
         .transpose()

@@ -52,7 +52,8 @@ impl Architecture {
             Architecture::Llama
             | Architecture::Mistral
             | Architecture::Qwen2
-            | Architecture::Qwen3 => BlockLayout {
+            | Architecture::Qwen3
+            | Architecture::Phi3 => BlockLayout {
                 norm: NormKind::Rms,
                 positions: PositionEncoding::Rope,
                 mlp: MlpKind::GatedSilu,

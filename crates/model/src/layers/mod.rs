@@ -7,6 +7,7 @@ pub mod layer_norm;
 pub mod linear;
 pub mod norm;
 pub mod outlier_columns;
+pub mod rotary;
 pub mod weight_matrix;
 
 pub use block_norm::BlockNorm;
@@ -15,6 +16,7 @@ pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use norm::RmsNorm;
 pub use outlier_columns::OutlierColumns;
+pub use rotary::Rotary;
 pub use weight_matrix::WeightMatrix;
 
 /// Dequantize a whole (small) tensor, e.g. a norm weight or bias, to `f32`.

@@ -4,8 +4,11 @@
 
 use kestrel_kernels::{DType, SharedBytes};
 
+pub mod fused;
 pub mod gguf;
 pub mod safetensors;
+
+pub use fused::FusedSplit;
 
 /// One tensor: its element type, its shape in row-major order (outermost dimension first, so a
 /// `[out_features, in_features]` matrix has `shape == [rows, cols]`), and its raw bytes.

@@ -29,6 +29,12 @@ pub(crate) fn config_json(config: &ModelConfig, dtype: FloatType) -> Result<Valu
                 "per-frequency rope factors (rope_freqs.weight) have no config.json form".into(),
             ))
         }
+        Some(other) => {
+            return Err(ConvertError::Unsupported(format!(
+                "{} rope scaling in a converted config.json",
+                other.kind()
+            )))
+        }
     };
     let mut rope_parameters = match &scaling {
         Value::Object(m) => m.clone(),

@@ -11,7 +11,13 @@ use super::{tokenizer_meta, ConvertError};
 /// Conversion handles the Llama layout only (Q/K permutation is Llama's).
 pub(crate) fn check_llama(config: &ModelConfig) -> Result<(), ConvertError> {
     match config.architecture {
-        Architecture::Llama | Architecture::Mistral => Ok(()),
+        Architecture::Llama | Architecture::Mistral if config.rotary_dim == config.head_dim => {
+            Ok(())
+        }
+        Architecture::Llama | Architecture::Mistral => Err(ConvertError::Unsupported(format!(
+            "partial rotary ({} of head_dim {})",
+            config.rotary_dim, config.head_dim
+        ))),
         other => Err(ConvertError::Unsupported(format!(
             "architecture {} (convert handles llama and mistral)",
             other.name()

@@ -29,6 +29,7 @@ pub(super) fn bloom_config(obj: &Obj) -> Result<ModelConfig, ConfigError> {
             "tensor-parallel slicing is not supported",
         ));
     }
+    let max_position_embeddings = opt_usize(obj, "seq_length")?.unwrap_or(2048);
     let config = ModelConfig {
         architecture: Architecture::Bloom,
         vocab_size: req_usize(obj, "vocab_size")?,
@@ -39,9 +40,11 @@ pub(super) fn bloom_config(obj: &Obj) -> Result<ModelConfig, ConfigError> {
         head_dim: hidden_size / n_heads,
         intermediate_size: 4 * hidden_size,
         rms_norm_eps: opt_f32(obj, "layer_norm_epsilon")?.unwrap_or(1e-5),
+        rotary_dim: hidden_size / n_heads,
         rope_theta: 10000.0,
         rope_scaling: None,
-        max_position_embeddings: opt_usize(obj, "seq_length")?.unwrap_or(2048),
+        max_position_embeddings,
+        rope_context_length: max_position_embeddings,
         tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?.unwrap_or(true),
         sliding_window: None,
         window_layers: None,

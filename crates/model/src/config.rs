@@ -10,7 +10,10 @@ use crate::weights::gguf::GgufError;
 
 mod from_gguf;
 mod from_hf;
+mod moe;
 mod rope;
+
+pub use moe::MoeConfig;
 
 /// The architectures Kestrel runs: the Llama family, which differ only in features of one
 /// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3:
@@ -21,19 +24,33 @@ pub enum Architecture {
     Mistral,
     Qwen2,
     Qwen3,
+    /// Mixtral: Mistral attention, a sparse MoE MLP (GGUF: `llama` with `llama.expert_count`).
+    Mixtral,
+    /// Qwen2-MoE: Qwen2 attention, routed experts plus a gated shared expert.
+    Qwen2Moe,
+    /// Qwen3-MoE: Qwen3 attention, routed experts.
+    Qwen3Moe,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 7] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Mixtral,
+        Architecture::Qwen2Moe,
+        Architecture::Qwen3Moe,
     ];
 
-    /// From a GGUF `general.architecture` or HF `model_type` name.
+    /// From a GGUF `general.architecture` or HF `model_type` name (`qwen2moe` and `qwen2_moe`
+    /// both name Qwen2-MoE).
     pub fn from_name(name: &str) -> Option<Architecture> {
-        Architecture::ALL.into_iter().find(|a| a.name() == name)
+        match name {
+            "qwen2moe" => Some(Architecture::Qwen2Moe),
+            "qwen3moe" => Some(Architecture::Qwen3Moe),
+            _ => Architecture::ALL.into_iter().find(|a| a.name() == name),
+        }
     }
 
     /// From an HF `architectures` entry such as `LlamaForCausalLM`.
@@ -43,17 +60,24 @@ impl Architecture {
             "MistralForCausalLM" => Some(Architecture::Mistral),
             "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
             "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
+            "MixtralForCausalLM" => Some(Architecture::Mixtral),
+            "Qwen2MoeForCausalLM" => Some(Architecture::Qwen2Moe),
+            "Qwen3MoeForCausalLM" => Some(Architecture::Qwen3Moe),
             _ => None,
         }
     }
 
-    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`).
+    /// The lower-case name, as HF's `model_type` (`llama`, `mistral`, `qwen2`, `qwen3`,
+    /// `mixtral`, `qwen2_moe`, `qwen3_moe`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
             Architecture::Mistral => "mistral",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Mixtral => "mixtral",
+            Architecture::Qwen2Moe => "qwen2_moe",
+            Architecture::Qwen3Moe => "qwen3_moe",
         }
     }
 
@@ -69,9 +93,19 @@ impl Architecture {
     /// row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
-            Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
-            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::Neox,
+            Architecture::Llama | Architecture::Mistral | Architecture::Mixtral => {
+                RopeStyle::Interleaved
+            }
+            Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen2Moe
+            | Architecture::Qwen3Moe => RopeStyle::Neox,
         }
+    }
+
+    /// Queries and keys go through a per-head RMSNorm before RoPE (Qwen3, Qwen3-MoE).
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Architecture::Qwen3 | Architecture::Qwen3Moe)
     }
 }
 
@@ -124,6 +158,9 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The checkpoint's stored dtype (`torch_dtype` / `dtype`), if the source says.
     pub dtype: Option<String>,
+    /// The sparse mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE); `None`: every layer
+    /// has a dense MLP.
+    pub moe: Option<MoeConfig>,
 }
 
 /// Why a configuration could not be read or is not usable.
@@ -184,6 +221,9 @@ impl ModelConfig {
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
         self.validate_window()?;
+        if let Some(moe) = &self.moe {
+            moe.validate(self.n_layers)?;
+        }
         if let Some(scaling) = &self.rope_scaling {
             rope::validate_scaling(scaling, self.head_dim)?;
         }

@@ -8,11 +8,15 @@
 //! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
 //! prefill chunks and decode tokens.
 
+use std::sync::Arc;
+
 use kestrel_engine::executor::BatchInput;
+use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::attention_block::{AttentionBlock, Rotary};
-use super::feed_forward::FeedForward;
+use super::mlp::Mlp;
+use super::moe_block::{ExpertCounter, MoeBlock};
 use super::naming::TensorNaming;
 use super::observer::{ActivationObserver, NoObserver};
 use super::tensor_loader::TensorLoader;
@@ -58,10 +62,11 @@ impl DecoderDims {
     }
 }
 
-/// One decoder layer: attention, then the MLP, each with its own residual add.
+/// One decoder layer: attention, then the MLP (dense or sparse), each with its own residual
+/// add.
 struct DecoderLayer {
     attention: AttentionBlock,
-    ffn: FeedForward,
+    ffn: Mlp,
 }
 
 impl DecoderLayer {
@@ -70,6 +75,7 @@ impl DecoderLayer {
         i: usize,
         cfg: &ModelConfig,
         d: &DecoderDims,
+        counter: Option<ExpertCounter>,
     ) -> Result<DecoderLayer, ModelError> {
         let rotary = Rotary {
             inv_freq: cfg.rope_inv_freq(),
@@ -77,7 +83,7 @@ impl DecoderLayer {
         };
         Ok(DecoderLayer {
             attention: AttentionBlock::load(ld, i, cfg, d, rotary)?,
-            ffn: FeedForward::load(ld, i, cfg, d)?,
+            ffn: Mlp::load(ld, i, cfg, d, counter)?,
         })
     }
 }
@@ -89,6 +95,8 @@ pub struct DecoderModel {
     norm: RmsNorm,
     head: Linear,
     tied_head: bool,
+    /// Tokens routed per expert of each sparse layer (MoE models).
+    expert_counts: Option<Arc<ExpertTokenCounts>>,
 }
 
 impl DecoderModel {
@@ -109,8 +117,20 @@ impl DecoderModel {
             true => embed.as_linear().clone(),
         }
         .packed();
+        let expert_counts = cfg.moe.as_ref().map(|m| {
+            let sparse = (0..dims.n_layers).filter(|&i| m.is_sparse(i)).collect();
+            Arc::new(ExpertTokenCounts::new(sparse, m.n_experts))
+        });
+        let counter = |i: usize| {
+            let counts = expert_counts.as_ref()?;
+            let slot = counts.layers().iter().position(|&l| l == i)?;
+            Some(ExpertCounter {
+                counts: counts.clone(),
+                slot,
+            })
+        };
         let layers = (0..dims.n_layers)
-            .map(|i| DecoderLayer::load(&ld, i, cfg, &dims))
+            .map(|i| DecoderLayer::load(&ld, i, cfg, &dims, counter(i)))
             .collect::<Result<_, _>>()?;
         Ok(DecoderModel {
             dims,
@@ -119,7 +139,18 @@ impl DecoderModel {
             norm: ld.norm(naming.final_norm(), dims.hidden, cfg.rms_norm_eps)?,
             head,
             tied_head,
+            expert_counts,
         })
+    }
+
+    /// The routed-token counters of a mixture-of-experts model (`None` for dense models).
+    pub fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
+        self.expert_counts.clone()
+    }
+
+    /// The sparse MLP of layer `l`, if it has one.
+    pub fn moe_block(&self, l: usize) -> Option<&MoeBlock> {
+        self.layers.get(l)?.ffn.as_moe()
     }
 
     pub fn dims(&self) -> DecoderDims {

@@ -141,7 +141,11 @@ impl MoeConfig {
 /// Qwen2-MoE / Qwen3-MoE: a layer is sparse unless listed in `mlp_only_layers`, and only every
 /// `decoder_sparse_step`-th layer (1-based) is (transformers' rule).
 fn qwen_moe(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<MoeConfig, ConfigError> {
-    let n_experts = req_usize(obj, "num_experts")?;
+    // transformers 5 writes Qwen3-MoE's count as `num_local_experts`.
+    let n_experts = match opt_usize(obj, "num_experts")? {
+        Some(n) => n,
+        None => req_usize(obj, "num_local_experts")?,
+    };
     let step = opt_usize(obj, "decoder_sparse_step")?.unwrap_or(1);
     if step == 0 {
         return Err(bad("decoder_sparse_step", "must be > 0"));

@@ -205,6 +205,26 @@ fn rope_scaling(s: &RopeScaling, c: &ModelConfig) -> String {
     }
 }
 
+/// Experts, top-k and shared expert of a sparse model.
+fn moe_line(m: &kestrel_model::config::MoeConfig) -> String {
+    let weights = match m.norm_topk_prob {
+        true => "top-k weights renormalised",
+        false => "softmax weights",
+    };
+    let shared = m
+        .shared_expert_ffn
+        .map_or("no shared expert".to_string(), |f| {
+            format!("gated shared expert, ffn {f}")
+        });
+    format!(
+        "experts:        {} per layer, top-{} (expert ffn {}, {weights}, {shared}; sparse layers {})",
+        m.n_experts,
+        m.top_k,
+        m.expert_ffn,
+        layer_list(&m.sparse_layers)
+    )
+}
+
 /// The indices of the set flags, runs written as ranges: `1-3, 5`.
 fn layer_list(flags: &[bool]) -> String {
     let mut runs: Vec<(usize, usize)> = Vec::new();
@@ -240,6 +260,9 @@ fn print_report(r: &Report<'_>, c: &ModelConfig) {
         "layers:         {} (hidden {}, ffn {}, heads {} / kv heads {}, head dim {})",
         c.n_layers, c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads, c.head_dim
     );
+    if let Some(m) = &c.moe {
+        println!("{}", moe_line(m));
+    }
     println!("vocabulary:     {}", c.vocab_size);
     println!(
         "context length: {} (rope theta {})",

@@ -21,7 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits};
 use crate::config::EngineConfig;
 use crate::executor::{BatchOutput, Executor};
-use crate::metrics::{record_config, record_iteration, StepRecorder};
+use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecorder};
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
@@ -42,6 +42,8 @@ pub struct EngineCore {
     decoder: SharedDecoder,
     eos_token_ids: Vec<u32>,
     recorder: StepRecorder,
+    /// Publishes a mixture-of-experts executor's routed-token counters.
+    experts: Option<ExpertRecorder>,
     prompt_tokens_total: u64,
     generation_tokens_total: u64,
     /// The executor's output buffer, reused every step.
@@ -59,12 +61,14 @@ impl EngineCore {
     ) -> Result<Self, SchedulerError> {
         let scheduler = Scheduler::new(config.scheduler_config(executor.kv_geometry()))?;
         record_config(config.max_num_seqs);
+        let experts = executor.expert_token_counts().map(ExpertRecorder::new);
         Ok(EngineCore {
             scheduler,
             executor,
             decoder: SharedDecoder(decoder),
             eos_token_ids,
             recorder: StepRecorder::default(),
+            experts,
             prompt_tokens_total: 0,
             generation_tokens_total: 0,
             logits: BatchOutput::default(),
@@ -162,6 +166,9 @@ impl EngineCore {
             record_iteration(computed);
         }
         self.recorder.record(&self.scheduler.stats());
+        if let Some(experts) = &mut self.experts {
+            experts.record();
+        }
         computed
     }
 

@@ -2,6 +2,9 @@
 //! [`Executor`] (the model runner, or a mock in tests) runs one forward pass over it and returns
 //! logits rows for the sequences that sample this step.
 
+use std::sync::Arc;
+
+use crate::expert_counts::ExpertTokenCounts;
 use crate::kv::BlockId;
 use crate::request::RequestId;
 
@@ -96,4 +99,9 @@ pub trait Executor: Send {
     fn vocab_size(&self) -> usize;
     /// The KV cache the executor owns.
     fn kv_geometry(&self) -> KvGeometry;
+    /// A mixture-of-experts model's routed-token counters (the engine publishes them as
+    /// metrics); `None` for dense models.
+    fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
+        None
+    }
 }

@@ -18,6 +18,7 @@
 //!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks, among them
 //!   [`api::EngineRequest`], which can only be built validated; [`config::EngineConfig`] its
 //!   limits (the KV geometry comes from the executor).
+//! * [`expert_counts`] — tokens routed per expert of a mixture-of-experts model.
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
 
 // Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
@@ -28,6 +29,7 @@ pub mod api;
 pub mod config;
 pub mod core;
 pub mod executor;
+pub mod expert_counts;
 pub mod handle;
 pub mod kv;
 pub mod metrics;

@@ -12,7 +12,12 @@ use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
 
+use std::sync::Arc;
+
+use metrics::Counter;
+
 use crate::api::{RequestTimings, Usage};
+use crate::expert_counts::ExpertTokenCounts;
 use crate::request::FinishReason;
 use crate::scheduler::SchedulerStats;
 
@@ -56,6 +61,10 @@ pub mod names {
     pub const REQUEST_GENERATION_TOKENS: &str = "kestrel:request_generation_tokens";
     /// Histogram (tokens): tokens computed per engine step.
     pub const ITERATION_TOKENS_TOTAL: &str = "kestrel:iteration_tokens_total";
+    /// Counter, labelled `layer` and `expert`: tokens a mixture-of-experts model routed to each
+    /// expert of each sparse layer (each token counts once per expert it reaches, so a layer's
+    /// series sum to tokens × top-k).
+    pub const MOE_EXPERT_TOKENS_TOTAL: &str = "kestrel:moe_expert_tokens_total";
 }
 
 /// Registers help text and units for every engine metric with the installed recorder.
@@ -143,6 +152,11 @@ pub fn describe() {
         Unit::Count,
         "Tokens computed per engine step"
     );
+    describe_counter!(
+        MOE_EXPERT_TOKENS_TOTAL,
+        Unit::Count,
+        "Tokens routed to each expert of each MoE layer"
+    );
 }
 
 /// Turns the scheduler's cumulative counters into counter increments, and sets the gauges.
@@ -221,4 +235,43 @@ pub(crate) fn record_finished(reason: FinishReason, usage: &Usage, timings: &Req
     histogram!(names::E2E_REQUEST_LATENCY_SECONDS).record(timings.end_to_end.as_secs_f64());
     histogram!(names::REQUEST_PROMPT_TOKENS).record(usage.prompt_tokens as f64);
     histogram!(names::REQUEST_GENERATION_TOKENS).record(usage.completion_tokens as f64);
+}
+
+/// Publishes a mixture-of-experts model's routed-token counters: one
+/// `kestrel:moe_expert_tokens_total{layer,expert}` counter per sparse layer and expert, whose
+/// handles are registered once (so a step's publishing allocates nothing).
+pub(crate) struct ExpertRecorder {
+    counts: Arc<ExpertTokenCounts>,
+    handles: Vec<Counter>,
+    last: Vec<u64>,
+}
+
+impl ExpertRecorder {
+    pub(crate) fn new(counts: Arc<ExpertTokenCounts>) -> ExpertRecorder {
+        let experts = counts.experts();
+        let handles = (0..counts.len())
+            .map(|i| {
+                let layer = counts.layers()[i / experts].to_string();
+                let expert = (i % experts).to_string();
+                counter!(names::MOE_EXPERT_TOKENS_TOTAL, "layer" => layer, "expert" => expert)
+            })
+            .collect();
+        let last = vec![0; counts.len()];
+        ExpertRecorder {
+            counts,
+            handles,
+            last,
+        }
+    }
+
+    /// Adds each counter's growth since the previous call.
+    pub(crate) fn record(&mut self) {
+        for (i, (handle, last)) in self.handles.iter().zip(&mut self.last).enumerate() {
+            let now = self.counts.get(i);
+            if now > *last {
+                handle.increment(now - *last);
+                *last = now;
+            }
+        }
+    }
 }

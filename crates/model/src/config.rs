@@ -11,9 +11,11 @@ use crate::weights::gguf::GgufError;
 mod from_gguf;
 mod from_hf;
 mod layout;
+mod moe;
 mod rope;
 
 pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
+pub use moe::MoeConfig;
 
 /// The architectures Kestrel runs: the Llama family, which differ only in features of one
 /// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3,
@@ -28,21 +30,35 @@ pub enum Architecture {
     Qwen3,
     Phi3,
     Bloom,
+    /// Mixtral: Mistral attention, a sparse MoE MLP (GGUF: `llama` with `llama.expert_count`).
+    Mixtral,
+    /// Qwen2-MoE: Qwen2 attention, routed experts plus a gated shared expert.
+    Qwen2Moe,
+    /// Qwen3-MoE: Qwen3 attention, routed experts.
+    Qwen3Moe,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 6] = [
+    pub const ALL: [Architecture; 9] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
         Architecture::Phi3,
         Architecture::Bloom,
+        Architecture::Mixtral,
+        Architecture::Qwen2Moe,
+        Architecture::Qwen3Moe,
     ];
 
-    /// From a GGUF `general.architecture` or HF `model_type` name.
+    /// From a GGUF `general.architecture` or HF `model_type` name (`qwen2moe` and `qwen2_moe`
+    /// both name Qwen2-MoE).
     pub fn from_name(name: &str) -> Option<Architecture> {
-        Architecture::ALL.into_iter().find(|a| a.name() == name)
+        match name {
+            "qwen2moe" => Some(Architecture::Qwen2Moe),
+            "qwen3moe" => Some(Architecture::Qwen3Moe),
+            _ => Architecture::ALL.into_iter().find(|a| a.name() == name),
+        }
     }
 
     /// From an HF `architectures` entry such as `LlamaForCausalLM`.
@@ -54,11 +70,15 @@ impl Architecture {
             "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
             "Phi3ForCausalLM" => Some(Architecture::Phi3),
             "BloomForCausalLM" => Some(Architecture::Bloom),
+            "MixtralForCausalLM" => Some(Architecture::Mixtral),
+            "Qwen2MoeForCausalLM" => Some(Architecture::Qwen2Moe),
+            "Qwen3MoeForCausalLM" => Some(Architecture::Qwen3Moe),
             _ => None,
         }
     }
 
-    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`, `phi3`, `bloom`).
+    /// The lower-case name, as HF's `model_type` (`llama`, `mistral`, `qwen2`, `qwen3`, `phi3`,
+    /// `bloom`, `mixtral`, `qwen2_moe`, `qwen3_moe`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
@@ -67,6 +87,9 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Phi3 => "phi3",
             Architecture::Bloom => "bloom",
+            Architecture::Mixtral => "mixtral",
+            Architecture::Qwen2Moe => "qwen2_moe",
+            Architecture::Qwen3Moe => "qwen3_moe",
         }
     }
 
@@ -83,12 +106,21 @@ impl Architecture {
     /// (BLOOM has no rotary positions.)
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
-            Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
+            Architecture::Llama | Architecture::Mistral | Architecture::Mixtral => {
+                RopeStyle::Interleaved
+            }
             Architecture::Qwen2
             | Architecture::Qwen3
+            | Architecture::Qwen2Moe
+            | Architecture::Qwen3Moe
             | Architecture::Phi3
             | Architecture::Bloom => RopeStyle::Neox,
         }
+    }
+
+    /// Queries and keys go through a per-head RMSNorm before RoPE (Qwen3, Qwen3-MoE).
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Architecture::Qwen3 | Architecture::Qwen3Moe)
     }
 }
 
@@ -196,6 +228,9 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The checkpoint's stored dtype (`torch_dtype` / `dtype`), if the source says.
     pub dtype: Option<String>,
+    /// The sparse mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE); `None`: every layer
+    /// has a dense MLP.
+    pub moe: Option<MoeConfig>,
 }
 
 /// Why a configuration could not be read or is not usable.
@@ -266,6 +301,9 @@ impl ModelConfig {
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
         self.validate_window()?;
+        if let Some(moe) = &self.moe {
+            moe.validate(self.n_layers)?;
+        }
         if let Some(scaling) = &self.rope_scaling {
             rope::validate_scaling(scaling, self.rotary_dim)?;
         }

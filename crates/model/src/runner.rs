@@ -1,7 +1,10 @@
 //! [`ModelRunner`]: the engine's [`Executor`] for a loaded model. It owns the KV cache memory and
 //! the activation workspace, validates each batch, and runs the forward pass.
 
+use std::sync::Arc;
+
 use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
+use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_engine::kv::NO_BLOCK;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
@@ -234,5 +237,9 @@ impl Executor for ModelRunner {
             num_blocks: shape.num_blocks,
             attention_window: self.model.attention_window(),
         }
+    }
+
+    fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
+        self.model.expert_token_counts()
     }
 }

@@ -28,6 +28,7 @@ fn config(head_dim: usize, theta: f32, scaling: Option<RopeScaling>) -> ModelCon
         bos_token_id: None,
         eos_token_ids: vec![],
         dtype: None,
+        moe: None,
     }
 }
 

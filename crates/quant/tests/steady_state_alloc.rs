@@ -103,9 +103,17 @@ fn decode_steps_do_not_allocate() {
         );
     }
     // The Llama-family features: q/k/v biases and a sliding window on some layers
-    // (tiny-qwen2-swa), per-head q/k RMSNorm (tiny-qwen3, HF and GGUF). In this one test, as
-    // the allocation counter is global and tests run in parallel.
-    for fixture in ["tiny-qwen2-swa", "tiny-qwen3", "tiny-qwen3.gguf"] {
+    // (tiny-qwen2-swa), per-head q/k RMSNorm (tiny-qwen3, HF and GGUF), and the expert-grouped
+    // MoE layers (tiny-mixtral's stacked GGUF experts; tiny-qwen2-moe's shared expert). In this
+    // one test, as the allocation counter is global and tests run in parallel.
+    let fixtures = [
+        "tiny-qwen2-swa",
+        "tiny-qwen3",
+        "tiny-qwen3.gguf",
+        "tiny-mixtral.gguf",
+        "tiny-qwen2-moe",
+    ];
+    for fixture in fixtures {
         let n = allocations_per_decode_step(runner_of(fixture, None, KvDtype::F32));
         assert_eq!(n, 0, "{fixture}: {n} allocations per decode step");
     }

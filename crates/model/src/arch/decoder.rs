@@ -10,11 +10,15 @@
 //! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
 //! prefill chunks and decode tokens.
 
+use std::sync::Arc;
+
 use kestrel_engine::executor::BatchInput;
+use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::attention_block::AttentionBlock;
-use super::feed_forward::FeedForward;
+use super::mlp::Mlp;
+use super::moe_block::{ExpertCounter, MoeBlock};
 use super::naming::TensorNaming;
 use super::observer::{ActivationObserver, NoObserver};
 use super::positions::Positions;
@@ -61,10 +65,11 @@ impl DecoderDims {
     }
 }
 
-/// One decoder layer: attention, then the MLP, each with its own residual add.
+/// One decoder layer: attention, then the MLP (dense or sparse), each with its own residual
+/// add.
 struct DecoderLayer {
     attention: AttentionBlock,
-    ffn: FeedForward,
+    ffn: Mlp,
 }
 
 impl DecoderLayer {
@@ -73,11 +78,12 @@ impl DecoderLayer {
         i: usize,
         cfg: &ModelConfig,
         d: &DecoderDims,
+        counter: Option<ExpertCounter>,
     ) -> Result<DecoderLayer, ModelError> {
         let positions = Positions::of(cfg, ld.naming);
         Ok(DecoderLayer {
             attention: AttentionBlock::load(ld, i, cfg, d, positions)?,
-            ffn: FeedForward::load(ld, i, cfg, d)?,
+            ffn: Mlp::load(ld, i, cfg, d, counter)?,
         })
     }
 }
@@ -91,6 +97,8 @@ pub struct DecoderModel {
     norm: BlockNorm,
     head: Linear,
     tied_head: bool,
+    /// Tokens routed per expert of each sparse layer (MoE models).
+    expert_counts: Option<Arc<ExpertTokenCounts>>,
 }
 
 impl DecoderModel {
@@ -113,8 +121,20 @@ impl DecoderModel {
             true => embed.as_linear().clone(),
         }
         .packed();
+        let expert_counts = cfg.moe.as_ref().map(|m| {
+            let sparse = (0..dims.n_layers).filter(|&i| m.is_sparse(i)).collect();
+            Arc::new(ExpertTokenCounts::new(sparse, m.n_experts))
+        });
+        let counter = |i: usize| {
+            let counts = expert_counts.as_ref()?;
+            let slot = counts.layers().iter().position(|&l| l == i)?;
+            Some(ExpertCounter {
+                counts: counts.clone(),
+                slot,
+            })
+        };
         let layers = (0..dims.n_layers)
-            .map(|i| DecoderLayer::load(&ld, i, cfg, &dims))
+            .map(|i| DecoderLayer::load(&ld, i, cfg, &dims, counter(i)))
             .collect::<Result<_, _>>()?;
         let embed_norm = match layout.embedding_norm {
             true => Some(embedding_norm(&ld, dims.hidden, eps, layout.norm)?),
@@ -128,7 +148,18 @@ impl DecoderModel {
             norm: ld.block_norm(naming.final_norm(), dims.hidden, eps, layout.norm)?,
             head,
             tied_head,
+            expert_counts,
         })
+    }
+
+    /// The routed-token counters of a mixture-of-experts model (`None` for dense models).
+    pub fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
+        self.expert_counts.clone()
+    }
+
+    /// The sparse MLP of layer `l`, if it has one.
+    pub fn moe_block(&self, l: usize) -> Option<&MoeBlock> {
+        self.layers.get(l)?.ffn.as_moe()
     }
 
     pub fn dims(&self) -> DecoderDims {

@@ -6,9 +6,13 @@ pub(crate) mod attention_block;
 pub mod decoder;
 pub(crate) mod feed_forward;
 pub(crate) mod fused_qkv;
+pub(crate) mod mlp;
+pub mod moe_block;
+pub mod moe_naming;
 pub mod naming;
 pub mod observer;
 pub(crate) mod positions;
+pub mod router;
 pub(crate) mod tensor_loader;
 pub mod workspace;
 

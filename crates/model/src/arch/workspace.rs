@@ -4,6 +4,8 @@
 use kestrel_kernels::cpu::attention::AttnSeq;
 use kestrel_kernels::cpu::gemm::Scratch;
 
+use super::moe_block::MoeScratch;
+
 /// Per-forward scratch memory. Buffers only grow.
 #[derive(Default)]
 pub struct Workspace {
@@ -26,6 +28,8 @@ pub struct Workspace {
     /// The attention kernel's per-sequence views, kept empty between layers (only the
     /// allocation is reused).
     pub attn_seqs: Vec<AttnSeq<'static>>,
+    /// The sparse MLP layers' buffers.
+    pub moe: MoeScratch,
 }
 
 /// Sizes the buffers must hold for one forward pass.

@@ -4,7 +4,7 @@
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
 use super::rope::yarn_mscale;
-use super::{Architecture, ConfigError, ModelConfig, NormKind, RopeScaling};
+use super::{Architecture, ConfigError, ModelConfig, MoeConfig, NormKind, RopeScaling};
 
 /// llama.cpp's per-frequency rope divisors (Llama 3.1 GGUFs).
 const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
@@ -18,6 +18,15 @@ impl ModelConfig {
         let arch_name = file.get_str("general.architecture")?;
         let architecture = Architecture::from_name(arch_name)
             .ok_or_else(|| ConfigError::UnsupportedArchitecture(arch_name.to_string()))?;
+        let n_layers = file
+            .get_u64(&format!("{arch_name}.block_count"))
+            .optional()?
+            .map_or(0, |v| v as usize);
+        let moe = MoeConfig::from_gguf(file, arch_name, architecture, n_layers)?;
+        let architecture = match (architecture, &moe) {
+            (Architecture::Llama, Some(_)) => Architecture::Mixtral,
+            (a, _) => a,
+        };
         let key = |suffix: &str| format!("{arch_name}.{suffix}");
         let usize_key = |suffix: &str| -> Result<Option<usize>, ConfigError> {
             Ok(file.get_u64(&key(suffix)).optional()?.map(|v| v as usize))
@@ -55,10 +64,11 @@ impl ModelConfig {
             window_layers: None,
             attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some()
                 || file.tensor_info("blk.0.attn_qkv.bias").is_some(),
-            qk_norm: architecture == Architecture::Qwen3,
+            qk_norm: architecture.has_qk_norm(),
             bos_token_id: file.get_u32("tokenizer.ggml.bos_token_id").optional()?,
             eos_token_ids: gguf_eos_ids(file)?,
             dtype: None,
+            moe,
         };
         config.validate()?;
         check_embedding_shape(file, &config)?;

@@ -12,11 +12,11 @@
 use serde_json::{Map, Value};
 
 use super::rope::{longrope_attention, yarn_mscale};
-use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
+use super::{Architecture, ConfigError, ModelConfig, MoeConfig, RopeScaling};
 
 mod bloom;
 
-type Obj = Map<String, Value>;
+pub(super) type Obj = Map<String, Value>;
 
 impl ModelConfig {
     /// Parse and validate a `config.json`.
@@ -62,14 +62,14 @@ impl ModelConfig {
             tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?.unwrap_or(false),
             sliding_window: window.size,
             window_layers: window.layers,
-            attention_bias: architecture == Architecture::Qwen2
-                || opt_bool(obj, "attention_bias")?.unwrap_or(false),
-            qk_norm: architecture == Architecture::Qwen3,
+            attention_bias: attention_bias(obj, architecture)?,
+            qk_norm: architecture.has_qk_norm(),
             bos_token_id: opt_u32(obj, "bos_token_id")?,
             eos_token_ids: eos_ids(obj)?,
             dtype: opt_str(obj, "dtype")?
                 .or(opt_str(obj, "torch_dtype")?)
                 .map(str::to_string),
+            moe: MoeConfig::from_hf(obj, architecture, n_layers)?,
         };
         if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
             return Err(ConfigError::Invalid(format!(
@@ -81,6 +81,15 @@ impl ModelConfig {
     }
 }
 
+/// Qwen2: always; Qwen2-MoE: `qkv_bias` (default true); others: `attention_bias`.
+fn attention_bias(obj: &Obj, arch: Architecture) -> Result<bool, ConfigError> {
+    Ok(match arch {
+        Architecture::Qwen2 => true,
+        Architecture::Qwen2Moe => opt_bool(obj, "qkv_bias")?.unwrap_or(true),
+        _ => opt_bool(obj, "attention_bias")?.unwrap_or(false),
+    })
+}
+
 fn default_head_dim(hidden: usize, n_heads: usize) -> usize {
     hidden.checked_div(n_heads).unwrap_or(0)
 }
@@ -89,8 +98,11 @@ fn default_head_dim(hidden: usize, n_heads: usize) -> usize {
 fn default_max_positions(arch: Architecture) -> usize {
     match arch {
         Architecture::Llama => 2048,
-        Architecture::Mistral => 4096 * 32,
-        Architecture::Qwen2 | Architecture::Qwen3 => 32768,
+        Architecture::Mistral | Architecture::Mixtral => 4096 * 32,
+        Architecture::Qwen2
+        | Architecture::Qwen3
+        | Architecture::Qwen2Moe
+        | Architecture::Qwen3Moe => 32768,
         Architecture::Phi3 => 4096,
         Architecture::Bloom => 2048,
     }
@@ -300,7 +312,15 @@ fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Wind
             size: opt_usize(obj, "sliding_window")?,
             layers: None,
         }),
-        Architecture::Qwen2 | Architecture::Qwen3 => qwen_window(obj, n_layers),
+        // Mixtral's config class has no window by default (absent or null: none).
+        Architecture::Mixtral => Ok(Window {
+            size: opt_usize(obj, "sliding_window")?,
+            layers: None,
+        }),
+        Architecture::Qwen2
+        | Architecture::Qwen3
+        | Architecture::Qwen2Moe
+        | Architecture::Qwen3Moe => qwen_window(obj, n_layers),
     }
 }
 
@@ -370,23 +390,23 @@ fn eos_ids(obj: &Obj) -> Result<Vec<u32>, ConfigError> {
     }
 }
 
-fn bad(field: &str, reason: &str) -> ConfigError {
+pub(super) fn bad(field: &str, reason: &str) -> ConfigError {
     ConfigError::BadField {
         field: field.to_string(),
         reason: reason.to_string(),
     }
 }
 
-fn missing(field: &str) -> ConfigError {
+pub(super) fn missing(field: &str) -> ConfigError {
     ConfigError::MissingField(field.to_string())
 }
 
 /// The value under `key`, treating JSON null as absent.
-fn present<'a>(obj: &'a Obj, key: &str) -> Option<&'a Value> {
+pub(super) fn present<'a>(obj: &'a Obj, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn opt_usize(obj: &Obj, key: &str) -> Result<Option<usize>, ConfigError> {
+pub(super) fn opt_usize(obj: &Obj, key: &str) -> Result<Option<usize>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_u64()
@@ -396,7 +416,7 @@ fn opt_usize(obj: &Obj, key: &str) -> Result<Option<usize>, ConfigError> {
         .transpose()
 }
 
-fn req_usize(obj: &Obj, key: &str) -> Result<usize, ConfigError> {
+pub(super) fn req_usize(obj: &Obj, key: &str) -> Result<usize, ConfigError> {
     opt_usize(obj, key)?.ok_or_else(|| missing(key))
 }
 
@@ -410,7 +430,7 @@ fn opt_u32(obj: &Obj, key: &str) -> Result<Option<u32>, ConfigError> {
     present(obj, key).map(|v| as_u32(v, key)).transpose()
 }
 
-fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> {
+pub(super) fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_f64()
@@ -429,7 +449,7 @@ fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ConfigError> {
         .transpose()
 }
 
-fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError> {
+pub(super) fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_bool()
@@ -438,7 +458,7 @@ fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError> {
         .transpose()
 }
 
-fn opt_str<'a>(obj: &'a Obj, key: &str) -> Result<Option<&'a str>, ConfigError> {
+pub(super) fn opt_str<'a>(obj: &'a Obj, key: &str) -> Result<Option<&'a str>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_str()

@@ -53,7 +53,10 @@ impl Architecture {
             | Architecture::Mistral
             | Architecture::Qwen2
             | Architecture::Qwen3
-            | Architecture::Phi3 => BlockLayout {
+            | Architecture::Phi3
+            | Architecture::Mixtral
+            | Architecture::Qwen2Moe
+            | Architecture::Qwen3Moe => BlockLayout {
                 norm: NormKind::Rms,
                 positions: PositionEncoding::Rope,
                 mlp: MlpKind::GatedSilu,

@@ -1,0 +1,66 @@
+//! [`Mlp`]: the MLP half of a decoder layer, dense ([`FeedForward`]) or sparse ([`MoeBlock`]).
+
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+
+use super::decoder::DecoderDims;
+use super::feed_forward::FeedForward;
+use super::moe_block::{ExpertCounter, MoeBlock};
+use super::observer::ActivationObserver;
+use super::tensor_loader::TensorLoader;
+use super::workspace::Workspace;
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+
+pub(crate) enum Mlp {
+    Dense(FeedForward),
+    Moe(MoeBlock),
+}
+
+impl Mlp {
+    /// Layer `i`'s MLP: sparse where the config's MoE marks the layer, else dense.
+    pub fn load(
+        ld: &TensorLoader<'_>,
+        i: usize,
+        cfg: &ModelConfig,
+        d: &DecoderDims,
+        counter: Option<ExpertCounter>,
+    ) -> Result<Mlp, ModelError> {
+        match &cfg.moe {
+            Some(moe) if moe.is_sparse(i) => {
+                Ok(Mlp::Moe(MoeBlock::load(ld, i, cfg, moe, counter)?))
+            }
+            _ => Ok(Mlp::Dense(FeedForward::load(ld, i, cfg, d)?)),
+        }
+    }
+
+    pub fn weight_bytes(&self) -> usize {
+        match self {
+            Mlp::Dense(f) => f.weight_bytes(),
+            Mlp::Moe(m) => m.weight_bytes(),
+        }
+    }
+
+    /// Layer `l`'s MLP over the `t` rows of `ws.x`, added to it. (The observer sees dense
+    /// layers' inputs only.)
+    pub fn forward(
+        &self,
+        l: usize,
+        d: &DecoderDims,
+        t: usize,
+        ws: &mut Workspace,
+        pool: &ThreadPool,
+        observer: &mut dyn ActivationObserver,
+    ) {
+        match self {
+            Mlp::Dense(f) => f.forward(l, d, t, ws, pool, observer),
+            Mlp::Moe(m) => m.forward(d.hidden, t, ws, pool),
+        }
+    }
+
+    pub fn as_moe(&self) -> Option<&MoeBlock> {
+        match self {
+            Mlp::Moe(m) => Some(m),
+            Mlp::Dense(_) => None,
+        }
+    }
+}

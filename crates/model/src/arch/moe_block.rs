@@ -1,0 +1,391 @@
+//! [`MoeBlock`]: the sparse mixture-of-experts MLP half of a decoder layer (Mixtral, Qwen2-MoE,
+//! Qwen3-MoE) — norm, router, the routed experts, an optional gated shared expert, and the
+//! residual add.
+//!
+//! Expert-grouped, not per token: the whole batch is routed at once ([`Routing`]), then each
+//! expert that received tokens gathers their rows and runs its gate/up/down products once over
+//! all of them (a batched GEMM in prefill, a GEMV in decode, each split over the thread pool as
+//! dense layers are), and its outputs are scattered back, weighted, into the residual update.
+//! Experts with no tokens are skipped. A GGUF layer's 3-D expert tensors are sliced into
+//! per-expert matrices (views of the file's bytes), so quantized experts use the same kernels as
+//! dense weights.
+
+use std::sync::Arc;
+
+use kestrel_engine::expert_counts::ExpertTokenCounts;
+use kestrel_kernels::cpu::gemm::Scratch;
+use kestrel_kernels::cpu::ops::{add_assign, silu_mul};
+use kestrel_kernels::cpu::threadpool::ThreadPool;
+
+use super::moe_naming::MoeTensor;
+use super::naming::LayerTensor;
+use super::router::Routing;
+use super::tensor_loader::TensorLoader;
+use super::workspace::Workspace;
+use crate::config::{ModelConfig, MoeConfig};
+use crate::error::ModelError;
+use crate::layers::{to_f32_vec, Linear, RmsNorm};
+use crate::weights::TensorView;
+
+/// One expert: `down(silu(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+pub struct ExpertMlp {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+impl ExpertMlp {
+    fn ffn(&self) -> usize {
+        self.gate.rows()
+    }
+
+    fn weight_bytes(&self) -> usize {
+        self.gate.n_bytes() + self.up.n_bytes() + self.down.n_bytes()
+    }
+
+    /// `y[m × hidden]` for the `m` rows of `x`; `g`, `u` hold `m × ffn` each.
+    fn forward(&self, pool: &ThreadPool, x: &[f32], m: usize, b: &mut ExpertBuffers<'_>) {
+        let f = self.ffn();
+        self.gate.forward(pool, x, m, &mut b.g[..], &mut *b.scratch);
+        self.up.forward(pool, x, m, &mut b.u[..], &mut *b.scratch);
+        silu_mul(&mut b.g[..m * f], &b.u[..m * f]);
+        self.down
+            .forward(pool, &b.g[..], m, &mut b.y[..], &mut *b.scratch);
+    }
+}
+
+struct ExpertBuffers<'a> {
+    g: &'a mut [f32],
+    u: &'a mut [f32],
+    y: &'a mut [f32],
+    scratch: &'a mut Scratch,
+}
+
+/// The shared expert and its scalar gate `sigmoid(gate · x)` (Qwen2-MoE).
+#[derive(Debug, Clone)]
+pub struct SharedExpert {
+    pub mlp: ExpertMlp,
+    pub gate: Vec<f32>,
+}
+
+/// Routed-token counting: the model's counters and this layer's slot in them.
+#[derive(Debug, Clone)]
+pub struct ExpertCounter {
+    pub counts: Arc<ExpertTokenCounts>,
+    pub slot: usize,
+}
+
+/// The buffers of the MoE layers, reused across layers and passes (they only grow).
+#[derive(Debug, Default)]
+pub struct MoeScratch {
+    routing: Routing,
+    logits: Vec<f32>,
+    /// One expert's gathered input rows.
+    xe: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    y: Vec<f32>,
+    /// The layer's output before the residual add.
+    acc: Vec<f32>,
+}
+
+impl MoeScratch {
+    /// The first `n` values of the last [`MoeBlock::moe_forward`]'s output.
+    pub fn output(&self, n: usize) -> &[f32] {
+        &self.acc[..n]
+    }
+
+    fn reserve(&mut self, t: usize, hidden: usize, ffn: usize, experts: usize) {
+        grow(&mut self.logits, t * experts);
+        grow(&mut self.xe, t * hidden);
+        grow(&mut self.g, t * ffn);
+        grow(&mut self.u, t * ffn);
+        grow(&mut self.y, t * hidden);
+        grow(&mut self.acc, t * hidden);
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// A sparse MLP layer.
+#[derive(Debug, Clone)]
+pub struct MoeBlock {
+    pub norm: RmsNorm,
+    pub router: Linear,
+    pub experts: Vec<ExpertMlp>,
+    pub top_k: usize,
+    pub normalize: bool,
+    pub shared: Option<SharedExpert>,
+    pub counter: Option<ExpertCounter>,
+}
+
+impl MoeBlock {
+    /// Load layer `i`'s sparse MLP.
+    pub(crate) fn load(
+        ld: &TensorLoader<'_>,
+        i: usize,
+        cfg: &ModelConfig,
+        moe: &MoeConfig,
+        counter: Option<ExpertCounter>,
+    ) -> Result<MoeBlock, ModelError> {
+        let h = cfg.hidden_size;
+        let (e, f) = (moe.n_experts, moe.expert_ffn);
+        let loader = ExpertLoader { ld, cfg, layer: i };
+        let gates = loader.experts(MoeTensor::ExpertGate, e, f, h)?;
+        let ups = loader.experts(MoeTensor::ExpertUp, e, f, h)?;
+        let downs = loader.experts(MoeTensor::ExpertDown, e, h, f)?;
+        let experts = gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((gate, up), down)| ExpertMlp { gate, up, down })
+            .collect();
+        let shared = match moe.shared_expert_ffn {
+            Some(sf) => Some(loader.shared(sf)?),
+            None => None,
+        };
+        Ok(MoeBlock {
+            norm: ld.layer_norm(i, LayerTensor::FfnNorm, h, cfg.rms_norm_eps)?,
+            router: loader.matrix(&loader.name(MoeTensor::Router, 0), e, h)?,
+            experts,
+            top_k: moe.top_k,
+            normalize: moe.norm_topk_prob,
+            shared,
+            counter,
+        })
+    }
+
+    /// The stored bytes of the router, experts and shared expert.
+    pub fn weight_bytes(&self) -> usize {
+        let shared = self.shared.as_ref().map_or(0, |s| s.mlp.weight_bytes());
+        self.router.n_bytes()
+            + shared
+            + self.experts.iter().map(|e| e.weight_bytes()).sum::<usize>()
+    }
+
+    fn max_ffn(&self) -> usize {
+        let shared = self.shared.as_ref().map_or(0, |s| s.mlp.ffn());
+        self.experts
+            .iter()
+            .map(|e| e.ffn())
+            .max()
+            .unwrap_or(0)
+            .max(shared)
+    }
+
+    /// The layer's MLP over the `t` rows of the residual stream `ws.x`, added to it.
+    pub fn forward(&self, hidden: usize, t: usize, ws: &mut Workspace, pool: &ThreadPool) {
+        let n = t * hidden;
+        self.norm.forward(&ws.x[..n], &mut ws.h[..n]);
+        let s = &mut ws.moe;
+        self.moe_forward(pool, &ws.h[..n], t, s, &mut ws.scratch);
+        add_assign(&mut ws.x[..n], &s.acc[..n]);
+    }
+
+    /// The MoE output (without norm and residual) of the `t` rows of `x` into `s.acc`.
+    pub fn moe_forward(
+        &self,
+        pool: &ThreadPool,
+        x: &[f32],
+        t: usize,
+        s: &mut MoeScratch,
+        scratch: &mut Scratch,
+    ) {
+        let hidden = self.router.cols();
+        let n_experts = self.experts.len();
+        s.reserve(t, hidden, self.max_ffn(), n_experts);
+        self.router.forward(pool, x, t, &mut s.logits, scratch);
+        s.routing
+            .route(&s.logits, t, n_experts, self.top_k, self.normalize);
+        s.acc[..t * hidden].fill(0.0);
+        for (e, expert) in self.experts.iter().enumerate() {
+            self.run_expert(pool, e, expert, x, s, scratch);
+        }
+        if let Some(shared) = &self.shared {
+            shared_forward(shared, pool, x, t, s, scratch);
+        }
+    }
+
+    /// Expert `e` over the tokens routed to it: gather, one product per projection, scatter.
+    fn run_expert(
+        &self,
+        pool: &ThreadPool,
+        e: usize,
+        expert: &ExpertMlp,
+        x: &[f32],
+        s: &mut MoeScratch,
+        scratch: &mut Scratch,
+    ) {
+        let hidden = self.router.cols();
+        let MoeScratch {
+            routing,
+            xe,
+            g,
+            u,
+            y,
+            acc,
+            ..
+        } = s;
+        let (tokens, weights) = routing.expert(e);
+        let m = tokens.len();
+        if m == 0 {
+            return;
+        }
+        if let Some(c) = &self.counter {
+            c.counts.add(c.slot, e, m as u64);
+        }
+        for (j, &tok) in tokens.iter().enumerate() {
+            let r = tok as usize * hidden;
+            xe[j * hidden..(j + 1) * hidden].copy_from_slice(&x[r..r + hidden]);
+        }
+        let mut b = ExpertBuffers { g, u, y, scratch };
+        expert.forward(pool, &xe[..], m, &mut b);
+        for (j, (&tok, &w)) in tokens.iter().zip(weights).enumerate() {
+            let r = tok as usize * hidden;
+            let out = &mut acc[r..r + hidden];
+            let row = &b.y[j * hidden..(j + 1) * hidden];
+            out.iter_mut().zip(row).for_each(|(a, v)| *a += w * v);
+        }
+    }
+}
+
+/// `acc += sigmoid(gate · x) * shared(x)` for every row.
+fn shared_forward(
+    shared: &SharedExpert,
+    pool: &ThreadPool,
+    x: &[f32],
+    t: usize,
+    s: &mut MoeScratch,
+    scratch: &mut Scratch,
+) {
+    let hidden = shared.gate.len();
+    let mut b = ExpertBuffers {
+        g: &mut s.g,
+        u: &mut s.u,
+        y: &mut s.y,
+        scratch,
+    };
+    shared.mlp.forward(pool, x, t, &mut b);
+    for r in 0..t {
+        let row = &x[r * hidden..(r + 1) * hidden];
+        let dot: f32 = row.iter().zip(&shared.gate).map(|(a, b)| a * b).sum();
+        let w = 1.0 / (1.0 + (-dot).exp());
+        let out = &mut s.acc[r * hidden..(r + 1) * hidden];
+        let y = &b.y[r * hidden..(r + 1) * hidden];
+        out.iter_mut().zip(y).for_each(|(a, v)| *a += w * v);
+    }
+}
+
+/// Loads one layer's expert tensors in either naming.
+struct ExpertLoader<'a, 'b> {
+    ld: &'a TensorLoader<'b>,
+    cfg: &'a ModelConfig,
+    layer: usize,
+}
+
+impl ExpertLoader<'_, '_> {
+    fn name(&self, t: MoeTensor, expert: usize) -> String {
+        self.ld
+            .naming
+            .moe(self.cfg.architecture, self.layer, t, expert)
+    }
+
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, ModelError> {
+        Ok(Linear::new(self.ld.get(name, &[rows, cols])?, None)?.packed())
+    }
+
+    /// The `n` experts' `[rows, cols]` matrices of `t`: slices of one `[n, rows, cols]` tensor
+    /// (GGUF), or one tensor per expert (HF).
+    fn experts(
+        &self,
+        t: MoeTensor,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<Linear>, ModelError> {
+        match self.ld.naming {
+            super::naming::TensorNaming::Gguf => {
+                let view = self.ld.get(&self.name(t, 0), &[n, rows, cols])?;
+                split_experts(view, n, rows, cols)
+            }
+            super::naming::TensorNaming::HuggingFace
+            | super::naming::TensorNaming::HfBloom { .. } => (0..n)
+                .map(|e| self.matrix(&self.name(t, e), rows, cols))
+                .collect(),
+        }
+    }
+
+    fn shared(&self, ffn: usize) -> Result<SharedExpert, ModelError> {
+        let h = self.cfg.hidden_size;
+        let mlp = ExpertMlp {
+            gate: self.matrix(&self.name(MoeTensor::SharedGate, 0), ffn, h)?,
+            up: self.matrix(&self.name(MoeTensor::SharedUp, 0), ffn, h)?,
+            down: self.matrix(&self.name(MoeTensor::SharedDown, 0), h, ffn)?,
+        };
+        let name = self.name(MoeTensor::SharedExpertGate, 0);
+        let view = self
+            .ld
+            .src
+            .tensor(&name)
+            .ok_or_else(|| ModelError::MissingTensor(name.clone()))?;
+        if view.n_elements() != h {
+            return Err(ModelError::BadShape {
+                name,
+                expected: vec![1, h],
+                actual: view.shape,
+            });
+        }
+        Ok(SharedExpert {
+            mlp,
+            gate: to_f32_vec(&view)?,
+        })
+    }
+}
+
+/// Expert `e`'s `[rows, cols]` matrix of a stacked `[n, rows, cols]` tensor: a view of its
+/// bytes.
+fn split_experts(
+    view: TensorView,
+    n: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<Linear>, ModelError> {
+    let bad = |reason: String| ModelError::BadTensor {
+        name: view.name.clone(),
+        reason,
+    };
+    let row_bytes = view.dtype.row_bytes(cols).ok_or_else(|| {
+        bad(format!(
+            "{cols} columns is not a multiple of the {} block size",
+            view.dtype
+        ))
+    })?;
+    let per_expert = rows * row_bytes;
+    if view.data.len() != n * per_expert {
+        return Err(bad(format!(
+            "{} bytes of data, expected {}",
+            view.data.len(),
+            n * per_expert
+        )));
+    }
+    (0..n)
+        .map(|e| {
+            let data = view
+                .data
+                .slice(e * per_expert..(e + 1) * per_expert)
+                .ok_or_else(|| bad(format!("expert {e} is out of the tensor's bytes")))?;
+            let part = TensorView {
+                name: format!("{}[{e}]", view.name),
+                dtype: view.dtype,
+                shape: vec![rows, cols],
+                data,
+            };
+            Ok(Linear::new(part, None)?.packed())
+        })
+        .collect()
+}

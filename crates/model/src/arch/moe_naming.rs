@@ -1,0 +1,83 @@
+//! The tensor names of a sparse MoE layer in both spellings: GGUF stores each expert
+//! projection of a layer as one 3-D tensor (`blk.N.ffn_gate_exps.weight`, `[experts, rows,
+//! cols]`), HF checkpoints one matrix per expert (Mixtral: `block_sparse_moe.experts.E.w1`;
+//! Qwen-MoE: `mlp.experts.E.gate_proj`).
+
+use super::naming::TensorNaming;
+use crate::config::Architecture;
+
+/// A tensor of a sparse MoE layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeTensor {
+    /// The router, `[experts, hidden]`.
+    Router,
+    ExpertGate,
+    ExpertUp,
+    ExpertDown,
+    /// The shared expert (Qwen2-MoE).
+    SharedGate,
+    SharedUp,
+    SharedDown,
+    /// The shared expert's scalar gate, `[1, hidden]`.
+    SharedExpertGate,
+}
+
+impl TensorNaming {
+    /// The name of `t` in `layer`. For the expert projections: the stacked 3-D tensor in GGUF,
+    /// expert `expert`'s matrix in HF checkpoints (`expert` is ignored otherwise).
+    pub fn moe(self, arch: Architecture, layer: usize, t: MoeTensor, expert: usize) -> String {
+        match self {
+            TensorNaming::Gguf => format!("blk.{layer}.{}.weight", gguf_part(t)),
+            TensorNaming::HuggingFace if arch == Architecture::Mixtral => {
+                format!(
+                    "model.layers.{layer}.block_sparse_moe.{}",
+                    mixtral_part(t, expert)
+                )
+            }
+            // (BLOOM has no experts; its naming never reaches here.)
+            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => {
+                format!("model.layers.{layer}.mlp.{}", qwen_part(t, expert))
+            }
+        }
+    }
+}
+
+fn gguf_part(t: MoeTensor) -> &'static str {
+    match t {
+        MoeTensor::Router => "ffn_gate_inp",
+        MoeTensor::ExpertGate => "ffn_gate_exps",
+        MoeTensor::ExpertUp => "ffn_up_exps",
+        MoeTensor::ExpertDown => "ffn_down_exps",
+        MoeTensor::SharedGate => "ffn_gate_shexp",
+        MoeTensor::SharedUp => "ffn_up_shexp",
+        MoeTensor::SharedDown => "ffn_down_shexp",
+        MoeTensor::SharedExpertGate => "ffn_gate_inp_shexp",
+    }
+}
+
+fn mixtral_part(t: MoeTensor, e: usize) -> String {
+    match t {
+        MoeTensor::Router => "gate.weight".into(),
+        MoeTensor::ExpertGate => format!("experts.{e}.w1.weight"),
+        MoeTensor::ExpertUp => format!("experts.{e}.w3.weight"),
+        MoeTensor::ExpertDown => format!("experts.{e}.w2.weight"),
+        // Mixtral has no shared expert; these names are never present.
+        MoeTensor::SharedGate => "shared_expert.gate_proj.weight".into(),
+        MoeTensor::SharedUp => "shared_expert.up_proj.weight".into(),
+        MoeTensor::SharedDown => "shared_expert.down_proj.weight".into(),
+        MoeTensor::SharedExpertGate => "shared_expert_gate.weight".into(),
+    }
+}
+
+fn qwen_part(t: MoeTensor, e: usize) -> String {
+    match t {
+        MoeTensor::Router => "gate.weight".into(),
+        MoeTensor::ExpertGate => format!("experts.{e}.gate_proj.weight"),
+        MoeTensor::ExpertUp => format!("experts.{e}.up_proj.weight"),
+        MoeTensor::ExpertDown => format!("experts.{e}.down_proj.weight"),
+        MoeTensor::SharedGate => "shared_expert.gate_proj.weight".into(),
+        MoeTensor::SharedUp => "shared_expert.up_proj.weight".into(),
+        MoeTensor::SharedDown => "shared_expert.down_proj.weight".into(),
+        MoeTensor::SharedExpertGate => "shared_expert_gate.weight".into(),
+    }
+}

@@ -10,25 +10,33 @@ use crate::weights::gguf::GgufError;
 
 mod from_gguf;
 mod from_hf;
+mod gemma;
 mod rope;
+
+pub use gemma::GemmaConfig;
 
 /// The architectures Kestrel runs: the Llama family, which differ only in features of one
 /// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3:
-/// sliding-window attention where the config enables it).
+/// sliding-window attention where the config enables it; Gemma 2/3: the features of
+/// [`GemmaConfig`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Architecture {
     Llama,
     Mistral,
     Qwen2,
     Qwen3,
+    Gemma2,
+    Gemma3,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 4] = [
+    pub const ALL: [Architecture; 6] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
         Architecture::Qwen3,
+        Architecture::Gemma2,
+        Architecture::Gemma3,
     ];
 
     /// From a GGUF `general.architecture` or HF `model_type` name.
@@ -43,17 +51,22 @@ impl Architecture {
             "MistralForCausalLM" => Some(Architecture::Mistral),
             "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
             "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
+            "Gemma2ForCausalLM" => Some(Architecture::Gemma2),
+            "Gemma3ForCausalLM" => Some(Architecture::Gemma3),
             _ => None,
         }
     }
 
-    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`).
+    /// The lower-case name (`llama`, `mistral`, `qwen2`, `qwen3`, `gemma2`, `gemma3`), as
+    /// GGUF's `general.architecture` spells it.
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
             Architecture::Mistral => "mistral",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Gemma2 => "gemma2",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 
@@ -65,13 +78,19 @@ impl Architecture {
 
     /// The RoPE pairing of this architecture's GGUF files, as llama.cpp's
     /// `llama_model_rope_type` assigns it. llama.cpp's converter permutes the Q/K rows of the
-    /// Llama family only (for adjacent-pair rotation); Qwen2 and Qwen3 keep Hugging Face's
-    /// row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
+    /// Llama family only (for adjacent-pair rotation); Qwen2, Qwen3 and Gemma keep Hugging
+    /// Face's row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
     pub fn gguf_rope_style(self) -> RopeStyle {
         match self {
             Architecture::Llama | Architecture::Mistral => RopeStyle::Interleaved,
             Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::Neox,
+            Architecture::Gemma2 | Architecture::Gemma3 => RopeStyle::Neox,
         }
+    }
+
+    /// Gemma 2 / Gemma 3.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Architecture::Gemma2 | Architecture::Gemma3)
     }
 }
 
@@ -124,6 +143,8 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The checkpoint's stored dtype (`torch_dtype` / `dtype`), if the source says.
     pub dtype: Option<String>,
+    /// Gemma 2/3 features (`None` for the other families).
+    pub gemma: Option<GemmaConfig>,
 }
 
 /// Why a configuration could not be read or is not usable.
@@ -183,6 +204,15 @@ impl ModelConfig {
         }
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
+        if let Some(g) = &self.gemma {
+            positive("local rope theta", g.local_rope_theta)?;
+            positive("attention scale", g.attention_scale)?;
+            for (name, cap) in [("attn softcap", g.attn_softcap), ("final softcap", g.final_softcap)] {
+                if let Some(c) = cap {
+                    positive(name, c)?;
+                }
+            }
+        }
         self.validate_window()?;
         if let Some(scaling) = &self.rope_scaling {
             rope::validate_scaling(scaling, self.head_dim)?;
@@ -193,6 +223,22 @@ impl ModelConfig {
     /// Number of query heads sharing one key/value head.
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads
+    }
+
+    /// The attention score scale: `head_dim^-1/2`, or Gemma's own.
+    pub fn attention_scale(&self) -> f32 {
+        match &self.gemma {
+            Some(g) => g.attention_scale,
+            None => 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// What the token embeddings are multiplied by (Gemma: `sqrt(hidden_size)` in f32, as
+    /// llama.cpp and transformers in f32 do; transformers in bf16 rounds it to bf16 first).
+    pub fn embedding_scale(&self) -> Option<f32> {
+        self.gemma
+            .as_ref()
+            .map(|_| (self.hidden_size as f64).sqrt() as f32)
     }
 
     /// The attention window of layer `layer` (`None`: it attends to every earlier position).

@@ -1,8 +1,9 @@
 //! [`DecoderModel`]: a decoder-only transformer (token embedding, a stack of
 //! [`AttentionBlock`] + [`FeedForward`] layers, final norm, LM head). The supported families
-//! (Llama, Mistral, Qwen2, Qwen3, ...) differ only in per-model features, all read from the
-//! [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k RMSNorm before RoPE (Qwen3), the RoPE
-//! pairing (by architecture and file format), and a sliding window per layer.
+//! (Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, ...) differ only in per-model features, all read
+//! from the [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k RMSNorm before RoPE (Qwen3,
+//! Gemma 3), the RoPE pairing (by architecture and file format), a sliding window and RoPE
+//! base per layer, and Gemma's post-norms, GeGLU, embedding scale and soft-capping.
 //!
 //! One forward pass runs a ragged batch: the tokens of all sequences are stacked into one
 //! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
@@ -72,7 +73,7 @@ impl DecoderLayer {
         d: &DecoderDims,
     ) -> Result<DecoderLayer, ModelError> {
         let rotary = Rotary {
-            inv_freq: cfg.rope_inv_freq(),
+            inv_freq: cfg.layer_rope_inv_freq(i),
             style: ld.naming.rope_style(cfg.architecture),
         };
         Ok(DecoderLayer {
@@ -89,6 +90,10 @@ pub struct DecoderModel {
     norm: RmsNorm,
     head: Linear,
     tied_head: bool,
+    /// Gemma: embeddings times `sqrt(hidden)`.
+    embed_scale: Option<f32>,
+    /// Gemma: `logits = cap · tanh(logits / cap)`.
+    final_softcap: Option<f32>,
 }
 
 impl DecoderModel {
@@ -101,7 +106,11 @@ impl DecoderModel {
         naming: TensorNaming,
     ) -> Result<DecoderModel, ModelError> {
         let dims = DecoderDims::of(cfg);
-        let ld = TensorLoader { src, naming };
+        let ld = TensorLoader {
+            src,
+            naming,
+            norm_offset: cfg.gemma.as_ref().map_or(0.0, |g| g.norm_offset),
+        };
         let embed = Embedding::new(ld.get(naming.embedding(), &[dims.vocab, dims.hidden])?)?;
         let tied_head = !ld.has(naming.output());
         let head = match tied_head {
@@ -119,6 +128,8 @@ impl DecoderModel {
             norm: ld.norm(naming.final_norm(), dims.hidden, cfg.rms_norm_eps)?,
             head,
             tied_head,
+            embed_scale: cfg.embedding_scale(),
+            final_softcap: cfg.gemma.as_ref().and_then(|g| g.final_softcap),
         })
     }
 
@@ -181,6 +192,9 @@ impl DecoderModel {
         flatten(batch, ws);
         let tokens = std::mem::take(&mut ws.tokens);
         self.embed.forward(&tokens, &mut ws.x[..t * d.hidden]);
+        if let Some(scale) = self.embed_scale {
+            ws.x[..t * d.hidden].iter_mut().for_each(|v| *v *= scale);
+        }
         ws.tokens = tokens;
         for (l, layer) in self.layers.iter().enumerate() {
             layer.attention.forward(l, &d, &mut pass, observer);
@@ -200,6 +214,9 @@ impl DecoderModel {
         logits.resize(rows.len() * self.dims.vocab, 0.0);
         self.head
             .forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);
+        if let Some(cap) = self.final_softcap {
+            logits.iter_mut().for_each(|l| *l = (*l / cap).tanh() * cap);
+        }
     }
 }
 

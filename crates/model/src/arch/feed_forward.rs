@@ -1,7 +1,8 @@
 //! [`FeedForward`]: the MLP half of a decoder layer — norm, gated projection
-//! (`down(act(gate(x)) * up(x))`) and the residual add.
+//! (`down(act(gate(x)) * up(x))`, SwiGLU or GeGLU), an optional post-norm (Gemma) and the
+//! residual add.
 
-use kestrel_kernels::cpu::ops::{add_assign, silu_mul};
+use kestrel_kernels::cpu::ops::{add_assign, gelu_tanh_mul, silu_mul};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::decoder::DecoderDims;
@@ -13,11 +14,40 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{Linear, RmsNorm};
 
+/// The gate's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// SwiGLU (the Llama family).
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+impl Activation {
+    fn of(cfg: &ModelConfig) -> Activation {
+        match cfg.gemma.is_some() {
+            true => Activation::GeluTanh,
+            false => Activation::Silu,
+        }
+    }
+
+    /// `gate = act(gate) * up`.
+    fn gate_mul(self, gate: &mut [f32], up: &[f32]) {
+        match self {
+            Activation::Silu => silu_mul(gate, up),
+            Activation::GeluTanh => gelu_tanh_mul(gate, up),
+        }
+    }
+}
+
 pub(crate) struct FeedForward {
     norm: RmsNorm,
     gate: Linear,
     up: Linear,
     down: Linear,
+    act: Activation,
+    /// Gemma: RMSNorm of the MLP output before the residual add.
+    post_norm: Option<RmsNorm>,
 }
 
 impl FeedForward {
@@ -27,11 +57,21 @@ impl FeedForward {
         cfg: &ModelConfig,
         d: &DecoderDims,
     ) -> Result<FeedForward, ModelError> {
+        let (h, eps, gemma) = (d.hidden, cfg.rms_norm_eps, cfg.gemma.is_some());
+        let norm = match gemma {
+            true => LayerTensor::PreFfnNorm,
+            false => LayerTensor::FfnNorm,
+        };
         Ok(FeedForward {
-            norm: ld.layer_norm(i, LayerTensor::FfnNorm, d.hidden, cfg.rms_norm_eps)?,
-            gate: ld.linear(i, LayerTensor::Gate, d.ffn, d.hidden)?,
-            up: ld.linear(i, LayerTensor::Up, d.ffn, d.hidden)?,
-            down: ld.linear(i, LayerTensor::Down, d.hidden, d.ffn)?,
+            norm: ld.layer_norm(i, norm, h, eps)?,
+            gate: ld.linear(i, LayerTensor::Gate, d.ffn, h)?,
+            up: ld.linear(i, LayerTensor::Up, d.ffn, h)?,
+            down: ld.linear(i, LayerTensor::Down, h, d.ffn)?,
+            act: Activation::of(cfg),
+            post_norm: match gemma {
+                true => Some(ld.layer_norm(i, LayerTensor::PostFfnNorm, h, eps)?),
+                false => None,
+            },
         })
     }
 
@@ -59,10 +99,18 @@ impl FeedForward {
         self.gate
             .forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
         self.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
-        silu_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
+        self.act
+            .gate_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
         observer.observe(l, LinearSite::Down, &ws.gate[..t * d.ffn], t);
         self.down
             .forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
-        add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+        let n = t * d.hidden;
+        match &self.post_norm {
+            Some(norm) => {
+                norm.forward(&ws.h[..n], &mut ws.normed[..n]);
+                add_assign(&mut ws.x[..n], &ws.normed[..n]);
+            }
+            None => add_assign(&mut ws.x[..n], &ws.h[..n]),
+        }
     }
 }

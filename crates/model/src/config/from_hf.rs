@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value};
 
+use super::gemma::{gemma_from_hf, gemma_window_from_hf};
 use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
 
 type Obj = Map<String, Value>;
@@ -24,6 +25,13 @@ impl ModelConfig {
         let rope_params = rope_params(obj)?;
         let n_layers = req_usize(obj, "num_hidden_layers")?;
         let window = sliding_window(obj, architecture, n_layers)?;
+        let head_dim = opt_usize(obj, "head_dim")?
+            .unwrap_or_else(|| default_head_dim(hidden_size, n_heads));
+        let rope_theta = rope_theta(obj, rope_params, architecture)?;
+        let gemma = match architecture.is_gemma() {
+            true => Some(gemma_from_hf(obj, architecture, head_dim, rope_theta)?),
+            false => None,
+        };
         let config = ModelConfig {
             architecture,
             vocab_size: req_usize(obj, "vocab_size")?,
@@ -31,25 +39,26 @@ impl ModelConfig {
             n_layers,
             n_heads,
             n_kv_heads: opt_usize(obj, "num_key_value_heads")?.unwrap_or(n_heads),
-            head_dim: opt_usize(obj, "head_dim")?
-                .unwrap_or_else(|| default_head_dim(hidden_size, n_heads)),
+            head_dim,
             intermediate_size: req_usize(obj, "intermediate_size")?,
             rms_norm_eps: opt_f32(obj, "rms_norm_eps")?.unwrap_or(1e-6),
-            rope_theta: rope_theta(obj, rope_params)?,
+            rope_theta,
             rope_scaling: rope_params.map(rope_scaling).transpose()?.flatten(),
             max_position_embeddings: opt_usize(obj, "max_position_embeddings")?
                 .unwrap_or(default_max_positions(architecture)),
-            tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?.unwrap_or(false),
+            tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?
+                .unwrap_or(architecture.is_gemma()),
             sliding_window: window.size,
             window_layers: window.layers,
             attention_bias: architecture == Architecture::Qwen2
                 || opt_bool(obj, "attention_bias")?.unwrap_or(false),
-            qk_norm: architecture == Architecture::Qwen3,
+            qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Gemma3),
             bos_token_id: opt_u32(obj, "bos_token_id")?,
             eos_token_ids: eos_ids(obj)?,
             dtype: opt_str(obj, "dtype")?
                 .or(opt_str(obj, "torch_dtype")?)
                 .map(str::to_string),
+            gemma,
         };
         if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
             return Err(ConfigError::Invalid(format!(
@@ -71,11 +80,22 @@ fn default_max_positions(arch: Architecture) -> usize {
         Architecture::Llama => 2048,
         Architecture::Mistral => 4096 * 32,
         Architecture::Qwen2 | Architecture::Qwen3 => 32768,
+        Architecture::Gemma2 => 8192,
+        Architecture::Gemma3 => 131_072,
     }
 }
 
 fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
     if let Some(model_type) = opt_str(obj, "model_type")? {
+        match model_type {
+            "gemma3_text" => return Ok(Architecture::Gemma3),
+            "gemma3" => {
+                return Err(ConfigError::Unsupported(
+                    "multimodal Gemma 3 (model_type gemma3); Kestrel runs the text-only Gemma3ForCausalLM (gemma3_text)".into(),
+                ))
+            }
+            _ => {}
+        }
         return Architecture::from_name(model_type)
             .ok_or_else(|| ConfigError::UnsupportedArchitecture(model_type.to_string()));
     }
@@ -89,18 +109,22 @@ fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
 }
 
 /// `rope_parameters` (transformers 5) or `rope_scaling` (older); `None` when absent or null.
+/// Per-layer-type parameters (Gemma 3) give the global (`full_attention`) layers' entry.
 fn rope_params(obj: &Obj) -> Result<Option<&Obj>, ConfigError> {
     for key in ["rope_parameters", "rope_scaling"] {
         match obj.get(key) {
             None | Some(Value::Null) => continue,
-            Some(Value::Object(m)) => return Ok(Some(m)),
+            Some(Value::Object(m)) => match m.get("full_attention") {
+                Some(Value::Object(full)) => return Ok(Some(full)),
+                _ => return Ok(Some(m)),
+            },
             Some(_) => return Err(bad(key, "expected an object or null")),
         }
     }
     Ok(None)
 }
 
-fn rope_theta(obj: &Obj, params: Option<&Obj>) -> Result<f32, ConfigError> {
+fn rope_theta(obj: &Obj, params: Option<&Obj>, arch: Architecture) -> Result<f32, ConfigError> {
     if let Some(theta) = params
         .map(|p| opt_f32(p, "rope_theta"))
         .transpose()?
@@ -108,7 +132,11 @@ fn rope_theta(obj: &Obj, params: Option<&Obj>) -> Result<f32, ConfigError> {
     {
         return Ok(theta);
     }
-    Ok(opt_f32(obj, "rope_theta")?.unwrap_or(10000.0))
+    let default = match arch {
+        Architecture::Gemma3 => 1_000_000.0,
+        _ => 10000.0,
+    };
+    Ok(opt_f32(obj, "rope_theta")?.unwrap_or(default))
 }
 
 /// The scaling described by a rope parameter object; `None` for the default (unscaled) type.
@@ -158,6 +186,13 @@ fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Wind
             layers: None,
         }),
         Architecture::Qwen2 | Architecture::Qwen3 => qwen_window(obj, n_layers),
+        Architecture::Gemma2 | Architecture::Gemma3 => {
+            let w = gemma_window_from_hf(obj, arch, n_layers, layer_types(obj)?)?;
+            Ok(Window {
+                size: w.size,
+                layers: w.layers,
+            })
+        }
     }
 }
 

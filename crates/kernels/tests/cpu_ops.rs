@@ -85,8 +85,8 @@ fn gelu_tanh_mul_variants_match_reference() {
 #[test]
 fn gelu_tanh_reference_matches_torch_values() {
     let x = [-3.0f32, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0];
-    let torch = [
-        -0.003_637_392_1f32,
+    let torch: [f64; 7] = [
+        -0.003_637_392_1,
         -0.158_808_009_9,
         -0.154_285_990_2,
         0.0,
@@ -96,7 +96,7 @@ fn gelu_tanh_reference_matches_torch_values() {
     ];
     let mut g = x;
     reference::gelu_tanh_mul(&mut g, &[1.0; 7]);
-    assert_close(&g, &torch, 1e-7, 1e-6, "gelu_tanh reference");
+    assert_close(&g, &torch.map(|v| v as f32), 1e-7, 1e-6, "gelu_tanh reference");
 }
 
 #[test]

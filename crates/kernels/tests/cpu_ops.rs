@@ -61,6 +61,57 @@ fn silu_mul_variants_match_reference() {
 }
 
 #[test]
+fn gelu_tanh_mul_variants_match_reference() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for isa in Isa::available() {
+        let k = OpsKernels::for_isa(isa);
+        for n in LENS {
+            let mut g = random(&mut rng, n, 8.0);
+            g[0] = -100.0; // exp overflow/underflow ends
+            if n > 1 {
+                g[1] = 95.0;
+            }
+            let u = random(&mut rng, n, 2.0);
+            let mut want = g.clone();
+            reference::gelu_tanh_mul(&mut want, &u);
+            (k.gelu_tanh_mul)(&mut g, &u);
+            assert_close(
+                &g,
+                &want,
+                1e-6,
+                4e-6,
+                &format!("gelu_tanh_mul {isa:?} n={n}"),
+            );
+        }
+    }
+}
+
+/// The reference against PyTorch's `gelu(x, approximate="tanh")` at a few points (values
+/// computed with torch 2.x in float64).
+#[test]
+fn gelu_tanh_reference_matches_torch_values() {
+    let x = [-3.0f32, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0];
+    let torch: [f64; 7] = [
+        -0.003_637_392_1,
+        -0.158_808_009_9,
+        -0.154_285_990_2,
+        0.0,
+        0.345_714_009_8,
+        0.841_191_990_6,
+        2.996_362_607_9,
+    ];
+    let mut g = x;
+    reference::gelu_tanh_mul(&mut g, &[1.0; 7]);
+    assert_close(
+        &g,
+        &torch.map(|v| v as f32),
+        1e-7,
+        1e-6,
+        "gelu_tanh reference",
+    );
+}
+
+#[test]
 fn softmax_variants_match_reference() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for isa in Isa::available() {

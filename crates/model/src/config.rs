@@ -10,18 +10,21 @@ use crate::weights::gguf::GgufError;
 
 mod from_gguf;
 mod from_hf;
+mod gemma;
 mod layout;
 mod moe;
 mod rope;
 
+pub use gemma::GemmaConfig;
 pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
 pub use moe::MoeConfig;
 
 /// The architectures Kestrel runs: the Llama family, which differ only in features of one
 /// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3,
 /// Phi-3: sliding-window attention where the config enables it; Phi-3 stores Q/K/V and
-/// gate/up fused, split when loaded by [`crate::weights::FusedSplit`]), and BLOOM, whose
-/// blocks differ ([`Architecture::layout`]: LayerNorm, ALiBi, fused QKV, a GELU MLP).
+/// gate/up fused, split when loaded by [`crate::weights::FusedSplit`]; Gemma 2/3: the
+/// features of [`GemmaConfig`]; Mixtral and Qwen MoE: [`MoeConfig`]), and BLOOM, whose blocks
+/// differ ([`Architecture::layout`]: LayerNorm, ALiBi, fused QKV, a GELU MLP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Architecture {
     Llama,
@@ -36,10 +39,12 @@ pub enum Architecture {
     Qwen2Moe,
     /// Qwen3-MoE: Qwen3 attention, routed experts.
     Qwen3Moe,
+    Gemma2,
+    Gemma3,
 }
 
 impl Architecture {
-    pub const ALL: [Architecture; 9] = [
+    pub const ALL: [Architecture; 11] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Qwen2,
@@ -49,6 +54,8 @@ impl Architecture {
         Architecture::Mixtral,
         Architecture::Qwen2Moe,
         Architecture::Qwen3Moe,
+        Architecture::Gemma2,
+        Architecture::Gemma3,
     ];
 
     /// From a GGUF `general.architecture` or HF `model_type` name (`qwen2moe` and `qwen2_moe`
@@ -73,12 +80,14 @@ impl Architecture {
             "MixtralForCausalLM" => Some(Architecture::Mixtral),
             "Qwen2MoeForCausalLM" => Some(Architecture::Qwen2Moe),
             "Qwen3MoeForCausalLM" => Some(Architecture::Qwen3Moe),
+            "Gemma2ForCausalLM" => Some(Architecture::Gemma2),
+            "Gemma3ForCausalLM" => Some(Architecture::Gemma3),
             _ => None,
         }
     }
 
     /// The lower-case name, as HF's `model_type` (`llama`, `mistral`, `qwen2`, `qwen3`, `phi3`,
-    /// `bloom`, `mixtral`, `qwen2_moe`, `qwen3_moe`).
+    /// `bloom`, `mixtral`, `qwen2_moe`, `qwen3_moe`, `gemma2`, `gemma3`).
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
@@ -90,6 +99,8 @@ impl Architecture {
             Architecture::Mixtral => "mixtral",
             Architecture::Qwen2Moe => "qwen2_moe",
             Architecture::Qwen3Moe => "qwen3_moe",
+            Architecture::Gemma2 => "gemma2",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 
@@ -101,7 +112,7 @@ impl Architecture {
 
     /// The RoPE pairing of this architecture's GGUF files, as llama.cpp's
     /// `llama_model_rope_type` assigns it. llama.cpp's converter permutes the Q/K rows of the
-    /// Llama family only (for adjacent-pair rotation); Qwen2, Qwen3 and Phi-3 keep Hugging
+    /// Llama family only (for adjacent-pair rotation); Qwen2, Qwen3, Phi-3 and Gemma keep Hugging
     /// Face's row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
     /// (BLOOM has no rotary positions.)
     pub fn gguf_rope_style(self) -> RopeStyle {
@@ -114,13 +125,23 @@ impl Architecture {
             | Architecture::Qwen2Moe
             | Architecture::Qwen3Moe
             | Architecture::Phi3
-            | Architecture::Bloom => RopeStyle::Neox,
+            | Architecture::Bloom
+            | Architecture::Gemma2
+            | Architecture::Gemma3 => RopeStyle::Neox,
         }
     }
 
-    /// Queries and keys go through a per-head RMSNorm before RoPE (Qwen3, Qwen3-MoE).
+    /// Queries and keys go through a per-head RMSNorm before RoPE (Qwen3, Qwen3-MoE, Gemma 3).
     pub fn has_qk_norm(self) -> bool {
-        matches!(self, Architecture::Qwen3 | Architecture::Qwen3Moe)
+        matches!(
+            self,
+            Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Gemma3
+        )
+    }
+
+    /// Gemma 2 / Gemma 3.
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Architecture::Gemma2 | Architecture::Gemma3)
     }
 }
 
@@ -231,6 +252,8 @@ pub struct ModelConfig {
     /// The sparse mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE); `None`: every layer
     /// has a dense MLP.
     pub moe: Option<MoeConfig>,
+    /// Gemma 2/3 features (`None` for the other families).
+    pub gemma: Option<GemmaConfig>,
 }
 
 /// Why a configuration could not be read or is not usable.
@@ -300,6 +323,18 @@ impl ModelConfig {
         }
         positive("rms_norm_eps", self.rms_norm_eps)?;
         positive("rope_theta", self.rope_theta)?;
+        if let Some(g) = &self.gemma {
+            positive("local rope theta", g.local_rope_theta)?;
+            positive("attention scale", g.attention_scale)?;
+            for (name, cap) in [
+                ("attn softcap", g.attn_softcap),
+                ("final softcap", g.final_softcap),
+            ] {
+                if let Some(c) = cap {
+                    positive(name, c)?;
+                }
+            }
+        }
         self.validate_window()?;
         if let Some(moe) = &self.moe {
             moe.validate(self.n_layers)?;
@@ -313,6 +348,22 @@ impl ModelConfig {
     /// Number of query heads sharing one key/value head.
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads
+    }
+
+    /// The attention score scale: `head_dim^-1/2`, or Gemma's own.
+    pub fn attention_scale(&self) -> f32 {
+        match &self.gemma {
+            Some(g) => g.attention_scale,
+            None => 1.0 / (self.head_dim as f32).sqrt(),
+        }
+    }
+
+    /// What the token embeddings are multiplied by (Gemma: `sqrt(hidden_size)` in f32, as
+    /// llama.cpp and transformers in f32 do; transformers in bf16 rounds it to bf16 first).
+    pub fn embedding_scale(&self) -> Option<f32> {
+        self.gemma
+            .as_ref()
+            .map(|_| (self.hidden_size as f64).sqrt() as f32)
     }
 
     /// The attention window of layer `layer` (`None`: it attends to every earlier position).

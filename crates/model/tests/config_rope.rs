@@ -25,6 +25,7 @@ fn config(head_dim: usize, theta: f32, scaling: Option<RopeScaling>) -> ModelCon
         window_layers: None,
         attention_bias: false,
         qk_norm: false,
+        gemma: None,
         bos_token_id: None,
         eos_token_ids: vec![],
         dtype: None,

@@ -169,13 +169,17 @@ pub struct AttnSeq<'a> {
     pub block_table: &'a [u32],
 }
 
-/// Head count, score scale, optional sliding window and optional ALiBi position biases.
+/// Head count, score scale, optional sliding window, optional score soft-capping and optional
+/// ALiBi position biases (added after soft-capping).
 #[derive(Debug, Clone, Copy)]
 pub struct AttnParams {
     pub n_heads: usize,
     pub scale: f32,
     /// Query at position `p` sees keys `max(0, p − window + 1)..=p`; `None` = all.
     pub window: Option<usize>,
+    /// Soft-capping (Gemma 2): every scaled score `s` becomes `cap · tanh(s / cap)` before
+    /// masking and softmax; `None` = scores as they are.
+    pub softcap: Option<f32>,
     /// Head `h` adds `slope_h · (key_pos − query_pos)` to its scaled scores ([`Alibi`]);
     /// `None` costs nothing.
     pub alibi: Option<Alibi>,
@@ -210,11 +214,23 @@ pub fn attention(
         scale,
         window,
         alibi: None,
+        softcap: None,
     };
     attention_with(Isa::detected(), pool, kv, seqs, params, out)
 }
 
 type UnitFn = fn(&Ctx<'_>, Unit, &mut Vec<f32>);
+
+/// [`attention`] with every parameter, for this CPU's best variant.
+pub fn attention_params(
+    pool: &ThreadPool,
+    kv: &PagedKv<'_>,
+    seqs: &[AttnSeq<'_>],
+    params: AttnParams,
+    out: &mut [f32],
+) {
+    attention_with(Isa::detected(), pool, kv, seqs, params, out)
+}
 
 /// [`attention`] with the variant for `isa` (capped at what this CPU supports).
 pub fn attention_with(
@@ -338,6 +354,10 @@ fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usi
         "attention: n_heads % n_kv_heads != 0"
     );
     assert!(p.window != Some(0), "attention: window must be at least 1");
+    assert!(
+        p.softcap.is_none_or(|c| c.is_finite() && c > 0.0),
+        "attention: softcap must be positive and finite"
+    );
     let block_len = bs * kv.slot_bytes();
     assert!(
         kv.k.len() == kv.v.len() && kv.k.len().is_multiple_of(block_len),
@@ -501,6 +521,9 @@ fn score_block<E: KvElem>(ctx: &Ctx<'_>, u: Unit, b: usize, st: &mut Softmax<'_>
                 // SAFETY: the portable operations need no target features.
                 *s = unsafe { ScalarVec::dot::<E>(q, &kv.k[key(j)..key(j) + rb]) } * p.scale;
             }
+            if let Some(cap) = p.softcap {
+                vmath::softcap::<false>(sc, cap);
+            }
             if p.alibi.is_some() {
                 let slope = p.slope(head);
                 for (j, s) in sc.iter_mut().enumerate() {
@@ -540,9 +563,9 @@ fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
 
 /// The spec: decode every stored K/V row that a query can see with [`KvDtype::decode_row`]
 /// (rows before the first query's window are left zero: they are masked); then, for every
-/// sequence and head, materialize the `n_q × context` score matrix (plus the ALiBi bias
-/// `slope · (key − query)` when set) with an explicit causal/window mask (−∞), softmax each
-/// row in `f64`, multiply by V.
+/// sequence and head, materialize the `n_q × context` score matrix (soft-capped with `tanh` in
+/// `f64` when `softcap` is set, then plus the ALiBi bias `slope · (key − query)` when set) with
+/// an explicit causal/window mask (−∞), softmax each row in `f64`, multiply by V.
 pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mut [f32]) {
     validate(kv, seqs, &p, out.len());
     let (hd, g) = (kv.head_dim, p.n_heads / kv.n_kv_heads);
@@ -591,12 +614,17 @@ fn reference_row(
             if j > pos || j < p.first_key(pos) {
                 return f64::NEG_INFINITY;
             }
-            q.iter()
+            let s = q
+                .iter()
                 .zip(kj)
                 .map(|(&a, &b)| a as f64 * b as f64)
                 .sum::<f64>()
-                * p.scale as f64
-                + slope * (j as f64 - pos as f64)
+                * p.scale as f64;
+            let s = match p.softcap {
+                Some(cap) => f64::from(cap) * (s / f64::from(cap)).tanh(),
+                None => s,
+            };
+            s + slope * (j as f64 - pos as f64)
         })
         .collect();
     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);

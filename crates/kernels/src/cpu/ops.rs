@@ -1,5 +1,5 @@
-//! Row-wise element ops: RMS norm, LayerNorm, rotary embedding, SiLU-gating, GELU, softmax,
-//! residual add.
+//! Row-wise element ops: RMS norm, LayerNorm, rotary embedding, SiLU- and GELU-gating, GELU,
+//! softmax, residual add.
 //!
 //! Each op has a scalar `reference` (the spec, written for clarity). The hot ones also have
 //! SIMD variants: one lane-structured body (see [`vmath`]) compiled under
@@ -26,6 +26,7 @@ pub struct OpsKernels {
     pub isa: Isa,
     pub rms_norm: fn(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]),
     pub silu_mul: fn(gate: &mut [f32], up: &[f32]),
+    pub gelu_tanh_mul: fn(gate: &mut [f32], up: &[f32]),
     pub softmax: fn(x: &mut [f32]),
     pub add_assign: fn(x: &mut [f32], y: &[f32]),
 }
@@ -39,6 +40,7 @@ impl OpsKernels {
                 isa: Isa::Scalar,
                 rms_norm: reference::rms_norm,
                 silu_mul: reference::silu_mul,
+                gelu_tanh_mul: reference::gelu_tanh_mul,
                 softmax: reference::softmax,
                 add_assign: reference::add_assign,
             },
@@ -66,6 +68,12 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// `gate = silu(gate) * up`, where `silu(g) = g / (1 + e^-g)`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     (OpsKernels::detected().silu_mul)(gate, up)
+}
+
+/// `gate = gelu_tanh(gate) * up` (GeGLU), with the tanh approximation of GELU:
+/// `gelu_tanh(g) = g/2 · (1 + tanh(√(2/π) · (g + 0.044715·g³)))`.
+pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+    (OpsKernels::detected().gelu_tanh_mul)(gate, up)
 }
 
 /// In-place softmax over the whole slice.
@@ -178,6 +186,16 @@ pub mod reference {
         }
     }
 
+    /// See [`super::gelu_tanh_mul`]. The formula itself, with `tanh` in `f64`.
+    pub fn gelu_tanh_mul(gate: &mut [f32], up: &[f32]) {
+        assert_eq!(gate.len(), up.len(), "gelu_tanh_mul: length mismatch");
+        for (g, &u) in gate.iter_mut().zip(up) {
+            let x = f64::from(*g);
+            let inner = super::GELU_SQRT_2_OVER_PI * (x + super::GELU_KAPPA * x * x * x);
+            *g = (0.5 * x * (1.0 + inner.tanh())) as f32 * u;
+        }
+    }
+
     /// See [`super::softmax`].
     pub fn softmax(x: &mut [f32]) {
         let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -196,6 +214,10 @@ pub mod reference {
         x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);
     }
 }
+
+/// `√(2/π)` and the cubic coefficient of the tanh approximation of GELU.
+const GELU_SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_KAPPA: f64 = 0.044_715;
 
 fn check_len3(a: usize, b: usize, c: usize) {
     assert!(
@@ -374,6 +396,31 @@ pub(crate) mod vmath {
         }
     }
 
+    /// `gelu_tanh(g)·u` as `g / (1 + e^(−2y)) · u` with `y = √(2/π)·(g + 0.044715·g³)`, since
+    /// `(1 + tanh y) / 2 = 1 / (1 + e^(−2y))`.
+    #[inline(always)]
+    pub fn gelu_tanh_mul<const F: bool>(gate: &mut [f32], up: &[f32]) {
+        assert_eq!(gate.len(), up.len(), "gelu_tanh_mul: length mismatch");
+        const C: f32 = super::GELU_SQRT_2_OVER_PI as f32;
+        const K: f32 = super::GELU_KAPPA as f32;
+        for (g, &u) in gate.iter_mut().zip(up) {
+            let x = *g;
+            let y = C * fma::<F>(K * x, x * x, x);
+            *g = x / (1.0 + exp::<F>(-2.0 * y)) * u;
+        }
+    }
+
+    /// `x = cap · tanh(x / cap)` (logit soft-capping), with `tanh z = 1 − 2 / (e^(2z) + 1)`
+    /// (absolute error ≈ 1e-7 · cap; `e^(2z)` saturates, so large |z| give ±cap).
+    #[inline(always)]
+    pub fn softcap<const F: bool>(x: &mut [f32], cap: f32) {
+        let inv = 1.0 / cap;
+        for v in x.iter_mut() {
+            let e = exp::<F>(2.0 * *v * inv);
+            *v = cap - 2.0 * cap / (e + 1.0);
+        }
+    }
+
     #[inline(always)]
     pub fn softmax<const F: bool, const L: usize>(x: &mut [f32]) {
         let m = max::<L>(x);
@@ -422,6 +469,12 @@ mod x86 {
         vmath::silu_mul::<true>(g, u)
     );
     simd_entry!(
+        gelu_tanh_mul_avx2,
+        "avx2,fma",
+        fn(g: &mut [f32], u: &[f32]),
+        vmath::gelu_tanh_mul::<true>(g, u)
+    );
+    simd_entry!(
         softmax_avx2,
         "avx2,fma",
         fn(x: &mut [f32]),
@@ -447,6 +500,12 @@ mod x86 {
         vmath::silu_mul::<true>(g, u)
     );
     simd_entry!(
+        gelu_tanh_mul_avx512,
+        "avx512f,avx2,fma",
+        fn(g: &mut [f32], u: &[f32]),
+        vmath::gelu_tanh_mul::<true>(g, u)
+    );
+    simd_entry!(
         softmax_avx512,
         "avx512f,avx2,fma",
         fn(x: &mut [f32]),
@@ -464,6 +523,7 @@ mod x86 {
             isa: Isa::Avx2,
             rms_norm: rms_norm_avx2,
             silu_mul: silu_mul_avx2,
+            gelu_tanh_mul: gelu_tanh_mul_avx2,
             softmax: softmax_avx2,
             add_assign: add_assign_avx2,
         }
@@ -474,6 +534,7 @@ mod x86 {
             isa: Isa::Avx512Vnni,
             rms_norm: rms_norm_avx512,
             silu_mul: silu_mul_avx512,
+            gelu_tanh_mul: gelu_tanh_mul_avx512,
             softmax: softmax_avx512,
             add_assign: add_assign_avx512,
         }

@@ -1,10 +1,10 @@
 //! [`AttentionBlock`]: the attention half of a decoder layer — norm, Q/K/V projections,
 //! optional per-head Q/K norms, positions (rotary, or ALiBi biases in the attention kernel),
-//! paged causal attention (optionally windowed), output projection and the residual add.
+//! paged causal attention (optionally windowed and soft-capped), output projection, an
+//! optional post-norm (Gemma) and the residual add.
 
-use kestrel_kernels::cpu::attention::{attention_with, store_kv, AttnParams, AttnSeq};
+use kestrel_kernels::cpu::attention::{attention_params, store_kv, AttnParams, AttnSeq};
 use kestrel_kernels::cpu::ops::add_assign;
-use kestrel_kernels::cpu::Isa;
 
 use super::decoder::{DecoderDims, Pass};
 use super::naming::LayerTensor;
@@ -72,8 +72,14 @@ pub(crate) struct AttentionBlock {
     qk_norm: Option<QkNorm>,
     positions: Positions,
     o: Linear,
+    /// Gemma: RMSNorm of the projected output before the residual add.
+    post_norm: Option<RmsNorm>,
     /// This layer's attention window (`None`: full causal attention).
     window: Option<usize>,
+    /// The score scale (`head_dim^-1/2`, or Gemma's `query_pre_attn_scalar^-1/2`).
+    scale: f32,
+    /// Gemma 2's soft-capping of the scores.
+    softcap: Option<f32>,
 }
 
 impl AttentionBlock {
@@ -109,7 +115,13 @@ impl AttentionBlock {
             },
             positions,
             o: ld.linear(i, LayerTensor::O, h, q)?,
+            post_norm: match cfg.gemma.is_some() {
+                true => Some(ld.layer_norm(i, LayerTensor::PostAttnNorm, h, eps)?),
+                false => None,
+            },
             window: cfg.layer_window(i),
+            scale: cfg.attention_scale(),
+            softcap: cfg.gemma.as_ref().and_then(|g| g.attn_softcap),
         })
     }
 
@@ -154,7 +166,7 @@ impl AttentionBlock {
             n_heads: d.n_heads,
             n_kv_heads: d.n_kv_heads,
             head_dim: d.head_dim,
-            scale: 1.0 / (d.head_dim as f32).sqrt(),
+            scale: self.scale,
         };
         observer.observe_attention(l, &ws.q[..t * qd], &ws.k[..t * kvd], t, heads);
         self.store_kv(l, kvd, pass);
@@ -163,7 +175,14 @@ impl AttentionBlock {
         observer.observe(l, LinearSite::O, &ws.attn[..t * qd], t);
         self.o
             .forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
-        add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+        let n = t * d.hidden;
+        match &self.post_norm {
+            Some(norm) => {
+                norm.forward(&ws.h[..n], &mut ws.normed[..n]);
+                add_assign(&mut ws.x[..n], &ws.normed[..n]);
+            }
+            None => add_assign(&mut ws.x[..n], &ws.h[..n]),
+        }
     }
 
     /// Write the batch's keys and values into layer `l`'s cache blocks.
@@ -208,10 +227,10 @@ impl AttentionBlock {
             n_heads: heads.n_heads,
             scale: heads.scale,
             window: self.window,
+            softcap: self.softcap,
             alibi: self.positions.alibi(),
         };
-        attention_with(
-            Isa::detected(),
+        attention_params(
             pass.pool,
             &pass.kv.layer(l),
             &seqs,

@@ -1,10 +1,11 @@
 //! [`DecoderModel`]: a decoder-only transformer (token embedding, a stack of
 //! [`AttentionBlock`] + [`FeedForward`] layers, final norm, LM head). The supported families
-//! (Llama, Mistral, Qwen2, Qwen3, BLOOM) differ only in per-model features, all read from the
-//! [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k RMSNorm before RoPE (Qwen3), the RoPE
-//! pairing (by architecture and file format), a sliding window per layer, and the block
-//! layout (BLOOM: LayerNorm, also on the embeddings; ALiBi instead of RoPE; fused QKV; GELU
-//! MLP).
+//! (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2/3, BLOOM, Mixtral, Qwen MoE) differ only in
+//! per-model features, all read from the [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k
+//! RMSNorm before RoPE (Qwen3, Gemma 3), the RoPE pairing (by architecture and file format), a
+//! sliding window and RoPE base per layer, Gemma's post-norms, GeGLU, embedding scale and
+//! soft-capping, sparse MoE MLPs, and the block layout (BLOOM: LayerNorm, also on the
+//! embeddings; ALiBi instead of RoPE; fused QKV; GELU MLP).
 //!
 //! One forward pass runs a ragged batch: the tokens of all sequences are stacked into one
 //! `[tokens, hidden]` matrix so every weight is read once per step, whatever the mix of
@@ -80,7 +81,7 @@ impl DecoderLayer {
         d: &DecoderDims,
         counter: Option<ExpertCounter>,
     ) -> Result<DecoderLayer, ModelError> {
-        let positions = Positions::of(cfg, ld.naming);
+        let positions = Positions::of(cfg, i, ld.naming);
         Ok(DecoderLayer {
             attention: AttentionBlock::load(ld, i, cfg, d, positions)?,
             ffn: Mlp::load(ld, i, cfg, d, counter)?,
@@ -99,6 +100,10 @@ pub struct DecoderModel {
     tied_head: bool,
     /// Tokens routed per expert of each sparse layer (MoE models).
     expert_counts: Option<Arc<ExpertTokenCounts>>,
+    /// Gemma: embeddings times `sqrt(hidden)`.
+    embed_scale: Option<f32>,
+    /// Gemma: `logits = cap · tanh(logits / cap)`.
+    final_softcap: Option<f32>,
 }
 
 impl DecoderModel {
@@ -112,7 +117,11 @@ impl DecoderModel {
     ) -> Result<DecoderModel, ModelError> {
         let dims = DecoderDims::of(cfg);
         let naming = naming.for_architecture(cfg.architecture, src);
-        let ld = TensorLoader { src, naming };
+        let ld = TensorLoader {
+            src,
+            naming,
+            norm_offset: cfg.gemma.as_ref().map_or(0.0, |g| g.norm_offset),
+        };
         let (eps, layout) = (cfg.rms_norm_eps, cfg.architecture.layout());
         let embed = Embedding::new(ld.get(naming.embedding(), &[dims.vocab, dims.hidden])?)?;
         let tied_head = !ld.has(naming.output());
@@ -149,6 +158,8 @@ impl DecoderModel {
             head,
             tied_head,
             expert_counts,
+            embed_scale: cfg.embedding_scale(),
+            final_softcap: cfg.gemma.as_ref().and_then(|g| g.final_softcap),
         })
     }
 
@@ -230,6 +241,9 @@ impl DecoderModel {
         flatten(batch, ws);
         let tokens = std::mem::take(&mut ws.tokens);
         self.embed.forward(&tokens, &mut ws.x[..t * d.hidden]);
+        if let Some(scale) = self.embed_scale {
+            ws.x[..t * d.hidden].iter_mut().for_each(|v| *v *= scale);
+        }
         ws.tokens = tokens;
         if let Some(norm) = &self.embed_norm {
             norm.forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
@@ -253,6 +267,9 @@ impl DecoderModel {
         logits.resize(rows.len() * self.dims.vocab, 0.0);
         self.head
             .forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);
+        if let Some(cap) = self.final_softcap {
+            logits.iter_mut().for_each(|l| *l = (*l / cap).tanh() * cap);
+        }
     }
 }
 

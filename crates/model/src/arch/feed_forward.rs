@@ -1,8 +1,8 @@
 //! [`FeedForward`]: the MLP half of a decoder layer — norm, gated projection
-//! (`down(act(gate(x)) * up(x))`), or without a gate `down(gelu_tanh(up(x)))` (BLOOM, with
-//! biases), and the residual add.
+//! (`down(act(gate(x)) * up(x))`, SwiGLU or GeGLU), or without a gate `down(gelu_tanh(up(x)))`
+//! (BLOOM, with biases), an optional post-norm (Gemma) and the residual add.
 
-use kestrel_kernels::cpu::ops::{add_assign, gelu_tanh, silu_mul};
+use kestrel_kernels::cpu::ops::{add_assign, gelu_tanh, gelu_tanh_mul, silu_mul};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::decoder::DecoderDims;
@@ -12,7 +12,33 @@ use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::{MlpKind, ModelConfig};
 use crate::error::ModelError;
-use crate::layers::{BlockNorm, Linear};
+use crate::layers::{BlockNorm, Linear, RmsNorm};
+
+/// The gate's activation (gated MLPs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// SwiGLU (the Llama family).
+    Silu,
+    /// GeGLU with the tanh approximation of GELU (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+impl Activation {
+    fn of(cfg: &ModelConfig) -> Activation {
+        match cfg.gemma.is_some() {
+            true => Activation::GeluTanh,
+            false => Activation::Silu,
+        }
+    }
+
+    /// `gate = act(gate) * up`.
+    fn gate_mul(self, gate: &mut [f32], up: &[f32]) {
+        match self {
+            Activation::Silu => silu_mul(gate, up),
+            Activation::GeluTanh => gelu_tanh_mul(gate, up),
+        }
+    }
+}
 
 pub(crate) struct FeedForward {
     norm: BlockNorm,
@@ -20,6 +46,9 @@ pub(crate) struct FeedForward {
     gate: Option<Linear>,
     up: Linear,
     down: Linear,
+    act: Activation,
+    /// Gemma: RMSNorm of the MLP output before the residual add.
+    post_norm: Option<RmsNorm>,
 }
 
 impl FeedForward {
@@ -30,15 +59,24 @@ impl FeedForward {
         d: &DecoderDims,
     ) -> Result<FeedForward, ModelError> {
         let layout = cfg.architecture.layout();
-        let (eps, kind) = (cfg.rms_norm_eps, layout.norm);
+        let (h, eps, kind, gemma) = (d.hidden, cfg.rms_norm_eps, layout.norm, cfg.gemma.is_some());
+        let norm = match gemma {
+            true => LayerTensor::PreFfnNorm,
+            false => LayerTensor::FfnNorm,
+        };
         Ok(FeedForward {
-            norm: ld.layer_block_norm(i, LayerTensor::FfnNorm, d.hidden, eps, kind)?,
+            norm: ld.layer_block_norm(i, norm, h, eps, kind)?,
             gate: match layout.mlp {
-                MlpKind::GatedSilu => Some(ld.linear(i, LayerTensor::Gate, d.ffn, d.hidden)?),
+                MlpKind::GatedSilu => Some(ld.linear(i, LayerTensor::Gate, d.ffn, h)?),
                 MlpKind::PlainGelu => None,
             },
-            up: ld.linear(i, LayerTensor::Up, d.ffn, d.hidden)?,
-            down: ld.linear(i, LayerTensor::Down, d.hidden, d.ffn)?,
+            up: ld.linear(i, LayerTensor::Up, d.ffn, h)?,
+            down: ld.linear(i, LayerTensor::Down, h, d.ffn)?,
+            act: Activation::of(cfg),
+            post_norm: match gemma {
+                true => Some(ld.layer_norm(i, LayerTensor::PostFfnNorm, h, eps)?),
+                false => None,
+            },
         })
     }
 
@@ -68,7 +106,8 @@ impl FeedForward {
             Some(gate) => {
                 gate.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
                 self.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
-                silu_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
+                self.act
+                    .gate_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
             }
             None => {
                 self.up
@@ -79,6 +118,13 @@ impl FeedForward {
         observer.observe(l, LinearSite::Down, &ws.gate[..t * d.ffn], t);
         self.down
             .forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
-        add_assign(&mut ws.x[..t * d.hidden], &ws.h[..t * d.hidden]);
+        let n = t * d.hidden;
+        match &self.post_norm {
+            Some(norm) => {
+                norm.forward(&ws.h[..n], &mut ws.normed[..n]);
+                add_assign(&mut ws.x[..n], &ws.normed[..n]);
+            }
+            None => add_assign(&mut ws.x[..n], &ws.h[..n]),
+        }
     }
 }

@@ -20,6 +20,12 @@ pub enum LayerTensor {
     /// Per-head RMSNorm of the keys (Qwen3).
     KNorm,
     FfnNorm,
+    /// Gemma: the norm of the attention output, before the residual add.
+    PostAttnNorm,
+    /// Gemma: the norm before the MLP (Llama's `FfnNorm`, under Gemma's HF name).
+    PreFfnNorm,
+    /// Gemma: the norm of the MLP output, before the residual add.
+    PostFfnNorm,
     Gate,
     Up,
     Down,
@@ -151,7 +157,9 @@ fn gguf_part(t: LayerTensor) -> &'static str {
         LayerTensor::O => "attn_output",
         LayerTensor::QNorm => "attn_q_norm",
         LayerTensor::KNorm => "attn_k_norm",
-        LayerTensor::FfnNorm => "ffn_norm",
+        LayerTensor::FfnNorm | LayerTensor::PreFfnNorm => "ffn_norm",
+        LayerTensor::PostAttnNorm => "post_attention_norm",
+        LayerTensor::PostFfnNorm => "post_ffw_norm",
         LayerTensor::Gate => "ffn_gate",
         LayerTensor::Up => "ffn_up",
         LayerTensor::Down => "ffn_down",
@@ -168,7 +176,9 @@ fn hf_part(t: LayerTensor) -> &'static str {
         LayerTensor::O => "self_attn.o_proj",
         LayerTensor::QNorm => "self_attn.q_norm",
         LayerTensor::KNorm => "self_attn.k_norm",
-        LayerTensor::FfnNorm => "post_attention_layernorm",
+        LayerTensor::FfnNorm | LayerTensor::PostAttnNorm => "post_attention_layernorm",
+        LayerTensor::PreFfnNorm => "pre_feedforward_layernorm",
+        LayerTensor::PostFfnNorm => "post_feedforward_layernorm",
         LayerTensor::Gate => "mlp.gate_proj",
         LayerTensor::Up => "mlp.up_proj",
         LayerTensor::Down => "mlp.down_proj",

@@ -15,12 +15,15 @@ pub(crate) enum Positions {
 }
 
 impl Positions {
-    /// The encoding `cfg`'s architecture uses; rotary pairing as `naming` stores the rows.
-    pub fn of(cfg: &ModelConfig, naming: TensorNaming) -> Positions {
+    /// The encoding of `cfg`'s layer `layer` (Gemma's windowed layers have their own RoPE
+    /// base); rotary pairing as `naming` stores the rows.
+    pub fn of(cfg: &ModelConfig, layer: usize, naming: TensorNaming) -> Positions {
         match cfg.architecture.layout().positions {
-            PositionEncoding::Rope => {
-                Positions::Rope(Rotary::new(cfg, naming.rope_style(cfg.architecture)))
-            }
+            PositionEncoding::Rope => Positions::Rope(Rotary::for_layer(
+                cfg,
+                layer,
+                naming.rope_style(cfg.architecture),
+            )),
             PositionEncoding::Alibi(a) => Positions::Alibi(a),
         }
     }

@@ -14,6 +14,8 @@ use crate::weights::{outlier_weight_name, TensorSource, TensorView};
 pub(crate) struct TensorLoader<'a> {
     pub src: &'a dyn TensorSource,
     pub naming: TensorNaming,
+    /// Added to every norm weight (Gemma HF checkpoints store `w` of `1 + w`).
+    pub norm_offset: f32,
 }
 
 impl TensorLoader<'_> {
@@ -91,7 +93,7 @@ impl TensorLoader<'_> {
     }
 
     pub fn norm(&self, name: &str, len: usize, eps: f32) -> Result<RmsNorm, ModelError> {
-        RmsNorm::new(self.get(name, &[len])?, eps)
+        Ok(RmsNorm::new(self.get(name, &[len])?, eps)?.with_offset(self.norm_offset))
     }
 
     pub fn layer_norm(

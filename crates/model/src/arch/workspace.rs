@@ -19,6 +19,9 @@ pub struct Workspace {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
     pub attn: Vec<f32>,
+    /// A block's normalized output before its residual add (Gemma's post-norms),
+    /// `[tokens, hidden]`.
+    pub normed: Vec<f32>,
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
     /// Final hidden rows whose logits are wanted, `[rows, hidden]`.
@@ -50,6 +53,7 @@ impl Workspace {
         grow(&mut self.k, d.tokens * d.kv_dim);
         grow(&mut self.v, d.tokens * d.kv_dim);
         grow(&mut self.attn, d.tokens * d.q_dim);
+        grow(&mut self.normed, d.tokens * d.hidden);
         grow(&mut self.gate, d.tokens * d.ffn);
         grow(&mut self.up, d.tokens * d.ffn);
     }

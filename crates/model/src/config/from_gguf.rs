@@ -3,6 +3,7 @@
 
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
+use super::gemma::{gemma_from_gguf, GgufDims};
 use super::rope::yarn_mscale;
 use super::{Architecture, ConfigError, ModelConfig, MoeConfig, NormKind, RopeScaling};
 
@@ -41,27 +42,45 @@ impl ModelConfig {
             None => hidden_size.checked_div(n_heads).unwrap_or(0),
         };
         let max_position_embeddings = required("context_length")?;
+        let rope_theta = file
+            .get_f32(&key("rope.freq_base"))
+            .optional()?
+            .unwrap_or(10000.0);
+        let mut sliding_window = gguf_window(architecture, usize_key("attention.sliding_window")?);
+        let mut window_layers = None;
+        let gemma = match architecture.is_gemma() {
+            false => None,
+            true => {
+                let dims = GgufDims {
+                    n_layers,
+                    hidden: hidden_size,
+                    n_heads,
+                    head_dim,
+                    rope_theta,
+                };
+                let (gemma, window) = gemma_from_gguf(file, architecture, dims)?;
+                (sliding_window, window_layers) = (window.size, window.layers);
+                Some(gemma)
+            }
+        };
         let config = ModelConfig {
             architecture,
             vocab_size: gguf_vocab_size(file, arch_name)?,
             hidden_size,
-            n_layers: required("block_count")?,
+            n_layers,
             n_heads,
             n_kv_heads: usize_key("attention.head_count_kv")?.unwrap_or(n_heads),
             head_dim,
             rotary_dim: usize_key("rope.dimension_count")?.unwrap_or(head_dim),
             intermediate_size: required("feed_forward_length")?,
             rms_norm_eps: file.get_f32(&key(norm_eps_key(architecture)))?,
-            rope_theta: file
-                .get_f32(&key("rope.freq_base"))
-                .optional()?
-                .unwrap_or(10000.0),
+            rope_theta,
             rope_scaling: gguf_rope_scaling(file, arch_name)?,
             max_position_embeddings,
             rope_context_length: max_position_embeddings,
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
-            sliding_window: gguf_window(architecture, usize_key("attention.sliding_window")?),
-            window_layers: None,
+            sliding_window,
+            window_layers,
             attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some()
                 || file.tensor_info("blk.0.attn_qkv.bias").is_some(),
             qk_norm: architecture.has_qk_norm(),
@@ -69,6 +88,7 @@ impl ModelConfig {
             eos_token_ids: gguf_eos_ids(file)?,
             dtype: None,
             moe,
+            gemma,
         };
         config.validate()?;
         check_embedding_shape(file, &config)?;

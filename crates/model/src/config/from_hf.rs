@@ -11,6 +11,7 @@
 
 use serde_json::{Map, Value};
 
+use super::gemma::{gemma_from_hf, gemma_window_from_hf};
 use super::rope::{longrope_attention, yarn_mscale};
 use super::{Architecture, ConfigError, ModelConfig, MoeConfig, RopeScaling};
 
@@ -38,6 +39,11 @@ impl ModelConfig {
             opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads));
         let max_position_embeddings = opt_usize(obj, "max_position_embeddings")?
             .unwrap_or(default_max_positions(architecture));
+        let rope_theta = rope_theta(obj, rope_params, architecture)?;
+        let gemma = match architecture.is_gemma() {
+            true => Some(gemma_from_hf(obj, architecture, head_dim, rope_theta)?),
+            false => None,
+        };
         let rope = RopeContext {
             top: obj,
             arch: architecture,
@@ -55,11 +61,12 @@ impl ModelConfig {
             intermediate_size: req_usize(obj, "intermediate_size")?,
             rms_norm_eps: opt_f32(obj, "rms_norm_eps")?
                 .unwrap_or(default_rms_norm_eps(architecture)),
-            rope_theta: rope_theta(obj, rope_params)?,
+            rope_theta,
             rope_scaling: rope_params.map(|p| rope.scaling(p)).transpose()?.flatten(),
             max_position_embeddings,
             rope_context_length: max_position_embeddings,
-            tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?.unwrap_or(false),
+            tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?
+                .unwrap_or(architecture.is_gemma()),
             sliding_window: window.size,
             window_layers: window.layers,
             attention_bias: attention_bias(obj, architecture)?,
@@ -70,6 +77,7 @@ impl ModelConfig {
                 .or(opt_str(obj, "torch_dtype")?)
                 .map(str::to_string),
             moe: MoeConfig::from_hf(obj, architecture, n_layers)?,
+            gemma,
         };
         if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
             return Err(ConfigError::Invalid(format!(
@@ -105,6 +113,8 @@ fn default_max_positions(arch: Architecture) -> usize {
         | Architecture::Qwen3Moe => 32768,
         Architecture::Phi3 => 4096,
         Architecture::Bloom => 2048,
+        Architecture::Gemma2 => 8192,
+        Architecture::Gemma3 => 131_072,
     }
 }
 
@@ -137,6 +147,15 @@ fn rotary_dim(obj: &Obj, params: Option<&Obj>, head_dim: usize) -> Result<usize,
 
 fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
     if let Some(model_type) = opt_str(obj, "model_type")? {
+        match model_type {
+            "gemma3_text" => return Ok(Architecture::Gemma3),
+            "gemma3" => {
+                return Err(ConfigError::Unsupported(
+                    "multimodal Gemma 3 (model_type gemma3); Kestrel runs the text-only Gemma3ForCausalLM (gemma3_text)".into(),
+                ))
+            }
+            _ => {}
+        }
         return Architecture::from_name(model_type)
             .ok_or_else(|| ConfigError::UnsupportedArchitecture(model_type.to_string()));
     }
@@ -150,18 +169,22 @@ fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
 }
 
 /// `rope_parameters` (transformers 5) or `rope_scaling` (older); `None` when absent or null.
+/// Per-layer-type parameters (Gemma 3) give the global (`full_attention`) layers' entry.
 fn rope_params(obj: &Obj) -> Result<Option<&Obj>, ConfigError> {
     for key in ["rope_parameters", "rope_scaling"] {
         match obj.get(key) {
             None | Some(Value::Null) => continue,
-            Some(Value::Object(m)) => return Ok(Some(m)),
+            Some(Value::Object(m)) => match m.get("full_attention") {
+                Some(Value::Object(full)) => return Ok(Some(full)),
+                _ => return Ok(Some(m)),
+            },
             Some(_) => return Err(bad(key, "expected an object or null")),
         }
     }
     Ok(None)
 }
 
-fn rope_theta(obj: &Obj, params: Option<&Obj>) -> Result<f32, ConfigError> {
+fn rope_theta(obj: &Obj, params: Option<&Obj>, arch: Architecture) -> Result<f32, ConfigError> {
     if let Some(theta) = params
         .map(|p| opt_f32(p, "rope_theta"))
         .transpose()?
@@ -169,7 +192,11 @@ fn rope_theta(obj: &Obj, params: Option<&Obj>) -> Result<f32, ConfigError> {
     {
         return Ok(theta);
     }
-    Ok(opt_f32(obj, "rope_theta")?.unwrap_or(10000.0))
+    let default = match arch {
+        Architecture::Gemma3 => 1_000_000.0,
+        _ => 10000.0,
+    };
+    Ok(opt_f32(obj, "rope_theta")?.unwrap_or(default))
 }
 
 /// What reading a rope parameter object needs from the rest of the config.
@@ -321,6 +348,13 @@ fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Wind
         | Architecture::Qwen3
         | Architecture::Qwen2Moe
         | Architecture::Qwen3Moe => qwen_window(obj, n_layers),
+        Architecture::Gemma2 | Architecture::Gemma3 => {
+            let w = gemma_window_from_hf(obj, arch, n_layers, layer_types(obj)?)?;
+            Ok(Window {
+                size: w.size,
+                layers: w.layers,
+            })
+        }
     }
 }
 

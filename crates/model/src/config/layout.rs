@@ -56,7 +56,9 @@ impl Architecture {
             | Architecture::Phi3
             | Architecture::Mixtral
             | Architecture::Qwen2Moe
-            | Architecture::Qwen3Moe => BlockLayout {
+            | Architecture::Qwen3Moe
+            | Architecture::Gemma2
+            | Architecture::Gemma3 => BlockLayout {
                 norm: NormKind::Rms,
                 positions: PositionEncoding::Rope,
                 mlp: MlpKind::GatedSilu,

@@ -43,6 +43,21 @@ use std::f64::consts::PI;
 use super::{positive, ConfigError, ModelConfig, RopeScaling};
 
 impl ModelConfig {
+    /// The rotary inverse frequencies of layer `layer`: Gemma's sliding-window (local)
+    /// layers use their own base and no scaling; every other layer [`Self::rope_inv_freq`].
+    pub fn layer_rope_inv_freq(&self, layer: usize) -> Vec<f32> {
+        match &self.gemma {
+            Some(g) if self.layer_window(layer).is_some() => {
+                let dim = self.head_dim as f64;
+                let theta = f64::from(g.local_rope_theta);
+                (0..self.head_dim / 2)
+                    .map(|i| (1.0 / theta.powf((2 * i) as f64 / dim)) as f32)
+                    .collect()
+            }
+            _ => self.rope_inv_freq(),
+        }
+    }
+
     /// The `rotary_dim / 2` rotary inverse frequencies, with `rope_scaling` applied.
     pub fn rope_inv_freq(&self) -> Vec<f32> {
         let dim = self.rotary_dim;

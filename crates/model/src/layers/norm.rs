@@ -19,6 +19,14 @@ impl RmsNorm {
         })
     }
 
+    /// Add `offset` to every weight (Gemma's `x / rms(x) · (1 + w)` with `w` as stored).
+    pub fn with_offset(mut self, offset: f32) -> RmsNorm {
+        if offset != 0.0 {
+            self.weight.iter_mut().for_each(|w| *w += offset);
+        }
+        self
+    }
+
     /// Normalize each of the rows of `x` (row length = weight length) into `out`.
     pub fn forward(&self, x: &[f32], out: &mut [f32]) {
         let h = self.weight.len();

@@ -35,6 +35,15 @@ impl Rotary {
         );
     }
 
+    /// The rotary embedding of `cfg`'s layer `layer` ([`ModelConfig::layer_rope_inv_freq`]).
+    pub fn for_layer(cfg: &ModelConfig, layer: usize, style: RopeStyle) -> Rotary {
+        Rotary {
+            inv_freq: cfg.layer_rope_inv_freq(layer),
+            attention_factor: cfg.rope_attention_factor(),
+            style,
+        }
+    }
+
     pub fn inv_freq(&self) -> &[f32] {
         &self.inv_freq
     }

@@ -12,6 +12,7 @@
 //!     K, V rows          read in place (f32), or decoded once to f32 rows with the q8
 //!                        scale folded in (f16, q8)
 //!     S   [nk][rp]       = K · Qᵀ                                    (tile::scores)
+//!     S   = cap · tanh(S / cap) when soft-capping is on              (vmath::softcap)
 //!     S  += slope_r · (key − query_r)   with ALiBi only               (block_softmax)
 //!     S  −∞ outside each row's causal/window range (diagonal and window-edge blocks only)
 //!     P, corr            online softmax, lane-wise over rows         (block_softmax)
@@ -165,6 +166,10 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
     // SAFETY: qt is hd × rp, s is nk × rp, k holds nk rows of hd floats; rp is a multiple
     // of W. Features: the caller's contract.
     unsafe { V::scores(&sa) };
+    if let Some(cap) = p.softcap {
+        // Padding lanes hold 0 and stay 0; masked scores are set after.
+        crate::cpu::ops::vmath::softcap::<false>(s, cap);
+    }
     let kp0 = bp0 + j0;
     if let Some((slope, pos)) = t.alibi {
         // SAFETY: features: the caller's contract (shapes are checked inside).

@@ -51,6 +51,7 @@ pub(super) fn bloom_config(obj: &Obj) -> Result<ModelConfig, ConfigError> {
         attention_bias: true,
         qk_norm: false,
         moe: None,
+        gemma: None,
         bos_token_id: opt_u32(obj, "bos_token_id")?,
         eos_token_ids: eos_ids(obj)?,
         dtype: opt_str(obj, "dtype")?

@@ -8,17 +8,22 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// The GGUF formats (Kestrel's own types are covered by `toolkit_quant.rs`).
-const DTYPES: [DType; 10] = [
+const DTYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
+    DType::Q5_1,
     DType::Q8_0,
+    DType::Q2_K,
+    DType::Q3_K,
     DType::Q4_K,
     DType::Q5_K,
     DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
 ];
 
 /// Dequantize an activation row in format `act` (block layouts from `quant::ActFormat`).
@@ -85,9 +90,11 @@ fn random_weights(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) 
 /// Byte offsets of the f16 scale fields within a block of each quantized type.
 fn scale_fields(dtype: DType) -> &'static [usize] {
     match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 => &[0, 2],
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => &[0],
+        DType::Q4_1 | DType::Q5_1 => &[0, 2],
         DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
         DType::Q6_K => &[208],
         _ => &[],
     }

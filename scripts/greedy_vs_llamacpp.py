@@ -11,8 +11,8 @@ greedy decoding; the script prints one line per pair and exits non-zero if any d
 
 Both programs print text, not token ids, so the texts are compared after the same
 normalisation: bytes decoded as UTF-8 with invalid sequences replaced, special-token markers
-that llama.cpp prints and Kestrel skips (`<s>`, `<unk>`, ...) removed, and llama.cpp's echo of
-the prompt dropped. Random-weight models have near-ties; a difference there is reported with
+that llama.cpp prints and Kestrel skips (`<s>`, `<unk>`, ...) and NUL bytes (which llama-simple's
+printf drops) removed, and llama.cpp's echo of the prompt dropped. Random-weight models have near-ties; a difference there is reported with
 the first differing character so it can be checked against the logit margins of the goldens.
 """
 from __future__ import annotations
@@ -23,12 +23,17 @@ import subprocess
 import sys
 
 DEFAULT_PROMPTS = ["Hello world", "The capital of France is", "1, 2, 3, 4,"]
-SPECIAL = re.compile(r"<s>|</s>|<unk>|<pad>|<bos>|<eos>|<\|endoftext\|>|<\|im_end\|>|<end_of_turn>")
+SPECIAL = re.compile(
+    rb"<s>|</s>|<unk>|<pad>|<bos>|<eos>|<\|endoftext\|>|<\|im_start\|>|<\|im_end\|>|<end_of_turn>"
+)
 
 
 def normalise(raw: bytes) -> str:
-    text = raw.decode("utf-8", errors="replace")
-    return SPECIAL.sub("", text).rstrip("\n")
+    # llama-simple prints each piece with printf("%s"), so a byte token 0x00 prints nothing.
+    # Special-token markers come out between the bytes of a character split across byte
+    # tokens, so they are removed before decoding.
+    raw = SPECIAL.sub(b"", raw.replace(b"\x00", b""))
+    return raw.decode("utf-8", errors="replace").rstrip("\n")
 
 
 def llama_cpp(bin_dir: str, model: str, prompt: str, n: int) -> str:
@@ -74,7 +79,12 @@ def main() -> int:
     for model in args.models:
         for prompt in prompts:
             ours = kestrel(args.kestrel_bin, model, prompt, args.tokens)
-            theirs = llama_cpp(args.llama_bin_dir, model, prompt, args.tokens)
+            try:
+                theirs = llama_cpp(args.llama_bin_dir, model, prompt, args.tokens)
+            except subprocess.CalledProcessError as e:
+                differ += 1
+                print(f"FAILED  {model}  llama-simple exited with {e.returncode}: {e.stderr[-300:]!r}")
+                continue
             if ours == theirs:
                 print(f"same    {model}  {prompt!r}: {ours!r}")
             else:

@@ -102,20 +102,11 @@ pub fn start_engine(
 ) -> Result<Launched, LaunchError> {
     let metrics = crate::metrics::install_recorder()?;
     let kv = KvSpec::for_budget(&loaded.model, opts.block_size, opts.kv_dtype, opts.kv_cache)?;
-    // With a window on every layer that the pool can hold, the engine releases blocks outside
-    // it and a sequence's blocks stay bounded, so the pool does not cap the context.
-    let window_bounded = loaded
-        .model
-        .attention_window()
-        .and_then(|w| AttentionWindow::new(w, kv.block_size))
-        .and_then(|w| w.max_chunk(kv.num_blocks))
-        .is_some();
-    let pool_len = if window_bounded {
-        usize::MAX
-    } else {
-        kv.num_blocks * kv.block_size
-    };
-    let model_len = loaded.config.max_position_embeddings.min(pool_len);
+    let model_len = context_limit(
+        loaded.config.max_position_embeddings,
+        loaded.model.attention_window(),
+        &kv,
+    );
     let limits = limits(opts, model_len)?;
     let config = EngineConfig {
         max_num_seqs: opts.max_num_seqs,
@@ -162,6 +153,21 @@ pub fn start_engine(
     })
 }
 
+/// The longest context the engine can run: the model's, capped by the KV pool unless `window`
+/// (the window bounding every layer) fits the pool, in which case the engine releases blocks
+/// outside it and a sequence's blocks stay bounded whatever its length.
+fn context_limit(max_positions: usize, window: Option<usize>, kv: &KvSpec) -> usize {
+    let window_bounded = window
+        .and_then(|w| AttentionWindow::new(w, kv.block_size))
+        .and_then(|w| w.max_chunk(kv.num_blocks))
+        .is_some();
+    if window_bounded {
+        max_positions
+    } else {
+        max_positions.min(kv.num_blocks * kv.block_size)
+    }
+}
+
 fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError> {
     let total = opts.max_total_tokens.unwrap_or(model_len);
     if total > model_len || total < 2 {
@@ -181,4 +187,23 @@ fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError>
         max_total_tokens: total,
         max_queue_time: opts.max_queue_time,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_the_pool_holds_lifts_the_pool_cap() {
+        let kv = KvSpec {
+            block_size: 16,
+            num_blocks: 64,
+            dtype: KvDtype::F32,
+        };
+        assert_eq!(context_limit(32_768, None, &kv), 1024);
+        assert_eq!(context_limit(32_768, Some(512), &kv), 32_768);
+        assert_eq!(context_limit(600, Some(512), &kv), 600);
+        // A window wider than the pool can hold does not bound a sequence's blocks.
+        assert_eq!(context_limit(32_768, Some(4096), &kv), 1024);
+    }
 }

@@ -55,7 +55,7 @@ const ACT_CHUNK: usize = 64;
 pub fn worth_packing(dtype: DType, rows: usize) -> bool {
     PackedKind::of(dtype).is_some()
         && rows.is_multiple_of(PANEL)
-        && Isa::detected() >= Isa::Avx512Vnni
+        && Isa::detected() >= Isa::Avx2
 }
 
 /// One kernel call: activation rows `j0..j0 + na` (`na ≤ MAX_ACT_ROWS`) against one panel.
@@ -99,6 +99,8 @@ pub fn panel_kernel(isa: Isa) -> PanelFn {
     match isa.min(Isa::supported()) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => x86::panel_avx512,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x86::panel_avx2,
         _ => reference::panel_ref,
     }
 }

@@ -3,16 +3,8 @@
 
 use std::arch::x86_64::*;
 
-use super::{PackedKind, PanelJob, PanelOut, MAX_ACT_ROWS};
-
-/// How far ahead of the block being read the kernel prefetches when it reads few activation
-/// rows (decode): weights then stream from memory once, and the hardware prefetchers alone,
-/// which stop at page boundaries, leave the memory bus idle part of the time.
-const PREFETCH_BYTES: usize = 4096;
-
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q8_0: u8 = 2;
+use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
+use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
 /// Generates the `match` from a job's row count to the monomorphized kernel.
 macro_rules! by_rows {
@@ -31,7 +23,7 @@ macro_rules! by_rows {
 }
 
 /// The AVX-512 VNNI [`super::PanelFn`].
-pub(super) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
+pub(in crate::cpu::packed) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
     check(job);
     // SAFETY: `panel_kernel` hands this out only on CPUs with AVX-512 F/BW/VL/VNNI, F16C and
     // FMA; `check` verified that the panel holds `nb` blocks and the activations hold rows
@@ -43,27 +35,6 @@ pub(super) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
             PackedKind::Q8_0 => by_rows!(job, out, Q8_0),
         }
     }
-}
-
-/// Panics unless every byte `run` reads is in bounds.
-fn check(job: &PanelJob<'_>) {
-    let (nb, kind, a) = (job.nb, job.kind, job.acts);
-    let rows_end = job.j0 + job.na;
-    assert!(
-        (1..=MAX_ACT_ROWS).contains(&job.na),
-        "panel kernel: 1..=8 rows"
-    );
-    assert!(
-        job.panel.len() >= nb * (kind.quant_bytes() + kind.scale_bytes()),
-        "panel kernel: panel too short"
-    );
-    assert!(
-        a.q.len() >= rows_end * nb * 32
-            && a.d.len() >= rows_end * nb
-            && a.corr.len() >= rows_end * nb
-            && a.s.len() >= rows_end * nb,
-        "panel kernel: activations too short"
-    );
 }
 
 /// 4 activation quants at `p`, broadcast to all 16 lanes.
@@ -116,17 +87,6 @@ unsafe fn block_sums<const NA: usize, const KIND: u8>(
         }
     }
     isum
-}
-
-/// Prefetches the cache lines of `len` bytes at `p` into L2 (any address: prefetches never
-/// fault, so running past the matrix is harmless).
-#[inline(always)]
-fn prefetch(p: *const u8, len: usize) {
-    for off in (0..len).step_by(64) {
-        // SAFETY: a prefetch is a hint that reads nothing architecturally visible and never
-        // faults, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off).cast()) };
-    }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

@@ -1,0 +1,206 @@
+//! AVX2 panel kernel: a panel's 16 rows as two registers of 8 lanes (rows 0..8 and 8..16),
+//! [`PASS_ROWS`] activation rows per pass so that sums, results and weights fit the 16
+//! registers.
+//!
+//! AVX2 has no `vpdpbusd`; `maddubs` (unsigned weight byte × signed activation byte, pairs
+//! summed into `i16`) followed by `madd` with ones (pairs of `i16` into `i32`) does its work:
+//! - Q4_0 / Q4_1: the unsigned nibbles (0..=15) go into `maddubs` as stored. A block adds 16
+//!   products into each `i16` lane, `|16 · 15 · 128| < 2^15`, so the `i16` sums of a whole
+//!   block are exact and are widened once per block.
+//! - Q8_0: the stored `q + 128` would overflow `maddubs`, so the kernel flips it back to the
+//!   signed `q` and multiplies `|q|` by the activation carrying `q`'s sign (`2 · 128 · 127 <
+//!   2^15`, activation bytes never being -128). That sum is the signed dot product itself,
+//!   which equals the stored-quant sum minus the activation's offset correction, so the block
+//!   correction is not applied.
+//!
+//! Results are bit-identical to the scalar spec: the same exact integer block sums, then the
+//! same `f32` operations in the same order.
+
+use std::arch::x86_64::*;
+
+use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
+use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
+
+/// Activation rows one pass over the panel handles.
+const PASS_ROWS: usize = 2;
+
+/// Integer sums of one block: `[activation row][half of the panel]`, 8 rows a register.
+type Sums<const NA: usize> = [[__m256i; 2]; NA];
+
+/// Calls `run::<NA, KIND>` for the job's kind.
+macro_rules! by_kind {
+    ($na:literal, $job:expr, $j:expr, $out:expr) => {
+        match $job.kind {
+            PackedKind::Q4_0 => run::<$na, Q4_0>($job, $j, $out),
+            PackedKind::Q4_1 => run::<$na, Q4_1>($job, $j, $out),
+            PackedKind::Q8_0 => run::<$na, Q8_0>($job, $j, $out),
+        }
+    };
+}
+
+/// The AVX2 [`crate::cpu::packed::PanelFn`].
+pub(in crate::cpu::packed) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
+    check(job);
+    for j in (0..job.na).step_by(PASS_ROWS) {
+        // SAFETY: `panel_kernel` hands this out only on CPUs with AVX2, FMA and F16C; `check`
+        // verified that the panel holds `nb` blocks and the activations hold rows
+        // `j0..j0 + na` of `nb` blocks; `run` reads rows `j0 + j..` up to `j0 + na`.
+        unsafe {
+            if job.na - j >= 2 {
+                by_kind!(2, job, j, out)
+            } else {
+                by_kind!(1, job, j, out)
+            }
+        }
+    }
+}
+
+/// 4 activation quants at `p`, broadcast to all 8 lanes.
+///
+/// # Safety
+/// 4 bytes at `p` are readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bcast4(p: *const i8) -> __m256i {
+    // SAFETY: the caller's contract.
+    _mm256_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
+}
+
+/// The two 32-byte halves (rows 0..8, 8..16) of the 64-byte vector at `p`.
+///
+/// # Safety
+/// 64 bytes at `p` are readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn halves(p: *const u8) -> [__m256i; 2] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        [
+            _mm256_loadu_si256(p.cast()),
+            _mm256_loadu_si256(p.add(32).cast()),
+        ]
+    }
+}
+
+/// The `i32` sums of block `i` of a Q4 panel (quants at `qp`) with `NA` activation rows.
+///
+/// # Safety
+/// `qp` points at a block's 256 packed quant bytes; `aq[j]` at an activation row of at least
+/// `32·(i + 1)` quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_sums<const NA: usize>(qp: *const u8, aq: &[*const i8; NA], i: usize) -> Sums<NA> {
+    let mask = _mm256_set1_epi8(0x0F);
+    let mut s16 = [[_mm256_setzero_si256(); 2]; NA];
+    for v in 0..4 {
+        // SAFETY: vector v of the block's 4, and activation quants 8v..8v+8 of block i.
+        unsafe {
+            let raw = halves(qp.add(64 * v));
+            let lo = raw.map(|x| _mm256_and_si256(x, mask));
+            let hi = raw.map(|x| _mm256_and_si256(_mm256_srli_epi16(x, 4), mask));
+            for j in 0..NA {
+                let a = aq[j].add(32 * i + 8 * v);
+                let (al, ah) = (bcast4(a), bcast4(a.add(4)));
+                for h in 0..2 {
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo[h], al),
+                        _mm256_maddubs_epi16(hi[h], ah),
+                    );
+                    s16[j][h] = _mm256_add_epi16(s16[j][h], p);
+                }
+            }
+        }
+    }
+    let ones = _mm256_set1_epi16(1);
+    s16.map(|row| row.map(|x| _mm256_madd_epi16(x, ones)))
+}
+
+/// The signed `i32` sums of block `i` of a Q8_0 panel (quants at `qp`, stored `q + 128`) with
+/// `NA` activation rows.
+///
+/// # Safety
+/// `qp` points at a block's 512 packed quant bytes; `aq[j]` at an activation row of at least
+/// `32·(i + 1)` quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_sums<const NA: usize>(qp: *const u8, aq: &[*const i8; NA], i: usize) -> Sums<NA> {
+    let (flip, ones) = (_mm256_set1_epi8(-128), _mm256_set1_epi16(1));
+    let mut s32 = [[_mm256_setzero_si256(); 2]; NA];
+    for g in 0..8 {
+        // SAFETY: vector g of the block's 8, and activation quants 4g..4g+4 of block i.
+        unsafe {
+            let q = halves(qp.add(64 * g)).map(|x| _mm256_xor_si256(x, flip));
+            let abs = q.map(|x| _mm256_abs_epi8(x));
+            for j in 0..NA {
+                let a = bcast4(aq[j].add(32 * i + 4 * g));
+                for h in 0..2 {
+                    let p = _mm256_maddubs_epi16(abs[h], _mm256_sign_epi8(a, q[h]));
+                    s32[j][h] = _mm256_add_epi32(s32[j][h], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+    }
+    s32
+}
+
+/// Activation rows `job.j0 + j .. + NA` against the job's panel, into `out[j..j + NA]`.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; the job passed [`check`] and `j + NA <= job.na`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
+    let (nb, acts) = (job.nb, job.acts);
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr();
+    // SAFETY: the scales follow the `nb` blocks of quants inside the panel (checked).
+    let scales = unsafe { quants.add(nb * qb) };
+    let row = |t: usize| job.j0 + j + t;
+    let aq: [*const i8; NA] = std::array::from_fn(|t| acts.q[row(t) * nb * 32..].as_ptr());
+    let k0: [usize; NA] = std::array::from_fn(|t| row(t) * nb);
+    let mut acc = [[_mm256_setzero_ps(); 2]; NA];
+    for i in 0..nb {
+        if job.na <= 2 {
+            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
+            prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
+        }
+        // SAFETY: block i < nb of the panel and of every activation row is in bounds; the
+        // block's scales are 16 f16 d (then 16 f16 m for Q4_1).
+        let (isum, dw, mw) = unsafe {
+            let sp = scales.add(i * sb);
+            let f16x8 = |o: usize| _mm256_cvtph_ps(_mm_loadu_si128(sp.add(o).cast()));
+            let sums = if KIND == Q8_0 {
+                q8_sums::<NA>(quants.add(i * qb), &aq, i)
+            } else {
+                q4_sums::<NA>(quants.add(i * qb), &aq, i)
+            };
+            let m = if KIND == Q4_1 {
+                [f16x8(32), f16x8(48)]
+            } else {
+                [_mm256_setzero_ps(); 2]
+            };
+            (sums, [f16x8(0), f16x8(16)], m)
+        };
+        for t in 0..NA {
+            let k = k0[t] + i;
+            let da = _mm256_set1_ps(acts.d[k]);
+            for h in 0..2 {
+                let s = if KIND == Q4_0 {
+                    _mm256_sub_epi32(isum[t][h], _mm256_set1_epi32(acts.corr[k]))
+                } else {
+                    isum[t][h]
+                };
+                let dd = _mm256_mul_ps(dw[h], da);
+                acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[t][h]);
+                if KIND == Q4_1 {
+                    acc[t][h] = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(acts.s[k]), acc[t][h]);
+                }
+            }
+        }
+    }
+    for (t, halves) in acc.iter().enumerate() {
+        for (h, a) in halves.iter().enumerate() {
+            // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
+            unsafe { _mm256_storeu_ps(out[j + t][8 * h..].as_mut_ptr(), *a) };
+        }
+    }
+}

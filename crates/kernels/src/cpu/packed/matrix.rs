@@ -1,23 +1,18 @@
 //! [`PackedMatrix`]: a weight matrix repacked into panels (layout in `layout.rs`).
 
-use bytemuck::{Pod, Zeroable};
-
 use super::{layout, PackedKind, PANEL};
+use crate::huge_buffer::HugeBuffer;
 use crate::quant::{self, DType};
-
-/// One 64-byte line, so panels start on cache-line boundaries.
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
 
 /// A `rows × cols` weight matrix in the packed layout.
 pub struct PackedMatrix {
     kind: PackedKind,
     rows: usize,
     cols: usize,
-    /// Bytes per panel, rounded up to whole lines.
+    /// Bytes per panel, rounded up to whole 64-byte cache lines (the buffer is page-aligned,
+    /// so every panel starts on a line).
     panel_stride: usize,
-    lines: Vec<Line>,
+    buf: HugeBuffer,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -45,7 +40,7 @@ impl PackedMatrix {
             rows,
             cols,
             panel_stride,
-            lines: vec![Line([0; 64]); rows / PANEL * panel_stride / 64],
+            buf: HugeBuffer::zeroed(rows / PANEL * panel_stride),
         };
         let nb = m.blocks();
         let (qb, sb) = (kind.quant_bytes(), kind.scale_bytes());
@@ -76,7 +71,7 @@ impl PackedMatrix {
 
     /// Bytes held (panels with their padding).
     pub fn n_bytes(&self) -> usize {
-        self.lines.len() * 64
+        self.buf.len()
     }
 
     pub(super) fn blocks(&self) -> usize {
@@ -84,11 +79,11 @@ impl PackedMatrix {
     }
 
     fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.lines)
+        &self.buf
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        bytemuck::cast_slice_mut(&mut self.lines)
+        &mut self.buf
     }
 
     /// Panel `p`: its quant bytes, then its scale bytes.

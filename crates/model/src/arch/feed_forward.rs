@@ -104,8 +104,14 @@ impl FeedForward {
         observer.observe(l, LinearSite::GateUp, &ws.h[..t * d.hidden], t);
         match &self.gate {
             Some(gate) => {
-                gate.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
-                self.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
+                Linear::forward_many(
+                    [gate, &self.up],
+                    pool,
+                    &ws.h,
+                    t,
+                    [&mut ws.gate, &mut ws.up],
+                    &mut ws.scratch,
+                );
                 self.act
                     .gate_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
             }

@@ -25,6 +25,19 @@ impl std::fmt::Debug for PackedMatrix {
     }
 }
 
+/// Matrices at least this large are packed on all cores (threads cost more on small ones).
+const PARALLEL_PACK_BYTES: usize = 1 << 20;
+
+/// Packs one panel (`src[r]` = row `r`'s GGUF bytes) into `panel` (quants, then scales).
+fn pack_panel(kind: PackedKind, nb: usize, src: &[&[u8]; PANEL], panel: &mut [u8]) {
+    let (qb, sb) = (kind.quant_bytes(), kind.scale_bytes());
+    let (quants, scales) = panel.split_at_mut(nb * qb);
+    for i in 0..nb {
+        let (q, s) = (&mut quants[i * qb..][..qb], &mut scales[i * sb..][..sb]);
+        layout::pack_block(kind, src, i, q, s);
+    }
+}
+
 impl PackedMatrix {
     /// Packs a row-major GGUF matrix. `None` if `dtype` has no packed layout, `rows` is not a
     /// multiple of [`PANEL`], or `data` is not exactly `rows` rows of `cols` elements.
@@ -43,17 +56,27 @@ impl PackedMatrix {
             buf: HugeBuffer::zeroed(rows / PANEL * panel_stride),
         };
         let nb = m.blocks();
-        let (qb, sb) = (kind.quant_bytes(), kind.scale_bytes());
-        for p in 0..rows / PANEL {
-            let src: [&[u8]; PANEL] =
-                std::array::from_fn(|r| &data[(p * PANEL + r) * row_bytes..][..row_bytes]);
-            let panel = &mut m.bytes_mut()[p * panel_stride..][..nb * (qb + sb)];
-            let (quants, scales) = panel.split_at_mut(nb * qb);
-            for i in 0..nb {
-                let (q, s) = (&mut quants[i * qb..][..qb], &mut scales[i * sb..][..sb]);
-                layout::pack_block(kind, &src, i, q, s);
+        let panel_bytes = nb * (kind.quant_bytes() + kind.scale_bytes());
+        let pack_from = |first: usize, part: &mut [u8]| {
+            for (k, panel) in part.chunks_exact_mut(panel_stride).enumerate() {
+                let p = first + k;
+                let src: [&[u8]; PANEL] =
+                    std::array::from_fn(|r| &data[(p * PANEL + r) * row_bytes..][..row_bytes]);
+                pack_panel(kind, nb, &src, &mut panel[..panel_bytes]);
             }
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || data.len() < PARALLEL_PACK_BYTES {
+            pack_from(0, &mut m.buf);
+            return Some(m);
         }
+        let per = (rows / PANEL).div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for (c, part) in m.buf.chunks_mut(per * panel_stride).enumerate() {
+                let pack_from = &pack_from;
+                s.spawn(move || pack_from(c * per, part));
+            }
+        });
         Some(m)
     }
 
@@ -80,10 +103,6 @@ impl PackedMatrix {
 
     fn bytes(&self) -> &[u8] {
         &self.buf
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
     }
 
     /// Panel `p`: its quant bytes, then its scale bytes.

@@ -19,6 +19,11 @@
 //! block's quant sum (`corr` = offset · Σ a). Activations are quantized exactly as for the
 //! GGUF kernels, so results match theirs up to `f32` summation order.
 //!
+//! On AVX2 (no `vpdpbusd`) the same layout is read as two 8-row halves and `maddubs` + `madd`
+//! stand in for `vpdpbusd` (`x86/avx2.rs`). The buffers ask for transparent huge pages
+//! (`HugeBuffer`), and products that read one input can share a pool call
+//! ([`matmul_packed_many`]).
+//!
 //! Packing happens only where a SIMD kernel for the layout exists ([`worth_packing`]); the
 //! scalar kernel (`reference.rs`) is the spec every variant is tested against.
 

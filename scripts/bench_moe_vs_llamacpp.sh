@@ -35,5 +35,5 @@ done
 python3 scripts/bench_side_by_side.py --llama-bin "$bin_dir" --kestrel ./target/release/kestrel \
     --out "$out" --title "Mixture of experts: Kestrel vs llama.cpp" \
     --threads "${THREADS:-2}" --reps "${REPS:-2}" --rounds "${ROUNDS:-3}" \
-    --note "Model: random-weight Mixtral shape (\`scripts/make_mixtral_gguf.py\`): $L layers, hidden $H, 8 experts of FFN $F, top-2, vocab $V; 1.06 B parameters, $active read per decode step." \
+    --note "Model: random-weight Mixtral shape (\`scripts/make_mixtral_gguf.py\`): $L layers, hidden $H, 8 experts of FFN $F, top-2, vocab $V; 1.06 B parameters, $active of them read per decode step." \
     "${models[@]}"

@@ -84,6 +84,7 @@ impl WindowModel for RunnerModel {
                 start_pos: i * self.batch,
                 block_table: self.block_table.clone(),
                 need_logits: true,
+                adapter: None,
             };
             let out = self
                 .runner

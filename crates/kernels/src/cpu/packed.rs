@@ -53,9 +53,7 @@ const ACT_CHUNK: usize = 64;
 /// Whether a `rows`-row matrix of `dtype` gets packed on this CPU: the type has a packed
 /// layout, whole panels, and a SIMD kernel for it is available (`KESTREL_ISA` caps this too).
 pub fn worth_packing(dtype: DType, rows: usize) -> bool {
-    PackedKind::of(dtype).is_some()
-        && rows.is_multiple_of(PANEL)
-        && Isa::detected() >= Isa::Avx2
+    PackedKind::of(dtype).is_some() && rows.is_multiple_of(PANEL) && Isa::detected() >= Isa::Avx2
 }
 
 /// One kernel call: activation rows `j0..j0 + na` (`na ≤ MAX_ACT_ROWS`) against one panel.

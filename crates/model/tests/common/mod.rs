@@ -78,6 +78,7 @@ pub fn teacher_forced_logits(runner: &mut ModelRunner, ids: &[u32]) -> (Vec<f32>
             start_pos: 0,
             block_table: (0..blocks).collect(),
             need_logits: true,
+            adapter: None,
         }],
     };
     let out = runner
@@ -99,6 +100,7 @@ pub fn greedy_ids(runner: &mut ModelRunner, prompt: &[u32], n: usize) -> Vec<u32
                 start_pos: pos,
                 block_table: table.clone(),
                 need_logits: true,
+                adapter: None,
             }],
         };
         pos += batch.seqs[0].tokens.len();

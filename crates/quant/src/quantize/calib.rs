@@ -138,6 +138,7 @@ pub fn calibrate(
                 start_pos: 0,
                 block_table: (0..shape.num_blocks as u32).collect(),
                 need_logits: false,
+                adapter: None,
             }],
         };
         let pass = Pass {

@@ -143,6 +143,7 @@ pub fn calibrate(
         };
         let pass = Pass {
             batch: &batch,
+            lora: &kestrel_model::lora::LoraBatch::none(),
             kv: &mut kv,
             ws: &mut ws,
             pool,

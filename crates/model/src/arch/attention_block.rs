@@ -164,7 +164,12 @@ impl AttentionBlock {
                 (LoraTarget::K, &mut ws.k[..t * kvd]),
                 (LoraTarget::V, &mut ws.v[..t * kvd]),
             ] {
-                let site = LoraSite { layer: l, target, x, y };
+                let site = LoraSite {
+                    layer: l,
+                    target,
+                    x,
+                    y,
+                };
                 pass.lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
             }
         }

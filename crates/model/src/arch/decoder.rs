@@ -264,10 +264,7 @@ impl DecoderModel {
         }
         for (l, layer) in self.layers.iter().enumerate() {
             layer.attention.forward(l, &d, &mut pass, observer);
-            let io = super::mlp::MlpIo {
-                t,
-                lora: pass.lora,
-            };
+            let io = super::mlp::MlpIo { t, lora: pass.lora };
             layer.ffn.forward(l, &d, io, pass.ws, pool, observer);
         }
         self.logits(logit_rows, pass.ws, pool, logits);

@@ -94,13 +94,7 @@ impl LoraAdapter {
 
 /// B's rows of a Q or K delta in the base's order (`permuted`: the adapter's are in
 /// llama.cpp's order).
-fn fix_qk_rows(
-    t: LoraTarget,
-    b: &[f32],
-    rank: usize,
-    base: &LoraBase,
-    permuted: bool,
-) -> Vec<f32> {
+fn fix_qk_rows(t: LoraTarget, b: &[f32], rank: usize, base: &LoraBase, permuted: bool) -> Vec<f32> {
     let heads = match t {
         LoraTarget::Q => base.n_heads,
         LoraTarget::K => base.n_kv_heads,
@@ -112,4 +106,3 @@ fn fix_qk_rows(
         _ => b.to_vec(),
     }
 }
-

@@ -79,8 +79,13 @@ pub fn reorder_qk_rows(data: &[f32], n_heads: usize, cols: usize, to_llama_cpp: 
             for s in 0..2 {
                 let llama = h * hd + 2 * j + s;
                 let hf = h * hd + s * hd / 2 + j;
-                let (dst, src) = if to_llama_cpp { (llama, hf) } else { (hf, llama) };
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&data[src * cols..(src + 1) * cols]);
+                let (dst, src) = if to_llama_cpp {
+                    (llama, hf)
+                } else {
+                    (hf, llama)
+                };
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
             }
         }
     }

@@ -59,7 +59,11 @@ impl LoraBatch {
 
     /// Group `batch`'s token rows by adapter, resolving ids in `registry`. Reuses this
     /// batch's allocations. Returns the first id the registry does not hold.
-    pub fn resolve(&mut self, batch: &BatchInput, registry: &LoraRegistry) -> Result<(), AdapterId> {
+    pub fn resolve(
+        &mut self,
+        batch: &BatchInput,
+        registry: &LoraRegistry,
+    ) -> Result<(), AdapterId> {
         self.groups.iter_mut().for_each(|g| g.rows.clear());
         let mut row = 0;
         for s in &batch.seqs {

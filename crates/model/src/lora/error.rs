@@ -25,7 +25,9 @@ pub enum LoraError {
         expected: usize,
         actual: usize,
     },
-    #[error("LoRA tensor `{tensor}` has shape {actual:?}, expected {expected:?} for this base model")]
+    #[error(
+        "LoRA tensor `{tensor}` has shape {actual:?}, expected {expected:?} for this base model"
+    )]
     ShapeMismatch {
         tensor: String,
         expected: Vec<usize>,

@@ -43,7 +43,10 @@ pub fn load_gguf_lora(path: &Path) -> Result<RawLora, LoraError> {
             (Some(x), None) | (None, Some(x)) => return Err(LoraError::Unpaired(x)),
             (None, None) => continue,
         };
-        let view = |n: &str| file.tensor(n).ok_or_else(|| LoraError::Unpaired(n.to_string()));
+        let view = |n: &str| {
+            file.tensor(n)
+                .ok_or_else(|| LoraError::Unpaired(n.to_string()))
+        };
         pairs.push(pair(key, &view(&a)?, &view(&b)?, None, scale)?);
     }
     if pairs.is_empty() {

@@ -59,9 +59,19 @@ impl PeftConfig {
             return Err(LoraError::ModulesToSave(saved));
         }
         for key in ["rank_pattern", "alpha_pattern"] {
-            if v.get(key).and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
+            if v.get(key)
+                .and_then(Value::as_object)
+                .is_some_and(|m| !m.is_empty())
+            {
                 return Err(LoraError::BadConfig(format!(
                     "`{key}` (per-module rank or alpha) is not supported"
+                )));
+            }
+        }
+        for key in ["fan_in_fan_out", "lora_bias"] {
+            if v.get(key).and_then(Value::as_bool) == Some(true) {
+                return Err(LoraError::BadConfig(format!(
+                    "`{key}: true` is not supported"
                 )));
             }
         }
@@ -139,8 +149,17 @@ pub fn load_peft(dir: &Path) -> Result<RawLora, LoraError> {
             (Some(x), None) | (None, Some(x)) => return Err(LoraError::Unpaired(x)),
             (None, None) => continue,
         };
-        let view = |n: &str| ckpt.tensor(n).ok_or_else(|| LoraError::Unpaired(n.to_string()));
-        pairs.push(pair(key, &view(&a)?, &view(&b)?, Some(config.rank), |_| scale)?);
+        let view = |n: &str| {
+            ckpt.tensor(n)
+                .ok_or_else(|| LoraError::Unpaired(n.to_string()))
+        };
+        pairs.push(pair(
+            key,
+            &view(&a)?,
+            &view(&b)?,
+            Some(config.rank),
+            |_| scale,
+        )?);
     }
     if pairs.is_empty() {
         return Err(LoraError::Empty);
@@ -160,7 +179,10 @@ fn parse_name(name: &str) -> Result<((usize, LoraModule), usize), LoraError> {
         .iter()
         .position(|p| *p == "lora_A" || *p == "lora_B")
         .ok_or_else(unknown)?;
-    let layers = parts.iter().position(|p| *p == "layers").ok_or_else(unknown)?;
+    let layers = parts
+        .iter()
+        .position(|p| *p == "layers")
+        .ok_or_else(unknown)?;
     let layer: usize = parts
         .get(layers + 1)
         .and_then(|s| s.parse().ok())

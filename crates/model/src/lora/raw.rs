@@ -53,7 +53,8 @@ pub fn matrix_f32(view: &TensorView) -> Result<(Vec<f32>, [usize; 2]), LoraError
             actual: view.shape.clone(),
         });
     };
-    let values = crate::layers::to_f32_vec(view).map_err(|e| LoraError::BadConfig(e.to_string()))?;
+    let values =
+        crate::layers::to_f32_vec(view).map_err(|e| LoraError::BadConfig(e.to_string()))?;
     Ok((values, [rows, cols]))
 }
 

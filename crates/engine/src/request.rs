@@ -179,7 +179,7 @@ impl Request {
             stop_token_ids: req.sampling().stop_token_ids.clone(),
             ignore_eos: req.sampling().ignore_eos,
             cache_key: None,
-            adapter: None,
+            adapter: req.adapter(),
         };
         let (prompt, _) = req.into_parts();
         Self::with_generation(id, prompt, params, generation)

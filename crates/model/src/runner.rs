@@ -13,7 +13,7 @@ use kestrel_engine::kv::NO_BLOCK;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
-use crate::arch::{DecoderModel, Workspace};
+use crate::arch::{DecoderModel, Pass, Workspace};
 use crate::kv_cache::{KvCache, KvCacheShape};
 use crate::lora::{LoraAdapter, LoraBatch, LoraError, LoraRegistry};
 
@@ -178,15 +178,14 @@ impl ModelRunner {
     /// The forward pass into `out` (its buffer is reused: no allocation once it has grown).
     fn run_into(&mut self, input: &BatchInput, out: &mut BatchOutput) {
         out.vocab = self.model.dims().vocab;
-        self.model.forward(
-            input,
-            &self.lora,
-            &self.logit_rows,
-            &mut self.kv,
-            &mut self.ws,
-            self.pool,
-            &mut out.logits,
-        );
+        let pass = Pass {
+            batch: input,
+            lora: &self.lora,
+            kv: &mut self.kv,
+            ws: &mut self.ws,
+            pool: self.pool,
+        };
+        self.model.forward(pass, &self.logit_rows, &mut out.logits);
     }
 
     /// Logits rows of an ordinary step: the last token of each sequence that wants them.

@@ -208,26 +208,11 @@ impl DecoderModel {
         self.embed.as_linear().n_bytes() + head + self.layers.iter().map(per_layer).sum::<usize>()
     }
 
-    /// Run `batch`, writing K/V into `kv`, and put the logits of the flat token indices in
-    /// `logit_rows` into `logits` (`[logit_rows.len(), vocab]`). Token ids and block tables must
-    /// have been validated by the caller.
-    pub fn forward(
-        &self,
-        batch: &BatchInput,
-        lora: &LoraBatch,
-        logit_rows: &[usize],
-        kv: &mut KvCache,
-        ws: &mut Workspace,
-        pool: &ThreadPool,
-        logits: &mut Vec<f32>,
-    ) {
-        let pass = Pass {
-            batch,
-            lora,
-            kv,
-            ws,
-            pool,
-        };
+    /// Run the pass's batch (its rows' adapters applied), writing K/V into its cache, and put
+    /// the logits of the flat token indices in `logit_rows` into `logits`
+    /// (`[logit_rows.len(), vocab]`). Token ids and block tables must have been validated by
+    /// the caller.
+    pub fn forward(&self, pass: Pass<'_>, logit_rows: &[usize], logits: &mut Vec<f32>) {
         self.forward_observed(pass, logit_rows, logits, &mut NoObserver);
     }
 

@@ -6,8 +6,8 @@
 //! Tolerance: that of golden_smollm2.rs (Kestrel quantizes activations to Q8_1 before the Q4_1
 //! products, the reference multiplies in f32): `LOGIT_TOL` on the reference's top-20 logits of
 //! every teacher-forced row, argmax equal where the reference margin exceeds `MARGIN`. The
-//! adapter moves the reference's logits by several units (recorded in the golden), more than
-//! the tolerance, so the check needs the adapter.
+//! adapter moves the reference's logits by 2 to 6 (recorded in the golden); the base alone must
+//! be at least 1.5 times further from the adapter's reference than Kestrel with the adapter.
 
 mod common;
 
@@ -23,26 +23,23 @@ fn smollm2_with_rank8_adapter_matches_peft() {
     let adapter = fixtures().join("lora/smollm2-r8");
     let id = runner.load_adapter("r8", &adapter).expect("adapter loads");
     for p in &golden.prompts {
-        let (logits, vocab) =
-            teacher_forced_logits_with(&mut runner, &p.teacher_forced.ids, Some(id));
-        assert_logits_agree(
-            &format!("smollm2+lora/{}", p.name),
-            p,
-            &logits,
-            vocab,
-            LOGIT_TOL,
-            MARGIN,
-        );
-        let (base, _) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
-        let moved = compare(p, &base, vocab, MARGIN).max_abs_err;
+        let ids = &p.teacher_forced.ids;
+        let (logits, vocab) = teacher_forced_logits_with(&mut runner, ids, Some(id));
+        let label = format!("smollm2+lora/{}", p.name);
+        let err = assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
+        let (base, _) = teacher_forced_logits(&mut runner, ids);
+        let without = compare(p, &base, vocab, MARGIN);
         eprintln!(
-            "{}: the base alone is {moved:.3} from the adapter's reference",
-            p.name
+            "{}: without the adapter {:.3} from the reference, argmax differs at {} rows",
+            p.name,
+            without.max_abs_err,
+            without.argmax_mismatches.len()
         );
         assert!(
-            moved > LOGIT_TOL,
-            "{}: the adapter barely changes the logits ({moved})",
-            p.name
+            without.max_abs_err > 1.5 * err,
+            "{}: the adapter's effect ({}) is not clearly above the quantization error ({err})",
+            p.name,
+            without.max_abs_err
         );
     }
 }

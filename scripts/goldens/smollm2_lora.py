@@ -58,6 +58,7 @@ def main() -> None:
     cfg_path = OUT / "adapter_config.json"
     c = json.loads(cfg_path.read_text())
     c["base_model_name_or_path"] = path.name
+    c["target_modules"] = sorted(c["target_modules"])  # a set in PEFT: fix the order
     write_json(cfg_path, dict(sorted(c.items())))
     st = OUT / "adapter_model.safetensors"
     save_file({k: v.to(torch.bfloat16) for k, v in load_file(str(st)).items()}, str(st), metadata={"format": "pt"})

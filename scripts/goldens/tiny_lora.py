@@ -10,8 +10,10 @@ Adapters (tests/fixtures/lora/):
                has no rsLoRA flag, its scale is alpha / r)
   attn-bf16/   r=2, lora_alpha=4, k o gate up; weights rounded to and stored as BF16
   zero/        r=4, q v, PEFT's default init (B = 0): must give exactly the base model
-Goldens: tests/fixtures/goldens/tiny-llama-lora-{all7,rslora,attn-bf16}.json (same record format
-as tiny-llama-f32.json).
+  phi3-fused/  on tests/fixtures/tiny-phi3: r=4, lora_alpha=8, the fused qkv_proj and gate_up_proj,
+               o_proj, down_proj
+Goldens: tests/fixtures/goldens/tiny-llama-lora-{all7,rslora,attn-bf16}.json and
+tiny-phi3-lora-fused.json (same record format as tiny-llama-f32.json).
 
 Every non-zero A and B is N(0, 0.1), drawn from a seeded generator in sorted parameter order.
 The llama.cpp GGUFs follow convert_lora_to_gguf.py's layout: tensors blk.N.<part>.weight.lora_a
@@ -57,11 +59,13 @@ ADAPTERS = {
     "attn-bf16": dict(r=2, alpha=4, rslora=False, targets=["k_proj", "o_proj", "gate_proj", "up_proj"],
                       round=torch.bfloat16, seed=13),
     "zero": dict(r=4, alpha=8, rslora=False, targets=["q_proj", "v_proj"], round=None, seed=None),
+    "phi3-fused": dict(r=4, alpha=8, rslora=False, targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],
+                       round=None, seed=14, base="tiny-phi3"),
 }
 
 
-def base_model():
-    return AutoModelForCausalLM.from_pretrained(str(BASE), torch_dtype=torch.float32,
+def base_model(base: Path = BASE):
+    return AutoModelForCausalLM.from_pretrained(str(base), torch_dtype=torch.float32,
                                                 attn_implementation="eager").eval()
 
 
@@ -69,7 +73,7 @@ def base_model():
 def make_adapter(spec: dict):
     cfg = LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], use_rslora=spec["rslora"],
                      target_modules=spec["targets"], lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
-    model = get_peft_model(base_model(), cfg).eval()
+    model = get_peft_model(base_model(base_of(spec)), cfg).eval()
     if spec["seed"] is not None:
         gen = torch.Generator().manual_seed(spec["seed"])
         for name, p in sorted(model.named_parameters()):
@@ -81,13 +85,18 @@ def make_adapter(spec: dict):
     return model
 
 
+def base_of(spec: dict) -> Path:
+    return FIXTURES / spec.get("base", "tiny-llama-f32")
+
+
 def save_adapter(name: str, spec: dict, model) -> Path:
     out = OUT / name
     shutil.rmtree(out, ignore_errors=True)
     model.save_pretrained(str(out), safe_serialization=True)
     cfg_path = out / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["base_model_name_or_path"] = "tiny-llama-f32"
+    cfg["base_model_name_or_path"] = spec.get("base", "tiny-llama-f32")
+    cfg["target_modules"] = sorted(cfg["target_modules"])  # a set in PEFT: fix the order
     write_json(cfg_path, dict(sorted(cfg.items())))
     (out / "README.md").unlink(missing_ok=True)
     if spec["round"] is torch.bfloat16:
@@ -154,10 +163,10 @@ def cross_check_llama_cpp(adapter_dir: Path, ours: Path) -> str:
 def main() -> None:
     torch.manual_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
-    tok = AutoTokenizer.from_pretrained(str(BASE))
     notes = {}
     for name, spec in ADAPTERS.items():
         print(name)
+        tok = AutoTokenizer.from_pretrained(str(base_of(spec)))
         model = make_adapter(spec)
         out = save_adapter(name, spec, model)
         if name == "all7":
@@ -168,13 +177,14 @@ def main() -> None:
         if name == "zero":
             continue
         golden = {
-            "model": "tiny-llama-f32 + PEFT LoRA " + name,
+            "model": f"{base_of(spec).name} + PEFT LoRA {name}",
             "adapter": {k: (str(v) if k == "round" else v) for k, v in spec.items()},
             "reference": reference("float32") | {"library": "peft get_peft_model(transformers float32 base, LoraConfig)"},
             "versions": versions() | {"peft": __import__("peft").__version__},
             "prompts": prompt_records(model, tok),
         }
-        write_json(FIXTURES / "goldens" / f"tiny-llama-lora-{name}.json", golden)
+        stem = "tiny-phi3-lora-fused" if name == "phi3-fused" else f"tiny-llama-lora-{name}"
+        write_json(FIXTURES / "goldens" / f"{stem}.json", golden)
     print(notes)
 
 

@@ -157,3 +157,55 @@ fn a_missing_directory_is_unreadable_not_a_panic() {
     let err = open(&fixtures().join("lora/does-not-exist")).expect_err("refused");
     assert!(!err.to_string().is_empty());
 }
+
+/// A llama.cpp-style adapter GGUF with one A/B pair for layer 0's Q projection (`[8, 64]` and
+/// `[64, 8]`), A stored as `a_dtype` with `a_bytes`.
+fn adapter_gguf(tag: &str, a_dtype: kestrel_kernels::DType, a_bytes: Vec<u8>) -> PathBuf {
+    use kestrel_model::weights::gguf::{GgufWriter, MetaValue};
+    let mut w = GgufWriter::new();
+    let text = |s: &str| MetaValue::String(s.to_string());
+    w.add_metadata("general.architecture", text("llama"))
+        .unwrap();
+    w.add_metadata("general.type", text("adapter")).unwrap();
+    w.add_metadata("adapter.type", text("lora")).unwrap();
+    w.add_metadata("adapter.lora.alpha", MetaValue::F32(16.0))
+        .unwrap();
+    let b: Vec<u8> = vec![0.5f32; 64 * 8]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    w.add_tensor("blk.0.attn_q.weight.lora_a", a_dtype, &[8, 64], a_bytes)
+        .unwrap();
+    w.add_tensor(
+        "blk.0.attn_q.weight.lora_b",
+        kestrel_kernels::DType::F32,
+        &[64, 8],
+        b,
+    )
+    .unwrap();
+    let path = std::env::temp_dir().join(format!("kestrel-lora-{tag}-{}.gguf", std::process::id()));
+    let mut out = std::fs::File::create(&path).unwrap();
+    w.write(&mut out).unwrap();
+    path
+}
+
+#[test]
+fn quantized_adapter_tensors_are_refused_and_f32_ones_load() {
+    use kestrel_kernels::DType;
+    let f32_bytes: Vec<u8> = vec![0.25f32; 8 * 64]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let ok = adapter_gguf("f32", DType::F32, f32_bytes);
+    let a = open(&ok).expect("an F32 adapter loads");
+    let pair = a.pair(0, LoraTarget::Q).expect("layer 0 q");
+    assert_eq!(
+        (pair.rank(), pair.scale()),
+        (8, 2.0),
+        "scale = alpha / rank"
+    );
+    let q8 = DType::Q8_0.row_bytes(64).unwrap() * 8;
+    let bad = adapter_gguf("q8", DType::Q8_0, vec![0; q8]);
+    let err = open(&bad).expect_err("refused");
+    assert!(matches!(err, LoraError::UnsupportedDtype { .. }), "{err}");
+}

@@ -91,3 +91,21 @@ pub fn reorder_qk_rows(data: &[f32], n_heads: usize, cols: usize, to_llama_cpp: 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qk_reorder_matches_the_row_formula_and_inverts() {
+        // Two heads of 4 rows, 1 column: llama.cpp's rows hold HF rows [0 2 1 3 | 4 6 5 7].
+        let rows: Vec<f32> = (0..8).map(|r| r as f32).collect();
+        let llama = reorder_qk_rows(&rows, 2, 1, true);
+        assert_eq!(llama, vec![0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0]);
+        let m: Vec<f32> = (0..48).map(|v| v as f32).collect();
+        assert_eq!(
+            reorder_qk_rows(&reorder_qk_rows(&m, 2, 6, true), 2, 6, false),
+            m
+        );
+    }
+}

@@ -35,6 +35,8 @@ pub enum LoraError {
     },
     #[error("LoRA tensor `{tensor}` is stored as {dtype}; adapters must be F32, F16 or BF16")]
     UnsupportedDtype { tensor: String, dtype: String },
+    #[error("LoRA tensor `{tensor}`: {reason}")]
+    BadTensor { tensor: String, reason: String },
     #[error("LoRA tensor `{0}` has no matching A/B partner")]
     Unpaired(String),
     #[error("the adapter targets layer {layer} `{module}`, which the base model does not have")]

@@ -36,7 +36,10 @@ fn f32_linear(name: &str, values: &[f32], rows: usize, cols: usize) -> Result<Li
         shape: vec![rows, cols],
         data: SharedBytes::from_f32(values),
     };
-    Linear::new(view, None).map_err(|e| LoraError::BadConfig(e.to_string()))
+    Linear::new(view, None).map_err(|e| LoraError::BadTensor {
+        tensor: name.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 impl LoraPair {

@@ -46,15 +46,17 @@ pub fn matrix_f32(view: &TensorView) -> Result<(Vec<f32>, [usize; 2]), LoraError
             dtype: view.dtype.to_string(),
         });
     }
-    let [rows, cols] = view.shape[..] else {
-        return Err(LoraError::ShapeMismatch {
-            tensor: view.name.clone(),
-            expected: vec![0, 0],
-            actual: view.shape.clone(),
-        });
+    let bad = |reason: String| LoraError::BadTensor {
+        tensor: view.name.clone(),
+        reason,
     };
-    let values =
-        crate::layers::to_f32_vec(view).map_err(|e| LoraError::BadConfig(e.to_string()))?;
+    let [rows, cols] = view.shape[..] else {
+        return Err(bad(format!(
+            "expected a matrix, got shape {:?}",
+            view.shape
+        )));
+    };
+    let values = crate::layers::to_f32_vec(view).map_err(|e| bad(e.to_string()))?;
     Ok((values, [rows, cols]))
 }
 

@@ -12,6 +12,7 @@
 pub mod alloc_count;
 pub mod bytes;
 pub mod cpu;
+pub mod huge_buffer;
 pub mod quant;
 
 pub use bytes::SharedBytes;

@@ -3,7 +3,8 @@
 
 use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{
-    matmul_packed, matmul_packed_with, panel_kernel, worth_packing, PackedMatrix, PANEL,
+    can_share_input, matmul_packed, matmul_packed_many, matmul_packed_with, panel_kernel,
+    worth_packing, PackedMatrix, PANEL,
 };
 use kestrel_kernels::cpu::{Isa, ThreadPool};
 use kestrel_kernels::quant::{self, DType};
@@ -127,4 +128,56 @@ fn packed_product_matches_the_gguf_layout_product() {
             }
         }
     }
+}
+
+#[test]
+fn products_sharing_an_input_equal_the_separate_products() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    for dtype in KINDS {
+        let cols = 128;
+        // Panel counts 5, 1 and 3: the threads' shares straddle the matrices.
+        let mats: Vec<PackedMatrix> = [5, 1, 3]
+            .iter()
+            .map(|p| {
+                let data = quantized(dtype, p * PANEL, cols, &mut rng);
+                PackedMatrix::pack(dtype, p * PANEL, cols, &data).unwrap()
+            })
+            .collect();
+        for m in ROW_COUNTS {
+            let x = random_x(m, cols, &mut rng);
+            let mut scratch = Scratch::default();
+            let want: Vec<Vec<f32>> = mats
+                .iter()
+                .map(|w| {
+                    let mut y = vec![0.0; m * w.rows()];
+                    matmul_packed(&pool, w, &x, m, &mut y, &mut scratch);
+                    y
+                })
+                .collect();
+            let mut got: Vec<Vec<f32>> =
+                mats.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+            let [g0, g1, g2] = &mut got[..] else {
+                unreachable!()
+            };
+            let ws = [&mats[0], &mats[1], &mats[2]];
+            matmul_packed_many(&pool, ws, &x, m, [g0, g1, g2], &mut scratch);
+            assert_eq!(got, want, "{dtype} m={m}");
+        }
+    }
+}
+
+#[test]
+fn only_matrices_of_one_kind_and_width_share_an_input() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let pack = |dtype, cols, rng: &mut ChaCha8Rng| {
+        PackedMatrix::pack(dtype, PANEL, cols, &quantized(dtype, PANEL, cols, rng)).unwrap()
+    };
+    let a = pack(DType::Q4_0, 64, &mut rng);
+    let b = pack(DType::Q4_0, 64, &mut rng);
+    let wide = pack(DType::Q4_0, 96, &mut rng);
+    let q8 = pack(DType::Q8_0, 64, &mut rng);
+    assert!(can_share_input(&[&a, &b]));
+    assert!(!can_share_input(&[&a, &wide]));
+    assert!(!can_share_input(&[&a, &q8]));
 }

@@ -9,9 +9,9 @@
 //! biases, tied LM head, no rotary. The long prompt (91 tokens + 16 generated) makes the
 //! position biases span up to 100 positions.
 //!
-//! Tolerances as golden_tiny_qwen.rs: `LOGIT_TOL` absolute on the reference's top-20 logits of
+//! Tolerances as golden_tiny_qwen.rs: `TINY_LOGIT_TOL` (tests/common) absolute on the reference's top-20 logits of
 //! every teacher-forced row, the argmax equal wherever the reference's top-1/top-2 margin
-//! exceeds `MARGIN`, and the greedy continuation (prompt prefill, then one token at a time
+//! exceeds `TINY_MARGIN`, and the greedy continuation (prompt prefill, then one token at a time
 //! through the KV cache) equal to transformers'. ALiBi adds biases from absolute positions, so
 //! chunked prefill (a later chunk attending to cached keys, as after a prefix-cache hit) must
 //! give the logits of one prefill: checked too.
@@ -25,9 +25,6 @@ use kestrel_engine::executor::{BatchInput, SeqBatch};
 use kestrel_model::config::{Architecture, PositionEncoding};
 use kestrel_model::ModelFormat;
 
-const LOGIT_TOL: f32 = 2e-3;
-const MARGIN: f32 = 1e-2;
-
 fn hf() -> PathBuf {
     fixtures().join("tiny-bloom")
 }
@@ -38,9 +35,7 @@ fn gguf() -> PathBuf {
 
 /// Run the model at `path` against the golden; returns the largest logit difference.
 fn check(path: &Path) -> f32 {
-    let name = path
-        .file_name()
-        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let name = file_label(path);
     let golden = read_golden("tiny-bloom.json");
     let loaded = load(path);
     let c = &loaded.config;
@@ -55,26 +50,8 @@ fn check(path: &Path) -> f32 {
         c.architecture.layout().positions,
         PositionEncoding::Alibi(a) if a.max_bias == 8.0
     ));
-    for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
-        let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
-        assert_eq!(ids, p.prompt_ids, "{name}/{}: prompt ids differ", p.name);
-    }
-    let mut runner = runner(loaded, 256);
-    let mut worst = 0.0f32;
-    for p in &golden.prompts {
-        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
-        let label = format!("{name}/{}", p.name);
-        let err = assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
-        let greedy = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
-        assert_eq!(
-            greedy, p.greedy.ids,
-            "{name}/{}: greedy continuation",
-            p.name
-        );
-        worst = worst.max(err);
-    }
-    eprintln!("{name}: max |logit - transformers| over top-20 = {worst:.2e}");
-    worst
+    assert_prompt_ids(&name, &loaded, &golden);
+    assert_prompts_agree(&name, &mut runner(loaded, 256), &golden)
 }
 
 #[test]

@@ -13,8 +13,8 @@
 //!   files carry no `query_pre_attn_scalar` (llama.cpp scales by head_dim^-1/2), so the GGUF is
 //!   checked against transformers with the scalar set to head_dim.
 //!
-//! Tolerances as golden_tiny_qwen.rs: `LOGIT_TOL` absolute on the reference's top-20 logits of
-//! every teacher-forced row, the argmax equal where the margin exceeds `MARGIN`, the greedy
+//! Tolerances as golden_tiny_qwen.rs: `TINY_LOGIT_TOL` (tests/common) absolute on the reference's top-20 logits of
+//! every teacher-forced row, the argmax equal where the margin exceeds `TINY_MARGIN`, the greedy
 //! continuation through the KV cache equal.
 
 mod common;
@@ -25,37 +25,9 @@ use common::*;
 use kestrel_model::config::Architecture;
 use kestrel_model::ModelFormat;
 
-const LOGIT_TOL: f32 = 2e-3;
-const MARGIN: f32 = 1e-2;
-
 /// Run the model at `path` against `golden`; returns the largest logit difference.
 fn check(path: &Path, golden: &str, arch: Architecture) -> f32 {
-    let name = path
-        .file_name()
-        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let golden = read_golden(golden);
-    let loaded = load(path);
-    assert_eq!(loaded.config.architecture, arch, "{name}: architecture");
-    for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
-        let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
-        assert_eq!(ids, p.prompt_ids, "{name}/{}: prompt ids differ", p.name);
-    }
-    let mut runner = runner(loaded, 256);
-    let mut worst = 0.0f32;
-    for p in &golden.prompts {
-        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
-        let label = format!("{name}/{}", p.name);
-        let err = assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
-        let greedy = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
-        assert_eq!(
-            greedy, p.greedy.ids,
-            "{name}/{}: greedy continuation",
-            p.name
-        );
-        worst = worst.max(err);
-    }
-    eprintln!("{name}: max |logit difference| {worst:.2e}");
-    worst
+    check_tiny_golden(path, golden, arch).1
 }
 
 fn hf(dir: &str) -> PathBuf {

@@ -1,16 +1,13 @@
 //! Golden tests on tiny random-weight HF Llama checkpoints (GQA 4/2, untied head) generated
 //! with transformers (scripts/goldens/tiny_llama.py), in F32 and BF16 safetensors and with
 //! llama3 RoPE scaling. Weights and activations are f32 on both sides (BF16 weights are exact
-//! in f32), so the logits must agree to float rounding: `LOGIT_TOL` absolute on the reference's
+//! in f32), so the logits must agree to float rounding: `TINY_LOGIT_TOL` (tests/common) absolute on the reference's
 //! top-20 logits of every teacher-forced row, and the argmax must agree wherever the
-//! reference's top-1/top-2 margin exceeds `MARGIN`.
+//! reference's top-1/top-2 margin exceeds `TINY_MARGIN`.
 
 mod common;
 
 use common::*;
-
-const LOGIT_TOL: f32 = 2e-3;
-const MARGIN: f32 = 1e-2;
 
 fn check_checkpoint(dir: &str, golden: &str) {
     let golden = read_golden(golden);
@@ -27,7 +24,7 @@ fn check_checkpoint(dir: &str, golden: &str) {
     for p in &golden.prompts {
         let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
         let label = format!("{dir}/{}", p.name);
-        assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
+        assert_logits_agree(&label, p, &logits, vocab, TINY_LOGIT_TOL, TINY_MARGIN);
     }
 }
 

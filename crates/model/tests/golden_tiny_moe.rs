@@ -9,8 +9,8 @@
 //!   `sigmoid(shared_expert_gate · x)`, q/k/v biases.
 //! * tiny-qwen3-moe: 4 experts, top-2, `norm_topk_prob` true, q/k norm.
 //!
-//! Tolerances as golden_tiny_qwen.rs: `LOGIT_TOL` absolute on the reference's top-20 logits of
-//! every teacher-forced row, the argmax equal where the top-1/top-2 margin exceeds `MARGIN`, and
+//! Tolerances as golden_tiny_qwen.rs: `TINY_LOGIT_TOL` (tests/common) absolute on the reference's top-20 logits of
+//! every teacher-forced row, the argmax equal where the top-1/top-2 margin exceeds `TINY_MARGIN`, and
 //! the greedy continuation (prefill, then one token at a time through the KV cache) equal.
 
 mod common;
@@ -21,39 +21,13 @@ use common::*;
 use kestrel_engine::executor::Executor;
 use kestrel_model::config::Architecture;
 
-const LOGIT_TOL: f32 = 2e-3;
-const MARGIN: f32 = 1e-2;
-
-/// Run the model at `path` against `golden`; returns the largest logit difference.
+/// Run the model at `path` against `golden` and check that routed tokens were counted;
+/// returns the largest logit difference.
 fn check(path: &Path, golden: &str, arch: Architecture) -> f32 {
-    let name = path
-        .file_name()
-        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let golden = read_golden(golden);
-    let loaded = load(path);
-    assert_eq!(loaded.config.architecture, arch, "{name}: architecture");
-    for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
-        let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
-        assert_eq!(ids, p.prompt_ids, "{name}/{}: prompt ids differ", p.name);
-    }
-    let mut runner = runner(loaded, 256);
-    let mut worst = 0.0f32;
-    for p in &golden.prompts {
-        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
-        let label = format!("{name}/{}", p.name);
-        let err = assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
-        let greedy = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
-        assert_eq!(
-            greedy, p.greedy.ids,
-            "{name}/{}: greedy continuation",
-            p.name
-        );
-        worst = worst.max(err);
-    }
+    let (runner, worst) = check_tiny_golden(path, golden, arch);
     let counts = runner.expert_token_counts().expect("an MoE model counts");
     let total: u64 = (0..counts.len()).map(|i| counts.get(i)).sum();
-    assert!(total > 0, "{name}: no routed tokens counted");
-    println!("{name}: max |logit difference| {worst:.2e}");
+    assert!(total > 0, "{}: no routed tokens counted", file_label(path));
     worst
 }
 

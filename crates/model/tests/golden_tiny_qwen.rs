@@ -17,9 +17,9 @@
 //!   tokens. Its GGUF carries `rope.scaling.type = yarn`, the factor and original length.
 //!
 //! Weights are exact in f32 on both sides and the compute is f32, so the tolerances are the
-//! tiny-llama ones: `LOGIT_TOL` absolute on the reference's top-20 logits of every
+//! tiny-llama ones: `TINY_LOGIT_TOL` (tests/common) absolute on the reference's top-20 logits of every
 //! teacher-forced row, the argmax equal wherever the reference's top-1/top-2 margin exceeds
-//! `MARGIN`, and the greedy continuation (prompt prefill, then one token at a time through the
+//! `TINY_MARGIN`, and the greedy continuation (prompt prefill, then one token at a time through the
 //! KV cache) equal to transformers'.
 
 mod common;
@@ -30,36 +30,9 @@ use common::*;
 use kestrel_model::config::{Architecture, RopeScaling};
 use kestrel_model::ModelFormat;
 
-const LOGIT_TOL: f32 = 2e-3;
-const MARGIN: f32 = 1e-2;
-
 /// Run the model at `path` against `golden`; returns the largest logit difference.
 fn check(path: &Path, golden: &str, arch: Architecture) -> f32 {
-    let name = path
-        .file_name()
-        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let golden = read_golden(golden);
-    let loaded = load(path);
-    assert_eq!(loaded.config.architecture, arch, "{name}: architecture");
-    for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
-        let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
-        assert_eq!(ids, p.prompt_ids, "{name}/{}: prompt ids differ", p.name);
-    }
-    let mut runner = runner(loaded, 256);
-    let mut worst = 0.0f32;
-    for p in &golden.prompts {
-        let (logits, vocab) = teacher_forced_logits(&mut runner, &p.teacher_forced.ids);
-        let label = format!("{name}/{}", p.name);
-        let err = assert_logits_agree(&label, p, &logits, vocab, LOGIT_TOL, MARGIN);
-        let greedy = greedy_ids(&mut runner, &p.prompt_ids, p.greedy.ids.len());
-        assert_eq!(
-            greedy, p.greedy.ids,
-            "{name}/{}: greedy continuation",
-            p.name
-        );
-        worst = worst.max(err);
-    }
-    worst
+    check_tiny_golden(path, golden, arch).1
 }
 
 fn hf(dir: &str) -> std::path::PathBuf {

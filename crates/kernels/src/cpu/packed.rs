@@ -19,6 +19,11 @@
 //! block's quant sum (`corr` = offset · Σ a). Activations are quantized exactly as for the
 //! GGUF kernels, so results match theirs up to `f32` summation order.
 //!
+//! On AVX2 (no `vpdpbusd`) the same layout is read as two 8-row halves and `maddubs` + `madd`
+//! stand in for `vpdpbusd` (`x86/avx2.rs`). The buffers ask for transparent huge pages
+//! (`HugeBuffer`), and products that read one input can share a pool call
+//! ([`matmul_packed_many`]).
+//!
 //! Packing happens only where a SIMD kernel for the layout exists ([`worth_packing`]); the
 //! scalar kernel (`reference.rs`) is the spec every variant is tested against.
 
@@ -125,27 +130,83 @@ pub fn matmul_packed_with(
     y: &mut [f32],
     scratch: &mut Scratch,
 ) {
-    assert_eq!(x.len(), m * w.cols(), "matmul_packed: x must be m × cols");
-    assert_eq!(y.len(), m * w.rows(), "matmul_packed: y must be m × rows");
+    matmul_packed_many_with(pool, kernel, [w], x, m, [y], scratch)
+}
+
+/// `y_k (m × w_k.rows()) = x · W_kᵀ` for `N` matrices that read the same input (Q/K/V,
+/// gate/up): `x` is quantized once, and the panels of all the matrices are shared out over the
+/// threads in one pool call, so small matrices cost one wake-up between them and balance
+/// across threads together. The matrices must have the same kind and column count.
+pub fn matmul_packed_many<const N: usize>(
+    pool: &ThreadPool,
+    ws: [&PackedMatrix; N],
+    x: &[f32],
+    m: usize,
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+) {
+    let kernel = panel_kernel(Isa::detected());
+    matmul_packed_many_with(pool, kernel, ws, x, m, ys, scratch)
+}
+
+/// Whether [`matmul_packed_many`] accepts these matrices together.
+pub fn can_share_input(ws: &[&PackedMatrix]) -> bool {
+    ws.windows(2)
+        .all(|p| p[0].kind() == p[1].kind() && p[0].cols() == p[1].cols())
+}
+
+/// [`matmul_packed_many`] with an explicit panel kernel.
+pub fn matmul_packed_many_with<const N: usize>(
+    pool: &ThreadPool,
+    kernel: PanelFn,
+    ws: [&PackedMatrix; N],
+    x: &[f32],
+    m: usize,
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+) {
+    let Some(w0) = ws.first() else { return };
+    assert!(
+        can_share_input(&ws),
+        "matmul_packed_many: kinds or columns differ"
+    );
+    assert_eq!(x.len(), m * w0.cols(), "matmul_packed: x must be m × cols");
+    for (w, y) in ws.iter().zip(&ys) {
+        assert_eq!(y.len(), m * w.rows(), "matmul_packed: y must be m × rows");
+    }
     if m == 0 {
         return;
     }
-    let kind = w.kind();
+    let kind = w0.kind();
     let act = kind.act();
     let quantize = quant::act::kernels().quantize[act as usize];
-    let a_row = act.row_bytes(w.cols());
-    let blocks = quantize_rows(pool, quantize, x, m, w.cols(), a_row, &mut scratch.act);
-    scratch.packed.fill(kind, blocks, m, w.blocks());
+    let a_row = act.row_bytes(w0.cols());
+    let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
+    scratch.packed.fill(kind, blocks, m, w0.blocks());
     let acts = &scratch.packed;
-    let out = SharedMut::new(y);
-    let panels = w.rows() / PANEL;
+    let outs = ys.map(SharedMut::new);
+    let panels = ws.map(|w| w.rows() / PANEL);
+    let total: usize = panels.iter().sum();
     pool.broadcast(&|t, n| {
         for c0 in (0..m).step_by(ACT_CHUNK) {
-            for p in panels * t / n..panels * (t + 1) / n {
-                panel_rows(kernel, w, acts, p, c0..(c0 + ACT_CHUNK).min(m), &out);
+            let rows = c0..(c0 + ACT_CHUNK).min(m);
+            for g in total * t / n..total * (t + 1) / n {
+                let (k, p) = locate(&panels, g);
+                panel_rows(kernel, ws[k], acts, p, rows.clone(), &outs[k]);
             }
         }
     });
+}
+
+/// Matrix and panel of global panel index `g` (the matrices' panels counted in order).
+fn locate(panels: &[usize], mut g: usize) -> (usize, usize) {
+    for (k, &n) in panels.iter().enumerate() {
+        if g < n {
+            return (k, g);
+        }
+        g -= n;
+    }
+    unreachable!("panel index past the last matrix")
 }
 
 /// Activation rows `rows` against panel `p`, [`MAX_ACT_ROWS`] per kernel call, into `out`
@@ -171,8 +232,8 @@ fn panel_rows(
         };
         kernel(&job, &mut tile);
         for (j, row) in tile.iter().enumerate().take(na) {
-            // SAFETY: the calling thread writes only the columns of its own panels
-            // [P·t/n, P·(t+1)/n), which are disjoint across threads.
+            // SAFETY: the calling thread writes only the columns of its own panels (its
+            // share [P·t/n, P·(t+1)/n) of all the matrices' panels), disjoint across threads.
             let dst = unsafe { out.slice_mut((j0 + j) * w.rows() + p * PANEL, PANEL) };
             dst.copy_from_slice(row);
         }

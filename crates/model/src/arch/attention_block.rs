@@ -154,9 +154,14 @@ impl AttentionBlock {
         self.norm
             .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
         observer.observe(l, LinearSite::Qkv, &ws.h[..t * d.hidden], t);
-        self.q.forward(pool, &ws.h, t, &mut ws.q, &mut ws.scratch);
-        self.k.forward(pool, &ws.h, t, &mut ws.k, &mut ws.scratch);
-        self.v.forward(pool, &ws.h, t, &mut ws.v, &mut ws.scratch);
+        Linear::forward_many(
+            [&self.q, &self.k, &self.v],
+            pool,
+            &ws.h,
+            t,
+            [&mut ws.q, &mut ws.k, &mut ws.v],
+            &mut ws.scratch,
+        );
         if !pass.lora.is_empty() {
             let x = &ws.h[..t * d.hidden];
             for (target, y) in [

@@ -108,7 +108,14 @@ impl FeedForward {
         observer.observe(l, LinearSite::GateUp, &ws.h[..t * d.hidden], t);
         match &self.gate {
             Some(gate) => {
-                gate.forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
+                Linear::forward_many(
+                    [gate, &self.up],
+                    pool,
+                    &ws.h,
+                    t,
+                    [&mut ws.gate, &mut ws.up],
+                    &mut ws.scratch,
+                );
                 let site = LoraSite {
                     layer: l,
                     target: LoraTarget::Gate,
@@ -116,7 +123,6 @@ impl FeedForward {
                     y: &mut ws.gate[..fn_],
                 };
                 lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
-                self.up.forward(pool, &ws.h, t, &mut ws.up, &mut ws.scratch);
                 let site = LoraSite {
                     layer: l,
                     target: LoraTarget::Up,

@@ -47,8 +47,8 @@ impl ExpertMlp {
     /// `y[m × hidden]` for the `m` rows of `x`; `g`, `u` hold `m × ffn` each.
     fn forward(&self, pool: &ThreadPool, x: &[f32], m: usize, b: &mut ExpertBuffers<'_>) {
         let f = self.ffn();
-        self.gate.forward(pool, x, m, &mut b.g[..], &mut *b.scratch);
-        self.up.forward(pool, x, m, &mut b.u[..], &mut *b.scratch);
+        let (g, u) = (&mut b.g[..], &mut b.u[..]);
+        Linear::forward_many([&self.gate, &self.up], pool, x, m, [g, u], b.scratch);
         silu_mul(&mut b.g[..m * f], &b.u[..m * f]);
         self.down
             .forward(pool, &b.g[..], m, &mut b.y[..], &mut *b.scratch);

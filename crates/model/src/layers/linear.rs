@@ -5,6 +5,8 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use kestrel_kernels::cpu::gemm::Scratch;
+use kestrel_kernels::cpu::packed::PackedMatrix;
+use kestrel_kernels::cpu::packed::{can_share_input, matmul_packed_many};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 use kestrel_kernels::DType;
 
@@ -140,8 +142,61 @@ impl Linear {
                 }
             });
         }
+        self.add_bias(&mut y[..m * rows]);
+    }
+
+    /// `y_k = x · W_kᵀ (+ b_k)` for layers that read the same input `x` (Q/K/V, gate/up). Where
+    /// all are repacked plain layers of one kind, `x` is quantized once and the products run
+    /// in one pool call (see `matmul_packed_many`); otherwise one [`forward`](Self::forward)
+    /// each. The results are the same either way.
+    pub fn forward_many<const N: usize>(
+        layers: [&Linear; N],
+        pool: &ThreadPool,
+        x: &[f32],
+        m: usize,
+        ys: [&mut [f32]; N],
+        scratch: &mut Scratch,
+    ) {
+        let Some(packed) = Self::shared_packed(layers) else {
+            for (layer, y) in layers.into_iter().zip(ys) {
+                layer.forward(pool, x, m, y, scratch);
+            }
+            return;
+        };
+        let cols = layers.first().map_or(0, |l| l.cols());
+        let mut ys = ys;
+        for (y, layer) in ys.iter_mut().zip(layers) {
+            *y = &mut std::mem::take(y)[..m * layer.rows()];
+        }
+        let reborrowed = ys.each_mut().map(|y| &mut **y);
+        matmul_packed_many(pool, packed, &x[..m * cols], m, reborrowed, scratch);
+        for (layer, y) in layers.iter().zip(ys) {
+            layer.add_bias(y);
+        }
+    }
+
+    /// The layers' repacked weights if all are plain (no permutation, no outliers), repacked,
+    /// and of one kind and width.
+    fn shared_packed<const N: usize>(layers: [&Linear; N]) -> Option<[&PackedMatrix; N]> {
+        if !layers
+            .iter()
+            .all(|l| l.perm.is_none() && l.outliers.is_none())
+        {
+            return None;
+        }
+        let packed = layers.map(|l| l.weight.packed_matrix());
+        let first = (*packed.first()?)?;
+        if packed.iter().any(Option::is_none) {
+            return None;
+        }
+        let packed = packed.map(|p| p.unwrap_or(first));
+        can_share_input(&packed).then_some(packed)
+    }
+
+    /// Adds the bias (if any) to every row of `y`.
+    fn add_bias(&self, y: &mut [f32]) {
         if let Some(bias) = &self.bias {
-            for row in y[..m * rows].chunks_exact_mut(rows) {
+            for row in y.chunks_exact_mut(self.rows()) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
             }
         }

@@ -88,6 +88,11 @@ impl WeightMatrix {
         self.dtype
     }
 
+    /// The repacked weights, if [`packed`](Self::packed) repacked them.
+    pub fn packed_matrix(&self) -> Option<&PackedMatrix> {
+        self.packed.as_deref()
+    }
+
     /// Bytes of weight data.
     pub fn n_bytes(&self) -> usize {
         self.packed

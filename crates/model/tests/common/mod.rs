@@ -2,10 +2,11 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
+use kestrel_model::config::Architecture;
 use kestrel_model::{load_model, LoadedModel, ModelRunner};
 use serde::Deserialize;
 
@@ -190,4 +191,55 @@ pub fn argmax(row: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// Tolerances of the goldens on tiny random-weight checkpoints: absolute on the reference's
+/// top-20 logits of every teacher-forced row, and the top-1/top-2 margin above which the
+/// argmax must agree.
+pub const TINY_LOGIT_TOL: f32 = 2e-3;
+pub const TINY_MARGIN: f32 = 1e-2;
+
+/// The file name of `path`, for messages.
+pub fn file_label(path: &Path) -> String {
+    path.file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The tokenizer of `loaded` encodes every plain-text golden prompt to the reference's ids.
+pub fn assert_prompt_ids(name: &str, loaded: &LoadedModel, golden: &Golden) {
+    for p in golden.prompts.iter().filter(|p| p.kind != "chat_template") {
+        let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
+        assert_eq!(ids, p.prompt_ids, "{name}/{}: prompt ids differ", p.name);
+    }
+}
+
+/// Every golden prompt: teacher-forced logits agree within the tiny tolerances, and the greedy
+/// continuation (prefill, then one token at a time through the KV cache) is equal. Returns the
+/// largest logit difference.
+pub fn assert_prompts_agree(name: &str, runner: &mut ModelRunner, golden: &Golden) -> f32 {
+    let mut worst = 0.0f32;
+    for p in &golden.prompts {
+        let (logits, vocab) = teacher_forced_logits(runner, &p.teacher_forced.ids);
+        let label = format!("{name}/{}", p.name);
+        let err = assert_logits_agree(&label, p, &logits, vocab, TINY_LOGIT_TOL, TINY_MARGIN);
+        let greedy = greedy_ids(runner, &p.prompt_ids, p.greedy.ids.len());
+        assert_eq!(greedy, p.greedy.ids, "{label}: greedy continuation");
+        worst = worst.max(err);
+    }
+    eprintln!("{name}: max |logit difference| over top-20 {worst:.2e}");
+    worst
+}
+
+/// The tiny-checkpoint golden check of the model at `path`: architecture `arch`, prompt ids,
+/// logits and greedy continuations against `golden`. Returns the runner (for further checks)
+/// and the largest logit difference.
+pub fn check_tiny_golden(path: &Path, golden: &str, arch: Architecture) -> (ModelRunner, f32) {
+    let name = file_label(path);
+    let golden = read_golden(golden);
+    let loaded = load(path);
+    assert_eq!(loaded.config.architecture, arch, "{name}: architecture");
+    assert_prompt_ids(&name, &loaded, &golden);
+    let mut runner = runner(loaded, 256);
+    let worst = assert_prompts_agree(&name, &mut runner, &golden);
+    (runner, worst)
 }

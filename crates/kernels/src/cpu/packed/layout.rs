@@ -25,21 +25,6 @@ pub(super) const fn block_bytes(kind: PackedKind) -> usize {
     kind.dtype().block_bytes()
 }
 
-/// Quant `e` (0..32) of a GGUF block, as the unsigned value the packed layout stores.
-fn block_quant(kind: PackedKind, block: &[u8], e: usize) -> u8 {
-    match kind {
-        PackedKind::Q4_0 | PackedKind::Q4_1 => {
-            let qs = &block[block_bytes(kind) - 16..];
-            if e < 16 {
-                qs[e] & 0x0F
-            } else {
-                qs[e - 16] >> 4
-            }
-        }
-        PackedKind::Q8_0 => block[2 + e] ^ 0x80,
-    }
-}
-
 /// Writes quant `e` (0..32, unsigned as stored) into a GGUF block.
 fn set_block_quant(kind: PackedKind, block: &mut [u8], e: usize, q: u8) {
     match kind {
@@ -91,19 +76,41 @@ pub(super) fn pack_block(
     let bb = block_bytes(kind);
     for (r, row) in rows.iter().enumerate() {
         let block = &row[i * bb..(i + 1) * bb];
-        let q: [u8; 32] = std::array::from_fn(|e| block_quant(kind, block, e));
-        for v in 0..quants.len() / 64 {
-            let dst = &mut quants[v * 64 + 4 * r..][..4];
-            for (b, d) in dst.iter_mut().enumerate() {
-                *d = match kind {
-                    PackedKind::Q8_0 => q[4 * v + b],
-                    _ => q[8 * v + b] | q[8 * v + 4 + b] << 4,
-                };
-            }
+        match kind {
+            PackedKind::Q8_0 => pack_q8_row(block, r, quants),
+            PackedKind::Q4_0 | PackedKind::Q4_1 => pack_q4_row(&block[bb - 16..], r, quants),
         }
         scales[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
         if kind == PackedKind::Q4_1 {
             scales[32 + 2 * r..34 + 2 * r].copy_from_slice(&block[2..4]);
+        }
+    }
+}
+
+/// Row `r`'s Q8_0 quants (block at `block`) into the block's packed quants: element `4g + b`
+/// at byte `64g + 4r + b`, plus 128.
+fn pack_q8_row(block: &[u8], r: usize, quants: &mut [u8]) {
+    for (g, src) in block[2..34].chunks_exact(4).enumerate() {
+        let dst = &mut quants[64 * g + 4 * r..][..4];
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = s ^ 0x80);
+    }
+}
+
+/// Row `r`'s Q4 nibbles (`qs`: element `j` in the low nibble of byte `j`, element `16 + j` in
+/// its high nibble) into the block's packed quants: byte `64v + 4r + b` holds element `8v + b`
+/// low and `8v + 4 + b` high.
+fn pack_q4_row(qs: &[u8], r: usize, quants: &mut [u8]) {
+    let nibble = |e: usize| {
+        if e < 16 {
+            qs[e] & 0x0F
+        } else {
+            qs[e - 16] >> 4
+        }
+    };
+    for v in 0..4 {
+        let dst = &mut quants[64 * v + 4 * r..][..4];
+        for (b, d) in dst.iter_mut().enumerate() {
+            *d = nibble(8 * v + b) | nibble(8 * v + 4 + b) << 4;
         }
     }
 }

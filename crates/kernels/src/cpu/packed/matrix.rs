@@ -1,23 +1,18 @@
 //! [`PackedMatrix`]: a weight matrix repacked into panels (layout in `layout.rs`).
 
-use bytemuck::{Pod, Zeroable};
-
 use super::{layout, PackedKind, PANEL};
+use crate::huge_buffer::HugeBuffer;
 use crate::quant::{self, DType};
-
-/// One 64-byte line, so panels start on cache-line boundaries.
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
 
 /// A `rows × cols` weight matrix in the packed layout.
 pub struct PackedMatrix {
     kind: PackedKind,
     rows: usize,
     cols: usize,
-    /// Bytes per panel, rounded up to whole lines.
+    /// Bytes per panel, rounded up to whole 64-byte cache lines (the buffer is page-aligned,
+    /// so every panel starts on a line).
     panel_stride: usize,
-    lines: Vec<Line>,
+    buf: HugeBuffer,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -27,6 +22,19 @@ impl std::fmt::Debug for PackedMatrix {
             .field("rows", &self.rows)
             .field("cols", &self.cols)
             .finish()
+    }
+}
+
+/// Matrices at least this large are packed on all cores (threads cost more on small ones).
+const PARALLEL_PACK_BYTES: usize = 1 << 20;
+
+/// Packs one panel (`src[r]` = row `r`'s GGUF bytes) into `panel` (quants, then scales).
+fn pack_panel(kind: PackedKind, nb: usize, src: &[&[u8]; PANEL], panel: &mut [u8]) {
+    let (qb, sb) = (kind.quant_bytes(), kind.scale_bytes());
+    let (quants, scales) = panel.split_at_mut(nb * qb);
+    for i in 0..nb {
+        let (q, s) = (&mut quants[i * qb..][..qb], &mut scales[i * sb..][..sb]);
+        layout::pack_block(kind, src, i, q, s);
     }
 }
 
@@ -45,20 +53,30 @@ impl PackedMatrix {
             rows,
             cols,
             panel_stride,
-            lines: vec![Line([0; 64]); rows / PANEL * panel_stride / 64],
+            buf: HugeBuffer::zeroed(rows / PANEL * panel_stride),
         };
         let nb = m.blocks();
-        let (qb, sb) = (kind.quant_bytes(), kind.scale_bytes());
-        for p in 0..rows / PANEL {
-            let src: [&[u8]; PANEL] =
-                std::array::from_fn(|r| &data[(p * PANEL + r) * row_bytes..][..row_bytes]);
-            let panel = &mut m.bytes_mut()[p * panel_stride..][..nb * (qb + sb)];
-            let (quants, scales) = panel.split_at_mut(nb * qb);
-            for i in 0..nb {
-                let (q, s) = (&mut quants[i * qb..][..qb], &mut scales[i * sb..][..sb]);
-                layout::pack_block(kind, &src, i, q, s);
+        let panel_bytes = nb * (kind.quant_bytes() + kind.scale_bytes());
+        let pack_from = |first: usize, part: &mut [u8]| {
+            for (k, panel) in part.chunks_exact_mut(panel_stride).enumerate() {
+                let p = first + k;
+                let src: [&[u8]; PANEL] =
+                    std::array::from_fn(|r| &data[(p * PANEL + r) * row_bytes..][..row_bytes]);
+                pack_panel(kind, nb, &src, &mut panel[..panel_bytes]);
             }
+        };
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if threads < 2 || data.len() < PARALLEL_PACK_BYTES {
+            pack_from(0, &mut m.buf);
+            return Some(m);
         }
+        let per = (rows / PANEL).div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for (c, part) in m.buf.chunks_mut(per * panel_stride).enumerate() {
+                let pack_from = &pack_from;
+                s.spawn(move || pack_from(c * per, part));
+            }
+        });
         Some(m)
     }
 
@@ -76,7 +94,7 @@ impl PackedMatrix {
 
     /// Bytes held (panels with their padding).
     pub fn n_bytes(&self) -> usize {
-        self.lines.len() * 64
+        self.buf.len()
     }
 
     pub(super) fn blocks(&self) -> usize {
@@ -84,11 +102,7 @@ impl PackedMatrix {
     }
 
     fn bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.lines)
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        bytemuck::cast_slice_mut(&mut self.lines)
+        &self.buf
     }
 
     /// Panel `p`: its quant bytes, then its scale bytes.

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Side-by-side speed of Kestrel and llama.cpp on the same GGUF files, in one run.
+
+Each of ROUNDS rounds runs, for every model, `llama-bench` and `kestrel speed` (pp and tg),
+alternating which program goes first from round to round so that drift of the machine (other
+load, thermal or memory state) hits both. The table reports each program's median over the
+rounds, the range, and the ratio of the medians, beside the STREAM triad measured before and
+after. Appends a dated markdown section to OUT.
+
+    bench_side_by_side.py --llama-bin DIR --kestrel BIN --out OUT.md --title TITLE \\
+        --model PATH[,pp=512][,bytes=N][,label=NAME] [--model ...]
+
+`bytes` overrides the weight bytes a decode step reads (default: Kestrel's own count, all
+weights; a mixture-of-experts model reads only its active experts).
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def parse_model(spec):
+    path, *opts = spec.split(",")
+    m = {"path": path, "pp": 512, "bytes": None, "label": os.path.basename(path)}
+    for o in opts:
+        key, value = o.split("=", 1)
+        m[key] = value if key == "label" else int(value)
+    return m
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def llama_run(args, m):
+    cmd = [os.path.join(args.llama_bin, "llama-bench"), "-m", m["path"], "-p", str(m["pp"]),
+           "-n", str(args.gen), "-t", str(args.threads), "-r", str(args.reps), "-o", "json"]
+    res = run_json(cmd)
+    pick = lambda p, g: next(r["avg_ts"] for r in res if r["n_prompt"] == p and r["n_gen"] == g)
+    build = f"{res[0].get('build_commit', '?')} ({res[0].get('build_number', '?')})"
+    return {"pp": pick(m["pp"], 0), "tg": pick(0, args.gen), "build": build}
+
+
+def kestrel_run(args, m):
+    cmd = [args.kestrel, "speed", "--model", m["path"], "-p", str(m["pp"]), "-n", str(args.gen),
+           "-t", str(args.threads), "-r", str(args.reps), "--json"]
+    res = run_json(cmd)
+    return {"pp": res["pp"]["mean_tps"], "tg": res["tg"]["mean_tps"], "isa": res["isa"],
+            "bytes": res["tg"]["bytes_per_token"]}
+
+
+def membw(args):
+    res = run_json([args.kestrel, "membw", "-t", f"1,{args.threads}", "--json"])
+    return {r["threads"]: r["triad_gbs"] for r in res["results"]}
+
+
+def measure(args, models):
+    runs = {m["label"]: {"llama": [], "kestrel": []} for m in models}
+    for r in range(args.rounds):
+        for m in models:
+            order = [("llama", llama_run), ("kestrel", kestrel_run)]
+            for name, fn in order if r % 2 == 0 else order[::-1]:
+                runs[m["label"]][name].append(fn(args, m))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    return runs
+
+
+def summary(values):
+    med = statistics.median(values)
+    return med, f"{med:.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def report(args, models, runs, bw_before, bw_after, load):
+    t = args.threads
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "?")
+    flags = open("/proc/cpuinfo").read()
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni") if f" {f} " in flags]
+    first = runs[models[0]["label"]]
+    triad = min(bw_before[t], bw_after[t])
+    lines = [
+        f"### {args.title}, {t} threads ({datetime.date.today()})",
+        "",
+        f"Machine: {cpu}, {os.cpu_count()} cores, ISA flags {', '.join(isa)}; Kestrel kernels: "
+        f"{first['kestrel'][0]['isa']}; llama.cpp build {first['llama'][0]['build']}; load average "
+        f"(1/5/15 min) {load[0]} before, {load[1]} after.",
+        "Memory bandwidth (`kestrel membw`, STREAM triad) on "
+        f"{t} threads: {bw_before[t]:.1f} GB/s before, {bw_after[t]:.1f} GB/s after "
+        f"(1 thread: {bw_before[1]:.1f}); % of triad below uses the lower, {triad:.1f} GB/s.",
+        f"{args.rounds} rounds, alternating which program runs first; each round runs "
+        f"`llama-bench -p P -n {args.gen} -t {t} -r {args.reps}` and "
+        f"`kestrel speed -p P -n {args.gen} -t {t} -r {args.reps}`. Cells: median t/s over the "
+        "rounds (min-max); ratio of the medians. tg GB/s = weight bytes a decode step reads x "
+        "tokens/s.",
+    ]
+    if args.note:
+        lines.append(args.note)
+    lines += [
+        "",
+        "| model | test | Kestrel t/s | llama.cpp t/s | ratio | Kestrel GB/s (% triad) | llama.cpp GB/s (% triad) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for m in models:
+        r = runs[m["label"]]
+        bpt = m["bytes"] or r["kestrel"][0]["bytes"]
+        gbs = lambda tps: f"{tps * bpt / 1e9:.1f} ({100 * tps * bpt / 1e9 / triad:.0f}%)"
+        for test, name in (("pp", f"pp{m['pp']}"), ("tg", f"tg{args.gen}")):
+            km, ks = summary([x[test] for x in r["kestrel"]])
+            lm, ls = summary([x[test] for x in r["llama"]])
+            bw = (gbs(km), gbs(lm)) if test == "tg" else ("", "")
+            lines.append(f"| {m['label']} | {name} | {ks} | {ls} | {km / lm:.2f}x | {bw[0]} | {bw[1]} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llama-bin", required=True)
+    ap.add_argument("--kestrel", default="./target/release/kestrel")
+    ap.add_argument("--out", default="docs/benchmarks.md")
+    ap.add_argument("--title", default="Kestrel vs llama.cpp")
+    ap.add_argument("--note", default="")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--model", action="append", required=True, type=parse_model)
+    args = ap.parse_args()
+    load_before = " ".join(open("/proc/loadavg").read().split()[:3])
+    bw_before = membw(args)
+    runs = measure(args, args.model)
+    bw_after = membw(args)
+    load_after = " ".join(open("/proc/loadavg").read().split()[:3])
+    text = report(args, args.model, runs, bw_before, bw_after, (load_before, load_after))
+    print(text)
+    header = "# Benchmarks\n"
+    existing = open(args.out).read() if os.path.exists(args.out) else header
+    with open(args.out, "w") as f:
+        f.write(existing.rstrip() + "\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,11 @@
-//! `kestrel convert`: GGUF → HF safetensors directory, or HF directory → GGUF.
+//! `kestrel convert`: GGUF → HF safetensors directory, or HF directory → GGUF, optionally with
+//! a LoRA adapter merged into the weights (`--merge-lora`).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use kestrel_quant::convert::{gguf_to_hf, hf_to_gguf, FloatType};
+use kestrel_quant::convert::{gguf_to_hf_merged, hf_to_gguf_merged, FloatType};
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Target {
@@ -23,6 +24,10 @@ pub struct ConvertArgs {
     /// Storage type of the converted tensors: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
+    /// Fold a LoRA adapter (PEFT directory or llama.cpp LoRA GGUF) into the weights it
+    /// changes: W + scale · B · A.
+    #[arg(long)]
+    pub merge_lora: Option<PathBuf>,
 }
 
 pub fn run(args: ConvertArgs) -> Result<()> {
@@ -38,7 +43,8 @@ pub fn run(args: ConvertArgs) -> Result<()> {
                     args.input.display()
                 );
             }
-            gguf_to_hf(&args.input, &args.output, dtype, &mut |p| {
+            let lora = args.merge_lora.as_deref();
+            gguf_to_hf_merged(&args.input, &args.output, dtype, lora, &mut |p| {
                 n += 1;
                 bar.set_message(format!("{} ({} -> {})", p.name, p.from, p.to));
                 bar.tick();
@@ -52,7 +58,8 @@ pub fn run(args: ConvertArgs) -> Result<()> {
                 );
             }
             bar.set_message("converting tensors");
-            n = hf_to_gguf(&args.input, &args.output, dtype)?.len();
+            n = hf_to_gguf_merged(&args.input, &args.output, dtype, args.merge_lora.as_deref())?
+                .len();
         }
     }
     bar.finish_and_clear();

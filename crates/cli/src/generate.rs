@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::{EngineEvent, EngineRequest};
 use kestrel_engine::config::EngineConfig;
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
@@ -63,6 +64,10 @@ pub struct GenerateArgs {
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+    /// Generate with a LoRA adapter: a PEFT directory (adapter_config.json +
+    /// adapter_model.safetensors) or a llama.cpp LoRA GGUF.
+    #[arg(long)]
+    pub lora: Option<PathBuf>,
 }
 
 impl GenerateArgs {
@@ -90,21 +95,23 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let path = crate::resolve_model(args.model.clone())?;
     let loaded = crate::load_with_progress(&path)?;
     let prompt = prompt_ids(&loaded, &args)?;
-    let engine = start_engine(loaded, &args, prompt.len())?;
+    let (engine, adapter) = start_engine(loaded, &args, prompt.len())?;
     let request = EngineRequest::new(prompt, args.sampling(), &engine.limits())
-        .map_err(|e| anyhow!("invalid request ({}): {e}", e.param()))?;
+        .map_err(|e| anyhow!("invalid request ({}): {e}", e.param()))?
+        .with_adapter(adapter);
     let result = stream_to_stdout(engine.submit(request)?);
     engine.shutdown(Duration::ZERO);
     result?.print();
     Ok(())
 }
 
-/// An engine over `loaded` for one request of `prompt_len` tokens plus `--max-tokens`.
+/// An engine over `loaded` for one request of `prompt_len` tokens plus `--max-tokens`, and the
+/// id of the `--lora` adapter its runner loaded.
 fn start_engine(
     loaded: LoadedModel,
     args: &GenerateArgs,
     prompt_len: usize,
-) -> Result<EngineHandle> {
+) -> Result<(EngineHandle, Option<AdapterId>)> {
     let tokens = prompt_len + args.max_tokens;
     let budget = KvBudget::Tokens(tokens.div_ceil(BLOCK_SIZE).max(1) * BLOCK_SIZE);
     let kv = KvSpec::for_budget(&loaded.model, BLOCK_SIZE, args.kv_cache_dtype, budget)?;
@@ -117,13 +124,10 @@ fn start_engine(
     };
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
-    let runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
-    Ok(EngineHandle::try_start(
-        Box::new(runner),
-        tokenizer,
-        eos,
-        config,
-    )?)
+    let mut runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
+    let adapter = crate::load_lora(&mut runner, args.lora.as_deref())?;
+    let engine = EngineHandle::try_start(Box::new(runner), tokenizer, eos, config)?;
+    Ok((engine, adapter))
 }
 
 /// Prints the request's text as it arrives; returns its token counts and timings.

@@ -106,6 +106,24 @@ pub fn load_with_progress(path: &std::path::Path) -> Result<kestrel_model::Loade
     Ok(loaded)
 }
 
+/// Load the `--lora` adapter at `path` (if any) into `runner`, named after its file.
+pub fn load_lora(
+    runner: &mut kestrel_model::ModelRunner,
+    path: Option<&std::path::Path>,
+) -> Result<Option<kestrel_engine::adapter_id::AdapterId>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "lora".into(), |n| n.to_string_lossy().into_owned());
+    let id = runner
+        .load_adapter(&name, path)
+        .map_err(|e| anyhow::anyhow!("cannot load LoRA adapter {}: {e}", path.display()))?;
+    eprintln!("LoRA adapter {name} loaded from {}", path.display());
+    Ok(Some(id))
+}
+
 /// The worker pool: `threads` workers if given, else the process-wide pool.
 pub fn thread_pool(
     threads: Option<usize>,

@@ -42,6 +42,9 @@ pub struct PplArgs {
     /// How many log-probs per position --save-logits keeps.
     #[arg(long, default_value_t = 64)]
     pub logits_top_k: u32,
+    /// Score with a LoRA adapter: a PEFT directory or a llama.cpp LoRA GGUF.
+    #[arg(long)]
+    pub lora: Option<PathBuf>,
     /// Compare against log-probs saved with --save-logits: mean KL divergence and top-1 agreement.
     #[arg(long)]
     pub kl_divergence: Option<PathBuf>,
@@ -87,8 +90,9 @@ pub fn run(args: PplArgs) -> Result<()> {
         kv.dtype,
         kv.shape(&loaded.model).bytes_per_token()
     );
-    let runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
-    let mut model = RunnerModel::new(runner, args.batch.unwrap_or(args.ctx));
+    let mut runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
+    let adapter = crate::load_lora(&mut runner, args.lora.as_deref())?;
+    let mut model = RunnerModel::new(runner, args.batch.unwrap_or(args.ctx)).with_adapter(adapter);
     let mut extra = open_extra(&args, vocab, &windows)?;
     let mut stats = NllStats::default();
     let mut on_token = |t: &ScoredToken<'_>| -> Result<(), perplexity::PerplexityError> {

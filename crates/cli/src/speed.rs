@@ -88,6 +88,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
             start_pos: 0,
             block_table: table.clone(),
             need_logits: true,
+            adapter: None,
         }],
     };
     let gen_tokens = tokens(args.gen);
@@ -109,6 +110,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
                             start_pos: pos,
                             block_table: table.clone(),
                             need_logits: true,
+                            adapter: None,
                         }],
                     };
                     runner.execute(&b)?;

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::adapter_id::AdapterId;
 use crate::request::FinishReason;
 use crate::sampling::{Logprobs, SamplingParamError, SamplingParams};
 
@@ -55,6 +56,7 @@ pub struct EngineRequest {
     priority: i32,
     arrival: Instant,
     max_queue_time: Option<Duration>,
+    adapter: Option<AdapterId>,
 }
 
 impl EngineRequest {
@@ -91,9 +93,21 @@ impl EngineRequest {
             prompt_ids,
             sampling,
             priority: 0,
+            adapter: None,
             arrival: Instant::now(),
             max_queue_time: None,
         })
+    }
+
+    /// Run with LoRA adapter `adapter` (which the executor must have loaded).
+    pub fn with_adapter(mut self, adapter: Option<AdapterId>) -> Self {
+        self.adapter = adapter;
+        self
+    }
+
+    /// The LoRA adapter the request runs with.
+    pub fn adapter(&self) -> Option<AdapterId> {
+        self.adapter
     }
 
     /// Higher runs first; default 0.

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::adapter_id::AdapterId;
 use crate::expert_counts::ExpertTokenCounts;
 use crate::kv::BlockId;
 use crate::request::RequestId;
@@ -25,6 +26,8 @@ pub struct SeqBatch {
     pub block_table: Vec<BlockId>,
     /// Whether the last token's logits are needed (false for a non-final prefill chunk).
     pub need_logits: bool,
+    /// The LoRA adapter this sequence runs with (`None`: the base model alone).
+    pub adapter: Option<AdapterId>,
 }
 
 /// A ragged batch: every sequence contributes its own number of tokens, with no padding.

@@ -44,7 +44,7 @@ pub enum EngineStartError {
 pub(crate) enum Command {
     Submit {
         id: RequestId,
-        req: EngineRequest,
+        req: Box<EngineRequest>,
         events: UnboundedSender<EngineEvent>,
     },
     Abort(RequestId),
@@ -130,7 +130,11 @@ impl EngineHandle {
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
         s.commands
-            .send(Command::Submit { id, req, events })
+            .send(Command::Submit {
+                id,
+                req: Box::new(req),
+                events,
+            })
             .map_err(|_| SubmitError::Stopped)?;
         Ok(ResponseStream {
             id,

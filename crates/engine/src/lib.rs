@@ -18,6 +18,8 @@
 //!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks, among them
 //!   [`api::EngineRequest`], which can only be built validated; [`config::EngineConfig`] its
 //!   limits (the KV geometry comes from the executor).
+//! * [`adapter_id`] — [`adapter_id::AdapterId`]: the LoRA adapter a request runs with (carried
+//!   to the executor in each [`executor::SeqBatch`], and part of the prefix-cache key).
 //! * [`expert_counts`] — tokens routed per expert of a mixture-of-experts model.
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
 
@@ -25,6 +27,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod adapter_id;
 pub mod api;
 pub mod config;
 pub mod core;

@@ -21,6 +21,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 pub use generation::Generation;
 
+use crate::adapter_id::AdapterId;
 use crate::api::{EngineEvent, EngineRequest};
 use crate::kv::{BlockHash, BlockId};
 
@@ -87,6 +88,9 @@ pub struct RequestParams {
     /// Prefix-cache namespace (model, LoRA adapter or cache salt); blocks are shared only
     /// between requests with the same key.
     pub cache_key: Option<u64>,
+    /// The LoRA adapter the request runs with (`None`: the base model alone). Part of the
+    /// prefix-cache key: two adapters never share KV blocks.
+    pub adapter: Option<AdapterId>,
 }
 
 impl RequestParams {
@@ -100,7 +104,20 @@ impl RequestParams {
             stop_token_ids: Vec::new(),
             ignore_eos: false,
             cache_key: None,
+            adapter: None,
         }
+    }
+
+    /// The prefix-cache namespace of the request: its cache key, and its adapter if it has one
+    /// (see [`crate::kv::block_hash`]).
+    pub fn prefix_key(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let Some(adapter) = self.adapter else {
+            return self.cache_key;
+        };
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        ("kestrel-lora", self.cache_key, adapter.0).hash(&mut h);
+        Some(h.finish())
     }
 }
 
@@ -162,6 +179,7 @@ impl Request {
             stop_token_ids: req.sampling().stop_token_ids.clone(),
             ignore_eos: req.sampling().ignore_eos,
             cache_key: None,
+            adapter: req.adapter(),
         };
         let (prompt, _) = req.into_parts();
         Self::with_generation(id, prompt, params, generation)

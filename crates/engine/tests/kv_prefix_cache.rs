@@ -1,5 +1,6 @@
 //! KV manager tests: exact block ids, reference counts and eviction order for prefix hits.
 
+use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::kv::{ComputedBlocks, KvCacheConfig, KvCacheManager};
 use kestrel_engine::request::{Request, RequestParams};
 
@@ -205,4 +206,43 @@ fn allocation_failure_changes_nothing_and_counts_revived_hits() {
     let hit = kv.get_computed_blocks(&mut c);
     assert_eq!(kv.allocate_slots(&mut c, 7, &hit), Some(vec![3, 2]));
     kv.pool().check_invariants().unwrap();
+}
+
+fn with_adapter(id: u64, prompt: &[u32], adapter: Option<u32>) -> Request {
+    let mut params = RequestParams::new(4);
+    params.adapter = adapter.map(AdapterId);
+    Request::new(id, prompt.to_vec(), params)
+}
+
+#[test]
+fn lora_adapters_never_share_blocks_but_share_among_themselves() {
+    let mut kv = manager(16, true);
+    let prompt = [&SYS[..], &[1]].concat();
+    let mut base = with_adapter(1, &prompt, None);
+    let (_, base_blocks) = admit_and_compute(&mut kv, &mut base);
+    let mut a = with_adapter(2, &prompt, Some(7));
+    assert!(
+        kv.get_computed_blocks(&mut a).blocks.is_empty(),
+        "an adapter must not reuse the base model's KV"
+    );
+    let (_, a_blocks) = admit_and_compute(&mut kv, &mut a);
+    let mut b = with_adapter(3, &prompt, Some(8));
+    assert!(
+        kv.get_computed_blocks(&mut b).blocks.is_empty(),
+        "two adapters must not share KV"
+    );
+    let mut a2 = with_adapter(4, &prompt, Some(7));
+    let hit = kv.get_computed_blocks(&mut a2);
+    assert_eq!(
+        hit.blocks,
+        a_blocks[..2].to_vec(),
+        "same adapter, same prefix"
+    );
+    assert!(base_blocks[..2].iter().all(|b| !hit.blocks.contains(b)));
+    // The adapter is part of the key even beside a cache salt.
+    let mut salted = with_adapter(5, &prompt, Some(7));
+    let mut params = salted.params().clone();
+    params.cache_key = Some(1);
+    salted = Request::new(5, prompt.clone(), params);
+    assert!(kv.get_computed_blocks(&mut salted).blocks.is_empty());
 }

@@ -29,6 +29,8 @@ pub enum ModelError {
     UnsupportedArchitecture(String),
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    #[error(transparent)]
+    Lora(#[from] crate::lora::LoraError),
     #[error("cannot read model at {path}: {reason}")]
     Unreadable { path: String, reason: String },
 }

@@ -6,6 +6,8 @@
 //! * [`chat_template`] — [`chat_template::ChatTemplate`], HF-compatible Jinja via minijinja.
 //! * [`loader`] — [`load_model`] into a [`LoadedModel`]; [`load_model_using`] with a
 //!   [`BuildModel`] that decides how the opened [`Weights`] become the model.
+//! * [`lora`] — LoRA adapters: PEFT and llama.cpp GGUF formats, [`lora::LoraRegistry`], and
+//!   per-row application in a mixed batch ([`lora::LoraBatch`]).
 //! * [`runner`] — [`ModelRunner`], the model behind the engine's executor interface.
 //!
 //! Quantization, conversion, AWQ/GPTQ import and perplexity live in `kestrel-quant`.
@@ -17,6 +19,7 @@ pub mod error;
 pub mod kv_cache;
 pub mod layers;
 pub mod loader;
+pub mod lora;
 pub mod runner;
 pub mod tokenizer;
 pub mod weights;

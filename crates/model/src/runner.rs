@@ -1,7 +1,11 @@
 //! [`ModelRunner`]: the engine's [`Executor`] for a loaded model. It owns the KV cache memory and
-//! the activation workspace, validates each batch, and runs the forward pass.
+//! the activation workspace and the LoRA adapters loaded beside the model, validates each
+//! batch, and runs the forward pass.
 
+use std::path::Path;
 use std::sync::Arc;
+
+use kestrel_engine::adapter_id::AdapterId;
 
 use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
 use kestrel_engine::expert_counts::ExpertTokenCounts;
@@ -9,8 +13,9 @@ use kestrel_engine::kv::NO_BLOCK;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
-use crate::arch::{DecoderModel, Workspace};
+use crate::arch::{DecoderModel, Pass, Workspace};
 use crate::kv_cache::{KvCache, KvCacheShape};
+use crate::lora::{LoraAdapter, LoraBatch, LoraError, LoraRegistry};
 
 /// Size and storage type of a runner's KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +93,9 @@ pub struct ModelRunner {
     ws: Workspace,
     pool: &'static ThreadPool,
     logit_rows: Vec<usize>,
+    adapters: LoraRegistry,
+    /// This step's rows grouped by adapter.
+    lora: LoraBatch,
 }
 
 impl ModelRunner {
@@ -118,7 +126,26 @@ impl ModelRunner {
             ws: Workspace::default(),
             pool,
             logit_rows: Vec::new(),
+            adapters: LoraRegistry::new(),
+            lora: LoraBatch::none(),
         }
+    }
+
+    /// The LoRA adapters sequences may run with.
+    pub fn adapters(&self) -> &LoraRegistry {
+        &self.adapters
+    }
+
+    /// Load and unload adapters (a batch naming an unloaded adapter is refused).
+    pub fn adapters_mut(&mut self) -> &mut LoraRegistry {
+        &mut self.adapters
+    }
+
+    /// Read the adapter at `path` (PEFT directory or llama.cpp adapter GGUF), fit it to the
+    /// model and register it as `name`.
+    pub fn load_adapter(&mut self, name: &str, path: &Path) -> Result<AdapterId, LoraError> {
+        let adapter = LoraAdapter::open(name, path, self.model.lora_base())?;
+        self.adapters.load(adapter)
     }
 
     pub fn model(&self) -> &DecoderModel {
@@ -133,6 +160,7 @@ impl ModelRunner {
     /// (for perplexity and teacher-forced checks).
     pub fn execute_all_logits(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
         self.validate(input)?;
+        self.resolve_adapters(input)?;
         self.logit_rows.clear();
         self.logit_rows.extend(0..input.num_tokens());
         Ok(self.run(input))
@@ -150,14 +178,14 @@ impl ModelRunner {
     /// The forward pass into `out` (its buffer is reused: no allocation once it has grown).
     fn run_into(&mut self, input: &BatchInput, out: &mut BatchOutput) {
         out.vocab = self.model.dims().vocab;
-        self.model.forward(
-            input,
-            &self.logit_rows,
-            &mut self.kv,
-            &mut self.ws,
-            self.pool,
-            &mut out.logits,
-        );
+        let pass = Pass {
+            batch: input,
+            lora: &self.lora,
+            kv: &mut self.kv,
+            ws: &mut self.ws,
+            pool: self.pool,
+        };
+        self.model.forward(pass, &self.logit_rows, &mut out.logits);
     }
 
     /// Logits rows of an ordinary step: the last token of each sequence that wants them.
@@ -170,6 +198,14 @@ impl ModelRunner {
                 self.logit_rows.push(end - 1);
             }
         }
+    }
+
+    /// Group the batch's rows by adapter; a sequence naming an adapter that is not loaded makes
+    /// the batch invalid.
+    fn resolve_adapters(&mut self, input: &BatchInput) -> Result<(), ExecutorError> {
+        self.lora
+            .resolve(input, &self.adapters)
+            .map_err(|id| ExecutorError::InvalidBatch(format!("LoRA {id} is not loaded")))
     }
 
     /// Reject batches the forward pass cannot run safely. A block-table entry may be
@@ -211,6 +247,7 @@ impl ModelRunner {
 impl Executor for ModelRunner {
     fn execute(&mut self, input: &BatchInput) -> Result<BatchOutput, ExecutorError> {
         self.validate(input)?;
+        self.resolve_adapters(input)?;
         self.sampled_rows(input);
         Ok(self.run(input))
     }
@@ -221,6 +258,7 @@ impl Executor for ModelRunner {
         out: &mut BatchOutput,
     ) -> Result<(), ExecutorError> {
         self.validate(input)?;
+        self.resolve_adapters(input)?;
         self.sampled_rows(input);
         self.run_into(input, out);
         Ok(())

@@ -86,6 +86,7 @@ fn chunked_logits(path: &Path, ids: &[u32], cuts: &[usize]) -> Vec<f32> {
                 start_pos: w[0],
                 block_table: table.clone(),
                 need_logits: true,
+                adapter: None,
             }],
         };
         let out = runner

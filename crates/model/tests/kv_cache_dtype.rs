@@ -47,6 +47,7 @@ fn prefill_then_decode(runner: &mut ModelRunner, ids: &[u32], split: usize) -> V
             start_pos: start,
             block_table: table.clone(),
             need_logits: true,
+            adapter: None,
         }];
         runner
             .execute_all_logits(&BatchInput { seqs })

@@ -56,6 +56,7 @@ pub struct RunnerModel {
     runner: ModelRunner,
     batch: usize,
     block_table: Vec<u32>,
+    adapter: Option<kestrel_engine::adapter_id::AdapterId>,
 }
 
 impl RunnerModel {
@@ -66,7 +67,14 @@ impl RunnerModel {
             runner,
             batch: batch.max(1),
             block_table: (0..blocks).collect(),
+            adapter: None,
         }
+    }
+
+    /// Score with the runner's LoRA adapter `adapter`.
+    pub fn with_adapter(mut self, adapter: Option<kestrel_engine::adapter_id::AdapterId>) -> Self {
+        self.adapter = adapter;
+        self
     }
 }
 
@@ -84,6 +92,7 @@ impl WindowModel for RunnerModel {
                 start_pos: i * self.batch,
                 block_table: self.block_table.clone(),
                 need_logits: true,
+                adapter: self.adapter,
             };
             let out = self
                 .runner

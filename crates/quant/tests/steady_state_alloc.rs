@@ -36,6 +36,7 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
                 start_pos: 0,
                 block_table: table(s),
                 need_logits: true,
+                adapter: None,
             })
             .collect(),
     };
@@ -49,6 +50,7 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
                 start_pos: 5 + s,
                 block_table: table(s),
                 need_logits: true,
+                adapter: None,
             })
             .collect(),
     };

@@ -106,7 +106,7 @@ impl EngineLoop {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit { id, req, events } => self.core.add_request(id, req, events),
+            Command::Submit { id, req, events } => self.core.add_request(id, *req, events),
             Command::Abort(id) => {
                 self.core.abort(id);
             }

@@ -312,7 +312,7 @@ impl KvCacheManager {
     }
 
     fn update_hashes(&self, req: &mut Request) {
-        let key = req.params().cache_key;
+        let key = req.params().prefix_key();
         let (tokens, hashes) = req.block_hashes_mut();
         extend_block_hashes(hashes, tokens, self.block_size, key);
     }

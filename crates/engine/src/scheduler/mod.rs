@@ -539,6 +539,7 @@ impl Scheduler {
                     start_pos: start,
                     block_table: req.block_table().to_vec(),
                     need_logits: start + n == req.num_tokens(),
+                    adapter: req.params().adapter,
                 })
             })
             .collect();

@@ -15,6 +15,7 @@ use super::workspace::Workspace;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{BlockNorm, Linear, RmsNorm, Rotary};
+use crate::lora::{LoraSite, LoraTarget};
 
 /// Rotate the batch's `t` query rows (`qd` wide) and key rows (`kvd` wide) by their
 /// positions.
@@ -161,6 +162,22 @@ impl AttentionBlock {
             [&mut ws.q, &mut ws.k, &mut ws.v],
             &mut ws.scratch,
         );
+        if !pass.lora.is_empty() {
+            let x = &ws.h[..t * d.hidden];
+            for (target, y) in [
+                (LoraTarget::Q, &mut ws.q[..t * qd]),
+                (LoraTarget::K, &mut ws.k[..t * kvd]),
+                (LoraTarget::V, &mut ws.v[..t * kvd]),
+            ] {
+                let site = LoraSite {
+                    layer: l,
+                    target,
+                    x,
+                    y,
+                };
+                pass.lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+            }
+        }
         if let Some(norm) = &self.qk_norm {
             norm.apply(t * qd, t * kvd, ws);
         }
@@ -180,6 +197,13 @@ impl AttentionBlock {
         observer.observe(l, LinearSite::O, &ws.attn[..t * qd], t);
         self.o
             .forward(pool, &ws.attn, t, &mut ws.h, &mut ws.scratch);
+        let site = LoraSite {
+            layer: l,
+            target: LoraTarget::O,
+            x: &ws.attn[..t * qd],
+            y: &mut ws.h[..t * d.hidden],
+        };
+        pass.lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
         let n = t * d.hidden;
         match &self.post_norm {
             Some(norm) => {

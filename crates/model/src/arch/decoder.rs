@@ -29,12 +29,15 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv_cache::KvCache;
 use crate::layers::{BlockNorm, Embedding, Linear};
+use crate::lora::{LoraBase, LoraBatch};
 use crate::weights::TensorSource;
 
-/// What one forward pass runs on: the batch, the KV cache it writes, the workspace and the
-/// worker threads.
+/// What one forward pass runs on: the batch, its rows' LoRA adapters, the KV cache it writes,
+/// the workspace and the worker threads.
 pub struct Pass<'a> {
     pub batch: &'a BatchInput,
+    /// The batch's rows grouped by adapter ([`LoraBatch::none`]: the base model alone).
+    pub lora: &'a LoraBatch,
     pub kv: &'a mut KvCache,
     pub ws: &'a mut Workspace,
     pub pool: &'a ThreadPool,
@@ -104,6 +107,8 @@ pub struct DecoderModel {
     embed_scale: Option<f32>,
     /// Gemma: `logits = cap · tanh(logits / cap)`.
     final_softcap: Option<f32>,
+    /// The projections LoRA adapters may change, in this model's row order.
+    lora_base: LoraBase,
 }
 
 impl DecoderModel {
@@ -160,6 +165,7 @@ impl DecoderModel {
             expert_counts,
             embed_scale: cfg.embedding_scale(),
             final_softcap: cfg.gemma.as_ref().and_then(|g| g.final_softcap),
+            lora_base: LoraBase::of(cfg, naming),
         })
     }
 
@@ -171,6 +177,11 @@ impl DecoderModel {
     /// The sparse MLP of layer `l`, if it has one.
     pub fn moe_block(&self, l: usize) -> Option<&MoeBlock> {
         self.layers.get(l)?.ffn.as_moe()
+    }
+
+    /// What a LoRA adapter must fit to run on this model.
+    pub fn lora_base(&self) -> &LoraBase {
+        &self.lora_base
     }
 
     pub fn dims(&self) -> DecoderDims {
@@ -197,24 +208,11 @@ impl DecoderModel {
         self.embed.as_linear().n_bytes() + head + self.layers.iter().map(per_layer).sum::<usize>()
     }
 
-    /// Run `batch`, writing K/V into `kv`, and put the logits of the flat token indices in
-    /// `logit_rows` into `logits` (`[logit_rows.len(), vocab]`). Token ids and block tables must
-    /// have been validated by the caller.
-    pub fn forward(
-        &self,
-        batch: &BatchInput,
-        logit_rows: &[usize],
-        kv: &mut KvCache,
-        ws: &mut Workspace,
-        pool: &ThreadPool,
-        logits: &mut Vec<f32>,
-    ) {
-        let pass = Pass {
-            batch,
-            kv,
-            ws,
-            pool,
-        };
+    /// Run the pass's batch (its rows' adapters applied), writing K/V into its cache, and put
+    /// the logits of the flat token indices in `logit_rows` into `logits`
+    /// (`[logit_rows.len(), vocab]`). Token ids and block tables must have been validated by
+    /// the caller.
+    pub fn forward(&self, pass: Pass<'_>, logit_rows: &[usize], logits: &mut Vec<f32>) {
         self.forward_observed(pass, logit_rows, logits, &mut NoObserver);
     }
 
@@ -251,7 +249,8 @@ impl DecoderModel {
         }
         for (l, layer) in self.layers.iter().enumerate() {
             layer.attention.forward(l, &d, &mut pass, observer);
-            layer.ffn.forward(l, &d, t, pass.ws, pool, observer);
+            let io = super::mlp::MlpIo { t, lora: pass.lora };
+            layer.ffn.forward(l, &d, io, pass.ws, pool, observer);
         }
         self.logits(logit_rows, pass.ws, pool, logits);
     }

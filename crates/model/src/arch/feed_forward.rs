@@ -6,6 +6,7 @@ use kestrel_kernels::cpu::ops::{add_assign, gelu_tanh, gelu_tanh_mul, silu_mul};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::decoder::DecoderDims;
+use super::mlp::MlpIo;
 use super::naming::LayerTensor;
 use super::observer::{ActivationObserver, LinearSite};
 use super::tensor_loader::TensorLoader;
@@ -13,6 +14,7 @@ use super::workspace::Workspace;
 use crate::config::{MlpKind, ModelConfig};
 use crate::error::ModelError;
 use crate::layers::{BlockNorm, Linear, RmsNorm};
+use crate::lora::{LoraSite, LoraTarget};
 
 /// The gate's activation (gated MLPs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,11 +96,13 @@ impl FeedForward {
         &self,
         l: usize,
         d: &DecoderDims,
-        t: usize,
+        io: MlpIo<'_>,
         ws: &mut Workspace,
         pool: &ThreadPool,
         observer: &mut dyn ActivationObserver,
     ) {
+        let (t, lora) = (io.t, io.lora);
+        let (hn, fn_) = (t * d.hidden, t * d.ffn);
         self.norm
             .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
         observer.observe(l, LinearSite::GateUp, &ws.h[..t * d.hidden], t);
@@ -112,18 +116,46 @@ impl FeedForward {
                     [&mut ws.gate, &mut ws.up],
                     &mut ws.scratch,
                 );
+                let site = LoraSite {
+                    layer: l,
+                    target: LoraTarget::Gate,
+                    x: &ws.h[..hn],
+                    y: &mut ws.gate[..fn_],
+                };
+                lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+                let site = LoraSite {
+                    layer: l,
+                    target: LoraTarget::Up,
+                    x: &ws.h[..hn],
+                    y: &mut ws.up[..fn_],
+                };
+                lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
                 self.act
                     .gate_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
             }
             None => {
                 self.up
                     .forward(pool, &ws.h, t, &mut ws.gate, &mut ws.scratch);
+                let site = LoraSite {
+                    layer: l,
+                    target: LoraTarget::Up,
+                    x: &ws.h[..hn],
+                    y: &mut ws.gate[..fn_],
+                };
+                lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
                 gelu_tanh(&mut ws.gate[..t * d.ffn]);
             }
         }
         observer.observe(l, LinearSite::Down, &ws.gate[..t * d.ffn], t);
         self.down
             .forward(pool, &ws.gate, t, &mut ws.h, &mut ws.scratch);
+        let site = LoraSite {
+            layer: l,
+            target: LoraTarget::Down,
+            x: &ws.gate[..fn_],
+            y: &mut ws.h[..hn],
+        };
+        lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
         let n = t * d.hidden;
         match &self.post_norm {
             Some(norm) => {

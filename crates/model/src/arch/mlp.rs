@@ -10,6 +10,13 @@ use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::lora::LoraBatch;
+
+/// The rows an MLP runs on: `t` rows of the residual stream, and their adapters.
+pub(crate) struct MlpIo<'a> {
+    pub t: usize,
+    pub lora: &'a LoraBatch,
+}
 
 pub(crate) enum Mlp {
     Dense(FeedForward),
@@ -46,14 +53,14 @@ impl Mlp {
         &self,
         l: usize,
         d: &DecoderDims,
-        t: usize,
+        io: MlpIo<'_>,
         ws: &mut Workspace,
         pool: &ThreadPool,
         observer: &mut dyn ActivationObserver,
     ) {
         match self {
-            Mlp::Dense(f) => f.forward(l, d, t, ws, pool, observer),
-            Mlp::Moe(m) => m.forward(d.hidden, t, ws, pool),
+            Mlp::Dense(f) => f.forward(l, d, io, ws, pool, observer),
+            Mlp::Moe(m) => m.forward(d.hidden, io.t, ws, pool),
         }
     }
 

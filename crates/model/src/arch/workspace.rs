@@ -5,6 +5,7 @@ use kestrel_kernels::cpu::attention::AttnSeq;
 use kestrel_kernels::cpu::gemm::Scratch;
 
 use super::moe_block::MoeScratch;
+use crate::lora::LoraScratch;
 
 /// Per-forward scratch memory. Buffers only grow.
 #[derive(Default)]
@@ -33,6 +34,8 @@ pub struct Workspace {
     pub attn_seqs: Vec<AttnSeq<'static>>,
     /// The sparse MLP layers' buffers.
     pub moe: MoeScratch,
+    /// The LoRA deltas' buffers.
+    pub lora: LoraScratch,
 }
 
 /// Sizes the buffers must hold for one forward pass.

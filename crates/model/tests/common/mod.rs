@@ -71,6 +71,15 @@ pub fn runner(loaded: LoadedModel, tokens: usize) -> ModelRunner {
 
 /// Logits of every position of `ids`, from one forward pass (`[ids.len(), vocab]`).
 pub fn teacher_forced_logits(runner: &mut ModelRunner, ids: &[u32]) -> (Vec<f32>, usize) {
+    teacher_forced_logits_with(runner, ids, None)
+}
+
+/// [`teacher_forced_logits`] with the sequence running LoRA adapter `adapter`.
+pub fn teacher_forced_logits_with(
+    runner: &mut ModelRunner,
+    ids: &[u32],
+    adapter: Option<kestrel_engine::adapter_id::AdapterId>,
+) -> (Vec<f32>, usize) {
     let blocks = ids.len().div_ceil(16) as u32;
     let batch = BatchInput {
         seqs: vec![SeqBatch {
@@ -79,6 +88,7 @@ pub fn teacher_forced_logits(runner: &mut ModelRunner, ids: &[u32]) -> (Vec<f32>
             start_pos: 0,
             block_table: (0..blocks).collect(),
             need_logits: true,
+            adapter,
         }],
     };
     let out = runner
@@ -100,6 +110,7 @@ pub fn greedy_ids(runner: &mut ModelRunner, prompt: &[u32], n: usize) -> Vec<u32
                 start_pos: pos,
                 block_table: table.clone(),
                 need_logits: true,
+                adapter: None,
             }],
         };
         pos += batch.seqs[0].tokens.len();

@@ -7,11 +7,13 @@
 //!   `tokenizer_config.json` and `generation_config.json`.
 //! * [`hf_to_gguf`]: HF directory → GGUF with llama metadata, tokenizer metadata and
 //!   F32/F16/BF16 tensors (1-D tensors always F32).
+//! * [`LoraMerge`]: either direction with a LoRA adapter folded into the weights.
 
 mod error;
 mod float_type;
 mod hf_config;
 mod llama_meta;
+mod lora_merge;
 mod names;
 pub mod permute;
 mod source;
@@ -21,7 +23,8 @@ mod tokenizer_meta;
 
 pub use error::ConvertError;
 pub use float_type::FloatType;
+pub use lora_merge::LoraMerge;
 pub use names::NameMap;
 pub use source::{ModelSource, SourceTensor};
-pub use to_gguf::{hf_to_gguf, retype, retype_with, write_file};
-pub use to_hf::gguf_to_hf;
+pub use to_gguf::{hf_to_gguf, hf_to_gguf_merged, retype, retype_with, write_file};
+pub use to_hf::{gguf_to_hf, gguf_to_hf_merged};

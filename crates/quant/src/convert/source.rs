@@ -161,6 +161,25 @@ impl ModelSource {
     }
 }
 
+impl ModelSource {
+    /// Fold `merge`'s deltas into the tensors it changes; they become F32 in GGUF row order.
+    pub fn merge_lora(&mut self, merge: &super::LoraMerge) -> Result<(), ConvertError> {
+        for t in &mut self.tensors {
+            let mut values = t.to_f32()?;
+            if merge.apply(&t.name, &mut values) {
+                t.view = TensorView {
+                    name: t.view.name.clone(),
+                    dtype: DType::F32,
+                    shape: t.view.shape.clone(),
+                    data: kestrel_kernels::SharedBytes::from_f32(&values),
+                };
+                t.permute_heads = None;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// GGUF tensor names in llama.cpp's file order.
 fn gguf_order(n_layers: usize) -> Vec<String> {
     let g = TensorNaming::Gguf;

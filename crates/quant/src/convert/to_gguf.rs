@@ -9,7 +9,7 @@ use kestrel_kernels::DType;
 use kestrel_model::weights::gguf::{GgufWriter, MetaValue};
 
 use super::source::{ModelSource, SourceTensor};
-use super::{ConvertError, FloatType};
+use super::{ConvertError, FloatType, LoraMerge};
 use crate::codec::{encode_threads, Encoded};
 use crate::plan::TensorPlan;
 
@@ -24,7 +24,20 @@ pub fn hf_to_gguf(
     output: &Path,
     dtype: FloatType,
 ) -> Result<Vec<TensorPlan>, ConvertError> {
-    let source = ModelSource::open(input)?;
+    hf_to_gguf_merged(input, output, dtype, None)
+}
+
+/// [`hf_to_gguf`] with the LoRA adapter at `lora` (if any) merged into the weights.
+pub fn hf_to_gguf_merged(
+    input: &Path,
+    output: &Path,
+    dtype: FloatType,
+    lora: Option<&Path>,
+) -> Result<Vec<TensorPlan>, ConvertError> {
+    let mut source = ModelSource::open(input)?;
+    if let Some(path) = lora {
+        source.merge_lora(&LoraMerge::open(path, &source.config)?)?;
+    }
     let rule = |t: &SourceTensor| {
         if t.shape().len() < 2 {
             DType::F32

@@ -13,7 +13,7 @@ use kestrel_model::weights::gguf::{GgufFile, OptionalKey};
 use kestrel_model::weights::TensorSource;
 
 use super::names::{rope_permuted, NameMap};
-use super::{hf_config, permute, ConvertError, FloatType};
+use super::{hf_config, permute, ConvertError, FloatType, LoraMerge};
 use crate::codec::encode_threads;
 use crate::plan::TensorPlan;
 
@@ -47,13 +47,25 @@ pub fn gguf_to_hf(
     dtype: FloatType,
     on_tensor: &mut dyn FnMut(&TensorPlan),
 ) -> Result<(), ConvertError> {
+    gguf_to_hf_merged(input, output, dtype, None, on_tensor)
+}
+
+/// [`gguf_to_hf`] with the LoRA adapter at `lora` (if any) merged into the weights.
+pub fn gguf_to_hf_merged(
+    input: &Path,
+    output: &Path,
+    dtype: FloatType,
+    lora: Option<&Path>,
+    on_tensor: &mut dyn FnMut(&TensorPlan),
+) -> Result<(), ConvertError> {
     let file = GgufFile::open(input)?;
     let config = ModelConfig::from_gguf(&file)?;
     super::llama_meta::check_llama(&config)?;
     let tokenizer =
         Tokenizer::from_gguf_metadata(&file).map_err(|e| ConvertError::Tokenizer(e.to_string()))?;
     std::fs::create_dir_all(output).map_err(|e| ConvertError::io(output, e))?;
-    let tensors = convert_tensors(&file, &config, dtype, on_tensor)?;
+    let merge = lora.map(|p| LoraMerge::open(p, &config)).transpose()?;
+    let tensors = convert_tensors(&file, &config, (dtype, merge.as_ref()), on_tensor)?;
     let st_path = output.join("model.safetensors");
     let info = HashMap::from([("format".to_string(), "pt".to_string())]);
     safetensors::serialize_to_file(tensors, Some(info), &st_path)?;
@@ -99,7 +111,7 @@ fn write(dir: &Path, name: &str, text: String) -> Result<(), ConvertError> {
 fn convert_tensors(
     file: &GgufFile,
     config: &ModelConfig,
-    dtype: FloatType,
+    (dtype, merge): (FloatType, Option<&LoraMerge>),
     on_tensor: &mut dyn FnMut(&TensorPlan),
 ) -> Result<Vec<(String, OwnedTensor)>, ConvertError> {
     let names = NameMap::new(config.n_layers);
@@ -114,6 +126,9 @@ fn convert_tensors(
             .tensor(&name)
             .ok_or_else(|| ConvertError::Unsupported(format!("tensor {name:?} is unreadable")))?;
         let mut values = to_f32_vec(&view)?;
+        if let Some(m) = merge {
+            m.apply(&name, &mut values);
+        }
         let row_len = if view.shape.len() < 2 {
             1
         } else {

@@ -138,10 +138,12 @@ pub fn calibrate(
                 start_pos: 0,
                 block_table: (0..shape.num_blocks as u32).collect(),
                 need_logits: false,
+                adapter: None,
             }],
         };
         let pass = Pass {
             batch: &batch,
+            lora: &kestrel_model::lora::LoraBatch::none(),
             kv: &mut kv,
             ws: &mut ws,
             pool,

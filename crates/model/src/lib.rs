@@ -20,6 +20,7 @@ pub mod kv_cache;
 pub mod layers;
 pub mod loader;
 pub mod lora;
+pub mod qk_rows;
 pub mod runner;
 pub mod tokenizer;
 pub mod weights;

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use super::base::{reorder_qk_rows, LoraBase};
+use super::base::LoraBase;
+use crate::qk_rows::{gguf_to_hf, hf_to_gguf};
 use super::error::LoraError;
 use super::gguf_lora::load_gguf_lora;
 use super::pair::LoraPair;
@@ -101,8 +102,8 @@ fn fix_qk_rows(t: LoraTarget, b: &[f32], rank: usize, base: &LoraBase, permuted:
         _ => return b.to_vec(),
     };
     match (permuted, base.qk_permuted) {
-        (false, true) => reorder_qk_rows(b, heads, rank, true),
-        (true, false) => reorder_qk_rows(b, heads, rank, false),
+        (false, true) => hf_to_gguf(b, heads, rank),
+        (true, false) => gguf_to_hf(b, heads, rank),
         _ => b.to_vec(),
     }
 }

@@ -15,7 +15,6 @@ mod hf_config;
 mod llama_meta;
 mod lora_merge;
 mod names;
-pub mod permute;
 mod source;
 mod to_gguf;
 mod to_hf;

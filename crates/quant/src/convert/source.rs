@@ -15,7 +15,8 @@ use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::{TensorSource, TensorView};
 
 use super::names::{rope_permuted, NameMap};
-use super::{permute, ConvertError};
+use super::ConvertError;
+use kestrel_model::qk_rows as permute;
 
 /// One tensor, named as in GGUF.
 #[derive(Debug, Clone)]

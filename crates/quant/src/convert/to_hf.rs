@@ -13,7 +13,8 @@ use kestrel_model::weights::gguf::{GgufFile, OptionalKey};
 use kestrel_model::weights::TensorSource;
 
 use super::names::{rope_permuted, NameMap};
-use super::{hf_config, permute, ConvertError, FloatType, LoraMerge};
+use super::{hf_config, ConvertError, FloatType, LoraMerge};
+use kestrel_model::qk_rows as permute;
 use crate::codec::encode_threads;
 use crate::plan::TensorPlan;
 

@@ -1,29 +1,11 @@
 //! End-to-end tests of the `kestrel` binary on the real default model.
 
+mod cli_common;
+
+use cli_common::*;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn model() -> PathBuf {
-    PathBuf::from(std::env::var_os("KESTREL_DEFAULT_MODEL").expect(
-        "KESTREL_DEFAULT_MODEL is not set: run the suite with scripts/test.sh (it fetches the default model)",
-    ))
-}
-
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .output()
-        .expect("kestrel runs")
-}
-
-fn stdout_of(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "kestrel failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
-}
+use std::process::Command;
 
 fn golden_prompt(name: &str) -> serde_json::Value {
     let path =

@@ -2,21 +2,11 @@
 //! scores a text close to the f32-KV perplexity, and a bad value is rejected with a message
 //! that lists the valid ones.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod cli_common;
 
-fn model() -> PathBuf {
-    PathBuf::from(std::env::var_os("KESTREL_DEFAULT_MODEL").expect(
-        "KESTREL_DEFAULT_MODEL is not set: run the suite with scripts/test.sh (it fetches the default model)",
-    ))
-}
+use cli_common::*;
 
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .output()
-        .expect("kestrel runs")
-}
+use std::process::Output;
 
 fn ppl_of(out: &Output) -> f64 {
     assert!(

@@ -3,24 +3,11 @@
 //! merged model `convert --merge-lora` writes, and differs from the base; `ppl --lora` scores
 //! like the merged model (the adapter itself is checked against PEFT in the model crate).
 
+mod cli_common;
+
+use cli_common::*;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .output()
-        .expect("kestrel runs")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "kestrel failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
@@ -42,7 +29,7 @@ fn generate(model: &Path, lora: Option<&Path>) -> String {
     if let Some(l) = lora {
         args.extend(["--lora", s(l)]);
     }
-    ok(&kestrel(&args))
+    stdout_of(&kestrel(&args))
 }
 
 fn ppl(model: &Path, text: &Path, lora: Option<&Path>) -> f64 {
@@ -59,7 +46,7 @@ fn ppl(model: &Path, text: &Path, lora: Option<&Path>) -> f64 {
     if let Some(l) = lora {
         args.extend(["--lora", s(l)]);
     }
-    let out = ok(&kestrel(&args));
+    let out = stdout_of(&kestrel(&args));
     let rest = &out[out.find("PPL =").expect("PPL line") + 5..];
     rest.split_whitespace().next().unwrap().parse().unwrap()
 }
@@ -81,7 +68,7 @@ fn lora_flags_agree_with_the_merged_model() {
         "--merge-lora",
         s(&all7),
     ]);
-    ok(&out);
+    stdout_of(&out);
 
     let with_lora = generate(&tiny, Some(&all7));
     assert_eq!(

@@ -1,23 +1,10 @@
 //! `kestrel quantize`, `kestrel convert` and `kestrel ppl` end to end on the tiny F32 fixture.
 
+mod cli_common;
+
+use cli_common::*;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn kestrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(args)
-        .output()
-        .expect("kestrel runs")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "kestrel failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn number_after(text: &str, key: &str) -> f64 {
     let rest = &text[text
@@ -42,12 +29,12 @@ fn quantize_convert_and_ppl_on_tiny_model() {
         "--method",
         "q8_0",
     ]);
-    ok(&out);
+    stdout_of(&out);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Q8_0:"),
         "per-type summary"
     );
-    ok(&kestrel(&[
+    stdout_of(&kestrel(&[
         "convert",
         &s(&q8),
         &s(&hf),
@@ -75,7 +62,8 @@ fn quantize_convert_and_ppl_on_tiny_model() {
         a.extend(extra.iter().map(|x| x.to_string()));
         a
     };
-    let run = |a: Vec<String>| ok(&kestrel(&a.iter().map(String::as_str).collect::<Vec<_>>()));
+    let run =
+        |a: Vec<String>| stdout_of(&kestrel(&a.iter().map(String::as_str).collect::<Vec<_>>()));
     let base_out = run(ppl_args(
         tiny.to_str().unwrap(),
         &["--save-logits", &s(&base)],
@@ -170,7 +158,7 @@ fn toolkit_methods_from_the_command_line() {
         let mut a = vec!["quantize", tiny, out_path.to_str().unwrap()];
         a.extend_from_slice(args);
         let out = kestrel(&a);
-        ok(&out);
+        stdout_of(&out);
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(summary),
             "{file}: {}",
@@ -184,7 +172,7 @@ fn toolkit_methods_from_the_command_line() {
             "4",
             "hello",
         ]);
-        ok(&gen);
+        stdout_of(&gen);
     }
     // Clear errors for what cannot work.
     let out_path = dir.join("x.gguf");

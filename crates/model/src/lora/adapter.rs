@@ -4,13 +4,13 @@
 use std::path::Path;
 
 use super::base::LoraBase;
-use crate::qk_rows::{gguf_to_hf, hf_to_gguf};
 use super::error::LoraError;
 use super::gguf_lora::load_gguf_lora;
 use super::pair::LoraPair;
 use super::peft::load_peft;
 use super::raw::{LoraSource, RawLora};
 use super::target::LoraTarget;
+use crate::qk_rows::{gguf_to_hf, hf_to_gguf};
 
 #[derive(Debug, Clone)]
 pub struct LoraAdapter {

@@ -14,9 +14,9 @@ use kestrel_model::weights::TensorSource;
 
 use super::names::{rope_permuted, NameMap};
 use super::{hf_config, ConvertError, FloatType, LoraMerge};
-use kestrel_model::qk_rows as permute;
 use crate::codec::encode_threads;
 use crate::plan::TensorPlan;
+use kestrel_model::qk_rows as permute;
 
 /// One converted tensor, ready for `safetensors`.
 struct OwnedTensor {

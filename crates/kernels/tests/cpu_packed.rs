@@ -3,8 +3,8 @@
 
 use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{
-    can_share_input, matmul_packed, matmul_packed_many, matmul_packed_with, panel_kernel,
-    worth_packing, PackedMatrix, PANEL,
+    can_share_input, matmul_packed, matmul_packed_many, matmul_packed_segments, matmul_packed_with,
+    panel_kernel, worth_packing, PackedMatrix, PANEL,
 };
 use kestrel_kernels::cpu::{Isa, ThreadPool};
 use kestrel_kernels::quant::{self, DType};
@@ -165,6 +165,72 @@ fn products_sharing_an_input_equal_the_separate_products() {
             assert_eq!(got, want, "{dtype} m={m}");
         }
     }
+}
+
+/// Segment row counts: empty ones, one row (decode), and more than one activation chunk.
+const SEGMENT_ROWS: [usize; 6] = [3, 0, 1, 70, 0, 9];
+
+#[test]
+fn segmented_products_equal_each_segments_own_products() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    for dtype in KINDS {
+        let cols = 96;
+        // Per segment a gate-like (3 panels) and a down-like (2 panels) matrix.
+        let mats: Vec<[PackedMatrix; 2]> = SEGMENT_ROWS
+            .iter()
+            .map(|_| {
+                [3, 2].map(|p| {
+                    let data = quantized(dtype, p * PANEL, cols, &mut rng);
+                    PackedMatrix::pack(dtype, p * PANEL, cols, &data).unwrap()
+                })
+            })
+            .collect();
+        let mut offsets = vec![0];
+        for r in SEGMENT_ROWS {
+            offsets.push(offsets.last().unwrap() + r);
+        }
+        let m = *offsets.last().unwrap();
+        let x = random_x(m, cols, &mut rng);
+        let mut scratch = Scratch::default();
+        let mut want = [vec![0.0f32; m * 3 * PANEL], vec![0.0f32; m * 2 * PANEL]];
+        for (s, ws) in mats.iter().enumerate() {
+            let (lo, hi) = (offsets[s], offsets[s + 1]);
+            for (k, w) in ws.iter().enumerate() {
+                let r = w.rows();
+                let y = &mut want[k][lo * r..hi * r];
+                matmul_packed(&pool, w, &x[lo * cols..hi * cols], hi - lo, y, &mut scratch);
+            }
+        }
+        let [mut g0, mut g1] = [vec![f32::NAN; m * 3 * PANEL], vec![f32::NAN; m * 2 * PANEL]];
+        let weights = |s: usize| [&mats[s][0], &mats[s][1]];
+        let ys = [&mut g0[..], &mut g1[..]];
+        matmul_packed_segments(&pool, &weights, &offsets, &x, ys, &mut scratch);
+        assert_eq!([g0, g1], want, "{dtype}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "kinds or shapes differ")]
+fn segments_with_matrices_of_different_shapes_are_refused() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let pack = |panels: usize, rng: &mut ChaCha8Rng| {
+        let data = quantized(DType::Q4_0, panels * PANEL, 64, rng);
+        PackedMatrix::pack(DType::Q4_0, panels * PANEL, 64, &data).unwrap()
+    };
+    let mats = [pack(1, &mut rng), pack(2, &mut rng)];
+    let x = vec![0.5f32; 2 * 64];
+    let mut y = [0.0f32; 2 * PANEL];
+    let weights = |s: usize| [&mats[s]];
+    let pool = ThreadPool::new(1);
+    matmul_packed_segments(
+        &pool,
+        &weights,
+        &[0, 1, 2],
+        &x,
+        [&mut y[..]],
+        &mut Scratch::default(),
+    );
 }
 
 #[test]

@@ -32,6 +32,7 @@ mod kind;
 mod layout;
 mod matrix;
 mod reference;
+mod segments;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -39,11 +40,12 @@ pub use acts::PackedActs;
 use half::f16;
 pub use kind::PackedKind;
 pub use matrix::PackedMatrix;
+pub use segments::{matmul_packed_segments_with, SegmentWeights};
 
-use crate::cpu::gemm::{quantize_rows, Scratch};
+use crate::cpu::gemm::Scratch;
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
-use crate::quant::{self, DType};
+use crate::quant::DType;
 
 /// Weight rows per panel (one AVX-512 register of `i32`/`f32` lanes).
 pub const PANEL: usize = 16;
@@ -165,48 +167,24 @@ pub fn matmul_packed_many_with<const N: usize>(
     ys: [&mut [f32]; N],
     scratch: &mut Scratch,
 ) {
-    let Some(w0) = ws.first() else { return };
     assert!(
         can_share_input(&ws),
         "matmul_packed_many: kinds or columns differ"
     );
-    assert_eq!(x.len(), m * w0.cols(), "matmul_packed: x must be m × cols");
-    for (w, y) in ws.iter().zip(&ys) {
-        assert_eq!(y.len(), m * w.rows(), "matmul_packed: y must be m × rows");
-    }
-    if m == 0 {
-        return;
-    }
-    let kind = w0.kind();
-    let act = kind.act();
-    let quantize = quant::act::kernels().quantize[act as usize];
-    let a_row = act.row_bytes(w0.cols());
-    let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
-    scratch.packed.fill(kind, blocks, m, w0.blocks());
-    let acts = &scratch.packed;
-    let outs = ys.map(SharedMut::new);
-    let panels = ws.map(|w| w.rows() / PANEL);
-    let total: usize = panels.iter().sum();
-    pool.broadcast(&|t, n| {
-        for c0 in (0..m).step_by(ACT_CHUNK) {
-            let rows = c0..(c0 + ACT_CHUNK).min(m);
-            for g in total * t / n..total * (t + 1) / n {
-                let (k, p) = locate(&panels, g);
-                panel_rows(kernel, ws[k], acts, p, rows.clone(), &outs[k]);
-            }
-        }
-    });
+    matmul_packed_segments_with(pool, kernel, &|_| ws, &[0, m], x, ys, scratch);
 }
 
-/// Matrix and panel of global panel index `g` (the matrices' panels counted in order).
-fn locate(panels: &[usize], mut g: usize) -> (usize, usize) {
-    for (k, &n) in panels.iter().enumerate() {
-        if g < n {
-            return (k, g);
-        }
-        g -= n;
-    }
-    unreachable!("panel index past the last matrix")
+/// [`matmul_packed_segments_with`] with the kernel for this CPU.
+pub fn matmul_packed_segments<'w, const N: usize>(
+    pool: &ThreadPool,
+    weights: &SegmentWeights<'w, N>,
+    offsets: &[usize],
+    x: &[f32],
+    ys: [&mut [f32]; N],
+    scratch: &mut Scratch,
+) {
+    let kernel = panel_kernel(Isa::detected());
+    matmul_packed_segments_with(pool, kernel, weights, offsets, x, ys, scratch)
 }
 
 /// Activation rows `rows` against panel `p`, [`MAX_ACT_ROWS`] per kernel call, into `out`
@@ -232,8 +210,8 @@ fn panel_rows(
         };
         kernel(&job, &mut tile);
         for (j, row) in tile.iter().enumerate().take(na) {
-            // SAFETY: the calling thread writes only the columns of its own panels (its
-            // share [P·t/n, P·(t+1)/n) of all the matrices' panels), disjoint across threads.
+            // SAFETY: the calling thread writes only panel `p`'s columns of rows `rows`, a unit
+            // of work that the segmented product's plan hands to exactly one thread.
             let dst = unsafe { out.slice_mut((j0 + j) * w.rows() + p * PANEL, PANEL) };
             dst.copy_from_slice(row);
         }

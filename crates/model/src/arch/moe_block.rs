@@ -2,19 +2,22 @@
 //! Qwen3-MoE) — norm, router, the routed experts, an optional gated shared expert, and the
 //! residual add.
 //!
-//! Expert-grouped, not per token: the whole batch is routed at once ([`Routing`]), then each
-//! expert that received tokens gathers their rows and runs its gate/up/down products once over
-//! all of them (a batched GEMM in prefill, a GEMV in decode, each split over the thread pool as
-//! dense layers are), and its outputs are scattered back, weighted, into the residual update.
-//! Experts with no tokens are skipped. A GGUF layer's 3-D expert tensors are sliced into
-//! per-expert matrices (views of the file's bytes), so quantized experts use the same kernels as
-//! dense weights.
+//! Expert-grouped, not per token: the whole batch is routed at once ([`Routing`]), the input
+//! row of every (token, expert) pick is gathered into one buffer grouped by expert, each expert
+//! runs its gate/up/down products once over all its rows, and the outputs are scattered back,
+//! weighted, into the residual update. Experts with no tokens are skipped. With repacked
+//! weights all experts run as segmented products (`matmul_packed_segments`): gate and up of
+//! every expert in one pool call, down in another, so a decode step wakes the threads twice
+//! per layer for its experts, not twice per expert. A GGUF layer's 3-D expert tensors are
+//! sliced into per-expert matrices (views of the file's bytes), so quantized experts use the
+//! same kernels as dense weights.
 
 use std::sync::Arc;
 
 use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::ops::{add_assign, silu_mul};
+use kestrel_kernels::cpu::packed::{can_share_input, matmul_packed_segments, PackedMatrix};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::moe_naming::MoeTensor;
@@ -51,7 +54,7 @@ impl ExpertMlp {
         Linear::forward_many([&self.gate, &self.up], pool, x, m, [g, u], b.scratch);
         silu_mul(&mut b.g[..m * f], &b.u[..m * f]);
         self.down
-            .forward(pool, &b.g[..], m, &mut b.y[..], &mut *b.scratch);
+            .forward(pool, &b.g[..m * f], m, &mut b.y[..], &mut *b.scratch);
     }
 }
 
@@ -81,8 +84,9 @@ pub struct ExpertCounter {
 pub struct MoeScratch {
     routing: Routing,
     logits: Vec<f32>,
-    /// One expert's gathered input rows.
+    /// The input rows of every pick, grouped by expert (`Routing::grouped`).
     xe: Vec<f32>,
+    /// Per pick: gate and up outputs (`g` then holds the activation), and the expert's output.
     g: Vec<f32>,
     u: Vec<f32>,
     y: Vec<f32>,
@@ -96,12 +100,14 @@ impl MoeScratch {
         &self.acc[..n]
     }
 
-    fn reserve(&mut self, t: usize, hidden: usize, ffn: usize, experts: usize) {
+    /// Room for `t` tokens and their `picks` (tokens × top-k) expert rows.
+    fn reserve(&mut self, t: usize, picks: usize, hidden: usize, ffn: usize, experts: usize) {
+        let rows = picks.max(t);
         grow(&mut self.logits, t * experts);
-        grow(&mut self.xe, t * hidden);
-        grow(&mut self.g, t * ffn);
-        grow(&mut self.u, t * ffn);
-        grow(&mut self.y, t * hidden);
+        grow(&mut self.xe, picks * hidden);
+        grow(&mut self.g, rows * ffn);
+        grow(&mut self.u, rows * ffn);
+        grow(&mut self.y, rows * hidden);
         grow(&mut self.acc, t * hidden);
     }
 }
@@ -198,29 +204,75 @@ impl MoeBlock {
     ) {
         let hidden = self.router.cols();
         let n_experts = self.experts.len();
-        s.reserve(t, hidden, self.max_ffn(), n_experts);
+        s.reserve(t, t * self.top_k, hidden, self.max_ffn(), n_experts);
         self.router.forward(pool, x, t, &mut s.logits, scratch);
         s.routing
             .route(&s.logits, t, n_experts, self.top_k, self.normalize);
-        s.acc[..t * hidden].fill(0.0);
-        for (e, expert) in self.experts.iter().enumerate() {
-            self.run_expert(pool, e, expert, x, s, scratch);
+        self.count_tokens(&s.routing);
+        gather(&s.routing, x, hidden, &mut s.xe);
+        match self.packed_experts() {
+            Some(first) => self.run_packed(pool, first, s, scratch),
+            None => self.run_each(pool, s, scratch),
         }
+        s.acc[..t * hidden].fill(0.0);
+        scatter(&s.routing, &s.y, hidden, &mut s.acc);
         if let Some(shared) = &self.shared {
             shared_forward(shared, pool, x, t, s, scratch);
         }
     }
 
-    /// Expert `e` over the tokens routed to it: gather, one product per projection, scatter.
-    fn run_expert(
+    fn count_tokens(&self, routing: &Routing) {
+        let Some(c) = &self.counter else { return };
+        let (offsets, _, _) = routing.grouped();
+        for (e, o) in offsets.windows(2).enumerate() {
+            if o[1] > o[0] {
+                c.counts.add(c.slot, e, (o[1] - o[0]) as u64);
+            }
+        }
+    }
+
+    /// The first expert's gate, up and down panels if every expert's three projections are
+    /// plain repacked matrices of one shape, so that all experts run as segmented products.
+    fn packed_experts(&self) -> Option<[&PackedMatrix; 3]> {
+        let first = packed_projections(self.experts.first()?)?;
+        let same = |a: &PackedMatrix, b: &PackedMatrix| {
+            a.kind() == b.kind() && a.rows() == b.rows() && a.cols() == b.cols()
+        };
+        let all = self.experts.iter().all(|e| {
+            packed_projections(e).is_some_and(|p| p.iter().zip(&first).all(|(a, b)| same(a, b)))
+        });
+        (all && can_share_input(&[first[0], first[1]])).then_some(first)
+    }
+
+    /// Every expert over its rows of `s.xe` into `s.y`, as two segmented products: gate and
+    /// up of all experts in one pool call, then down of all experts in another.
+    fn run_packed(
         &self,
         pool: &ThreadPool,
-        e: usize,
-        expert: &ExpertMlp,
-        x: &[f32],
+        first: [&PackedMatrix; 3],
         s: &mut MoeScratch,
         scratch: &mut Scratch,
     ) {
+        let (offsets, _, _) = s.routing.grouped();
+        let rows = offsets.last().copied().unwrap_or(0);
+        let (hidden, ffn) = (first[2].rows(), first[0].rows());
+        let expert = |e: usize| packed_projections(&self.experts[e]).unwrap_or(first);
+        let gate_up = |e: usize| {
+            let p = expert(e);
+            [p[0], p[1]]
+        };
+        let (g, u) = (&mut s.g[..rows * ffn], &mut s.u[..rows * ffn]);
+        let xe = &s.xe[..rows * hidden];
+        matmul_packed_segments(pool, &gate_up, offsets, xe, [g, u], scratch);
+        silu_mul(&mut s.g[..rows * ffn], &s.u[..rows * ffn]);
+        let down = |e: usize| [expert(e)[2]];
+        let y = &mut s.y[..rows * hidden];
+        matmul_packed_segments(pool, &down, offsets, &s.g[..rows * ffn], [y], scratch);
+    }
+
+    /// Every expert over its rows of `s.xe` into `s.y`, one expert at a time (weights that are
+    /// not repacked).
+    fn run_each(&self, pool: &ThreadPool, s: &mut MoeScratch, scratch: &mut Scratch) {
         let hidden = self.router.cols();
         let MoeScratch {
             routing,
@@ -228,29 +280,55 @@ impl MoeBlock {
             g,
             u,
             y,
-            acc,
             ..
         } = s;
-        let (tokens, weights) = routing.expert(e);
-        let m = tokens.len();
-        if m == 0 {
-            return;
+        let (offsets, _, _) = routing.grouped();
+        for (expert, o) in self.experts.iter().zip(offsets.windows(2)) {
+            let (a, m) = (o[0], o[1] - o[0]);
+            if m == 0 {
+                continue;
+            }
+            let f = expert.ffn();
+            let mut b = ExpertBuffers {
+                g: &mut g[a * f..],
+                u: &mut u[a * f..],
+                y: &mut y[a * hidden..],
+                scratch,
+            };
+            expert.forward(pool, &xe[a * hidden..], m, &mut b);
         }
-        if let Some(c) = &self.counter {
-            c.counts.add(c.slot, e, m as u64);
-        }
-        for (j, &tok) in tokens.iter().enumerate() {
-            let r = tok as usize * hidden;
-            xe[j * hidden..(j + 1) * hidden].copy_from_slice(&x[r..r + hidden]);
-        }
-        let mut b = ExpertBuffers { g, u, y, scratch };
-        expert.forward(pool, &xe[..], m, &mut b);
-        for (j, (&tok, &w)) in tokens.iter().zip(weights).enumerate() {
-            let r = tok as usize * hidden;
-            let out = &mut acc[r..r + hidden];
-            let row = &b.y[j * hidden..(j + 1) * hidden];
-            out.iter_mut().zip(row).for_each(|(a, v)| *a += w * v);
-        }
+    }
+}
+
+/// An expert's gate, up and down as plain repacked matrices without bias, if they are.
+fn packed_projections(e: &ExpertMlp) -> Option<[&PackedMatrix; 3]> {
+    let layers = [&e.gate, &e.up, &e.down];
+    if layers.iter().any(|l| l.has_bias()) {
+        return None;
+    }
+    Some([
+        e.gate.plain_packed()?,
+        e.up.plain_packed()?,
+        e.down.plain_packed()?,
+    ])
+}
+
+/// The input rows of every pick, grouped by expert: `xe[i] = x[token of pick i]`.
+fn gather(routing: &Routing, x: &[f32], hidden: usize, xe: &mut [f32]) {
+    let (_, tokens, _) = routing.grouped();
+    for (dst, &tok) in xe.chunks_exact_mut(hidden).zip(tokens) {
+        let r = tok as usize * hidden;
+        dst.copy_from_slice(&x[r..r + hidden]);
+    }
+}
+
+/// `acc[token of pick i] += weight_i · y[i]`, picks in expert order.
+fn scatter(routing: &Routing, y: &[f32], hidden: usize, acc: &mut [f32]) {
+    let (_, tokens, weights) = routing.grouped();
+    for ((row, &tok), &w) in y.chunks_exact(hidden).zip(tokens).zip(weights) {
+        let r = tok as usize * hidden;
+        let out = &mut acc[r..r + hidden];
+        out.iter_mut().zip(row).for_each(|(a, v)| *a += w * v);
     }
 }
 

@@ -84,6 +84,12 @@ impl Routing {
         (&self.order[a..b], &self.order_weights[a..b])
     }
 
+    /// All picks grouped by expert: expert `e`'s entries are `offsets[e]..offsets[e + 1]` of
+    /// the token indices and routing weights.
+    pub fn grouped(&self) -> (&[usize], &[u32], &[f32]) {
+        (&self.offsets, &self.order, &self.order_weights)
+    }
+
     /// Token `i`'s chosen experts and weights (rank order).
     pub fn token(&self, i: usize, top_k: usize) -> (&[u32], &[f32]) {
         let r = i * top_k..(i + 1) * top_k;

@@ -178,19 +178,26 @@ impl Linear {
     /// The layers' repacked weights if all are plain (no permutation, no outliers), repacked,
     /// and of one kind and width.
     fn shared_packed<const N: usize>(layers: [&Linear; N]) -> Option<[&PackedMatrix; N]> {
-        if !layers
-            .iter()
-            .all(|l| l.perm.is_none() && l.outliers.is_none())
-        {
-            return None;
-        }
-        let packed = layers.map(|l| l.weight.packed_matrix());
+        let packed = layers.map(|l| l.plain_packed());
         let first = (*packed.first()?)?;
         if packed.iter().any(Option::is_none) {
             return None;
         }
         let packed = packed.map(|p| p.unwrap_or(first));
         can_share_input(&packed).then_some(packed)
+    }
+
+    /// The repacked weight of a plain layer (no column permutation, no outlier columns): its
+    /// product is the packed product alone, plus the bias if it has one.
+    pub fn plain_packed(&self) -> Option<&PackedMatrix> {
+        if self.perm.is_some() || self.outliers.is_some() {
+            return None;
+        }
+        self.weight.packed_matrix()
+    }
+
+    pub fn has_bias(&self) -> bool {
+        self.bias.is_some()
     }
 
     /// Adds the bias (if any) to every row of `y`.

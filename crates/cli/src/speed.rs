@@ -13,12 +13,8 @@ use std::time::Instant;
 use anyhow::Result;
 use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_model::arch::TensorNaming;
 use kestrel_model::runner::KvSpec;
-use kestrel_model::weights::gguf::GgufFile;
-use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
-use kestrel_model::weights::TensorSource;
-use kestrel_model::{ModelFormat, ModelRunner};
+use kestrel_model::ModelRunner;
 
 use crate::membw::Bandwidth;
 use rand::{Rng, SeedableRng};
@@ -56,7 +52,7 @@ pub struct SpeedArgs {
 pub fn run(args: SpeedArgs) -> Result<()> {
     let path = crate::resolve_model(args.model.clone())?;
     let loaded = crate::load_with_progress(&path)?;
-    let bytes_per_token = decode_bytes_per_token(&loaded)?;
+    let bytes_per_token = decode_bytes_per_token(&loaded);
     let vocab = loaded.config.vocab_size as u32;
     let pool = crate::thread_pool(args.threads);
     let membw = match args.membw {
@@ -138,31 +134,10 @@ pub fn run(args: SpeedArgs) -> Result<()> {
     Ok(())
 }
 
-/// Weight bytes one decode step reads: every layer matrix and the output matrix once, plus
-/// one embedding row (the embedding matrix itself only when it doubles as the output).
-fn decode_bytes_per_token(loaded: &kestrel_model::LoadedModel) -> Result<u64> {
-    let naming = match loaded.format {
-        ModelFormat::Gguf => TensorNaming::Gguf,
-        ModelFormat::Safetensors => TensorNaming::HuggingFace,
-    };
-    let embed = match loaded.format {
-        ModelFormat::Gguf => GgufFile::open(&loaded.path)?.tensor(naming.embedding()),
-        ModelFormat::Safetensors => {
-            SafetensorsCheckpoint::open(&loaded.path)?.tensor(naming.embedding())
-        }
-    }
-    .ok_or_else(|| anyhow::anyhow!("{} has no {}", loaded.path.display(), naming.embedding()))?;
-    let (vocab, hidden) = (loaded.config.vocab_size, loaded.config.hidden_size);
-    let row = embed
-        .dtype
-        .row_bytes(hidden)
-        .ok_or_else(|| anyhow::anyhow!("embedding rows are not whole blocks"))?;
-    let all = loaded.model.weight_bytes() as u64;
-    let embed_only = match loaded.config.tie_word_embeddings {
-        true => 0,
-        false => (row * vocab) as u64,
-    };
-    Ok(all - embed_only + row as u64)
+/// Weight bytes one decode step reads: every layer matrix (of a sparse layer, the experts a
+/// token is routed to) and the output matrix once, plus one embedding row.
+fn decode_bytes_per_token(loaded: &kestrel_model::LoadedModel) -> u64 {
+    loaded.model.token_weight_bytes() as u64
 }
 
 /// Everything one `kestrel speed` run measured.

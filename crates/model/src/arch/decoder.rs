@@ -208,6 +208,20 @@ impl DecoderModel {
         self.embed.as_linear().n_bytes() + head + self.layers.iter().map(per_layer).sum::<usize>()
     }
 
+    /// Bytes of weights one decode step of one token reads (as stored): every layer's
+    /// attention, the MLP weights it routes to, the head and one embedding row.
+    pub fn token_weight_bytes(&self) -> usize {
+        let per_layer = |l: &DecoderLayer| l.attention.weight_bytes() + l.ffn.token_weight_bytes();
+        let embed = self.embed.as_linear();
+        let row = embed.n_bytes() / embed.rows().max(1);
+        let head = if self.tied_head {
+            embed.n_bytes()
+        } else {
+            self.head.n_bytes()
+        };
+        row + head + self.layers.iter().map(per_layer).sum::<usize>()
+    }
+
     /// Run the pass's batch (its rows' adapters applied), writing K/V into its cache, and put
     /// the logits of the flat token indices in `logit_rows` into `logits`
     /// (`[logit_rows.len(), vocab]`). Token ids and block tables must have been validated by

@@ -47,6 +47,15 @@ impl Mlp {
         }
     }
 
+    /// The stored bytes one token reads: all of a dense MLP, a sparse one's router, shared
+    /// expert and `top_k` experts.
+    pub fn token_weight_bytes(&self) -> usize {
+        match self {
+            Mlp::Dense(f) => f.weight_bytes(),
+            Mlp::Moe(m) => m.token_weight_bytes(),
+        }
+    }
+
     /// Layer `l`'s MLP over the `t` rows of `ws.x`, added to it. (The observer sees dense
     /// layers' inputs only.)
     pub fn forward(

@@ -174,6 +174,15 @@ impl MoeBlock {
             + self.experts.iter().map(|e| e.weight_bytes()).sum::<usize>()
     }
 
+    /// The stored bytes one token reads: router, shared expert and `top_k` experts (of the
+    /// experts' mean size).
+    pub fn token_weight_bytes(&self) -> usize {
+        let shared = self.shared.as_ref().map_or(0, |s| s.mlp.weight_bytes());
+        let experts: usize = self.experts.iter().map(|e| e.weight_bytes()).sum();
+        let routed = experts * self.top_k / self.experts.len().max(1);
+        self.router.n_bytes() + shared + routed
+    }
+
     fn max_ffn(&self) -> usize {
         let shared = self.shared.as_ref().map_or(0, |s| s.mlp.ffn());
         self.experts

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
-use kestrel_engine::executor::{BatchInput, Executor, SeqBatch};
+use kestrel_engine::adapter_id::AdapterId;
+use kestrel_engine::executor::{BatchInput, Executor, ExecutorError, SeqBatch};
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_model::runner::KvSpec;
 use kestrel_model::ModelRunner;
@@ -47,6 +48,14 @@ pub struct SpeedArgs {
     /// report the tg weight-read rate as a percentage of it.
     #[arg(long)]
     pub membw: bool,
+    /// Sequences decoded together in each tg step (each with its own KV); t/s counts all.
+    #[arg(long, default_value_t = 1)]
+    pub seqs: usize,
+    /// A LoRA adapter (PEFT directory or LoRA GGUF; repeat for several): sequence `i` decodes
+    /// with adapter `i mod n`. tg is then measured with and without the adapters, alternating
+    /// repetitions, and each adapter's load time is reported.
+    #[arg(long)]
+    pub lora: Vec<PathBuf>,
 }
 
 pub fn run(args: SpeedArgs) -> Result<()> {
@@ -64,30 +73,35 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         false => None,
     };
     let blocks = args.prompt.max(args.gen).max(1).div_ceil(BLOCK_SIZE);
+    let seqs = args.seqs.max(1);
     let kv = KvSpec {
         block_size: BLOCK_SIZE,
-        num_blocks: blocks,
+        num_blocks: blocks * seqs,
         dtype: args.kv_cache_dtype,
     };
     let mut runner = ModelRunner::with_kv(loaded.model, kv, pool);
+    let (adapters, lora_load_ms) = load_adapters(&mut runner, &args.lora)?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut tokens = |n: usize| {
         (0..n)
             .map(|_| rng.gen_range(0..vocab))
             .collect::<Vec<u32>>()
     };
-    let table: Vec<u32> = (0..blocks as u32).collect();
     let pp_batch = BatchInput {
         seqs: vec![SeqBatch {
             request_id: 0,
             tokens: tokens(args.prompt),
             start_pos: 0,
-            block_table: table.clone(),
+            block_table: (0..blocks as u32).collect(),
             need_logits: true,
             adapter: None,
         }],
     };
-    let gen_tokens = tokens(args.gen);
+    let decode = DecodeRun {
+        tokens: tokens(args.gen),
+        seqs,
+        blocks,
+    };
     let pp = (args.prompt > 0)
         .then(|| {
             measure(args.reps, args.prompt, || {
@@ -95,26 +109,20 @@ pub fn run(args: SpeedArgs) -> Result<()> {
             })
         })
         .transpose()?;
-    let tg = (args.gen > 0)
-        .then(|| {
-            measure(args.reps, args.gen, || {
-                for (pos, t) in gen_tokens.iter().enumerate() {
-                    let b = BatchInput {
-                        seqs: vec![SeqBatch {
-                            request_id: 0,
-                            tokens: vec![*t],
-                            start_pos: pos,
-                            block_table: table.clone(),
-                            need_logits: true,
-                            adapter: None,
-                        }],
-                    };
-                    runner.execute(&b)?;
-                }
-                Ok(())
-            })
-        })
-        .transpose()?;
+    let (tg, tg_lora) = match args.gen {
+        0 => (None, None),
+        _ if adapters.is_empty() => {
+            let tg = measure(args.reps, args.gen * seqs, || decode.run(&mut runner, &[None]))?;
+            (Some(tg), None)
+        }
+        _ => {
+            let (base, lora) = measure_pair(args.reps, args.gen * seqs, |with| {
+                let base: &[Option<AdapterId>] = &[None];
+                decode.run(&mut runner, if with { &adapters } else { base })
+            })?;
+            (Some(base), Some(lora))
+        }
+    };
     let report = Report {
         name: path
             .file_name()
@@ -124,6 +132,8 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         args: &args,
         pp,
         tg,
+        tg_lora,
+        lora_load_ms,
         bytes_per_token,
         membw,
     };
@@ -147,6 +157,9 @@ struct Report<'a> {
     args: &'a SpeedArgs,
     pp: Option<Rate>,
     tg: Option<Rate>,
+    /// tg with the `--lora` adapters (same sequences, alternating with `tg`).
+    tg_lora: Option<Rate>,
+    lora_load_ms: Vec<f64>,
     bytes_per_token: u64,
     membw: Option<Bandwidth>,
 }
@@ -156,6 +169,11 @@ impl Report<'_> {
     fn tg_gbs(&self) -> Option<f64> {
         self.tg
             .map(|tg| tg.mean * self.bytes_per_token as f64 / 1e9)
+    }
+
+    /// Time of a tg step with the adapters over the time without them.
+    fn lora_cost(&self) -> Option<f64> {
+        Some(self.tg?.mean / self.tg_lora?.mean)
     }
 
     /// The achieved tg bandwidth as a percentage of the triad.
@@ -174,8 +192,13 @@ impl Report<'_> {
             obj.insert("gbs".into(), gbs.into());
             obj.insert("pct_of_triad".into(), self.tg_pct_of_triad().into());
         }
+        let lora = self.lora_cost().map(|cost| {
+            serde_json::json!({"adapters": self.lora_load_ms.len(), "load_ms": self.lora_load_ms,
+                "tg": rate(self.tg_lora, self.args.gen), "cost": cost})
+        });
         serde_json::json!({"model": self.name, "threads": self.threads, "isa": kestrel_kernels::cpu::Isa::detected().name(),
-            "kv_cache_dtype": self.args.kv_cache_dtype.name(), "pp": rate(self.pp, self.args.prompt), "tg": tg, "membw": self.membw})
+            "kv_cache_dtype": self.args.kv_cache_dtype.name(), "pp": rate(self.pp, self.args.prompt), "tg": tg,
+            "seqs": self.args.seqs, "lora": lora, "membw": self.membw})
     }
 
     fn print_table(&self) {
@@ -188,10 +211,25 @@ impl Report<'_> {
                 self.args.prompt, pp.mean, pp.std
             );
         }
+        let tg_test = match self.args.seqs {
+            0 | 1 => format!("tg{}", self.args.gen),
+            n => format!("tg{} x{n} seqs", self.args.gen),
+        };
         if let Some(tg) = self.tg {
+            println!("| {name} | {threads} | {tg_test} | {:.2} ± {:.2} |", tg.mean, tg.std);
+        }
+        if let Some(tg) = self.tg_lora {
+            let n = self.lora_load_ms.len();
             println!(
-                "| {name} | {threads} | tg{} | {:.2} ± {:.2} |",
-                self.args.gen, tg.mean, tg.std
+                "| {name} | {threads} | {tg_test}, {n} LoRA | {:.2} ± {:.2} |",
+                tg.mean, tg.std
+            );
+        }
+        if let Some(cost) = self.lora_cost() {
+            let ms: Vec<String> = self.lora_load_ms.iter().map(|m| format!("{m:.1}")).collect();
+            println!(
+                "\nLoRA: decode takes {cost:.2}x the base time; adapters loaded in {} ms",
+                ms.join(", ")
             );
         }
         if let Some(gbs) = self.tg_gbs() {
@@ -211,6 +249,80 @@ impl Report<'_> {
     }
 }
 
+/// Load `paths` as adapters `lora0`, `lora1`, ...; their ids (as sequences pick them) and
+/// load times in milliseconds.
+fn load_adapters(
+    runner: &mut ModelRunner,
+    paths: &[PathBuf],
+) -> Result<(Vec<Option<AdapterId>>, Vec<f64>)> {
+    let (mut ids, mut ms) = (Vec::new(), Vec::new());
+    for (i, path) in paths.iter().enumerate() {
+        let start = Instant::now();
+        let id = runner
+            .load_adapter(&format!("lora{i}"), path)
+            .map_err(|e| anyhow::anyhow!("cannot load LoRA adapter {}: {e}", path.display()))?;
+        ms.push(start.elapsed().as_secs_f64() * 1e3);
+        ids.push(Some(id));
+    }
+    Ok((ids, ms))
+}
+
+/// The tg test: `seqs` sequences, each with its own `blocks` KV blocks, decoding `tokens`
+/// one step at a time from an empty context.
+struct DecodeRun {
+    tokens: Vec<u32>,
+    seqs: usize,
+    blocks: usize,
+}
+
+impl DecodeRun {
+    /// Every step of the test; sequence `i` runs with `adapters[i % adapters.len()]`.
+    fn run(
+        &self,
+        runner: &mut ModelRunner,
+        adapters: &[Option<AdapterId>],
+    ) -> Result<(), ExecutorError> {
+        for (pos, &t) in self.tokens.iter().enumerate() {
+            runner.execute(&self.step(pos, t, adapters))?;
+        }
+        Ok(())
+    }
+
+    fn step(&self, pos: usize, token: u32, adapters: &[Option<AdapterId>]) -> BatchInput {
+        let seq = |i: usize| SeqBatch {
+            request_id: i as u64,
+            tokens: vec![token],
+            start_pos: pos,
+            block_table: ((i * self.blocks) as u32..((i + 1) * self.blocks) as u32).collect(),
+            need_logits: true,
+            adapter: adapters[i % adapters.len()],
+        };
+        BatchInput {
+            seqs: (0..self.seqs).map(seq).collect(),
+        }
+    }
+}
+
+/// [`measure`] for two variants of a test (`f(false)`, `f(true)`), their repetitions
+/// alternating so that both see the same machine.
+fn measure_pair(
+    reps: usize,
+    tokens: usize,
+    mut f: impl FnMut(bool) -> Result<(), ExecutorError>,
+) -> Result<(Rate, Rate)> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    f(false)?;
+    f(true)?;
+    for _ in 0..reps.max(1) {
+        for (with, rates) in [(false, &mut a), (true, &mut b)] {
+            let start = Instant::now();
+            f(with)?;
+            rates.push(tokens as f64 / start.elapsed().as_secs_f64());
+        }
+    }
+    Ok((Rate::of(&a), Rate::of(&b)))
+}
+
 /// Tokens/s over the timed repetitions of one test.
 #[derive(Debug, Clone, Copy)]
 struct Rate {
@@ -223,7 +335,7 @@ struct Rate {
 fn measure(
     reps: usize,
     tokens: usize,
-    mut f: impl FnMut() -> Result<(), kestrel_engine::executor::ExecutorError>,
+    mut f: impl FnMut() -> Result<(), ExecutorError>,
 ) -> Result<Rate> {
     f()?;
     let mut rates = Vec::with_capacity(reps);
@@ -232,12 +344,18 @@ fn measure(
         f()?;
         rates.push(tokens as f64 / start.elapsed().as_secs_f64());
     }
-    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
-    let var = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64;
-    let best = rates.iter().copied().fold(0.0, f64::max);
-    Ok(Rate {
-        mean,
-        std: var.sqrt(),
-        best,
-    })
+    Ok(Rate::of(&rates))
+}
+
+impl Rate {
+    fn of(rates: &[f64]) -> Rate {
+        let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+        let var = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64;
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        Rate {
+            mean,
+            std: var.sqrt(),
+            best,
+        }
+    }
 }

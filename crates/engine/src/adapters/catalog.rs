@@ -1,8 +1,10 @@
 //! [`AdapterCatalog`]: the adapters registered with one engine, owned by its thread.
 //!
 //! ```text
-//! register(name, path) ─► new id ─► make room ─► executor.load_adapter ─► rank check
-//! acquire(id)  (a request arrives) ─► touch ─► resident? done : make room ─► load again
+//! register(name, path) ─► new id ─► executor.load_adapter ─► rank check ─► make room
+//! acquire(id)  (a request arrives) ─► touch ─► resident? done : load again ─► make room
+//!   (loading first: an adapter that fails to load or is refused never evicts another; when
+//!    no room can be made, the new load is undone)
 //! make room: while resident ≥ max_cpu_loras, evict the least recently used resident adapter
 //!            that no live request uses; none ─► NoFreeSlot
 //! unregister(name) ─► used by live requests? InUse : executor.unload_adapter, forget it
@@ -81,8 +83,7 @@ impl AdapterCatalog {
             resident: false,
             last_used: 0,
         };
-        self.make_room(name, exec, uses)?;
-        entry.rank = self.load(id, &entry, exec)?;
+        entry.rank = self.load(id, &entry, exec, uses)?;
         self.next_id += 1;
         entry.resident = true;
         entry.last_used = self.tick();
@@ -130,8 +131,7 @@ impl AdapterCatalog {
             .cloned()
             .ok_or_else(|| AdapterError::NotFound(id.to_string()))?;
         if !entry.resident {
-            self.make_room(&entry.name, exec, uses)?;
-            self.load(id, &entry, exec)?;
+            self.load(id, &entry, exec, uses)?;
         }
         let now = self.tick();
         if let Some(e) = self.entries.get_mut(&id) {
@@ -189,12 +189,14 @@ impl AdapterCatalog {
         self.clock
     }
 
-    /// Loads `entry` into `exec` as `id` and checks its rank; returns the rank.
+    /// Loads `entry` into `exec` as `id`, checks its rank and makes room for it (undoing the
+    /// load if there is none); returns the rank.
     fn load(
         &mut self,
         id: AdapterId,
         entry: &Entry,
         exec: &mut dyn Executor,
+        uses: &AdapterUses,
     ) -> Result<usize, AdapterError> {
         let rank = exec
             .load_adapter(id, &entry.name, &entry.path)
@@ -209,6 +211,10 @@ impl AdapterCatalog {
                 rank,
                 max: self.limits.max_lora_rank,
             });
+        }
+        if let Err(e) = self.make_room(&entry.name, exec, uses) {
+            exec.unload_adapter(id);
+            return Err(e);
         }
         self.loads_total += 1;
         Ok(rank)

@@ -159,7 +159,9 @@ impl EngineCore {
     /// Changes with every load, unload and eviction (so callers republish [`Self::adapters`]
     /// only when it moved).
     pub fn adapters_version(&self) -> u64 {
-        self.adapters.loads_total() + self.adapters.evictions_total() + self.adapters.unloads_total()
+        self.adapters.loads_total()
+            + self.adapters.evictions_total()
+            + self.adapters.unloads_total()
     }
 
     /// Ends request `id` normally with `reason`: frees its blocks and sends `Finished`.

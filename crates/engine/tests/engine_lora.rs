@@ -24,7 +24,12 @@ fn limits(max_loras: usize, max_cpu_loras: usize) -> LoraLimits {
     }
 }
 
-fn engine(lora: LoraLimits) -> (kestrel_engine::handle::EngineHandle, std::sync::Arc<Control>) {
+fn engine(
+    lora: LoraLimits,
+) -> (
+    kestrel_engine::handle::EngineHandle,
+    std::sync::Arc<Control>,
+) {
     start(Config {
         lora,
         ..config(256)
@@ -91,7 +96,10 @@ fn an_unknown_adapter_fails_only_its_own_request() {
         bad.end
     );
     let good = collect(good);
-    assert_eq!(good.ids, reference_generate(&prompt(1, 6), 8, &[EOS], VOCAB));
+    assert_eq!(
+        good.ids,
+        reference_generate(&prompt(1, 6), 8, &[EOS], VOCAB)
+    );
 }
 
 #[test]

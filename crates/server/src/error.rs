@@ -105,7 +105,9 @@ pub enum ApiError {
     #[error("the request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
     /// The OpenAI `model` names neither the served model nor a loaded LoRA adapter.
-    #[error("The model `{0}` does not exist (neither the served model nor a loaded LoRA adapter).")]
+    #[error(
+        "The model `{0}` does not exist (neither the served model nor a loaded LoRA adapter)."
+    )]
     ModelNotFound(String),
     /// A LoRA adapter operation was refused (not found, in use, invalid, no room).
     #[error(transparent)]
@@ -208,9 +210,7 @@ impl From<EngineFailure> for ApiError {
         match e {
             EngineFailure::QueueTimeout(_)
             | EngineFailure::ShuttingDown
-            | EngineFailure::Adapter(_) => {
-                ApiError::Unavailable(e.to_string())
-            }
+            | EngineFailure::Adapter(_) => ApiError::Unavailable(e.to_string()),
             EngineFailure::TooLong(_) => ApiError::TooLong(e.to_string()),
             EngineFailure::Model(_) | EngineFailure::Internal(_) => {
                 ApiError::Internal(e.to_string())

@@ -42,7 +42,11 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-fn start(lora_modules: Vec<(String, PathBuf)>, limits: LoraLimits, key: Option<&'static str>) -> Server {
+fn start(
+    lora_modules: Vec<(String, PathBuf)>,
+    limits: LoraLimits,
+    key: Option<&'static str>,
+) -> Server {
     let loaded =
         kestrel_model::load_model(&fixtures().join("tiny-llama-f32")).expect("load the tiny model");
     let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool::new(1)));
@@ -128,7 +132,11 @@ async fn complete(s: &Server, model: Option<&str>, max_tokens: usize) -> String 
     let (status, text) = post(s, "/v1/completions", &body, s.key).await;
     assert_eq!(status, 200, "{text}");
     let v = json_of(&text);
-    assert_eq!(v["model"], json!(model.unwrap_or("tiny")), "the response names the model");
+    assert_eq!(
+        v["model"],
+        json!(model.unwrap_or("tiny")),
+        "the response names the model"
+    );
     v["choices"][0]["text"].as_str().expect("text").to_string()
 }
 
@@ -137,7 +145,10 @@ async fn tgi_generate(s: &Server, adapter_id: &str) -> String {
                       "ignore_eos": true, "adapter_id": adapter_id}});
     let (status, text) = post(s, "/generate", &body, s.key).await;
     assert_eq!(status, 200, "{text}");
-    json_of(&text)["generated_text"].as_str().expect("text").to_string()
+    json_of(&text)["generated_text"]
+        .as_str()
+        .expect("text")
+        .to_string()
 }
 
 async fn kv_usage(s: &Server) -> f64 {
@@ -158,13 +169,16 @@ async fn wait_idle(s: &Server) {
 
 /// The value of the first series of `name` whose labels contain `labels`.
 fn series(metrics: &str, name: &str, labels: &str) -> Option<f64> {
-    metrics.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (s, v) = l.rsplit_once(' ')?;
-        (s.starts_with(name) && s[name.len()..].starts_with(['{', ' ']) || s == name)
-            .then_some(())
-            .filter(|()| s.contains(labels))
-            .and_then(|()| v.parse().ok())
-    })
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (s, v) = l.rsplit_once(' ')?;
+            (s.starts_with(name) && s[name.len()..].starts_with(['{', ' ']) || s == name)
+                .then_some(())
+                .filter(|()| s.contains(labels))
+                .and_then(|()| v.parse().ok())
+        })
 }
 
 #[test]
@@ -216,7 +230,10 @@ fn unknown_adapters_are_404_naming_them() {
         let (status, text) = post(s, "/v1/completions", &body, None).await;
         assert_eq!(status, 404, "{text}");
         let err = &json_of(&text)["error"];
-        assert!(err["message"].as_str().unwrap().contains("`nope`"), "{text}");
+        assert!(
+            err["message"].as_str().unwrap().contains("`nope`"),
+            "{text}"
+        );
         assert_eq!(err["code"], json!("model_not_found"));
         let chat = json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]});
         let (status, _) = post(s, "/v1/chat/completions", &chat, None).await;

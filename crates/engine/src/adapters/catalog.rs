@@ -88,7 +88,8 @@ impl AdapterCatalog {
         entry.resident = true;
         entry.last_used = self.tick();
         self.entries.insert(id, entry);
-        self.card(id).ok_or_else(|| AdapterError::NotFound(name.to_string()))
+        self.card(id)
+            .ok_or_else(|| AdapterError::NotFound(name.to_string()))
     }
 
     /// Forgets `name`, unloading it from `exec`; refused while live requests use it.
@@ -156,7 +157,10 @@ impl AdapterCatalog {
 
     /// Every registered adapter, in registration order.
     pub fn cards(&self) -> Vec<AdapterCard> {
-        self.entries.keys().filter_map(|&id| self.card(id)).collect()
+        self.entries
+            .keys()
+            .filter_map(|&id| self.card(id))
+            .collect()
     }
 
     /// Adapters loaded into the executor so far (evicted ones loaded again count again).

@@ -85,6 +85,7 @@ impl EngineArgs {
             max_total_tokens: self.max_total_tokens,
             max_queue_time,
             model_id: self.served_model_name.clone(),
+            ..LaunchOptions::default()
         })
     }
 

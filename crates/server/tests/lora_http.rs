@@ -335,7 +335,7 @@ fn runtime_load_use_evict_and_unload() {
         let long = json!({"model": "attn", "prompt": PROMPT, "max_tokens": 230,
                           "temperature": 0, "ignore_eos": true, "stream": true});
         let mut streams = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..16 {
             let resp = reqwest::Client::new()
                 .post(format!("{}/v1/completions", s.base))
                 .bearer_auth(KEY)
@@ -350,6 +350,13 @@ fn runtime_load_use_evict_and_unload() {
         for resp in &mut streams {
             resp.chunk().await.expect("a first chunk").expect("not the end");
         }
+        let m = get(&s, "/metrics").await;
+        assert!(
+            m.lines().any(|l| l.starts_with("vllm:lora_requests_info{")
+                && l.contains("running_lora_adapters=\"attn\"")
+                && l.contains("max_lora=\"1\"")),
+            "the LoRA gauge shows attn running:\n{m}"
+        );
         let unload_attn = json!({"lora_name": "attn"});
         let (status, text) = post(&s, "/v1/unload_lora_adapter", &unload_attn, Some(KEY)).await;
         assert_eq!(status, 409, "{text}");

@@ -85,19 +85,24 @@ impl EngineArgs {
             max_total_tokens: self.max_total_tokens,
             max_queue_time,
             model_id: self.served_model_name.clone(),
+            ..LaunchOptions::default()
         })
     }
 
     /// Loads the model (quantizing it if asked) and starts the engine.
     pub fn launch(&self) -> Result<Launched> {
-        let opts = self.launch_options()?;
+        self.launch_with(&self.launch_options()?)
+    }
+
+    /// [`EngineArgs::launch`] with options the caller completed (e.g. LoRA adapters).
+    pub fn launch_with(&self, opts: &LaunchOptions) -> Result<Launched> {
         let path = crate::resolve_model(self.model.clone())?;
         let loaded = match &self.quantize {
             None => crate::load_with_progress(&path)?,
             Some(method) => load_quantizing(&path, method, self.quantize_group)?,
         };
         let pool = crate::thread_pool(self.threads);
-        Ok(kestrel_server::launch::start_engine(loaded, &opts, pool)?)
+        Ok(kestrel_server::launch::start_engine(loaded, opts, pool)?)
     }
 }
 

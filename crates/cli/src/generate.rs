@@ -106,7 +106,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 }
 
 /// An engine over `loaded` for one request of `prompt_len` tokens plus `--max-tokens`, and the
-/// id of the `--lora` adapter its runner loaded.
+/// id of the `--lora` adapter the engine loaded (as `kestrel serve` loads `--lora-modules`).
 fn start_engine(
     loaded: LoadedModel,
     args: &GenerateArgs,
@@ -121,13 +121,21 @@ fn start_engine(
         enable_prefix_caching: false,
         max_model_len: loaded.config.max_position_embeddings,
         max_concurrent_requests: None,
+        lora: kestrel_engine::adapters::LoraLimits::unlimited(),
     };
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
-    let mut runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
-    let adapter = crate::load_lora(&mut runner, args.lora.as_deref())?;
+    let runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
     let engine = EngineHandle::try_start(Box::new(runner), tokenizer, eos, config)?;
-    Ok((engine, adapter))
+    let Some(path) = args.lora.as_deref() else {
+        return Ok((engine, None));
+    };
+    let name = crate::lora_name(path);
+    let card = engine
+        .load_adapter(&name, path.to_path_buf())
+        .map_err(|e| anyhow!("cannot load LoRA adapter {}: {e}", path.display()))?;
+    eprintln!("LoRA adapter {name} loaded from {}", path.display());
+    Ok((engine, Some(card.id)))
 }
 
 /// Prints the request's text as it arrives; returns its token counts and timings.

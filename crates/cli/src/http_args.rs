@@ -40,6 +40,7 @@ impl HttpArgs {
                 .context("--max-body-size is too large")?,
             cors: self.cors,
             shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
+            enable_runtime_lora: false,
         })
     }
 }

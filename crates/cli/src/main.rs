@@ -7,6 +7,7 @@ mod gateway;
 mod generate;
 mod http_args;
 mod inspect;
+mod lora_args;
 mod membw;
 mod ppl;
 mod quantize;
@@ -114,14 +115,18 @@ pub fn load_lora(
     let Some(path) = path else {
         return Ok(None);
     };
-    let name = path
-        .file_name()
-        .map_or_else(|| "lora".into(), |n| n.to_string_lossy().into_owned());
+    let name = lora_name(path);
     let id = runner
         .load_adapter(&name, path)
         .map_err(|e| anyhow::anyhow!("cannot load LoRA adapter {}: {e}", path.display()))?;
     eprintln!("LoRA adapter {name} loaded from {}", path.display());
     Ok(Some(id))
+}
+
+/// The name an adapter given by path goes by: its file name.
+pub fn lora_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map_or_else(|| "lora".into(), |n| n.to_string_lossy().into_owned())
 }
 
 /// The worker pool: `threads` workers if given, else the process-wide pool.

@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 
 use crate::engine_args::EngineArgs;
 use crate::http_args::HttpArgs;
+use crate::lora_args::LoraArgs;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -12,11 +13,16 @@ pub struct ServeArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub http: HttpArgs,
+    #[command(flatten)]
+    pub lora: LoraArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let config = args.http.server_config()?;
-    let state = args.engine.launch()?.into_state();
+    let mut config = args.http.server_config()?;
+    config.enable_runtime_lora = args.lora.enable_runtime_lora;
+    let mut opts = args.engine.launch_options()?;
+    args.lora.apply(&mut opts);
+    let state = args.engine.launch_with(&opts)?.into_state();
     let runtime = crate::runtime()?;
     runtime.block_on(async move {
         let listener = kestrel_server::bind(&config).await?;

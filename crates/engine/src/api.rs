@@ -222,6 +222,9 @@ pub enum EngineFailure {
     Model(String),
     #[error("internal engine error: {0}")]
     Internal(String),
+    /// The request's LoRA adapter was unloaded meanwhile, or cannot be made resident.
+    #[error("{0}")]
+    Adapter(String),
     #[error("the engine is shutting down")]
     ShuttingDown,
 }

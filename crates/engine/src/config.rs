@@ -2,6 +2,7 @@
 //! the KV cache and reports its [`KvGeometry`], and [`EngineConfig::scheduler_config`] joins the
 //! two.
 
+use crate::adapters::LoraLimits;
 use crate::executor::KvGeometry;
 use crate::scheduler::SchedulerConfig;
 
@@ -18,6 +19,8 @@ pub struct EngineConfig {
     pub max_model_len: usize,
     /// Most response streams alive at once; `None` for no limit.
     pub max_concurrent_requests: Option<usize>,
+    /// LoRA limits: adapters per step, largest rank, adapters kept resident.
+    pub lora: LoraLimits,
 }
 
 impl EngineConfig {
@@ -33,6 +36,7 @@ impl EngineConfig {
             long_prefill_threshold: None,
             max_model_len: Some(self.max_model_len),
             attention_window: kv.attention_window,
+            max_loras: Some(self.lora.max_loras),
         }
     }
 }

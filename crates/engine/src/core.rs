@@ -13,14 +13,17 @@
 //! shutdown). The core is synchronous and knows nothing of threads;
 //! [`crate::handle::EngineHandle`] runs it on its own thread and feeds it commands between steps.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::adapters::{AdapterCard, AdapterCatalog, AdapterError};
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits};
 use crate::config::EngineConfig;
 use crate::executor::{BatchOutput, Executor};
+use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecorder};
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
@@ -48,6 +51,9 @@ pub struct EngineCore {
     generation_tokens_total: u64,
     /// The executor's output buffer, reused every step.
     logits: BatchOutput,
+    /// The LoRA adapters requests may name, and which are resident in the executor.
+    adapters: AdapterCatalog,
+    lora_recorder: LoraRecorder,
 }
 
 impl EngineCore {
@@ -59,6 +65,10 @@ impl EngineCore {
         eos_token_ids: Vec<u32>,
         config: &EngineConfig,
     ) -> Result<Self, SchedulerError> {
+        config
+            .lora
+            .validate()
+            .map_err(|_| SchedulerError::InvalidConfig("invalid LoRA limits"))?;
         let scheduler = Scheduler::new(config.scheduler_config(executor.kv_geometry()))?;
         record_config(config.max_num_seqs);
         let experts = executor.expert_token_counts().map(ExpertRecorder::new);
@@ -72,6 +82,8 @@ impl EngineCore {
             prompt_tokens_total: 0,
             generation_tokens_total: 0,
             logits: BatchOutput::default(),
+            adapters: AdapterCatalog::new(config.lora),
+            lora_recorder: LoraRecorder::new(config.lora.max_loras),
         })
     }
 
@@ -88,14 +100,25 @@ impl EngineCore {
         self.scheduler.has_unfinished()
     }
 
-    /// Queues request `id`; its events go to `events`. A request the scheduler refuses gets a
-    /// `Failed` event at once.
+    /// Queues request `id`; its events go to `events`. A request the scheduler refuses, or
+    /// whose adapter is not registered or cannot be made resident, gets a `Failed` event at
+    /// once (so no batch ever names an adapter the executor does not hold).
     pub fn add_request(
         &mut self,
         id: RequestId,
         req: EngineRequest,
         events: UnboundedSender<EngineEvent>,
     ) {
+        if let Some(adapter) = req.adapter() {
+            let uses = self.scheduler.adapter_uses();
+            if let Err(e) = self
+                .adapters
+                .acquire(adapter, self.executor.as_mut(), &uses)
+            {
+                let _ = events.send(EngineEvent::Failed(EngineFailure::Adapter(e.to_string())));
+                return;
+            }
+        }
         let prompt_len = req.prompt_ids().len();
         let request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
         if let Err(e) = self.scheduler.add_request(request) {
@@ -105,6 +128,40 @@ impl EngineCore {
             };
             let _ = events.send(EngineEvent::Failed(failure));
         }
+    }
+
+    /// Registers the LoRA adapter at `path` as `name` and loads it into the executor.
+    pub fn load_adapter(&mut self, name: &str, path: &Path) -> Result<AdapterCard, AdapterError> {
+        let uses = self.scheduler.adapter_uses();
+        let card = self
+            .adapters
+            .register(name, path, self.executor.as_mut(), &uses);
+        self.record_lora();
+        card
+    }
+
+    /// Unloads the adapter called `name`; refused while running or waiting requests use it.
+    pub fn unload_adapter(&mut self, name: &str) -> Result<(), AdapterError> {
+        let uses = self.scheduler.adapter_uses();
+        let result = self
+            .adapters
+            .unregister(name, self.executor.as_mut(), &uses)
+            .map(|_| ());
+        self.record_lora();
+        result
+    }
+
+    /// The registered adapters.
+    pub fn adapters(&self) -> Vec<AdapterCard> {
+        self.adapters.cards()
+    }
+
+    /// Changes with every load, unload and eviction (so callers republish [`Self::adapters`]
+    /// only when it moved).
+    pub fn adapters_version(&self) -> u64 {
+        self.adapters.loads_total()
+            + self.adapters.evictions_total()
+            + self.adapters.unloads_total()
     }
 
     /// Ends request `id` normally with `reason`: frees its blocks and sends `Finished`.
@@ -169,7 +226,33 @@ impl EngineCore {
         if let Some(experts) = &mut self.experts {
             experts.record();
         }
+        self.record_lora();
         computed
+    }
+
+    /// Publishes the LoRA gauge (running and waiting adapters) and counters, once any adapter
+    /// was registered.
+    fn record_lora(&mut self) {
+        if self.adapters.loads_total() == 0 {
+            return;
+        }
+        let names = |ids: &mut dyn Iterator<Item = RequestId>| {
+            let mut names: Vec<&str> = ids
+                .filter_map(|id| self.scheduler.request(id)?.params().adapter)
+                .filter_map(|a| self.adapters.name(a))
+                .collect();
+            names.sort_unstable();
+            names.dedup();
+            names.join(",")
+        };
+        let running = names(&mut self.scheduler.running_ids().iter().copied());
+        let waiting = names(&mut self.scheduler.waiting_ids().into_iter());
+        self.lora_recorder.record(
+            &running,
+            &waiting,
+            self.adapters.loads_total(),
+            self.adapters.evictions_total(),
+        );
     }
 
     /// Execute, sample, update: the model step proper. An error fails the whole batch.

@@ -2,6 +2,7 @@
 //! [`Executor`] (the model runner, or a mock in tests) runs one forward pass over it and returns
 //! logits rows for the sequences that sample this step.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::adapter_id::AdapterId;
@@ -68,6 +69,9 @@ pub enum ExecutorError {
     InvalidBatch(String),
     #[error("model execution failed: {0}")]
     Failed(String),
+    /// A LoRA adapter could not be loaded (the loader's message).
+    #[error("{0}")]
+    Adapter(String),
 }
 
 /// The shape of an executor's paged KV cache: the scheduler's block ids index it, so the
@@ -106,5 +110,22 @@ pub trait Executor: Send {
     /// metrics); `None` for dense models.
     fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
         None
+    }
+    /// Read the LoRA adapter at `path` and keep it as `id` (the engine allocates ids and never
+    /// sends a batch naming an adapter it has not loaded); returns the adapter's rank.
+    fn load_adapter(
+        &mut self,
+        id: AdapterId,
+        name: &str,
+        path: &Path,
+    ) -> Result<usize, ExecutorError> {
+        let _ = (id, path);
+        Err(ExecutorError::Adapter(format!(
+            "this executor cannot load LoRA adapters (asked for '{name}')"
+        )))
+    }
+    /// Drop adapter `id` (a no-op if it is not loaded).
+    fn unload_adapter(&mut self, id: AdapterId) {
+        let _ = id;
     }
 }

@@ -10,10 +10,15 @@
 //!  drop(ResponseStream) ── Command::Abort ──►    (blocks freed on the next drain)
 //! ```
 //!
+//! LoRA adapters are loaded and unloaded the same way: `load_adapter` / `unload_adapter` send a
+//! command and wait for the engine thread's reply; the registered adapters are published back
+//! as a snapshot ([`EngineHandle::adapters`]) for routes that resolve adapter names.
+//!
 //! The engine thread blocks on the command channel whenever it has no work.
 
 mod engine_loop;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -21,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+use crate::adapter_id::AdapterId;
+use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
 use crate::config::EngineConfig;
 use crate::core::EngineCore;
@@ -48,6 +55,15 @@ pub(crate) enum Command {
         events: UnboundedSender<EngineEvent>,
     },
     Abort(RequestId),
+    LoadAdapter {
+        name: String,
+        path: PathBuf,
+        reply: mpsc::Sender<Result<AdapterCard, AdapterError>>,
+    },
+    UnloadAdapter {
+        name: String,
+        reply: mpsc::Sender<Result<(), AdapterError>>,
+    },
     Shutdown {
         deadline: Instant,
     },
@@ -57,6 +73,7 @@ struct Shared {
     config: EngineConfig,
     commands: mpsc::Sender<Command>,
     stats: Arc<Mutex<EngineStats>>,
+    adapters: Arc<Mutex<Vec<AdapterCard>>>,
     in_flight: Arc<AtomicUsize>,
     stopping: AtomicBool,
     next_id: AtomicU64,
@@ -98,8 +115,9 @@ impl EngineHandle {
         let core = EngineCore::new(executor, decoder, eos_token_ids, &config)?;
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
+        let adapters = Arc::new(Mutex::new(core.adapters()));
         let limits = core.limits();
-        let engine = engine_loop::EngineLoop::new(core, rx, stats.clone());
+        let engine = engine_loop::EngineLoop::new(core, rx, stats.clone(), adapters.clone());
         let thread = std::thread::Builder::new()
             .name("kestrel-engine".into())
             .spawn(move || engine.run())?;
@@ -107,6 +125,7 @@ impl EngineHandle {
             config,
             commands: tx,
             stats,
+            adapters,
             in_flight: Arc::new(AtomicUsize::new(0)),
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
@@ -154,6 +173,58 @@ impl EngineHandle {
     pub fn stats(&self) -> EngineStats {
         // The lock only guards a plain copy; a poisoned lock still holds a valid snapshot.
         *self.shared.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers the LoRA adapter at `path` (PEFT directory or llama.cpp adapter GGUF) as
+    /// `name` and loads it, evicting an unused adapter beyond `max_cpu_loras`. Blocks until the
+    /// engine thread has done it (use `spawn_blocking` from async code).
+    pub fn load_adapter(&self, name: &str, path: PathBuf) -> Result<AdapterCard, AdapterError> {
+        let (reply, rx) = mpsc::channel();
+        let name = name.to_string();
+        self.command(Command::LoadAdapter { name, path, reply }, rx)
+    }
+
+    /// Unloads the adapter called `name`. Refused with [`AdapterError::InUse`] while running
+    /// or waiting requests use it. Blocks like [`EngineHandle::load_adapter`].
+    pub fn unload_adapter(&self, name: &str) -> Result<(), AdapterError> {
+        let (reply, rx) = mpsc::channel();
+        let name = name.to_string();
+        self.command(Command::UnloadAdapter { name, reply }, rx)
+    }
+
+    fn command<T>(
+        &self,
+        cmd: Command,
+        rx: mpsc::Receiver<Result<T, AdapterError>>,
+    ) -> Result<T, AdapterError> {
+        if self.shared.stopping.load(Ordering::Acquire) {
+            return Err(AdapterError::Stopped);
+        }
+        self.shared
+            .commands
+            .send(cmd)
+            .map_err(|_| AdapterError::Stopped)?;
+        rx.recv().map_err(|_| AdapterError::Stopped)?
+    }
+
+    /// The registered LoRA adapters (as of the engine's latest load, unload or eviction).
+    pub fn adapters(&self) -> Vec<AdapterCard> {
+        self.shared
+            .adapters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The id of the registered adapter called `name`, for [`EngineRequest::with_adapter`].
+    pub fn adapter_id(&self, name: &str) -> Option<AdapterId> {
+        self.shared
+            .adapters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.id)
     }
 
     /// The configuration the engine was started with.

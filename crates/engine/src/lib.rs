@@ -20,7 +20,11 @@
 //!   limits (the KV geometry comes from the executor).
 //! * [`adapter_id`] — [`adapter_id::AdapterId`]: the LoRA adapter a request runs with (carried
 //!   to the executor in each [`executor::SeqBatch`], and part of the prefix-cache key).
+//! * [`adapters`] — [`adapters::AdapterCatalog`]: the adapters registered by name, which are
+//!   resident in the executor (LRU eviction under `max_cpu_loras`), and the `max_loras` /
+//!   `max_lora_rank` limits; loads and unloads arrive as commands on the engine thread.
 //! * [`expert_counts`] — tokens routed per expert of a mixture-of-experts model.
+//! * [`lora_metrics`] — the LoRA gauge (`vllm:lora_requests_info`) and load/eviction counters.
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
 
 // Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
@@ -28,6 +32,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod adapter_id;
+pub mod adapters;
 pub mod api;
 pub mod config;
 pub mod core;
@@ -35,6 +40,7 @@ pub mod executor;
 pub mod expert_counts;
 pub mod handle;
 pub mod kv;
+pub mod lora_metrics;
 pub mod metrics;
 pub mod mock_executor;
 pub mod output;

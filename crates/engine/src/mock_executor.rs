@@ -10,12 +10,17 @@
 //!   really exists);
 //! * no slot is written twice in one step, and no slot is read and written in the same step.
 //!
+//! * every sequence's LoRA adapter is loaded ([`Executor::load_adapter`]: the mock "reads" an
+//!   adapter whose file name ends in its rank, e.g. `sql-r8`, and refuses any other path).
+//!
 //! The "model" reads the context back from the shadow cache, so a wrong block table changes its
 //! output: the next token is [`reference_next_token_at`] of the context the last token sees
 //! (all of it, or its window), returned as a one-hot logits row.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
 
+use crate::adapter_id::AdapterId;
 use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry, SeqBatch};
 use crate::kv::NO_BLOCK;
 
@@ -108,6 +113,8 @@ pub struct MockExecutor {
     kv: HashMap<u32, Vec<Option<Slot>>>,
     step: u64,
     tokens_computed: usize,
+    adapters: BTreeMap<AdapterId, String>,
+    adapter_loads: usize,
 }
 
 impl MockExecutor {
@@ -121,6 +128,8 @@ impl MockExecutor {
             kv: HashMap::new(),
             step: 0,
             tokens_computed: 0,
+            adapters: BTreeMap::new(),
+            adapter_loads: 0,
         }
     }
 
@@ -140,6 +149,16 @@ impl MockExecutor {
     /// Tokens computed over all steps (prefix-cache hits are not computed).
     pub fn tokens_computed(&self) -> usize {
         self.tokens_computed
+    }
+
+    /// The names of the adapters loaded now, by id.
+    pub fn loaded_adapters(&self) -> &BTreeMap<AdapterId, String> {
+        &self.adapters
+    }
+
+    /// Adapter loads so far (loading an evicted adapter again counts again).
+    pub fn adapter_loads(&self) -> usize {
+        self.adapter_loads
     }
 
     fn invalid(msg: String) -> ExecutorError {
@@ -205,6 +224,9 @@ impl MockExecutor {
         let mut writes = HashSet::new();
         let mut contexts = Vec::with_capacity(input.seqs.len());
         for (i, s) in input.seqs.iter().enumerate() {
+            if let Some(a) = s.adapter.filter(|a| !self.adapters.contains_key(a)) {
+                return Err(Self::invalid(format!("seq {i}: LoRA {a} is not loaded")));
+            }
             let (first, mut ctx) = self.read_context(i, s, &mut reads)?;
             for (k, &t) in s.tokens.iter().enumerate() {
                 let pos = s.start_pos + k;
@@ -271,5 +293,28 @@ impl Executor for MockExecutor {
             num_blocks: self.num_blocks,
             attention_window: self.window,
         }
+    }
+
+    fn load_adapter(
+        &mut self,
+        id: AdapterId,
+        name: &str,
+        path: &Path,
+    ) -> Result<usize, ExecutorError> {
+        let file = path.file_name().and_then(|f| f.to_str()).unwrap_or("");
+        let digits = file.len() - file.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let rank = file[file.len() - digits..].parse().map_err(|_| {
+            ExecutorError::Adapter(format!(
+                "{} is not a mock adapter (its name must end in its rank)",
+                path.display()
+            ))
+        })?;
+        self.adapters.insert(id, name.to_string());
+        self.adapter_loads += 1;
+        Ok(rank)
+    }
+
+    fn unload_adapter(&mut self, id: AdapterId) {
+        self.adapters.remove(&id);
     }
 }

@@ -119,6 +119,7 @@ fn metrics_are_recorded_under_their_names() {
         enable_prefix_caching: true,
         max_model_len: usize::MAX,
         max_concurrent_requests: None,
+        lora: Default::default(),
     };
     let exec = MockExecutor::new(64, BLOCK, VOCAB);
     let mut core = EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], &cfg)
@@ -199,6 +200,7 @@ fn max_num_seqs_is_published_when_the_core_is_created() {
         enable_prefix_caching: true,
         max_model_len: usize::MAX,
         max_concurrent_requests: None,
+        lora: Default::default(),
     };
     metrics::with_local_recorder(&recorder, || {
         let exec = MockExecutor::new(64, BLOCK, VOCAB);
@@ -218,6 +220,7 @@ fn window_releases_are_counted_and_the_usage_gauge_stays_bounded() {
         enable_prefix_caching: true,
         max_model_len: 1024,
         max_concurrent_requests: None,
+        lora: Default::default(),
     };
     // A model with a window of 6 on every layer, over 32 blocks of 4.
     let exec = MockExecutor::new(32, BLOCK, VOCAB).with_window(6);

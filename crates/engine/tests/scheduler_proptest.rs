@@ -69,6 +69,7 @@ fn config() -> impl Strategy<Value = (SchedulerConfig, u32)> {
                     long_prefill_threshold: threshold,
                     max_model_len: None,
                     attention_window: window,
+                    max_loras: None,
                 };
                 (cfg, eos)
             },

@@ -280,4 +280,25 @@ impl Executor for ModelRunner {
     fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
         self.model.expert_token_counts()
     }
+
+    /// Reads and fits the adapter (the loader's error message comes back as
+    /// [`ExecutorError::Adapter`]) and registers it as `id`.
+    fn load_adapter(
+        &mut self,
+        id: AdapterId,
+        name: &str,
+        path: &Path,
+    ) -> Result<usize, ExecutorError> {
+        let adapter = LoraAdapter::open(name, path, self.model.lora_base())
+            .map_err(|e| ExecutorError::Adapter(e.to_string()))?;
+        let rank = adapter.rank();
+        self.adapters
+            .insert(id, adapter)
+            .map_err(|e| ExecutorError::Adapter(e.to_string()))?;
+        Ok(rank)
+    }
+
+    fn unload_adapter(&mut self, id: AdapterId) {
+        self.adapters.remove(id);
+    }
 }

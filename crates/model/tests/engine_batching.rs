@@ -58,6 +58,7 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>) {
         enable_prefix_caching: true,
         max_model_len: 2048,
         max_concurrent_requests: None,
+        lora: Default::default(),
     };
     let eos = tokenizer.eos_ids().to_vec();
     let handle = EngineHandle::start(Box::new(runner), tokenizer.clone(), eos, config);

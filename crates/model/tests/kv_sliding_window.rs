@@ -58,6 +58,7 @@ fn scheduler_config(runner: &ModelRunner) -> SchedulerConfig {
         enable_prefix_caching: true,
         max_model_len: 256,
         max_concurrent_requests: None,
+        lora: Default::default(),
     };
     engine.scheduler_config(runner.kv_geometry())
 }

@@ -32,6 +32,7 @@ fn core() -> (EngineCore, usize) {
         enable_prefix_caching: false,
         max_model_len: 256,
         max_concurrent_requests: None,
+        lora: Default::default(),
     };
     let core = EngineCore::new(Box::new(runner), tokenizer, vec![], &config).expect("config");
     (core, top_k)

@@ -5,9 +5,12 @@
 //! A backend hands back an [`EventStream`] per submitted request: tokens, then exactly one
 //! `Finished` or `Failed`. Dropping the stream before its end aborts the request.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::stream::{self, BoxStream, StreamExt};
+use kestrel_engine::adapter_id::AdapterId;
+use kestrel_engine::adapters::{AdapterCard, AdapterError};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 
@@ -91,6 +94,32 @@ pub trait Backend: Send + Sync + 'static {
     /// Stops taking requests and lets in-flight ones finish within `deadline`. Blocks the
     /// calling thread (call it from `spawn_blocking`). Later calls return at once.
     fn shutdown(&self, deadline: Duration);
+
+    /// The LoRA adapters requests may name; none by default.
+    fn adapters(&self) -> Vec<AdapterCard> {
+        Vec::new()
+    }
+
+    /// The id of the adapter called `name`, if one is registered.
+    fn adapter_id(&self, name: &str) -> Option<AdapterId> {
+        self.adapters()
+            .into_iter()
+            .find(|c| c.name == name)
+            .map(|c| c.id)
+    }
+
+    /// Registers and loads a LoRA adapter. Blocks (call it from `spawn_blocking`).
+    fn load_adapter(&self, name: &str, path: PathBuf) -> Result<AdapterCard, ApiError> {
+        let _ = path;
+        Err(ApiError::Invalid(format!(
+            "this server cannot load LoRA adapters (asked for '{name}')"
+        )))
+    }
+
+    /// Unloads a LoRA adapter. Blocks (call it from `spawn_blocking`).
+    fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
+        Err(ApiError::Adapter(AdapterError::NotFound(name.to_string())))
+    }
 }
 
 impl Backend for EngineHandle {
@@ -146,5 +175,21 @@ impl Backend for EngineHandle {
 
     fn shutdown(&self, deadline: Duration) {
         EngineHandle::shutdown(self, deadline);
+    }
+
+    fn adapters(&self) -> Vec<AdapterCard> {
+        EngineHandle::adapters(self)
+    }
+
+    fn adapter_id(&self, name: &str) -> Option<AdapterId> {
+        EngineHandle::adapter_id(self, name)
+    }
+
+    fn load_adapter(&self, name: &str, path: PathBuf) -> Result<AdapterCard, ApiError> {
+        EngineHandle::load_adapter(self, name, path).map_err(ApiError::from)
+    }
+
+    fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
+        EngineHandle::unload_adapter(self, name).map_err(ApiError::from)
     }
 }

@@ -22,6 +22,9 @@ pub struct ServerConfig {
     pub cors: bool,
     /// How long in-flight requests may run on after a shutdown signal.
     pub shutdown_deadline: Duration,
+    /// Mount `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`
+    /// (`--enable-runtime-lora`).
+    pub enable_runtime_lora: bool,
 }
 
 impl Default for ServerConfig {
@@ -33,6 +36,7 @@ impl Default for ServerConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             cors: false,
             shutdown_deadline: Duration::from_secs(30),
+            enable_runtime_lora: false,
         }
     }
 }

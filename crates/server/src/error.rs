@@ -9,6 +9,8 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use kestrel_engine::adapters::error::AdapterErrorKind;
+use kestrel_engine::adapters::AdapterError;
 use kestrel_engine::api::{EngineFailure, InvalidRequest, SubmitError};
 
 use crate::wire::openai::{ErrorBody, ErrorDetail};
@@ -21,6 +23,10 @@ pub enum ErrorKind {
     InvalidRequest,
     /// Missing or wrong API key.
     Authentication,
+    /// The model, LoRA adapter or route does not exist.
+    NotFound,
+    /// The target is busy (a LoRA adapter that requests use).
+    Conflict,
     /// The body exceeds the size limit.
     PayloadTooLarge,
     /// Too many concurrent requests.
@@ -37,6 +43,8 @@ impl ErrorKind {
         match self {
             ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -49,6 +57,8 @@ impl ErrorKind {
         match self {
             ErrorKind::InvalidRequest => "invalid_request_error",
             ErrorKind::Authentication => "authentication_error",
+            ErrorKind::NotFound => "not_found_error",
+            ErrorKind::Conflict => "conflict_error",
             ErrorKind::PayloadTooLarge => "invalid_request_error",
             ErrorKind::Overloaded => "rate_limit_error",
             ErrorKind::Unavailable => "service_unavailable",
@@ -61,6 +71,8 @@ impl ErrorKind {
         match self {
             ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => "validation",
             ErrorKind::Authentication => "authentication",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "generation",
@@ -92,6 +104,17 @@ pub enum ApiError {
     /// The body is larger than the limit.
     #[error("the request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
+    /// The OpenAI `model` names neither the served model nor a loaded LoRA adapter.
+    #[error(
+        "The model `{0}` does not exist (neither the served model nor a loaded LoRA adapter)."
+    )]
+    ModelNotFound(String),
+    /// A LoRA adapter operation was refused (not found, in use, invalid, no room).
+    #[error(transparent)]
+    Adapter(#[from] AdapterError),
+    /// The route is not enabled.
+    #[error("{0}")]
+    NotFound(String),
     /// The Authorization header is missing or wrong.
     #[error("missing or invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
@@ -120,6 +143,13 @@ impl ApiError {
             | ApiError::TooLong(_) => ErrorKind::InvalidRequest,
             ApiError::PayloadTooLarge(_) => ErrorKind::PayloadTooLarge,
             ApiError::Unauthorized => ErrorKind::Authentication,
+            ApiError::ModelNotFound(_) | ApiError::NotFound(_) => ErrorKind::NotFound,
+            ApiError::Adapter(e) => match e.kind() {
+                AdapterErrorKind::Invalid => ErrorKind::InvalidRequest,
+                AdapterErrorKind::NotFound => ErrorKind::NotFound,
+                AdapterErrorKind::Conflict => ErrorKind::Conflict,
+                AdapterErrorKind::Unavailable => ErrorKind::Unavailable,
+            },
             ApiError::Overloaded(_) | ApiError::QueueFull { .. } => ErrorKind::Overloaded,
             ApiError::Unavailable(_) => ErrorKind::Unavailable,
             ApiError::Internal(_) => ErrorKind::Internal,
@@ -137,6 +167,7 @@ impl ApiError {
     fn param_name(&self) -> Option<String> {
         match self {
             ApiError::InvalidParam { param, .. } => Some((*param).to_string()),
+            ApiError::ModelNotFound(_) => Some("model".to_string()),
             _ => None,
         }
     }
@@ -144,6 +175,7 @@ impl ApiError {
     fn code(&self) -> Option<String> {
         match self {
             ApiError::Unauthorized => Some("invalid_api_key".into()),
+            ApiError::ModelNotFound(_) => Some("model_not_found".into()),
             ApiError::TooLong(_) => Some("context_length_exceeded".into()),
             ApiError::Overloaded(_) => Some("overloaded".into()),
             ApiError::QueueFull { .. } => Some("queue_full".into()),
@@ -176,9 +208,9 @@ impl From<SubmitError> for ApiError {
 impl From<EngineFailure> for ApiError {
     fn from(e: EngineFailure) -> ApiError {
         match e {
-            EngineFailure::QueueTimeout(_) | EngineFailure::ShuttingDown => {
-                ApiError::Unavailable(e.to_string())
-            }
+            EngineFailure::QueueTimeout(_)
+            | EngineFailure::ShuttingDown
+            | EngineFailure::Adapter(_) => ApiError::Unavailable(e.to_string()),
             EngineFailure::TooLong(_) => ApiError::TooLong(e.to_string()),
             EngineFailure::Model(_) | EngineFailure::Internal(_) => {
                 ApiError::Internal(e.to_string())

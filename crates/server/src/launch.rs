@@ -8,9 +8,11 @@
 //! input limit = --max-input-tokens or total - 1    (< total)
 //! ```
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kestrel_engine::adapters::{AdapterError, LoraLimits};
 use kestrel_engine::config::EngineConfig;
 use kestrel_engine::handle::EngineHandle;
 use kestrel_engine::kv::AttentionWindow;
@@ -37,6 +39,10 @@ pub struct LaunchOptions {
     pub max_queue_time: Option<Duration>,
     /// The name clients see; defaults to the model file's stem.
     pub model_id: Option<String>,
+    /// LoRA adapters to load at start (`--lora-modules name=path`), in order.
+    pub lora_modules: Vec<(String, PathBuf)>,
+    /// `--max-loras`, `--max-lora-rank`, `--max-cpu-loras`.
+    pub lora_limits: LoraLimits,
 }
 
 impl Default for LaunchOptions {
@@ -53,6 +59,8 @@ impl Default for LaunchOptions {
             max_total_tokens: None,
             max_queue_time: None,
             model_id: None,
+            lora_modules: Vec::new(),
+            lora_limits: LoraLimits::default(),
         }
     }
 }
@@ -68,6 +76,12 @@ pub enum LaunchError {
     Metrics(#[from] crate::metrics::MetricsError),
     #[error("cannot start the engine: {0}")]
     Engine(#[from] kestrel_engine::handle::EngineStartError),
+    #[error("--lora-modules {name}={path}: {source}")]
+    Lora {
+        name: String,
+        path: PathBuf,
+        source: AdapterError,
+    },
 }
 
 /// A started engine with what the routes need to know of its model.
@@ -108,12 +122,16 @@ pub fn start_engine(
         &kv,
     );
     let limits = limits(opts, model_len)?;
+    opts.lora_limits
+        .validate()
+        .map_err(|e| LaunchError::Limits(e.to_string()))?;
     let config = EngineConfig {
         max_num_seqs: opts.max_num_seqs,
         max_num_batched_tokens: opts.max_num_batched_tokens,
         enable_prefix_caching: opts.enable_prefix_caching,
         max_model_len: limits.max_total_tokens,
         max_concurrent_requests: opts.max_concurrent_requests,
+        lora: opts.lora_limits,
     };
     let model_id = opts.model_id.clone().unwrap_or_else(|| {
         loaded
@@ -126,6 +144,7 @@ pub fn start_engine(
     let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
     let engine = EngineHandle::try_start(Box::new(runner), tokenizer.clone(), eos, config)?;
+    load_lora_modules(&engine, &opts.lora_modules)?;
     tracing::info!(
         num_blocks = kv.num_blocks,
         block_size = kv.block_size,
@@ -151,6 +170,25 @@ pub fn start_engine(
         limits,
         metrics,
     })
+}
+
+/// Registers each `--lora-modules` adapter (validating it now; beyond `--max-cpu-loras` the
+/// least recently loaded ones are evicted and loaded again when a request needs them).
+fn load_lora_modules(
+    engine: &EngineHandle,
+    modules: &[(String, PathBuf)],
+) -> Result<(), LaunchError> {
+    for (name, path) in modules {
+        let card = engine
+            .load_adapter(name, path.clone())
+            .map_err(|source| LaunchError::Lora {
+                name: name.clone(),
+                path: path.clone(),
+                source,
+            })?;
+        tracing::info!(adapter = %name, path = %path.display(), rank = card.rank, "LoRA adapter loaded");
+    }
+    Ok(())
 }
 
 /// The longest context the engine can run: the model's, capped by the KV pool unless `window`

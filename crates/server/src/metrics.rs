@@ -45,6 +45,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
         .get_or_init(|| {
             let handle = build().map_err(|e| e.to_string())?;
             kestrel_engine::metrics::describe();
+            kestrel_engine::lora_metrics::describe();
             metrics::describe_counter!(
                 HTTP_REQUESTS_TOTAL,
                 metrics::Unit::Count,

@@ -16,9 +16,12 @@
 
 use std::time::Instant;
 
+use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::EngineRequest;
 use kestrel_engine::sampling::{SamplingParams, MAX_LOGPROBS};
 use kestrel_model::chat_template::ChatMessage;
+
+use kestrel_engine::adapters::AdapterError;
 
 use crate::blocking;
 use crate::error::ApiError;
@@ -44,6 +47,8 @@ pub struct ValidRequest {
     pub stream: bool,
     /// Send a final usage chunk when streaming.
     pub include_usage: bool,
+    /// The LoRA adapter `model` named (echoed as the response's `model`); `None`: the base.
+    pub adapter: Option<String>,
 }
 
 impl ValidRequest {
@@ -119,6 +124,7 @@ pub fn completion(
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::param("suffix", "suffix is not supported"));
     }
+    let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
     let prompt_ids = completion_prompt(state, req.prompt)?;
     let logprobs = match req.logprobs {
@@ -135,10 +141,11 @@ pub fn completion(
     finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
         let options = req.stream_options.unwrap_or_default();
         ValidRequest {
-            request,
+            request: request.with_adapter(adapter),
             n,
             stream: req.stream.unwrap_or(false),
             include_usage: options.include_usage,
+            adapter: adapter_name.clone(),
         }
     })
 }
@@ -150,6 +157,7 @@ pub fn chat(
     arrival: Instant,
 ) -> Result<ValidRequest, ApiError> {
     reject_chat_features(&req)?;
+    let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
     let prompt_ids = chat_prompt(state, &req.messages)?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
@@ -182,10 +190,11 @@ pub fn chat(
     finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
         let options = req.stream_options.unwrap_or_default();
         ValidRequest {
-            request,
+            request: request.with_adapter(adapter),
             n,
             stream: req.stream.unwrap_or(false),
             include_usage: options.include_usage,
+            adapter: adapter_name.clone(),
         }
     })
 }
@@ -196,8 +205,17 @@ pub fn generate(
     req: GenerateRequest,
     arrival: Instant,
 ) -> Result<ValidGenerate, ApiError> {
-    let p = req.parameters;
+    let mut p = req.parameters;
     unsupported_tgi(&p)?;
+    let adapter = match p.adapter_id.take() {
+        None => None,
+        Some(name) => Some(
+            state
+                .backend()
+                .adapter_id(&name)
+                .ok_or(ApiError::Adapter(AdapterError::NotFound(name)))?,
+        ),
+    };
     let prompt_ids = encode(state, &req.inputs, true, "inputs")?;
     let max_tokens = max_tokens(
         state.limits(),
@@ -241,10 +259,25 @@ pub fn generate(
     };
     let request = engine_request(state, prompt_ids, sampling, p.priority, arrival)?;
     Ok(ValidGenerate {
-        request,
+        request: request.with_adapter(adapter),
         details: p.details.unwrap_or(false),
         text_prefix: p.return_full_text.unwrap_or(false).then_some(req.inputs),
     })
+}
+
+/// The LoRA adapter an OpenAI request's `model` names: none for the served model's id or no
+/// `model`, else the adapter of that name (vLLM's rule); any other name is a 404.
+fn openai_adapter(
+    state: &AppState,
+    model: Option<String>,
+) -> Result<(Option<String>, Option<AdapterId>), ApiError> {
+    let Some(model) = model.filter(|m| *m != state.model().model_id) else {
+        return Ok((None, None));
+    };
+    match state.backend().adapter_id(&model) {
+        Some(id) => Ok((Some(model), Some(id))),
+        None => Err(ApiError::ModelNotFound(model)),
+    }
 }
 
 fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiError> {

@@ -13,7 +13,7 @@ use tokio::sync::RwLock;
 static GATE: RwLock<()> = RwLock::const_new(());
 
 fn chat_body(messages: Value, max_tokens: usize, stream: bool) -> Value {
-    json!({"model": "m", "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+    json!({"messages": messages, "max_tokens": max_tokens, "temperature": 0,
            "stream": stream, "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }})
 }
 

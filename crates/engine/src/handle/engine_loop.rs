@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Command;
+use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineFailure, EngineStats};
 use crate::core::EngineCore;
 
@@ -17,6 +18,9 @@ pub(super) struct EngineLoop {
     core: EngineCore,
     commands: Receiver<Command>,
     stats: Arc<Mutex<EngineStats>>,
+    adapters: Arc<Mutex<Vec<AdapterCard>>>,
+    /// [`EngineCore::adapters_version`] when `adapters` was last published.
+    adapters_version: u64,
     deadline: Option<Instant>,
     disconnected: bool,
 }
@@ -26,11 +30,15 @@ impl EngineLoop {
         core: EngineCore,
         commands: Receiver<Command>,
         stats: Arc<Mutex<EngineStats>>,
+        adapters: Arc<Mutex<Vec<AdapterCard>>>,
     ) -> Self {
+        let adapters_version = core.adapters_version();
         EngineLoop {
             core,
             commands,
             stats,
+            adapters,
+            adapters_version,
             deadline: None,
             disconnected: false,
         }
@@ -106,9 +114,22 @@ impl EngineLoop {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit { id, req, events } => self.core.add_request(id, *req, events),
+            Command::Submit { id, req, events } => {
+                self.core.add_request(id, *req, events);
+                self.publish_adapters();
+            }
             Command::Abort(id) => {
                 self.core.abort(id);
+            }
+            Command::LoadAdapter { name, path, reply } => {
+                let result = self.core.load_adapter(&name, &path);
+                self.publish_adapters();
+                let _ = reply.send(result);
+            }
+            Command::UnloadAdapter { name, reply } => {
+                let result = self.core.unload_adapter(&name);
+                self.publish_adapters();
+                let _ = reply.send(result);
             }
             Command::Shutdown { deadline } => {
                 self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
@@ -116,13 +137,32 @@ impl EngineLoop {
         }
     }
 
-    /// Fails requests submitted after the loop ended.
+    /// Fails requests and adapter commands sent after the loop ended.
     fn reject_pending(&mut self) {
         while let Ok(cmd) = self.commands.try_recv() {
-            if let Command::Submit { events, .. } = cmd {
-                let _ = events.send(EngineEvent::Failed(EngineFailure::ShuttingDown));
+            match cmd {
+                Command::Submit { events, .. } => {
+                    let _ = events.send(EngineEvent::Failed(EngineFailure::ShuttingDown));
+                }
+                Command::LoadAdapter { reply, .. } => {
+                    let _ = reply.send(Err(AdapterError::Stopped));
+                }
+                Command::UnloadAdapter { reply, .. } => {
+                    let _ = reply.send(Err(AdapterError::Stopped));
+                }
+                Command::Abort(_) | Command::Shutdown { .. } => {}
             }
         }
+    }
+
+    /// Republishes the registered adapters if a load, unload or eviction changed them.
+    fn publish_adapters(&mut self) {
+        let version = self.core.adapters_version();
+        if version == self.adapters_version {
+            return;
+        }
+        self.adapters_version = version;
+        *self.adapters.lock().unwrap_or_else(|p| p.into_inner()) = self.core.adapters();
     }
 
     fn publish(&self) {

@@ -21,6 +21,12 @@
 //! how a request ends and calls [`Scheduler::finish`] (or [`Scheduler::abort`] when the client
 //! or the server gave up), which remove the request and free its blocks.
 //!
+//! LoRA: the running requests use at most `max_loras` distinct adapters (base-model requests
+//! use none). A waiting request whose adapter is not among them when they already use
+//! `max_loras` is deferred; requests behind it that use an adapter wait behind it too (so the
+//! running adapters cannot be kept busy forever by newer requests and it is never starved),
+//! while base-model requests behind it may still be admitted.
+//!
 //! Liveness: the context limit is clamped to the KV pool (and, without chunked prefill, to the
 //! token budget), so a request running alone always fits; victims keep their arrival order, so
 //! a preempted request becomes the oldest of its class and is not chosen again while newer
@@ -36,11 +42,12 @@ pub mod output;
 pub mod queue;
 
 use std::cmp::Reverse;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub use output::{RequestOutput, SchedulerOutput};
 pub use queue::WaitingQueue;
 
+use crate::adapter_id::AdapterId;
 use crate::executor::{BatchInput, SeqBatch};
 use crate::kv::{
     AttentionWindow, ComputedBlocks, KvCacheConfig, KvCacheManager, KvError, PrefixCacheStats,
@@ -71,6 +78,9 @@ pub struct SchedulerConfig {
     /// layer attends to the whole context): blocks outside it are released while a request
     /// runs.
     pub attention_window: Option<usize>,
+    /// Most distinct LoRA adapters among running requests (`None`: no limit). A waiting request
+    /// whose adapter would exceed it is deferred; see [`Scheduler::schedule`].
+    pub max_loras: Option<usize>,
 }
 
 impl SchedulerConfig {
@@ -87,6 +97,7 @@ impl SchedulerConfig {
             long_prefill_threshold: None,
             max_model_len: None,
             attention_window: None,
+            max_loras: None,
         }
     }
 }
@@ -279,6 +290,23 @@ impl Scheduler {
         !self.requests.is_empty()
     }
 
+    /// Live (running and waiting) requests per LoRA adapter.
+    pub fn adapter_uses(&self) -> HashMap<AdapterId, usize> {
+        let mut uses = HashMap::new();
+        for a in self.requests.values().filter_map(|r| r.params().adapter) {
+            *uses.entry(a).or_insert(0) += 1;
+        }
+        uses
+    }
+
+    /// The distinct adapters of the running requests.
+    pub fn running_adapters(&self) -> HashSet<AdapterId> {
+        self.running
+            .iter()
+            .filter_map(|id| self.requests.get(id)?.params().adapter)
+            .collect()
+    }
+
     /// Current counters.
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
@@ -454,24 +482,38 @@ impl Scheduler {
     }
 
     fn schedule_waiting(&mut self, step: &mut Step) {
-        while step.budget > 0 && self.running.len() < self.config.max_num_seqs {
-            let Some(id) = self.waiting.peek() else { break };
+        let mut active = self.running_adapters();
+        let max_loras = self.config.max_loras.unwrap_or(usize::MAX);
+        let mut deferred = false;
+        let queue: Vec<RequestId> = self.waiting.iter().collect();
+        for id in queue {
+            if step.budget == 0 || self.running.len() >= self.config.max_num_seqs {
+                break;
+            }
             let Some(req) = self.requests.get_mut(&id) else {
-                self.waiting.pop();
+                self.waiting.remove(id);
                 continue;
             };
+            let adapter = req.params().adapter;
+            if let Some(a) = adapter {
+                if deferred || (!active.contains(&a) && active.len() >= max_loras) {
+                    deferred = true;
+                    continue;
+                }
+            }
             let computed = self.kv.get_computed_blocks(req);
             let remaining = req.num_tokens() - computed.num_tokens;
             let n = self.chunk_len(remaining, step.budget);
             if n == 0 || !self.allocate_waiting(id, n, &computed, step) {
                 break;
             }
-            self.waiting.pop();
+            self.waiting.remove(id);
             if let Some(req) = self.requests.get_mut(&id) {
                 req.set_num_computed_tokens(computed.num_tokens);
                 req.set_status(RequestStatus::Running);
             }
             self.running.push(id);
+            active.extend(adapter);
             step.push(id, n);
         }
     }

@@ -47,6 +47,10 @@ pub struct Control {
     delay_us: AtomicU64,
     fail_at: AtomicU64,
     steps: AtomicU64,
+    /// Most distinct LoRA adapters seen in one step.
+    max_step_adapters: AtomicU64,
+    /// Adapter loads (again after an eviction counts again).
+    adapter_loads: AtomicU64,
 }
 
 impl Default for Control {
@@ -58,11 +62,23 @@ impl Default for Control {
             delay_us: AtomicU64::new(0),
             fail_at: AtomicU64::new(u64::MAX),
             steps: AtomicU64::new(0),
+            max_step_adapters: AtomicU64::new(0),
+            adapter_loads: AtomicU64::new(0),
         }
     }
 }
 
 impl Control {
+    /// Most distinct LoRA adapters the executor saw in one step.
+    pub fn max_step_adapters(&self) -> u64 {
+        self.max_step_adapters.load(Ordering::SeqCst)
+    }
+
+    /// Adapter loads the executor did.
+    pub fn adapter_loads(&self) -> u64 {
+        self.adapter_loads.load(Ordering::SeqCst)
+    }
+
     /// Makes the engine block at its next `execute` until [`Control::resume`].
     pub fn pause(&self) {
         *self.paused.lock().unwrap() = true;
@@ -123,6 +139,11 @@ impl Executor for ControlledExecutor {
         if step == self.ctl.fail_at.load(Ordering::SeqCst) {
             return Err(ExecutorError::Failed("injected failure".into()));
         }
+        let adapters: std::collections::HashSet<_> =
+            input.seqs.iter().filter_map(|s| s.adapter).collect();
+        self.ctl
+            .max_step_adapters
+            .fetch_max(adapters.len() as u64, Ordering::SeqCst);
         self.inner.execute(input)
     }
 
@@ -132,6 +153,21 @@ impl Executor for ControlledExecutor {
 
     fn kv_geometry(&self) -> KvGeometry {
         self.inner.kv_geometry()
+    }
+
+    fn load_adapter(
+        &mut self,
+        id: kestrel_engine::adapter_id::AdapterId,
+        name: &str,
+        path: &std::path::Path,
+    ) -> Result<usize, ExecutorError> {
+        let rank = self.inner.load_adapter(id, name, path)?;
+        self.ctl.adapter_loads.fetch_add(1, Ordering::SeqCst);
+        Ok(rank)
+    }
+
+    fn unload_adapter(&mut self, id: kestrel_engine::adapter_id::AdapterId) {
+        self.inner.unload_adapter(id);
     }
 }
 
@@ -145,6 +181,7 @@ pub struct Config {
     pub enable_prefix_caching: bool,
     pub max_model_len: usize,
     pub max_concurrent_requests: Option<usize>,
+    pub lora: kestrel_engine::adapters::LoraLimits,
 }
 
 impl Config {
@@ -155,6 +192,7 @@ impl Config {
             enable_prefix_caching: self.enable_prefix_caching,
             max_model_len: self.max_model_len,
             max_concurrent_requests: self.max_concurrent_requests,
+            lora: self.lora,
         }
     }
 }
@@ -168,6 +206,7 @@ pub fn config(num_kv_blocks: usize) -> Config {
         enable_prefix_caching: true,
         max_model_len: 256,
         max_concurrent_requests: None,
+        lora: Default::default(),
     }
 }
 

@@ -78,6 +78,11 @@ impl LoraAdapter {
         &self.name
     }
 
+    /// The largest rank of its deltas.
+    pub fn rank(&self) -> usize {
+        self.targets().map(|(_, _, p)| p.rank()).max().unwrap_or(0)
+    }
+
     /// The delta of `target` in `layer`, if the adapter changes it.
     pub fn pair(&self, layer: usize, target: LoraTarget) -> Option<&LoraPair> {
         self.layers.get(layer)?[target.index()].as_ref()

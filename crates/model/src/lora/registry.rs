@@ -36,6 +36,27 @@ impl LoraRegistry {
         Ok(id)
     }
 
+    /// Register `adapter` under an id the caller allocated (the engine's adapter catalog, which
+    /// never reuses ids); refused if the id or the name is taken. Later [`LoraRegistry::load`]
+    /// calls allocate past it.
+    pub fn insert(&mut self, id: AdapterId, adapter: LoraAdapter) -> Result<(), LoraError> {
+        let name = adapter.name().to_string();
+        if self.by_name.contains_key(&name) || self.by_id.contains_key(&id) {
+            return Err(LoraError::AlreadyLoaded(name));
+        }
+        self.next_id = self.next_id.max(id.0.saturating_add(1));
+        self.by_id.insert(id, Arc::new(adapter));
+        self.by_name.insert(name, id);
+        Ok(())
+    }
+
+    /// Forget adapter `id`; returns it if it was loaded.
+    pub fn remove(&mut self, id: AdapterId) -> Option<Arc<LoraAdapter>> {
+        let adapter = self.by_id.remove(&id)?;
+        self.by_name.remove(adapter.name());
+        Some(adapter)
+    }
+
     /// Forget the adapter called `name`; returns the id it had.
     pub fn unload(&mut self, name: &str) -> Result<AdapterId, LoraError> {
         let id = self

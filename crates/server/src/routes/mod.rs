@@ -7,6 +7,7 @@
 //! ```
 
 pub mod health;
+pub mod lora;
 pub mod metrics;
 pub mod openai;
 pub mod openapi;
@@ -32,6 +33,15 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/info", get(tgi::info))
         .route("/tokenize", post(tgi::tokenize))
         .route("/openapi.json", get(openapi::openapi_json));
+    protected = if config.enable_runtime_lora {
+        protected
+            .route("/v1/load_lora_adapter", post(lora::load))
+            .route("/v1/unload_lora_adapter", post(lora::unload))
+    } else {
+        protected
+            .route("/v1/load_lora_adapter", post(lora::disabled))
+            .route("/v1/unload_lora_adapter", post(lora::disabled))
+    };
     if let Some(key) = &config.api_key {
         protected = protected.route_layer(axum::middleware::from_fn_with_state(
             ApiKey::new(key),

@@ -41,7 +41,10 @@ async fn handle<A: OpenAiApi>(
     let cx = OpenAiContext {
         id: format!("{}-{}", A::ID_PREFIX, generation.first_id()),
         created: unix_now(),
-        model: state.model().model_id.clone(),
+        model: valid
+            .adapter
+            .clone()
+            .unwrap_or_else(|| state.model().model_id.clone()),
         include_usage: valid.include_usage,
         logprobs: valid.request.sampling().logprobs.is_some(),
         state,
@@ -77,18 +80,27 @@ pub async fn chat_completions(
     handle::<Chat>(state, body).await
 }
 
-/// The served model.
+/// The served model, then each LoRA adapter (with the base model as its `parent`).
 #[utoipa::path(get, path = "/v1/models", responses((status = 200, body = ModelList)))]
 pub async fn models(State(state): State<AppState>) -> Response {
+    let base = state.model().model_id.clone();
+    let card = |id: String, root: String, parent: Option<String>| ModelCard {
+        id,
+        object: "model",
+        created: state.created(),
+        owned_by: "kestrel",
+        root,
+        parent,
+        max_model_len: state.limits().max_total_tokens,
+    };
+    let mut data = vec![card(base.clone(), base.clone(), None)];
+    for a in state.backend().adapters() {
+        let root = a.path.display().to_string();
+        data.push(card(a.name, root, Some(base.clone())));
+    }
     let body = ModelList {
         object: "list",
-        data: vec![ModelCard {
-            id: state.model().model_id.clone(),
-            object: "model",
-            created: state.created(),
-            owned_by: "kestrel",
-            max_model_len: state.limits().max_total_tokens,
-        }],
+        data,
     };
     json_response(StatusCode::OK, &body)
 }

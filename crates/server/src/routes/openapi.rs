@@ -22,6 +22,8 @@ use crate::error::json_response;
         super::tgi::generate_stream,
         super::tgi::info,
         super::tgi::tokenize,
+        super::lora::load,
+        super::lora::unload,
         super::health::health,
         super::metrics::metrics,
         openapi_json,

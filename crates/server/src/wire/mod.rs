@@ -4,6 +4,7 @@
 //! typo never silently changes behaviour. Documented OpenAI fields that Kestrel does not act
 //! on are listed explicitly and either ignored or rejected in [`crate::validation`].
 
+pub mod lora;
 pub mod openai;
 pub mod tgi;
 

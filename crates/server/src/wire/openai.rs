@@ -119,7 +119,7 @@ with_sampling_fields! {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
-    /// Accepted for compatibility; this server serves one model.
+    /// The served model's id or a LoRA adapter's name (absent: the base model).
     pub model: Option<String>,
     pub prompt: Prompt,
     /// Most tokens to generate (default 16).
@@ -184,7 +184,7 @@ with_sampling_fields! {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatCompletionRequest {
-    /// Accepted for compatibility; this server serves one model.
+    /// The served model's id or a LoRA adapter's name (absent: the base model).
     pub model: Option<String>,
     pub messages: Vec<ChatMessageIn>,
     /// Deprecated alias of `max_completion_tokens`.
@@ -343,13 +343,18 @@ pub struct ChatCompletionChunk {
     pub usage: Option<Option<UsageInfo>>,
 }
 
-/// One served model.
+/// One served model: the base model, or a LoRA adapter whose `parent` is the base model's id
+/// (vLLM's shape).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// The base model's id, or the adapter's path.
+    pub root: String,
+    /// The base model's id for an adapter; `null` for the base model.
+    pub parent: Option<String>,
     pub max_model_len: usize,
 }
 

@@ -44,6 +44,8 @@ pub struct GenerateParameters {
     pub ignore_eos: Option<bool>,
     /// Extension: scheduling priority, higher runs first.
     pub priority: Option<i64>,
+    /// The LoRA adapter to run with (its name); absent: the base model.
+    pub adapter_id: Option<String>,
 }
 
 /// `POST /generate` and `POST /generate_stream`.

@@ -51,10 +51,10 @@ pub struct SpeedArgs {
     /// Sequences decoded together in each tg step (each with its own KV); t/s counts all.
     #[arg(long, default_value_t = 1)]
     pub seqs: usize,
-    /// A LoRA adapter (PEFT directory or LoRA GGUF; repeat for several): sequence `i` decodes
+    /// LoRA adapters (PEFT directories or LoRA GGUFs): sequence `i` decodes
     /// with adapter `i mod n`. tg is then measured with and without the adapters, alternating
     /// repetitions, and each adapter's load time is reported.
-    #[arg(long)]
+    #[arg(long, num_args = 1..)]
     pub lora: Vec<PathBuf>,
 }
 
@@ -112,7 +112,9 @@ pub fn run(args: SpeedArgs) -> Result<()> {
     let (tg, tg_lora) = match args.gen {
         0 => (None, None),
         _ if adapters.is_empty() => {
-            let tg = measure(args.reps, args.gen * seqs, || decode.run(&mut runner, &[None]))?;
+            let tg = measure(args.reps, args.gen * seqs, || {
+                decode.run(&mut runner, &[None])
+            })?;
             (Some(tg), None)
         }
         _ => {
@@ -165,10 +167,12 @@ struct Report<'a> {
 }
 
 impl Report<'_> {
-    /// Achieved weight-read bandwidth of the mean tg rate, GB/s.
+    /// Achieved weight-read bandwidth of the mean tg rate, GB/s (a step of `--seqs`
+    /// sequences reads the weights once).
     fn tg_gbs(&self) -> Option<f64> {
+        let steps = |tg: Rate| tg.mean / self.args.seqs.max(1) as f64;
         self.tg
-            .map(|tg| tg.mean * self.bytes_per_token as f64 / 1e9)
+            .map(|tg| steps(tg) * self.bytes_per_token as f64 / 1e9)
     }
 
     /// Time of a tg step with the adapters over the time without them.
@@ -216,7 +220,10 @@ impl Report<'_> {
             n => format!("tg{} x{n} seqs", self.args.gen),
         };
         if let Some(tg) = self.tg {
-            println!("| {name} | {threads} | {tg_test} | {:.2} ± {:.2} |", tg.mean, tg.std);
+            println!(
+                "| {name} | {threads} | {tg_test} | {:.2} ± {:.2} |",
+                tg.mean, tg.std
+            );
         }
         if let Some(tg) = self.tg_lora {
             let n = self.lora_load_ms.len();
@@ -226,7 +233,11 @@ impl Report<'_> {
             );
         }
         if let Some(cost) = self.lora_cost() {
-            let ms: Vec<String> = self.lora_load_ms.iter().map(|m| format!("{m:.1}")).collect();
+            let ms: Vec<String> = self
+                .lora_load_ms
+                .iter()
+                .map(|m| format!("{m:.1}"))
+                .collect();
             println!(
                 "\nLoRA: decode takes {cost:.2}x the base time; adapters loaded in {} ms",
                 ms.join(", ")
@@ -235,7 +246,7 @@ impl Report<'_> {
         if let Some(gbs) = self.tg_gbs() {
             let mb = self.bytes_per_token as f64 / 1e6;
             print!(
-                "\ntg weight reads: {mb:.1} MB/token x {:.2} t/s = {gbs:.2} GB/s",
+                "\ntg weight reads: {mb:.1} MB/step x {:.2} steps/s = {gbs:.2} GB/s",
                 gbs * 1e3 / mb
             );
             match (self.membw, self.tg_pct_of_triad()) {

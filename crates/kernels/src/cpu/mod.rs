@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod dispatch;
 pub mod gemm;
+pub mod low_rank;
 pub mod ops;
 pub mod packed;
 pub mod threadpool;

@@ -330,6 +330,20 @@ impl<'a, T> SharedMut<'a, T> {
         unsafe { self.ptr.add(index).write(value) }
     }
 
+    /// The sub-slice `start..start + len`, to read.
+    ///
+    /// # Safety
+    /// No thread writes that range while the returned slice lives.
+    #[inline]
+    pub(crate) unsafe fn slice(&self, start: usize, len: usize) -> &[T] {
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "SharedMut range out of bounds"
+        );
+        // SAFETY: in bounds (checked), and not written meanwhile by the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(start), len) }
+    }
+
     /// The sub-slice `start..start + len`.
     ///
     /// # Safety

@@ -175,7 +175,7 @@ impl AttentionBlock {
                     x,
                     y,
                 };
-                pass.lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+                pass.lora.apply(site, pool, &mut ws.lora);
             }
         }
         if let Some(norm) = &self.qk_norm {
@@ -203,7 +203,7 @@ impl AttentionBlock {
             x: &ws.attn[..t * qd],
             y: &mut ws.h[..t * d.hidden],
         };
-        pass.lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+        pass.lora.apply(site, pool, &mut ws.lora);
         let n = t * d.hidden;
         match &self.post_norm {
             Some(norm) => {

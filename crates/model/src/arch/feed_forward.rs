@@ -122,14 +122,14 @@ impl FeedForward {
                     x: &ws.h[..hn],
                     y: &mut ws.gate[..fn_],
                 };
-                lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+                lora.apply(site, pool, &mut ws.lora);
                 let site = LoraSite {
                     layer: l,
                     target: LoraTarget::Up,
                     x: &ws.h[..hn],
                     y: &mut ws.up[..fn_],
                 };
-                lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+                lora.apply(site, pool, &mut ws.lora);
                 self.act
                     .gate_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
             }
@@ -142,7 +142,7 @@ impl FeedForward {
                     x: &ws.h[..hn],
                     y: &mut ws.gate[..fn_],
                 };
-                lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+                lora.apply(site, pool, &mut ws.lora);
                 gelu_tanh(&mut ws.gate[..t * d.ffn]);
             }
         }
@@ -155,7 +155,7 @@ impl FeedForward {
             x: &ws.gate[..fn_],
             y: &mut ws.h[..hn],
         };
-        lora.apply(site, pool, &mut ws.lora, &mut ws.scratch);
+        lora.apply(site, pool, &mut ws.lora);
         let n = t * d.hidden;
         match &self.post_norm {
             Some(norm) => {

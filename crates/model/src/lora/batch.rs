@@ -6,7 +6,8 @@
 //!   adapters:            A        | -  | B     | A
 //!   groups:   A → rows [0 1 2 6]   B → rows [4 5]         (base rows: no work)
 //!   per projection:     y = x·Wᵀ for all rows (once)
-//!                       for each group g: y[g] += scale_g · (x[g]·A_gᵀ)·B_gᵀ
+//!                       y[g] += scale_g · (x[g]·A_gᵀ)·B_gᵀ for every group g, in one
+//!                       low-rank update (`kestrel_kernels::cpu::low_rank`)
 //! ```
 //!
 //! With no adapter in the batch, [`LoraBatch::apply`] returns at its first branch.
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::executor::BatchInput;
-use kestrel_kernels::cpu::gemm::Scratch;
+use kestrel_kernels::cpu::low_rank::low_rank_update;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::adapter::LoraAdapter;
@@ -89,34 +90,21 @@ impl LoraBatch {
         Ok(())
     }
 
-    /// Add each group's delta for `site` to its rows of `site.y`.
-    pub fn apply(
-        &self,
-        site: LoraSite<'_>,
-        pool: &ThreadPool,
-        s: &mut LoraScratch,
-        scratch: &mut Scratch,
-    ) {
-        if self.groups.is_empty() {
+    /// Add each group's delta for `site` to its rows of `site.y`: all the groups in one
+    /// low-rank update (one pool call).
+    pub fn apply(&self, site: LoraSite<'_>, pool: &ThreadPool, s: &mut LoraScratch) {
+        let pick = |i: usize| {
+            let g = &self.groups[i];
+            let pair = g.adapter.pair(site.layer, site.target)?;
+            (pair.rank() > 0).then(|| pair.group(&g.rows))
+        };
+        let n = self.groups.len();
+        let Some((out, cols)) = (0..n).find_map(|i| {
+            let pair = self.groups[i].adapter.pair(site.layer, site.target)?;
+            (pair.rank() > 0).then(|| pair.shape())
+        }) else {
             return;
-        }
-        for g in &self.groups {
-            let Some(pair) = g.adapter.pair(site.layer, site.target) else {
-                continue;
-            };
-            let (out, cols) = pair.shape();
-            s.x.clear();
-            for &r in &g.rows {
-                s.x.extend_from_slice(&site.x[r * cols..(r + 1) * cols]);
-            }
-            let x = std::mem::take(&mut s.x);
-            pair.product(pool, &x, g.rows.len(), s, scratch);
-            s.x = x;
-            for (i, &r) in g.rows.iter().enumerate() {
-                let y = &mut site.y[r * out..(r + 1) * out];
-                let d = &s.delta[i * out..(i + 1) * out];
-                y.iter_mut().zip(d).for_each(|(y, d)| *y += d);
-            }
-        }
+        };
+        low_rank_update(pool, &pick, n, (site.x, cols), (site.y, out), &mut s.u);
     }
 }

@@ -258,10 +258,27 @@ mod lanes {
         }
     }
 
+    /// `W` output columns at a time held in registers over all `k`: one load of `Bᵀ` per
+    /// multiply-add, and `y` read and written once.
     #[inline(always)]
-    pub fn up<const F: bool>(y: &mut [f32], u: &[f32], bt: &[f32], stride: usize) {
+    pub fn up<const F: bool, const W: usize>(y: &mut [f32], u: &[f32], bt: &[f32], stride: usize) {
+        let full = y.len() / W * W;
+        for (c, out) in y[..full].chunks_exact_mut(W).enumerate() {
+            let out: &mut [f32; W] = out.try_into().expect("chunks_exact_mut yields W");
+            let mut acc = *out;
+            for (k, &uk) in u.iter().enumerate() {
+                let row: &[f32; W] = bt[k * stride + c * W..][..W]
+                    .try_into()
+                    .expect("a W-wide slice");
+                for l in 0..W {
+                    acc[l] = vmath::fma::<F>(uk, row[l], acc[l]);
+                }
+            }
+            *out = acc;
+        }
+        let tail = y.len() - full;
         for (k, &uk) in u.iter().enumerate() {
-            vmath::axpy::<F>(y, uk, &bt[k * stride..k * stride + y.len()]);
+            vmath::axpy::<F>(&mut y[full..], uk, &bt[k * stride + full..][..tail]);
         }
     }
 }
@@ -282,7 +299,7 @@ mod x86 {
         up_avx2,
         "avx2,fma",
         fn(y: &mut [f32], u: &[f32], bt: &[f32], stride: usize),
-        lanes::up::<true>(y, u, bt, stride)
+        lanes::up::<true, 32>(y, u, bt, stride)
     );
     simd_entry!(
         down_avx512,
@@ -294,7 +311,7 @@ mod x86 {
         up_avx512,
         "avx512f,avx2,fma",
         fn(y: &mut [f32], u: &[f32], bt: &[f32], stride: usize),
-        lanes::up::<true>(y, u, bt, stride)
+        lanes::up::<true, 64>(y, u, bt, stride)
     );
 
     pub(super) const AVX2: LowRankKernels = LowRankKernels {

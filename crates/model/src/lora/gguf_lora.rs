@@ -49,13 +49,7 @@ pub fn load_gguf_lora(path: &Path) -> Result<RawLora, LoraError> {
         };
         pairs.push(pair(key, &view(&a)?, &view(&b)?, None, scale)?);
     }
-    if pairs.is_empty() {
-        return Err(LoraError::Empty);
-    }
-    Ok(RawLora {
-        source: LoraSource::LlamaCpp,
-        pairs,
-    })
+    RawLora::new(LoraSource::LlamaCpp, pairs)
 }
 
 /// `blk.<i>.<part>.weight.lora_{a,b}` → ((i, module), 0 for A or 1 for B).

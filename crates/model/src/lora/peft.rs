@@ -161,13 +161,7 @@ pub fn load_peft(dir: &Path) -> Result<RawLora, LoraError> {
             |_| scale,
         )?);
     }
-    if pairs.is_empty() {
-        return Err(LoraError::Empty);
-    }
-    Ok(RawLora {
-        source: LoraSource::Peft,
-        pairs,
-    })
+    RawLora::new(LoraSource::Peft, pairs)
 }
 
 /// `….layers.<i>.<block>.<module>.lora_{A,B}[.<adapter name>].weight` → ((i, module), 0 for A

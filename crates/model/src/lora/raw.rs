@@ -37,6 +37,16 @@ pub struct RawLora {
     pub pairs: Vec<RawPair>,
 }
 
+impl RawLora {
+    /// An adapter of `pairs` read from `source`; one without any pair is refused.
+    pub fn new(source: LoraSource, pairs: Vec<RawPair>) -> Result<RawLora, LoraError> {
+        if pairs.is_empty() {
+            return Err(LoraError::Empty);
+        }
+        Ok(RawLora { source, pairs })
+    }
+}
+
 /// The `f32` values of an adapter tensor (F32, F16 or BF16) and its `[rows, cols]` shape.
 pub fn matrix_f32(view: &TensorView) -> Result<(Vec<f32>, [usize; 2]), LoraError> {
     use kestrel_kernels::DType;

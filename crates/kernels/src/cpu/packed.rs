@@ -42,10 +42,10 @@ pub use kind::PackedKind;
 pub use matrix::PackedMatrix;
 pub use segments::{matmul_packed_segments_with, SegmentWeights};
 
-use crate::cpu::gemm::Scratch;
+use crate::cpu::gemm::{quantize_rows, Scratch};
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
-use crate::quant::DType;
+use crate::quant::{self, DType};
 
 /// Weight rows per panel (one AVX-512 register of `i32`/`f32` lanes).
 pub const PANEL: usize = 16;
@@ -167,11 +167,48 @@ pub fn matmul_packed_many_with<const N: usize>(
     ys: [&mut [f32]; N],
     scratch: &mut Scratch,
 ) {
+    let Some(w0) = ws.first() else { return };
     assert!(
         can_share_input(&ws),
         "matmul_packed_many: kinds or columns differ"
     );
-    matmul_packed_segments_with(pool, kernel, &|_| ws, &[0, m], x, ys, scratch);
+    assert_eq!(x.len(), m * w0.cols(), "matmul_packed: x must be m × cols");
+    for (w, y) in ws.iter().zip(&ys) {
+        assert_eq!(y.len(), m * w.rows(), "matmul_packed: y must be m × rows");
+    }
+    if m == 0 {
+        return;
+    }
+    let kind = w0.kind();
+    let act = kind.act();
+    let quantize = quant::act::kernels().quantize[act as usize];
+    let a_row = act.row_bytes(w0.cols());
+    let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
+    scratch.packed.fill(kind, blocks, m, w0.blocks());
+    let acts = &scratch.packed;
+    let outs = ys.map(SharedMut::new);
+    let panels = ws.map(|w| w.rows() / PANEL);
+    let total: usize = panels.iter().sum();
+    pool.broadcast(&|t, n| {
+        for c0 in (0..m).step_by(ACT_CHUNK) {
+            let rows = c0..(c0 + ACT_CHUNK).min(m);
+            for g in total * t / n..total * (t + 1) / n {
+                let (k, p) = locate(&panels, g);
+                panel_rows(kernel, ws[k], acts, p, rows.clone(), &outs[k]);
+            }
+        }
+    });
+}
+
+/// Matrix and panel of global panel index `g` (the matrices' panels counted in order).
+fn locate(panels: &[usize], mut g: usize) -> (usize, usize) {
+    for (k, &n) in panels.iter().enumerate() {
+        if g < n {
+            return (k, g);
+        }
+        g -= n;
+    }
+    unreachable!("panel index past the last matrix")
 }
 
 /// [`matmul_packed_segments_with`] with the kernel for this CPU.

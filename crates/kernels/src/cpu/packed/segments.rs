@@ -10,8 +10,8 @@
 //! The work is cut into units of one weight panel against one chunk of at most `ACT_CHUNK` rows
 //! of one segment. Chunks go in rounds (round `r` is every segment's `r`-th chunk); each round's
 //! units are shared out over the threads by cost, so small segments and small matrices cost one
-//! wake-up between them, and a segment with many rows is balanced against one with few. One
-//! segment of one slot is the plain product, split exactly as before.
+//! wake-up between them, and a segment with many rows is balanced against one with few. Plain
+//! products (one input, no segments) keep their own loop in `matmul_packed_many_with`.
 
 use std::ops::Range;
 

@@ -1,5 +1,6 @@
 //! `kestrel`: run, inspect and (later) serve LLMs on the CPU.
 
+mod chat;
 mod convert;
 mod default_model;
 mod engine_args;
@@ -29,6 +30,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (or a chat message) and stream it to stdout.
     Generate(generate::GenerateArgs),
+    /// Chat in the terminal with a model loaded here or with an OpenAI-compatible server.
+    Chat(chat::ChatArgs),
     /// Describe a model file: architecture, parameters, tensor types, sizes, chat template.
     Inspect(inspect::InspectArgs),
     /// Load-test an OpenAI-compatible server (Kestrel's or any other) and report TTFT, TPOT,
@@ -62,6 +65,7 @@ fn main() -> Result<()> {
         .init();
     match Cli::parse().command {
         Command::Generate(args) => generate::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Gateway(args) => gateway::run(args),

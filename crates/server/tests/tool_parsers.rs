@@ -238,3 +238,16 @@ fn forced_calls_schema_and_parse() {
     assert!(forced::parse(&ToolChoice::Required, "[{\"name\": \"now\"", ToolCallFormat::Hermes).is_none());
     assert_eq!(forced::schema(&ToolChoice::Auto, &specs, true), None);
 }
+
+#[test]
+fn assistant_tool_calls_reach_templates_with_object_arguments() {
+    let calls = [json!({"id": "call_1", "type": "function",
+        "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}})];
+    let v = kestrel_server::tools::template_tool_calls(&calls).expect("valid");
+    assert_eq!(v[0]["function"]["arguments"], json!({"a": 1, "b": 2}));
+    assert_eq!(v[0]["id"], "call_1");
+    let broken = [json!({"function": {"name": "add", "arguments": "{oops"}})];
+    let err = kestrel_server::tools::template_tool_calls(&broken).expect_err("bad JSON");
+    assert!(err.0.starts_with("tool_calls[0]: arguments are not valid JSON"), "{err}");
+    assert!(kestrel_server::tools::template_tool_calls(&[json!({"id": "x"})]).is_err());
+}

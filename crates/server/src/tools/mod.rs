@@ -9,8 +9,10 @@ mod format;
 pub mod forced;
 mod parse;
 mod stream;
+mod turns;
 
 pub use call::{ParsedOutput, ToolCall};
 pub use choice::{function_specs, FunctionSpec, ToolChoice, ToolRequestError};
 pub use format::{ToolCallFormat, UnknownToolParser};
 pub use stream::{StreamEvent, ToolCallStream};
+pub use turns::template_tool_calls;

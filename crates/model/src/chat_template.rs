@@ -5,8 +5,9 @@
 //! * the environment: `trim_blocks` and `lstrip_blocks` on, loop controls (`{% break %}`), and
 //!   Python string/dict/list methods (`.strip()`, `.startswith()`, `.items()`, ...) through
 //!   minijinja-contrib's pycompat;
-//! * the variables: `messages` (role, content), `add_generation_prompt`, `bos_token`,
-//!   `eos_token`, `tools = none`;
+//! * the variables: `messages` (role, content, and for tool use `tool_calls`, `tool_call_id`,
+//!   `name`), `add_generation_prompt`, `bos_token`, `eos_token`, and `tools` (the request's
+//!   tool list, or none);
 //! * the functions: `raise_exception(msg)` (surfaces as [`ChatTemplateError::Raised`]),
 //!   `strftime_now(fmt)` (current UTC time) and a `tojson` filter that writes JSON the way
 //!   Python's `json.dumps(..., ensure_ascii=False)` does (`", "`/`": "` separators, keys in
@@ -21,12 +22,23 @@ use serde::{Deserialize, Serialize};
 const TEMPLATE_NAME: &str = "chat";
 
 /// One chat turn.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ...
+    /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
-    /// The turn's text.
-    pub content: String,
+    /// The turn's text; `None` for an assistant turn that only calls tools (templates see
+    /// `none`, as with transformers).
+    pub content: Option<String>,
+    /// An assistant turn's tool calls, in OpenAI's shape (`id`, `type`, `function` with `name`
+    /// and `arguments`); templates expect `arguments` as an object, not a JSON string.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A `tool` turn: the id of the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tool_call_id: Option<String>,
+    /// A `tool` turn: the function's name (some templates print it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -34,7 +46,10 @@ impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
         ChatMessage {
             role: role.into(),
-            content: content.into(),
+            content: Some(content.into()),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
     }
 }
@@ -70,6 +85,7 @@ impl std::error::Error for RaisedException {}
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -93,9 +109,15 @@ impl ChatTemplate {
             .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         Ok(ChatTemplate {
             env,
+            source: source.to_string(),
             bos_token: bos_token.unwrap_or_default().to_string(),
             eos_token: eos_token.unwrap_or_default().to_string(),
         })
+    }
+
+    /// The template's source text.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders `messages`; with `add_generation_prompt`, the template appends the header that
@@ -103,6 +125,18 @@ impl ChatTemplate {
     pub fn render(
         &self,
         messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`render`](Self::render) with the request's tools (OpenAI's `tools` list:
+    /// `{"type": "function", "function": {name, description, parameters}}` items), which the
+    /// template receives as `tools`, as transformers passes them.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
         let template = self
@@ -114,7 +148,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
-            tools => Value::from(()),
+            tools => tools.map_or(Value::from(()), Value::from_serialize),
         };
         template.render(ctx).map_err(classify)
     }

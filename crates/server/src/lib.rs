@@ -42,6 +42,7 @@ pub mod openai_stream;
 pub mod request_log;
 pub mod routes;
 pub mod sse;
+pub mod tools;
 pub mod state;
 pub mod tgi_stream;
 pub mod usage;

@@ -7,6 +7,7 @@
 pub mod lora;
 pub mod openai;
 pub mod tgi;
+pub mod tools;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

@@ -36,6 +36,9 @@ impl TokenDecoder for SharedDecoder {
     fn decode(&self, ids: &[u32]) -> String {
         self.0.decode(ids)
     }
+    fn decode_with_special(&self, ids: &[u32]) -> String {
+        self.0.decode_with_special(ids)
+    }
 }
 
 /// Scheduler, executor and decoder; driven by [`EngineCore::step`].

@@ -3,6 +3,7 @@
 //!
 //! * [`sampling`] — [`sampling::SamplingParams`] and the [`sampling::Sampler`] that turns a
 //!   logits row into a token (greedy, temperature, top-k/top-p/min-p, penalties, seeded RNG).
+//! * [`logit_bias`] — [`logit_bias::LogitBias`], OpenAI's per-token logit bias.
 //! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
 //! * [`request`] — [`request::Request`]: the one entry per request (tokens,
 //!   `num_computed_tokens`, status, block table, and its [`request::Generation`]: sampler,
@@ -40,6 +41,7 @@ pub mod executor;
 pub mod expert_counts;
 pub mod handle;
 pub mod kv;
+pub mod logit_bias;
 pub mod lora_metrics;
 pub mod metrics;
 pub mod mock_executor;

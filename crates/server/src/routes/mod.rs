@@ -19,7 +19,7 @@ use tower_http::cors::CorsLayer;
 
 use crate::auth::{require_api_key, ApiKey};
 use crate::config::ServerConfig;
-use crate::extract::BodyLimit;
+use crate::extract::{ApiPolicy, BodyLimit};
 use crate::state::AppState;
 
 /// All routes with their middleware.
@@ -56,6 +56,9 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
         .layer(axum::middleware::from_fn(crate::request_log::log_requests))
         .layer(axum::Extension(BodyLimit(config.body_limit)))
+        .layer(axum::Extension(ApiPolicy {
+            strict: config.strict_api,
+        }))
         .with_state(state);
     if config.cors {
         app = app.layer(CorsLayer::permissive());

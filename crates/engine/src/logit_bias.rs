@@ -73,7 +73,9 @@ mod tests {
         let mut logits = vec![1.0, 2.0, 3.0];
         LogitBias::new(vec![(0, 100.0), (2, -100.0), (7, 5.0)]).apply(&mut logits);
         assert_eq!(logits, vec![101.0, 2.0, -97.0]);
-        assert!(LogitBias::new(vec![(1, -100.0), (2, 100.0)]).validate().is_ok());
+        assert!(LogitBias::new(vec![(1, -100.0), (2, 100.0)])
+            .validate()
+            .is_ok());
         assert_eq!(
             LogitBias::new(vec![(1, 100.5)]).validate(),
             Err(LogitBiasError::OutOfRange {

@@ -246,7 +246,9 @@ impl TokenDecoder for WithSpecial {
             .collect()
     }
     fn decode_with_special(&self, ids: &[u32]) -> String {
-        ids.iter().map(|&i| ["a", " b", "</s>"][i as usize]).collect()
+        ids.iter()
+            .map(|&i| ["a", " b", "</s>"][i as usize])
+            .collect()
     }
 }
 
@@ -254,7 +256,10 @@ impl TokenDecoder for WithSpecial {
 fn special_tokens_are_skipped_unless_kept() {
     let run = |keep: bool| {
         let mut stream = TextStream::new(&[0], std::iter::empty::<String>()).keeping_special(keep);
-        let mut text: String = [1, 2].iter().map(|&id| stream.push(&WithSpecial, id).text).collect();
+        let mut text: String = [1, 2]
+            .iter()
+            .map(|&id| stream.push(&WithSpecial, id).text)
+            .collect();
         text.push_str(&stream.finish(&WithSpecial).text);
         text
     };

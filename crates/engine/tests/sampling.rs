@@ -471,7 +471,11 @@ fn logit_bias_forces_and_bans_tokens_before_penalties() {
     });
     let mut row = logits.to_vec();
     assert_eq!(greedy.sample(&mut row, no_history()).expect("sample"), 1);
-    assert_eq!(row, vec![0.0, 100.5, 1.0, 9.0], "bias added to the raw logits");
+    assert_eq!(
+        row,
+        vec![0.0, 100.5, 1.0, 9.0],
+        "bias added to the raw logits"
+    );
     // Sampled at temperature 1 with the top token banned: it never comes up.
     let banned = SamplingParams {
         logit_bias: LogitBias::new(vec![(3, -100.0)]),
@@ -487,7 +491,8 @@ fn logit_bias_forces_and_bans_tokens_before_penalties() {
         ..params()
     });
     let mut row = logits.to_vec();
-    s.sample(&mut row, TokenHistory::new(&[1], 1)).expect("sample");
+    s.sample(&mut row, TokenHistory::new(&[1], 1))
+        .expect("sample");
     assert_eq!(row[1], 50.25);
     assert!(matches!(
         Sampler::new(SamplingParams {
@@ -510,7 +515,9 @@ fn min_tokens_bans_stop_and_eos_ids_until_reached() {
     // Tokens 3 (EOS) and 2 (stop) lead; before two generated tokens both are banned.
     let logits = [0.0, 1.0, 8.0, 9.0];
     let mut row = logits.to_vec();
-    let t = s.sample(&mut row, TokenHistory::new(&[5, 1], 1)).expect("sample");
+    let t = s
+        .sample(&mut row, TokenHistory::new(&[5, 1], 1))
+        .expect("sample");
     assert_eq!(t, 1);
     assert_eq!(row[2], f32::NEG_INFINITY);
     assert_eq!(row[3], f32::NEG_INFINITY);

@@ -28,7 +28,11 @@ impl CandidateRanking {
     }
 
     /// The choices, in response order; `echo[p]` is prepended to prompt `p`'s texts.
-    pub fn choices(&self, candidates: Vec<ChoiceOutput>, echo: &[Option<String>]) -> Vec<ChoiceOutput> {
+    pub fn choices(
+        &self,
+        candidates: Vec<ChoiceOutput>,
+        echo: &[Option<String>],
+    ) -> Vec<ChoiceOutput> {
         let mut out = Vec::with_capacity(echo.len() * self.n);
         let mut rest = candidates.into_iter();
         for prefix in echo {
@@ -112,6 +116,8 @@ mod tests {
         let out = ranking.choices(cands, &[Some("P:".into()), None]);
         let texts: Vec<&str> = out.iter().map(|c| c.text.as_str()).collect();
         assert_eq!(texts, vec!["P:b", "P:a", "d", "f"]);
-        assert!(out.iter().all(|c| c.tokens.iter().all(|t| t.logprobs.is_none())));
+        assert!(out
+            .iter()
+            .all(|c| c.tokens.iter().all(|t| t.logprobs.is_none())));
     }
 }

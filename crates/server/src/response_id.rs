@@ -7,7 +7,7 @@
 //! OpenAI's `system_fingerprint` changes with the backend configuration.
 
 use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,11 +19,7 @@ pub fn response_id(prefix: &str) -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let half = |salt: u8| {
-        let mut h = RandomState::new().build_hasher();
-        (salt, count, nanos).hash(&mut h);
-        h.finish()
-    };
+    let half = |salt: u8| RandomState::new().hash_one((salt, count, nanos));
     format!("{prefix}-{:016x}{:016x}", half(0), half(1))
 }
 

@@ -519,11 +519,11 @@ fn engine_request(
     )
 }
 
-/// The prompts of a completion request: token ids, and the text when it was given as text.
-fn completion_prompts(
-    state: &AppState,
-    prompt: Prompt,
-) -> Result<Vec<(Vec<u32>, Option<String>)>, ApiError> {
+/// One prompt of a completion request: its token ids, and its text when given as text.
+type PromptIds = (Vec<u32>, Option<String>);
+
+/// The prompts of a completion request.
+fn completion_prompts(state: &AppState, prompt: Prompt) -> Result<Vec<PromptIds>, ApiError> {
     let texts = |list: Vec<String>| {
         list.into_iter()
             .map(|text| Ok((encode(state, &text, true, "prompt")?, Some(text))))

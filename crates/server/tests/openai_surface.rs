@@ -24,7 +24,12 @@ async fn ids(s: &Server, text: &str) -> Vec<(u64, String)> {
     v.as_array()
         .expect("token list")
         .iter()
-        .map(|t| (t["id"].as_u64().expect("id"), t["text"].as_str().expect("text").to_string()))
+        .map(|t| {
+            (
+                t["id"].as_u64().expect("id"),
+                t["text"].as_str().expect("text").to_string(),
+            )
+        })
         .collect()
 }
 
@@ -69,7 +74,10 @@ async fn unknown_fields_are_ignored_unless_strict() {
     )
     .await;
     assert_eq!(status, 422, "{v}");
-    assert!(v["error"].as_str().is_some_and(|e| e.contains("frob")), "{v}");
+    assert!(
+        v["error"].as_str().is_some_and(|e| e.contains("frob")),
+        "{v}"
+    );
     // Known fields still work on the strict server.
     completion(strict, json!({"prompt": "hi", "max_tokens": 1})).await;
 }
@@ -87,7 +95,11 @@ async fn logit_bias_forces_and_bans_tokens() {
     .await;
     assert_eq!(text(&v, 0), piece.repeat(3), "{v}");
 
-    let base = completion(s, json!({"prompt": COUNT, "max_tokens": 1, "temperature": 0})).await;
+    let base = completion(
+        s,
+        json!({"prompt": COUNT, "max_tokens": 1, "temperature": 0}),
+    )
+    .await;
     let first = ids(s, &text(&base, 0)).await[0].0;
     let v = completion(
         s,
@@ -95,7 +107,11 @@ async fn logit_bias_forces_and_bans_tokens() {
                "logit_bias": {first.to_string(): -100}}),
     )
     .await;
-    assert_ne!(text(&v, 0), text(&base, 0), "the banned token came back: {v}");
+    assert_ne!(
+        text(&v, 0),
+        text(&base, 0),
+        "the banned token came back: {v}"
+    );
 
     for bias in [
         json!({"abc": 1}),
@@ -105,14 +121,24 @@ async fn logit_bias_forces_and_bans_tokens() {
     ] {
         let body = json!({"prompt": "hi", "logit_bias": bias});
         let v = refused(s, "/v1/completions", body, "logit_bias").await;
-        assert!(v["error"]["message"].as_str().unwrap().contains("logit_bias"), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("logit_bias"),
+            "{v}"
+        );
     }
 }
 
 #[tokio::test]
 async fn stop_token_ids_min_tokens_and_include_stop_str() {
     let s = main_server();
-    let base = completion(s, json!({"prompt": COUNT, "max_tokens": 6, "temperature": 0})).await;
+    let base = completion(
+        s,
+        json!({"prompt": COUNT, "max_tokens": 6, "temperature": 0}),
+    )
+    .await;
     let base_text = text(&base, 0);
     assert!(base_text.starts_with(" 4,"), "{base}");
     let comma = ids(s, ",").await[0].0;
@@ -137,7 +163,9 @@ async fn stop_token_ids_min_tokens_and_include_stop_str() {
                "stop_token_ids": [comma], "min_tokens": 4}),
     )
     .await;
-    let tokens = v["choices"][0]["logprobs"]["tokens"].as_array().expect("tokens");
+    let tokens = v["choices"][0]["logprobs"]["tokens"]
+        .as_array()
+        .expect("tokens");
     assert!(tokens.len() >= 5, "{v}");
     assert!(tokens[..4].iter().all(|t| t != ","), "{v}");
 
@@ -162,7 +190,13 @@ async fn stop_token_ids_min_tokens_and_include_stop_str() {
         "stop_token_ids",
     )
     .await;
-    refused(s, "/v1/completions", json!({"prompt": "hi", "min_tokens": -2}), "min_tokens").await;
+    refused(
+        s,
+        "/v1/completions",
+        json!({"prompt": "hi", "min_tokens": -2}),
+        "min_tokens",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -177,7 +211,9 @@ async fn skip_special_tokens_false_keeps_the_eos_text() {
     assert_eq!(skipped["choices"][0]["finish_reason"], "stop", "{skipped}");
     let (status, kept) = post(s, "/v1/chat/completions", &chat(false)).await;
     assert_eq!(status, 200, "{kept}");
-    let skipped = skipped["choices"][0]["message"]["content"].as_str().unwrap();
+    let skipped = skipped["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
     let kept = kept["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(!skipped.contains("<|im_end|>"), "{skipped:?}");
     assert_eq!(kept, format!("{skipped}<|im_end|>"));
@@ -192,7 +228,10 @@ async fn ids_are_random_and_responses_carry_a_fingerprint() {
     let (ida, idb) = (a["id"].as_str().unwrap(), b["id"].as_str().unwrap());
     assert_ne!(ida, idb);
     let hex = ida.strip_prefix("cmpl-").expect("cmpl- prefix");
-    assert!(hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit()), "{ida}");
+    assert!(
+        hex.len() == 32 && hex.chars().all(|c| c.is_ascii_hexdigit()),
+        "{ida}"
+    );
     let fp = a["system_fingerprint"].as_str().expect("fingerprint");
     assert!(fp.starts_with("fp_kestrel_"), "{fp}");
     assert_eq!(b["system_fingerprint"], fp);
@@ -223,7 +262,11 @@ async fn lists_of_prompts_give_choices_in_prompt_order() {
     assert_eq!(choices.len(), 4, "{v}");
     for (i, c) in choices.iter().enumerate() {
         assert_eq!(c["index"], i);
-        assert_eq!(c["text"].as_str(), Some(if i < 2 { a.as_str() } else { b.as_str() }), "{v}");
+        assert_eq!(
+            c["text"].as_str(),
+            Some(if i < 2 { a.as_str() } else { b.as_str() }),
+            "{v}"
+        );
     }
     let pa = completion(s, one(json!("Hello"))).await["usage"]["prompt_tokens"].clone();
     let pb = completion(s, one(json!(COUNT))).await["usage"]["prompt_tokens"].clone();
@@ -240,9 +283,12 @@ async fn lists_of_prompts_give_choices_in_prompt_order() {
     refused(s, "/v1/completions", json!({"prompt": []}), "prompt").await;
 }
 
-/// Per choice index: the streamed text and the finish reasons seen.
-fn by_index(payloads: &[String]) -> (HashMap<u64, (String, Vec<String>)>, Option<Value>) {
-    let mut out: HashMap<u64, (String, Vec<String>)> = HashMap::new();
+/// A streamed choice: its text and the finish reasons seen.
+type Streamed = (String, Vec<String>);
+
+/// Per choice index, the streamed choice; and the usage chunk, if any.
+fn by_index(payloads: &[String]) -> (HashMap<u64, Streamed>, Option<Value>) {
+    let mut out: HashMap<u64, Streamed> = HashMap::new();
     let mut usage = None;
     assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
     for p in &payloads[..payloads.len() - 1] {
@@ -277,7 +323,10 @@ async fn n_with_stream_tags_every_choice() {
         assert_eq!(whole["choices"][*i as usize]["text"], *text, "choice {i}");
     }
     let usage = usage.expect("usage chunk");
-    assert_eq!(usage["completion_tokens"], whole["usage"]["completion_tokens"]);
+    assert_eq!(
+        usage["completion_tokens"],
+        whole["usage"]["completion_tokens"]
+    );
     // Chat with n and stream.
     let chat = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "n": 3,
                       "stream": true});
@@ -297,7 +346,11 @@ async fn n_with_stream_tags_every_choice() {
 #[tokio::test]
 async fn echo_prepends_the_prompt() {
     let s = main_server();
-    let plain = completion(s, json!({"prompt": COUNT, "max_tokens": 3, "temperature": 0})).await;
+    let plain = completion(
+        s,
+        json!({"prompt": COUNT, "max_tokens": 3, "temperature": 0}),
+    )
+    .await;
     let body = json!({"prompt": COUNT, "max_tokens": 3, "temperature": 0, "echo": true});
     let v = completion(s, body.clone()).await;
     assert_eq!(text(&v, 0), format!("{COUNT}{}", text(&plain, 0)));
@@ -306,7 +359,11 @@ async fn echo_prepends_the_prompt() {
     let (choices, _) = by_index(&stream(s, "/v1/completions", &streamed).await);
     assert_eq!(choices[&0].0, text(&v, 0));
     let toks: Vec<u64> = ids(s, COUNT).await.iter().map(|t| t.0).collect();
-    let v = completion(s, json!({"prompt": toks, "max_tokens": 3, "temperature": 0, "echo": true})).await;
+    let v = completion(
+        s,
+        json!({"prompt": toks, "max_tokens": 3, "temperature": 0, "echo": true}),
+    )
+    .await;
     assert_eq!(text(&v, 0), format!("{COUNT}{}", text(&plain, 0)));
     let v = refused(
         s,
@@ -315,7 +372,13 @@ async fn echo_prepends_the_prompt() {
         "echo",
     )
     .await;
-    assert!(v["error"]["message"].as_str().unwrap().contains("prompt logprobs"), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("prompt logprobs"),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -351,8 +414,17 @@ async fn best_of_returns_the_most_likely_candidates() {
     assert_eq!(choices.len(), 2, "{v}");
     assert_eq!(text(&v, 0), ranked[0].1, "{v} vs {ranked:?}");
     assert_eq!(text(&v, 1), ranked[1].1, "{v} vs {ranked:?}");
-    assert!(choices[0]["logprobs"].is_null(), "logprobs were not asked for: {v}");
-    refused(s, "/v1/completions", json!({"prompt": "hi", "best_of": 1, "n": 2}), "best_of").await;
+    assert!(
+        choices[0]["logprobs"].is_null(),
+        "logprobs were not asked for: {v}"
+    );
+    refused(
+        s,
+        "/v1/completions",
+        json!({"prompt": "hi", "best_of": 1, "n": 2}),
+        "best_of",
+    )
+    .await;
     refused(
         s,
         "/v1/completions",

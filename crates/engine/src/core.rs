@@ -13,6 +13,8 @@
 //! shutdown). The core is synchronous and knows nothing of threads;
 //! [`crate::handle::EngineHandle`] runs it on its own thread and feeds it commands between steps.
 
+mod embed;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;

@@ -14,6 +14,7 @@
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
 //!   applies sampled tokens.
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
+//! * [`embedding`] — embeddings: one prompt's final hidden state, KV blocks lent per call.
 //! * [`core`] — [`core::EngineCore`]: the step loop (schedule, execute, sample, update, stream).
 //! * [`handle`] — [`handle::EngineHandle`]: the engine thread, `submit` and
 //!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks, among them
@@ -37,6 +38,7 @@ pub mod adapters;
 pub mod api;
 pub mod config;
 pub mod core;
+pub mod embedding;
 pub mod executor;
 pub mod expert_counts;
 pub mod handle;

@@ -259,6 +259,16 @@ impl Scheduler {
         &self.kv
     }
 
+    /// Lends fresh KV blocks for `num_tokens` tokens to `f` and frees them after it (see
+    /// [`KvCacheManager::with_scratch_blocks`]).
+    pub fn with_scratch_blocks<T>(
+        &mut self,
+        num_tokens: usize,
+        f: impl FnOnce(&[crate::kv::BlockId]) -> T,
+    ) -> Option<T> {
+        self.kv.with_scratch_blocks(num_tokens, f)
+    }
+
     /// A live (waiting or running) request.
     pub fn request(&self, id: RequestId) -> Option<&Request> {
         self.requests.get(&id)

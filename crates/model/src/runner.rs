@@ -325,7 +325,8 @@ impl Executor for ModelRunner {
             pool: self.pool,
         };
         let mut hidden = Vec::new();
-        self.model.forward_hidden(pass, &self.logit_rows, &mut hidden);
+        self.model
+            .forward_hidden(pass, &self.logit_rows, &mut hidden);
         Ok(hidden)
     }
 }

@@ -63,7 +63,11 @@ fn last_token_hidden_state_matches_transformers() {
     let loaded = load(&fixtures().join("tiny-llama-f32"));
     for p in &golden.prompts {
         let ids = loaded.tokenizer.encode(&p.text, true).expect("encodes");
-        assert_eq!(ids, p.prompt_ids, "{:?}: ids differ from transformers", p.text);
+        assert_eq!(
+            ids, p.prompt_ids,
+            "{:?}: ids differ from transformers",
+            p.text
+        );
     }
     let mut runner = runner(loaded, 256);
     for p in &golden.prompts {
@@ -110,7 +114,10 @@ fn engine_embeddings_match_and_free_their_blocks() {
     let stats = engine.stats();
     assert_eq!(stats.kv_usage, 0.0, "blocks left in use: {stats:?}");
     assert!(engine.embed(Vec::new()).is_err());
-    assert!(engine.embed(vec![0; 97]).is_err(), "longer than max_model_len");
+    assert!(
+        engine.embed(vec![0; 97]).is_err(),
+        "longer than max_model_len"
+    );
     assert!(engine.embed(vec![u32::MAX]).is_err());
     engine.shutdown(std::time::Duration::from_secs(1));
 }

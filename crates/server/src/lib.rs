@@ -29,6 +29,7 @@
 
 pub mod auth;
 pub mod backend;
+pub mod base64;
 pub mod best_of;
 pub mod blocking;
 pub mod config;

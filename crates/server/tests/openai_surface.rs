@@ -448,3 +448,115 @@ async fn priority_is_accepted_in_both_directions() {
     )
     .await;
 }
+
+fn vector(v: &Value, i: usize) -> Vec<f64> {
+    v["data"][i]["embedding"]
+        .as_array()
+        .expect("float embedding")
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn embeddings_are_unit_vectors_of_the_hidden_size() {
+    let s = main_server();
+    let (status, one) = post(s, "/v1/embeddings", &json!({"input": "Hello world"})).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["object"], "list");
+    assert_eq!(one["data"][0]["object"], "embedding");
+    let v = vector(&one, 0);
+    assert_eq!(v.len(), 576, "SmolLM2-135M's hidden size");
+    let norm: f64 = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+    // The prompt as generation would tokenize it (special tokens as the model adds them).
+    let (_, tok) = post(s, "/tokenize", &json!({"inputs": "Hello world"})).await;
+    let prompt_ids: Vec<u64> = tok
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(one["usage"]["prompt_tokens"], prompt_ids.len(), "{one}");
+    assert!(one["id"].as_str().unwrap().starts_with("embd-"), "{one}");
+
+    // A list (the same text again, and another) and token ids give the same vectors.
+    let (status, list) = post(
+        s,
+        "/v1/embeddings",
+        &json!({"input": ["Hello world", "A different sentence."], "dimensions": 576}),
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["data"][1]["index"], 1);
+    let same = vector(&list, 0);
+    assert!(v.iter().zip(&same).all(|(a, b)| (a - b).abs() < 1e-6));
+    let other = vector(&list, 1);
+    let cos: f64 = v.iter().zip(&other).map(|(a, b)| a * b).sum();
+    assert!(cos < 0.9999, "different inputs, cosine {cos}");
+    let (status, by_ids) = post(s, "/v1/embeddings", &json!({"input": prompt_ids})).await;
+    assert_eq!(status, 200, "{by_ids}");
+    assert!(v
+        .iter()
+        .zip(&vector(&by_ids, 0))
+        .all(|(a, b)| (a - b).abs() < 1e-6));
+
+    // base64: the little-endian f32 bytes of the same vector.
+    let (status, b64) = post(
+        s,
+        "/v1/embeddings",
+        &json!({"input": "Hello world", "encoding_format": "base64"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{b64}");
+    let text = b64["data"][0]["embedding"].as_str().expect("base64 string");
+    let bytes = decode_base64(text);
+    let floats: Vec<f32> = bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    // JSON carries each f32 in its shortest form, which reads back as the same f32.
+    let as_f32: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+    assert_eq!(floats, as_f32);
+
+    refused(
+        s,
+        "/v1/embeddings",
+        json!({"input": "hi", "dimensions": 64}),
+        "dimensions",
+    )
+    .await;
+    refused(
+        s,
+        "/v1/embeddings",
+        json!({"input": "hi", "encoding_format": "int8"}),
+        "encoding_format",
+    )
+    .await;
+    refused(s, "/v1/embeddings", json!({"input": []}), "input").await;
+    refused(s, "/v1/embeddings", json!({"input": [999999999]}), "input").await;
+    // Generation still runs after embeddings (block accounting is checked exactly in
+    // crates/model/tests/embedding_tiny_llama.rs).
+    for _ in 0..3 {
+        let (status, _) = post(s, "/v1/embeddings", &json!({"input": "word ".repeat(200)})).await;
+        assert_eq!(status, 200);
+    }
+    completion(s, json!({"prompt": "hi", "max_tokens": 2})).await;
+}
+
+/// Standard base64 decoding (for the test only).
+fn decode_base64(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits = 0u32;
+    let mut n = 0;
+    let mut out = Vec::new();
+    for c in text.bytes().filter(|&c| c != b'=') {
+        bits = (bits << 6) | ALPHABET.iter().position(|&a| a == c).expect("base64 digit") as u32;
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            out.push((bits >> n) as u8);
+        }
+    }
+    out
+}

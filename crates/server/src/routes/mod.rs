@@ -6,6 +6,7 @@
 //!                                               * every route but /health and /metrics
 //! ```
 
+pub mod embeddings;
 pub mod health;
 pub mod lora;
 pub mod metrics;
@@ -28,6 +29,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
         .route("/info", get(tgi::info))

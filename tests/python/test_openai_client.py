@@ -52,6 +52,44 @@ def main() -> None:
     assert "".join(parts) == reply, (parts, reply)
     assert usage is not None and usage.completion_tokens == chat.usage.completion_tokens, usage
 
+    # A list of prompts with n = 2: choices prompt by prompt, each greedy pair identical.
+    both = client.completions.create(
+        model=model, prompt=["The capital of France is", "1, 2, 3,"], n=2, max_tokens=4, temperature=0
+    )
+    assert [c.index for c in both.choices] == [0, 1, 2, 3], both
+    assert both.choices[0].text == both.choices[1].text == text[: len(both.choices[0].text)], both
+    assert both.choices[2].text == both.choices[3].text, both
+    assert both.system_fingerprint and both.system_fingerprint.startswith("fp_kestrel_"), both
+
+    # n with stream: every choice index finishes exactly once.
+    finished = {}
+    for chunk in client.completions.create(
+        model=model, prompt="Once upon a time", n=3, max_tokens=4, temperature=1, seed=5, stream=True
+    ):
+        for c in chunk.choices:
+            if c.finish_reason:
+                finished[c.index] = finished.get(c.index, 0) + 1
+    assert finished == {0: 1, 1: 1, 2: 1}, finished
+
+    # logit_bias forces a token; vLLM extensions and unknown fields pass through extra_body.
+    forced = client.completions.create(
+        model=model, prompt="1, 2, 3,", max_tokens=3, temperature=0, logit_bias={"11": 100},
+        extra_body={"min_tokens": 1, "skip_special_tokens": True, "some_vendor_field": 1},
+    )
+    assert forced.choices[0].text == client.completions.create(
+        model=model, prompt="1, 2, 3,", max_tokens=1, temperature=0, logit_bias={"11": 100}
+    ).choices[0].text * 3, forced
+
+    # Embeddings: unit vectors; the client's default (base64, decoded by the client) agrees with
+    # encoding_format="float".
+    emb = client.embeddings.create(model=model, input=["Hello world", "Another text"])
+    assert [d.index for d in emb.data] == [0, 1], emb
+    vec = emb.data[0].embedding
+    assert abs(sum(x * x for x in vec) - 1.0) < 1e-4, sum(x * x for x in vec)
+    assert emb.usage.prompt_tokens > 0, emb
+    floats = client.embeddings.create(model=model, input="Hello world", encoding_format="float")
+    assert max(abs(a - b) for a, b in zip(floats.data[0].embedding, vec)) < 1e-6
+
     # A bad parameter is a 400 that names it.
     try:
         client.completions.create(model=model, prompt="hi", max_tokens=4, temperature=5)

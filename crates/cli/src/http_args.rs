@@ -28,6 +28,10 @@ pub struct HttpArgs {
     /// Seconds in-flight requests may run on after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+    /// Refuse request fields the API does not know (400 naming them) instead of ignoring them
+    /// with a warning.
+    #[arg(long)]
+    pub strict_api: bool,
 }
 
 impl HttpArgs {
@@ -41,6 +45,7 @@ impl HttpArgs {
             cors: self.cors,
             shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
             enable_runtime_lora: false,
+            strict_api: self.strict_api,
         })
     }
 }

@@ -72,6 +72,10 @@ impl EngineRequest {
             return Err(InvalidRequest::EmptyPrompt);
         }
         sampling.validate()?;
+        sampling
+            .logit_bias
+            .check_vocab(limits.vocab_size)
+            .map_err(SamplingParamError::from)?;
         if let Some(&token) = prompt_ids
             .iter()
             .find(|&&t| t as usize >= limits.vocab_size)
@@ -110,7 +114,7 @@ impl EngineRequest {
         self.adapter
     }
 
-    /// Higher runs first; default 0.
+    /// Lower runs first (vLLM's convention); default 0.
     pub fn with_priority(mut self, priority: i32) -> Self {
         self.priority = priority;
         self
@@ -148,7 +152,7 @@ impl EngineRequest {
         &self.sampling
     }
 
-    /// Scheduling priority.
+    /// Scheduling priority (lower runs first).
     pub fn priority(&self) -> i32 {
         self.priority
     }

@@ -13,6 +13,8 @@
 //! shutdown). The core is synchronous and knows nothing of threads;
 //! [`crate::handle::EngineHandle`] runs it on its own thread and feeds it commands between steps.
 
+mod embed;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +37,9 @@ struct SharedDecoder(Arc<dyn TokenDecoder + Send + Sync>);
 impl TokenDecoder for SharedDecoder {
     fn decode(&self, ids: &[u32]) -> String {
         self.0.decode(ids)
+    }
+    fn decode_with_special(&self, ids: &[u32]) -> String {
+        self.0.decode_with_special(ids)
     }
 }
 

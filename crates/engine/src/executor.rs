@@ -128,4 +128,14 @@ pub trait Executor: Send {
     fn unload_adapter(&mut self, id: AdapterId) {
         let _ = id;
     }
+    /// Run `input` (whole prompts, from position 0) and return, for each sequence, the final
+    /// hidden state of its last token (after the final norm, `hidden` wide, not normalised),
+    /// concatenated in batch order. The K/V written go to the sequences' blocks, which the
+    /// engine allocates for the call and frees after it.
+    fn embed(&mut self, input: &BatchInput) -> Result<Vec<f32>, ExecutorError> {
+        let _ = input;
+        Err(ExecutorError::Failed(
+            "this executor cannot compute embeddings".into(),
+        ))
+    }
 }

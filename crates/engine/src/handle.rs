@@ -31,6 +31,7 @@ use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
 use crate::config::EngineConfig;
 use crate::core::EngineCore;
+use crate::embedding::EmbedError;
 use crate::executor::Executor;
 use crate::output::TokenDecoder;
 use crate::request::RequestId;
@@ -66,6 +67,10 @@ pub(crate) enum Command {
     },
     Shutdown {
         deadline: Instant,
+    },
+    Embed {
+        tokens: Vec<u32>,
+        reply: mpsc::Sender<Result<Vec<f32>, EmbedError>>,
     },
 }
 
@@ -205,6 +210,21 @@ impl EngineHandle {
             .send(cmd)
             .map_err(|_| AdapterError::Stopped)?;
         rx.recv().map_err(|_| AdapterError::Stopped)?
+    }
+
+    /// The final hidden state of the last token of `tokens` (after the final norm, not
+    /// normalised), computed on the engine thread between steps. Blocks the caller (use
+    /// `spawn_blocking` from async code).
+    pub fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, EmbedError> {
+        if self.shared.stopping.load(Ordering::Acquire) {
+            return Err(EmbedError::Stopped);
+        }
+        let (reply, rx) = mpsc::channel();
+        self.shared
+            .commands
+            .send(Command::Embed { tokens, reply })
+            .map_err(|_| EmbedError::Stopped)?;
+        rx.recv().map_err(|_| EmbedError::Stopped)?
     }
 
     /// The registered LoRA adapters (as of the engine's latest load, unload or eviction).

@@ -3,6 +3,7 @@
 //!
 //! * [`sampling`] — [`sampling::SamplingParams`] and the [`sampling::Sampler`] that turns a
 //!   logits row into a token (greedy, temperature, top-k/top-p/min-p, penalties, seeded RNG).
+//! * [`logit_bias`] — [`logit_bias::LogitBias`], OpenAI's per-token logit bias.
 //! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
 //! * [`request`] — [`request::Request`]: the one entry per request (tokens,
 //!   `num_computed_tokens`, status, block table, and its [`request::Generation`]: sampler,
@@ -13,6 +14,7 @@
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
 //!   applies sampled tokens.
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
+//! * [`embedding`] — embeddings: one prompt's final hidden state, KV blocks lent per call.
 //! * [`core`] — [`core::EngineCore`]: the step loop (schedule, execute, sample, update, stream).
 //! * [`handle`] — [`handle::EngineHandle`]: the engine thread, `submit` and
 //!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks, among them
@@ -36,10 +38,12 @@ pub mod adapters;
 pub mod api;
 pub mod config;
 pub mod core;
+pub mod embedding;
 pub mod executor;
 pub mod expert_counts;
 pub mod handle;
 pub mod kv;
+pub mod logit_bias;
 pub mod lora_metrics;
 pub mod metrics;
 pub mod mock_executor;

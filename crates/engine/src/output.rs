@@ -23,8 +23,14 @@
 /// Turns token ids into text. Implemented by the model crate's tokenizer, so this crate needs no
 /// tokenizer dependency.
 pub trait TokenDecoder {
-    /// Text of `ids`. Incomplete UTF-8 sequences must come out as U+FFFD.
+    /// Text of `ids`, special tokens left out. Incomplete UTF-8 sequences must come out as
+    /// U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
+    /// Text of `ids` with special tokens (such as the end-of-sequence token) written out; a
+    /// decoder without special tokens decodes as [`TokenDecoder::decode`].
+    fn decode_with_special(&self, ids: &[u32]) -> String {
+        self.decode(ids)
+    }
 }
 
 const REPLACEMENT: char = '\u{FFFD}';
@@ -39,6 +45,8 @@ pub struct IncrementalDecoder {
     prefix_offset: usize,
     read_offset: usize,
     context_len: usize,
+    /// Write special tokens out instead of skipping them.
+    keep_special: bool,
 }
 
 impl IncrementalDecoder {
@@ -57,6 +65,15 @@ impl IncrementalDecoder {
             prefix_offset: 0,
             read_offset: tail.len(),
             context_len: tail.len(),
+            keep_special: false,
+        }
+    }
+
+    fn text(&self, decoder: &impl TokenDecoder, ids: &[u32]) -> String {
+        if self.keep_special {
+            decoder.decode_with_special(ids)
+        } else {
+            decoder.decode(ids)
         }
     }
 
@@ -68,8 +85,8 @@ impl IncrementalDecoder {
     /// Appends `id` and returns the text it completes (often empty).
     pub fn push(&mut self, decoder: &impl TokenDecoder, id: u32) -> String {
         self.ids.push(id);
-        let prefix = decoder.decode(&self.ids[self.prefix_offset..self.read_offset]);
-        let full = decoder.decode(&self.ids[self.prefix_offset..]);
+        let prefix = self.text(decoder, &self.ids[self.prefix_offset..self.read_offset]);
+        let full = self.text(decoder, &self.ids[self.prefix_offset..]);
         if full.len() <= prefix.len() || full.ends_with(REPLACEMENT) {
             return String::new();
         }
@@ -89,8 +106,8 @@ impl IncrementalDecoder {
         if self.read_offset == self.ids.len() {
             return String::new();
         }
-        let prefix = decoder.decode(&self.ids[self.prefix_offset..self.read_offset]);
-        let full = decoder.decode(&self.ids[self.prefix_offset..]);
+        let prefix = self.text(decoder, &self.ids[self.prefix_offset..self.read_offset]);
+        let full = self.text(decoder, &self.ids[self.prefix_offset..]);
         self.prefix_offset = self.read_offset;
         self.read_offset = self.ids.len();
         tail_after(&full, &prefix)
@@ -121,6 +138,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
     stopped: Option<usize>,
+    /// Keep the stop string itself in the text.
+    include_stop: bool,
 }
 
 impl StopMatcher {
@@ -138,7 +157,14 @@ impl StopMatcher {
                 .collect(),
             held: String::new(),
             stopped: None,
+            include_stop: false,
         }
+    }
+
+    /// The same matcher, keeping the stop string that fires in the text when `include`.
+    pub fn including_stop(mut self, include: bool) -> Self {
+        self.include_stop = include;
+        self
     }
 
     /// The stop strings, in the order indices in [`StopOutput::stopped`] refer to.
@@ -158,7 +184,12 @@ impl StopMatcher {
         }
         self.held.push_str(text);
         if let Some((pos, index)) = self.earliest_match() {
-            self.held.truncate(pos);
+            let end = if self.include_stop {
+                pos + self.stops[index].len()
+            } else {
+                pos
+            };
+            self.held.truncate(end);
             self.stopped = Some(index);
             return StopOutput {
                 text: std::mem::take(&mut self.held),
@@ -230,6 +261,18 @@ impl TextStream {
             decoder: IncrementalDecoder::with_context(context),
             stops: StopMatcher::new(stops),
         }
+    }
+
+    /// The same stream, keeping the stop string that fires in the text when `include`.
+    pub fn including_stop(mut self, include: bool) -> Self {
+        self.stops = self.stops.including_stop(include);
+        self
+    }
+
+    /// The same stream, writing special tokens out when `keep`.
+    pub fn keeping_special(mut self, keep: bool) -> Self {
+        self.decoder.keep_special = keep;
+        self
     }
 
     /// Feeds one generated id.

@@ -77,7 +77,7 @@ pub struct RequestParams {
     pub max_tokens: usize,
     /// End-of-sequence and stop tokens are ignored until this many tokens were generated.
     pub min_tokens: usize,
-    /// Higher runs first; ties go to the earlier arrival.
+    /// Lower runs first (vLLM's convention; default 0); ties go to the earlier arrival.
     pub priority: i32,
     /// The model's end-of-sequence token ids.
     pub eos_token_ids: Vec<u32>,
@@ -166,10 +166,15 @@ impl Request {
         eos_token_ids: &[u32],
         events: UnboundedSender<EngineEvent>,
     ) -> Self {
-        let generation = Generation::new(&req, events);
+        let eos: &[u32] = if req.sampling().ignore_eos {
+            &[]
+        } else {
+            eos_token_ids
+        };
+        let generation = Generation::new(&req, eos, events);
         let params = RequestParams {
             max_tokens: req.sampling().max_tokens,
-            min_tokens: 0,
+            min_tokens: req.sampling().min_tokens,
             priority: req.priority(),
             eos_token_ids: if req.sampling().ignore_eos {
                 Vec::new()
@@ -241,7 +246,7 @@ impl Request {
         &self.params
     }
 
-    /// Scheduling priority (higher first).
+    /// Scheduling priority (lower runs first).
     pub fn priority(&self) -> i32 {
         self.params.priority
     }

@@ -4,7 +4,8 @@
 //! [`Sampler`] owns a seeded ChaCha RNG and scratch buffers and applies, in order:
 //!
 //! ```text
-//! logits ─► repetition penalty (prompt + generated, HF/vLLM: divide > 0, multiply < 0)
+//! logits ─► logit bias (OpenAI `logit_bias`) ─► before `min_tokens`: stop/EOS ids to -inf
+//!        ─► repetition penalty (prompt + generated, HF/vLLM: divide > 0, multiply < 0)
 //!        ─► frequency / presence penalty (generated only, OpenAI: l -= f·count + p·[count > 0])
 //!        ─► temperature == 0 ? argmax (ties → lowest id)
 //!        ─► / temperature ─► top-k ─► top-p ─► min-p ─► categorical draw
@@ -19,6 +20,8 @@ use std::cmp::Ordering;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use crate::logit_bias::{LogitBias, LogitBiasError};
 
 /// Most alternatives a request may ask [`logprobs`] for.
 pub const MAX_LOGPROBS: usize = 20;
@@ -56,6 +59,22 @@ pub struct SamplingParams {
     pub ignore_eos: bool,
     /// Number of top alternatives to report per token; `None` reports none.
     pub logprobs: Option<usize>,
+    /// Added to the raw logits before anything else.
+    #[serde(default)]
+    pub logit_bias: LogitBias,
+    /// End-of-generation and stop tokens cannot be sampled before this many tokens.
+    #[serde(default)]
+    pub min_tokens: usize,
+    /// Keep the stop string that ended generation in the text.
+    #[serde(default)]
+    pub include_stop_str_in_output: bool,
+    /// Leave special tokens out of the text (default); `false` keeps them (e.g. the EOS text).
+    #[serde(default = "yes")]
+    pub skip_special_tokens: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for SamplingParams {
@@ -74,6 +93,10 @@ impl Default for SamplingParams {
             stop: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            logit_bias: LogitBias::default(),
+            min_tokens: 0,
+            include_stop_str_in_output: false,
+            skip_special_tokens: true,
         }
     }
 }
@@ -101,6 +124,8 @@ pub enum SamplingParamError {
     Logprobs(usize),
     #[error("stop strings must not be empty")]
     EmptyStop,
+    #[error(transparent)]
+    LogitBias(#[from] LogitBiasError),
 }
 
 impl SamplingParamError {
@@ -117,6 +142,7 @@ impl SamplingParamError {
             SamplingParamError::MaxTokens => "max_tokens",
             SamplingParamError::Logprobs(_) => "logprobs",
             SamplingParamError::EmptyStop => "stop",
+            SamplingParamError::LogitBias(_) => "logit_bias",
         }
     }
 }
@@ -168,6 +194,7 @@ impl SamplingParams {
         if self.stop.iter().any(String::is_empty) {
             return Err(SamplingParamError::EmptyStop);
         }
+        self.logit_bias.validate()?;
         Ok(())
     }
 
@@ -218,6 +245,8 @@ pub struct Sampler {
     candidates: Vec<Candidate>,
     seen: Vec<u64>,
     counts: Vec<u32>,
+    /// Ids that cannot be sampled before `min_tokens` tokens were generated.
+    min_tokens_ban: Vec<u32>,
 }
 
 impl Sampler {
@@ -231,6 +260,7 @@ impl Sampler {
     /// [`crate::api::EngineRequest::new`]).
     pub(crate) fn from_validated(params: SamplingParams) -> Self {
         let seed = params.seed.unwrap_or_else(|| rand::thread_rng().gen());
+        let min_tokens_ban = params.stop_token_ids.clone();
         Sampler {
             params,
             seed,
@@ -238,7 +268,15 @@ impl Sampler {
             candidates: Vec::new(),
             seen: Vec::new(),
             counts: Vec::new(),
+            min_tokens_ban,
         }
+    }
+
+    /// Also bans `eos_ids` until `min_tokens` tokens were generated (the stop token ids always
+    /// are).
+    pub fn with_eos_ids(mut self, eos_ids: &[u32]) -> Self {
+        self.min_tokens_ban.extend_from_slice(eos_ids);
+        self
     }
 
     /// The parameters this sampler was built with.
@@ -260,6 +298,14 @@ impl Sampler {
     ) -> Result<u32, SampleError> {
         if logits.is_empty() {
             return Err(SampleError::EmptyLogits);
+        }
+        self.params.logit_bias.apply(logits);
+        if history.generated().len() < self.params.min_tokens {
+            for &t in &self.min_tokens_ban {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
         }
         self.apply_penalties(logits, history);
         if self.params.is_greedy() {

@@ -50,7 +50,8 @@ fn started(c: &Collected) -> Duration {
 }
 
 #[test]
-fn higher_priority_waiting_requests_run_first() {
+fn more_urgent_waiting_requests_run_first() {
+    // Lower priority values run first (vLLM's convention).
     let mut cfg = config(64);
     cfg.max_num_seqs = 1;
     let (engine, ctl) = start(cfg);
@@ -66,13 +67,13 @@ fn higher_priority_waiting_requests_run_first() {
         .expect("admitted");
     ctl.wait_blocked(); // `first` runs; the others queue behind it
     let low = engine
-        .submit(at(request(prompt(2, 6), 5), -1).build())
+        .submit(at(request(prompt(2, 6), 5), 1).build())
         .expect("admitted");
     let normal = engine
         .submit(at(request(prompt(3, 6), 5), 0).build())
         .expect("admitted");
     let high = engine
-        .submit(at(request(prompt(4, 6), 5), 7).build())
+        .submit(at(request(prompt(4, 6), 5), -7).build())
         .expect("admitted");
     ctl.resume();
     let (first, low, normal, high) = (collect(first), collect(low), collect(normal), collect(high));
@@ -102,7 +103,7 @@ fn a_high_priority_request_preempts_a_low_one_for_kv_space() {
     ctl.wait_blocked();
     let mut high = request(prompt(2, 20), 8);
     high.arrival = t0;
-    high.priority = 5;
+    high.priority = -5;
     let high = engine.submit(high.build()).expect("admitted");
     ctl.resume();
     let (low, high) = (collect(low), collect(high));

@@ -192,7 +192,7 @@ fn nothing_leaks_through_finish_abort_and_preemption() {
         "running with released blocks: {before:?}"
     );
     prompts.push((4, prompt(4, 20)));
-    s.add_request(req(4, prompts[3].1.clone(), 60, 5)).unwrap();
+    s.add_request(req(4, prompts[3].1.clone(), 60, -5)).unwrap();
     run(&mut s, &mut ex, 1);
     let preempted: Vec<u64> = before
         .iter()

@@ -225,3 +225,44 @@ fn text_stream_finish_releases_held_text() {
     assert_eq!(end.stopped, None);
     assert_eq!(stream.generated().len(), 2);
 }
+
+#[test]
+fn include_stop_keeps_the_stop_string() {
+    let mut stops = StopMatcher::new(["STOP"]).including_stop(true);
+    assert_eq!(stops.push("abc ST").text, "abc ");
+    let out = stops.push("OP tail");
+    assert_eq!(out.text, "STOP");
+    assert_eq!(out.stopped, Some(0));
+}
+
+/// Ids 0..=1 are words, 2 is a special end-of-sequence token.
+struct WithSpecial;
+
+impl TokenDecoder for WithSpecial {
+    fn decode(&self, ids: &[u32]) -> String {
+        ids.iter()
+            .filter(|&&i| i != 2)
+            .map(|&i| ["a", " b"][i as usize])
+            .collect()
+    }
+    fn decode_with_special(&self, ids: &[u32]) -> String {
+        ids.iter()
+            .map(|&i| ["a", " b", "</s>"][i as usize])
+            .collect()
+    }
+}
+
+#[test]
+fn special_tokens_are_skipped_unless_kept() {
+    let run = |keep: bool| {
+        let mut stream = TextStream::new(&[0], std::iter::empty::<String>()).keeping_special(keep);
+        let mut text: String = [1, 2]
+            .iter()
+            .map(|&id| stream.push(&WithSpecial, id).text)
+            .collect();
+        text.push_str(&stream.finish(&WithSpecial).text);
+        text
+    };
+    assert_eq!(run(false), " b");
+    assert_eq!(run(true), " b</s>");
+}

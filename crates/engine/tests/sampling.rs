@@ -458,3 +458,72 @@ fn logprobs_are_log_softmax_with_sorted_top_n() {
         Err(SampleError::TokenOutOfRange { token: 9, vocab: 5 })
     );
 }
+
+#[test]
+fn logit_bias_forces_and_bans_tokens_before_penalties() {
+    use kestrel_engine::logit_bias::LogitBias;
+    // Token 3 is by far the likeliest; +100 on token 1 forces it, -100 on 3 bans it.
+    let logits = [0.0, 0.5, 1.0, 9.0];
+    let mut greedy = sampler(SamplingParams {
+        temperature: 0.0,
+        logit_bias: LogitBias::new(vec![(1, 100.0)]),
+        ..params()
+    });
+    let mut row = logits.to_vec();
+    assert_eq!(greedy.sample(&mut row, no_history()).expect("sample"), 1);
+    assert_eq!(
+        row,
+        vec![0.0, 100.5, 1.0, 9.0],
+        "bias added to the raw logits"
+    );
+    // Sampled at temperature 1 with the top token banned: it never comes up.
+    let banned = SamplingParams {
+        logit_bias: LogitBias::new(vec![(3, -100.0)]),
+        ..params()
+    };
+    let f = frequencies(banned, &logits, 2000);
+    assert_eq!(f[3], 0.0, "banned token drawn: {f:?}");
+    // The bias comes before the repetition penalty: 0.5 + 100 = 100.5, then / 2.
+    let mut s = sampler(SamplingParams {
+        temperature: 0.0,
+        repetition_penalty: 2.0,
+        logit_bias: LogitBias::new(vec![(1, 100.0)]),
+        ..params()
+    });
+    let mut row = logits.to_vec();
+    s.sample(&mut row, TokenHistory::new(&[1], 1))
+        .expect("sample");
+    assert_eq!(row[1], 50.25);
+    assert!(matches!(
+        Sampler::new(SamplingParams {
+            logit_bias: LogitBias::new(vec![(1, 101.0)]),
+            ..params()
+        }),
+        Err(SamplingParamError::LogitBias(_))
+    ));
+}
+
+#[test]
+fn min_tokens_bans_stop_and_eos_ids_until_reached() {
+    let p = SamplingParams {
+        temperature: 0.0,
+        min_tokens: 2,
+        stop_token_ids: vec![2],
+        ..params()
+    };
+    let mut s = sampler(p).with_eos_ids(&[3]);
+    // Tokens 3 (EOS) and 2 (stop) lead; before two generated tokens both are banned.
+    let logits = [0.0, 1.0, 8.0, 9.0];
+    let mut row = logits.to_vec();
+    let t = s
+        .sample(&mut row, TokenHistory::new(&[5, 1], 1))
+        .expect("sample");
+    assert_eq!(t, 1);
+    assert_eq!(row[2], f32::NEG_INFINITY);
+    assert_eq!(row[3], f32::NEG_INFINITY);
+    let mut row = logits.to_vec();
+    let t = s
+        .sample(&mut row, TokenHistory::new(&[5, 1, 1], 1))
+        .expect("sample");
+    assert_eq!(t, 3, "after min_tokens the EOS wins again");
+}

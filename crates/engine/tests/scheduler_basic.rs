@@ -167,12 +167,13 @@ fn without_chunking_prompts_wait_for_budget_and_long_ones_are_rejected() {
 
 #[test]
 fn higher_priority_waiting_request_is_admitted_first() {
+    // Request 3 has the lowest value (-5): it is the most urgent.
     let mut cfg = config(64, 4, 64);
     cfg.max_num_seqs = 1;
     let (mut s, mut ex) = setup(cfg);
     s.add_request(req(1, vec![1, 2, 3], 2, 0)).unwrap();
     s.add_request(req(2, vec![4, 5, 6], 2, 0)).unwrap();
-    s.add_request(req(3, vec![7, 8, 9], 2, 5)).unwrap();
+    s.add_request(req(3, vec![7, 8, 9], 2, -5)).unwrap();
     assert_eq!(s.waiting_ids(), vec![3, 1, 2]);
     let mut admitted = Vec::new();
     while s.has_unfinished() {

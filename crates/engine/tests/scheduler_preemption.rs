@@ -81,7 +81,7 @@ fn drain(
 fn victims_are_lowest_priority_latest_first_and_outputs_match() {
     for caching in [false, true] {
         let (mut s, mut ex) = setup(6, caching);
-        s.add_request(req(1, vec![1, 2, 3, 4], 12, 1)).unwrap();
+        s.add_request(req(1, vec![1, 2, 3, 4], 12, -1)).unwrap();
         s.add_request(req(2, vec![5, 6, 7, 8], 12, 0)).unwrap();
         s.add_request(req(3, vec![9, 10, 11, 12], 12, 0)).unwrap();
         let (preempted, tokens) = drain(&mut s, &mut ex, HashMap::new());
@@ -131,7 +131,7 @@ fn already_scheduled_victim_is_unscheduled() {
     let (mut s, mut ex) = setup(4, false);
     s.add_request(req(1, (0..7).collect(), 10, 0)).unwrap();
     step(&mut s, &mut ex);
-    s.add_request(req(2, vec![20, 21, 22, 23], 10, 5)).unwrap();
+    s.add_request(req(2, vec![20, 21, 22, 23], 10, -5)).unwrap();
     let (o2, _) = step(&mut s, &mut ex);
     assert_eq!(shape(&o2), vec![(1, 7, 1), (2, 0, 4)]);
     // Request 1 gets the last block, then request 2 (higher priority) needs one: request 1
@@ -155,7 +155,7 @@ fn higher_priority_waiting_request_preempts_lower_running() {
         }
     }
     assert_eq!(s.kv().num_free_blocks(), 0);
-    s.add_request(req(2, vec![40, 41, 42, 43, 44, 45], 2, 5))
+    s.add_request(req(2, vec![40, 41, 42, 43, 44, 45], 2, -5))
         .unwrap();
     let (o3, r3) = step(&mut s, &mut ex);
     assert_eq!(o3.preempted, vec![1]);

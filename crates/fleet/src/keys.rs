@@ -22,10 +22,10 @@ impl Band {
     /// Highest first.
     pub const ALL: [Band; 3] = [Band::High, Band::Normal, Band::Low];
 
-    /// The band of a request's `priority` (higher runs first; 0 is the default).
+    /// The band of a request's `priority` (lower runs first, as in vLLM; 0 is the default).
     pub fn of(priority: i32) -> Band {
         match priority {
-            p if p > 0 => Band::High,
+            p if p < 0 => Band::High,
             0 => Band::Normal,
             _ => Band::Low,
         }
@@ -108,9 +108,9 @@ mod tests {
 
     #[test]
     fn bands_follow_priority_order() {
-        assert_eq!(Band::of(5), Band::High);
+        assert_eq!(Band::of(-5), Band::High);
         assert_eq!(Band::of(0), Band::Normal);
-        assert_eq!(Band::of(-1), Band::Low);
+        assert_eq!(Band::of(1), Band::Low);
         assert_eq!(Band::ALL[0], Band::High);
     }
 

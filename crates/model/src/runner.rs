@@ -301,4 +301,32 @@ impl Executor for ModelRunner {
     fn unload_adapter(&mut self, id: AdapterId) {
         self.adapters.remove(id);
     }
+
+    /// The last token's final hidden state (after the final norm) of each sequence.
+    fn embed(&mut self, input: &BatchInput) -> Result<Vec<f32>, ExecutorError> {
+        self.validate(input)?;
+        self.resolve_adapters(input)?;
+        self.logit_rows.clear();
+        let mut end = 0;
+        for s in &input.seqs {
+            if s.tokens.is_empty() {
+                return Err(ExecutorError::InvalidBatch(
+                    "an embedding sequence has no tokens".into(),
+                ));
+            }
+            end += s.tokens.len();
+            self.logit_rows.push(end - 1);
+        }
+        let pass = Pass {
+            batch: input,
+            lora: &self.lora,
+            kv: &mut self.kv,
+            ws: &mut self.ws,
+            pool: self.pool,
+        };
+        let mut hidden = Vec::new();
+        self.model
+            .forward_hidden(pass, &self.logit_rows, &mut hidden);
+        Ok(hidden)
+    }
 }

@@ -413,6 +413,10 @@ impl kestrel_engine::output::TokenDecoder for Tokenizer {
     fn decode(&self, ids: &[u32]) -> String {
         Tokenizer::decode(self, ids, true)
     }
+    /// Decodes with special tokens written out (`skip_special_tokens: false`).
+    fn decode_with_special(&self, ids: &[u32]) -> String {
+        Tokenizer::decode(self, ids, false)
+    }
 }
 
 fn byte_level_bpe(meta: &impl GgufMetadata, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {

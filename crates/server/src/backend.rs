@@ -12,6 +12,7 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use kestrel_engine::embedding::EmbedError;
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 
 use crate::error::ApiError;
@@ -120,6 +121,15 @@ pub trait Backend: Send + Sync + 'static {
     fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
         Err(ApiError::Adapter(AdapterError::NotFound(name.to_string())))
     }
+
+    /// The last token's final hidden state of the prompt `tokens` (not normalised). Blocks
+    /// (call it from `spawn_blocking`).
+    fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, ApiError> {
+        let _ = tokens;
+        Err(ApiError::Invalid(
+            "this server cannot compute embeddings".into(),
+        ))
+    }
 }
 
 impl Backend for EngineHandle {
@@ -146,6 +156,18 @@ impl Backend for EngineHandle {
 
     fn engine_stats(&self) -> Option<EngineStats> {
         Some(self.stats())
+    }
+
+    fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, ApiError> {
+        EngineHandle::embed(self, tokens).map_err(|e| match e {
+            EmbedError::EmptyInput
+            | EmbedError::TokenOutOfVocab { .. }
+            | EmbedError::TooLong { .. } => ApiError::param("input", e.to_string()),
+            EmbedError::NoKvSpace { .. } | EmbedError::Stopped => {
+                ApiError::Unavailable(e.to_string())
+            }
+            EmbedError::Model(m) => ApiError::Internal(m),
+        })
     }
 
     /// Ready while the engine thread takes commands: a one-token probe is submitted and

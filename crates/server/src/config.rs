@@ -25,6 +25,9 @@ pub struct ServerConfig {
     /// Mount `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`
     /// (`--enable-runtime-lora`).
     pub enable_runtime_lora: bool,
+    /// Refuse request fields a route does not know with a 400 naming them (`--strict-api`);
+    /// by default they are ignored with a warning, as vLLM does.
+    pub strict_api: bool,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +40,7 @@ impl Default for ServerConfig {
             cors: false,
             shutdown_deadline: Duration::from_secs(30),
             enable_runtime_lora: false,
+            strict_api: false,
         }
     }
 }

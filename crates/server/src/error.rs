@@ -13,6 +13,7 @@ use kestrel_engine::adapters::error::AdapterErrorKind;
 use kestrel_engine::adapters::AdapterError;
 use kestrel_engine::api::{EngineFailure, InvalidRequest, SubmitError};
 
+use crate::unknown_fields::UnknownFields;
 use crate::wire::openai::{ErrorBody, ErrorDetail};
 use crate::wire::tgi::TgiErrorBody;
 
@@ -95,6 +96,9 @@ pub enum ApiError {
     /// The body is not valid JSON for this route.
     #[error("invalid JSON body: {0}")]
     Json(String),
+    /// The body has fields the route does not know (refused only with `--strict-api`).
+    #[error("unknown request field(s) {0} (the server runs with --strict-api)")]
+    UnknownFields(UnknownFields),
     /// The body is not UTF-8.
     #[error("the request body is not valid UTF-8: {0}")]
     Utf8(String),
@@ -139,6 +143,7 @@ impl ApiError {
             ApiError::InvalidParam { .. }
             | ApiError::Invalid(_)
             | ApiError::Json(_)
+            | ApiError::UnknownFields(_)
             | ApiError::Utf8(_)
             | ApiError::TooLong(_) => ErrorKind::InvalidRequest,
             ApiError::PayloadTooLarge(_) => ErrorKind::PayloadTooLarge,
@@ -168,6 +173,7 @@ impl ApiError {
         match self {
             ApiError::InvalidParam { param, .. } => Some((*param).to_string()),
             ApiError::ModelNotFound(_) => Some("model".to_string()),
+            ApiError::UnknownFields(u) => u.0.first().cloned(),
             _ => None,
         }
     }

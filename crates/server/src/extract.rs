@@ -1,16 +1,26 @@
 //! [`Wire`]: the JSON body extractor. It reads the body up to the configured limit (413 past
 //! it), checks UTF-8 (400 with the byte offset) and parses JSON (400 with serde's message,
-//! which names the line, column and, for unknown fields, the field).
+//! which names the line and column). Top-level fields the route does not know
+//! ([`UnknownFields`]) are ignored with a warning naming them, or refused with a 400 naming
+//! them when the server runs with `--strict-api` ([`ApiPolicy`]).
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::unknown_fields::UnknownFields;
 
 /// The request body limit, stored as a request extension by the router.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
+
+/// How strictly request bodies are read, stored as a request extension by the router.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiPolicy {
+    /// Refuse unknown request fields instead of ignoring them.
+    pub strict: bool,
+}
 
 /// A JSON body parsed into `T`.
 #[derive(Debug, Clone)]
@@ -24,12 +34,37 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
             .extensions()
             .get::<BodyLimit>()
             .map_or(crate::config::DEFAULT_BODY_LIMIT, |l| l.0);
+        let policy = req
+            .extensions()
+            .get::<ApiPolicy>()
+            .copied()
+            .unwrap_or_default();
         let bytes = read_limited(req.into_body(), limit).await?;
         let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::Utf8(e.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| ApiError::Json(e.to_string()))?;
+        check_unknown::<T>(&value, policy)?;
+        // Parsed again from the text so that type errors keep serde's line and column.
         serde_json::from_str(text)
             .map(Wire)
             .map_err(|e| ApiError::Json(e.to_string()))
     }
+}
+
+/// Refuses (strict) or logs the top-level fields `T` does not know.
+fn check_unknown<T: DeserializeOwned>(
+    value: &serde_json::Value,
+    policy: ApiPolicy,
+) -> Result<(), ApiError> {
+    let unknown = UnknownFields::of::<T>(value);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    if policy.strict {
+        return Err(ApiError::UnknownFields(unknown));
+    }
+    tracing::warn!(fields = %unknown, "ignoring unknown request fields");
+    Ok(())
 }
 
 async fn read_limited(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {

@@ -29,6 +29,8 @@
 
 pub mod auth;
 pub mod backend;
+pub mod base64;
+pub mod best_of;
 pub mod blocking;
 pub mod config;
 pub mod error;
@@ -40,11 +42,13 @@ pub mod metrics;
 pub mod openai_api;
 pub mod openai_stream;
 pub mod request_log;
+pub mod response_id;
 pub mod routes;
 pub mod sse;
 pub mod tools;
 pub mod state;
 pub mod tgi_stream;
+pub mod unknown_fields;
 pub mod usage;
 pub mod validation;
 pub mod wire;

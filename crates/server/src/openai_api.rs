@@ -26,8 +26,12 @@ use crate::wire::openai::{
 /// What every response and chunk of one request shares.
 pub struct OpenAiContext {
     pub state: AppState,
-    /// `cmpl-<id>` or `chatcmpl-<id>`.
+    /// `cmpl-<random hex>` or `chatcmpl-<random hex>`.
     pub id: String,
+    /// `fp_kestrel_<hash>` (see [`crate::response_id::system_fingerprint`]).
+    pub system_fingerprint: String,
+    /// Per choice index: the prompt text a streamed completion choice starts with (`echo`).
+    pub echo: Vec<Option<String>>,
     pub created: u64,
     pub model: String,
     /// `stream_options.include_usage`.
@@ -73,9 +77,26 @@ pub trait OpenAiApi: Send + 'static {
 /// `POST /v1/completions`.
 pub enum Completions {}
 
-/// Per-choice stream state of completions: the text offset for logprobs.
+/// Per-choice stream state of completions: the text offset for logprobs, and whether the
+/// echoed prompt went out.
 #[derive(Debug, Default)]
-pub struct TextOffset(usize);
+pub struct TextOffset {
+    offset: usize,
+    echoed: bool,
+}
+
+impl TextOffset {
+    /// `text` preceded, the first time, by the choice's echoed prompt.
+    fn with_echo(&mut self, cx: &OpenAiContext, index: usize, text: String) -> String {
+        if std::mem::replace(&mut self.echoed, true) {
+            return text;
+        }
+        match cx.echo.get(index) {
+            Some(Some(prompt)) => format!("{prompt}{text}"),
+            _ => text,
+        }
+    }
+}
 
 fn completion_chunk(
     cx: &OpenAiContext,
@@ -89,6 +110,7 @@ fn completion_chunk(
         model: cx.model.clone(),
         choices,
         usage,
+        system_fingerprint: cx.system_fingerprint.clone(),
     }
 }
 
@@ -122,19 +144,20 @@ impl OpenAiApi for Completions {
         t: TokenEvent,
         out: &mut Vec<String>,
     ) {
-        if t.text.is_empty() && !cx.logprobs {
+        let text = offset.with_echo(cx, index, t.text.clone());
+        if text.is_empty() && !cx.logprobs {
             return;
         }
         let lp = cx.logprobs.then(|| {
             logprobs::completion(
                 cx.state.tokenizer(),
                 std::slice::from_ref(&t),
-                &mut offset.0,
+                &mut offset.offset,
             )
         });
         let choice = CompletionChoice {
             index,
-            text: t.text,
+            text,
             logprobs: lp,
             finish_reason: None,
         };
@@ -143,7 +166,7 @@ impl OpenAiApi for Completions {
 
     fn finished(
         cx: &OpenAiContext,
-        _offset: &mut TextOffset,
+        offset: &mut TextOffset,
         index: usize,
         reason: FinishReason,
         text: String,
@@ -151,7 +174,7 @@ impl OpenAiApi for Completions {
     ) {
         let choice = CompletionChoice {
             index,
-            text,
+            text: offset.with_echo(cx, index, text),
             logprobs: None,
             finish_reason: Some(reason.as_str().to_string()),
         };
@@ -182,6 +205,7 @@ fn chat_chunk(
         model: cx.model.clone(),
         choices,
         usage: cx.include_usage.then_some(usage),
+        system_fingerprint: cx.system_fingerprint.clone(),
     })
 }
 
@@ -244,6 +268,7 @@ impl OpenAiApi for Chat {
             model: cx.model.clone(),
             choices,
             usage: usage_info(usage),
+            system_fingerprint: cx.system_fingerprint.clone(),
         };
         json_response(StatusCode::OK, &body)
     }

@@ -14,10 +14,12 @@
 //! Routes call [`validate_off_thread`], which runs the wire type's [`Validate`] on the blocking
 //! pool: templating and tokenizing are CPU work proportional to the prompt.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::EngineRequest;
+use kestrel_engine::logit_bias::LogitBias;
 use kestrel_engine::sampling::{SamplingParams, MAX_LOGPROBS};
 use kestrel_model::chat_template::ChatMessage;
 
@@ -37,24 +39,53 @@ const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 /// Default `max_new_tokens` of TGI routes.
 const TGI_DEFAULT_MAX_NEW_TOKENS: usize = 100;
 
+/// Most engine requests (prompts × `best_of`) one OpenAI request may start.
+pub const MAX_CANDIDATES: usize = 64;
+
+/// One prompt of a validated OpenAI request.
+#[derive(Debug, Clone)]
+pub struct ValidPrompt {
+    /// The request of its first candidate; candidate `i` differs only in its seed (`seed + i`).
+    pub request: EngineRequest,
+    /// The prompt's text, prepended to every choice (`echo`).
+    pub echo: Option<String>,
+}
+
 /// A validated OpenAI request.
 #[derive(Debug, Clone)]
 pub struct ValidRequest {
-    /// The request for choice 0; choice `i` differs only in its seed (`seed + i`).
-    pub request: EngineRequest,
-    /// Number of choices.
+    /// One entry per prompt (completions take a list; chat has one).
+    pub prompts: Vec<ValidPrompt>,
+    /// Choices returned per prompt.
     pub n: usize,
+    /// Candidates generated per prompt (`best_of`, at least `n`); the `n` with the highest
+    /// cumulative log-probability are returned.
+    pub best_of: usize,
     pub stream: bool,
     /// Send a final usage chunk when streaming.
     pub include_usage: bool,
+    /// The client asked for logprobs (they may also be computed to rank `best_of`).
+    pub logprobs: bool,
     /// The LoRA adapter `model` named (echoed as the response's `model`); `None`: the base.
     pub adapter: Option<String>,
 }
 
 impl ValidRequest {
-    /// The engine request of choice `index`: distinct seeds keep sampled choices distinct.
-    pub fn for_choice(&self, index: usize) -> EngineRequest {
-        self.request.with_seed_offset(index as u64)
+    /// Every engine request, prompt by prompt, `best_of` candidates each: distinct seeds keep
+    /// sampled candidates distinct. Candidate `j` of prompt `p` is at `p * best_of + j`.
+    pub fn engine_requests(&self) -> Vec<EngineRequest> {
+        self.prompts
+            .iter()
+            .flat_map(|p| (0..self.best_of).map(|j| p.request.with_seed_offset(j as u64)))
+            .collect()
+    }
+
+    /// Prompt tokens over all prompts (each counted once).
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompts
+            .iter()
+            .map(|p| p.request.prompt_ids().len())
+            .sum()
     }
 }
 
@@ -115,38 +146,71 @@ pub fn completion(
     mut req: CompletionRequest,
     arrival: Instant,
 ) -> Result<ValidRequest, ApiError> {
-    if req.echo == Some(true) {
-        return Err(ApiError::param("echo", "echo is not supported"));
-    }
-    if req.best_of.is_some_and(|b| b != 1) {
-        return Err(ApiError::param("best_of", "only best_of = 1 is supported"));
-    }
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::param("suffix", "suffix is not supported"));
     }
+    let echo = req.echo.unwrap_or(false);
+    if echo && req.logprobs.is_some() {
+        return Err(ApiError::param(
+            "echo",
+            "echo with logprobs needs prompt logprobs, which are not computed; \
+             request logprobs without echo",
+        ));
+    }
+    let stream = req.stream.unwrap_or(false);
     let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
-    let prompt_ids = completion_prompt(state, req.prompt)?;
-    let logprobs = match req.logprobs {
+    let n = choices_n(fields.n)?;
+    let best_of = best_of(req.best_of, n, stream)?;
+    let user_logprobs = match req.logprobs {
         None => None,
         Some(n) => Some(bounded("logprobs", n, 0, MAX_LOGPROBS as i64)? as usize),
     };
-    let max_tokens = max_tokens(
-        state.limits(),
-        prompt_ids.len(),
-        req.max_tokens,
-        "max_tokens",
-        COMPLETION_DEFAULT_MAX_TOKENS,
-    )?;
-    finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
-        let options = req.stream_options.unwrap_or_default();
-        ValidRequest {
-            request: request.with_adapter(adapter),
-            n,
-            stream: req.stream.unwrap_or(false),
-            include_usage: options.include_usage,
-            adapter: adapter_name.clone(),
-        }
+    // Ranking candidates needs each chosen token's logprob.
+    let logprobs = user_logprobs.or((best_of > n).then_some(0));
+    let (sampling, priority) = openai_sampling(state, fields, logprobs)?;
+    let prompts = completion_prompts(state, req.prompt)?;
+    if prompts.len() * best_of > MAX_CANDIDATES {
+        return Err(ApiError::param(
+            "prompt",
+            format!(
+                "{} prompts × {best_of} candidates exceed the limit of {MAX_CANDIDATES} \
+                 generations per request",
+                prompts.len()
+            ),
+        ));
+    }
+    let prompts = prompts
+        .into_iter()
+        .map(|(ids, text)| {
+            let max_tokens = max_tokens(
+                state.limits(),
+                ids.len(),
+                req.max_tokens,
+                "max_tokens",
+                COMPLETION_DEFAULT_MAX_TOKENS,
+            )?;
+            let echo = echo.then(|| text.unwrap_or_else(|| state.tokenizer().decode(&ids, true)));
+            let sampling = SamplingParams {
+                max_tokens,
+                ..sampling.clone()
+            };
+            let request = engine_request(state, ids, sampling, priority, arrival)?;
+            Ok(ValidPrompt {
+                request: request.with_adapter(adapter),
+                echo,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let options = req.stream_options.unwrap_or_default();
+    Ok(ValidRequest {
+        prompts,
+        n,
+        best_of,
+        stream,
+        include_usage: options.include_usage,
+        logprobs: user_logprobs.is_some(),
+        adapter: adapter_name,
     })
 }
 
@@ -159,6 +223,7 @@ pub fn chat(
     reject_chat_features(&req)?;
     let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
+    let n = choices_n(fields.n)?;
     let prompt_ids = chat_prompt(state, &req.messages)?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(_)) => {
@@ -187,15 +252,24 @@ pub fn chat(
         param,
         remaining,
     )?;
-    finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
-        let options = req.stream_options.unwrap_or_default();
-        ValidRequest {
+    let (sampling, priority) = openai_sampling(state, fields, logprobs)?;
+    let sampling = SamplingParams {
+        max_tokens,
+        ..sampling
+    };
+    let request = engine_request(state, prompt_ids, sampling, priority, arrival)?;
+    let options = req.stream_options.unwrap_or_default();
+    Ok(ValidRequest {
+        prompts: vec![ValidPrompt {
             request: request.with_adapter(adapter),
-            n,
-            stream: req.stream.unwrap_or(false),
-            include_usage: options.include_usage,
-            adapter: adapter_name.clone(),
-        }
+            echo: None,
+        }],
+        n,
+        best_of: n,
+        stream: req.stream.unwrap_or(false),
+        include_usage: options.include_usage,
+        logprobs: logprobs.is_some(),
+        adapter: adapter_name,
     })
 }
 
@@ -249,15 +323,15 @@ pub fn generate(
         presence_penalty: 0.0,
         seed: p.seed,
         max_tokens,
-        stop_token_ids: Vec::new(),
         stop: stops(p.stop)?,
         ignore_eos: p.ignore_eos.unwrap_or(false),
         logprobs: match p.top_n_tokens {
             None => Some(0),
             Some(n) => Some(bounded("top_n_tokens", n, 0, MAX_LOGPROBS as i64)? as usize),
         },
+        ..SamplingParams::default()
     };
-    let request = engine_request(state, prompt_ids, sampling, p.priority, arrival)?;
+    let request = engine_request(state, prompt_ids, sampling, priority(p.priority)?, arrival)?;
     Ok(ValidGenerate {
         request: request.with_adapter(adapter),
         details: p.details.unwrap_or(false),
@@ -330,19 +404,36 @@ fn reject_chat_features(req: &ChatCompletionRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The shared OpenAI sampling fields, limits check and engine request; returns it with `n`.
-fn finish_openai(
+/// `n`: choices per prompt.
+fn choices_n(n: Option<i64>) -> Result<usize, ApiError> {
+    Ok(bounded("n", n.unwrap_or(1), 1, MAX_N as i64)? as usize)
+}
+
+/// `best_of`: candidates per prompt, at least `n`, not with `stream` (OpenAI's rules).
+fn best_of(best_of: Option<i64>, n: usize, stream: bool) -> Result<usize, ApiError> {
+    let Some(b) = best_of else { return Ok(n) };
+    let b = bounded("best_of", b, 1, MAX_CANDIDATES as i64)? as usize;
+    if b < n {
+        return Err(ApiError::param(
+            "best_of",
+            format!("best_of ({b}) must be at least n ({n})"),
+        ));
+    }
+    if stream && b > n {
+        return Err(ApiError::param(
+            "best_of",
+            "best_of cannot be used with stream (candidates are ranked once all finished)",
+        ));
+    }
+    Ok(b)
+}
+
+/// The shared OpenAI sampling fields (`max_tokens` left at its default) and the priority.
+fn openai_sampling(
     state: &AppState,
     f: SamplingFields,
-    prompt_ids: Vec<u32>,
-    max_tokens: usize,
     logprobs: Option<usize>,
-    arrival: Instant,
-) -> Result<(EngineRequest, usize), ApiError> {
-    if f.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
-        return Err(ApiError::param("logit_bias", "logit_bias is not supported"));
-    }
-    let n = bounded("n", f.n.unwrap_or(1), 1, MAX_N as i64)? as usize;
+) -> Result<(SamplingParams, i32), ApiError> {
     let temperature = match f.temperature {
         Some(t) if !(0.0..=2.0).contains(&t) => {
             return Err(ApiError::param(
@@ -353,6 +444,7 @@ fn finish_openai(
         Some(t) => t as f32,
         None => 1.0,
     };
+    let vocab = state.backend().request_limits().vocab_size;
     let sampling = SamplingParams {
         temperature,
         top_k: top_k(f.top_k)?,
@@ -362,29 +454,63 @@ fn finish_openai(
         frequency_penalty: penalty("frequency_penalty", f.frequency_penalty)?,
         presence_penalty: penalty("presence_penalty", f.presence_penalty)?,
         seed: f.seed.map(|s| s as u64),
-        max_tokens,
-        stop_token_ids: Vec::new(),
+        stop_token_ids: stop_token_ids(f.stop_token_ids, vocab)?,
         stop: stops(f.stop)?,
         ignore_eos: f.ignore_eos.unwrap_or(false),
         logprobs,
+        logit_bias: logit_bias(f.logit_bias)?,
+        min_tokens: match f.min_tokens {
+            None => 0,
+            Some(m) => bounded("min_tokens", m, 0, i64::from(u32::MAX))? as usize,
+        },
+        include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
+        skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
+        ..SamplingParams::default()
     };
-    let request = engine_request(state, prompt_ids, sampling, f.priority, arrival)?;
-    Ok((request, n))
+    Ok((sampling, priority(f.priority)?))
+}
+
+/// `logit_bias`: token ids as strings; the engine checks the ranges and the vocabulary.
+fn logit_bias(bias: Option<HashMap<String, f64>>) -> Result<LogitBias, ApiError> {
+    let mut entries = bias
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, b)| match key.trim().parse::<u32>() {
+            Ok(id) => Ok((id, b as f32)),
+            Err(_) => Err(ApiError::param(
+                "logit_bias",
+                format!("logit_bias keys must be token ids, got {key:?}"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    entries.sort_by_key(|&(id, _)| id);
+    Ok(LogitBias::new(entries))
+}
+
+fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiError> {
+    ids.unwrap_or_default()
+        .into_iter()
+        .map(|id| Ok(bounded("stop_token_ids", id, 0, vocab as i64 - 1)? as u32))
+        .collect()
+}
+
+/// `priority`: lower runs first (vLLM's convention), default 0.
+fn priority(priority: Option<i64>) -> Result<i32, ApiError> {
+    match priority {
+        None => Ok(0),
+        Some(p) => i32::try_from(p).map_err(|_| {
+            ApiError::param("priority", format!("priority must fit in 32 bits, got {p}"))
+        }),
+    }
 }
 
 fn engine_request(
     state: &AppState,
     prompt_ids: Vec<u32>,
     sampling: SamplingParams,
-    priority: Option<i64>,
+    priority: i32,
     arrival: Instant,
 ) -> Result<EngineRequest, ApiError> {
-    let priority = match priority {
-        None => 0,
-        Some(p) => i32::try_from(p).map_err(|_| {
-            ApiError::param("priority", format!("priority must fit in 32 bits, got {p}"))
-        })?,
-    };
     Ok(
         EngineRequest::new(prompt_ids, sampling, &state.backend().request_limits())?
             .with_priority(priority)
@@ -393,30 +519,26 @@ fn engine_request(
     )
 }
 
-fn completion_prompt(state: &AppState, prompt: Prompt) -> Result<Vec<u32>, ApiError> {
-    let one = |len: usize| {
-        if len == 1 {
-            Ok(())
-        } else {
-            Err(ApiError::param(
-                "prompt",
-                format!("exactly one prompt per request is supported, got {len}"),
-            ))
-        }
+/// One prompt of a completion request: its token ids, and its text when given as text.
+type PromptIds = (Vec<u32>, Option<String>);
+
+/// The prompts of a completion request.
+fn completion_prompts(state: &AppState, prompt: Prompt) -> Result<Vec<PromptIds>, ApiError> {
+    let texts = |list: Vec<String>| {
+        list.into_iter()
+            .map(|text| Ok((encode(state, &text, true, "prompt")?, Some(text))))
+            .collect::<Result<Vec<_>, ApiError>>()
     };
-    let ids = match prompt {
-        Prompt::Text(text) => encode(state, &text, true, "prompt")?,
-        Prompt::TextList(mut list) => {
-            one(list.len())?;
-            encode(state, &list.remove(0), true, "prompt")?
-        }
-        Prompt::Tokens(ids) => ids,
-        Prompt::TokenLists(mut lists) => {
-            one(lists.len())?;
-            lists.remove(0)
-        }
+    let prompts = match prompt {
+        Prompt::Text(text) => texts(vec![text])?,
+        Prompt::TextList(list) => texts(list)?,
+        Prompt::Tokens(ids) => vec![(ids, None)],
+        Prompt::TokenLists(lists) => lists.into_iter().map(|ids| (ids, None)).collect(),
     };
-    Ok(ids)
+    if prompts.is_empty() {
+        return Err(ApiError::param("prompt", "the prompt list is empty"));
+    }
+    Ok(prompts)
 }
 
 fn chat_prompt(state: &AppState, messages: &[ChatMessageIn]) -> Result<Vec<u32>, ApiError> {

@@ -9,6 +9,7 @@ use super::Command;
 use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineFailure, EngineStats};
 use crate::core::EngineCore;
+use crate::embedding::EmbedError;
 
 /// How long to wait for commands when requests exist but none could be scheduled.
 const STALLED_WAIT: Duration = Duration::from_millis(5);
@@ -134,6 +135,10 @@ impl EngineLoop {
             Command::Shutdown { deadline } => {
                 self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
             }
+            Command::Embed { tokens, reply } => {
+                let _ = reply.send(self.core.embed(&tokens));
+                self.publish();
+            }
         }
     }
 
@@ -149,6 +154,9 @@ impl EngineLoop {
                 }
                 Command::UnloadAdapter { reply, .. } => {
                     let _ = reply.send(Err(AdapterError::Stopped));
+                }
+                Command::Embed { reply, .. } => {
+                    let _ = reply.send(Err(EmbedError::Stopped));
                 }
                 Command::Abort(_) | Command::Shutdown { .. } => {}
             }

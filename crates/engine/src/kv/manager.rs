@@ -291,6 +291,20 @@ impl KvCacheManager {
         n
     }
 
+    /// Lends fresh blocks for `num_tokens` tokens to `f` (work outside any request, such as an
+    /// embedding pass) and frees them when it returns, so nothing can leak; `None`, with
+    /// nothing changed, when too few blocks are free.
+    pub fn with_scratch_blocks<T>(
+        &mut self,
+        num_tokens: usize,
+        f: impl FnOnce(&[BlockId]) -> T,
+    ) -> Option<T> {
+        let blocks = self.pool.allocate(self.blocks_for(num_tokens))?;
+        let out = f(&blocks);
+        self.pool.free(blocks.iter().rev().copied());
+        Some(out)
+    }
+
     /// Releases all of `req`'s blocks, last block first (so its tail is evicted first); holes
     /// left by [`Self::free_outside_window`] were released already.
     pub fn free(&mut self, req: &mut Request) {

@@ -34,9 +34,14 @@ pub struct Generation {
 
 impl Generation {
     /// State for `req` (whose parameters [`EngineRequest::new`] validated), reporting to
-    /// `events`.
-    pub(crate) fn new(req: &EngineRequest, events: UnboundedSender<EngineEvent>) -> Self {
+    /// `events`; `eos_ids` cannot be sampled before the request's `min_tokens`.
+    pub(crate) fn new(
+        req: &EngineRequest,
+        eos_ids: &[u32],
+        events: UnboundedSender<EngineEvent>,
+    ) -> Self {
         let mut g = Self::for_prompt(req.prompt_ids(), req.sampling().clone(), req.arrival());
+        g.sampler = g.sampler.with_eos_ids(eos_ids);
         g.events = Some(events);
         g.max_queue_time = req.max_queue_time();
         g
@@ -54,7 +59,9 @@ impl Generation {
     fn for_prompt(prompt: &[u32], sampling: SamplingParams, arrival: Instant) -> Self {
         Generation {
             events: None,
-            text: TextStream::new(prompt, sampling.stop.iter().cloned()),
+            text: TextStream::new(prompt, sampling.stop.iter().cloned())
+                .including_stop(sampling.include_stop_str_in_output)
+                .keeping_special(!sampling.skip_special_tokens),
             num_logprobs: sampling.logprobs,
             pending_logprobs: None,
             prompt_len: prompt.len(),

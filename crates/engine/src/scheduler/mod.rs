@@ -9,8 +9,8 @@
 //!    request with the lowest priority, latest arrival is preempted (blocks freed, progress
 //!    reset, back to the front of its priority class) until the allocation fits — possibly the
 //!    requester itself.
-//! 2. If nothing was preempted, waiting requests are admitted in queue order (higher priority
-//!    first, then FIFO) while budget, `max_num_seqs` and KV blocks allow, starting from their
+//! 2. If nothing was preempted, waiting requests are admitted in queue order (lower priority
+//!    value first, as in vLLM, then FIFO) while budget, `max_num_seqs` and KV blocks allow, starting from their
 //!    cached prefix. A waiting request may preempt running requests of strictly lower priority,
 //!    never equal or higher ones; otherwise admission stops at the first request that does not
 //!    fit.
@@ -41,7 +41,6 @@
 pub mod output;
 pub mod queue;
 
-use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 
 pub use output::{RequestOutput, SchedulerOutput};
@@ -258,6 +257,16 @@ impl Scheduler {
     /// The KV-cache manager (block tables, pool state), for inspection.
     pub fn kv(&self) -> &KvCacheManager {
         &self.kv
+    }
+
+    /// Lends fresh KV blocks for `num_tokens` tokens to `f` and frees them after it (see
+    /// [`KvCacheManager::with_scratch_blocks`]).
+    pub fn with_scratch_blocks<T>(
+        &mut self,
+        num_tokens: usize,
+        f: impl FnOnce(&[crate::kv::BlockId]) -> T,
+    ) -> Option<T> {
+        self.kv.with_scratch_blocks(num_tokens, f)
     }
 
     /// A live (waiting or running) request.
@@ -519,7 +528,7 @@ impl Scheduler {
     }
 
     /// Allocates blocks to admit waiting request `id`, preempting only running requests of
-    /// strictly lower priority; false if it does not fit.
+    /// strictly lower priority (a larger priority value); false if it does not fit.
     fn allocate_waiting(
         &mut self,
         id: RequestId,
@@ -542,17 +551,17 @@ impl Scheduler {
         }
     }
 
-    /// The running request to preempt: lowest priority, then latest arrival; only priorities
-    /// below `below` when given.
+    /// The running request to preempt: the lowest priority (largest value), then the latest
+    /// arrival; only requests less urgent than `below` (a larger value) when given.
     fn pick_victim(&self, below: Option<i32>) -> Option<RequestId> {
         self.running
             .iter()
             .filter_map(|id| self.requests.get(id))
             .filter(|r| match below {
-                Some(p) => r.priority() < p,
+                Some(p) => r.priority() > p,
                 None => true,
             })
-            .min_by_key(|r| (r.priority(), Reverse(r.arrival_seq())))
+            .max_by_key(|r| (r.priority(), r.arrival_seq()))
             .map(Request::id)
     }
 

@@ -1,16 +1,16 @@
-//! [`WaitingQueue`]: requests waiting for admission, higher priority first, FIFO within a
-//! priority, with preempted requests put back at the *front* of their priority class.
+//! [`WaitingQueue`]: requests waiting for admission, lower priority value first (vLLM's
+//! convention), FIFO within a priority, with preempted requests put back at the *front* of
+//! their priority class.
 //!
-//! Ordering key: `(Reverse(priority), position)`. New arrivals take positions 0, 1, 2, ...;
+//! Ordering key: `(priority, position)`. New arrivals take positions 0, 1, 2, ...;
 //! requests pushed to the front take -1, -2, ..., so the most recently re-queued one runs first
 //! within its class. All operations are O(log n).
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::request::RequestId;
 
-type Key = (Reverse<i32>, i64);
+type Key = (i32, i64);
 
 /// Priority-ordered queue of waiting request ids.
 #[derive(Debug, Clone, Default)]
@@ -32,14 +32,14 @@ impl WaitingQueue {
 
     /// Queues `id` behind every request of the same priority.
     pub fn push_back(&mut self, id: RequestId, priority: i32) {
-        let key = (Reverse(priority), self.next_back);
+        let key = (priority, self.next_back);
         self.next_back += 1;
         self.insert(id, key);
     }
 
     /// Queues `id` ahead of every request of the same priority (used for preempted requests).
     pub fn push_front(&mut self, id: RequestId, priority: i32) {
-        let key = (Reverse(priority), self.next_front);
+        let key = (priority, self.next_front);
         self.next_front -= 1;
         self.insert(id, key);
     }
@@ -100,9 +100,9 @@ mod tests {
     fn priority_then_fifo_then_front() {
         let mut q = WaitingQueue::new();
         q.push_back(1, 0);
-        q.push_back(2, 5);
+        q.push_back(2, -5);
         q.push_back(3, 0);
-        q.push_back(4, 5);
+        q.push_back(4, -5);
         q.push_front(5, 0);
         q.push_front(6, 0);
         assert_eq!(q.iter().collect::<Vec<_>>(), vec![2, 4, 6, 5, 1, 3]);

@@ -239,6 +239,22 @@ impl DecoderModel {
         logits: &mut Vec<f32>,
         observer: &mut dyn ActivationObserver,
     ) {
+        self.run_layers(&mut pass, observer);
+        self.logits(logit_rows, pass.ws, pass.pool, logits);
+    }
+
+    /// Run the pass's batch like [`forward`](Self::forward) but put the final hidden states
+    /// (after the final norm, before the head) of the flat token indices in `rows` into
+    /// `hidden` (`[rows.len(), hidden]`): what embeddings pool.
+    pub fn forward_hidden(&self, mut pass: Pass<'_>, rows: &[usize], hidden: &mut Vec<f32>) {
+        self.run_layers(&mut pass, &mut NoObserver);
+        self.normed_rows(rows, pass.ws);
+        hidden.clear();
+        hidden.extend_from_slice(&pass.ws.rows_normed);
+    }
+
+    /// Embeds the batch's tokens and runs every layer, leaving the residual stream in `ws.x`.
+    fn run_layers(&self, pass: &mut Pass<'_>, observer: &mut dyn ActivationObserver) {
         let (batch, pool) = (pass.batch, pass.pool);
         let d = self.dims;
         let t = batch.num_tokens();
@@ -262,14 +278,14 @@ impl DecoderModel {
             ws.x[..t * d.hidden].copy_from_slice(&ws.h[..t * d.hidden]);
         }
         for (l, layer) in self.layers.iter().enumerate() {
-            layer.attention.forward(l, &d, &mut pass, observer);
+            layer.attention.forward(l, &d, pass, observer);
             let io = super::mlp::MlpIo { t, lora: pass.lora };
             layer.ffn.forward(l, &d, io, pass.ws, pool, observer);
         }
-        self.logits(logit_rows, pass.ws, pool, logits);
     }
 
-    fn logits(&self, rows: &[usize], ws: &mut Workspace, pool: &ThreadPool, logits: &mut Vec<f32>) {
+    /// The final norm of the residual rows `rows`, into `ws.rows_normed`.
+    fn normed_rows(&self, rows: &[usize], ws: &mut Workspace) {
         let h = self.dims.hidden;
         ws.rows.clear();
         for &r in rows {
@@ -277,6 +293,10 @@ impl DecoderModel {
         }
         ws.rows_normed.resize(ws.rows.len(), 0.0);
         self.norm.forward(&ws.rows, &mut ws.rows_normed);
+    }
+
+    fn logits(&self, rows: &[usize], ws: &mut Workspace, pool: &ThreadPool, logits: &mut Vec<f32>) {
+        self.normed_rows(rows, ws);
         logits.resize(rows.len() * self.dims.vocab, 0.0);
         self.head
             .forward(pool, &ws.rows_normed, rows.len(), logits, &mut ws.scratch);

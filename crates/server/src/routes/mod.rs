@@ -6,6 +6,7 @@
 //!                                               * every route but /health and /metrics
 //! ```
 
+pub mod embeddings;
 pub mod health;
 pub mod lora;
 pub mod metrics;
@@ -19,7 +20,7 @@ use tower_http::cors::CorsLayer;
 
 use crate::auth::{require_api_key, ApiKey};
 use crate::config::ServerConfig;
-use crate::extract::BodyLimit;
+use crate::extract::{ApiPolicy, BodyLimit};
 use crate::state::AppState;
 
 /// All routes with their middleware.
@@ -28,6 +29,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
         .route("/info", get(tgi::info))
@@ -56,6 +58,9 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
         .layer(axum::middleware::from_fn(crate::request_log::log_requests))
         .layer(axum::Extension(BodyLimit(config.body_limit)))
+        .layer(axum::Extension(ApiPolicy {
+            strict: config.strict_api,
+        }))
         .with_state(state);
     if config.cors {
         app = app.layer(CorsLayer::permissive());

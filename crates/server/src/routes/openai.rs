@@ -15,11 +15,13 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 
+use crate::best_of::CandidateRanking;
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
 use crate::generation::{respond, Generation};
 use crate::openai_api::{Chat, Completions, OpenAiApi, OpenAiContext};
 use crate::openai_stream::OpenAiEncoder;
+use crate::response_id::{response_id, system_fingerprint};
 use crate::state::{unix_now, AppState};
 use crate::validation;
 use crate::wire::openai::{
@@ -35,26 +37,38 @@ async fn handle<A: OpenAiApi>(
     let arrival = Instant::now();
     let Wire(req) = body?;
     let valid = validation::validate_off_thread(&state, req, arrival).await?;
-    let prompt_tokens = valid.request.prompt_ids().len();
-    let choices = (0..valid.n).map(|i| valid.for_choice(i));
-    let generation = Generation::submit(&state, A::ROUTE, prompt_tokens, choices)?;
+    let generation = Generation::submit(
+        &state,
+        A::ROUTE,
+        valid.prompt_tokens(),
+        valid.engine_requests(),
+    )?;
+    let echo: Vec<Option<String>> = valid.prompts.iter().map(|p| p.echo.clone()).collect();
     let cx = OpenAiContext {
-        id: format!("{}-{}", A::ID_PREFIX, generation.first_id()),
+        id: response_id(A::ID_PREFIX),
+        system_fingerprint: system_fingerprint(&state.model().model_id),
         created: unix_now(),
         model: valid
             .adapter
             .clone()
             .unwrap_or_else(|| state.model().model_id.clone()),
         include_usage: valid.include_usage,
-        logprobs: valid.request.sampling().logprobs.is_some(),
+        logprobs: valid.logprobs,
+        // Streaming never ranks (best_of == n): choice p * n + j belongs to prompt p.
+        echo: echo
+            .iter()
+            .flat_map(|e| std::iter::repeat_n(e.clone(), valid.n))
+            .collect(),
         state,
     };
     if valid.stream {
-        return Ok(generation.into_sse(OpenAiEncoder::<A>::new(cx, valid.n)));
+        let choices = valid.prompts.len() * valid.n;
+        return Ok(generation.into_sse(OpenAiEncoder::<A>::new(cx, choices)));
     }
     let (tally, outputs) = generation.collect().await;
     let usage = tally.usage();
-    let result = outputs.map(|outputs| A::response(&cx, outputs, usage));
+    let ranking = CandidateRanking::of(&valid);
+    let result = outputs.map(|outputs| A::response(&cx, ranking.choices(outputs, &echo), usage));
     Ok(respond::<OpenAiError>(tally, result))
 }
 

@@ -18,6 +18,7 @@ use crate::error::json_response;
         super::openai::completions,
         super::openai::chat_completions,
         super::openai::models,
+        super::embeddings::embeddings,
         super::tgi::generate,
         super::tgi::generate_stream,
         super::tgi::info,

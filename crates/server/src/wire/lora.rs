@@ -6,7 +6,6 @@ use utoipa::ToSchema;
 
 /// `POST /v1/load_lora_adapter`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct LoadLoraAdapterRequest {
     /// The name requests will use (`model` on OpenAI routes, `adapter_id` on TGI routes).
     pub lora_name: String,
@@ -16,7 +15,6 @@ pub struct LoadLoraAdapterRequest {
 
 /// `POST /v1/unload_lora_adapter`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct UnloadLoraAdapterRequest {
     pub lora_name: String,
     /// Accepted for compatibility and ignored (adapters are named by `lora_name`).

@@ -1,9 +1,12 @@
 //! Wire types: the JSON bodies the routes accept and return, with OpenAPI schemas.
 //!
-//! Request types use `deny_unknown_fields`: a field Kestrel does not know is an error, so a
-//! typo never silently changes behaviour. Documented OpenAI fields that Kestrel does not act
-//! on are listed explicitly and either ignored or rejected in [`crate::validation`].
+//! Unknown top-level request fields are handled in one place, the [`crate::extract::Wire`]
+//! extractor: ignored with a warning naming them (vLLM's behaviour, so newer or vendor fields
+//! keep working), or refused with a 400 under `--strict-api`. Nested objects ignore unknown
+//! keys. Documented OpenAI fields that Kestrel does not act on are listed explicitly and either
+//! ignored or rejected in [`crate::validation`].
 
+pub mod embedding;
 pub mod lora;
 pub mod openai;
 pub mod tgi;

@@ -14,14 +14,13 @@ use super::StopSequences;
 
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     /// Send a final chunk with token usage (and `"usage": null` on every other chunk).
     #[serde(default)]
     pub include_usage: bool,
 }
 
-/// The `prompt` of a completion request: text, or token ids, alone or as a one-element list.
+/// The `prompt` of a completion request: text or token ids, alone or as a list of prompts.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum Prompt {
@@ -43,7 +42,7 @@ pub struct SamplingFields {
     pub seed: Option<i64>,
     pub presence_penalty: Option<f64>,
     pub frequency_penalty: Option<f64>,
-    /// Accepted only when empty or absent.
+    /// Token id (as a string) -> bias in `[-100, 100]`, added to the logits before sampling.
     pub logit_bias: Option<HashMap<String, f64>>,
     /// Accepted and ignored (end-user id for abuse tracking).
     pub user: Option<String>,
@@ -53,10 +52,19 @@ pub struct SamplingFields {
     pub min_p: Option<f64>,
     /// Extension: HF-style repetition penalty (> 0; 1 disables).
     pub repetition_penalty: Option<f64>,
-    /// Extension: scheduling priority, higher runs first (default 0).
+    /// Extension: scheduling priority, lower runs first (as in vLLM) (default 0).
     pub priority: Option<i64>,
     /// Extension: keep generating past end-of-generation tokens.
     pub ignore_eos: Option<bool>,
+    /// Extension (vLLM): end-of-generation and stop tokens cannot end the text before this many
+    /// tokens.
+    pub min_tokens: Option<i64>,
+    /// Extension (vLLM): token ids that end generation.
+    pub stop_token_ids: Option<Vec<i64>>,
+    /// Extension (vLLM): keep the stop string that ended generation in the text.
+    pub include_stop_str_in_output: Option<bool>,
+    /// Extension (vLLM): leave special tokens out of the text (default true).
+    pub skip_special_tokens: Option<bool>,
 }
 
 /// Declares a request struct with the shared sampling fields appended and a method that moves
@@ -73,7 +81,8 @@ macro_rules! with_sampling_fields {
             pub seed: Option<i64>,
             pub presence_penalty: Option<f64>,
             pub frequency_penalty: Option<f64>,
-            /// Accepted only when empty or absent.
+            /// Token id (as a string) -> bias in `[-100, 100]`, added to the logits before
+            /// penalties and temperature.
             #[schema(value_type = Option<Object>)]
             pub logit_bias: Option<HashMap<String, f64>>,
             /// Accepted and ignored (end-user id for abuse tracking).
@@ -84,10 +93,19 @@ macro_rules! with_sampling_fields {
             pub min_p: Option<f64>,
             /// Extension: HF-style repetition penalty (> 0; 1 disables).
             pub repetition_penalty: Option<f64>,
-            /// Extension: scheduling priority, higher runs first (default 0).
+            /// Extension: scheduling priority, lower runs first (as in vLLM) (default 0).
             pub priority: Option<i64>,
             /// Extension: keep generating past end-of-generation tokens.
             pub ignore_eos: Option<bool>,
+            /// Extension (vLLM): end-of-generation and stop tokens cannot end the text before
+            /// this many tokens.
+            pub min_tokens: Option<i64>,
+            /// Extension (vLLM): token ids that end generation.
+            pub stop_token_ids: Option<Vec<i64>>,
+            /// Extension (vLLM): keep the stop string that ended generation in the text.
+            pub include_stop_str_in_output: Option<bool>,
+            /// Extension (vLLM): leave special tokens out of the text (default true).
+            pub skip_special_tokens: Option<bool>,
         }
 
         impl $name {
@@ -108,6 +126,10 @@ macro_rules! with_sampling_fields {
                     repetition_penalty: self.repetition_penalty.take(),
                     priority: self.priority.take(),
                     ignore_eos: self.ignore_eos.take(),
+                    min_tokens: self.min_tokens.take(),
+                    stop_token_ids: self.stop_token_ids.take(),
+                    include_stop_str_in_output: self.include_stop_str_in_output.take(),
+                    skip_special_tokens: self.skip_special_tokens.take(),
                 }
             }
         }
@@ -117,7 +139,6 @@ macro_rules! with_sampling_fields {
 with_sampling_fields! {
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
     /// The served model's id or a LoRA adapter's name (absent: the base model).
     pub model: Option<String>,
@@ -128,9 +149,11 @@ pub struct CompletionRequest {
     pub stream_options: Option<StreamOptions>,
     /// Number of most likely alternatives to return per token (0..=20).
     pub logprobs: Option<i64>,
-    /// Only `false` is supported.
+    /// Prepend the prompt's text to each choice's text (not with `logprobs`: prompt logprobs
+    /// are not computed).
     pub echo: Option<bool>,
-    /// Only 1 is supported.
+    /// Candidates generated per prompt (>= `n`, not with `stream`); the `n` with the highest
+    /// cumulative log-probability are returned.
     pub best_of: Option<i64>,
     /// Only absent or empty is supported.
     pub suffix: Option<String>,
@@ -139,7 +162,6 @@ pub struct CompletionRequest {
 
 /// One part of a multi-part message content.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ContentPart {
     /// Only `"text"` is supported.
     #[serde(rename = "type")]
@@ -157,7 +179,6 @@ pub enum MessageContent {
 
 /// One message of a chat request.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ChatMessageIn {
     pub role: String,
     pub content: Option<MessageContent>,
@@ -182,7 +203,6 @@ pub struct ResponseFormat {
 with_sampling_fields! {
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ChatCompletionRequest {
     /// The served model's id or a LoRA adapter's name (absent: the base model).
     pub model: Option<String>,
@@ -260,6 +280,8 @@ pub struct CompletionResponse {
     pub choices: Vec<CompletionChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageInfo>,
+    /// `fp_kestrel_<hash of model and version>`.
+    pub system_fingerprint: String,
 }
 
 /// An alternative token and its log-probability.
@@ -310,6 +332,8 @@ pub struct ChatCompletionResponse {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: UsageInfo,
+    /// `fp_kestrel_<hash of model and version>`.
+    pub system_fingerprint: String,
 }
 
 /// The change a streamed chat chunk carries.
@@ -341,6 +365,8 @@ pub struct ChatCompletionChunk {
     /// `null` on every chunk but the last when `include_usage` is set; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Option<UsageInfo>>,
+    /// `fp_kestrel_<hash of model and version>`.
+    pub system_fingerprint: String,
 }
 
 /// One served model: the base model, or a LoRA adapter whose `parent` is the base model's id

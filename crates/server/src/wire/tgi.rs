@@ -8,7 +8,6 @@ use super::StopSequences;
 
 /// `parameters` of a TGI generate request.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct GenerateParameters {
     /// Sample instead of greedy decoding; implied by `temperature`, `top_k` or `top_p`.
     pub do_sample: Option<bool>,
@@ -42,7 +41,7 @@ pub struct GenerateParameters {
     pub min_p: Option<f64>,
     /// Extension: keep generating past end-of-generation tokens.
     pub ignore_eos: Option<bool>,
-    /// Extension: scheduling priority, higher runs first.
+    /// Extension: scheduling priority, lower runs first (as in vLLM).
     pub priority: Option<i64>,
     /// The LoRA adapter to run with (its name); absent: the base model.
     pub adapter_id: Option<String>,
@@ -50,7 +49,6 @@ pub struct GenerateParameters {
 
 /// `POST /generate` and `POST /generate_stream`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct GenerateRequest {
     pub inputs: String,
     #[serde(default)]
@@ -119,7 +117,6 @@ pub struct Info {
 
 /// `POST /tokenize`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct TokenizeRequest {
     pub inputs: String,
     /// Add the model's special tokens (BOS) as generation would (default true).

@@ -93,6 +93,18 @@ pub fn keyed_server() -> &'static Server {
     })
 }
 
+/// A server run with `--strict-api` (unknown request fields are refused).
+pub fn strict_server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let config = ServerConfig {
+            strict_api: true,
+            ..ServerConfig::default()
+        };
+        start(options(8), config)
+    })
+}
+
 /// A server that admits only two requests at once (for 429 and disconnect tests; used by one
 /// test only so nothing else runs on it).
 pub fn small_server() -> &'static Server {

@@ -74,6 +74,27 @@ pub struct BenchArgs {
     /// Do not draw the progress bar.
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Service-level objectives for goodput, in ms: e.g. `ttft:500,tpot:50` (also `e2el`).
+    /// The report then counts the requests that met all of them.
+    #[arg(long)]
+    pub goodput: Option<crate::goodput::Objectives>,
+
+    /// `compare a.json b.json`: print two saved reports side by side instead of running.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+}
+
+/// What `kestrel bench` does instead of a run.
+#[derive(Debug, Clone, PartialEq, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Print two `--json-out` reports side by side with b/a ratios.
+    Compare {
+        /// The first (baseline) report.
+        a: PathBuf,
+        /// The second report.
+        b: PathBuf,
+    },
 }
 
 /// Parser used only to materialize the declared defaults.

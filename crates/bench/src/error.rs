@@ -50,6 +50,12 @@ pub enum BenchError {
         source: std::io::Error,
     },
     /// Every request failed, so there is nothing to measure.
+    /// A saved report could not be read (`kestrel bench compare`).
+    #[error("cannot read report {path}: {message}")]
+    ReadReport {
+        path: std::path::PathBuf,
+        message: String,
+    },
     #[error("all {total} requests failed; first error: {first_error}")]
     AllFailed {
         /// Number of requests sent.

@@ -18,7 +18,9 @@
 mod args;
 pub mod chunk;
 mod client;
+pub mod compare;
 mod error;
+pub mod goodput;
 mod measure;
 pub mod outcome;
 mod plan;
@@ -31,7 +33,7 @@ pub mod stats;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use args::BenchArgs;
+pub use args::{BenchArgs, BenchCommand};
 pub use error::BenchError;
 pub use plan::{ApiKind, LoadMode};
 pub use report::{BenchReport, ErrorSummary, TokenSource};

@@ -58,6 +58,7 @@ pub(crate) struct Plan {
     pub seed: u64,
     pub json_out: Option<PathBuf>,
     pub progress: bool,
+    pub goodput: Option<crate::goodput::Objectives>,
 }
 
 fn invalid(msg: impl Into<String>) -> BenchError {
@@ -104,6 +105,7 @@ impl Plan {
             seed: args.seed,
             json_out: args.json_out.clone(),
             progress: !args.no_progress,
+            goodput: args.goodput,
         })
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::goodput::Goodput;
 use crate::outcome::Measured;
 use crate::plan::{ApiKind, LoadMode, Plan};
 use crate::runner::LoadResult;
@@ -104,6 +105,8 @@ pub struct BenchReport {
     /// Successful requests that were sent twice because the server had closed the pooled
     /// connection of the first attempt (their timings are those of the second attempt).
     pub retried_requests: usize,
+    /// Requests within the `--goodput` objectives, when given.
+    pub goodput: Option<Goodput>,
     /// Failures grouped by kind.
     pub errors: Vec<ErrorSummary>,
 }
@@ -169,6 +172,9 @@ impl BenchReport {
                 .filter(|m| m.output_tokens() > m.content_chunks)
                 .count(),
             retried_requests: ok.iter().filter(|m| m.retried).count(),
+            goodput: plan
+                .goodput
+                .map(|o| Goodput::of(o, ok.iter().copied(), secs)),
             errors: summarize_errors(load),
         }
     }
@@ -236,6 +242,18 @@ impl BenchReport {
             "Total token throughput (tok/s):",
             format!("{:.2}", self.total_token_throughput),
         );
+        if let Some(g) = &self.goodput {
+            line(
+                &mut t,
+                "Request goodput (req/s):",
+                format!("{:.2}", g.request_goodput),
+            );
+            line(
+                &mut t,
+                "Requests within objectives:",
+                g.good_requests.to_string(),
+            );
+        }
         self.render_latency(&mut t);
         self.render_notes(&mut t);
         let _ = writeln!(t, "{}", "=".repeat(58));
@@ -246,8 +264,8 @@ impl BenchReport {
         let _ = writeln!(t, "{:-^58}", " Latency (ms) ");
         let _ = writeln!(
             t,
-            "{:<6}{:>10}{:>10}{:>10}{:>10}{:>12}",
-            "", "mean", "median", "p90", "p99", "samples"
+            "{:<6}{:>9}{:>9}{:>9}{:>9}{:>9}{:>8}",
+            "", "mean", "median", "p90", "p95", "p99", "samples"
         );
         for (name, s) in [
             ("TTFT", &self.ttft_ms),
@@ -258,15 +276,15 @@ impl BenchReport {
             if s.count == 0 {
                 let _ = writeln!(
                     t,
-                    "{name:<6}{:>10}{:>10}{:>10}{:>10}{:>12}",
-                    "-", "-", "-", "-", 0
+                    "{name:<6}{:>9}{:>9}{:>9}{:>9}{:>9}{:>8}",
+                    "-", "-", "-", "-", "-", 0
                 );
                 continue;
             }
             let _ = writeln!(
                 t,
-                "{name:<6}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>12}",
-                s.mean_ms, s.median_ms, s.p90_ms, s.p99_ms, s.count
+                "{name:<6}{:>9.2}{:>9.2}{:>9.2}{:>9.2}{:>9.2}{:>8}",
+                s.mean_ms, s.median_ms, s.p90_ms, s.p95_ms, s.p99_ms, s.count
             );
         }
     }
@@ -412,6 +430,37 @@ mod tests {
         assert_eq!(json["load"]["mode"], "concurrency");
         assert_eq!(json["ttft_ms"]["median_ms"], 150.0);
         assert_eq!(json["input_tokens_source"], "server");
+    }
+
+    #[test]
+    fn goodput_counts_requests_within_objectives() {
+        assert_eq!(report().goodput, None, "no --goodput, no goodput");
+        let args = BenchArgs {
+            num_prompts: Some(4),
+            input_len: 10,
+            goodput: Some("ttft:150".parse().unwrap()),
+            ..BenchArgs::default()
+        };
+        let plan = Plan::from_args(&args).unwrap();
+        let load = LoadResult {
+            outcomes: vec![
+                Ok(measured(100, &[50, 50, 50], 250, Some(4))),
+                Ok(measured(200, &[100], 300, Some(3))),
+            ],
+            duration: Duration::from_secs(2),
+            peak_in_flight: 2,
+        };
+        let r = BenchReport::build(&plan, "m", &load);
+        let g = r.goodput.expect("goodput");
+        assert_eq!(g.good_requests, 1, "only the 100 ms TTFT meets 150 ms");
+        assert!((g.request_goodput - 0.5).abs() < 1e-9);
+        assert!(r
+            .render_table()
+            .lines()
+            .any(|l| l.starts_with("Request goodput (req/s):") && l.ends_with("0.50")));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["goodput"]["objectives"]["ttft_ms"], 150.0);
+        assert_eq!(json["ttft_ms"]["p95_ms"], 195.0);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Summary statistics over latency samples: mean, median, p90, p99.
+//! Summary statistics over latency samples: mean, median, p90, p95, p99.
 //!
 //! Percentiles use linear interpolation between closest ranks (NumPy's default method, which
 //! is what vLLM's `bench serve` reports): for `n` sorted samples the p-th percentile sits at
@@ -37,6 +37,8 @@ pub struct LatencyStats {
     pub median_ms: f64,
     /// 90th percentile.
     pub p90_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
     /// 99th percentile.
     pub p99_ms: f64,
     /// Population standard deviation.
@@ -64,6 +66,7 @@ impl LatencyStats {
             mean_ms: mean,
             median_ms: pct(50.0),
             p90_ms: pct(90.0),
+            p95_ms: pct(95.0),
             p99_ms: pct(99.0),
             std_ms: var.sqrt(),
             min_ms: sorted[0],
@@ -77,6 +80,7 @@ impl LatencyStats {
             mean_ms: 0.0,
             median_ms: 0.0,
             p90_ms: 0.0,
+            p95_ms: 0.0,
             p99_ms: 0.0,
             std_ms: 0.0,
             min_ms: 0.0,
@@ -145,6 +149,7 @@ mod tests {
         assert!(close(st.mean_ms, 25.0));
         assert!(close(st.median_ms, 25.0));
         assert!(close(st.p90_ms, 37.0));
+        assert!(close(st.p95_ms, 38.5));
         assert!(close(st.p99_ms, 39.7));
         assert!(close(st.std_ms, 125f64.sqrt()));
         assert_eq!((st.min_ms, st.max_ms), (10.0, 40.0));

@@ -50,7 +50,11 @@ pub struct ChatArgs {
 pub fn run(args: ChatArgs) -> Result<()> {
     let local = match &args.url {
         Some(_) => None,
-        None => Some(args.engine.launch_with(&args.engine.launch_options()?)?.into_state()),
+        None => Some(
+            args.engine
+                .launch_with(&args.engine.launch_options()?)?
+                .into_state(),
+        ),
     };
     let runtime = crate::runtime()?;
     runtime.block_on(async move {

@@ -36,6 +36,7 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Load-test an OpenAI-compatible server (Kestrel's or any other) and report TTFT, TPOT,
     /// ITL and end-to-end latency percentiles and throughput.
+    #[command(args_conflicts_with_subcommands = true)]
     Bench(kestrel_bench::BenchArgs),
     /// Measure prompt-processing and generation tokens/s of a model (llama-bench's pp/tg tests).
     Speed(speed::SpeedArgs),
@@ -71,6 +72,14 @@ fn main() -> Result<()> {
         Command::Gateway(args) => gateway::run(args),
         Command::Worker(args) => worker::run(args),
         Command::Bench(args) => {
+            if let Some(kestrel_bench::BenchCommand::Compare { a, b }) = &args.command {
+                let (a, b) = (
+                    kestrel_bench::compare::read_report(a)?,
+                    kestrel_bench::compare::read_report(b)?,
+                );
+                print!("{}", kestrel_bench::compare::render(&a, &b));
+                return Ok(());
+            }
             let report = kestrel_bench::run_blocking(args)?;
             println!("{}", report.render_table());
             Ok(())

@@ -27,12 +27,25 @@ fn chat(args: &[&str]) -> Child {
 fn generate_chat(question: &str, n: &str) -> String {
     let model = default_model();
     let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(["generate", "--model", model.to_str().expect("path"), "--chat", question])
+        .args([
+            "generate",
+            "--model",
+            model.to_str().expect("path"),
+            "--chat",
+            question,
+        ])
         .args(["-n", n, "--threads", "1"])
         .output()
         .expect("generate runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("UTF-8").trim().to_string()
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -66,9 +79,16 @@ fn local_chat_answers_like_generate_and_saves_the_conversation() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "chat failed: {stderr}");
     assert!(stderr.contains("unknown command /bogus"), "{stderr}");
-    assert!(stderr.contains("tokens ·") && stderr.contains("TTFT"), "stats line: {stderr}");
+    assert!(
+        stderr.contains("tokens ·") && stderr.contains("TTFT"),
+        "stats line: {stderr}"
+    );
     assert!(!stdout.is_empty(), "an answer was printed");
-    assert_eq!(stdout, generate_chat(QUESTION, "24"), "greedy chat = generate --chat");
+    assert_eq!(
+        stdout,
+        generate_chat(QUESTION, "24"),
+        "greedy chat = generate --chat"
+    );
 
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&saved).expect("saved file"))
@@ -78,7 +98,10 @@ fn local_chat_answers_like_generate_and_saves_the_conversation() {
     assert_eq!(msgs[0]["role"], "user");
     assert_eq!(msgs[0]["content"], QUESTION);
     assert_eq!(msgs[1]["role"], "assistant");
-    assert_eq!(msgs[1]["content"].as_str().map(str::trim), Some(stdout.as_str()));
+    assert_eq!(
+        msgs[1]["content"].as_str().map(str::trim),
+        Some(stdout.as_str())
+    );
     assert_eq!(doc["temperature"], 0.0);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -89,7 +112,9 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
     let url = format!("http://{addr}");
     let mut child = chat(&["--url", &url, "--max-tokens", "2000", "--ignore-eos"]);
     let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(b"Tell me a long story.\n").expect("question");
+    stdin
+        .write_all(b"Tell me a long story.\n")
+        .expect("question");
     stdin.flush().expect("flush");
 
     // Wait until the answer streams, then interrupt it.
@@ -105,7 +130,10 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
     };
     let start = Instant::now();
     while running(&addr) != 1.0 {
-        assert!(start.elapsed() < Duration::from_secs(20), "the request runs on the server");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the request runs on the server"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let sent = Command::new("kill")
@@ -122,7 +150,10 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "chat did not end after /quit");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "chat did not end after /quit"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut stderr = String::new();
@@ -134,7 +165,10 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
         .expect("stderr");
     assert!(status.success(), "chat exit: {stderr}");
     assert!(stderr.contains("[stopped]"), "{stderr}");
-    assert!(stderr.contains("temperature 0.5"), "commands work after Ctrl-C: {stderr}");
+    assert!(
+        stderr.contains("temperature 0.5"),
+        "commands work after Ctrl-C: {stderr}"
+    );
 
     // The server cancelled the request and freed its blocks.
     let start = Instant::now();
@@ -147,7 +181,10 @@ fn ctrl_c_stops_the_answer_not_the_chat() {
         if idle {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "request not cancelled: {scrape}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "request not cancelled: {scrape}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -56,7 +56,11 @@ pub struct ChatClient {
 
 impl ChatClient {
     /// Checks the server and picks the model (the first listed unless `model` is given).
-    pub async fn connect(base: &str, api_key: Option<String>, model: Option<String>) -> Result<Self> {
+    pub async fn connect(
+        base: &str,
+        api_key: Option<String>,
+        model: Option<String>,
+    ) -> Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .no_proxy()
@@ -127,7 +131,10 @@ impl ChatClient {
                 let event: Value = serde_json::from_str(&data)
                     .with_context(|| format!("bad stream event: {data}"))?;
                 if let Some(msg) = event.get("error") {
-                    bail!("the server failed: {}", error_message(&serde_json::json!({"error": msg})));
+                    bail!(
+                        "the server failed: {}",
+                        error_message(&serde_json::json!({"error": msg}))
+                    );
                 }
                 chunks += apply_event(&event, &mut stats, start, &mut on_text);
             }

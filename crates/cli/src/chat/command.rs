@@ -71,7 +71,10 @@ mod tests {
 
     #[test]
     fn parses_messages_and_commands() {
-        assert_eq!(Command::parse("hello /there"), Ok(Command::Say("hello /there".into())));
+        assert_eq!(
+            Command::parse("hello /there"),
+            Ok(Command::Say("hello /there".into()))
+        );
         assert_eq!(Command::parse("   \n"), Ok(Command::Nothing));
         assert_eq!(
             Command::parse("/system Be brief."),
@@ -81,7 +84,10 @@ mod tests {
         assert_eq!(Command::parse("/temp 0.2"), Ok(Command::Temp(0.2)));
         assert!(Command::parse("/temp hot").is_err());
         assert!(Command::parse("/temp -1").is_err());
-        assert_eq!(Command::parse("/save a.json"), Ok(Command::Save("a.json".into())));
+        assert_eq!(
+            Command::parse("/save a.json"),
+            Ok(Command::Save("a.json".into()))
+        );
         assert!(Command::parse("/save").is_err());
         assert_eq!(Command::parse("/exit"), Ok(Command::Quit));
         let err = Command::parse("/frobnicate").expect_err("unknown");

@@ -50,7 +50,14 @@ async fn handle(
         Command::Say(text) => answer(text, client, conversation, interrupts).await,
         Command::System(s) => {
             conversation.system = s;
-            eprintln!("system prompt {}", if conversation.system.is_some() { "set" } else { "cleared" });
+            eprintln!(
+                "system prompt {}",
+                if conversation.system.is_some() {
+                    "set"
+                } else {
+                    "cleared"
+                }
+            );
         }
         Command::Temp(t) => {
             conversation.temperature = t;

@@ -41,6 +41,7 @@ pub mod openai_api;
 pub mod openai_stream;
 pub mod request_log;
 pub mod routes;
+pub mod speculative;
 pub mod sse;
 pub mod state;
 pub mod tgi_stream;

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use kestrel_engine::spec::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
+use kestrel_server::speculative::{SpecMethod, SpeculativeOptions};
 
 #[derive(clap::Args)]
 pub struct EngineArgs {
@@ -61,6 +63,68 @@ pub struct EngineArgs {
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
+}
+
+/// Speculative decoding flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpeculativeArgs {
+    /// Speculative decoding: `ngram` (prompt lookup, no second model) or `draft` (a smaller
+    /// model with the same tokenizer, --draft-model). Off when not given.
+    #[arg(long, value_parser = parse_spec_method)]
+    pub speculative_method: Option<SpecMethod>,
+    /// The draft model for --speculative-method draft: a .gguf file or an HF checkpoint
+    /// directory with the target's tokenizer.
+    #[arg(long)]
+    pub draft_model: Option<PathBuf>,
+    /// Draft tokens proposed per request and step.
+    #[arg(long, default_value_t = 4)]
+    pub num_speculative_tokens: usize,
+    /// Shortest suffix n-gram the ngram method looks up.
+    #[arg(long, default_value_t = 2)]
+    pub prompt_lookup_min: usize,
+    /// Longest suffix n-gram the ngram method looks up.
+    #[arg(long, default_value_t = 4)]
+    pub prompt_lookup_max: usize,
+    /// Speculation pauses for a step when running requests × (K + 1) exceed this many tokens
+    /// (the batch is compute-bound).
+    #[arg(long, default_value_t = SpeculativeConfig::DEFAULT_MAX_BATCH_TOKENS)]
+    pub speculative_max_batch_tokens: usize,
+}
+
+fn parse_spec_method(s: &str) -> Result<SpecMethod, String> {
+    s.parse()
+}
+
+impl SpeculativeArgs {
+    /// The options, or `None` without --speculative-method; errors name the flag at fault.
+    pub fn options(&self) -> Result<Option<SpeculativeOptions>> {
+        let Some(method) = self.speculative_method else {
+            if self.draft_model.is_some() {
+                bail!("--draft-model needs --speculative-method draft");
+            }
+            return Ok(None);
+        };
+        let opts = SpeculativeOptions {
+            method,
+            draft_model: self.draft_model.clone(),
+            num_speculative_tokens: self.num_speculative_tokens,
+            prompt_lookup_min: self.prompt_lookup_min,
+            prompt_lookup_max: self.prompt_lookup_max,
+            max_batch_tokens: self.speculative_max_batch_tokens,
+        };
+        opts.validate()?;
+        Ok(Some(opts))
+    }
+
+    /// Loads the draft model when the method needs one.
+    pub fn load_draft(&self) -> Result<Option<kestrel_model::LoadedModel>> {
+        match (&self.speculative_method, &self.draft_model) {
+            (Some(SpecMethod::Draft), Some(path)) => Ok(Some(crate::load_with_progress(path)?)),
+            _ => Ok(None),
+        }
+    }
 }
 
 impl EngineArgs {
@@ -85,6 +149,7 @@ impl EngineArgs {
             max_total_tokens: self.max_total_tokens,
             max_queue_time,
             model_id: self.served_model_name.clone(),
+            speculative: self.speculative.options()?,
             ..LaunchOptions::default()
         })
     }
@@ -101,8 +166,11 @@ impl EngineArgs {
             None => crate::load_with_progress(&path)?,
             Some(method) => load_quantizing(&path, method, self.quantize_group)?,
         };
+        let draft = self.speculative.load_draft()?;
         let pool = crate::thread_pool(self.threads);
-        Ok(kestrel_server::launch::start_engine(loaded, opts, pool)?)
+        Ok(kestrel_server::launch::start_engine_with_draft(
+            loaded, draft, opts, pool,
+        )?)
     }
 }
 

@@ -16,6 +16,8 @@ use kestrel_model::chat_template::ChatMessage;
 use kestrel_model::runner::{KvBudget, KvSpec};
 use kestrel_model::{KvDtype, LoadedModel, ModelRunner};
 
+use crate::engine_args::SpeculativeArgs;
+
 const BLOCK_SIZE: usize = 16;
 
 #[derive(clap::Args)]
@@ -68,6 +70,8 @@ pub struct GenerateArgs {
     /// adapter_model.safetensors) or a llama.cpp LoRA GGUF.
     #[arg(long)]
     pub lora: Option<PathBuf>,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
 }
 
 impl GenerateArgs {
@@ -117,7 +121,7 @@ fn start_engine(
     let kv = KvSpec::for_budget(&loaded.model, BLOCK_SIZE, args.kv_cache_dtype, budget)?;
     let config = EngineConfig {
         max_num_seqs: 1,
-        max_num_batched_tokens: prompt_len.max(1),
+        max_num_batched_tokens: prompt_len.max(args.speculative.num_speculative_tokens + 1),
         enable_prefix_caching: false,
         max_model_len: loaded.config.max_position_embeddings,
         max_concurrent_requests: None,
@@ -125,8 +129,20 @@ fn start_engine(
     };
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
-    let runner = ModelRunner::with_kv(loaded.model, kv, crate::thread_pool(args.threads));
-    let engine = EngineHandle::try_start(Box::new(runner), tokenizer, eos, config)?;
+    let pool = crate::thread_pool(args.threads);
+    let speculator = match args.speculative.options()? {
+        None => None,
+        Some(opts) => Some(kestrel_server::speculative::speculator(
+            &opts,
+            &tokenizer,
+            args.speculative.load_draft()?,
+            kv,
+            pool,
+        )?),
+    };
+    let runner = ModelRunner::with_kv(loaded.model, kv, pool);
+    let engine =
+        EngineHandle::try_start_speculative(Box::new(runner), tokenizer, eos, config, speculator)?;
     let Some(path) = args.lora.as_deref() else {
         return Ok((engine, None));
     };

@@ -93,7 +93,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
             tokens: tokens(args.prompt),
             start_pos: 0,
             block_table: (0..blocks as u32).collect(),
-            need_logits: true,
+            num_logits: 1,
             adapter: None,
         }],
     };
@@ -305,7 +305,7 @@ impl DecodeRun {
             tokens: vec![token],
             start_pos: pos,
             block_table: ((i * self.blocks) as u32..((i + 1) * self.blocks) as u32).collect(),
-            need_logits: true,
+            num_logits: 1,
             adapter: adapters[i % adapters.len()],
         };
         BatchInput {

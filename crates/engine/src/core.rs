@@ -30,6 +30,7 @@ use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecord
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
+use crate::spec::{verify_drafts, SpecCounters, Speculator};
 
 /// A shared decoder usable where the output module wants a sized [`TokenDecoder`].
 struct SharedDecoder(Arc<dyn TokenDecoder + Send + Sync>);
@@ -59,6 +60,11 @@ pub struct EngineCore {
     /// The LoRA adapters requests may name, and which are resident in the executor.
     adapters: AdapterCatalog,
     lora_recorder: LoraRecorder,
+    /// Speculative decoding, when enabled.
+    spec: Option<Speculator>,
+    /// This step's emitted tokens, and how many belong to each sequence with logits rows.
+    emitted: Vec<u32>,
+    emitted_counts: Vec<usize>,
 }
 
 impl EngineCore {
@@ -89,7 +95,26 @@ impl EngineCore {
             logits: BatchOutput::default(),
             adapters: AdapterCatalog::new(config.lora),
             lora_recorder: LoraRecorder::new(config.lora.max_loras),
+            spec: None,
+            emitted: Vec::new(),
+            emitted_counts: Vec::new(),
         })
+    }
+
+    /// The same core decoding speculatively with `speculator` (see [`crate::spec`]).
+    pub fn with_speculator(mut self, speculator: Speculator) -> Self {
+        self.spec = Some(speculator);
+        self
+    }
+
+    /// Speculative-decoding counts, when speculation is enabled.
+    pub fn spec_counters(&self) -> Option<SpecCounters> {
+        self.spec.as_ref().map(Speculator::counters)
+    }
+
+    /// KV blocks not held by any request (free or only kept by the prefix cache).
+    pub fn num_free_kv_blocks(&self) -> usize {
+        self.scheduler.kv().num_free_blocks()
     }
 
     /// What a request must fit: the executor's vocabulary and the scheduler's context limit.
@@ -218,7 +243,13 @@ impl EngineCore {
     pub fn step(&mut self) -> usize {
         let now = Instant::now();
         self.expire_queued(now);
-        let out = self.scheduler.schedule();
+        if let Some(spec) = &mut self.spec {
+            spec.plan(&mut self.scheduler);
+        }
+        let mut out = self.scheduler.schedule();
+        if let Some(spec) = &mut self.spec {
+            spec.propose(&mut out, &self.scheduler, self.executor.vocab_size());
+        }
         let computed = out.num_batched_tokens();
         if !out.is_empty() {
             self.mark_scheduled(&out, now);
@@ -269,13 +300,23 @@ impl EngineCore {
             .map_err(|e| EngineFailure::Model(e.to_string()))
             .and_then(|()| self.sample_batch(out, &mut logits));
         self.logits = logits;
+        result?;
         let outputs = self
             .scheduler
-            .update(out, &result?)
+            .update_emitted(out, &self.emitted, &self.emitted_counts)
             .map_err(|e| EngineFailure::Internal(e.to_string()))?;
         let now = Instant::now();
+        // A request that ends mid-way (a stop string among accepted draft tokens) drops the
+        // tokens after that point.
+        let mut ended = None;
         for o in outputs {
-            self.apply_token(o, now);
+            if ended == Some(o.request_id) {
+                continue;
+            }
+            let id = o.request_id;
+            if self.apply_token(o, now) {
+                ended = Some(id);
+            }
         }
         Ok(())
     }
@@ -306,47 +347,76 @@ impl EngineCore {
         }
     }
 
-    /// Samples one token per logits row, in batch order. A request whose row cannot be sampled
-    /// fails alone: it is removed here, and `update`, which skips requests that are no longer
-    /// live, never applies the token recorded for its row. A row without a
-    /// live request is an engine bug and fails the batch.
+    /// Samples each sequence's logits rows, in batch order, into `self.emitted` (with
+    /// `self.emitted_counts`): one token for an ordinary row, the accepted draft tokens and one
+    /// more for a sequence that verifies drafts. A request whose rows cannot be sampled fails
+    /// alone: it is removed here, and `update`, which skips requests that are no longer live,
+    /// never applies the token recorded for it. A row without a live request is an engine bug
+    /// and fails the batch.
     fn sample_batch(
         &mut self,
         out: &SchedulerOutput,
         batch: &mut BatchOutput,
-    ) -> Result<Vec<u32>, EngineFailure> {
-        let ids = out.sampling_request_ids();
-        if batch.vocab == 0 || batch.num_rows() != ids.len() {
+    ) -> Result<(), EngineFailure> {
+        let rows = out.batch.num_logits();
+        if batch.vocab == 0 || batch.num_rows() != rows {
             return Err(EngineFailure::Model(format!(
-                "executor returned {} logits rows for {} sequences",
+                "executor returned {} logits rows for {rows} rows wanted",
                 batch.num_rows(),
-                ids.len()
             )));
         }
-        let mut sampled = Vec::with_capacity(ids.len());
+        let vocab = batch.vocab;
+        self.emitted.clear();
+        self.emitted_counts.clear();
         let mut failed = Vec::new();
-        for (&id, row) in ids.iter().zip(batch.logits.chunks_mut(batch.vocab)) {
+        let mut row = 0;
+        for seq in out.sampling_seqs() {
+            let id = seq.request_id;
+            let m = seq.num_logits;
+            let logits = &mut batch.logits[row * vocab..(row + m) * vocab];
+            row += m;
             let req = self.scheduler.request_mut(id).ok_or_else(|| {
                 EngineFailure::Internal(format!("request {id} was scheduled but is not live"))
             })?;
             let (generation, history) = req.generation_mut();
-            match generation.sample(row, history) {
-                Ok(token) => sampled.push(token),
-                Err(e) => {
-                    failed.push((id, e));
-                    // Keeps rows and tokens aligned; never applied (the request is removed below).
-                    sampled.push(0);
-                }
+            let before = self.emitted.len();
+            let result = if m == 1 {
+                generation
+                    .sample(logits, history)
+                    .map(|t| self.emitted.push(t))
+            } else {
+                let drafts = &seq.tokens[seq.tokens.len() - (m - 1)..];
+                verify_drafts(
+                    generation,
+                    logits,
+                    vocab,
+                    history,
+                    drafts,
+                    &mut self.emitted,
+                )
+                .map(|accepted| {
+                    if let Some(spec) = &mut self.spec {
+                        spec.counters_mut().record(drafts.len(), accepted);
+                    }
+                })
+            };
+            if let Err(e) = result {
+                failed.push((id, e));
+                // Keeps counts and tokens aligned; never applied (the request is removed below).
+                self.emitted.truncate(before);
+                self.emitted.push(0);
             }
+            self.emitted_counts.push(self.emitted.len() - before);
         }
         for (id, e) in failed {
             self.fail(id, EngineFailure::Model(format!("sampling failed: {e}")));
         }
-        Ok(sampled)
+        Ok(())
     }
 
-    /// Streams a request's new token and ends the request if [`end_reason`] says so.
-    fn apply_token(&mut self, o: RequestOutput, now: Instant) {
+    /// Streams a request's new token and ends the request if [`end_reason`] says so; true
+    /// when it ended.
+    fn apply_token(&mut self, o: RequestOutput, now: Instant) -> bool {
         self.generation_tokens_total += 1;
         let Some(req) = self.scheduler.request_mut(o.request_id) else {
             // `update` reports only live requests.
@@ -354,12 +424,16 @@ impl EngineCore {
                 request = o.request_id,
                 "a token was sampled for no live request"
             );
-            return;
+            return true;
         };
         let (generation, _) = req.generation_mut();
         let stopped = generation.push_token(&self.decoder, o.token, now);
-        if let Some(reason) = end_reason(generation, &self.decoder, stopped, o.stop) {
-            self.finish(o.request_id, reason);
+        match end_reason(generation, &self.decoder, stopped, o.stop) {
+            Some(reason) => {
+                self.finish(o.request_id, reason);
+                true
+            }
+            None => false,
         }
     }
 

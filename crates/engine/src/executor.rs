@@ -25,8 +25,10 @@ pub struct SeqBatch {
     /// attention window of the first token (see [`KvGeometry::attention_window`]), so no layer
     /// reads them.
     pub block_table: Vec<BlockId>,
-    /// Whether the last token's logits are needed (false for a non-final prefill chunk).
-    pub need_logits: bool,
+    /// How many logits rows this sequence wants: those of its last `num_logits` tokens, in
+    /// order (0 for a non-final prefill chunk, 1 for an ordinary step, `k + 1` when the last
+    /// `k` tokens are draft tokens to verify).
+    pub num_logits: usize,
     /// The LoRA adapter this sequence runs with (`None`: the base model alone).
     pub adapter: Option<AdapterId>,
 }
@@ -42,9 +44,14 @@ impl BatchInput {
     pub fn num_tokens(&self) -> usize {
         self.seqs.iter().map(|s| s.tokens.len()).sum()
     }
+
+    /// Total logits rows the step returns.
+    pub fn num_logits(&self) -> usize {
+        self.seqs.iter().map(|s| s.num_logits).sum()
+    }
 }
 
-/// Logits for each sequence of the batch with `need_logits`, in batch order, `vocab` wide.
+/// Logits rows in batch order, `vocab` wide: each sequence's [`SeqBatch::num_logits`] rows.
 #[derive(Debug, Clone, Default)]
 pub struct BatchOutput {
     pub vocab: usize,

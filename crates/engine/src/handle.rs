@@ -36,6 +36,7 @@ use crate::executor::Executor;
 use crate::output::TokenDecoder;
 use crate::request::RequestId;
 use crate::scheduler::SchedulerError;
+use crate::spec::Speculator;
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +118,21 @@ impl EngineHandle {
         eos_token_ids: Vec<u32>,
         config: EngineConfig,
     ) -> Result<EngineHandle, EngineStartError> {
-        let core = EngineCore::new(executor, decoder, eos_token_ids, &config)?;
+        Self::try_start_speculative(executor, decoder, eos_token_ids, config, None)
+    }
+
+    /// [`EngineHandle::try_start`] with speculative decoding by `speculator` (none: off).
+    pub fn try_start_speculative(
+        executor: Box<dyn Executor>,
+        decoder: Arc<dyn TokenDecoder + Send + Sync>,
+        eos_token_ids: Vec<u32>,
+        config: EngineConfig,
+        speculator: Option<Speculator>,
+    ) -> Result<EngineHandle, EngineStartError> {
+        let mut core = EngineCore::new(executor, decoder, eos_token_ids, &config)?;
+        if let Some(speculator) = speculator {
+            core = core.with_speculator(speculator);
+        }
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
         let adapters = Arc::new(Mutex::new(core.adapters()));

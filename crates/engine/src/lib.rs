@@ -28,6 +28,8 @@
 //! * [`expert_counts`] — tokens routed per expert of a mixture-of-experts model.
 //! * [`lora_metrics`] — the LoRA gauge (`vllm:lora_requests_info`) and load/eviction counters.
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
+//! * [`spec`] — speculative decoding: n-gram and draft-model proposers, draft verification by
+//!   rejection sampling, back-off under load.
 
 // Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -51,3 +53,4 @@ pub mod output;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;
+pub mod spec;

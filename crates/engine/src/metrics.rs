@@ -157,6 +157,7 @@ pub fn describe() {
         Unit::Count,
         "Tokens routed to each expert of each MoE layer"
     );
+    crate::spec::describe_metrics();
 }
 
 /// Turns the scheduler's cumulative counters into counter increments, and sets the gauges.

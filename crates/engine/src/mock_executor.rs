@@ -268,11 +268,12 @@ impl Executor for MockExecutor {
                 });
             }
             self.tokens_computed += s.tokens.len();
-            if s.need_logits {
+            let end = s.start_pos + s.tokens.len();
+            for pos in end - s.num_logits.min(s.tokens.len())..end {
                 let mut row = vec![0.0f32; self.vocab];
-                let last = first_key(self.window, s.start_pos + s.tokens.len() - 1);
-                let seen = &ctx[last - first..];
-                row[reference_next_token_at(last, seen, self.vocab) as usize] = 1.0;
+                let key = first_key(self.window, pos);
+                let seen = &ctx[key - first..=pos - first];
+                row[reference_next_token_at(key, seen, self.vocab) as usize] = 1.0;
                 logits.extend_from_slice(&row);
             }
         }

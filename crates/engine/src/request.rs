@@ -148,6 +148,8 @@ pub struct Request {
     block_hashes: Vec<BlockHash>,
     blocks: RequestBlocks,
     generation: Generation,
+    /// Draft-token slots the scheduler adds after the last token (speculative decoding).
+    spec_lookahead: usize,
 }
 
 impl Request {
@@ -208,6 +210,7 @@ impl Request {
             block_hashes: Vec::new(),
             blocks: RequestBlocks::default(),
             generation,
+            spec_lookahead: 0,
         }
     }
 
@@ -326,6 +329,17 @@ impl Request {
         None
     }
 
+    /// Draft-token slots to schedule after the last token when only that token is uncomputed
+    /// (0: an ordinary decode step).
+    pub fn spec_lookahead(&self) -> usize {
+        self.spec_lookahead
+    }
+
+    /// Sets the draft-token slots of the next step (see [`Self::spec_lookahead`]).
+    pub fn set_spec_lookahead(&mut self, k: usize) {
+        self.spec_lookahead = k;
+    }
+
     pub(crate) fn set_arrival_seq(&mut self, seq: u64) {
         self.arrival_seq = seq;
     }
@@ -337,6 +351,7 @@ impl Request {
     /// Drops all progress after a preemption: the KV cache must be recomputed.
     pub(crate) fn mark_preempted(&mut self) {
         self.num_computed_tokens = 0;
+        self.spec_lookahead = 0;
         self.num_preemptions += 1;
         self.status = RequestStatus::Preempted;
     }

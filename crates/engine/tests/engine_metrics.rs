@@ -254,3 +254,55 @@ fn window_releases_are_counted_and_the_usage_gauge_stays_bounded() {
     assert_eq!(peak_usage, 2.0 / 32.0);
     assert_eq!(s.gauges["kestrel:kv_cache_usage_perc"], 0.0);
 }
+
+#[test]
+fn speculative_decoding_counters_are_recorded_under_vllm_names() {
+    use kestrel_engine::spec::{NgramProposer, SpeculativeConfig, Speculator};
+    let recorder = TestRecorder::default();
+    let cfg = EngineConfig {
+        max_num_seqs: 8,
+        max_num_batched_tokens: 256,
+        enable_prefix_caching: true,
+        max_model_len: usize::MAX,
+        max_concurrent_requests: None,
+        lora: Default::default(),
+    };
+    let spec = Speculator::new(
+        SpeculativeConfig::new(3),
+        Box::new(NgramProposer::new(1, 3)),
+    );
+    let mut core = EngineCore::new(
+        Box::new(MockExecutor::new(64, BLOCK, VOCAB)),
+        Arc::new(LetterDecoder),
+        vec![EOS],
+        &cfg,
+    )
+    .expect("valid config")
+    .with_speculator(spec);
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    metrics::with_local_recorder(&recorder, || {
+        // A repetitive prompt: its suffixes recur, so n-gram drafts are proposed.
+        core.add_request(1, request(prompt(5, 3).repeat(5), 24).build(), tx);
+        while core.has_unfinished() {
+            core.step();
+        }
+    });
+    let counts = core.spec_counters().expect("speculating");
+    assert!(counts.num_drafts > 0, "{counts:?}");
+    let s = recorder.0.lock().unwrap();
+    let c = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+    assert_eq!(c("vllm:spec_decode_num_drafts_total"), counts.num_drafts);
+    assert_eq!(
+        c("vllm:spec_decode_num_draft_tokens_total"),
+        counts.num_draft_tokens
+    );
+    assert_eq!(
+        c("vllm:spec_decode_num_accepted_tokens_total"),
+        counts.num_accepted_tokens
+    );
+    assert_eq!(
+        c("vllm:spec_decode_num_emitted_tokens_total"),
+        counts.num_accepted_tokens + counts.num_drafts
+    );
+    assert!(counts.num_draft_tokens >= counts.num_drafts);
+}

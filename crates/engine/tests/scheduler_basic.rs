@@ -46,12 +46,12 @@ fn req(id: u64, prompt: Vec<u32>, max_tokens: usize, priority: i32) -> Request {
     Request::new(id, prompt, p)
 }
 
-/// (request id, start_pos, number of tokens, need_logits) per scheduled sequence.
+/// (request id, start_pos, number of tokens, wants logits) per scheduled sequence.
 fn shape(out: &SchedulerOutput) -> Vec<(u64, usize, usize, bool)> {
     out.batch
         .seqs
         .iter()
-        .map(|s| (s.request_id, s.start_pos, s.tokens.len(), s.need_logits))
+        .map(|s| (s.request_id, s.start_pos, s.tokens.len(), s.num_logits > 0))
         .collect()
 }
 

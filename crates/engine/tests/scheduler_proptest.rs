@@ -126,7 +126,7 @@ impl Harness {
             self.empty_streak = 0;
         }
         let batch = &out.batch;
-        self.chunks += batch.seqs.iter().filter(|q| !q.need_logits).count();
+        self.chunks += batch.seqs.iter().filter(|q| q.num_logits == 0).count();
         if let Some(w) = self.s.kv().attention_window() {
             for q in &batch.seqs {
                 let held = q.block_table.iter().filter(|&&b| b != NO_BLOCK).count();

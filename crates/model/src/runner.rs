@@ -188,15 +188,15 @@ impl ModelRunner {
         self.model.forward(pass, &self.logit_rows, &mut out.logits);
     }
 
-    /// Logits rows of an ordinary step: the last token of each sequence that wants them.
+    /// Logits rows of a step: the last `num_logits` tokens of each sequence (one for an
+    /// ordinary step, more when draft tokens are verified), in batch order.
     fn sampled_rows(&mut self, input: &BatchInput) {
         self.logit_rows.clear();
         let mut end = 0;
         for s in &input.seqs {
             end += s.tokens.len();
-            if s.need_logits && !s.tokens.is_empty() {
-                self.logit_rows.push(end - 1);
-            }
+            let k = s.num_logits.min(s.tokens.len());
+            self.logit_rows.extend(end - k..end);
         }
     }
 

@@ -78,7 +78,7 @@ fn last_token_hidden_state_matches_transformers() {
                 tokens: p.prompt_ids.clone(),
                 start_pos: 0,
                 block_table: (0..blocks).collect(),
-                need_logits: true,
+                num_logits: 1,
                 adapter: None,
             }],
         };

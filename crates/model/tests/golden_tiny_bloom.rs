@@ -85,7 +85,7 @@ fn chunked_logits(path: &Path, ids: &[u32], cuts: &[usize]) -> Vec<f32> {
                 tokens: ids[w[0]..w[1]].to_vec(),
                 start_pos: w[0],
                 block_table: table.clone(),
-                need_logits: true,
+                num_logits: 1,
                 adapter: None,
             }],
         };

@@ -46,7 +46,7 @@ fn prefill_then_decode(runner: &mut ModelRunner, ids: &[u32], split: usize) -> V
             tokens: ids[start..end].to_vec(),
             start_pos: start,
             block_table: table.clone(),
-            need_logits: true,
+            num_logits: 1,
             adapter: None,
         }];
         runner

@@ -109,7 +109,7 @@ fn seq(i: usize, tokens: &[u32], adapter: Option<AdapterId>) -> SeqBatch {
         tokens: tokens.to_vec(),
         start_pos: 0,
         block_table: (first..first + blocks as u32).collect(),
-        need_logits: true,
+        num_logits: 1,
         adapter,
     }
 }

@@ -91,7 +91,7 @@ impl WindowModel for RunnerModel {
                 tokens: chunk.to_vec(),
                 start_pos: i * self.batch,
                 block_table: self.block_table.clone(),
-                need_logits: true,
+                num_logits: 1,
                 adapter: self.adapter,
             };
             let out = self

@@ -35,7 +35,7 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
                 tokens: vec![3 + s as u32; 5 + s],
                 start_pos: 0,
                 block_table: table(s),
-                need_logits: true,
+                num_logits: 1,
                 adapter: None,
             })
             .collect(),
@@ -49,7 +49,7 @@ fn allocations_per_decode_step(mut runner: ModelRunner) -> usize {
                 tokens: vec![7],
                 start_pos: 5 + s,
                 block_table: table(s),
-                need_logits: true,
+                num_logits: 1,
                 adapter: None,
             })
             .collect(),

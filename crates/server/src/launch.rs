@@ -21,6 +21,7 @@ use kestrel_model::runner::{KvSizeError, KvSpec};
 use kestrel_model::{KvDtype, LoadedModel, ModelRunner, ThreadPool};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::speculative::{self, SpeculativeError, SpeculativeOptions};
 use crate::state::{AppState, Limits, ModelInfo};
 
 /// Engine and limit settings for [`start`].
@@ -43,6 +44,8 @@ pub struct LaunchOptions {
     pub lora_modules: Vec<(String, PathBuf)>,
     /// `--max-loras`, `--max-lora-rank`, `--max-cpu-loras`.
     pub lora_limits: LoraLimits,
+    /// Speculative decoding (`--speculative-method`); `None`: off.
+    pub speculative: Option<SpeculativeOptions>,
 }
 
 impl Default for LaunchOptions {
@@ -61,6 +64,7 @@ impl Default for LaunchOptions {
             model_id: None,
             lora_modules: Vec::new(),
             lora_limits: LoraLimits::default(),
+            speculative: None,
         }
     }
 }
@@ -76,6 +80,8 @@ pub enum LaunchError {
     Metrics(#[from] crate::metrics::MetricsError),
     #[error("cannot start the engine: {0}")]
     Engine(#[from] kestrel_engine::handle::EngineStartError),
+    #[error(transparent)]
+    Speculative(#[from] SpeculativeError),
     #[error("--lora-modules {name}={path}: {source}")]
     Lora {
         name: String,
@@ -114,6 +120,17 @@ pub fn start_engine(
     opts: &LaunchOptions,
     pool: &'static ThreadPool,
 ) -> Result<Launched, LaunchError> {
+    start_engine_with_draft(loaded, None, opts, pool)
+}
+
+/// [`start_engine`] with the draft model that `opts.speculative` names, loaded by the caller
+/// (`None` unless the method is `draft`).
+pub fn start_engine_with_draft(
+    loaded: LoadedModel,
+    draft: Option<LoadedModel>,
+    opts: &LaunchOptions,
+    pool: &'static ThreadPool,
+) -> Result<Launched, LaunchError> {
     let metrics = crate::metrics::install_recorder()?;
     let kv = KvSpec::for_budget(&loaded.model, opts.block_size, opts.kv_dtype, opts.kv_cache)?;
     let model_len = context_limit(
@@ -142,8 +159,19 @@ pub fn start_engine(
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
     let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
+    let speculator = opts
+        .speculative
+        .as_ref()
+        .map(|s| speculative::speculator(s, &tokenizer, draft, kv, pool))
+        .transpose()?;
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let engine = EngineHandle::try_start(Box::new(runner), tokenizer.clone(), eos, config)?;
+    let engine = EngineHandle::try_start_speculative(
+        Box::new(runner),
+        tokenizer.clone(),
+        eos,
+        config,
+        speculator,
+    )?;
     load_lora_modules(&engine, &opts.lora_modules)?;
     tracing::info!(
         num_blocks = kv.num_blocks,

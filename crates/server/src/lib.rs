@@ -44,6 +44,7 @@ pub mod openai_stream;
 pub mod request_log;
 pub mod response_id;
 pub mod routes;
+pub mod speculative;
 pub mod sse;
 pub mod tools;
 pub mod state;

@@ -39,7 +39,7 @@ impl EngineCore {
                         tokens: tokens.to_vec(),
                         start_pos: 0,
                         block_table: table.to_vec(),
-                        need_logits: true,
+                        num_logits: 1,
                         adapter: None,
                     }],
                 };

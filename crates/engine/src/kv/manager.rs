@@ -305,6 +305,21 @@ impl KvCacheManager {
         Some(out)
     }
 
+    /// Releases the blocks at the end of `req`'s table that hold none of its tokens (draft-token
+    /// slots left over after a verification step rejected drafts). Returns how many.
+    pub fn free_tail(&mut self, req: &mut Request) -> usize {
+        let keep = self.blocks_for(req.num_tokens());
+        let blocks = req.blocks_mut();
+        let keep = keep.max(blocks.num_released).max(blocks.num_cached);
+        if blocks.table.len() <= keep {
+            return 0;
+        }
+        let tail = blocks.table.split_off(keep);
+        debug_assert!(tail.iter().all(|&b| b != NO_BLOCK), "a hole in the tail");
+        self.pool.free(tail.iter().rev().copied());
+        tail.len()
+    }
+
     /// Releases all of `req`'s blocks, last block first (so its tail is evicted first); holes
     /// left by [`Self::free_outside_window`] were released already.
     pub fn free(&mut self, req: &mut Request) {

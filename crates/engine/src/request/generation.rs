@@ -110,6 +110,13 @@ impl Generation {
         Ok(token)
     }
 
+    /// Whether this request may take draft tokens (speculative decoding): the one switch for
+    /// everything that needs one sampled token per step. Requests asking for logprobs do not
+    /// speculate (their logprobs are kept for one token at a time).
+    pub fn can_speculate(&self) -> bool {
+        self.num_logprobs.is_none()
+    }
+
     /// Streams generated token `id`; returns true when a stop string ended the text.
     pub(crate) fn push_token(
         &mut self,

@@ -132,10 +132,20 @@ pub enum SchedulerError {
     /// `update` got a different number of sampled tokens than sequences that sample.
     #[error("expected {expected} sampled tokens, got {got}")]
     SampledCountMismatch {
-        /// Sequences with `need_logits`.
+        /// Sequences with logits rows.
         expected: usize,
         /// Tokens passed.
         got: usize,
+    },
+    /// A sequence's emitted tokens do not fit its logits rows (none, or more than its rows).
+    #[error("sequence of request {id}: {emitted} tokens emitted from {rows} logits rows")]
+    EmittedCountMismatch {
+        /// The request.
+        id: RequestId,
+        /// Tokens emitted for it.
+        emitted: usize,
+        /// Its logits rows.
+        rows: usize,
     },
 }
 
@@ -390,45 +400,110 @@ impl Scheduler {
         self.build_output(step)
     }
 
-    /// Applies a finished step: `sampled` holds one token per sequence of `out` with
-    /// `need_logits`, in batch order. Returns the new tokens with their token-level stop
-    /// reasons; requests ended since `schedule` are skipped.
+    /// Applies a finished step: `sampled` holds one token per sequence of `out` with logits
+    /// rows, in batch order. Returns the new tokens with their token-level stop reasons;
+    /// requests ended since `schedule` are skipped.
     pub fn update(
         &mut self,
         out: &SchedulerOutput,
         sampled: &[u32],
     ) -> Result<Vec<RequestOutput>, SchedulerError> {
-        let expected = out.batch.seqs.iter().filter(|s| s.need_logits).count();
+        let expected = out.sampling_seqs().count();
         if expected != sampled.len() {
             return Err(SchedulerError::SampledCountMismatch {
                 expected,
                 got: sampled.len(),
             });
         }
-        let mut tokens = sampled.iter().copied();
         let mut outputs = Vec::new();
+        let mut tokens = sampled.chunks(1);
         for seq in &out.batch.seqs {
-            let token = if seq.need_logits { tokens.next() } else { None };
-            outputs.extend(self.apply_seq(seq, token));
+            let emitted = if seq.num_logits > 0 {
+                tokens.next()
+            } else {
+                None
+            };
+            self.apply_seq(seq, emitted.unwrap_or(&[]), &mut outputs);
         }
         Ok(outputs)
     }
 
-    fn apply_seq(&mut self, seq: &SeqBatch, token: Option<u32>) -> Option<RequestOutput> {
-        let req = self.requests.get_mut(&seq.request_id)?;
-        if req.status() != RequestStatus::Running || req.num_computed_tokens() != seq.start_pos {
-            return None;
+    /// [`Scheduler::update`] for a step that verified draft tokens: `counts[i]` tokens of
+    /// `tokens` belong to the `i`-th sequence with logits rows (between 1 and its rows: the
+    /// accepted draft tokens, then one token sampled after them). Positions of rejected drafts
+    /// are un-computed again (their KV slots are overwritten later), and blocks past the new
+    /// tokens are freed.
+    pub fn update_emitted(
+        &mut self,
+        out: &SchedulerOutput,
+        tokens: &[u32],
+        counts: &[usize],
+    ) -> Result<Vec<RequestOutput>, SchedulerError> {
+        let expected = out.sampling_seqs().count();
+        if expected != counts.len() || counts.iter().sum::<usize>() != tokens.len() {
+            return Err(SchedulerError::SampledCountMismatch {
+                expected,
+                got: counts.len(),
+            });
         }
-        req.set_num_computed_tokens(seq.start_pos + seq.tokens.len());
+        for (seq, &c) in out.sampling_seqs().zip(counts) {
+            if c == 0 || c > seq.num_logits {
+                return Err(SchedulerError::EmittedCountMismatch {
+                    id: seq.request_id,
+                    emitted: c,
+                    rows: seq.num_logits,
+                });
+            }
+        }
+        let mut outputs = Vec::new();
+        let (mut rest, mut counts) = (tokens, counts.iter());
+        for seq in &out.batch.seqs {
+            let mut emitted: &[u32] = &[];
+            if seq.num_logits > 0 {
+                let c = counts.next().copied().unwrap_or(0);
+                (emitted, rest) = rest.split_at(c.min(rest.len()));
+            }
+            self.apply_seq(seq, emitted, &mut outputs);
+        }
+        Ok(outputs)
+    }
+
+    /// Advances one sequence: its real tokens and the accepted prefix of its draft tokens
+    /// become computed, and `emitted` is appended token by token until a stop.
+    fn apply_seq(&mut self, seq: &SeqBatch, emitted: &[u32], outputs: &mut Vec<RequestOutput>) {
+        let Some(req) = self.requests.get_mut(&seq.request_id) else {
+            return;
+        };
+        if req.status() != RequestStatus::Running || req.num_computed_tokens() != seq.start_pos {
+            return;
+        }
+        let drafts = &seq.tokens[seq.tokens.len() - seq.num_logits.saturating_sub(1)..];
+        let real = seq.tokens.len() - drafts.len();
+        let accepted = emitted
+            .iter()
+            .zip(drafts)
+            .take(emitted.len().saturating_sub(1))
+            .take_while(|(e, d)| e == d)
+            .count();
+        for &token in &emitted[..emitted.len().min(accepted + 1)] {
+            req.append_output_token(token);
+            let stop = req.check_stop(self.max_model_len);
+            outputs.push(RequestOutput {
+                request_id: seq.request_id,
+                token,
+                stop,
+            });
+            if stop.is_some() {
+                break;
+            }
+        }
+        let computed = (seq.start_pos + real + accepted).min(req.num_tokens());
+        req.set_num_computed_tokens(computed);
         self.kv.cache_computed_blocks(req);
         self.kv.free_outside_window(req);
-        let token = token?;
-        req.append_output_token(token);
-        Some(RequestOutput {
-            request_id: seq.request_id,
-            token,
-            stop: req.check_stop(self.max_model_len),
-        })
+        if !drafts.is_empty() {
+            self.kv.free_tail(req);
+        }
     }
 
     /// Tokens to give a request with `remaining` uncomputed tokens; 0 if it cannot run now.
@@ -459,7 +534,11 @@ impl Scheduler {
             if req.status() != RequestStatus::Running {
                 continue; // preempted earlier in this step
             }
-            let n = self.chunk_len(req.num_tokens() - req.num_computed_tokens(), step.budget);
+            let mut remaining = req.num_tokens() - req.num_computed_tokens();
+            if remaining == 1 {
+                remaining += req.spec_lookahead();
+            }
+            let n = self.chunk_len(remaining, step.budget);
             if n > 0 && self.allocate_running(id, n, step) {
                 step.push(id, n);
             }
@@ -577,26 +656,40 @@ impl Scheduler {
         self.num_preemptions += 1;
     }
 
+    /// The step's batch. Slots scheduled past a request's last token are lookahead slots for
+    /// draft tokens: the batch holds only the real tokens, and `lookahead` says how many draft
+    /// tokens each sequence may take (their slots are allocated and budgeted).
     fn build_output(&self, step: Step) -> SchedulerOutput {
-        let seqs = step
-            .scheduled
-            .iter()
-            .filter_map(|&(id, n)| {
-                let req = self.requests.get(&id)?;
-                let start = req.num_computed_tokens();
-                Some(SeqBatch {
-                    request_id: id,
-                    tokens: req.all_token_ids()[start..start + n].to_vec(),
-                    start_pos: start,
-                    block_table: req.block_table().to_vec(),
-                    need_logits: start + n == req.num_tokens(),
-                    adapter: req.params().adapter,
-                })
-            })
-            .collect();
+        let mut lookahead = Vec::new();
+        let mut seqs = Vec::with_capacity(step.scheduled.len());
+        for &(id, n) in &step.scheduled {
+            let Some(req) = self.requests.get(&id) else {
+                continue;
+            };
+            let start = req.num_computed_tokens();
+            let real = n.min(req.num_tokens() - start);
+            if n > real {
+                lookahead.resize(seqs.len(), 0);
+                lookahead.push(n - real);
+            } else if !lookahead.is_empty() {
+                lookahead.push(0);
+            }
+            seqs.push(SeqBatch {
+                request_id: id,
+                tokens: req.all_token_ids()[start..start + real].to_vec(),
+                start_pos: start,
+                block_table: req.block_table().to_vec(),
+                num_logits: usize::from(start + real == req.num_tokens()),
+                adapter: req.params().adapter,
+            });
+        }
+        if !lookahead.is_empty() {
+            lookahead.resize(seqs.len(), 0);
+        }
         SchedulerOutput {
             batch: BatchInput { seqs },
             preempted: step.preempted,
+            lookahead,
         }
     }
 }

@@ -87,7 +87,7 @@ pub fn teacher_forced_logits_with(
             tokens: ids.to_vec(),
             start_pos: 0,
             block_table: (0..blocks).collect(),
-            need_logits: true,
+            num_logits: 1,
             adapter,
         }],
     };
@@ -109,7 +109,7 @@ pub fn greedy_ids(runner: &mut ModelRunner, prompt: &[u32], n: usize) -> Vec<u32
                 tokens: std::mem::take(&mut tokens),
                 start_pos: pos,
                 block_table: table.clone(),
-                need_logits: true,
+                num_logits: 1,
                 adapter: None,
             }],
         };

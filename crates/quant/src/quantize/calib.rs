@@ -137,7 +137,7 @@ pub fn calibrate(
                 tokens: w.to_vec(),
                 start_pos: 0,
                 block_table: (0..shape.num_blocks as u32).collect(),
-                need_logits: false,
+                num_logits: 0,
                 adapter: None,
             }],
         };

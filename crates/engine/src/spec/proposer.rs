@@ -1,0 +1,39 @@
+//! [`Proposer`]: what guesses draft tokens for speculative decoding.
+
+use crate::executor::ExecutorError;
+use crate::kv::BlockId;
+use crate::request::RequestId;
+
+/// One sequence that proposes draft tokens this step.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftSeq<'a> {
+    /// The request.
+    pub request_id: RequestId,
+    /// Prompt and generated tokens; the last one is the token the step computes.
+    pub tokens: &'a [u32],
+    /// The request's block table, covering `tokens.len() + k - 1` positions (the positions a
+    /// draft model writes while it proposes `k` tokens).
+    pub block_table: &'a [BlockId],
+    /// Most draft tokens to propose.
+    pub k: usize,
+}
+
+/// Guesses the tokens that follow a request's context.
+pub trait Proposer: Send {
+    /// How many draft-token slots to schedule for request `id` with context `tokens` (at most
+    /// `k`; 0: it decodes normally this step). Called before scheduling.
+    fn lookahead(&mut self, id: RequestId, tokens: &[u32], k: usize) -> usize;
+
+    /// Draft tokens for each of `seqs` (at most `seq.k` each, fewer or none allowed), into
+    /// `drafts` (cleared first, one entry per sequence).
+    fn propose(
+        &mut self,
+        seqs: &[DraftSeq<'_>],
+        drafts: &mut Vec<Vec<u32>>,
+    ) -> Result<(), ExecutorError>;
+
+    /// Drops any state kept for requests that `live` says are gone.
+    fn retain(&mut self, live: &dyn Fn(RequestId) -> bool) {
+        let _ = live;
+    }
+}

@@ -13,6 +13,8 @@
 //! shutdown). The core is synchronous and knows nothing of threads;
 //! [`crate::handle::EngineHandle`] runs it on its own thread and feeds it commands between steps.
 
+mod constrained;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +24,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::adapters::{AdapterCard, AdapterCatalog, AdapterError};
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits};
 use crate::config::EngineConfig;
+use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecorder};
@@ -54,6 +57,8 @@ pub struct EngineCore {
     /// The LoRA adapters requests may name, and which are resident in the executor.
     adapters: AdapterCatalog,
     lora_recorder: LoraRecorder,
+    /// Compiles the grammars of constrained requests; `None`: structured output is refused.
+    constraints: Option<Arc<ConstraintFactory>>,
 }
 
 impl EngineCore {
@@ -84,7 +89,14 @@ impl EngineCore {
             logits: BatchOutput::default(),
             adapters: AdapterCatalog::new(config.lora),
             lora_recorder: LoraRecorder::new(config.lora.max_loras),
+            constraints: None,
         })
+    }
+
+    /// Enables structured output: requests with a grammar are compiled by `factory`.
+    pub fn with_constraints(mut self, factory: Option<Arc<ConstraintFactory>>) -> Self {
+        self.constraints = factory;
+        self
     }
 
     /// What a request must fit: the executor's vocabulary and the scheduler's context limit.
@@ -120,7 +132,12 @@ impl EngineCore {
             }
         }
         let prompt_len = req.prompt_ids().len();
-        let request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
+        let grammar = req.sampling().grammar.clone();
+        let mut request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
+        if let Err(failure) = self.constrain(&mut request, grammar.as_ref()) {
+            let _ = events.send(EngineEvent::Failed(failure));
+            return;
+        }
         if let Err(e) = self.scheduler.add_request(request) {
             let failure = match e {
                 SchedulerError::PromptTooLong { .. } => EngineFailure::TooLong(prompt_len),
@@ -259,8 +276,7 @@ impl EngineCore {
     fn execute_and_update(&mut self, out: &SchedulerOutput) -> Result<(), EngineFailure> {
         let mut logits = std::mem::take(&mut self.logits);
         let result = self
-            .executor
-            .execute_into(&out.batch, &mut logits)
+            .execute_with_masks(out, &mut logits)
             .map_err(|e| EngineFailure::Model(e.to_string()))
             .and_then(|()| self.sample_batch(out, &mut logits));
         self.logits = logits;

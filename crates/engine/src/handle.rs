@@ -30,6 +30,7 @@ use crate::adapter_id::AdapterId;
 use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
 use crate::config::EngineConfig;
+use crate::constraint::{ConstraintError, ConstraintFactory, GrammarSpec};
 use crate::core::EngineCore;
 use crate::executor::Executor;
 use crate::output::TokenDecoder;
@@ -78,6 +79,7 @@ struct Shared {
     stopping: AtomicBool,
     next_id: AtomicU64,
     limits: RequestLimits,
+    constraints: Option<Arc<ConstraintFactory>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -112,7 +114,20 @@ impl EngineHandle {
         eos_token_ids: Vec<u32>,
         config: EngineConfig,
     ) -> Result<EngineHandle, EngineStartError> {
-        let core = EngineCore::new(executor, decoder, eos_token_ids, &config)?;
+        Self::try_start_constrained(executor, decoder, eos_token_ids, config, None)
+    }
+
+    /// Like [`EngineHandle::try_start`], with structured output compiled by `constraints`
+    /// (`None`: requests with a grammar are refused).
+    pub fn try_start_constrained(
+        executor: Box<dyn Executor>,
+        decoder: Arc<dyn TokenDecoder + Send + Sync>,
+        eos_token_ids: Vec<u32>,
+        config: EngineConfig,
+        constraints: Option<Arc<ConstraintFactory>>,
+    ) -> Result<EngineHandle, EngineStartError> {
+        let core = EngineCore::new(executor, decoder, eos_token_ids, &config)?
+            .with_constraints(constraints.clone());
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));
         let adapters = Arc::new(Mutex::new(core.adapters()));
@@ -130,6 +145,7 @@ impl EngineHandle {
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             limits,
+            constraints,
             thread: Mutex::new(Some(thread)),
         };
         Ok(EngineHandle {
@@ -167,6 +183,15 @@ impl EngineHandle {
     /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].
     pub fn limits(&self) -> RequestLimits {
         self.shared.limits
+    }
+
+    /// Checks that `spec` compiles for this engine's model (call it before `submit`, so a bad
+    /// grammar is refused before it is queued).
+    pub fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
+        match &self.shared.constraints {
+            Some(factory) => factory.validate(spec),
+            None => Err(ConstraintError::Unavailable),
+        }
     }
 
     /// The latest snapshot of the engine's counters (refreshed after every step).

@@ -35,6 +35,7 @@ pub mod adapter_id;
 pub mod adapters;
 pub mod api;
 pub mod config;
+pub mod constraint;
 pub mod core;
 pub mod executor;
 pub mod expert_counts;

@@ -56,6 +56,9 @@ pub struct SamplingParams {
     pub ignore_eos: bool,
     /// Number of top alternatives to report per token; `None` reports none.
     pub logprobs: Option<usize>,
+    /// The grammar the output must follow (structured output); `None`: free text.
+    #[serde(default)]
+    pub grammar: Option<crate::constraint::GrammarSpec>,
 }
 
 impl Default for SamplingParams {
@@ -74,6 +77,7 @@ impl Default for SamplingParams {
             stop: Vec::new(),
             ignore_eos: false,
             logprobs: None,
+            grammar: None,
         }
     }
 }
@@ -130,6 +134,9 @@ pub enum SampleError {
     NoFiniteLogits,
     #[error("token {token} is outside a vocabulary of {vocab}")]
     TokenOutOfRange { token: u32, vocab: usize },
+    /// The request's grammar failed (structured output).
+    #[error(transparent)]
+    Constraint(#[from] crate::constraint::ConstraintError),
 }
 
 impl SamplingParams {

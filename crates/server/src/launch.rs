@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use kestrel_engine::adapters::{AdapterError, LoraLimits};
 use kestrel_engine::config::EngineConfig;
+use kestrel_engine::executor::Executor;
 use kestrel_engine::handle::EngineHandle;
 use kestrel_engine::kv::AttentionWindow;
 pub use kestrel_model::runner::KvBudget;
@@ -143,7 +144,14 @@ pub fn start_engine(
     let eos = tokenizer.eos_ids().to_vec();
     let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let engine = EngineHandle::try_start(Box::new(runner), tokenizer.clone(), eos, config)?;
+    let constraints = crate::constraint::factory(&tokenizer, runner.vocab_size());
+    let engine = EngineHandle::try_start_constrained(
+        Box::new(runner),
+        tokenizer.clone(),
+        eos,
+        config,
+        constraints,
+    )?;
     load_lora_modules(&engine, &opts.lora_modules)?;
     tracing::info!(
         num_blocks = kv.num_blocks,

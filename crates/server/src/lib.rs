@@ -31,6 +31,7 @@ pub mod auth;
 pub mod backend;
 pub mod blocking;
 pub mod config;
+pub mod constraint;
 pub mod error;
 pub mod extract;
 pub mod generation;

@@ -24,6 +24,7 @@ use kestrel_model::chat_template::ChatMessage;
 use kestrel_engine::adapters::AdapterError;
 
 use crate::blocking;
+use crate::constraint;
 use crate::error::ApiError;
 use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
@@ -126,6 +127,7 @@ pub fn completion(
     }
     let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
+    let grammar = constraint::checked(state, req.structured_fields())?;
     let prompt_ids = completion_prompt(state, req.prompt)?;
     let logprobs = match req.logprobs {
         None => None,
@@ -141,7 +143,7 @@ pub fn completion(
     finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
         let options = req.stream_options.unwrap_or_default();
         ValidRequest {
-            request: request.with_adapter(adapter),
+            request: request.with_adapter(adapter).with_grammar(grammar),
             n,
             stream: req.stream.unwrap_or(false),
             include_usage: options.include_usage,
@@ -159,6 +161,7 @@ pub fn chat(
     reject_chat_features(&req)?;
     let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
+    let grammar = constraint::checked(state, req.structured_fields())?;
     let prompt_ids = chat_prompt(state, &req.messages)?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(_)) => {
@@ -190,7 +193,7 @@ pub fn chat(
     finish_openai(state, fields, prompt_ids, max_tokens, logprobs, arrival).map(|(request, n)| {
         let options = req.stream_options.unwrap_or_default();
         ValidRequest {
-            request: request.with_adapter(adapter),
+            request: request.with_adapter(adapter).with_grammar(grammar),
             n,
             stream: req.stream.unwrap_or(false),
             include_usage: options.include_usage,
@@ -216,6 +219,7 @@ pub fn generate(
                 .ok_or(ApiError::Adapter(AdapterError::NotFound(name)))?,
         ),
     };
+    let grammar = constraint::checked_tgi(state, p.grammar.take())?;
     let prompt_ids = encode(state, &req.inputs, true, "inputs")?;
     let max_tokens = max_tokens(
         state.limits(),
@@ -250,6 +254,7 @@ pub fn generate(
         seed: p.seed,
         max_tokens,
         stop_token_ids: Vec::new(),
+        grammar: None,
         stop: stops(p.stop)?,
         ignore_eos: p.ignore_eos.unwrap_or(false),
         logprobs: match p.top_n_tokens {
@@ -259,7 +264,7 @@ pub fn generate(
     };
     let request = engine_request(state, prompt_ids, sampling, p.priority, arrival)?;
     Ok(ValidGenerate {
-        request: request.with_adapter(adapter),
+        request: request.with_adapter(adapter).with_grammar(grammar),
         details: p.details.unwrap_or(false),
         text_prefix: p.return_full_text.unwrap_or(false).then_some(req.inputs),
     })
@@ -316,17 +321,6 @@ fn reject_chat_features(req: &ChatCompletionRequest) -> Result<(), ApiError> {
             ))
         }
     }
-    if let Some(format) = &req.response_format {
-        if format.kind != "text" {
-            return Err(ApiError::param(
-                "response_format",
-                format!(
-                    "response_format type {:?} is not supported (only \"text\")",
-                    format.kind
-                ),
-            ));
-        }
-    }
     Ok(())
 }
 
@@ -364,6 +358,7 @@ fn finish_openai(
         seed: f.seed.map(|s| s as u64),
         max_tokens,
         stop_token_ids: Vec::new(),
+        grammar: None,
         stop: stops(f.stop)?,
         ignore_eos: f.ignore_eos.unwrap_or(false),
         logprobs,

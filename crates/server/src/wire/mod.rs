@@ -6,6 +6,7 @@
 
 pub mod lora;
 pub mod openai;
+pub mod structured;
 pub mod tgi;
 
 use serde::{Deserialize, Serialize};

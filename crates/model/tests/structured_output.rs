@@ -41,7 +41,9 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>) {
     let tokenizer = Arc::new(loaded.tokenizer);
     let runner = ModelRunner::new(loaded.model, 16, 512, ThreadPool::global());
     let width = kestrel_engine::executor::Executor::vocab_size(&runner);
-    let factory = tokenizer.constraint_factory(width).expect("token environment");
+    let factory = tokenizer
+        .constraint_factory(width)
+        .expect("token environment");
     let config = EngineConfig {
         max_num_seqs: 16,
         max_num_batched_tokens: 4096,
@@ -76,9 +78,7 @@ fn person_schema() -> Value {
 }
 
 fn chat_prompt(tokenizer: &Tokenizer, user: &str) -> Vec<u32> {
-    let text = format!(
-        "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-    );
+    let text = format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n");
     tokenizer.encode(&text, false).expect("encodes")
 }
 
@@ -120,7 +120,10 @@ fn assert_person(value: &Value) {
     let age = obj["age"].as_i64().expect("age is an integer");
     assert!((0..=150).contains(&age), "age out of range: {age}");
     let pet = obj["pet"].as_str().expect("pet is a string");
-    assert!(["cat", "dog", "fish"].contains(&pet), "pet not in the enum: {pet}");
+    assert!(
+        ["cat", "dog", "fish"].contains(&pet),
+        "pet not in the enum: {pet}"
+    );
 }
 
 /// Whether some match of `(yes|no), [0-9]{2}` starts with `piece`.
@@ -160,7 +163,10 @@ fn masks_allow_exactly_the_valid_continuations() {
         let id = tok.piece_to_id(word).expect("in the vocabulary");
         assert!(allowed.contains(&id), "{word:?} must be allowed");
     }
-    let forbidden = tok.piece_to_id("maybe").or_else(|| tok.piece_to_id("the")).expect("a word");
+    let forbidden = tok
+        .piece_to_id("maybe")
+        .or_else(|| tok.piece_to_id("the"))
+        .expect("a word");
     assert!(!allowed.contains(&forbidden));
     // The mask sets every disallowed logit to -inf and keeps the allowed ones.
     let mut row = vec![0.5f32; width];
@@ -170,7 +176,9 @@ fn masks_allow_exactly_the_valid_continuations() {
         })
         .expect("compiles");
     probe.apply(&mut row).expect("mask applies");
-    let finite: Vec<u32> = (0..width as u32).filter(|&i| row[i as usize].is_finite()).collect();
+    let finite: Vec<u32> = (0..width as u32)
+        .filter(|&i| row[i as usize].is_finite())
+        .collect();
     assert_eq!(finite, allowed);
     // Walk "no, 42": after each token only continuations remain; at the end only EOS.
     let ids = tok.encode("no, 42", false).expect("encodes");
@@ -197,7 +205,8 @@ fn masks_allow_exactly_the_valid_continuations() {
 #[test]
 fn bad_grammars_are_typed_errors() {
     let tok = tokenizer();
-    let factory: Arc<ConstraintFactory> = tok.constraint_factory(tok.vocab_size()).expect("factory");
+    let factory: Arc<ConstraintFactory> =
+        tok.constraint_factory(tok.vocab_size()).expect("factory");
     let bad = [
         GrammarSpec::Regex {
             pattern: "(unclosed".into(),
@@ -235,9 +244,16 @@ fn greedy_constrained_outputs_satisfy_their_grammars_beside_free_requests() {
         .submit(request(&engine, free_prompt.clone(), None))
         .expect("submits"));
 
-    let json_prompt = chat_prompt(&tok, "Describe a person with a name, an age and a pet as JSON.");
+    let json_prompt = chat_prompt(
+        &tok,
+        "Describe a person with a name, an age and a pet as JSON.",
+    );
     let regex = r"[A-Z][a-z]{1,15} [0-9]{1,3}";
-    let choices = vec!["positive".to_string(), "negative".to_string(), "neutral".to_string()];
+    let choices = vec![
+        "positive".to_string(),
+        "negative".to_string(),
+        "neutral".to_string(),
+    ];
     let streams = vec![
         engine.submit(request(&engine, free_prompt.clone(), None)),
         engine.submit(request(
@@ -268,10 +284,17 @@ fn greedy_constrained_outputs_satisfy_their_grammars_beside_free_requests() {
         .map(|s| run(s.expect("submits")))
         .collect();
 
-    assert_eq!(outs[0], alone, "a free request is unchanged by constrained neighbours");
+    assert_eq!(
+        outs[0], alone,
+        "a free request is unchanged by constrained neighbours"
+    );
 
     let (text, reason) = &outs[1];
-    assert_eq!(*reason, FinishReason::Stop, "the schema completes: {text:?}");
+    assert_eq!(
+        *reason,
+        FinishReason::Stop,
+        "the schema completes: {text:?}"
+    );
     let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
     assert_person(&value);
 
@@ -283,9 +306,18 @@ fn greedy_constrained_outputs_satisfy_their_grammars_beside_free_requests() {
     let (text, reason) = &outs[3];
     assert_eq!(*reason, FinishReason::Stop, "{text:?}");
     let (word, number) = text.split_once(' ').expect("two parts");
-    assert!(word.chars().next().is_some_and(|c| c.is_ascii_uppercase()), "{text:?}");
-    assert!(word.chars().skip(1).all(|c| c.is_ascii_lowercase()) && word.len() >= 2, "{text:?}");
-    assert!((1..=3).contains(&number.len()) && number.chars().all(|c| c.is_ascii_digit()), "{text:?}");
+    assert!(
+        word.chars().next().is_some_and(|c| c.is_ascii_uppercase()),
+        "{text:?}"
+    );
+    assert!(
+        word.chars().skip(1).all(|c| c.is_ascii_lowercase()) && word.len() >= 2,
+        "{text:?}"
+    );
+    assert!(
+        (1..=3).contains(&number.len()) && number.chars().all(|c| c.is_ascii_digit()),
+        "{text:?}"
+    );
 
     let (text, reason) = &outs[4];
     assert_eq!(*reason, FinishReason::Stop);

@@ -11,8 +11,8 @@ use std::time::Duration;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
-use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 
 use crate::error::ApiError;

@@ -32,11 +32,18 @@ fn person_schema() -> Value {
 /// enum and the bounds, and no other keys.
 fn assert_person(text: &str) {
     let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
-    let obj = v.as_object().unwrap_or_else(|| panic!("not an object: {text}"));
+    let obj = v
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {text}"));
     for key in obj.keys() {
-        assert!(["name", "age", "pet", "tags"].contains(&key.as_str()), "extra key {key}: {text}");
+        assert!(
+            ["name", "age", "pet", "tags"].contains(&key.as_str()),
+            "extra key {key}: {text}"
+        );
     }
-    let name = obj["name"].as_str().unwrap_or_else(|| panic!("name: {text}"));
+    let name = obj["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("name: {text}"));
     assert!(name.chars().count() <= 20, "{text}");
     let age = obj["age"].as_i64().unwrap_or_else(|| panic!("age: {text}"));
     assert!((0..=150).contains(&age), "{text}");
@@ -45,7 +52,11 @@ fn assert_person(text: &str) {
     if let Some(tags) = obj.get("tags") {
         let tags = tags.as_array().unwrap_or_else(|| panic!("tags: {text}"));
         assert!(tags.len() <= 3, "{text}");
-        assert!(tags.iter().all(|t| t.as_str().is_some_and(|t| t.chars().count() <= 10)), "{text}");
+        assert!(
+            tags.iter()
+                .all(|t| t.as_str().is_some_and(|t| t.chars().count() <= 10)),
+            "{text}"
+        );
     }
 }
 
@@ -90,8 +101,14 @@ async fn chat_text(body: &Value) -> (String, String) {
     assert_eq!(status, 200, "{body} -> {v}");
     let choice = &v["choices"][0];
     (
-        choice["message"]["content"].as_str().expect("content").to_string(),
-        choice["finish_reason"].as_str().expect("finish").to_string(),
+        choice["message"]["content"]
+            .as_str()
+            .expect("content")
+            .to_string(),
+        choice["finish_reason"]
+            .as_str()
+            .expect("finish")
+            .to_string(),
     )
 }
 
@@ -102,7 +119,10 @@ async fn completion_text(body: &Value) -> (String, String) {
     let choice = &v["choices"][0];
     (
         choice["text"].as_str().expect("text").to_string(),
-        choice["finish_reason"].as_str().expect("finish").to_string(),
+        choice["finish_reason"]
+            .as_str()
+            .expect("finish")
+            .to_string(),
     )
 }
 
@@ -143,8 +163,14 @@ async fn json_schema_and_json_object_outputs_parse_and_validate() {
 
     let ask_object = r#"Reply with JSON only, like {"color": "red"}. What color is the sky?"#;
     for body in [
-        chat(ask_object, json!({"response_format": {"type": "json_object"}})),
-        chat(ask_object, json!({"structured_outputs": {"json_object": true}})),
+        chat(
+            ask_object,
+            json!({"response_format": {"type": "json_object"}}),
+        ),
+        chat(
+            ask_object,
+            json!({"structured_outputs": {"json_object": true}}),
+        ),
     ] {
         let (text, finish) = chat_text(&body).await;
         assert_eq!(finish, "stop", "{text}");
@@ -158,7 +184,10 @@ async fn json_schema_and_json_object_outputs_parse_and_validate() {
 
     // `text` is no constraint at all.
     let free = chat("Say hello.", json!({"max_tokens": 8}));
-    let texted = chat("Say hello.", json!({"max_tokens": 8, "response_format": {"type": "text"}}));
+    let texted = chat(
+        "Say hello.",
+        json!({"max_tokens": 8, "response_format": {"type": "text"}}),
+    );
     assert_eq!(chat_text(&free).await, chat_text(&texted).await);
 }
 
@@ -189,19 +218,32 @@ async fn regex_choice_and_grammar_outputs_match() {
         assert_eq!(finish, "stop");
         assert!(choices.contains(&text.as_str()), "{text:?}");
     }
-    let (text, _) = completion_text(&completion("Answer: ", json!({"guided_choice": ["left", "right"]}))).await;
+    let (text, _) = completion_text(&completion(
+        "Answer: ",
+        json!({"guided_choice": ["left", "right"]}),
+    ))
+    .await;
     assert!(["left", "right"].contains(&text.as_str()), "{text:?}");
 
     let grammar = "start: answer \" \" number\nanswer: \"yes\" | \"no\"\nnumber: /[0-9]{1,2}/";
     for body in [
-        chat("Answer yes or no and give a number.", json!({"guided_grammar": grammar})),
-        chat("Answer yes or no and give a number.", json!({"structured_outputs": {"grammar": grammar}})),
+        chat(
+            "Answer yes or no and give a number.",
+            json!({"guided_grammar": grammar}),
+        ),
+        chat(
+            "Answer yes or no and give a number.",
+            json!({"structured_outputs": {"grammar": grammar}}),
+        ),
     ] {
         let (text, finish) = chat_text(&body).await;
         assert_eq!(finish, "stop", "{text}");
         let (answer, number) = text.split_once(' ').unwrap_or_else(|| panic!("{text:?}"));
         assert!(["yes", "no"].contains(&answer), "{text:?}");
-        assert!((1..=2).contains(&number.len()) && number.chars().all(|c| c.is_ascii_digit()), "{text:?}");
+        assert!(
+            (1..=2).contains(&number.len()) && number.chars().all(|c| c.is_ascii_digit()),
+            "{text:?}"
+        );
     }
 }
 
@@ -233,35 +275,113 @@ async fn bad_constraints_are_400s_naming_the_field() {
     let _g = GATE.read().await;
     let s = main_server();
     let cases = [
-        ("/v1/chat/completions", chat("hi", json!({"response_format": {"type": "json_schema",
-            "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}})), "response_format"),
-        ("/v1/chat/completions", chat("hi", json!({"response_format": {"type": "json_schema",
-            "json_schema": {"name": "x"}}})), "response_format"),
-        ("/v1/chat/completions", chat("hi", json!({"response_format": {"type": "yaml"}})), "response_format"),
-        ("/v1/completions", completion("hi", json!({"guided_regex": "(unclosed"})), "guided_regex"),
-        ("/v1/completions", completion("hi", json!({"guided_json": "{not json"})), "guided_json"),
-        ("/v1/completions", completion("hi", json!({"guided_json": 7})), "guided_json"),
-        ("/v1/completions", completion("hi", json!({"guided_choice": []})), "guided_choice"),
-        ("/v1/completions", completion("hi", json!({"guided_grammar": "start: missing_rule"})), "guided_grammar"),
-        ("/v1/completions", completion("hi", json!({"structured_outputs": {}})), "structured_outputs"),
-        ("/v1/completions", completion("hi", json!({"structured_outputs": {"regex": "a", "choice": ["b"]}})), "structured_outputs"),
-        ("/v1/completions", completion("hi", json!({"guided_regex": "a+", "guided_choice": ["a"]})), "guided_choice"),
-        ("/v1/chat/completions", chat("hi", json!({"response_format": {"type": "json_object"}, "guided_regex": "a"})), "guided_regex"),
-        ("/generate", json!({"inputs": "hi", "parameters": {"grammar": {"type": "regex", "value": "[z-a]"}}}), "grammar"),
-        ("/generate", json!({"inputs": "hi", "parameters": {"grammar": {"type": "json", "value": {"type": 12}}}}), "grammar"),
-        ("/generate", json!({"inputs": "hi", "parameters": {"grammar": {"type": "cfg", "value": "x"}}}), "grammar"),
+        (
+            "/v1/chat/completions",
+            chat(
+                "hi",
+                json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}}}),
+            ),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(
+                "hi",
+                json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x"}}}),
+            ),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            chat("hi", json!({"response_format": {"type": "yaml"}})),
+            "response_format",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"guided_regex": "(unclosed"})),
+            "guided_regex",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"guided_json": "{not json"})),
+            "guided_json",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"guided_json": 7})),
+            "guided_json",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"guided_choice": []})),
+            "guided_choice",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"guided_grammar": "start: missing_rule"})),
+            "guided_grammar",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"structured_outputs": {}})),
+            "structured_outputs",
+        ),
+        (
+            "/v1/completions",
+            completion(
+                "hi",
+                json!({"structured_outputs": {"regex": "a", "choice": ["b"]}}),
+            ),
+            "structured_outputs",
+        ),
+        (
+            "/v1/completions",
+            completion("hi", json!({"guided_regex": "a+", "guided_choice": ["a"]})),
+            "guided_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(
+                "hi",
+                json!({"response_format": {"type": "json_object"}, "guided_regex": "a"}),
+            ),
+            "guided_regex",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "hi", "parameters": {"grammar": {"type": "regex", "value": "[z-a]"}}}),
+            "grammar",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "hi", "parameters": {"grammar": {"type": "json", "value": {"type": 12}}}}),
+            "grammar",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "hi", "parameters": {"grammar": {"type": "cfg", "value": "x"}}}),
+            "grammar",
+        ),
     ];
     for (path, body, param) in cases {
         let (status, v) = post(s, path, &body).await;
         // TGI reports validation errors as 422, OpenAI routes as 400.
         let expected = if path == "/generate" { 422 } else { 400 };
         assert_eq!(status, expected, "{body} -> {v}");
-        let message = v["error"]["message"].as_str().or(v["error"].as_str()).unwrap_or_default();
+        let message = v["error"]["message"]
+            .as_str()
+            .or(v["error"].as_str())
+            .unwrap_or_default();
         assert!(!message.is_empty(), "{v}");
         if path != "/generate" {
             assert_eq!(v["error"]["param"], param, "{body} -> {v}");
         } else {
-            assert!(message.contains(param) || message.contains("regex") || message.contains("JSON"), "{v}");
+            assert!(
+                message.contains(param) || message.contains("regex") || message.contains("JSON"),
+                "{v}"
+            );
         }
     }
 }
@@ -270,33 +390,58 @@ async fn bad_constraints_are_400s_naming_the_field() {
 async fn free_request_beside_constrained_ones_is_unchanged_and_nothing_leaks() {
     let _g = GATE.write().await;
     let s = main_server();
-    let free = completion("The history of the lighthouse begins", json!({"max_tokens": 48}));
+    let free = completion(
+        "The history of the lighthouse begins",
+        json!({"max_tokens": 48}),
+    );
     let (alone, _) = completion_text(&free).await;
 
     let constrained = [
-        chat("Describe a person as JSON.", json!({"response_format": {"type": "json_schema",
-            "json_schema": {"name": "p", "schema": person_schema()}}})),
+        chat(
+            "Describe a person as JSON.",
+            json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "p", "schema": person_schema()}}}),
+        ),
         chat("Name a city.", json!({"guided_regex": CITY_REGEX})),
-        chat(r#"Reply with JSON only, like {"color": "red"}. What color is grass?"#,
-            json!({"response_format": {"type": "json_object"}})),
-        chat("Pick one.", json!({"guided_choice": ["red", "green", "blue"]})),
+        chat(
+            r#"Reply with JSON only, like {"color": "red"}. What color is grass?"#,
+            json!({"response_format": {"type": "json_object"}}),
+        ),
+        chat(
+            "Pick one.",
+            json!({"guided_choice": ["red", "green", "blue"]}),
+        ),
     ];
     let mut tasks = Vec::new();
-    for body in constrained.iter().cloned() {
+    for body in constrained {
         tasks.push(tokio::spawn(async move { chat_text(&body).await }));
     }
     let batched = tokio::spawn(async move { completion_text(&free).await });
     let (batched, _) = batched.await.expect("task");
     let outs: Vec<(String, String)> = futures_join(tasks).await;
-    assert_eq!(batched, alone, "a free request is unchanged by constrained neighbours");
+    assert_eq!(
+        batched, alone,
+        "a free request is unchanged by constrained neighbours"
+    );
     assert_person(&outs[0].0);
     assert!(matches_city_regex(&outs[1].0), "{:?}", outs[1]);
-    assert!(serde_json::from_str::<Value>(&outs[2].0).is_ok_and(|v| v.is_object()), "{:?}", outs[2]);
-    assert!(["red", "green", "blue"].contains(&outs[3].0.as_str()), "{:?}", outs[3]);
+    assert!(
+        serde_json::from_str::<Value>(&outs[2].0).is_ok_and(|v| v.is_object()),
+        "{:?}",
+        outs[2]
+    );
+    assert!(
+        ["red", "green", "blue"].contains(&outs[3].0.as_str()),
+        "{:?}",
+        outs[3]
+    );
 
     // A constrained stream dropped mid-way is aborted like any other.
-    let mut body = chat("Describe a person as JSON.", json!({"response_format": {"type": "json_object"},
-        "max_tokens": 400, "stream": true}));
+    let mut body = chat(
+        "Describe a person as JSON.",
+        json!({"response_format": {"type": "json_object"},
+        "max_tokens": 400, "stream": true}),
+    );
     body["max_tokens"] = json!(400);
     let mut resp = client()
         .post(format!("{}/v1/chat/completions", s.base))

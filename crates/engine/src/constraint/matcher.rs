@@ -42,7 +42,11 @@ impl ConstraintMatcher {
     /// The token ids allowed next (for tests and diagnostics).
     pub fn allowed_tokens(&mut self) -> Result<Vec<u32>, ConstraintError> {
         self.prepare()?;
-        Ok(self.ready.as_ref().map(SimpleVob::to_list).unwrap_or_default())
+        Ok(self
+            .ready
+            .as_ref()
+            .map(SimpleVob::to_list)
+            .unwrap_or_default())
     }
 
     /// Sets every disallowed token's logit in `row` to -inf (tokens beyond the grammar's

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::constraint::ConstraintMatcher;
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, TokenEvent, Usage};
+use crate::constraint::ConstraintMatcher;
 use crate::metrics::{record_admitted, record_finished, record_token};
 use crate::output::{TextStream, TokenDecoder};
 use crate::request::FinishReason;

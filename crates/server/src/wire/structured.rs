@@ -212,7 +212,10 @@ fn json_schema(param: &'static str, schema: Value) -> Result<GrammarSpec, ApiErr
         other => other,
     };
     if !(schema.is_object() || schema.is_boolean()) {
-        return Err(ApiError::param(param, "the JSON schema must be a JSON object"));
+        return Err(ApiError::param(
+            param,
+            "the JSON schema must be a JSON object",
+        ));
     }
     Ok(GrammarSpec::JsonSchema { schema })
 }

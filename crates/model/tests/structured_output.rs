@@ -111,6 +111,22 @@ fn run(mut stream: ResponseStream) -> (String, FinishReason) {
     panic!("stream ended without a terminal event");
 }
 
+/// Waits (at most 10 s) until the engine's published counters show no request left.
+fn wait_idle(engine: &EngineHandle) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let stats = engine.stats();
+        if stats.running + stats.waiting == 0 && stats.kv_usage == 0.0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "requests left behind: {stats:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Checks `value` against `person_schema` by hand.
 fn assert_person(value: &Value) {
     let obj = value.as_object().expect("an object");
@@ -323,6 +339,67 @@ fn greedy_constrained_outputs_satisfy_their_grammars_beside_free_requests() {
     assert_eq!(*reason, FinishReason::Stop);
     assert!(choices.contains(text), "{text:?} is not a choice");
 
-    let stats = engine.stats();
-    assert_eq!(stats.running + stats.waiting, 0);
+    wait_idle(&engine);
+}
+
+#[test]
+fn a_grammar_failing_in_the_engine_fails_its_request_alone() {
+    let (engine, tok) = engine();
+    let prompt = chat_prompt(&tok, "Say something.");
+    // Submitted without the server's check, a grammar that does not compile fails its request
+    // when the engine admits it; a free request beside it finishes.
+    let bad = engine
+        .submit(request(
+            &engine,
+            prompt.clone(),
+            Some(GrammarSpec::Regex {
+                pattern: "(unclosed".into(),
+            }),
+        ))
+        .expect("submits");
+    let free = engine
+        .submit(request(&engine, prompt.clone(), None))
+        .expect("submits");
+    let mut bad = bad;
+    match bad.blocking_next() {
+        Some(EngineEvent::Failed(f)) => {
+            let message = f.to_string();
+            assert!(message.contains("structured output"), "{message}");
+            assert!(message.contains("regex"), "{message}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let (text, _) = run(free);
+    assert!(!text.is_empty());
+    // An engine started without a grammar compiler refuses constrained requests the same way,
+    // and its handle says so before submitting.
+    let path = model_path();
+    let loaded = load_model(&path).expect("loads");
+    let runner = ModelRunner::new(loaded.model, 16, 64, ThreadPool::global());
+    let plain = EngineHandle::start(
+        Box::new(runner),
+        tok.clone(),
+        tok.eos_ids().to_vec(),
+        EngineConfig {
+            max_num_seqs: 4,
+            max_num_batched_tokens: 1024,
+            enable_prefix_caching: false,
+            max_model_len: 1024,
+            max_concurrent_requests: None,
+            lora: Default::default(),
+        },
+    );
+    let spec = GrammarSpec::JsonObject;
+    assert_eq!(
+        plain.validate_grammar(&spec),
+        Err(ConstraintError::Unavailable)
+    );
+    let mut refused = plain
+        .submit(request(&plain, prompt, Some(spec)))
+        .expect("submits");
+    assert!(matches!(
+        refused.blocking_next(),
+        Some(EngineEvent::Failed(_))
+    ));
+    wait_idle(&engine);
 }

@@ -31,10 +31,10 @@ url = f"http://127.0.0.1:{port}/v1/chat/completions"
 schema = {
     "type": "object",
     "properties": {
-        "name": {"type": "string"},
+        "name": {"type": "string", "maxLength": 24},
         "age": {"type": "integer"},
-        "city": {"type": "string"},
-        "hobbies": {"type": "array", "items": {"type": "string"}},
+        "city": {"type": "string", "maxLength": 24},
+        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 16}, "maxItems": 3},
         "pet": {"enum": ["cat", "dog", "fish", "none"]},
     },
     "required": ["name", "age", "city", "hobbies", "pet"],
@@ -52,15 +52,18 @@ def body(i, constrained):
                                 "json_schema": {"name": "person", "schema": schema}}
     return b
 
+complete = [0]  # constrained outputs that completed (and parsed)
+
 def one(args):
     i, constrained = args
     req = urllib.request.Request(url, data=json.dumps(body(i, constrained)).encode(),
                                  headers={"content-type": "application/json"})
     with urllib.request.urlopen(req, timeout=900) as r:
         v = json.load(r)
-    text = v["choices"][0]["message"]["content"]
-    if constrained:
-        json.loads(text)  # every constrained output must parse
+    choice = v["choices"][0]
+    if constrained and choice["finish_reason"] == "stop":
+        json.loads(choice["message"]["content"])  # a completed constrained output must parse
+        complete[0] += 1
     return v["usage"]["completion_tokens"]
 
 def round_tps(constrained):
@@ -71,6 +74,7 @@ def round_tps(constrained):
     return tokens, dt
 
 one((0, True)); one((0, False))  # warm-up
+complete[0] = 0
 totals = {False: [0, 0.0], True: [0, 0.0]}
 for _ in range(rounds):
     for constrained in (False, True):
@@ -79,8 +83,9 @@ for _ in range(rounds):
         totals[constrained][1] += dt
 free = totals[False][0] / totals[False][1]
 cons = totals[True][0] / totals[True][1]
-print(f"| model | threads | concurrency | free tok/s | json_schema tok/s | slowdown | tokens (free / json_schema) |")
-print(f"| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| model | threads | concurrency | free tok/s | json_schema tok/s | slowdown | tokens (free / json_schema) | json_schema outputs complete |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 print(f"| {model.rsplit('/', 1)[-1]} | {threads} | {conc} | {free:.1f} | {cons:.1f} | "
-      f"{(1 - cons / free) * 100:.1f}% | {totals[False][0]} / {totals[True][0]} |")
+      f"{(1 - cons / free) * 100:.1f}% | {totals[False][0]} / {totals[True][0]} | "
+      f"{complete[0]} / {conc * rounds} |")
 PY

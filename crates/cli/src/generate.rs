@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::{EngineEvent, EngineRequest};
 use kestrel_engine::config::EngineConfig;
-use kestrel_engine::handle::{EngineHandle, ResponseStream};
+use kestrel_engine::handle::{EngineHandle, EngineOptions, ResponseStream};
 use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::chat_template::ChatMessage;
 use kestrel_model::runner::{KvBudget, KvSpec};
@@ -141,8 +141,11 @@ fn start_engine(
         )?),
     };
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let engine =
-        EngineHandle::try_start_speculative(Box::new(runner), tokenizer, eos, config, speculator)?;
+    let options = EngineOptions {
+        speculator,
+        constraints: None,
+    };
+    let engine = EngineHandle::try_start_with(Box::new(runner), tokenizer, eos, config, options)?;
     let Some(path) = args.lora.as_deref() else {
         return Ok((engine, None));
     };

@@ -109,6 +109,13 @@ impl EngineRequest {
         self
     }
 
+    /// Constrain the output to `grammar` (structured output); check that it compiles first
+    /// (`EngineHandle::validate_grammar`), or the request fails when the engine admits it.
+    pub fn with_grammar(mut self, grammar: Option<crate::constraint::GrammarSpec>) -> Self {
+        self.sampling.grammar = grammar;
+        self
+    }
+
     /// The LoRA adapter the request runs with.
     pub fn adapter(&self) -> Option<AdapterId> {
         self.adapter

@@ -13,6 +13,7 @@
 //! shutdown). The core is synchronous and knows nothing of threads;
 //! [`crate::handle::EngineHandle`] runs it on its own thread and feeds it commands between steps.
 
+mod constrained;
 mod embed;
 
 use std::path::Path;
@@ -24,6 +25,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::adapters::{AdapterCard, AdapterCatalog, AdapterError};
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits};
 use crate::config::EngineConfig;
+use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecorder};
@@ -65,6 +67,8 @@ pub struct EngineCore {
     /// This step's emitted tokens, and how many belong to each sequence with logits rows.
     emitted: Vec<u32>,
     emitted_counts: Vec<usize>,
+    /// Compiles the grammars of constrained requests; `None`: structured output is refused.
+    constraints: Option<Arc<ConstraintFactory>>,
 }
 
 impl EngineCore {
@@ -98,6 +102,7 @@ impl EngineCore {
             spec: None,
             emitted: Vec::new(),
             emitted_counts: Vec::new(),
+            constraints: None,
         })
     }
 
@@ -115,6 +120,12 @@ impl EngineCore {
     /// KV blocks not held by any request (free or only kept by the prefix cache).
     pub fn num_free_kv_blocks(&self) -> usize {
         self.scheduler.kv().num_free_blocks()
+    }
+
+    /// Enables structured output: requests with a grammar are compiled by `factory`.
+    pub fn with_constraints(mut self, factory: Option<Arc<ConstraintFactory>>) -> Self {
+        self.constraints = factory;
+        self
     }
 
     /// What a request must fit: the executor's vocabulary and the scheduler's context limit.
@@ -150,7 +161,12 @@ impl EngineCore {
             }
         }
         let prompt_len = req.prompt_ids().len();
-        let request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
+        let grammar = req.sampling().grammar.clone();
+        let mut request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
+        if let Err(failure) = self.constrain(&mut request, grammar.as_ref()) {
+            let _ = events.send(EngineEvent::Failed(failure));
+            return;
+        }
         if let Err(e) = self.scheduler.add_request(request) {
             let failure = match e {
                 SchedulerError::PromptTooLong { .. } => EngineFailure::TooLong(prompt_len),
@@ -295,8 +311,7 @@ impl EngineCore {
     fn execute_and_update(&mut self, out: &SchedulerOutput) -> Result<(), EngineFailure> {
         let mut logits = std::mem::take(&mut self.logits);
         let result = self
-            .executor
-            .execute_into(&out.batch, &mut logits)
+            .execute_with_masks(out, &mut logits)
             .map_err(|e| EngineFailure::Model(e.to_string()))
             .and_then(|()| self.sample_batch(out, &mut logits));
         self.logits = logits;

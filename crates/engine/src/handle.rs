@@ -30,6 +30,7 @@ use crate::adapter_id::AdapterId;
 use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
 use crate::config::EngineConfig;
+use crate::constraint::{ConstraintError, ConstraintFactory, GrammarSpec};
 use crate::core::EngineCore;
 use crate::embedding::EmbedError;
 use crate::executor::Executor;
@@ -84,6 +85,7 @@ struct Shared {
     stopping: AtomicBool,
     next_id: AtomicU64,
     limits: RequestLimits,
+    constraints: Option<Arc<ConstraintFactory>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -91,6 +93,16 @@ struct Shared {
 #[derive(Clone)]
 pub struct EngineHandle {
     shared: Arc<Shared>,
+}
+
+/// Optional features of an engine, for [`EngineHandle::try_start_with`].
+#[derive(Default)]
+pub struct EngineOptions {
+    /// Speculative decoding (`None`: off).
+    pub speculator: Option<Speculator>,
+    /// Compiles the grammars of structured output (`None`: requests with a grammar are
+    /// refused).
+    pub constraints: Option<Arc<ConstraintFactory>>,
 }
 
 impl EngineHandle {
@@ -118,18 +130,29 @@ impl EngineHandle {
         eos_token_ids: Vec<u32>,
         config: EngineConfig,
     ) -> Result<EngineHandle, EngineStartError> {
-        Self::try_start_speculative(executor, decoder, eos_token_ids, config, None)
+        Self::try_start_with(
+            executor,
+            decoder,
+            eos_token_ids,
+            config,
+            EngineOptions::default(),
+        )
     }
 
-    /// [`EngineHandle::try_start`] with speculative decoding by `speculator` (none: off).
-    pub fn try_start_speculative(
+    /// Like [`EngineHandle::try_start`], with the optional features in `options`.
+    pub fn try_start_with(
         executor: Box<dyn Executor>,
         decoder: Arc<dyn TokenDecoder + Send + Sync>,
         eos_token_ids: Vec<u32>,
         config: EngineConfig,
-        speculator: Option<Speculator>,
+        options: EngineOptions,
     ) -> Result<EngineHandle, EngineStartError> {
-        let mut core = EngineCore::new(executor, decoder, eos_token_ids, &config)?;
+        let EngineOptions {
+            speculator,
+            constraints,
+        } = options;
+        let mut core = EngineCore::new(executor, decoder, eos_token_ids, &config)?
+            .with_constraints(constraints.clone());
         if let Some(speculator) = speculator {
             core = core.with_speculator(speculator);
         }
@@ -150,6 +173,7 @@ impl EngineHandle {
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             limits,
+            constraints,
             thread: Mutex::new(Some(thread)),
         };
         Ok(EngineHandle {
@@ -187,6 +211,15 @@ impl EngineHandle {
     /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].
     pub fn limits(&self) -> RequestLimits {
         self.shared.limits
+    }
+
+    /// Checks that `spec` compiles for this engine's model (call it before `submit`, so a bad
+    /// grammar is refused before it is queued).
+    pub fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
+        match &self.shared.constraints {
+            Some(factory) => factory.validate(spec),
+            None => Err(ConstraintError::Unavailable),
+        }
     }
 
     /// The latest snapshot of the engine's counters (refreshed after every step).

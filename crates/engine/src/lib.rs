@@ -39,6 +39,7 @@ pub mod adapter_id;
 pub mod adapters;
 pub mod api;
 pub mod config;
+pub mod constraint;
 pub mod core;
 pub mod embedding;
 pub mod executor;

@@ -59,6 +59,9 @@ pub struct SamplingParams {
     pub ignore_eos: bool,
     /// Number of top alternatives to report per token; `None` reports none.
     pub logprobs: Option<usize>,
+    /// The grammar the output must follow (structured output); `None`: free text.
+    #[serde(default)]
+    pub grammar: Option<crate::constraint::GrammarSpec>,
     /// Added to the raw logits before anything else.
     #[serde(default)]
     pub logit_bias: LogitBias,
@@ -97,6 +100,7 @@ impl Default for SamplingParams {
             min_tokens: 0,
             include_stop_str_in_output: false,
             skip_special_tokens: true,
+            grammar: None,
         }
     }
 }
@@ -156,6 +160,9 @@ pub enum SampleError {
     NoFiniteLogits,
     #[error("token {token} is outside a vocabulary of {vocab}")]
     TokenOutOfRange { token: u32, vocab: usize },
+    /// The request's grammar failed (structured output).
+    #[error(transparent)]
+    Constraint(#[from] crate::constraint::ConstraintError),
 }
 
 impl SamplingParams {

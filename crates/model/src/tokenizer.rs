@@ -17,6 +17,8 @@
 //! [`Tokenizer::eos_ids`] lists every end-of-generation id: EOS, `eot`/`eom` ids and well-known
 //! end-of-turn special tokens (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...).
 
+mod token_env;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

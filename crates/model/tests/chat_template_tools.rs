@@ -19,7 +19,11 @@ fn tool_templates_match_transformers() {
     let fx = fixture();
     let tools = fx["tools"].as_array().expect("tools").clone();
     let templates = fx["templates"].as_array().expect("templates");
-    assert_eq!(templates.len(), 5, "qwen2.5, qwen3, hermes3, llama3.1, mistral-nemo");
+    assert_eq!(
+        templates.len(),
+        5,
+        "qwen2.5, qwen3, hermes3, llama3.1, mistral-nemo"
+    );
     for t in templates {
         let name = t["name"].as_str().expect("name");
         let tpl = ChatTemplate::new(
@@ -35,7 +39,11 @@ fn tool_templates_match_transformers() {
             let got = tpl
                 .render_with_tools(&messages, Some(&tools), true)
                 .unwrap_or_else(|e| panic!("{name}/{case_name}: {e}"));
-            assert_eq!(got, case["rendered"].as_str().expect("rendered"), "{name}/{case_name}");
+            assert_eq!(
+                got,
+                case["rendered"].as_str().expect("rendered"),
+                "{name}/{case_name}"
+            );
         }
     }
 }

@@ -12,6 +12,7 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_engine::embedding::EmbedError;
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 
@@ -118,6 +119,13 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Unloads a LoRA adapter. Blocks (call it from `spawn_blocking`).
+    /// Checks that a structured-output grammar compiles for the served model (before the
+    /// request is queued). Backends without constrained decoding refuse every grammar.
+    fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
+        let _ = spec;
+        Err(ConstraintError::Unavailable)
+    }
+
     fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
         Err(ApiError::Adapter(AdapterError::NotFound(name.to_string())))
     }
@@ -209,6 +217,10 @@ impl Backend for EngineHandle {
 
     fn load_adapter(&self, name: &str, path: PathBuf) -> Result<AdapterCard, ApiError> {
         EngineHandle::load_adapter(self, name, path).map_err(ApiError::from)
+    }
+
+    fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
+        EngineHandle::validate_grammar(self, spec)
     }
 
     fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {

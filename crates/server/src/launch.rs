@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use kestrel_engine::adapters::{AdapterError, LoraLimits};
 use kestrel_engine::config::EngineConfig;
-use kestrel_engine::handle::EngineHandle;
+use kestrel_engine::executor::Executor;
+use kestrel_engine::handle::{EngineHandle, EngineOptions};
 use kestrel_engine::kv::AttentionWindow;
 pub use kestrel_model::runner::KvBudget;
 use kestrel_model::runner::{KvSizeError, KvSpec};
@@ -165,12 +166,16 @@ pub fn start_engine_with_draft(
         .map(|s| speculative::speculator(s, &tokenizer, draft, kv, pool))
         .transpose()?;
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let engine = EngineHandle::try_start_speculative(
+    let constraints = crate::constraint::factory(&tokenizer, runner.vocab_size());
+    let engine = EngineHandle::try_start_with(
         Box::new(runner),
         tokenizer.clone(),
         eos,
         config,
-        speculator,
+        EngineOptions {
+            speculator,
+            constraints,
+        },
     )?;
     load_lora_modules(&engine, &opts.lora_modules)?;
     tracing::info!(

@@ -26,6 +26,7 @@ use kestrel_model::chat_template::ChatMessage;
 use kestrel_engine::adapters::AdapterError;
 
 use crate::blocking;
+use crate::constraint;
 use crate::error::ApiError;
 use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
@@ -169,6 +170,7 @@ pub fn completion(
     // Ranking candidates needs each chosen token's logprob.
     let logprobs = user_logprobs.or((best_of > n).then_some(0));
     let (sampling, priority) = openai_sampling(state, fields, logprobs)?;
+    let grammar = constraint::checked(state, req.structured_fields())?;
     let prompts = completion_prompts(state, req.prompt)?;
     if prompts.len() * best_of > MAX_CANDIDATES {
         return Err(ApiError::param(
@@ -197,7 +199,7 @@ pub fn completion(
             };
             let request = engine_request(state, ids, sampling, priority, arrival)?;
             Ok(ValidPrompt {
-                request: request.with_adapter(adapter),
+                request: request.with_adapter(adapter).with_grammar(grammar.clone()),
                 echo,
             })
         })
@@ -224,6 +226,7 @@ pub fn chat(
     let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
     let n = choices_n(fields.n)?;
+    let grammar = constraint::checked(state, req.structured_fields())?;
     let prompt_ids = chat_prompt(state, &req.messages)?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(_)) => {
@@ -261,7 +264,7 @@ pub fn chat(
     let options = req.stream_options.unwrap_or_default();
     Ok(ValidRequest {
         prompts: vec![ValidPrompt {
-            request: request.with_adapter(adapter),
+            request: request.with_adapter(adapter).with_grammar(grammar),
             echo: None,
         }],
         n,
@@ -290,6 +293,7 @@ pub fn generate(
                 .ok_or(ApiError::Adapter(AdapterError::NotFound(name)))?,
         ),
     };
+    let grammar = constraint::checked_tgi(state, p.grammar.take())?;
     let prompt_ids = encode(state, &req.inputs, true, "inputs")?;
     let max_tokens = max_tokens(
         state.limits(),
@@ -333,7 +337,7 @@ pub fn generate(
     };
     let request = engine_request(state, prompt_ids, sampling, priority(p.priority)?, arrival)?;
     Ok(ValidGenerate {
-        request: request.with_adapter(adapter),
+        request: request.with_adapter(adapter).with_grammar(grammar),
         details: p.details.unwrap_or(false),
         text_prefix: p.return_full_text.unwrap_or(false).then_some(req.inputs),
     })
@@ -388,17 +392,6 @@ fn reject_chat_features(req: &ChatCompletionRequest) -> Result<(), ApiError> {
                 "tool_choice",
                 "only tool_choice \"none\" or \"auto\" is supported",
             ))
-        }
-    }
-    if let Some(format) = &req.response_format {
-        if format.kind != "text" {
-            return Err(ApiError::param(
-                "response_format",
-                format!(
-                    "response_format type {:?} is not supported (only \"text\")",
-                    format.kind
-                ),
-            ));
         }
     }
     Ok(())

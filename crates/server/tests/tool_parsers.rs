@@ -3,15 +3,19 @@
 use std::path::PathBuf;
 
 use kestrel_server::tools::{
-    forced, function_specs, ParsedOutput, StreamEvent, ToolCallFormat, ToolCallStream,
-    ToolChoice,
+    forced, function_specs, ParsedOutput, StreamEvent, ToolCallFormat, ToolCallStream, ToolChoice,
 };
 use serde_json::{json, Value};
 
 fn names_args(p: &ParsedOutput) -> Vec<(String, Value)> {
     p.calls
         .iter()
-        .map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).expect("args JSON")))
+        .map(|c| {
+            (
+                c.name.clone(),
+                serde_json::from_str(&c.arguments).expect("args JSON"),
+            )
+        })
         .collect()
 }
 
@@ -38,10 +42,22 @@ fn hermes_calls_and_content() {
 #[test]
 fn malformed_calls_stay_text() {
     for (format, text) in [
-        (ToolCallFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>"),
-        (ToolCallFormat::Hermes, "<tool_call>{\"arguments\": {}}</tool_call>"),
-        (ToolCallFormat::Llama3Json, "{\"name\": \"f\", \"parameters\": {} trailing"),
-        (ToolCallFormat::Mistral, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": 3}]"),
+        (
+            ToolCallFormat::Hermes,
+            "<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>",
+        ),
+        (
+            ToolCallFormat::Hermes,
+            "<tool_call>{\"arguments\": {}}</tool_call>",
+        ),
+        (
+            ToolCallFormat::Llama3Json,
+            "{\"name\": \"f\", \"parameters\": {} trailing",
+        ),
+        (
+            ToolCallFormat::Mistral,
+            "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": 3}]",
+        ),
         (ToolCallFormat::Mistral, "[TOOL_CALLS]no args here"),
     ] {
         let p = format.parse(text);
@@ -75,7 +91,10 @@ fn mistral_both_layouts() {
         "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, {\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 1}}]",
     );
     assert_eq!(v3.calls.len(), 2);
-    assert_eq!(names_args(&v3)[0], ("get_weather".into(), json!({"city": "Rome"})));
+    assert_eq!(
+        names_args(&v3)[0],
+        ("get_weather".into(), json!({"city": "Rome"}))
+    );
     for c in &v3.calls {
         assert_eq!(c.id.len(), 9, "Mistral templates need 9-character ids");
         assert!(c.id.chars().all(|ch| ch.is_ascii_alphanumeric()));
@@ -116,7 +135,11 @@ fn format_follows_the_chat_template() {
         assert_eq!(ToolCallFormat::detect(source), Some(format), "{name}");
     }
     assert_eq!(ToolCallFormat::detect("{{ messages[0].content }}"), None);
-    for f in [ToolCallFormat::Hermes, ToolCallFormat::Llama3Json, ToolCallFormat::Mistral] {
+    for f in [
+        ToolCallFormat::Hermes,
+        ToolCallFormat::Llama3Json,
+        ToolCallFormat::Mistral,
+    ] {
         assert_eq!(ToolCallFormat::from_name(f.name()), Ok(f));
     }
     assert!(ToolCallFormat::from_name("pythonic").is_err());
@@ -138,7 +161,10 @@ fn stream(format: ToolCallFormat, text: &str, size: usize) -> (String, Vec<(Stri
             StreamEvent::Content(c) => content.push_str(&c),
             StreamEvent::Call { index, call } => {
                 assert_eq!(index, calls.len(), "call indexes count up (event {i})");
-                calls.push((call.name, serde_json::from_str(&call.arguments).expect("args")));
+                calls.push((
+                    call.name,
+                    serde_json::from_str(&call.arguments).expect("args"),
+                ));
             }
         }
     }
@@ -173,11 +199,20 @@ fn streaming_gives_what_the_whole_parse_gives() {
 #[test]
 fn streaming_holds_back_only_a_possible_marker() {
     let mut s = ToolCallStream::new(ToolCallFormat::Hermes);
-    assert_eq!(s.push("Hello <tool"), vec![StreamEvent::Content("Hello ".into())]);
-    assert_eq!(s.push("box> ok"), vec![StreamEvent::Content("<toolbox> ok".into())]);
+    assert_eq!(
+        s.push("Hello <tool"),
+        vec![StreamEvent::Content("Hello ".into())]
+    );
+    assert_eq!(
+        s.push("box> ok"),
+        vec![StreamEvent::Content("<toolbox> ok".into())]
+    );
     assert_eq!(s.push("<tool_call>{\"name\""), vec![]);
     let end = s.finish();
-    assert_eq!(end, vec![StreamEvent::Content("<tool_call>{\"name\"".into())]);
+    assert_eq!(
+        end,
+        vec![StreamEvent::Content("<tool_call>{\"name\"".into())]
+    );
 }
 
 fn weather_tools() -> Vec<Value> {
@@ -208,7 +243,10 @@ fn tool_choice_is_checked_against_the_tools() {
     assert!(ToolChoice::from_request(Some(&json!("sometimes")), &specs).is_err());
     assert!(ToolChoice::from_request(Some(&json!("required")), &[]).is_err());
     let dup = [weather_tools()[0].clone(), weather_tools()[0].clone()];
-    assert!(function_specs(&dup).expect_err("duplicate").0.contains("twice"));
+    assert!(function_specs(&dup)
+        .expect_err("duplicate")
+        .0
+        .contains("twice"));
     let not_fn = [json!({"type": "retrieval"})];
     assert!(function_specs(&not_fn).is_err());
 }
@@ -217,7 +255,10 @@ fn tool_choice_is_checked_against_the_tools() {
 fn forced_calls_schema_and_parse() {
     let specs = function_specs(&weather_tools()).expect("valid tools");
     let named = ToolChoice::Named("get_weather".into());
-    assert_eq!(forced::schema(&named, &specs, true), Some(specs[0].parameters.clone()));
+    assert_eq!(
+        forced::schema(&named, &specs, true),
+        Some(specs[0].parameters.clone())
+    );
     let calls = forced::parse(&named, " {\"city\": \"Lima\"} ", ToolCallFormat::Hermes)
         .expect("arguments parse");
     assert_eq!(calls[0].name, "get_weather");
@@ -231,11 +272,16 @@ fn forced_calls_schema_and_parse() {
         json!(["now"])
     );
     let text = "[{\"name\": \"now\", \"parameters\": {}}, {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}]";
-    let calls = forced::parse(&ToolChoice::Required, text, ToolCallFormat::Hermes)
-        .expect("calls parse");
+    let calls =
+        forced::parse(&ToolChoice::Required, text, ToolCallFormat::Hermes).expect("calls parse");
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[1].arguments, "{\"city\":\"Oslo\"}");
-    assert!(forced::parse(&ToolChoice::Required, "[{\"name\": \"now\"", ToolCallFormat::Hermes).is_none());
+    assert!(forced::parse(
+        &ToolChoice::Required,
+        "[{\"name\": \"now\"",
+        ToolCallFormat::Hermes
+    )
+    .is_none());
     assert_eq!(forced::schema(&ToolChoice::Auto, &specs, true), None);
 }
 
@@ -248,6 +294,10 @@ fn assistant_tool_calls_reach_templates_with_object_arguments() {
     assert_eq!(v[0]["id"], "call_1");
     let broken = [json!({"function": {"name": "add", "arguments": "{oops"}})];
     let err = kestrel_server::tools::template_tool_calls(&broken).expect_err("bad JSON");
-    assert!(err.0.starts_with("tool_calls[0]: arguments are not valid JSON"), "{err}");
+    assert!(
+        err.0
+            .starts_with("tool_calls[0]: arguments are not valid JSON"),
+        "{err}"
+    );
     assert!(kestrel_server::tools::template_tool_calls(&[json!({"id": "x"})]).is_err());
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, TokenEvent, Usage};
+use crate::constraint::ConstraintMatcher;
 use crate::metrics::{record_admitted, record_finished, record_token};
 use crate::output::{TextStream, TokenDecoder};
 use crate::request::FinishReason;
@@ -30,6 +31,8 @@ pub struct Generation {
     completion_tokens: usize,
     /// Text withheld by the detokenizer or stop matcher, flushed when the request ends.
     tail: String,
+    /// The grammar the output must follow (structured output), if any.
+    constraint: Option<Box<ConstraintMatcher>>,
 }
 
 impl Generation {
@@ -74,7 +77,24 @@ impl Generation {
             cached_tokens: 0,
             completion_tokens: 0,
             tail: String::new(),
+            constraint: None,
         }
+    }
+
+    /// Constrains the request's output to `matcher`'s grammar.
+    pub(crate) fn set_constraint(&mut self, matcher: ConstraintMatcher) {
+        self.constraint = Some(Box::new(matcher));
+    }
+
+    /// Lends the matcher out (to compute its next mask on another thread); give it back with
+    /// [`Self::restore_constraint`].
+    pub(crate) fn take_constraint(&mut self) -> Option<Box<ConstraintMatcher>> {
+        self.constraint.take()
+    }
+
+    /// Returns a matcher lent by [`Self::take_constraint`].
+    pub(crate) fn restore_constraint(&mut self, matcher: Box<ConstraintMatcher>) {
+        self.constraint = Some(matcher);
     }
 
     /// The queue timeout, if the request never ran and waited longer than it by `now`.
@@ -98,11 +118,19 @@ impl Generation {
 
     /// Samples the next token from `row` (modified in place by penalties) given `history`
     /// (prompt + generated ids). Logprobs, when asked for, are those of the raw logits.
+    /// A constrained request masks the tokens its grammar disallows first, and its matcher
+    /// consumes the sampled token.
     pub(crate) fn sample(&mut self, row: &mut [f32], history: &[u32]) -> Result<u32, SampleError> {
         let raw = self.num_logprobs.map(|_| row.to_vec());
+        if let Some(matcher) = &mut self.constraint {
+            matcher.apply(row).map_err(SampleError::Constraint)?;
+        }
         let token = self
             .sampler
             .sample(row, TokenHistory::new(history, self.prompt_len))?;
+        if let Some(matcher) = &mut self.constraint {
+            matcher.consume(token).map_err(SampleError::Constraint)?;
+        }
         self.pending_logprobs = match (raw, self.num_logprobs) {
             (Some(raw), Some(n)) => Some(logprobs(&raw, token, n)?),
             _ => None,
@@ -112,9 +140,12 @@ impl Generation {
 
     /// Whether this request may take draft tokens (speculative decoding): the one switch for
     /// everything that needs one sampled token per step. Requests asking for logprobs do not
-    /// speculate (their logprobs are kept for one token at a time).
+    /// speculate (their logprobs are kept for one token at a time), nor do constrained ones
+    /// (their grammar masks one token at a time).
     pub fn can_speculate(&self) -> bool {
         self.num_logprobs.is_none()
+            && self.constraint.is_none()
+            && self.sampler.params().grammar.is_none()
     }
 
     /// Streams generated token `id`; returns true when a stop string ended the text.

@@ -5,8 +5,8 @@
 
 mod call;
 mod choice;
-mod format;
 pub mod forced;
+mod format;
 mod parse;
 mod stream;
 mod turns;

@@ -88,7 +88,11 @@ fn mistral_segment(segment: &str) -> Option<ToolCall> {
     let name = name.trim();
     let args: Value = serde_json::from_str(args.trim()).ok()?;
     (!name.is_empty() && args.is_object()).then(|| {
-        ToolCall::new(name.to_string(), &args, ToolCallFormat::Mistral.new_call_id())
+        ToolCall::new(
+            name.to_string(),
+            &args,
+            ToolCallFormat::Mistral.new_call_id(),
+        )
     })
 }
 

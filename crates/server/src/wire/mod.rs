@@ -9,6 +9,7 @@
 pub mod embedding;
 pub mod lora;
 pub mod openai;
+pub mod structured;
 pub mod tgi;
 pub mod tools;
 

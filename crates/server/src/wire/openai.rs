@@ -157,6 +157,19 @@ pub struct CompletionRequest {
     pub best_of: Option<i64>,
     /// Only absent or empty is supported.
     pub suffix: Option<String>,
+    /// Structured output: `text`, `json_object` or `json_schema`.
+    pub response_format: Option<ResponseFormat>,
+    /// Structured output (vLLM): a JSON schema (object or JSON text).
+    #[schema(value_type = Option<Object>)]
+    pub guided_json: Option<serde_json::Value>,
+    /// Structured output (vLLM): a regular expression the whole output matches.
+    pub guided_regex: Option<String>,
+    /// Structured output (vLLM): the output is one of these strings.
+    pub guided_choice: Option<Vec<String>>,
+    /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
+    pub guided_grammar: Option<String>,
+    /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
+    pub structured_outputs: Option<super::structured::StructuredOutputs>,
 }
 }
 
@@ -193,12 +206,7 @@ pub struct ChatMessageIn {
     pub refusal: Option<String>,
 }
 
-/// `response_format`: only `{"type": "text"}` is supported.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-pub struct ResponseFormat {
-    #[serde(rename = "type")]
-    pub kind: String,
-}
+pub use super::structured::ResponseFormat;
 
 with_sampling_fields! {
 /// `POST /v1/chat/completions`.
@@ -216,7 +224,6 @@ pub struct ChatCompletionRequest {
     pub logprobs: Option<bool>,
     /// Alternatives per token (0..=20); needs `logprobs: true`.
     pub top_logprobs: Option<i64>,
-    pub response_format: Option<ResponseFormat>,
     /// Tools are not supported; only absent or empty is accepted.
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<serde_json::Value>>,
@@ -232,6 +239,19 @@ pub struct ChatCompletionRequest {
     pub metadata: Option<serde_json::Value>,
     /// Accepted and ignored.
     pub service_tier: Option<String>,
+    /// Structured output: `text`, `json_object` or `json_schema`.
+    pub response_format: Option<ResponseFormat>,
+    /// Structured output (vLLM): a JSON schema (object or JSON text).
+    #[schema(value_type = Option<Object>)]
+    pub guided_json: Option<serde_json::Value>,
+    /// Structured output (vLLM): a regular expression the whole output matches.
+    pub guided_regex: Option<String>,
+    /// Structured output (vLLM): the output is one of these strings.
+    pub guided_choice: Option<Vec<String>>,
+    /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
+    pub guided_grammar: Option<String>,
+    /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
+    pub structured_outputs: Option<super::structured::StructuredOutputs>,
 }
 }
 

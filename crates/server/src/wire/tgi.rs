@@ -45,6 +45,8 @@ pub struct GenerateParameters {
     pub priority: Option<i64>,
     /// The LoRA adapter to run with (its name); absent: the base model.
     pub adapter_id: Option<String>,
+    /// Structured output: `{"type": "json" | "json_schema" | "regex", "value": ...}`.
+    pub grammar: Option<super::structured::TgiGrammar>,
 }
 
 /// `POST /generate` and `POST /generate_stream`.

@@ -222,7 +222,8 @@ fn beyond_the_queue_limit_the_gateway_answers_429_and_high_priority_goes_first()
             r
         })
     };
-    let lows: Vec<_> = (0..6).map(|_| send("low", -1)).collect();
+    // Lower values run first (vLLM's convention): the lows are 1, the high one -5.
+    let lows: Vec<_> = (0..6).map(|_| send("low", 1)).collect();
     wait_for(LONG, "a queue of at least 5", || queue_depth(&addr) >= 5.0);
     let refused = request(
         &addr,
@@ -236,7 +237,7 @@ fn beyond_the_queue_limit_the_gateway_answers_429_and_high_priority_goes_first()
     assert!(refused.header("retry-after").is_some());
     // Room again for one, at high priority: it runs before the lows still queued.
     wait_for(LONG, "room in the queue", || queue_depth(&addr) < 5.0);
-    let high = send("high", 5);
+    let high = send("high", -5);
     assert_eq!(high.join().unwrap().status, 200);
     for l in lows {
         assert_eq!(l.join().unwrap().status, 200);

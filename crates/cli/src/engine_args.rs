@@ -63,6 +63,10 @@ pub struct EngineArgs {
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+    /// How the model writes tool calls, for `tool_choice: "auto"`: hermes (Hermes, Qwen2.5,
+    /// Qwen3), llama3_json or mistral [default: what the chat template shows].
+    #[arg(long, value_parser = parse_tool_parser)]
+    pub tool_call_parser: Option<kestrel_server::tools::ToolCallFormat>,
     #[command(flatten)]
     pub speculative: SpeculativeArgs,
 }
@@ -150,6 +154,7 @@ impl EngineArgs {
             max_queue_time,
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
+            tool_call_parser: self.tool_call_parser,
             ..LaunchOptions::default()
         })
     }
@@ -245,6 +250,10 @@ fn load_quantizing(
         loaded.model.weight_bytes() as f64 / (1 << 20) as f64
     );
     Ok(loaded)
+}
+
+fn parse_tool_parser(name: &str) -> Result<kestrel_server::tools::ToolCallFormat, String> {
+    kestrel_server::tools::ToolCallFormat::from_name(name).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

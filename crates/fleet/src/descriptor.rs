@@ -40,11 +40,15 @@ pub fn model_info(d: &ModelDescriptor) -> Result<ModelInfo, FleetError> {
         Tokenizer::from_spec(&d.tokenizer).map_err(|e| FleetError::Model(e.to_string()))?;
     let chat_template = kestrel_model::loader::template(&tokenizer)
         .map_err(|e| FleetError::Model(e.to_string()))?;
+    let tool_call_format = chat_template
+        .as_ref()
+        .and_then(|t| kestrel_server::tools::ToolCallFormat::detect(t.source()));
     Ok(ModelInfo {
         model_id: d.model_id.clone(),
         dtype: d.dtype.clone(),
         tokenizer: Arc::new(tokenizer),
         chat_template,
+        tool_call_format,
     })
 }
 

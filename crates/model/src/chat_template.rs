@@ -86,6 +86,9 @@ impl std::error::Error for RaisedException {}
 pub struct ChatTemplate {
     env: Environment<'static>,
     source: String,
+    /// Whether the template reads `tool_calls`; templates that do not expect every `content`
+    /// to be text, so a tool-calling turn's missing content reaches them as `""`.
+    tool_aware: bool,
     bos_token: String,
     eos_token: String,
 }
@@ -110,6 +113,7 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             env,
             source: source.to_string(),
+            tool_aware: source.contains("tool_calls"),
             bos_token: bos_token.unwrap_or_default().to_string(),
             eos_token: eos_token.unwrap_or_default().to_string(),
         })
@@ -143,8 +147,13 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
+        let messages = if self.tool_aware {
+            Value::from_serialize(messages)
+        } else {
+            Value::from_serialize(messages.iter().map(with_text_content).collect::<Vec<_>>())
+        };
         let ctx = minijinja::context! {
-            messages => Value::from_serialize(messages),
+            messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
@@ -152,6 +161,16 @@ impl ChatTemplate {
         };
         template.render(ctx).map_err(classify)
     }
+}
+
+/// `message` with a missing `content` given as empty text, for templates that concatenate it.
+fn with_text_content(message: &ChatMessage) -> std::borrow::Cow<'_, ChatMessage> {
+    if message.content.is_some() {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let mut owned = message.clone();
+    owned.content = Some(String::new());
+    std::borrow::Cow::Owned(owned)
 }
 
 /// Maps a render error to `Raised` when it came from `raise_exception`.

@@ -65,3 +65,32 @@ fn without_tools_the_template_sees_none() {
         "1 tools"
     );
 }
+
+#[test]
+fn templates_without_tool_support_see_missing_content_as_empty_text() {
+    let mut call = ChatMessage::new("assistant", "");
+    call.content = None;
+    call.tool_calls = Some(serde_json::json!([{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": {}}}]));
+    let msgs = [ChatMessage::new("user", "hi"), call];
+
+    let plain = ChatTemplate::new(
+        "{% for m in messages %}{{ m.role + ': ' + m.content + ';' }}{% endfor %}",
+        None,
+        None,
+    )
+    .expect("compiles");
+    assert_eq!(plain.render(&msgs, false).expect("render"), "user: hi;assistant: ;");
+
+    let aware = ChatTemplate::new(
+        "{% for m in messages %}{{ m.role }}={{ m.content is none }}\
+         {% if m.tool_calls %}+calls{% endif %};{% endfor %}",
+        None,
+        None,
+    )
+    .expect("compiles");
+    assert_eq!(
+        aware.render(&msgs, false).expect("render"),
+        "user=False;assistant=True+calls;"
+    );
+}

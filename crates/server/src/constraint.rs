@@ -32,7 +32,10 @@ pub fn checked_tgi(
         .transpose()
 }
 
-fn compiled(state: &AppState, (param, spec): Constraint) -> Result<GrammarSpec, ApiError> {
+pub(crate) fn compiled(
+    state: &AppState,
+    (param, spec): Constraint,
+) -> Result<GrammarSpec, ApiError> {
     state
         .backend()
         .validate_grammar(&spec)

@@ -47,6 +47,9 @@ pub struct LaunchOptions {
     pub lora_limits: LoraLimits,
     /// Speculative decoding (`--speculative-method`); `None`: off.
     pub speculative: Option<SpeculativeOptions>,
+    /// The model's tool-call format (`--tool-call-parser`); `None`: read from its chat
+    /// template.
+    pub tool_call_parser: Option<crate::tools::ToolCallFormat>,
 }
 
 impl Default for LaunchOptions {
@@ -66,6 +69,7 @@ impl Default for LaunchOptions {
             lora_modules: Vec::new(),
             lora_limits: LoraLimits::default(),
             speculative: None,
+            tool_call_parser: None,
         }
     }
 }
@@ -195,6 +199,10 @@ pub fn start_engine_with_draft(
             .clone()
             .unwrap_or_else(|| "unknown".into()),
         tokenizer,
+        tool_call_format: opts.tool_call_parser.or_else(|| {
+            let template = loaded.chat_template.as_ref()?;
+            crate::tools::ToolCallFormat::detect(template.source())
+        }),
         chat_template: loaded.chat_template,
     };
     Ok(Launched {

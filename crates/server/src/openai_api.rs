@@ -10,11 +10,14 @@ use axum::response::Response;
 use kestrel_engine::api::{TokenEvent, Usage};
 use kestrel_engine::request::FinishReason;
 
+use crate::chat_tools::ToolMode;
 use crate::error::json_response;
 use crate::generation::ChoiceOutput;
 use crate::logprobs;
 use crate::sse::json;
 use crate::state::AppState;
+use crate::tool_reply::{self, ToolReplyStream};
+use crate::tools::StreamEvent;
 use crate::usage::usage_info;
 use crate::validation::{ValidRequest, Validate};
 use crate::wire::openai::{
@@ -22,6 +25,7 @@ use crate::wire::openai::{
     ChatCompletionResponse, ChatDelta, ChatMessageOut, CompletionChoice, CompletionRequest,
     CompletionResponse, UsageInfo,
 };
+use crate::wire::tools::ToolCallDelta;
 
 /// What every response and chunk of one request shares.
 pub struct OpenAiContext {
@@ -38,6 +42,8 @@ pub struct OpenAiContext {
     pub include_usage: bool,
     /// Logprobs were requested.
     pub logprobs: bool,
+    /// How chat replies are read for tool calls; `None`: plain text.
+    pub tools: Option<ToolMode>,
 }
 
 /// How one OpenAI route shapes its output.
@@ -189,9 +195,15 @@ impl OpenAiApi for Completions {
 /// `POST /v1/chat/completions`.
 pub enum Chat {}
 
-/// Per-choice stream state of chat: whether the opening (role) chunk went out.
+/// Per-choice stream state of chat: whether the opening (role) chunk went out, and the reply
+/// read for tool calls (when the request has a tool mode).
 #[derive(Debug, Default)]
-pub struct Opened(bool);
+pub struct ChatStreamState {
+    opened: bool,
+    tools: Option<ToolReplyStream>,
+    /// Calls sent so far.
+    calls: usize,
+}
 
 fn chat_chunk(
     cx: &OpenAiContext,
@@ -218,7 +230,11 @@ fn chat_delta(
 ) -> String {
     let choice = ChatChunkChoice {
         index,
-        delta: ChatDelta { role, content },
+        delta: ChatDelta {
+            role,
+            content,
+            tool_calls: Vec::new(),
+        },
         logprobs: None,
         finish_reason,
     };
@@ -226,10 +242,11 @@ fn chat_delta(
 }
 
 /// The opening chunk of choice `index` (role only), once.
-fn open(cx: &OpenAiContext, opened: &mut Opened, index: usize, out: &mut Vec<String>) {
-    if std::mem::replace(&mut opened.0, true) {
+fn open(cx: &OpenAiContext, state: &mut ChatStreamState, index: usize, out: &mut Vec<String>) {
+    if std::mem::replace(&mut state.opened, true) {
         return;
     }
+    state.tools = cx.tools.as_ref().map(ToolReplyStream::new);
     out.push(chat_delta(
         cx,
         index,
@@ -239,9 +256,44 @@ fn open(cx: &OpenAiContext, opened: &mut Opened, index: usize, out: &mut Vec<Str
     ));
 }
 
+/// Chunks for what a tool-mode reply can send: content deltas, and each call whole.
+fn send_events(
+    cx: &OpenAiContext,
+    index: usize,
+    events: Vec<StreamEvent>,
+    calls: &mut usize,
+    out: &mut Vec<String>,
+) {
+    for event in events {
+        let delta = match event {
+            StreamEvent::Content(text) => ChatDelta {
+                content: Some(text),
+                ..ChatDelta::default()
+            },
+            StreamEvent::Call { index: i, call } => {
+                *calls += 1;
+                ChatDelta {
+                    tool_calls: vec![ToolCallDelta {
+                        index: i,
+                        call: call.into(),
+                    }],
+                    ..ChatDelta::default()
+                }
+            }
+        };
+        let choice = ChatChunkChoice {
+            index,
+            delta,
+            logprobs: None,
+            finish_reason: None,
+        };
+        out.push(chat_chunk(cx, vec![choice], None));
+    }
+}
+
 impl OpenAiApi for Chat {
     type Request = ChatCompletionRequest;
-    type ChoiceState = Opened;
+    type ChoiceState = ChatStreamState;
     const ROUTE: &'static str = "/v1/chat/completions";
     const ID_PREFIX: &'static str = "chatcmpl";
 
@@ -249,16 +301,23 @@ impl OpenAiApi for Chat {
         let choices = outputs
             .into_iter()
             .enumerate()
-            .map(|(index, o)| ChatChoice {
-                index,
-                logprobs: cx
-                    .logprobs
-                    .then(|| logprobs::chat(cx.state.tokenizer(), &o.tokens)),
-                message: ChatMessageOut {
-                    role: "assistant",
-                    content: o.text,
-                },
-                finish_reason: o.reason.as_str().to_string(),
+            .map(|(index, o)| {
+                let (content, calls) = match &cx.tools {
+                    None => (Some(o.text), Vec::new()),
+                    Some(mode) => tool_reply::split(mode, &o.text),
+                };
+                ChatChoice {
+                    index,
+                    logprobs: cx
+                        .logprobs
+                        .then(|| logprobs::chat(cx.state.tokenizer(), &o.tokens)),
+                    finish_reason: tool_reply::finish_reason(o.reason, !calls.is_empty()),
+                    message: ChatMessageOut {
+                        role: "assistant",
+                        content,
+                        tool_calls: calls.into_iter().map(Into::into).collect(),
+                    },
+                }
             })
             .collect();
         let body = ChatCompletionResponse {
@@ -275,12 +334,17 @@ impl OpenAiApi for Chat {
 
     fn token(
         cx: &OpenAiContext,
-        opened: &mut Opened,
+        state: &mut ChatStreamState,
         index: usize,
         t: TokenEvent,
         out: &mut Vec<String>,
     ) {
-        open(cx, opened, index, out);
+        open(cx, state, index, out);
+        if let Some(tools) = &mut state.tools {
+            let events = tools.push(&t.text);
+            send_events(cx, index, events, &mut state.calls, out);
+            return;
+        }
         if t.text.is_empty() && !cx.logprobs {
             return;
         }
@@ -292,6 +356,7 @@ impl OpenAiApi for Chat {
             delta: ChatDelta {
                 role: None,
                 content: Some(t.text),
+                tool_calls: Vec::new(),
             },
             logprobs: lp,
             finish_reason: None,
@@ -301,17 +366,23 @@ impl OpenAiApi for Chat {
 
     fn finished(
         cx: &OpenAiContext,
-        opened: &mut Opened,
+        state: &mut ChatStreamState,
         index: usize,
         reason: FinishReason,
         text: String,
         out: &mut Vec<String>,
     ) {
-        open(cx, opened, index, out);
-        if !text.is_empty() {
-            out.push(chat_delta(cx, index, None, Some(text), None));
+        open(cx, state, index, out);
+        match state.tools.take() {
+            Some(mut tools) => {
+                let mut events = tools.push(&text);
+                events.extend(tools.finish());
+                send_events(cx, index, events, &mut state.calls, out);
+            }
+            None if !text.is_empty() => out.push(chat_delta(cx, index, None, Some(text), None)),
+            None => {}
         }
-        let reason = Some(reason.as_str().to_string());
+        let reason = Some(tool_reply::finish_reason(reason, state.calls > 0));
         out.push(chat_delta(cx, index, None, None, reason));
     }
 

@@ -34,6 +34,9 @@ pub struct ModelInfo {
     pub dtype: String,
     pub tokenizer: Arc<Tokenizer>,
     pub chat_template: Option<ChatTemplate>,
+    /// How the model writes tool calls (`--tool-call-parser`, else what its chat template
+    /// shows); `None`: unknown, so `tool_choice: "auto"` is refused.
+    pub tool_call_format: Option<crate::tools::ToolCallFormat>,
 }
 
 struct Inner {

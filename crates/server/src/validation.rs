@@ -26,6 +26,7 @@ use kestrel_model::chat_template::ChatMessage;
 use kestrel_engine::adapters::AdapterError;
 
 use crate::blocking;
+use crate::chat_tools;
 use crate::constraint;
 use crate::error::ApiError;
 use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
@@ -69,6 +70,8 @@ pub struct ValidRequest {
     pub logprobs: bool,
     /// The LoRA adapter `model` named (echoed as the response's `model`); `None`: the base.
     pub adapter: Option<String>,
+    /// How a chat reply is read for tool calls; `None`: plain text.
+    pub tools: Option<crate::chat_tools::ToolMode>,
 }
 
 impl ValidRequest {
@@ -213,6 +216,7 @@ pub fn completion(
         include_usage: options.include_usage,
         logprobs: user_logprobs.is_some(),
         adapter: adapter_name,
+        tools: None,
     })
 }
 
@@ -222,12 +226,29 @@ pub fn chat(
     mut req: ChatCompletionRequest,
     arrival: Instant,
 ) -> Result<ValidRequest, ApiError> {
-    reject_chat_features(&req)?;
     let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
     let fields = req.sampling_fields();
     let n = choices_n(fields.n)?;
-    let grammar = constraint::checked(state, req.structured_fields())?;
-    let prompt_ids = chat_prompt(state, &req.messages)?;
+    let tools = chat_tools::checked(
+        state,
+        req.tools.take(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+    )?;
+    let grammar = match (
+        constraint::checked(state, req.structured_fields())?,
+        &tools.grammar,
+    ) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::param(
+                "tool_choice",
+                "a forced tool call cannot be combined with structured output \
+                 (response_format, guided_*, structured_outputs)",
+            ))
+        }
+        (own, forced) => own.or_else(|| forced.clone()),
+    };
+    let prompt_ids = chat_prompt(state, &req.messages, tools.tools.as_deref())?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(_)) => {
             return Err(ApiError::param(
@@ -258,6 +279,7 @@ pub fn chat(
     let (sampling, priority) = openai_sampling(state, fields, logprobs)?;
     let sampling = SamplingParams {
         max_tokens,
+        skip_special_tokens: sampling.skip_special_tokens && !tools.keeps_special_tokens(),
         ..sampling
     };
     let request = engine_request(state, prompt_ids, sampling, priority, arrival)?;
@@ -273,6 +295,7 @@ pub fn chat(
         include_usage: options.include_usage,
         logprobs: logprobs.is_some(),
         adapter: adapter_name,
+        tools: tools.mode,
     })
 }
 
@@ -376,23 +399,6 @@ fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiEr
     }
     if p.typical_p.is_some_and(|t| t != 1.0) {
         return Err(ApiError::param("typical_p", "typical_p is not supported"));
-    }
-    Ok(())
-}
-
-fn reject_chat_features(req: &ChatCompletionRequest) -> Result<(), ApiError> {
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::param("tools", "tools are not supported"));
-    }
-    match &req.tool_choice {
-        None => {}
-        Some(serde_json::Value::String(s)) if s == "none" || s == "auto" => {}
-        Some(_) => {
-            return Err(ApiError::param(
-                "tool_choice",
-                "only tool_choice \"none\" or \"auto\" is supported",
-            ))
-        }
     }
     Ok(())
 }
@@ -534,7 +540,11 @@ fn completion_prompts(state: &AppState, prompt: Prompt) -> Result<Vec<PromptIds>
     Ok(prompts)
 }
 
-fn chat_prompt(state: &AppState, messages: &[ChatMessageIn]) -> Result<Vec<u32>, ApiError> {
+fn chat_prompt(
+    state: &AppState,
+    messages: &[ChatMessageIn],
+    tools: Option<&[serde_json::Value]>,
+) -> Result<Vec<u32>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::param("messages", "messages must not be empty"));
     }
@@ -546,19 +556,30 @@ fn chat_prompt(state: &AppState, messages: &[ChatMessageIn]) -> Result<Vec<u32>,
         .map(chat_message)
         .collect::<Result<Vec<_>, _>>()?;
     let text = template
-        .render(&turns, true)
+        .render_with_tools(&turns, tools, true)
         .map_err(|e| ApiError::param("messages", e.to_string()))?;
     encode(state, &text, false, "messages")
 }
 
 fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {
-    if m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.tool_call_id.is_some() {
-        return Err(ApiError::param(
-            "messages",
-            "tool messages are not supported",
-        ));
-    }
+    let tool_calls = match m.tool_calls.as_deref() {
+        None | Some([]) => None,
+        Some(calls) => Some(
+            crate::tools::template_tool_calls(calls)
+                .map_err(|e| ApiError::param("messages", e.0))?,
+        ),
+    };
     let content = match &m.content {
+        // An assistant turn that only calls tools has no content (templates see none).
+        None if tool_calls.is_some() => {
+            return Ok(ChatMessage {
+                role: m.role.clone(),
+                content: None,
+                tool_calls,
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
+            })
+        }
         None => String::new(),
         Some(MessageContent::Text(t)) => t.clone(),
         Some(MessageContent::Parts(parts)) => {
@@ -577,7 +598,12 @@ fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {
             text
         }
     };
-    Ok(ChatMessage::new(m.role.clone(), content))
+    Ok(ChatMessage {
+        tool_calls,
+        tool_call_id: m.tool_call_id.clone(),
+        name: m.name.clone(),
+        ..ChatMessage::new(m.role.clone(), content)
+    })
 }
 
 fn encode(

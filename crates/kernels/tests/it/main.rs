@@ -1,0 +1,17 @@
+//! The integration tests of `kestrel-kernels`, built as one test binary (one link instead of
+//! one per file); each module is one former test file.
+
+mod cpu_attention;
+mod cpu_gemm;
+mod cpu_low_rank;
+mod cpu_ops;
+mod cpu_packed;
+mod cpu_threadpool;
+mod dequant_reference;
+mod gemv_rows;
+mod kquant_q8k;
+mod kquant_weights;
+mod legacy_act;
+mod legacy_float;
+mod legacy_quant;
+mod toolkit_quant;

@@ -1,0 +1,12 @@
+//! The integration tests of `kestrel-server`, built as one test binary (one link instead of
+//! one per file); each module is one former test file.
+
+mod common;
+
+mod http;
+mod lora_http;
+mod openai_surface;
+mod speculative_launch;
+mod structured_http;
+mod tool_parsers;
+mod tools_http;

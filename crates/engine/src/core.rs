@@ -15,6 +15,7 @@
 
 mod constrained;
 mod embed;
+mod prompt_scores;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -32,9 +32,9 @@ use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitE
 use crate::config::EngineConfig;
 use crate::constraint::{ConstraintError, ConstraintFactory, GrammarSpec};
 use crate::core::EngineCore;
-use crate::embedding::EmbedError;
 use crate::executor::Executor;
 use crate::output::TokenDecoder;
+use crate::prompt_pass::{PromptPassError, PromptTokenScore};
 use crate::request::RequestId;
 use crate::scheduler::SchedulerError;
 use crate::spec::Speculator;
@@ -72,9 +72,18 @@ pub(crate) enum Command {
     },
     Embed {
         tokens: Vec<u32>,
-        reply: mpsc::Sender<Result<Vec<f32>, EmbedError>>,
+        reply: mpsc::Sender<Result<Vec<f32>, PromptPassError>>,
+    },
+    PromptLogprobs {
+        tokens: Vec<u32>,
+        top_n: usize,
+        adapter: Option<AdapterId>,
+        reply: mpsc::Sender<PromptScores>,
     },
 }
+
+/// What [`EngineHandle::prompt_logprobs`] answers: per prompt token (`None` for the first).
+pub type PromptScores = Result<Vec<Option<PromptTokenScore>>, PromptPassError>;
 
 struct Shared {
     config: EngineConfig,
@@ -263,16 +272,43 @@ impl EngineHandle {
     /// The final hidden state of the last token of `tokens` (after the final norm, not
     /// normalised), computed on the engine thread between steps. Blocks the caller (use
     /// `spawn_blocking` from async code).
-    pub fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, EmbedError> {
+    pub fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, PromptPassError> {
         if self.shared.stopping.load(Ordering::Acquire) {
-            return Err(EmbedError::Stopped);
+            return Err(PromptPassError::Stopped);
         }
         let (reply, rx) = mpsc::channel();
         self.shared
             .commands
             .send(Command::Embed { tokens, reply })
-            .map_err(|_| EmbedError::Stopped)?;
-        rx.recv().map_err(|_| EmbedError::Stopped)?
+            .map_err(|_| PromptPassError::Stopped)?;
+        rx.recv().map_err(|_| PromptPassError::Stopped)?
+    }
+
+    /// For each token of `tokens`, its log-probability given the tokens before it and the
+    /// `top_n` likeliest tokens there (`None` for the first token), under `adapter` when given;
+    /// computed on the engine thread between steps. Blocks the caller (use `spawn_blocking`
+    /// from async code).
+    pub fn prompt_logprobs(
+        &self,
+        tokens: Vec<u32>,
+        top_n: usize,
+        adapter: Option<AdapterId>,
+    ) -> PromptScores {
+        if self.shared.stopping.load(Ordering::Acquire) {
+            return Err(PromptPassError::Stopped);
+        }
+        let (reply, rx) = mpsc::channel();
+        let cmd = Command::PromptLogprobs {
+            tokens,
+            top_n,
+            adapter,
+            reply,
+        };
+        self.shared
+            .commands
+            .send(cmd)
+            .map_err(|_| PromptPassError::Stopped)?;
+        rx.recv().map_err(|_| PromptPassError::Stopped)?
     }
 
     /// The registered LoRA adapters (as of the engine's latest load, unload or eviction).

@@ -14,7 +14,8 @@
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
 //!   applies sampled tokens.
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
-//! * [`embedding`] — embeddings: one prompt's final hidden state, KV blocks lent per call.
+//! * [`prompt_pass`] — one-off passes over a prompt (embeddings, prompt logprobs), KV blocks
+//!   lent per call.
 //! * [`core`] — [`core::EngineCore`]: the step loop (schedule, execute, sample, update, stream).
 //! * [`handle`] — [`handle::EngineHandle`]: the engine thread, `submit` and
 //!   [`handle::ResponseStream`]; [`api`] holds the value types it speaks, among them
@@ -41,7 +42,6 @@ pub mod api;
 pub mod config;
 pub mod constraint;
 pub mod core;
-pub mod embedding;
 pub mod executor;
 pub mod expert_counts;
 pub mod handle;
@@ -51,6 +51,7 @@ pub mod lora_metrics;
 pub mod metrics;
 pub mod mock_executor;
 pub mod output;
+pub mod prompt_pass;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;

@@ -13,8 +13,8 @@ use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
-use kestrel_engine::embedding::EmbedError;
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
+use kestrel_engine::prompt_pass::{PromptPassError, PromptTokenScore};
 
 use crate::error::ApiError;
 
@@ -130,6 +130,21 @@ pub trait Backend: Send + Sync + 'static {
         Err(ApiError::Adapter(AdapterError::NotFound(name.to_string())))
     }
 
+    /// Per token of `tokens`, its score given the tokens before it (`None` for the first)
+    /// with `top_n` alternatives, under `adapter`. Blocks (call it from `spawn_blocking`).
+    fn prompt_logprobs(
+        &self,
+        tokens: Vec<u32>,
+        top_n: usize,
+        adapter: Option<AdapterId>,
+    ) -> Result<Vec<Option<PromptTokenScore>>, ApiError> {
+        let _ = (tokens, top_n, adapter);
+        Err(ApiError::param(
+            "prompt_logprobs",
+            "this server cannot compute prompt logprobs",
+        ))
+    }
+
     /// The last token's final hidden state of the prompt `tokens` (not normalised). Blocks
     /// (call it from `spawn_blocking`).
     fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, ApiError> {
@@ -167,15 +182,17 @@ impl Backend for EngineHandle {
     }
 
     fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, ApiError> {
-        EngineHandle::embed(self, tokens).map_err(|e| match e {
-            EmbedError::EmptyInput
-            | EmbedError::TokenOutOfVocab { .. }
-            | EmbedError::TooLong { .. } => ApiError::param("input", e.to_string()),
-            EmbedError::NoKvSpace { .. } | EmbedError::Stopped => {
-                ApiError::Unavailable(e.to_string())
-            }
-            EmbedError::Model(m) => ApiError::Internal(m),
-        })
+        EngineHandle::embed(self, tokens).map_err(|e| pass_error("input", e))
+    }
+
+    fn prompt_logprobs(
+        &self,
+        tokens: Vec<u32>,
+        top_n: usize,
+        adapter: Option<AdapterId>,
+    ) -> Result<Vec<Option<PromptTokenScore>>, ApiError> {
+        EngineHandle::prompt_logprobs(self, tokens, top_n, adapter)
+            .map_err(|e| pass_error("prompt", e))
     }
 
     /// Ready while the engine thread takes commands: a one-token probe is submitted and
@@ -225,5 +242,18 @@ impl Backend for EngineHandle {
 
     fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
         EngineHandle::unload_adapter(self, name).map_err(ApiError::from)
+    }
+}
+
+/// A failed pass over a prompt as an API error: bad input names `param`.
+fn pass_error(param: &'static str, e: PromptPassError) -> ApiError {
+    match e {
+        PromptPassError::EmptyInput
+        | PromptPassError::TokenOutOfVocab { .. }
+        | PromptPassError::TooLong { .. } => ApiError::param(param, e.to_string()),
+        PromptPassError::NoKvSpace { .. } | PromptPassError::Stopped => {
+            ApiError::Unavailable(e.to_string())
+        }
+        PromptPassError::Model(m) => ApiError::Internal(m),
     }
 }

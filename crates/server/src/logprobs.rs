@@ -9,7 +9,7 @@ use kestrel_model::tokenizer::Tokenizer;
 use crate::wire::openai::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
 
 /// The text of one token on its own (special tokens included).
-fn piece(tokenizer: &Tokenizer, id: u32) -> String {
+pub(crate) fn piece(tokenizer: &Tokenizer, id: u32) -> String {
     tokenizer.decode(&[id], false)
 }
 

@@ -23,7 +23,7 @@ use crate::validation::{ValidRequest, Validate};
 use crate::wire::openai::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatMessageOut, CompletionChoice, CompletionRequest,
-    CompletionResponse, UsageInfo,
+    CompletionResponse, PromptLogprobs, UsageInfo,
 };
 use crate::wire::tools::ToolCallDelta;
 
@@ -44,6 +44,18 @@ pub struct OpenAiContext {
     pub logprobs: bool,
     /// How chat replies are read for tool calls; `None`: plain text.
     pub tools: Option<ToolMode>,
+    /// Per prompt, its `prompt_logprobs` when the request asked for them (choice `i` belongs
+    /// to prompt `i / n`).
+    pub prompt_logprobs: Vec<PromptLogprobs>,
+    /// Choices per prompt.
+    pub n: usize,
+}
+
+impl OpenAiContext {
+    /// The `prompt_logprobs` of choice `index`'s prompt, if asked for.
+    fn prompt_logprobs_of(&self, index: usize) -> Option<PromptLogprobs> {
+        self.prompt_logprobs.get(index / self.n.max(1)).cloned()
+    }
 }
 
 /// How one OpenAI route shapes its output.
@@ -137,6 +149,7 @@ impl OpenAiApi for Completions {
                     .then(|| logprobs::completion(cx.state.tokenizer(), &o.tokens, &mut 0)),
                 text: o.text,
                 finish_reason: Some(o.reason.as_str().to_string()),
+                prompt_logprobs: cx.prompt_logprobs_of(index),
             })
             .collect();
         let body = completion_chunk(cx, choices, Some(usage_info(usage)));
@@ -166,6 +179,7 @@ impl OpenAiApi for Completions {
             text,
             logprobs: lp,
             finish_reason: None,
+            prompt_logprobs: None,
         };
         out.push(json(&completion_chunk(cx, vec![choice], None)));
     }
@@ -183,6 +197,7 @@ impl OpenAiApi for Completions {
             text: offset.with_echo(cx, index, text),
             logprobs: None,
             finish_reason: Some(reason.as_str().to_string()),
+            prompt_logprobs: None,
         };
         out.push(json(&completion_chunk(cx, vec![choice], None)));
     }
@@ -328,6 +343,7 @@ impl OpenAiApi for Chat {
             choices,
             usage: usage_info(usage),
             system_fingerprint: cx.system_fingerprint.clone(),
+            prompt_logprobs: cx.prompt_logprobs_of(0),
         };
         json_response(StatusCode::OK, &body)
     }

@@ -72,6 +72,8 @@ pub struct ValidRequest {
     pub adapter: Option<String>,
     /// How a chat reply is read for tool calls; `None`: plain text.
     pub tools: Option<crate::chat_tools::ToolMode>,
+    /// vLLM's `prompt_logprobs`: alternatives per prompt position; `None`: not asked for.
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl ValidRequest {
@@ -217,7 +219,22 @@ pub fn completion(
         logprobs: user_logprobs.is_some(),
         adapter: adapter_name,
         tools: None,
+        prompt_logprobs: prompt_logprobs(req.prompt_logprobs, stream)?,
     })
+}
+
+/// vLLM's `prompt_logprobs`: 0..=20 alternatives, not with `stream` (as vLLM refuses it).
+fn prompt_logprobs(requested: Option<i64>, stream: bool) -> Result<Option<usize>, ApiError> {
+    let Some(n) = requested else { return Ok(None) };
+    if stream {
+        return Err(ApiError::param(
+            "prompt_logprobs",
+            "prompt_logprobs is not available with stream",
+        ));
+    }
+    Ok(Some(
+        bounded("prompt_logprobs", n, 0, MAX_LOGPROBS as i64)? as usize
+    ))
 }
 
 /// Validates `POST /v1/chat/completions`.
@@ -296,6 +313,7 @@ pub fn chat(
         logprobs: logprobs.is_some(),
         adapter: adapter_name,
         tools: tools.mode,
+        prompt_logprobs: prompt_logprobs(req.prompt_logprobs, req.stream.unwrap_or(false))?,
     })
 }
 

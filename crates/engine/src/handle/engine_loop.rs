@@ -9,7 +9,7 @@ use super::Command;
 use crate::adapters::{AdapterCard, AdapterError};
 use crate::api::{EngineEvent, EngineFailure, EngineStats};
 use crate::core::EngineCore;
-use crate::embedding::EmbedError;
+use crate::prompt_pass::PromptPassError;
 
 /// How long to wait for commands when requests exist but none could be scheduled.
 const STALLED_WAIT: Duration = Duration::from_millis(5);
@@ -139,6 +139,16 @@ impl EngineLoop {
                 let _ = reply.send(self.core.embed(&tokens));
                 self.publish();
             }
+            Command::PromptLogprobs {
+                tokens,
+                top_n,
+                adapter,
+                reply,
+            } => {
+                let _ = reply.send(self.core.prompt_logprobs(&tokens, top_n, adapter));
+                self.publish_adapters();
+                self.publish();
+            }
         }
     }
 
@@ -156,7 +166,10 @@ impl EngineLoop {
                     let _ = reply.send(Err(AdapterError::Stopped));
                 }
                 Command::Embed { reply, .. } => {
-                    let _ = reply.send(Err(EmbedError::Stopped));
+                    let _ = reply.send(Err(PromptPassError::Stopped));
+                }
+                Command::PromptLogprobs { reply, .. } => {
+                    let _ = reply.send(Err(PromptPassError::Stopped));
                 }
                 Command::Abort(_) | Command::Shutdown { .. } => {}
             }

@@ -34,6 +34,7 @@ mod lora_tiny_phi3;
 mod moe_block_reference;
 mod moe_metrics;
 mod moe_packed_experts;
+mod prompt_logprobs_tiny_llama;
 mod safetensors_checkpoint;
 mod spec_decode_real_model;
 mod structured_output;

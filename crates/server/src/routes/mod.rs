@@ -30,6 +30,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/", post(tgi::compat_generate))
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
         .route("/info", get(tgi::info))

@@ -5,7 +5,8 @@
 //! ([`Completions`] or [`Chat`]):
 //!
 //! ```text
-//! Wire<A::Request> ─► validate (blocking pool) ─► Generation::submit × n
+//! Wire<A::Request> ─► validate (blocking pool) ─► prompt_logprobs (if asked)
+//!                  ─► Generation::submit × n
 //!                  ─► stream: OpenAiEncoder<A>  |  collect ─► A::response
 //! ```
 
@@ -21,6 +22,7 @@ use crate::extract::Wire;
 use crate::generation::{respond, Generation};
 use crate::openai_api::{Chat, Completions, OpenAiApi, OpenAiContext};
 use crate::openai_stream::OpenAiEncoder;
+use crate::prompt_logprobs;
 use crate::response_id::{response_id, system_fingerprint};
 use crate::state::{unix_now, AppState};
 use crate::validation;
@@ -37,6 +39,7 @@ async fn handle<A: OpenAiApi>(
     let arrival = Instant::now();
     let Wire(req) = body?;
     let valid = validation::validate_off_thread(&state, req, arrival).await?;
+    let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
     let generation = Generation::submit(
         &state,
         A::ROUTE,
@@ -55,6 +58,8 @@ async fn handle<A: OpenAiApi>(
         include_usage: valid.include_usage,
         logprobs: valid.logprobs,
         tools: valid.tools.clone(),
+        prompt_logprobs,
+        n: valid.n,
         // Streaming never ranks (best_of == n): choice p * n + j belongs to prompt p.
         echo: echo
             .iter()

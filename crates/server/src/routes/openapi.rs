@@ -21,6 +21,7 @@ use crate::error::json_response;
         super::embeddings::embeddings,
         super::tgi::generate,
         super::tgi::generate_stream,
+        super::tgi::compat_generate,
         super::tgi::info,
         super::tgi::tokenize,
         super::lora::load,

@@ -1,5 +1,6 @@
 //! Text Generation Inference-compatible routes: `POST /generate`, `POST /generate_stream`,
-//! `GET /info`, `POST /tokenize`.
+//! `POST /` (either, by the body's `stream` field, as TGI answers it), `GET /info`,
+//! `POST /tokenize`.
 //!
 //! The generation routes share the OpenAI routes' core: validation on the blocking pool,
 //! [`Generation`] (submit, collect or stream, usage, the log line); [`crate::tgi_stream`]
@@ -74,6 +75,23 @@ pub async fn generate_stream(
 ) -> Result<Response, TgiError> {
     let (valid, generation) = start(&state, "/generate_stream", body).await?;
     Ok(generation.into_sse(TgiEncoder::new(state, valid)))
+}
+
+/// TGI's root route: a generate request that streams when its `stream` field is true
+/// (clients such as `huggingface_hub.InferenceClient` post here when given the server's URL).
+#[utoipa::path(post, path = "/", request_body = GenerateRequest,
+    responses((status = 200, body = GenerateResponse), (status = 422, body = TgiErrorBody),
+              (status = 429, body = TgiErrorBody)))]
+pub async fn compat_generate(
+    State(state): State<AppState>,
+    body: Result<Wire<GenerateRequest>, ApiError>,
+) -> Result<Response, TgiError> {
+    let streams = matches!(&body, Ok(Wire(req)) if req.stream == Some(true));
+    if streams {
+        generate_stream(State(state), body).await
+    } else {
+        generate(State(state), body).await
+    }
 }
 
 /// Server and model limits.

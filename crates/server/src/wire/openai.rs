@@ -155,6 +155,9 @@ pub struct CompletionRequest {
     /// Candidates generated per prompt (>= `n`, not with `stream`); the `n` with the highest
     /// cumulative log-probability are returned.
     pub best_of: Option<i64>,
+    /// Extension (vLLM): the log-probability of every prompt token and this many alternatives
+    /// (0..=20) at each position, in each choice's `prompt_logprobs` (not with `stream`).
+    pub prompt_logprobs: Option<i64>,
     /// Only absent or empty is supported.
     pub suffix: Option<String>,
     /// Structured output: `text`, `json_object` or `json_schema`.
@@ -224,6 +227,9 @@ pub struct ChatCompletionRequest {
     pub logprobs: Option<bool>,
     /// Alternatives per token (0..=20); needs `logprobs: true`.
     pub top_logprobs: Option<i64>,
+    /// Extension (vLLM): the log-probability of every prompt token and this many alternatives
+    /// (0..=20) at each position, in the response's `prompt_logprobs` (not with `stream`).
+    pub prompt_logprobs: Option<i64>,
     /// Functions the model may call: `{"type": "function", "function": {name, description,
     /// parameters}}`; the chat template receives them.
     #[schema(value_type = Option<Vec<Object>>)]
@@ -290,6 +296,23 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<String>,
+    /// Present when the request asked for `prompt_logprobs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub prompt_logprobs: Option<PromptLogprobs>,
+}
+
+/// vLLM's `prompt_logprobs`: per prompt token, `null` for the first, else a map from token id
+/// (as a string) to its entry — the prompt token's and those of the alternatives asked for.
+pub type PromptLogprobs = Vec<Option<std::collections::BTreeMap<String, PromptLogprob>>>;
+
+/// One token's entry in [`PromptLogprobs`].
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct PromptLogprob {
+    pub logprob: f32,
+    /// 1 for the likeliest token at the position.
+    pub rank: usize,
+    pub decoded_token: String,
 }
 
 /// `/v1/completions` response, and each streamed chunk (`object` is `text_completion` for both).
@@ -360,6 +383,10 @@ pub struct ChatCompletionResponse {
     pub usage: UsageInfo,
     /// `fp_kestrel_<hash of model and version>`.
     pub system_fingerprint: String,
+    /// Present when the request asked for `prompt_logprobs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 /// The change a streamed chat chunk carries.

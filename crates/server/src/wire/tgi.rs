@@ -55,7 +55,7 @@ pub struct GenerateRequest {
     pub inputs: String,
     #[serde(default)]
     pub parameters: GenerateParameters,
-    /// Ignored: the route decides whether to stream.
+    /// On `POST /`, whether to stream; `/generate` and `/generate_stream` ignore it.
     pub stream: Option<bool>,
 }
 

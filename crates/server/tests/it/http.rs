@@ -159,6 +159,19 @@ async fn tgi_stream_equals_generate() {
     }
     assert_eq!(events[9]["generated_text"].as_str(), Some(text.as_str()));
     assert_eq!(events[9]["details"]["generated_tokens"].as_u64(), Some(10));
+
+    // TGI's root route answers like /generate, or like /generate_stream when asked to stream.
+    let (status, root) = post(s, "/", &body).await;
+    assert_eq!(status, 200, "{root}");
+    assert_eq!(root["generated_text"].as_str(), Some(text.as_str()));
+    let mut streaming = body.clone();
+    streaming["stream"] = json!(true);
+    let root_events = stream(s, "/", &streaming).await;
+    assert_eq!(root_events, payloads);
+    let invalid = json!({"inputs": "x", "parameters": {"temperature": 0}});
+    let (status, bad) = post(s, "/", &invalid).await;
+    assert_eq!(status, 422, "{bad}");
+    assert_eq!(bad["error_type"], "validation");
 }
 
 #[tokio::test]
@@ -499,6 +512,7 @@ async fn metrics_openapi_and_info_routes() {
         "/v1/chat/completions",
         "/generate",
         "/generate_stream",
+        "/",
         "/health",
     ] {
         assert!(doc["paths"][p].is_object(), "missing path {p}");

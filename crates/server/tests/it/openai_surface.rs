@@ -1,7 +1,8 @@
 //! HTTP tests of the OpenAI/vLLM request surface on the real default model
 //! (`KESTREL_DEFAULT_MODEL`): unknown fields and `--strict-api`, `logit_bias`, `min_tokens`,
 //! `stop_token_ids`, `include_stop_str_in_output`, `skip_special_tokens`, response ids and
-//! `system_fingerprint`, lists of prompts, `n` with streaming, `echo`, `best_of`, `priority`.
+//! `system_fingerprint`, lists of prompts, `n` with streaming, `echo`, `best_of`, `priority`,
+//! `prompt_logprobs`.
 
 use crate::common;
 
@@ -559,4 +560,110 @@ fn decode_base64(text: &str) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The entry of `token` at prompt position `pos` of a `prompt_logprobs` list.
+fn prompt_entry(list: &Value, pos: usize, token: u64) -> &Value {
+    &list[pos][token.to_string()]
+}
+
+#[tokio::test]
+async fn prompt_logprobs_score_every_prompt_token() {
+    let s = main_server();
+    let prompt: Vec<u64> = ids(s, "The capital of France is")
+        .await
+        .iter()
+        .map(|t| t.0)
+        .collect();
+    let v = completion(
+        s,
+        json!({"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1,
+               "prompt_logprobs": 2}),
+    )
+    .await;
+    let list = &v["choices"][0]["prompt_logprobs"];
+    let list_len = list.as_array().expect("prompt_logprobs list").len();
+    assert_eq!(list_len, prompt.len(), "{v}");
+    assert!(list[0].is_null(), "the first token has no context: {v}");
+    for (pos, &token) in prompt.iter().enumerate().skip(1) {
+        let entries = list[pos].as_object().expect("entries");
+        assert!((2..=3).contains(&entries.len()), "{pos}: {entries:?}");
+        let own = prompt_entry(list, pos, token);
+        assert!(own["logprob"].as_f64().expect("logprob") <= 0.0);
+        assert!(own["rank"].as_u64().expect("rank") >= 1);
+        let ranks: Vec<u64> = entries
+            .values()
+            .map(|e| e["rank"].as_u64().unwrap())
+            .collect();
+        assert!(
+            ranks.contains(&1) && ranks.contains(&2),
+            "{pos}: {entries:?}"
+        );
+    }
+    // The greedy token scored as the next prompt token has the logprob it was sampled with.
+    let lp = &v["choices"][0]["logprobs"];
+    let sampled = lp["token_logprobs"][0].as_f64().expect("sampled logprob");
+    let (_, next) = ids(s, lp["tokens"][0].as_str().expect("token")).await[0].clone();
+    assert_eq!(next, lp["tokens"][0].as_str().unwrap());
+    let next_id = ids(s, &next).await[0].0;
+    let mut extended = prompt.clone();
+    extended.push(next_id);
+    let w = completion(
+        s,
+        json!({"prompt": extended, "max_tokens": 1, "prompt_logprobs": 0}),
+    )
+    .await;
+    let scored = prompt_entry(&w["choices"][0]["prompt_logprobs"], prompt.len(), next_id);
+    let scored = scored["logprob"].as_f64().expect("scored logprob");
+    assert!(
+        (scored - sampled).abs() < 1e-3,
+        "scored {scored}, sampled {sampled}"
+    );
+    assert_eq!(
+        prompt_entry(&w["choices"][0]["prompt_logprobs"], prompt.len(), next_id)["rank"],
+        1,
+        "the greedy token ranks first"
+    );
+
+    // Chat carries them at the top level; every choice of n shares its prompt's list.
+    let (status, chat) = post(
+        s,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+                "prompt_logprobs": 1, "n": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{chat}");
+    assert_eq!(
+        chat["prompt_logprobs"].as_array().map(Vec::len),
+        chat["usage"]["prompt_tokens"].as_u64().map(|n| n as usize),
+        "{chat}"
+    );
+    let plain = completion(s, json!({"prompt": "hi", "max_tokens": 1})).await;
+    assert!(
+        plain["choices"][0].get("prompt_logprobs").is_none(),
+        "{plain}"
+    );
+
+    refused(
+        s,
+        "/v1/completions",
+        json!({"prompt": "hi", "prompt_logprobs": 1, "stream": true}),
+        "prompt_logprobs",
+    )
+    .await;
+    refused(
+        s,
+        "/v1/completions",
+        json!({"prompt": "hi", "prompt_logprobs": 21}),
+        "prompt_logprobs",
+    )
+    .await;
+    refused(
+        s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Hi"}], "prompt_logprobs": -1}),
+        "prompt_logprobs",
+    )
+    .await;
 }

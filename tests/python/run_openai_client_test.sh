@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs tests/python/test_openai_client.py against a fresh `kestrel serve`.
+# Runs the real-client checks against a fresh `kestrel serve` (with the Hermes tool-call parser):
+# tests/python/test_openai_client.py (the `openai` client) and tests/python/test_agent_clients.py
+# (`openai` structured output and tools, LangChain, huggingface_hub).
 # Usage: run_openai_client_test.sh PATH/TO/kestrel
 # Uses the default model (KESTREL_DEFAULT_MODEL if set, else `kestrel serve`'s default).
 # Builds nothing; installs the `openai` package with pip if it is missing; always stops the server.
@@ -20,7 +22,8 @@ if [[ -n "${KESTREL_DEFAULT_MODEL:-}" ]]; then
   MODEL_ARGS=(--model "$KESTREL_DEFAULT_MODEL")
 fi
 
-"$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" --kv-cache-memory 256MiB >"$LOG" 2>&1 &
+"$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" --kv-cache-memory 256MiB \
+  --tool-call-parser hermes >"$LOG" 2>&1 &
 SERVER_PID=$!
 cleanup() {
   kill "$SERVER_PID" 2>/dev/null || true
@@ -41,7 +44,8 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 
-if ! "$PYTHON" "$HERE/test_openai_client.py" "http://127.0.0.1:$PORT/v1"; then
+if ! "$PYTHON" "$HERE/test_openai_client.py" "http://127.0.0.1:$PORT/v1" \
+  || ! "$PYTHON" "$HERE/test_agent_clients.py" "http://127.0.0.1:$PORT"; then
   echo "server log:" >&2
   cat "$LOG" >&2
   exit 1

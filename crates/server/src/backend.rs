@@ -118,7 +118,6 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
-    /// Unloads a LoRA adapter. Blocks (call it from `spawn_blocking`).
     /// Checks that a structured-output grammar compiles for the served model (before the
     /// request is queued). Backends without constrained decoding refuse every grammar.
     fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
@@ -126,6 +125,7 @@ pub trait Backend: Send + Sync + 'static {
         Err(ConstraintError::Unavailable)
     }
 
+    /// Unloads a LoRA adapter. Blocks (call it from `spawn_blocking`).
     fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
         Err(ApiError::Adapter(AdapterError::NotFound(name.to_string())))
     }

@@ -346,3 +346,51 @@ fn queue_depth(addr: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+#[test]
+fn structured_output_runs_through_the_gateway_as_on_serve() {
+    let redis = Redis::start();
+    let (_w, _m) = worker(&redis, "w-grammar", &[]);
+    let (_gw, addr) = gateway(&redis, &[]);
+    let (_serve, direct) = serve(&[]);
+    wait_workers(&addr, 1, LONG);
+    wait_healthy(&direct, LONG);
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 16}, "year": {"type": "integer"}},
+        "required": ["city", "year"],
+        "additionalProperties": false
+    });
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": "Name a city and the year it was founded."}],
+        "max_tokens": 48, "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}
+    })
+    .to_string();
+    let content = |host: &str| {
+        let r = request(host, "POST", "/v1/chat/completions", &body, LONG).expect("request");
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.json()["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("content")
+            .to_string()
+    };
+    let via_gateway = content(&addr);
+    let value: serde_json::Value =
+        serde_json::from_str(&via_gateway).unwrap_or_else(|e| panic!("{via_gateway:?}: {e}"));
+    assert!(
+        value["city"].is_string() && value["year"].is_i64(),
+        "{value}"
+    );
+    assert_eq!(value.as_object().map(|o| o.len()), Some(2), "{value}");
+    assert_eq!(via_gateway, content(&direct), "the gateway and serve agree");
+
+    let bad = serde_json::json!({
+        "messages": [{"role": "user", "content": "hi"}],
+        "guided_regex": "(unclosed"
+    })
+    .to_string();
+    let r = request(&addr, "POST", "/v1/chat/completions", &bad, LONG).expect("request");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["param"], "guided_regex", "{}", r.body);
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 use kestrel_engine::api::{EngineRequest, EngineStats, RequestLimits};
+use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream};
 use kestrel_server::error::ApiError;
 use tokio::sync::mpsc::unbounded_channel;
@@ -50,6 +51,13 @@ impl Backend for FleetBackend {
         self.runtime.spawn(relay(shared.clone(), job, tx));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         Ok(EventStream::new(number, events.boxed()))
+    }
+
+    fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
+        match self.shared.constraints.get() {
+            Some(factory) => factory.validate(spec),
+            None => Err(ConstraintError::Unavailable),
+        }
     }
 
     fn request_limits(&self) -> RequestLimits {

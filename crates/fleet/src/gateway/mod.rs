@@ -22,6 +22,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use kestrel_engine::constraint::ConstraintFactory;
 use kestrel_server::error::{ApiError, OpenAiError};
 use kestrel_server::{AppState, ServerConfig};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -72,6 +73,9 @@ pub(crate) struct GatewayShared {
     redis: Redis,
     registry: Arc<Registry>,
     descriptor: OnceLock<ModelDescriptor>,
+    /// Compiles structured-output grammars against the workers' model, so a bad schema is a
+    /// 400 at the gateway (unset: the model's vocabulary cannot be constrained).
+    constraints: OnceLock<Arc<ConstraintFactory>>,
     gateway_id: String,
     next_id: AtomicU64,
     active: AtomicUsize,
@@ -101,6 +105,7 @@ pub async fn serve(
         redis: redis.clone(),
         registry: Arc::new(Registry::default()),
         descriptor: OnceLock::new(),
+        constraints: OnceLock::new(),
         gateway_id: gateway_id(),
         next_id: AtomicU64::new(0),
         active: AtomicUsize::new(0),
@@ -172,6 +177,10 @@ async fn load_routes(
                 Ok(model) => {
                     let limits = crate::descriptor::limits(&d, shared.config.max_queue_time);
                     tracing::info!(model = %d.model_id, "serving the workers' model");
+                    let width = d.request_limits.vocab_size;
+                    if let Some(f) = kestrel_server::constraint::factory(&model.tokenizer, width) {
+                        let _ = shared.constraints.set(f);
+                    }
                     let _ = shared.descriptor.set(d);
                     let state = AppState::new(backend, model, limits, metrics);
                     let _ = routes.set(kestrel_server::routes::router(&http, state));

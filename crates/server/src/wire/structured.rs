@@ -28,6 +28,10 @@ pub struct ResponseFormat {
     pub kind: String,
     /// Required with `json_schema`.
     pub json_schema: Option<JsonSchemaFormat>,
+    /// TGI's chat form: with `json_object` (or `json`), a JSON schema the output must satisfy;
+    /// with `regex`, the regular expression (`huggingface_hub` sends this shape).
+    #[schema(value_type = Option<Object>)]
+    pub value: Option<Value>,
 }
 
 /// `response_format.json_schema`.
@@ -162,7 +166,21 @@ fn response_format(format: ResponseFormat) -> Result<Option<GrammarSpec>, ApiErr
     const P: &str = "response_format";
     match format.kind.as_str() {
         "text" => Ok(None),
-        "json_object" => Ok(Some(GrammarSpec::JsonObject)),
+        "json_object" | "json" => match format.value {
+            None if format.kind == "json_object" => Ok(Some(GrammarSpec::JsonObject)),
+            None => Err(ApiError::param(
+                P,
+                "a json response_format needs a value (a schema)",
+            )),
+            Some(schema) => json_schema(P, schema).map(Some),
+        },
+        "regex" => match format.value {
+            Some(Value::String(pattern)) => Ok(Some(GrammarSpec::Regex { pattern })),
+            _ => Err(ApiError::param(
+                P,
+                "a regex response_format's value must be a string",
+            )),
+        },
         "json_schema" => {
             let schema = format
                 .json_schema
@@ -172,7 +190,10 @@ fn response_format(format: ResponseFormat) -> Result<Option<GrammarSpec>, ApiErr
         }
         other => Err(ApiError::param(
             P,
-            format!("response_format type {other:?} is not supported (text, json_object or json_schema)"),
+            format!(
+                "response_format type {other:?} is not supported \
+                 (text, json_object, json_schema, or TGI's json and regex with a value)"
+            ),
         )),
     }
 }

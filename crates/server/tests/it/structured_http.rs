@@ -155,6 +155,9 @@ async fn json_schema_and_json_object_outputs_parse_and_validate() {
         json!({"guided_json": person_schema()}),
         json!({"guided_json": person_schema().to_string()}),
         json!({"structured_outputs": {"json": person_schema()}}),
+        // TGI's chat form, which huggingface_hub sends for a json_schema response_format.
+        json!({"response_format": {"type": "json_object", "value": person_schema()}}),
+        json!({"response_format": {"type": "json", "value": person_schema()}}),
     ] {
         let (text, finish) = completion_text(&completion(prompt, extra.clone())).await;
         assert_eq!(finish, "stop", "{extra}: {text}");
@@ -198,6 +201,10 @@ async fn regex_choice_and_grammar_outputs_match() {
     for body in [
         chat(ask, json!({"guided_regex": CITY_REGEX})),
         chat(ask, json!({"structured_outputs": {"regex": CITY_REGEX}})),
+        chat(
+            ask,
+            json!({"response_format": {"type": "regex", "value": CITY_REGEX}}),
+        ),
         completion("City and age: ", json!({"guided_regex": CITY_REGEX})),
     ] {
         let text = if body.get("prompt").is_some() {
@@ -296,6 +303,19 @@ async fn bad_constraints_are_400s_naming_the_field() {
         (
             "/v1/chat/completions",
             chat("hi", json!({"response_format": {"type": "yaml"}})),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(
+                "hi",
+                json!({"response_format": {"type": "regex", "value": 3}}),
+            ),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            chat("hi", json!({"response_format": {"type": "json"}})),
             "response_format",
         ),
         (

@@ -555,10 +555,8 @@ fn chat_prompt(
         .iter()
         .map(chat_message)
         .collect::<Result<Vec<_>, _>>()?;
-    let text = template
-        .render_with_tools(&turns, tools, true)
-        .map_err(|e| ApiError::param("messages", e.to_string()))?;
-    encode(state, &text, false, "messages")
+    kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), &turns, tools, true)
+        .map_err(|e| ApiError::param("messages", e.to_string()))
 }
 
 fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {

@@ -5,6 +5,7 @@ mod common;
 mod gguf_common;
 mod tokenizer_common;
 
+mod chat_prompt_injection;
 mod chat_template_hf;
 mod chat_template_tools;
 mod config_gguf;

@@ -358,7 +358,7 @@ pub fn generate(
         },
         ..SamplingParams::default()
     };
-    let request = engine_request(state, prompt_ids, sampling, priority(p.priority)?, arrival)?;
+    let request = engine_request(state, prompt_ids, sampling, priority(state, p.priority)?, arrival)?;
     Ok(ValidGenerate {
         request: request.with_adapter(adapter).with_grammar(grammar),
         details: p.details.unwrap_or(false),
@@ -466,7 +466,7 @@ fn openai_sampling(
         skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
         ..SamplingParams::default()
     };
-    Ok((sampling, priority(f.priority)?))
+    Ok((sampling, priority(state, f.priority)?))
 }
 
 /// `logit_bias`: token ids as strings; the engine checks the ranges and the vocabulary.
@@ -493,14 +493,18 @@ fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiEr
         .collect()
 }
 
-/// `priority`: lower runs first (vLLM's convention), default 0.
-fn priority(priority: Option<i64>) -> Result<i32, ApiError> {
-    match priority {
-        None => Ok(0),
-        Some(p) => i32::try_from(p).map_err(|_| {
-            ApiError::param("priority", format!("priority must fit in 32 bits, got {p}"))
-        }),
+/// `priority`: lower runs first (vLLM's convention), default 0. Values below the server's
+/// `--min-client-priority` (default 0: clients may only lower their own urgency) are refused.
+fn priority(state: &AppState, priority: Option<i64>) -> Result<i32, ApiError> {
+    let Some(p) = priority else { return Ok(0) };
+    let min = state.limits().min_client_priority;
+    if p < i64::from(min) || p > i64::from(i32::MAX) {
+        return Err(ApiError::param(
+            "priority",
+            format!("priority must be between {min} and {}, got {p}", i32::MAX),
+        ));
     }
+    Ok(p as i32)
 }
 
 fn engine_request(

@@ -15,6 +15,7 @@ mod kv_sliding_window;
 mod output;
 mod sampling;
 mod scheduler_basic;
+mod scheduler_fairness;
 mod scheduler_lora;
 mod scheduler_preemption;
 mod scheduler_proptest;

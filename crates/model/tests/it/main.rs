@@ -16,6 +16,7 @@ mod dequant_real_tensors;
 mod embedding_tiny_llama;
 mod engine_batching;
 mod gguf_corrupt;
+mod gguf_hostile_counts;
 mod gguf_real_model;
 mod gguf_roundtrip;
 mod golden_gemma3_270m;

@@ -72,7 +72,7 @@ pub fn chat_segments(
     tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
 ) -> Result<Vec<PromptSegment>, ChatPromptError> {
-    check_fields(tokenizer, messages)?;
+    check_fields(tokenizer, messages, tools)?;
     let rendered = template.render_with_tools(messages, tools, add_generation_prompt)?;
     let marked: Vec<bool> = messages
         .iter()
@@ -115,8 +115,23 @@ impl PromptSegment {
     }
 }
 
-/// Roles, names and tool-call ids are written into markup, so they may not carry control text.
-fn check_fields(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<(), ChatPromptError> {
+/// Roles, names, tool-call ids, tool calls and tool definitions are written into markup, so
+/// they may not carry control text.
+fn check_fields(
+    tokenizer: &Tokenizer,
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
+) -> Result<(), ChatPromptError> {
+    let json_has_special = |v: &serde_json::Value| tokenizer.contains_special_text(&v.to_string());
+    if tools.is_some_and(|t| t.iter().any(json_has_special)) {
+        return Err(ChatPromptError::SpecialTextInField("tools"));
+    }
+    if messages
+        .iter()
+        .any(|m| m.tool_calls.as_ref().is_some_and(json_has_special))
+    {
+        return Err(ChatPromptError::SpecialTextInField("tool_calls"));
+    }
     for m in messages {
         let fields = [
             ("role", Some(m.role.as_str())),

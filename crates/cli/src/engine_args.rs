@@ -60,6 +60,10 @@ pub struct EngineArgs {
     /// Abort requests that wait longer than this many seconds to start.
     #[arg(long)]
     pub max_queue_time: Option<f64>,
+    /// Most urgent request `priority` clients may ask for (lower runs first); the default 0
+    /// lets clients only lower their own urgency. Set it negative to allow urgent requests.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub min_client_priority: i32,
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
@@ -152,6 +156,7 @@ impl EngineArgs {
             max_input_tokens: self.max_input_tokens,
             max_total_tokens: self.max_total_tokens,
             max_queue_time,
+            min_client_priority: self.min_client_priority,
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
             tool_call_parser: self.tool_call_parser,

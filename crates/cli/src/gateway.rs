@@ -24,6 +24,10 @@ pub struct GatewayArgs {
     /// Fail a queued request once no worker has been alive for this many seconds.
     #[arg(long, default_value_t = 30)]
     pub no_worker_timeout: u64,
+    /// Most urgent request `priority` clients may ask for (lower runs first); the default 0
+    /// lets clients only lower their own urgency.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub min_client_priority: i32,
 }
 
 pub fn run(args: GatewayArgs) -> Result<()> {
@@ -33,6 +37,7 @@ pub fn run(args: GatewayArgs) -> Result<()> {
         bail!("--max-queue-len must be at least 1");
     }
     config.max_queue_len = args.max_queue_len;
+    config.min_client_priority = args.min_client_priority;
     config.no_worker_timeout = Duration::from_secs(args.no_worker_timeout);
     config.max_queue_time = match args.max_queue_time {
         None => None,

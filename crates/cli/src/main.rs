@@ -4,6 +4,7 @@ mod chat;
 mod convert;
 mod default_model;
 mod engine_args;
+mod engine_watch;
 mod gateway;
 mod generate;
 mod http_args;

@@ -1,7 +1,7 @@
 //! `kestrel serve`: load a model, start the engine and serve the OpenAI- and TGI-compatible
 //! HTTP API until SIGINT/SIGTERM.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::engine_args::EngineArgs;
 use crate::http_args::HttpArgs;
@@ -22,7 +22,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     config.enable_runtime_lora = args.lora.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;
     args.lora.apply(&mut opts);
-    let state = args.engine.launch_with(&opts)?.into_state();
+    let launched = args.engine.launch_with(&opts)?;
+    let engine = launched.engine.clone();
+    let state = launched.into_state();
+    let watch = crate::engine_watch::EngineWatch::default();
     let runtime = crate::runtime()?;
     runtime.block_on(async move {
         let listener = kestrel_server::bind(&config).await?;
@@ -31,8 +34,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "kestrel serving {} on http://{addr}",
             state.model().model_id
         );
-        kestrel_server::serve_on(listener, config, state, kestrel_server::shutdown_signal())
-            .await?;
+        let stop = watch.clone().stop_signal(engine);
+        kestrel_server::serve_on(listener, config, state, stop).await?;
+        if watch.engine_died() {
+            bail!("the engine stopped unexpectedly (see the log); exiting so the server is replaced");
+        }
         Ok(())
     })
 }

@@ -57,6 +57,7 @@ pub struct EngineRequest {
     arrival: Instant,
     max_queue_time: Option<Duration>,
     adapter: Option<AdapterId>,
+    cache_salt: Option<String>,
 }
 
 impl EngineRequest {
@@ -98,6 +99,7 @@ impl EngineRequest {
             sampling,
             priority: 0,
             adapter: None,
+            cache_salt: None,
             arrival: Instant::now(),
             max_queue_time: None,
         })
@@ -119,6 +121,17 @@ impl EngineRequest {
     /// The LoRA adapter the request runs with.
     pub fn adapter(&self) -> Option<AdapterId> {
         self.adapter
+    }
+
+    /// Share cached prefixes only with requests of the same `salt` (`None`: the shared cache).
+    pub fn with_cache_salt(mut self, salt: Option<String>) -> Self {
+        self.cache_salt = salt;
+        self
+    }
+
+    /// The prefix-cache salt.
+    pub fn cache_salt(&self) -> Option<&str> {
+        self.cache_salt.as_deref()
     }
 
     /// Lower runs first (vLLM's convention); default 0.

@@ -37,6 +37,9 @@ impl EngineConfig {
             max_model_len: Some(self.max_model_len),
             attention_window: kv.attention_window,
             max_loras: Some(self.lora.max_loras),
+            max_preemptions: Some(crate::scheduler::DEFAULT_MAX_PREEMPTIONS),
+            // A long prompt takes at most half a step while others wait for a first token.
+            contended_prefill_chunk: Some((self.max_num_batched_tokens / 2).max(1)),
         }
     }
 }

@@ -28,7 +28,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::adapter_id::AdapterId;
 use crate::adapters::{AdapterCard, AdapterError};
-use crate::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use crate::api::{
+    EngineEvent, EngineFailure, EngineRequest, EngineStats, RequestLimits, SubmitError,
+};
 use crate::config::EngineConfig;
 use crate::constraint::{ConstraintError, ConstraintFactory, GrammarSpec};
 use crate::core::EngineCore;
@@ -336,6 +338,14 @@ impl EngineHandle {
         &self.shared.config
     }
 
+    /// Whether the engine thread is still running. False once it stopped, after
+    /// [`EngineHandle::shutdown`] or because a step panicked (every request in flight then
+    /// failed with [`EngineFailure::Internal`]); a supervisor should replace the process.
+    pub fn is_alive(&self) -> bool {
+        let thread = self.shared.thread.lock().unwrap_or_else(|p| p.into_inner());
+        thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Stops admitting requests, lets in-flight ones finish until `deadline` from now, then
     /// fails the rest with `EngineFailure::ShuttingDown`, and joins the engine thread. Blocks
     /// the caller (use `spawn_blocking` from async code). Later calls return at once.
@@ -409,6 +419,10 @@ impl ResponseStream {
     }
 
     fn observe(&mut self, ev: Option<EngineEvent>) -> Option<EngineEvent> {
+        // The engine closed the stream without a final event: its thread died.
+        let ev = ev.or(Some(EngineEvent::Failed(EngineFailure::Internal(
+            "the engine stopped unexpectedly".into(),
+        ))));
         let end = !matches!(ev, Some(EngineEvent::Token(_)));
         if end {
             self.done = true;

@@ -35,8 +35,13 @@ pub trait TokenDecoder {
 
 const REPLACEMENT: char = '\u{FFFD}';
 
-/// How many context ids (e.g. the prompt's tail) seed the decoding window.
+/// How many context ids (e.g. the prompt's tail) seed the decoding window; also the most
+/// prefix ids kept while ids add no text.
 const CONTEXT_IDS: usize = 6;
+
+/// Ids after which text still ending in U+FFFD is emitted anyway (a UTF-8 character needs at
+/// most 4 byte tokens), so a model emitting invalid bytes cannot grow the window.
+const MAX_PENDING_IDS: usize = 8;
 
 /// Decodes generated ids incrementally; see the module docs for the offset scheme.
 #[derive(Debug, Clone, Default)]
@@ -83,10 +88,25 @@ impl IncrementalDecoder {
     }
 
     /// Appends `id` and returns the text it completes (often empty).
+    ///
+    /// The window stays short whatever the ids: ids that add no text (skipped special tokens)
+    /// are consumed at once, keeping at most [`CONTEXT_IDS`] ids of prefix, and text that stays
+    /// incomplete for [`MAX_PENDING_IDS`] ids is emitted as it decodes (with U+FFFD).
     pub fn push(&mut self, decoder: &impl TokenDecoder, id: u32) -> String {
         self.ids.push(id);
         let prefix = self.text(decoder, &self.ids[self.prefix_offset..self.read_offset]);
         let full = self.text(decoder, &self.ids[self.prefix_offset..]);
+        if full == prefix {
+            self.read_offset = self.ids.len();
+            self.prefix_offset = self
+                .prefix_offset
+                .max(self.read_offset.saturating_sub(CONTEXT_IDS));
+            return String::new();
+        }
+        let pending = self.ids.len() - self.read_offset;
+        if pending >= MAX_PENDING_IDS {
+            return self.flush_window(&full, &prefix);
+        }
         if full.len() <= prefix.len() || full.ends_with(REPLACEMENT) {
             return String::new();
         }
@@ -101,6 +121,18 @@ impl IncrementalDecoder {
         }
     }
 
+    /// Ids in the decoding window (what one `push` decodes), for tests and diagnostics.
+    pub fn window_len(&self) -> usize {
+        self.ids.len() - self.prefix_offset
+    }
+
+    /// Emits the window's text after `prefix` and starts a new window.
+    fn flush_window(&mut self, full: &str, prefix: &str) -> String {
+        self.prefix_offset = self.read_offset;
+        self.read_offset = self.ids.len();
+        tail_after(full, prefix)
+    }
+
     /// Emits whatever is still withheld (possibly ending in U+FFFD), for when generation ends.
     pub fn flush(&mut self, decoder: &impl TokenDecoder) -> String {
         if self.read_offset == self.ids.len() {
@@ -108,9 +140,7 @@ impl IncrementalDecoder {
         }
         let prefix = self.text(decoder, &self.ids[self.prefix_offset..self.read_offset]);
         let full = self.text(decoder, &self.ids[self.prefix_offset..]);
-        self.prefix_offset = self.read_offset;
-        self.read_offset = self.ids.len();
-        tail_after(&full, &prefix)
+        self.flush_window(&full, &prefix)
     }
 }
 

@@ -91,6 +91,9 @@ pub struct RequestParams {
     /// The LoRA adapter the request runs with (`None`: the base model alone). Part of the
     /// prefix-cache key: two adapters never share KV blocks.
     pub adapter: Option<AdapterId>,
+    /// Mixed into the hash of the first KV block, so only requests with the same salt share
+    /// cached prefixes (see [`crate::kv::block_hash`]).
+    pub cache_salt: Option<std::sync::Arc<str>>,
 }
 
 impl RequestParams {
@@ -105,6 +108,7 @@ impl RequestParams {
             ignore_eos: false,
             cache_key: None,
             adapter: None,
+            cache_salt: None,
         }
     }
 
@@ -187,6 +191,7 @@ impl Request {
             ignore_eos: req.sampling().ignore_eos,
             cache_key: None,
             adapter: req.adapter(),
+            cache_salt: req.cache_salt().map(std::sync::Arc::from),
         };
         let (prompt, _) = req.into_parts();
         Self::with_generation(id, prompt, params, generation)

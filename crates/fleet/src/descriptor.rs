@@ -53,10 +53,11 @@ pub fn model_info(d: &ModelDescriptor) -> Result<ModelInfo, FleetError> {
 }
 
 /// The request limits the gateway enforces (the workers'; a queue timeout is the gateway's).
-pub fn limits(d: &ModelDescriptor, max_queue_time: Option<std::time::Duration>) -> Limits {
+pub fn limits(d: &ModelDescriptor, config: &crate::gateway::GatewayConfig) -> Limits {
     Limits {
         max_input_tokens: d.max_input_tokens,
         max_total_tokens: d.max_total_tokens,
-        max_queue_time,
+        max_queue_time: config.max_queue_time,
+        min_client_priority: config.min_client_priority,
     }
 }

@@ -21,6 +21,9 @@ pub struct Job {
     /// Always seeded, so that a re-run after a worker died repeats the first run's tokens.
     pub sampling: SamplingParams,
     pub priority: i32,
+    /// The request's prefix-cache salt (absent from older gateways' jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_salt: Option<String>,
     pub max_queue_time_ms: Option<u64>,
     /// When the gateway queued it (Unix milliseconds): queue time includes the wait in Redis.
     pub queued_at_ms: u64,
@@ -36,6 +39,7 @@ impl Job {
             prompt_ids: req.prompt_ids().to_vec(),
             sampling,
             priority: req.priority(),
+            cache_salt: req.cache_salt().map(str::to_string),
             max_queue_time_ms: req
                 .max_queue_time()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -53,6 +57,7 @@ impl Job {
         Ok(
             EngineRequest::new(self.prompt_ids.clone(), self.sampling.clone(), limits)?
                 .with_priority(self.priority)
+                .with_cache_salt(self.cache_salt.clone())
                 .with_arrival(arrival)
                 .with_max_queue_time(self.max_queue_time_ms.map(Duration::from_millis)),
         )
@@ -133,7 +138,8 @@ mod tests {
         };
         let req = EngineRequest::new(vec![1, 2, 3], sampling, &limits)
             .unwrap()
-            .with_priority(3);
+            .with_priority(3)
+            .with_cache_salt(Some("tenant".into()));
         let job = Job::new("r1".into(), &req, 42);
         assert_eq!(job.sampling.seed, Some(42));
         let json = serde_json::to_string(&job).unwrap();
@@ -142,6 +148,7 @@ mod tests {
         let rebuilt = back.to_request(&limits).unwrap();
         assert_eq!(rebuilt.prompt_ids(), &[1, 2, 3]);
         assert_eq!(rebuilt.priority(), 3);
+        assert_eq!(rebuilt.cache_salt(), Some("tenant"));
         assert_eq!(rebuilt.sampling().seed, Some(42));
     }
 

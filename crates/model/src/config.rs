@@ -300,6 +300,7 @@ impl ModelConfig {
         if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::Invalid(format!("{name} is 0")));
         }
+        self.check_products()?;
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(ConfigError::Invalid(format!(
                 "n_heads ({}) is not a multiple of n_kv_heads ({})",
@@ -375,6 +376,29 @@ impl ModelConfig {
         self.sliding_window.filter(|_| slides)
     }
 
+    /// The tensor sizes derived from the dimensions must be representable: each product fits
+    /// in [`MAX_TENSOR_ELEMENTS`] (so byte sizes cannot overflow either).
+    fn check_products(&self) -> Result<(), ConfigError> {
+        let products = [
+            ("n_heads * head_dim", self.n_heads, self.head_dim),
+            ("n_kv_heads * head_dim", self.n_kv_heads, self.head_dim),
+            ("vocab_size * hidden_size", self.vocab_size, self.hidden_size),
+            (
+                "intermediate_size * hidden_size",
+                self.intermediate_size,
+                self.hidden_size,
+            ),
+        ];
+        for (name, a, b) in products {
+            if a.checked_mul(b).is_none_or(|p| p > MAX_TENSOR_ELEMENTS) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} ({a} * {b}) exceeds {MAX_TENSOR_ELEMENTS} elements"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_window(&self) -> Result<(), ConfigError> {
         if self.sliding_window == Some(0) {
             return Err(ConfigError::Invalid("sliding_window is 0".to_string()));
@@ -389,6 +413,10 @@ impl ModelConfig {
         }
     }
 }
+
+/// Most elements a tensor derived from the configuration may have (2^40: far beyond any real
+/// model's matrices, and small enough that byte sizes of any element type fit in `usize`).
+pub const MAX_TENSOR_ELEMENTS: usize = 1 << 40;
 
 /// `value` must be finite and > 0.
 fn positive(name: &str, value: f32) -> Result<(), ConfigError> {

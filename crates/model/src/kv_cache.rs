@@ -29,13 +29,21 @@ pub struct KvCacheShape {
 
 impl KvCacheShape {
     /// Bytes one token occupies across all layers (K and V).
+    /// Saturates rather than overflows for absurd shapes (which then fit no block).
     pub fn bytes_per_token(&self) -> usize {
-        self.n_layers * 2 * self.n_kv_heads * self.dtype.row_bytes(self.head_dim)
+        self.n_layers
+            .saturating_mul(2)
+            .saturating_mul(self.n_kv_heads)
+            .saturating_mul(self.dtype.row_bytes(self.head_dim))
     }
 
-    /// How many whole blocks fit in `bytes`.
+    /// How many whole blocks fit in `bytes` (0 for a zero block size or a block too large to
+    /// count).
     pub fn blocks_for_bytes(&self, bytes: usize) -> usize {
-        bytes / (self.bytes_per_token() * self.block_size)
+        self.bytes_per_token()
+            .checked_mul(self.block_size)
+            .and_then(|per_block| bytes.checked_div(per_block))
+            .unwrap_or(0)
     }
 
     /// Bytes of one layer's K (or V) array.
@@ -142,6 +150,21 @@ mod tests {
         assert_eq!(f32, 30 * 2 * 3 * 64 * 4);
         assert_eq!(shape(KvDtype::F16).bytes_per_token() * 2, f32);
         assert_eq!(shape(KvDtype::Q8).bytes_per_token(), 30 * 2 * 3 * (64 + 4));
+    }
+
+    #[test]
+    fn zero_block_size_and_absurd_shapes_fit_no_block() {
+        let zero = KvCacheShape {
+            block_size: 0,
+            ..shape(KvDtype::F32)
+        };
+        assert_eq!(zero.blocks_for_bytes(1 << 30), 0);
+        let huge = KvCacheShape {
+            n_layers: usize::MAX / 2,
+            ..shape(KvDtype::F32)
+        };
+        assert_eq!(huge.bytes_per_token(), usize::MAX);
+        assert_eq!(huge.blocks_for_bytes(usize::MAX), 0);
     }
 
     #[test]

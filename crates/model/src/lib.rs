@@ -13,6 +13,7 @@
 //! Quantization, conversion, AWQ/GPTQ import and perplexity live in `kestrel-quant`.
 
 pub mod arch;
+pub mod chat_prompt;
 pub mod chat_template;
 pub mod config;
 pub mod error;

@@ -40,6 +40,8 @@ pub enum KvBudget {
 pub enum KvSizeError {
     #[error("the KV cache budget holds no block of {block_size} tokens; at least one is needed (raise --kv-cache-memory or --kv-cache-tokens)")]
     TooSmall { block_size: usize },
+    #[error("the KV block size must be at least 1 token (--block-size), got 0")]
+    ZeroBlockSize,
 }
 
 impl KvSpec {
@@ -56,6 +58,9 @@ impl KvSpec {
         dtype: KvDtype,
         budget: KvBudget,
     ) -> Result<KvSpec, KvSizeError> {
+        if block_size == 0 {
+            return Err(KvSizeError::ZeroBlockSize);
+        }
         let mut spec = KvSpec {
             block_size,
             num_blocks: 0,

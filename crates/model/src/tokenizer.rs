@@ -17,6 +17,7 @@
 //! [`Tokenizer::eos_ids`] lists every end-of-generation id: EOS, `eot`/`eom` ids and well-known
 //! end-of-turn special tokens (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...).
 
+mod plain_text;
 mod token_env;
 
 use std::collections::HashMap;
@@ -211,6 +212,8 @@ pub struct Tokenizer {
     eos: Option<u32>,
     eog: Vec<u32>,
     chat_template: Option<String>,
+    /// `inner` with special-token matching off, built on first use (see [`Tokenizer::encode_as_text`]).
+    plain: plain_text::PlainCopy,
 }
 
 impl Tokenizer {
@@ -266,6 +269,7 @@ impl Tokenizer {
             eos,
             eog,
             chat_template: meta.get_str(keys::CHAT_TEMPLATE).map(str::to_string),
+            plain: Default::default(),
         })
     }
 
@@ -293,6 +297,7 @@ impl Tokenizer {
             eos,
             eog,
             chat_template: config.chat_template,
+            plain: Default::default(),
         })
     }
 
@@ -401,6 +406,7 @@ impl Tokenizer {
             eos,
             eog,
             chat_template: spec.chat_template.clone(),
+            plain: Default::default(),
         })
     }
 

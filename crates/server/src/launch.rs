@@ -39,6 +39,8 @@ pub struct LaunchOptions {
     pub max_input_tokens: Option<usize>,
     pub max_total_tokens: Option<usize>,
     pub max_queue_time: Option<Duration>,
+    /// Most urgent `priority` a client may ask for (`--min-client-priority`; lower runs first).
+    pub min_client_priority: i32,
     /// The name clients see; defaults to the model file's stem.
     pub model_id: Option<String>,
     /// LoRA adapters to load at start (`--lora-modules name=path`), in order.
@@ -65,6 +67,7 @@ impl Default for LaunchOptions {
             max_input_tokens: None,
             max_total_tokens: None,
             max_queue_time: None,
+            min_client_priority: 0,
             model_id: None,
             lora_modules: Vec::new(),
             lora_limits: LoraLimits::default(),
@@ -265,6 +268,7 @@ fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError>
         max_input_tokens: input,
         max_total_tokens: total,
         max_queue_time: opts.max_queue_time,
+        min_client_priority: opts.min_client_priority,
     })
 }
 

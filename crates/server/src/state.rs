@@ -24,6 +24,8 @@ pub struct Limits {
     pub max_total_tokens: usize,
     /// Abort requests that have not started within this time.
     pub max_queue_time: Option<Duration>,
+    /// Most urgent `priority` a client may ask for (lower runs first); default 0.
+    pub min_client_priority: i32,
 }
 
 /// The model-facing parts of the state.

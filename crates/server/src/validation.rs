@@ -174,7 +174,7 @@ pub fn completion(
     };
     // Ranking candidates needs each chosen token's logprob.
     let logprobs = user_logprobs.or((best_of > n).then_some(0));
-    let (sampling, priority) = openai_sampling(state, fields, logprobs)?;
+    let (sampling, sched) = openai_sampling(state, fields, logprobs)?;
     let grammar = constraint::checked(state, req.structured_fields())?;
     let prompts = completion_prompts(state, req.prompt)?;
     if prompts.len() * best_of > MAX_CANDIDATES {
@@ -202,7 +202,7 @@ pub fn completion(
                 max_tokens,
                 ..sampling.clone()
             };
-            let request = engine_request(state, ids, sampling, priority, arrival)?;
+            let request = engine_request(state, ids, sampling, sched.clone(), arrival)?;
             Ok(ValidPrompt {
                 request: request.with_adapter(adapter).with_grammar(grammar.clone()),
                 echo,
@@ -293,13 +293,13 @@ pub fn chat(
         param,
         remaining,
     )?;
-    let (sampling, priority) = openai_sampling(state, fields, logprobs)?;
+    let (sampling, sched) = openai_sampling(state, fields, logprobs)?;
     let sampling = SamplingParams {
         max_tokens,
         skip_special_tokens: sampling.skip_special_tokens && !tools.keeps_special_tokens(),
         ..sampling
     };
-    let request = engine_request(state, prompt_ids, sampling, priority, arrival)?;
+    let request = engine_request(state, prompt_ids, sampling, sched, arrival)?;
     let options = req.stream_options.unwrap_or_default();
     Ok(ValidRequest {
         prompts: vec![ValidPrompt {
@@ -376,7 +376,11 @@ pub fn generate(
         },
         ..SamplingParams::default()
     };
-    let request = engine_request(state, prompt_ids, sampling, priority(p.priority)?, arrival)?;
+    let sched = Scheduling {
+        priority: priority(state, p.priority)?,
+        cache_salt: None,
+    };
+    let request = engine_request(state, prompt_ids, sampling, sched, arrival)?;
     Ok(ValidGenerate {
         request: request.with_adapter(adapter).with_grammar(grammar),
         details: p.details.unwrap_or(false),
@@ -445,12 +449,20 @@ fn best_of(best_of: Option<i64>, n: usize, stream: bool) -> Result<usize, ApiErr
     Ok(b)
 }
 
-/// The shared OpenAI sampling fields (`max_tokens` left at its default) and the priority.
+/// A request's scheduling and cache settings (priority, prefix-cache salt).
+#[derive(Debug, Clone)]
+struct Scheduling {
+    priority: i32,
+    cache_salt: Option<String>,
+}
+
+/// The shared OpenAI sampling fields (`max_tokens` left at its default) and the scheduling
+/// settings.
 fn openai_sampling(
     state: &AppState,
     f: SamplingFields,
     logprobs: Option<usize>,
-) -> Result<(SamplingParams, i32), ApiError> {
+) -> Result<(SamplingParams, Scheduling), ApiError> {
     let temperature = match f.temperature {
         Some(t) if !(0.0..=2.0).contains(&t) => {
             return Err(ApiError::param(
@@ -484,7 +496,11 @@ fn openai_sampling(
         skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
         ..SamplingParams::default()
     };
-    Ok((sampling, priority(f.priority)?))
+    let sched = Scheduling {
+        priority: priority(state, f.priority)?,
+        cache_salt: f.cache_salt,
+    };
+    Ok((sampling, sched))
 }
 
 /// `logit_bias`: token ids as strings; the engine checks the ranges and the vocabulary.
@@ -511,26 +527,31 @@ fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiEr
         .collect()
 }
 
-/// `priority`: lower runs first (vLLM's convention), default 0.
-fn priority(priority: Option<i64>) -> Result<i32, ApiError> {
-    match priority {
-        None => Ok(0),
-        Some(p) => i32::try_from(p).map_err(|_| {
-            ApiError::param("priority", format!("priority must fit in 32 bits, got {p}"))
-        }),
+/// `priority`: lower runs first (vLLM's convention), default 0. Values below the server's
+/// `--min-client-priority` (default 0: clients may only lower their own urgency) are refused.
+fn priority(state: &AppState, priority: Option<i64>) -> Result<i32, ApiError> {
+    let Some(p) = priority else { return Ok(0) };
+    let min = state.limits().min_client_priority;
+    if p < i64::from(min) || p > i64::from(i32::MAX) {
+        return Err(ApiError::param(
+            "priority",
+            format!("priority must be between {min} and {}, got {p}", i32::MAX),
+        ));
     }
+    Ok(p as i32)
 }
 
 fn engine_request(
     state: &AppState,
     prompt_ids: Vec<u32>,
     sampling: SamplingParams,
-    priority: i32,
+    sched: Scheduling,
     arrival: Instant,
 ) -> Result<EngineRequest, ApiError> {
     Ok(
         EngineRequest::new(prompt_ids, sampling, &state.backend().request_limits())?
-            .with_priority(priority)
+            .with_priority(sched.priority)
+            .with_cache_salt(sched.cache_salt)
             .with_arrival(arrival)
             .with_max_queue_time(state.limits().max_queue_time),
     )
@@ -573,10 +594,8 @@ fn chat_prompt(
         .iter()
         .map(chat_message)
         .collect::<Result<Vec<_>, _>>()?;
-    let text = template
-        .render_with_tools(&turns, tools, true)
-        .map_err(|e| ApiError::param("messages", e.to_string()))?;
-    encode(state, &text, false, "messages")
+    kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), &turns, tools, true)
+        .map_err(|e| ApiError::param("messages", e.to_string()))
 }
 
 fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {

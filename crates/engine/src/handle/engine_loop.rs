@@ -1,6 +1,7 @@
 //! The engine thread's loop: drain every pending command, step while there is work, block on
 //! the command channel when there is none, and honour the shutdown deadline.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +25,8 @@ pub(super) struct EngineLoop {
     adapters_version: u64,
     deadline: Option<Instant>,
     disconnected: bool,
+    /// Set when a step panicked: the loop ends and everything in flight fails with it.
+    crashed: Option<String>,
 }
 
 impl EngineLoop {
@@ -42,6 +45,7 @@ impl EngineLoop {
             adapters_version,
             deadline: None,
             disconnected: false,
+            crashed: None,
         }
     }
 
@@ -49,11 +53,13 @@ impl EngineLoop {
     pub(super) fn run(mut self) {
         loop {
             self.drain();
-            if self.disconnected || self.shutdown_due() {
+            if self.disconnected || self.shutdown_due() || self.crashed.is_some() {
                 break;
             }
             if self.core.has_unfinished() {
-                let computed = self.core.step();
+                let Some(computed) = self.guarded_step() else {
+                    break;
+                };
                 self.publish();
                 if computed == 0 {
                     self.wait(Some(self.stall_wait()));
@@ -63,9 +69,37 @@ impl EngineLoop {
                 self.wait(None);
             }
         }
-        self.core.fail_all(EngineFailure::ShuttingDown);
-        self.reject_pending();
+        let failure = match &self.crashed {
+            Some(message) => EngineFailure::Internal(message.clone()),
+            None => EngineFailure::ShuttingDown,
+        };
+        self.fail_in_flight(failure.clone());
+        self.reject_pending(&failure);
         self.publish();
+    }
+
+    /// One step with panics caught: `None` (and `crashed` set) if it panicked.
+    fn guarded_step(&mut self) -> Option<usize> {
+        let core = &mut self.core;
+        match catch_unwind(AssertUnwindSafe(|| core.step())) {
+            Ok(computed) => Some(computed),
+            Err(payload) => {
+                let message = format!("the engine panicked: {}", panic_message(&*payload));
+                tracing::error!("{message}; failing every request and stopping the engine");
+                self.crashed = Some(message);
+                None
+            }
+        }
+    }
+
+    /// Fails every live request; after a panic the core may be inconsistent, so a second
+    /// panic here is caught (dropping the core then closes the remaining streams, which their
+    /// readers see as a failure).
+    fn fail_in_flight(&mut self, failure: EngineFailure) {
+        let core = &mut self.core;
+        if catch_unwind(AssertUnwindSafe(|| core.fail_all(failure))).is_err() {
+            tracing::error!("failing the in-flight requests panicked too");
+        }
     }
 
     /// True when shutdown was asked for and either its deadline passed or no work is left.
@@ -153,11 +187,11 @@ impl EngineLoop {
     }
 
     /// Fails requests and adapter commands sent after the loop ended.
-    fn reject_pending(&mut self) {
+    fn reject_pending(&mut self, failure: &EngineFailure) {
         while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
                 Command::Submit { events, .. } => {
-                    let _ = events.send(EngineEvent::Failed(EngineFailure::ShuttingDown));
+                    let _ = events.send(EngineEvent::Failed(failure.clone()));
                 }
                 Command::LoadAdapter { reply, .. } => {
                     let _ = reply.send(Err(AdapterError::Stopped));
@@ -190,5 +224,16 @@ impl EngineLoop {
         let snapshot = self.core.stats();
         // A poisoned lock still guards a plain value; overwrite it.
         *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = snapshot;
+    }
+}
+
+/// The text of a panic payload (`panic!` with a literal or a formatted message).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "unknown panic"
     }
 }

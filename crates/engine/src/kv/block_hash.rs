@@ -5,42 +5,75 @@
 //! only if they agree on every token before it. The extra key separates caches that must never
 //! mix even for equal tokens (another model, LoRA adapter or cache salt).
 //!
-//! The hash is 128 bits wide (two independently keyed SipHash-1-3 runs from the standard
-//! library), deterministic within a process, and needs no extra dependency.
+//! The hash is SHA-256, so a client cannot craft token sequences whose blocks collide with
+//! another client's prefix (SipHash with per-process keys was not collision resistant against an
+//! adaptive adversary who observes `cached_tokens`). A hit is trusted without comparing tokens.
+//! The bytes hashed, in order:
+//!
+//! * the tag `b"kestrel-kv-block-v2\0"`;
+//! * the parent: `0x00`, or `0x01` and its 32 bytes;
+//! * the extra key: `0x00`, or `0x01` and the `u64` little-endian;
+//! * the cache salt, first block only: `0x00`, or `0x01`, the salt's byte length as `u64` LE and
+//!   its UTF-8 bytes (later blocks inherit it through the parent);
+//! * the token count as `u64` LE, then each token as `u32` LE.
+//!
+//! A salt (a request's `cache_salt`, or one derived from its API key) therefore gives a chain of
+//! its own: requests with different salts share no block, not even the first.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use sha2::{Digest, Sha256};
 
-/// Domain separators for the two 64-bit halves.
-const DOMAIN_LO: u64 = 0x6b65_7374_7265_6c30;
-const DOMAIN_HI: u64 = 0x6b65_7374_7265_6c31;
+const TAG: &[u8] = b"kestrel-kv-block-v2\0";
 
 /// Hash of a full block and (through its parent) of every block before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlockHash(u128);
+pub struct BlockHash([u8; 32]);
 
 impl BlockHash {
     /// Hash of a block holding `tokens`, following the block hashed as `parent` (`None` for the
-    /// first block), under the cache namespace `extra_key`.
-    pub fn new(parent: Option<BlockHash>, tokens: &[u32], extra_key: Option<u64>) -> Self {
-        let lo = half(DOMAIN_LO, parent, tokens, extra_key);
-        let hi = half(DOMAIN_HI, parent, tokens, extra_key);
-        BlockHash((u128::from(hi) << 64) | u128::from(lo))
+    /// first block), under the cache namespace `extra_key`; `salt` counts for the first block
+    /// only.
+    pub fn new(
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+        extra_key: Option<u64>,
+        salt: Option<&str>,
+    ) -> Self {
+        let mut h = Sha256::new();
+        h.update(TAG);
+        optional(&mut h, parent.as_ref().map(|p| p.0.as_slice()));
+        optional(&mut h, extra_key.map(u64::to_le_bytes).as_ref().map(|b| b.as_slice()));
+        if parent.is_none() {
+            match salt {
+                Some(s) => {
+                    h.update([1u8]);
+                    h.update((s.len() as u64).to_le_bytes());
+                    h.update(s.as_bytes());
+                }
+                None => h.update([0u8]),
+            }
+        }
+        h.update((tokens.len() as u64).to_le_bytes());
+        for t in tokens {
+            h.update(t.to_le_bytes());
+        }
+        BlockHash(h.finalize().into())
     }
 
-    /// The raw 128-bit value.
-    pub fn as_u128(self) -> u128 {
-        self.0
+    /// The raw 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
     }
 }
 
-fn half(domain: u64, parent: Option<BlockHash>, tokens: &[u32], extra_key: Option<u64>) -> u64 {
-    let mut h = DefaultHasher::new();
-    domain.hash(&mut h);
-    parent.map(BlockHash::as_u128).hash(&mut h);
-    extra_key.hash(&mut h);
-    tokens.hash(&mut h);
-    h.finish()
+/// `0x00` for none, else `0x01` and the bytes.
+fn optional(h: &mut Sha256, bytes: Option<&[u8]>) {
+    match bytes {
+        Some(b) => {
+            h.update([1u8]);
+            h.update(b);
+        }
+        None => h.update([0u8]),
+    }
 }
 
 /// Extends `hashes` so it names every full block of `tokens` (blocks already hashed are kept;
@@ -50,12 +83,13 @@ pub fn extend_block_hashes(
     tokens: &[u32],
     block_size: usize,
     extra_key: Option<u64>,
+    salt: Option<&str>,
 ) {
     let num_full = tokens.len() / block_size.max(1);
     for i in hashes.len()..num_full {
         let parent = i.checked_sub(1).map(|j| hashes[j]);
         let block = &tokens[i * block_size..(i + 1) * block_size];
-        hashes.push(BlockHash::new(parent, block, extra_key));
+        hashes.push(BlockHash::new(parent, block, extra_key, salt));
     }
 }
 
@@ -63,31 +97,61 @@ pub fn extend_block_hashes(
 mod tests {
     use super::*;
 
+    const GOLDEN_PLAIN: &str = "b96316291dbfe63e5fa8a9e0b5e50ac91e10084e6e30476271a0d4162cb6c59c";
+    const GOLDEN_SALTED: &str = "db3999f44cb0e472bcfa8574533e50aca324547b3b4465b6162bae788d7d2b4c";
+    const GOLDEN_CHILD: &str = "5db501bb7718a90c80f76f4c80b3532dfc8f7573573a932f0228cd56b16994a2";
+
     #[test]
     fn equal_prefixes_hash_equal_and_chain_differs() {
-        let a = BlockHash::new(None, &[1, 2, 3, 4], None);
-        assert_eq!(a, BlockHash::new(None, &[1, 2, 3, 4], None));
-        assert_ne!(a, BlockHash::new(None, &[1, 2, 3, 5], None));
-        assert_ne!(a, BlockHash::new(None, &[1, 2, 3, 4], Some(7)));
-        let b1 = BlockHash::new(Some(a), &[9, 9, 9, 9], None);
-        let other_parent = BlockHash::new(None, &[0, 2, 3, 4], None);
-        assert_ne!(b1, BlockHash::new(Some(other_parent), &[9, 9, 9, 9], None));
+        let a = BlockHash::new(None, &[1, 2, 3, 4], None, None);
+        assert_eq!(a, BlockHash::new(None, &[1, 2, 3, 4], None, None));
+        assert_ne!(a, BlockHash::new(None, &[1, 2, 3, 5], None, None));
+        assert_ne!(a, BlockHash::new(None, &[1, 2, 3, 4], Some(7), None));
+        let b1 = BlockHash::new(Some(a), &[9, 9, 9, 9], None, None);
+        let other_parent = BlockHash::new(None, &[0, 2, 3, 4], None, None);
+        assert_ne!(b1, BlockHash::new(Some(other_parent), &[9, 9, 9, 9], None, None));
+    }
+
+    /// Known answers computed independently with Python's hashlib over the documented bytes
+    /// (`scripts/goldens/block_hash.py`).
+    #[test]
+    fn hash_is_sha256_of_the_documented_bytes() {
+        let hex = |h: BlockHash| h.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let a = BlockHash::new(None, &[1, 2, 3, 4], None, None);
+        assert_eq!(hex(a), GOLDEN_PLAIN);
+        let salted = BlockHash::new(None, &[1, 2, 3, 4], Some(7), Some("tenant-a"));
+        assert_eq!(hex(salted), GOLDEN_SALTED);
+        let child = BlockHash::new(Some(a), &[5, 6, 7, 8], None, Some("ignored"));
+        assert_eq!(hex(child), GOLDEN_CHILD);
+    }
+
+    #[test]
+    fn salt_changes_the_first_block_and_so_the_chain() {
+        let plain = BlockHash::new(None, &[1, 2, 3, 4], None, None);
+        let a = BlockHash::new(None, &[1, 2, 3, 4], None, Some("a"));
+        let b = BlockHash::new(None, &[1, 2, 3, 4], None, Some("b"));
+        assert!(plain != a && a != b && plain != b);
+        assert_eq!(a, BlockHash::new(None, &[1, 2, 3, 4], None, Some("a")));
+        // The empty salt is a salt too.
+        assert_ne!(plain, BlockHash::new(None, &[1, 2, 3, 4], None, Some("")));
+        let next = |p| BlockHash::new(Some(p), &[5, 6, 7, 8], None, None);
+        assert_ne!(next(a), next(b));
     }
 
     #[test]
     fn extend_hashes_only_full_blocks_and_incrementally() {
         let tokens: Vec<u32> = (0..10).collect();
         let mut hashes = Vec::new();
-        extend_block_hashes(&mut hashes, &tokens[..5], 4, None);
+        extend_block_hashes(&mut hashes, &tokens[..5], 4, None, None);
         assert_eq!(hashes.len(), 1);
-        extend_block_hashes(&mut hashes, &tokens, 4, None);
+        extend_block_hashes(&mut hashes, &tokens, 4, None, None);
         assert_eq!(hashes.len(), 2);
         let mut fresh = Vec::new();
-        extend_block_hashes(&mut fresh, &tokens, 4, None);
+        extend_block_hashes(&mut fresh, &tokens, 4, None, None);
         assert_eq!(hashes, fresh);
         assert_eq!(
             hashes[1],
-            BlockHash::new(Some(hashes[0]), &[4, 5, 6, 7], None)
+            BlockHash::new(Some(hashes[0]), &[4, 5, 6, 7], None, None)
         );
     }
 }

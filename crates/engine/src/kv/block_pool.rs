@@ -265,7 +265,7 @@ mod tests {
     use super::*;
 
     fn h(x: u32) -> BlockHash {
-        BlockHash::new(None, &[x], None)
+        BlockHash::new(None, &[x], None, None)
     }
 
     #[test]

@@ -342,7 +342,8 @@ impl KvCacheManager {
 
     fn update_hashes(&self, req: &mut Request) {
         let key = req.params().prefix_key();
+        let salt = req.params().cache_salt.clone();
         let (tokens, hashes) = req.block_hashes_mut();
-        extend_block_hashes(hashes, tokens, self.block_size, key);
+        extend_block_hashes(hashes, tokens, self.block_size, key, salt.as_deref());
     }
 }

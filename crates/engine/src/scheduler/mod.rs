@@ -53,6 +53,9 @@ use crate::kv::{
 };
 use crate::request::{FinishReason, Request, RequestId, RequestStatus};
 
+/// [`SchedulerConfig::max_preemptions`]'s default.
+pub const DEFAULT_MAX_PREEMPTIONS: u32 = 3;
+
 /// Scheduling limits and KV-cache geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -80,6 +83,14 @@ pub struct SchedulerConfig {
     /// Most distinct LoRA adapters among running requests (`None`: no limit). A waiting request
     /// whose adapter would exceed it is deferred; see [`Scheduler::schedule`].
     pub max_loras: Option<usize>,
+    /// Starvation guard: a request preempted this many times is no longer a victim for a
+    /// more urgent waiting request, and is preempted for KV space only when every other
+    /// running request is protected too (`None`: no guard).
+    pub max_preemptions: Option<u32>,
+    /// Most tokens one prompt may compute in a step while other requests wait for their first
+    /// token (queued, or running with an unfinished prompt); `None`: no cap beyond
+    /// `long_prefill_threshold`. Needs chunked prefill to split the prompt.
+    pub contended_prefill_chunk: Option<usize>,
 }
 
 impl SchedulerConfig {
@@ -97,6 +108,8 @@ impl SchedulerConfig {
             max_model_len: None,
             attention_window: None,
             max_loras: None,
+            max_preemptions: Some(DEFAULT_MAX_PREEMPTIONS),
+            contended_prefill_chunk: None,
         }
     }
 }
@@ -215,6 +228,11 @@ impl Scheduler {
         if config.max_num_batched_tokens == 0 {
             return Err(SchedulerError::InvalidConfig(
                 "max_num_batched_tokens must be at least 1",
+            ));
+        }
+        if config.contended_prefill_chunk == Some(0) {
+            return Err(SchedulerError::InvalidConfig(
+                "contended_prefill_chunk must be at least 1",
             ));
         }
         if config.long_prefill_threshold == Some(0) {
@@ -507,12 +525,19 @@ impl Scheduler {
     }
 
     /// Tokens to give a request with `remaining` uncomputed tokens; 0 if it cannot run now.
-    fn chunk_len(&self, remaining: usize, budget: usize) -> usize {
+    /// `contended`: other requests wait for their first token, so a prompt's chunk is capped at
+    /// `contended_prefill_chunk`.
+    fn chunk_len(&self, remaining: usize, budget: usize, contended: bool) -> usize {
+        let fair = match self.config.contended_prefill_chunk {
+            Some(c) if contended && self.config.enable_chunked_prefill => c,
+            _ => usize::MAX,
+        };
         let n = self
             .config
             .long_prefill_threshold
             .map_or(remaining, |t| remaining.min(t))
-            .min(self.max_chunk);
+            .min(self.max_chunk)
+            .min(fair);
         if n <= budget {
             n
         } else if self.config.enable_chunked_prefill {
@@ -538,7 +563,8 @@ impl Scheduler {
             if remaining == 1 {
                 remaining += req.spec_lookahead();
             }
-            let n = self.chunk_len(remaining, step.budget);
+            let contended = self.others_await_first_token(id);
+            let n = self.chunk_len(remaining, step.budget, contended);
             if n > 0 && self.allocate_running(id, n, step) {
                 step.push(id, n);
             }
@@ -591,7 +617,8 @@ impl Scheduler {
             }
             let computed = self.kv.get_computed_blocks(req);
             let remaining = req.num_tokens() - computed.num_tokens;
-            let n = self.chunk_len(remaining, step.budget);
+            let contended = self.others_await_first_token(id);
+            let n = self.chunk_len(remaining, step.budget, contended);
             if n == 0 || !self.allocate_waiting(id, n, &computed, step) {
                 break;
             }
@@ -630,18 +657,45 @@ impl Scheduler {
         }
     }
 
-    /// The running request to preempt: the lowest priority (largest value), then the latest
-    /// arrival; only requests less urgent than `below` (a larger value) when given.
-    fn pick_victim(&self, below: Option<i32>) -> Option<RequestId> {
-        self.running
-            .iter()
-            .filter_map(|id| self.requests.get(id))
-            .filter(|r| match below {
-                Some(p) => r.priority() > p,
-                None => true,
+    /// Whether a request other than `id` is queued or still computing its prompt.
+    fn others_await_first_token(&self, id: RequestId) -> bool {
+        self.waiting.iter().any(|w| w != id)
+            || self.running.iter().any(|&r| {
+                r != id
+                    && self
+                        .requests
+                        .get(&r)
+                        .is_some_and(|q| q.output_token_ids().is_empty())
             })
-            .max_by_key(|r| (r.priority(), r.arrival_seq()))
-            .map(Request::id)
+    }
+
+    /// The running request to preempt: the lowest priority (largest value), then the latest
+    /// arrival; only requests less urgent than `below` (a larger value) when given. Requests
+    /// preempted `max_preemptions` times are protected: never victims of a more urgent request
+    /// (`below`), and victims for KV space only when nothing unprotected runs.
+    fn pick_victim(&self, below: Option<i32>) -> Option<RequestId> {
+        let candidates = || {
+            self.running
+                .iter()
+                .filter_map(|id| self.requests.get(id))
+                .filter(|r| below.is_none_or(|p| r.priority() > p))
+        };
+        let key = |r: &&Request| (r.priority(), r.arrival_seq());
+        let unprotected = candidates()
+            .filter(|r| !self.protected(r))
+            .max_by_key(key);
+        match (unprotected, below) {
+            (Some(r), _) => Some(r.id()),
+            (None, Some(_)) => None,
+            (None, None) => candidates().max_by_key(key).map(Request::id),
+        }
+    }
+
+    /// Whether `req` was preempted often enough to be spared.
+    fn protected(&self, req: &Request) -> bool {
+        self.config
+            .max_preemptions
+            .is_some_and(|max| req.num_preemptions() >= max)
     }
 
     fn preempt(&mut self, victim: RequestId, step: &mut Step) {

@@ -70,6 +70,8 @@ fn config() -> impl Strategy<Value = (SchedulerConfig, u32)> {
                     max_model_len: None,
                     attention_window: window,
                     max_loras: None,
+                    max_preemptions: Some(2),
+                    contended_prefill_chunk: threshold.map(|t| t + 1),
                 };
                 (cfg, eos)
             },

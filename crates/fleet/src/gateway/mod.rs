@@ -50,6 +50,8 @@ pub struct GatewayConfig {
     pub result_ttl: Duration,
     /// Abort requests that have not started within this time (passed to the workers).
     pub max_queue_time: Option<Duration>,
+    /// Most urgent `priority` a client may ask for (lower runs first); default 0.
+    pub min_client_priority: i32,
 }
 
 impl GatewayConfig {
@@ -62,6 +64,7 @@ impl GatewayConfig {
             no_worker_timeout: Duration::from_secs(30),
             result_ttl: Duration::from_secs(600),
             max_queue_time: None,
+            min_client_priority: 0,
         }
     }
 }
@@ -175,7 +178,7 @@ async fn load_routes(
         match fetch_descriptor(&shared).await {
             Ok(Some(d)) => match crate::descriptor::model_info(&d) {
                 Ok(model) => {
-                    let limits = crate::descriptor::limits(&d, shared.config.max_queue_time);
+                    let limits = crate::descriptor::limits(&d, &shared.config);
                     tracing::info!(model = %d.model_id, "serving the workers' model");
                     let width = d.request_limits.vocab_size;
                     if let Some(f) = kestrel_server::constraint::factory(&model.tokenizer, width) {

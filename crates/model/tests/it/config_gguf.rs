@@ -225,3 +225,20 @@ fn errors() {
 
     assert!(ModelConfig::from_gguf(&open(&valid)).is_ok());
 }
+
+#[test]
+fn head_products_beyond_any_tensor_are_refused() {
+    let w = writer(
+        "llama",
+        vec![
+            ("llama.attention.head_count", MetaValue::U32(1 << 31)),
+            ("llama.attention.head_count_kv", MetaValue::U32(1)),
+            ("llama.attention.key_length", MetaValue::U32(1 << 31)),
+        ],
+    );
+    let e = ModelConfig::from_gguf(&open(&w)).unwrap_err();
+    assert!(
+        matches!(e, ConfigError::Invalid(ref m) if m.contains("n_heads * head_dim")),
+        "{e}"
+    );
+}

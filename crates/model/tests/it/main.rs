@@ -5,6 +5,7 @@ mod common;
 mod gguf_common;
 mod tokenizer_common;
 
+mod chat_prompt_injection;
 mod chat_template_hf;
 mod chat_template_tools;
 mod config_gguf;
@@ -15,6 +16,7 @@ mod dequant_real_tensors;
 mod embedding_tiny_llama;
 mod engine_batching;
 mod gguf_corrupt;
+mod gguf_hostile_counts;
 mod gguf_real_model;
 mod gguf_roundtrip;
 mod golden_gemma3_270m;

@@ -54,6 +54,8 @@ pub struct SamplingFields {
     pub repetition_penalty: Option<f64>,
     /// Extension: scheduling priority, lower runs first (as in vLLM) (default 0).
     pub priority: Option<i64>,
+    /// Extension (vLLM): share cached prompt prefixes only with requests of the same salt.
+    pub cache_salt: Option<String>,
     /// Extension: keep generating past end-of-generation tokens.
     pub ignore_eos: Option<bool>,
     /// Extension (vLLM): end-of-generation and stop tokens cannot end the text before this many
@@ -95,6 +97,9 @@ macro_rules! with_sampling_fields {
             pub repetition_penalty: Option<f64>,
             /// Extension: scheduling priority, lower runs first (as in vLLM) (default 0).
             pub priority: Option<i64>,
+            /// Extension (vLLM): share cached prompt prefixes only with requests of the same
+            /// salt.
+            pub cache_salt: Option<String>,
             /// Extension: keep generating past end-of-generation tokens.
             pub ignore_eos: Option<bool>,
             /// Extension (vLLM): end-of-generation and stop tokens cannot end the text before
@@ -125,6 +130,7 @@ macro_rules! with_sampling_fields {
                     min_p: self.min_p.take(),
                     repetition_penalty: self.repetition_penalty.take(),
                     priority: self.priority.take(),
+                    cache_salt: self.cache_salt.take(),
                     ignore_eos: self.ignore_eos.take(),
                     min_tokens: self.min_tokens.take(),
                     stop_token_ids: self.stop_token_ids.take(),

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod cache_salt_http;
 mod http;
 mod lora_http;
 mod openai_surface;

@@ -436,11 +436,19 @@ async fn best_of_returns_the_most_likely_candidates() {
 }
 
 #[tokio::test]
-async fn priority_is_accepted_in_both_directions() {
+async fn priority_below_the_client_minimum_is_refused() {
     let s = main_server();
-    for p in [-5, 0, 5] {
+    for p in [0, 5] {
         completion(s, json!({"prompt": "hi", "max_tokens": 1, "priority": p})).await;
     }
+    // The default --min-client-priority 0: clients may only lower their own urgency.
+    refused(
+        s,
+        "/v1/completions",
+        json!({"prompt": "hi", "priority": -5}),
+        "priority",
+    )
+    .await;
     refused(
         s,
         "/v1/completions",

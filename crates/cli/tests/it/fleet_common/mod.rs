@@ -224,7 +224,7 @@ pub fn serve(extra: &[&str]) -> (Proc, String) {
 /// `kestrel gateway` on `redis`; returns the process and its address.
 pub fn gateway(redis: &Redis, extra: &[&str]) -> (Proc, String) {
     let mut args: Vec<String> = vec!["gateway".into(), "--redis-url".into(), redis.url()];
-    args.extend(["--port", "0"].map(String::from));
+    args.extend(["--port", "0", "--min-client-priority", "-10"].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut p = spawn("gateway", &args, Stdio::piped());
     let addr = address_of(&mut p);

@@ -46,6 +46,7 @@ pub struct Control {
     blocked: AtomicBool,
     delay_us: AtomicU64,
     fail_at: AtomicU64,
+    panic_at: AtomicU64,
     steps: AtomicU64,
     /// Most distinct LoRA adapters seen in one step.
     max_step_adapters: AtomicU64,
@@ -61,6 +62,7 @@ impl Default for Control {
             blocked: AtomicBool::new(false),
             delay_us: AtomicU64::new(0),
             fail_at: AtomicU64::new(u64::MAX),
+            panic_at: AtomicU64::new(u64::MAX),
             steps: AtomicU64::new(0),
             max_step_adapters: AtomicU64::new(0),
             adapter_loads: AtomicU64::new(0),
@@ -109,6 +111,11 @@ impl Control {
         self.fail_at.store(n, Ordering::SeqCst);
     }
 
+    /// Makes the `n`-th `execute` (counting from 0) panic.
+    pub fn panic_at_step(&self, n: u64) {
+        self.panic_at.store(n, Ordering::SeqCst);
+    }
+
     /// Steps executed (including failed ones).
     pub fn steps(&self) -> u64 {
         self.steps.load(Ordering::SeqCst)
@@ -138,6 +145,9 @@ impl Executor for ControlledExecutor {
         let step = self.ctl.steps.fetch_add(1, Ordering::SeqCst);
         if step == self.ctl.fail_at.load(Ordering::SeqCst) {
             return Err(ExecutorError::Failed("injected failure".into()));
+        }
+        if step == self.ctl.panic_at.load(Ordering::SeqCst) {
+            panic!("injected panic");
         }
         let adapters: std::collections::HashSet<_> =
             input.seqs.iter().filter_map(|s| s.adapter).collect();

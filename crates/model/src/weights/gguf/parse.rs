@@ -74,8 +74,8 @@ pub(super) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
 }
 
 fn read_metadata(r: &mut Reader<'_>, n_kv: usize) -> Result<Vec<(String, MetaValue)>, GgufError> {
-    let mut out = Vec::with_capacity(n_kv);
-    let mut seen = HashSet::with_capacity(n_kv);
+    let mut out = Vec::with_capacity(super::reader::prealloc(n_kv));
+    let mut seen = HashSet::with_capacity(super::reader::prealloc(n_kv));
     for i in 0..n_kv {
         r.set_context(format!("metadata entry {i}"));
         let key = r.string("key")?;
@@ -104,7 +104,7 @@ fn read_tensor_infos(r: &mut Reader<'_>, n_tensors: u64) -> Result<Vec<RawTensor
     }
     // `n_tensors <= max <= remaining`, a `usize`.
     let n = n_tensors as usize;
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(super::reader::prealloc(n));
     for i in 0..n {
         r.set_context(format!("tensor info {i}"));
         let name = r.string("name")?;

@@ -195,14 +195,14 @@ impl<'a> Reader<'a> {
                 MetaArray::Bool(out)
             }
             MetaType::String => {
-                let mut out = Vec::with_capacity(n);
+                let mut out = Vec::with_capacity(prealloc(n));
                 for _ in 0..n {
                     out.push(self.string("array element")?);
                 }
                 MetaArray::String(out)
             }
             MetaType::Array => {
-                let mut out = Vec::with_capacity(n);
+                let mut out = Vec::with_capacity(prealloc(n));
                 for _ in 0..n {
                     out.push(self.array(depth + 1)?);
                 }
@@ -228,4 +228,15 @@ impl<'a> Reader<'a> {
             })
             .collect())
     }
+}
+
+/// Most elements reserved ahead for an array of strings or arrays: their count is checked
+/// against the bytes left only at its smallest encoding, so a crafted count in a large file
+/// could otherwise reserve far more memory than the file holds; past this the vector grows as
+/// elements are actually read.
+pub(super) const MAX_PREALLOC: usize = 1024;
+
+/// The capacity to reserve for `n` elements that are still to be read.
+pub(super) fn prealloc(n: usize) -> usize {
+    n.min(MAX_PREALLOC)
 }

@@ -14,6 +14,9 @@ use crate::backend::Backend;
 pub const MAX_N: usize = 16;
 /// Most stop strings one request may give.
 pub const MAX_STOP_SEQUENCES: usize = 16;
+/// Longest stop string, in bytes: the engine checks every stop string after each token, so
+/// their length bounds the work one request adds to every step.
+pub const MAX_STOP_BYTES: usize = 1024;
 
 /// Per-request length limits and queue policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

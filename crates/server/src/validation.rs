@@ -29,7 +29,7 @@ use crate::blocking;
 use crate::chat_tools;
 use crate::constraint;
 use crate::error::ApiError;
-use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
+use crate::state::{AppState, Limits, MAX_N, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt, SamplingFields,
 };
@@ -734,6 +734,15 @@ fn stops(v: Option<StopSequences>) -> Result<Vec<String>, ApiError> {
     }
     if stops.iter().any(String::is_empty) {
         return Err(ApiError::param("stop", "stop sequences must not be empty"));
+    }
+    if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::param(
+            "stop",
+            format!(
+                "stop sequences may be at most {MAX_STOP_BYTES} bytes long, got one of {} bytes",
+                long.len()
+            ),
+        ));
     }
     Ok(stops)
 }

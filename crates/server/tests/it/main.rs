@@ -10,3 +10,4 @@ mod speculative_launch;
 mod structured_http;
 mod tool_parsers;
 mod tools_http;
+mod hardening_http;

@@ -31,8 +31,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "kestrel serving {} on http://{addr}",
             state.model().model_id
         );
-        kestrel_server::serve_on(listener, config, state, kestrel_server::shutdown_signal())
-            .await?;
+        let shutdown = crate::shutdown::bounded_signal(config.shutdown_deadline);
+        kestrel_server::serve_on(listener, config, state, shutdown).await?;
         Ok(())
     })
 }

@@ -74,6 +74,10 @@ pub(crate) enum Command {
         tokens: Vec<u32>,
         reply: mpsc::Sender<Result<Vec<f32>, EmbedError>>,
     },
+    /// A heartbeat: the loop answers between steps, queueing nothing.
+    Ping {
+        reply: mpsc::Sender<()>,
+    },
 }
 
 struct Shared {
@@ -206,6 +210,19 @@ impl EngineHandle {
             permit: Some(permit),
             done: false,
         })
+    }
+
+    /// Whether the engine thread answers a heartbeat within `timeout` (it answers between
+    /// steps, so a long step delays the answer). Queues no request; blocks the caller.
+    pub fn ping(&self, timeout: Duration) -> bool {
+        if self.shared.stopping.load(Ordering::Acquire) {
+            return false;
+        }
+        let (reply, rx) = mpsc::channel();
+        if self.shared.commands.send(Command::Ping { reply }).is_err() {
+            return false;
+        }
+        rx.recv_timeout(timeout).is_ok()
     }
 
     /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].

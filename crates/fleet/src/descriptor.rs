@@ -58,5 +58,7 @@ pub fn limits(d: &ModelDescriptor, max_queue_time: Option<std::time::Duration>) 
         max_input_tokens: d.max_input_tokens,
         max_total_tokens: d.max_total_tokens,
         max_queue_time,
+        max_input_bytes: kestrel_server::state::DEFAULT_MAX_INPUT_BYTES,
+        max_buffered_events: kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
     }
 }

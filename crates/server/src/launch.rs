@@ -39,6 +39,10 @@ pub struct LaunchOptions {
     pub max_input_tokens: Option<usize>,
     pub max_total_tokens: Option<usize>,
     pub max_queue_time: Option<Duration>,
+    /// Longest text to template or tokenize, in bytes (`--max-input-bytes`).
+    pub max_input_bytes: usize,
+    /// Events a streaming client may fall behind (`--max-buffered-events`).
+    pub max_buffered_events: usize,
     /// The name clients see; defaults to the model file's stem.
     pub model_id: Option<String>,
     /// LoRA adapters to load at start (`--lora-modules name=path`), in order.
@@ -65,6 +69,8 @@ impl Default for LaunchOptions {
             max_input_tokens: None,
             max_total_tokens: None,
             max_queue_time: None,
+            max_input_bytes: crate::state::DEFAULT_MAX_INPUT_BYTES,
+            max_buffered_events: crate::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
             model_id: None,
             lora_modules: Vec::new(),
             lora_limits: LoraLimits::default(),
@@ -265,6 +271,8 @@ fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError>
         max_input_tokens: input,
         max_total_tokens: total,
         max_queue_time: opts.max_queue_time,
+        max_input_bytes: opts.max_input_bytes,
+        max_buffered_events: opts.max_buffered_events,
     })
 }
 

@@ -27,6 +27,29 @@ pub struct Limits {
     pub max_total_tokens: usize,
     /// Abort requests that have not started within this time.
     pub max_queue_time: Option<Duration>,
+    /// Longest text to template or tokenize, in bytes (prompt, messages, `/tokenize` inputs,
+    /// embedding inputs): refused with 413 before any tokenizing.
+    pub max_input_bytes: usize,
+    /// Events a streaming client may fall behind before its request is aborted
+    /// ([`crate::event_buffer`]).
+    pub max_buffered_events: usize,
+}
+
+/// Default [`Limits::max_input_bytes`]: 1 MiB (about 250k tokens of English text).
+pub const DEFAULT_MAX_INPUT_BYTES: usize = 1 << 20;
+
+impl Limits {
+    /// Refuses `len` bytes of `param` beyond [`Limits::max_input_bytes`].
+    pub fn check_input_bytes(&self, param: &'static str, len: usize) -> Result<(), crate::error::ApiError> {
+        if len > self.max_input_bytes {
+            return Err(crate::error::ApiError::InputTooLarge {
+                param,
+                len,
+                limit: self.max_input_bytes,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The model-facing parts of the state.

@@ -555,6 +555,11 @@ fn chat_prompt(
         .iter()
         .map(chat_message)
         .collect::<Result<Vec<_>, _>>()?;
+    let content_bytes = turns
+        .iter()
+        .map(|t| t.content.as_ref().map_or(0, String::len))
+        .sum();
+    state.limits().check_input_bytes("messages", content_bytes)?;
     let text = template
         .render_with_tools(&turns, tools, true)
         .map_err(|e| ApiError::param("messages", e.to_string()))?;
@@ -612,6 +617,7 @@ fn encode(
     add_special: bool,
     param: &'static str,
 ) -> Result<Vec<u32>, ApiError> {
+    state.limits().check_input_bytes(param, text.len())?;
     state
         .tokenizer()
         .encode(text, add_special)

@@ -14,3 +14,4 @@ mod quant_cli;
 mod serve_lora;
 mod serve_memory;
 mod serve_quantize;
+mod serve_hardening;

@@ -139,6 +139,9 @@ impl EngineLoop {
                 let _ = reply.send(self.core.embed(&tokens));
                 self.publish();
             }
+            Command::Ping { reply } => {
+                let _ = reply.send(());
+            }
         }
     }
 
@@ -158,7 +161,7 @@ impl EngineLoop {
                 Command::Embed { reply, .. } => {
                     let _ = reply.send(Err(EmbedError::Stopped));
                 }
-                Command::Abort(_) | Command::Shutdown { .. } => {}
+                Command::Abort(_) | Command::Shutdown { .. } | Command::Ping { .. } => {}
             }
         }
     }

@@ -114,7 +114,9 @@ pub enum ApiError {
     #[error("the request body did not arrive within {0:?}")]
     BodyTimeout(std::time::Duration),
     /// A text to tokenize is longer than `--max-input-bytes`.
-    #[error("`{param}` is {len} bytes long, more than the limit of {limit} bytes (--max-input-bytes)")]
+    #[error(
+        "`{param}` is {len} bytes long, more than the limit of {limit} bytes (--max-input-bytes)"
+    )]
     InputTooLarge {
         param: &'static str,
         len: usize,

@@ -26,18 +26,21 @@ pub fn bounded(events: EventStream, capacity: usize) -> EventStream {
     let (tx, rx) = mpsc::channel(capacity.max(1));
     let overflow = Arc::new(AtomicBool::new(false));
     tokio::spawn(pump(events, tx, overflow.clone()));
-    let out = stream::unfold((rx, overflow, false), move |(mut rx, overflow, ended)| async move {
-        if ended {
-            return None;
-        }
-        match rx.recv().await {
-            Some(e) => Some((e, (rx, overflow, false))),
-            None if overflow.load(Ordering::Acquire) => {
-                Some((fell_behind(capacity), (rx, overflow, true)))
+    let out = stream::unfold(
+        (rx, overflow, false),
+        move |(mut rx, overflow, ended)| async move {
+            if ended {
+                return None;
             }
-            None => None,
-        }
-    });
+            match rx.recv().await {
+                Some(e) => Some((e, (rx, overflow, false))),
+                None if overflow.load(Ordering::Acquire) => {
+                    Some((fell_behind(capacity), (rx, overflow, true)))
+                }
+                None => None,
+            }
+        },
+    );
     EventStream::new(id, out.boxed())
 }
 

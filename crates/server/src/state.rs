@@ -40,7 +40,11 @@ pub const DEFAULT_MAX_INPUT_BYTES: usize = 1 << 20;
 
 impl Limits {
     /// Refuses `len` bytes of `param` beyond [`Limits::max_input_bytes`].
-    pub fn check_input_bytes(&self, param: &'static str, len: usize) -> Result<(), crate::error::ApiError> {
+    pub fn check_input_bytes(
+        &self,
+        param: &'static str,
+        len: usize,
+    ) -> Result<(), crate::error::ApiError> {
         if len > self.max_input_bytes {
             return Err(crate::error::ApiError::InputTooLarge {
                 param,

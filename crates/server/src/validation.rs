@@ -559,7 +559,9 @@ fn chat_prompt(
         .iter()
         .map(|t| t.content.as_ref().map_or(0, String::len))
         .sum();
-    state.limits().check_input_bytes("messages", content_bytes)?;
+    state
+        .limits()
+        .check_input_bytes("messages", content_bytes)?;
     let text = template
         .render_with_tools(&turns, tools, true)
         .map_err(|e| ApiError::param("messages", e.to_string()))?;

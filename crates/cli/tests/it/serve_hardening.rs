@@ -125,5 +125,8 @@ fn key_file_keys_work_and_sigterm_exits_despite_a_stalled_client() {
     }
     drop(stalled);
     assert!(exited.is_some(), "still running {waited:?} after SIGTERM");
-    assert!(waited >= Duration::from_secs(1), "exited at once ({waited:?}): no drain?");
+    assert!(
+        waited >= Duration::from_secs(1),
+        "exited at once ({waited:?}): no drain?"
+    );
 }

@@ -70,7 +70,10 @@ async fn oversized_tokenize_input_is_refused_before_tokenizing() {
     let big = "a ".repeat(kestrel_server::state::DEFAULT_MAX_INPUT_BYTES / 2 + 1);
     let (status, body) = common::post(main_server(), "/tokenize", &json!({ "inputs": big })).await;
     assert_eq!(status, 413, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("max-input-bytes"), "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("max-input-bytes"),
+        "{body}"
+    );
     let (status, body) = common::post(
         main_server(),
         "/v1/completions",
@@ -99,7 +102,10 @@ async fn health_answers_promptly_while_large_inputs_are_tokenized() {
     for task in big {
         assert_eq!(task.await.unwrap(), 200);
     }
-    assert!(live < Duration::from_millis(500), "/health/live took {live:?}");
+    assert!(
+        live < Duration::from_millis(500),
+        "/health/live took {live:?}"
+    );
 }
 
 #[tokio::test]
@@ -111,18 +117,28 @@ async fn a_half_sent_body_gets_408_after_the_body_timeout() {
     let start = Instant::now();
     let reply = read_to_close(&mut stream, Duration::from_secs(10)).await;
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn half_sent_headers_close_the_connection_after_the_header_timeout() {
     let s = guarded_server();
     let mut stream = TcpStream::connect(addr(s)).await.unwrap();
-    stream.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
     let start = Instant::now();
     let reply = read_to_close(&mut stream, Duration::from_secs(10)).await;
     let waited = start.elapsed();
-    assert!(waited < Duration::from_secs(5), "closed after {waited:?}: {reply:?}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "closed after {waited:?}: {reply:?}"
+    );
     assert!(!reply.contains("200 OK"), "{reply:?}");
 }
 
@@ -193,7 +209,10 @@ async fn refusals_carry_a_bounded_retry_after() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((1..=kestrel_server::throughput::MAX_RETRY_AFTER_SECS).contains(&secs), "{secs}");
+    assert!(
+        (1..=kestrel_server::throughput::MAX_RETRY_AFTER_SECS).contains(&secs),
+        "{secs}"
+    );
     drop(open);
 }
 
@@ -221,7 +240,11 @@ async fn a_stalled_stream_reader_is_aborted_and_its_kv_freed() {
     stream.write_all(body.as_bytes()).await.unwrap();
     let mut first = [0u8; 64];
     let n = stream.read(&mut first).await.unwrap();
-    assert!(first[..n].starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&first[..n]));
+    assert!(
+        first[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&first[..n])
+    );
     // Stop reading; wait for the engine to go idle while the socket is still open.
     let deadline = Instant::now() + Duration::from_secs(180);
     let metrics = loop {
@@ -231,10 +254,17 @@ async fn a_stalled_stream_reader_is_aborted_and_its_kv_freed() {
         if running == 0.0 && usage == 0.0 {
             break m;
         }
-        assert!(Instant::now() < deadline, "still running: {running}, kv {usage}");
+        assert!(
+            Instant::now() < deadline,
+            "still running: {running}, kv {usage}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let generated = common::metric(&metrics, "kestrel:generation_tokens_total").unwrap_or(0.0) - generated0;
-    assert!(generated < 1500.0, "the request ran to max_tokens ({generated} tokens)");
+    let generated =
+        common::metric(&metrics, "kestrel:generation_tokens_total").unwrap_or(0.0) - generated0;
+    assert!(
+        generated < 1500.0,
+        "the request ran to max_tokens ({generated} tokens)"
+    );
     drop(stream);
 }

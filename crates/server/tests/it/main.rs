@@ -3,6 +3,7 @@
 
 mod common;
 
+mod hardening_http;
 mod http;
 mod lora_http;
 mod openai_surface;
@@ -10,4 +11,3 @@ mod speculative_launch;
 mod structured_http;
 mod tool_parsers;
 mod tools_http;
-mod hardening_http;

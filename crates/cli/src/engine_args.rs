@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use kestrel_engine::spec::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_quant::quantize::{QuantMethod, QuantOptions};
@@ -29,6 +29,14 @@ pub struct EngineArgs {
     /// unless a sliding window on every layer bounds each sequence's blocks].
     #[arg(long, env = "MAX_TOTAL_TOKENS")]
     pub max_total_tokens: Option<usize>,
+    /// Longest text to template or tokenize per request (prompt, messages, /tokenize inputs),
+    /// e.g. 1MiB; longer texts get 413 before any tokenizing.
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    pub max_input_bytes: u64,
+    /// Events a streaming client may fall behind before its request is aborted (and its KV
+    /// cache freed).
+    #[arg(long, default_value_t = kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS)]
+    pub max_buffered_events: usize,
     /// Requests in flight beyond this get 429.
     #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
     pub max_concurrent_requests: usize,
@@ -157,6 +165,9 @@ impl EngineArgs {
             max_total_tokens: self.max_total_tokens,
             max_queue_time,
             min_client_priority: self.min_client_priority,
+            max_input_bytes: usize::try_from(self.max_input_bytes)
+                .context("--max-input-bytes is too large")?,
+            max_buffered_events: self.max_buffered_events,
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
             tool_call_parser: self.tool_call_parser,

@@ -18,10 +18,15 @@ pub struct EngineWatch {
 }
 
 impl EngineWatch {
-    /// Resolves on SIGINT/SIGTERM or when `engine` stops running (recorded as a death).
-    pub async fn stop_signal(self, engine: EngineHandle) {
+    /// Resolves when `signal` does (the shutdown signal) or when `engine` stops running
+    /// (recorded as a death).
+    pub async fn stop_signal(
+        self,
+        engine: EngineHandle,
+        signal: impl std::future::Future<Output = ()>,
+    ) {
         tokio::select! {
-            _ = kestrel_server::shutdown_signal() => {}
+            _ = signal => {}
             _ = death(&engine) => {
                 tracing::error!("the engine stopped unexpectedly; shutting the server down");
                 self.died.store(true, Ordering::SeqCst);

@@ -48,8 +48,8 @@ pub fn run(args: GatewayArgs) -> Result<()> {
         let listener = kestrel_server::bind(&http).await?;
         let addr = listener.local_addr().context("no local address")?;
         println!("kestrel gateway on http://{addr}, queue {}", args.redis_url);
-        kestrel_fleet::gateway::serve(listener, http, config, kestrel_server::shutdown_signal())
-            .await?;
+        let shutdown = crate::shutdown::bounded_signal(http.shutdown_deadline);
+        kestrel_fleet::gateway::serve(listener, http, config, shutdown).await?;
         Ok(())
     })
 }

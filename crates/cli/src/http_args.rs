@@ -1,9 +1,10 @@
 //! [`HttpArgs`]: how an HTTP front end listens and guards itself, shared by `kestrel serve` and
 //! `kestrel gateway`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use kestrel_server::ServerConfig;
 
 use crate::engine_args::parse_bytes;
@@ -16,18 +17,37 @@ pub struct HttpArgs {
     /// Address to bind.
     #[arg(long, env = "HOSTNAME", default_value = "127.0.0.1")]
     pub hostname: String,
-    /// Require `Authorization: Bearer <key>` on every route but /health and /metrics.
+    /// Require `Authorization: Bearer <key>` on every route but /health* and /metrics (an
+    /// empty key is an error).
     #[arg(long, env = "KESTREL_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Accept the keys listed in this file too (one per line; blank lines and # comments are
+    /// ignored; a file without keys is an error).
+    #[arg(long)]
+    pub api_key_file: Option<PathBuf>,
     /// Largest request body, e.g. 4MiB (larger bodies get 413).
     #[arg(long, default_value = "4MiB", value_parser = parse_bytes)]
     pub max_body_size: u64,
     /// Allow cross-origin requests from any origin.
     #[arg(long)]
     pub cors: bool,
-    /// Seconds in-flight requests may run on after SIGINT/SIGTERM.
+    /// Allow cross-origin requests from this origin (e.g. https://app.example.com);
+    /// repeatable. Other origins get no CORS headers.
+    #[arg(long = "cors-origin", value_name = "URL")]
+    pub cors_origins: Vec<String>,
+    /// Seconds in-flight requests may run on after SIGINT/SIGTERM; the process exits a few
+    /// seconds later whatever clients do (a second signal exits at once).
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+    /// Seconds a client has to send a request's headers (else the connection is closed).
+    #[arg(long, default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Seconds a client has to send a request's body (else 408).
+    #[arg(long, default_value_t = 30)]
+    pub body_timeout: u64,
+    /// Most open connections; further clients wait until one closes.
+    #[arg(long, default_value_t = kestrel_server::config::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// Refuse request fields the API does not know (400 naming them) instead of ignoring them
     /// with a warning.
     #[arg(long)]
@@ -39,13 +59,28 @@ impl HttpArgs {
         Ok(ServerConfig {
             hostname: self.hostname.clone(),
             port: self.port,
-            api_key: self.api_key.clone().filter(|k| !k.is_empty()),
+            api_keys: crate::api_keys::collect(
+                self.api_key.as_deref(),
+                self.api_key_file.as_deref(),
+            )?,
             body_limit: usize::try_from(self.max_body_size)
                 .context("--max-body-size is too large")?,
             cors: self.cors,
+            cors_origins: self.cors_origins.clone(),
+            header_read_timeout: positive_secs("--header-timeout", self.header_timeout)?,
+            body_read_timeout: positive_secs("--body-timeout", self.body_timeout)?,
+            max_connections: self.max_connections.max(1),
             shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
             enable_runtime_lora: false,
             strict_api: self.strict_api,
         })
     }
+}
+
+/// `secs` as a duration; 0 is refused (it would time every request out).
+fn positive_secs(flag: &str, secs: u64) -> Result<Duration> {
+    if secs == 0 {
+        bail!("{flag} must be at least 1 second");
+    }
+    Ok(Duration::from_secs(secs))
 }

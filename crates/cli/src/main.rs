@@ -1,5 +1,6 @@
 //! `kestrel`: run, inspect and (later) serve LLMs on the CPU.
 
+mod api_keys;
 mod chat;
 mod convert;
 mod default_model;
@@ -14,6 +15,7 @@ mod membw;
 mod ppl;
 mod quantize;
 mod serve;
+mod shutdown;
 mod speed;
 mod worker;
 

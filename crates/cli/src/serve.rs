@@ -34,10 +34,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "kestrel serving {} on http://{addr}",
             state.model().model_id
         );
-        let stop = watch.clone().stop_signal(engine);
+        let signal = crate::shutdown::bounded_signal(config.shutdown_deadline);
+        let stop = watch.clone().stop_signal(engine, signal);
         kestrel_server::serve_on(listener, config, state, stop).await?;
         if watch.engine_died() {
-            bail!("the engine stopped unexpectedly (see the log); exiting so the server is replaced");
+            bail!(
+                "the engine stopped unexpectedly (see the log); exiting so the server is replaced"
+            );
         }
         Ok(())
     })

@@ -82,6 +82,10 @@ pub(crate) enum Command {
         adapter: Option<AdapterId>,
         reply: mpsc::Sender<PromptScores>,
     },
+    /// A heartbeat: the loop answers between steps, queueing nothing.
+    Ping {
+        reply: mpsc::Sender<()>,
+    },
 }
 
 /// What [`EngineHandle::prompt_logprobs`] answers: per prompt token (`None` for the first).
@@ -217,6 +221,19 @@ impl EngineHandle {
             permit: Some(permit),
             done: false,
         })
+    }
+
+    /// Whether the engine thread answers a heartbeat within `timeout` (it answers between
+    /// steps, so a long step delays the answer). Queues no request; blocks the caller.
+    pub fn ping(&self, timeout: Duration) -> bool {
+        if self.shared.stopping.load(Ordering::Acquire) {
+            return false;
+        }
+        let (reply, rx) = mpsc::channel();
+        if self.shared.commands.send(Command::Ping { reply }).is_err() {
+            return false;
+        }
+        rx.recv_timeout(timeout).is_ok()
     }
 
     /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].

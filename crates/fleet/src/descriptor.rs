@@ -59,5 +59,7 @@ pub fn limits(d: &ModelDescriptor, config: &crate::gateway::GatewayConfig) -> Li
         max_total_tokens: d.max_total_tokens,
         max_queue_time: config.max_queue_time,
         min_client_priority: config.min_client_priority,
+        max_input_bytes: kestrel_server::state::DEFAULT_MAX_INPUT_BYTES,
+        max_buffered_events: kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
     }
 }

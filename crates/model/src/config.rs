@@ -382,7 +382,11 @@ impl ModelConfig {
         let products = [
             ("n_heads * head_dim", self.n_heads, self.head_dim),
             ("n_kv_heads * head_dim", self.n_kv_heads, self.head_dim),
-            ("vocab_size * hidden_size", self.vocab_size, self.hidden_size),
+            (
+                "vocab_size * hidden_size",
+                self.vocab_size,
+                self.hidden_size,
+            ),
             (
                 "intermediate_size * hidden_size",
                 self.intermediate_size,

@@ -11,24 +11,36 @@ use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, OpenAiError};
 
-/// The expected `Authorization` header value.
+/// The accepted `Authorization` header values (one per key).
 #[derive(Clone)]
 pub struct ApiKey {
-    expected: Arc<[u8]>,
+    expected: Arc<[Vec<u8>]>,
 }
 
 impl ApiKey {
     /// Expects `Authorization: Bearer <key>`.
     pub fn new(key: &str) -> ApiKey {
+        ApiKey::any_of(&[key.to_string()])
+    }
+
+    /// Accepts `Authorization: Bearer <key>` for any of `keys`.
+    pub fn any_of(keys: &[String]) -> ApiKey {
         ApiKey {
-            expected: format!("Bearer {key}").into_bytes().into(),
+            expected: keys
+                .iter()
+                .map(|k| format!("Bearer {k}").into_bytes())
+                .collect(),
         }
     }
 
-    /// Whether `header` is exactly the expected value. Lengths differ only for wrong keys, so
-    /// the early length check reveals at most the key's length.
+    /// Whether `header` is exactly one of the expected values. Every key is compared (no early
+    /// exit), and lengths differ only for wrong keys, so timing reveals at most key lengths.
     pub fn matches(&self, header: &[u8]) -> bool {
-        header.ct_eq(&self.expected).into()
+        let mut found = subtle::Choice::from(0);
+        for expected in self.expected.iter() {
+            found |= header.ct_eq(expected);
+        }
+        found.into()
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
-use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits, SubmitError};
+use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits};
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::prompt_pass::{PromptPassError, PromptTokenScore};
@@ -76,6 +76,10 @@ pub struct BackendHealth {
 }
 
 /// Where requests run.
+/// How long a readiness probe waits for the engine thread's heartbeat (it answers between
+/// steps; one step takes milliseconds to a few seconds for a large prefill chunk).
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub trait Backend: Send + Sync + 'static {
     /// Starts `req`. Refusals: overloaded (429) or unavailable (503).
     fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError>;
@@ -90,7 +94,7 @@ pub trait Backend: Send + Sync + 'static {
     /// other processes (which export their own).
     fn engine_stats(&self) -> Option<EngineStats>;
 
-    /// Readiness and load, for `/health`.
+    /// Readiness and load, for `/health`; may block briefly (run it on the blocking pool).
     fn health(&self) -> BackendHealth;
 
     /// Stops taking requests and lets in-flight ones finish within `deadline`. Blocks the
@@ -195,23 +199,11 @@ impl Backend for EngineHandle {
             .map_err(|e| pass_error("prompt", e))
     }
 
-    /// Ready while the engine thread takes commands: a one-token probe is submitted and
-    /// dropped at once (which aborts it). A full engine (`Overloaded`) is alive.
+    /// Ready while the engine thread answers a heartbeat within [`HEARTBEAT_TIMEOUT`] (no
+    /// request is queued). Blocks up to that long: call it off the async workers.
     fn health(&self) -> BackendHealth {
         let stats = self.stats();
-        let probe = kestrel_engine::sampling::SamplingParams {
-            temperature: 0.0,
-            max_tokens: 1,
-            ..Default::default()
-        };
-        let ready = match EngineRequest::new(vec![0], probe, &self.limits()) {
-            Ok(req) => match EngineHandle::submit(self, req) {
-                Ok(_stream) => true,
-                Err(SubmitError::Overloaded(_)) => true,
-                Err(SubmitError::Stopped) => false,
-            },
-            Err(_) => false,
-        };
+        let ready = self.ping(HEARTBEAT_TIMEOUT);
         BackendHealth {
             ready,
             running: stats.running,

@@ -6,6 +6,14 @@ use std::time::Duration;
 /// Default request body limit: 4 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 4 << 20;
 
+/// Default time a client has to send a request's headers, and then its body.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default most open connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Time beyond `shutdown_deadline` for the last responses to be written.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// Listening address and HTTP-level policies.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -13,14 +21,23 @@ pub struct ServerConfig {
     pub hostname: String,
     /// TCP port; 0 picks a free one.
     pub port: u16,
-    /// When set, every route except `/health` and `/metrics` requires
-    /// `Authorization: Bearer <key>`.
-    pub api_key: Option<String>,
+    /// When not empty, every route except `/health*` and `/metrics` requires
+    /// `Authorization: Bearer <key>` with one of these keys (none may be empty).
+    pub api_keys: Vec<String>,
     /// Largest accepted request body, in bytes (larger bodies get 413).
     pub body_limit: usize,
-    /// Allow cross-origin requests from any origin.
+    /// Allow cross-origin requests from any origin (`--cors`).
     pub cors: bool,
-    /// How long in-flight requests may run on after a shutdown signal.
+    /// Allow cross-origin requests from these origins only (`--cors-origin`, repeatable).
+    pub cors_origins: Vec<String>,
+    /// Time a client has to send a request's headers (else the connection is closed).
+    pub header_read_timeout: Duration,
+    /// Time a client has to send a request's body once a handler reads it (else 408).
+    pub body_read_timeout: Duration,
+    /// Most open connections; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long in-flight requests may run on after a shutdown signal; open connections get
+    /// this plus [`SHUTDOWN_GRACE`], then the server returns whatever clients do.
     pub shutdown_deadline: Duration,
     /// Mount `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`
     /// (`--enable-runtime-lora`).
@@ -35,9 +52,13 @@ impl Default for ServerConfig {
         ServerConfig {
             hostname: "127.0.0.1".into(),
             port: 8000,
-            api_key: None,
+            api_keys: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             cors: false,
+            cors_origins: Vec::new(),
+            header_read_timeout: DEFAULT_READ_TIMEOUT,
+            body_read_timeout: DEFAULT_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             shutdown_deadline: Duration::from_secs(30),
             enable_runtime_lora: false,
             strict_api: false,

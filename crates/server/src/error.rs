@@ -30,6 +30,8 @@ pub enum ErrorKind {
     Conflict,
     /// The body exceeds the size limit.
     PayloadTooLarge,
+    /// The client did not send its request in time.
+    Timeout,
     /// Too many concurrent requests.
     Overloaded,
     /// The engine cannot take or finish the request now (shutting down, queue timeout).
@@ -47,6 +49,7 @@ impl ErrorKind {
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Timeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -60,7 +63,7 @@ impl ErrorKind {
             ErrorKind::Authentication => "authentication_error",
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::Conflict => "conflict_error",
-            ErrorKind::PayloadTooLarge => "invalid_request_error",
+            ErrorKind::PayloadTooLarge | ErrorKind::Timeout => "invalid_request_error",
             ErrorKind::Overloaded => "rate_limit_error",
             ErrorKind::Unavailable => "service_unavailable",
             ErrorKind::Internal => "internal_error",
@@ -70,7 +73,9 @@ impl ErrorKind {
     /// TGI's `error_type`.
     fn tgi_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => "validation",
+            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge | ErrorKind::Timeout => {
+                "validation"
+            }
             ErrorKind::Authentication => "authentication",
             ErrorKind::NotFound => "not_found",
             ErrorKind::Conflict => "conflict",
@@ -105,6 +110,18 @@ pub enum ApiError {
     /// The prompt (or prompt + max tokens) does not fit the configured limits.
     #[error("{0}")]
     TooLong(String),
+    /// The client did not send the whole body in time.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    /// A text to tokenize is longer than `--max-input-bytes`.
+    #[error(
+        "`{param}` is {len} bytes long, more than the limit of {limit} bytes (--max-input-bytes)"
+    )]
+    InputTooLarge {
+        param: &'static str,
+        len: usize,
+        limit: usize,
+    },
     /// The body is larger than the limit.
     #[error("the request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
@@ -146,8 +163,11 @@ impl ApiError {
             | ApiError::UnknownFields(_)
             | ApiError::Utf8(_)
             | ApiError::TooLong(_) => ErrorKind::InvalidRequest,
-            ApiError::PayloadTooLarge(_) => ErrorKind::PayloadTooLarge,
+            ApiError::PayloadTooLarge(_) | ApiError::InputTooLarge { .. } => {
+                ErrorKind::PayloadTooLarge
+            }
             ApiError::Unauthorized => ErrorKind::Authentication,
+            ApiError::BodyTimeout(_) => ErrorKind::Timeout,
             ApiError::ModelNotFound(_) | ApiError::NotFound(_) => ErrorKind::NotFound,
             ApiError::Adapter(e) => match e.kind() {
                 AdapterErrorKind::Invalid => ErrorKind::InvalidRequest,
@@ -171,7 +191,9 @@ impl ApiError {
 
     fn param_name(&self) -> Option<String> {
         match self {
-            ApiError::InvalidParam { param, .. } => Some((*param).to_string()),
+            ApiError::InvalidParam { param, .. } | ApiError::InputTooLarge { param, .. } => {
+                Some((*param).to_string())
+            }
             ApiError::ModelNotFound(_) => Some("model".to_string()),
             ApiError::UnknownFields(u) => u.0.first().cloned(),
             _ => None,

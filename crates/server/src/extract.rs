@@ -15,6 +15,10 @@ use crate::unknown_fields::UnknownFields;
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
+/// How long a handler waits for the whole body, stored as a request extension by the router.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
+
 /// How strictly request bodies are read, stored as a request extension by the router.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiPolicy {
@@ -39,7 +43,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
             .get::<ApiPolicy>()
             .copied()
             .unwrap_or_default();
-        let bytes = read_limited(req.into_body(), limit).await?;
+        let timeout = req
+            .extensions()
+            .get::<BodyTimeout>()
+            .map_or(crate::config::DEFAULT_READ_TIMEOUT, |t| t.0);
+        let bytes = tokio::time::timeout(timeout, read_limited(req.into_body(), limit))
+            .await
+            .map_err(|_| ApiError::BodyTimeout(timeout))??;
         let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::Utf8(e.to_string()))?;
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|e| ApiError::Json(e.to_string()))?;

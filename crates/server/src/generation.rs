@@ -49,6 +49,8 @@ pub fn merge(streams: Vec<EventStream>) -> Events {
 pub struct Generation {
     streams: Vec<EventStream>,
     tally: Tally,
+    /// How far a streaming client may fall behind ([`crate::event_buffer`]).
+    max_buffered_events: usize,
 }
 
 impl Generation {
@@ -66,7 +68,11 @@ impl Generation {
             .map(|r| state.backend().submit(r))
             .collect::<Result<Vec<_>, _>>()?;
         let tally = Tally::new(route, prompt_tokens, streams.len());
-        Ok(Generation { streams, tally })
+        Ok(Generation {
+            streams,
+            tally,
+            max_buffered_events: state.limits().max_buffered_events,
+        })
     }
 
     /// The backend's id of the first choice (0 if there is none).
@@ -76,13 +82,21 @@ impl Generation {
 
     /// A `text/event-stream` response of every choice's events through `encoder`.
     pub fn into_sse(self, encoder: impl SseEncoder) -> Response {
-        sse_response(merge(self.streams), self.tally, encoder)
+        let cap = self.max_buffered_events;
+        let streams = self
+            .streams
+            .into_iter()
+            .map(|s| crate::event_buffer::bounded(s, cap))
+            .collect();
+        sse_response(merge(streams), self.tally, encoder)
     }
 
     /// Waits for every choice; the first failure fails the request (dropping the rest aborts
     /// them). The tally comes back to log the request with its final status.
     pub async fn collect(self) -> (Tally, Result<Vec<ChoiceOutput>, ApiError>) {
-        let Generation { streams, mut tally } = self;
+        let Generation {
+            streams, mut tally, ..
+        } = self;
         let mut choices: Vec<Choice> = streams.iter().map(|_| Choice::default()).collect();
         let mut events = merge(streams);
         while let Some((index, event)) = events.next().await {

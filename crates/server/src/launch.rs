@@ -41,6 +41,10 @@ pub struct LaunchOptions {
     pub max_queue_time: Option<Duration>,
     /// Most urgent `priority` a client may ask for (`--min-client-priority`; lower runs first).
     pub min_client_priority: i32,
+    /// Longest text to template or tokenize, in bytes (`--max-input-bytes`).
+    pub max_input_bytes: usize,
+    /// Events a streaming client may fall behind (`--max-buffered-events`).
+    pub max_buffered_events: usize,
     /// The name clients see; defaults to the model file's stem.
     pub model_id: Option<String>,
     /// LoRA adapters to load at start (`--lora-modules name=path`), in order.
@@ -68,6 +72,8 @@ impl Default for LaunchOptions {
             max_total_tokens: None,
             max_queue_time: None,
             min_client_priority: 0,
+            max_input_bytes: crate::state::DEFAULT_MAX_INPUT_BYTES,
+            max_buffered_events: crate::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
             model_id: None,
             lora_modules: Vec::new(),
             lora_limits: LoraLimits::default(),
@@ -269,6 +275,8 @@ fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError>
         max_total_tokens: total,
         max_queue_time: opts.max_queue_time,
         min_client_priority: opts.min_client_priority,
+        max_input_bytes: opts.max_input_bytes,
+        max_buffered_events: opts.max_buffered_events,
     })
 }
 

@@ -34,8 +34,11 @@ pub mod best_of;
 pub mod blocking;
 pub mod chat_tools;
 pub mod config;
+pub mod connections;
 pub mod constraint;
+pub mod cors;
 pub mod error;
+pub mod event_buffer;
 pub mod extract;
 pub mod generation;
 pub mod launch;
@@ -46,11 +49,13 @@ pub mod openai_stream;
 pub mod prompt_logprobs;
 pub mod request_log;
 pub mod response_id;
+pub mod retry_after;
 pub mod routes;
 pub mod speculative;
 pub mod sse;
 pub mod state;
 pub mod tgi_stream;
+pub mod throughput;
 pub mod tool_reply;
 pub mod tools;
 pub mod unknown_fields;
@@ -127,14 +132,19 @@ pub async fn serve_app(
         tracing::info!("shutdown signal received; draining");
         tokio::task::spawn_blocking(move || draining.shutdown(deadline));
     };
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(drain)
-        .await
-        .map_err(ServerError::Serve);
-    // Waits for the drain (a no-op if it already finished).
-    let _ = tokio::task::spawn_blocking(move || backend.shutdown(deadline)).await;
+    let policy = connections::ConnectionPolicy {
+        max_connections: config.max_connections,
+        header_read_timeout: config.header_read_timeout,
+        drain_limit: deadline + config::SHUTDOWN_GRACE,
+    };
+    if !connections::serve(listener, app, policy, drain).await {
+        tracing::warn!("connections still open after the shutdown deadline; closing them");
+    }
+    // Waits for the drain (a no-op if it already finished), bounded like the connections.
+    let wait = tokio::task::spawn_blocking(move || backend.shutdown(deadline));
+    let _ = tokio::time::timeout(deadline + config::SHUTDOWN_GRACE, wait).await;
     tracing::info!("server stopped");
-    result
+    Ok(())
 }
 
 /// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.

@@ -94,7 +94,10 @@ impl Drop for Tally {
     fn drop(&mut self) {
         let outcome = match (&self.error, self.done()) {
             (Some(_), _) => "failed",
-            (None, true) => "finished",
+            (None, true) => {
+                crate::throughput::record_completion();
+                "finished"
+            }
             (None, false) => "cancelled",
         };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;

@@ -14,6 +14,9 @@ use crate::backend::Backend;
 pub const MAX_N: usize = 16;
 /// Most stop strings one request may give.
 pub const MAX_STOP_SEQUENCES: usize = 16;
+/// Longest stop string, in bytes: the engine checks every stop string after each token, so
+/// their length bounds the work one request adds to every step.
+pub const MAX_STOP_BYTES: usize = 1024;
 
 /// Per-request length limits and queue policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +29,33 @@ pub struct Limits {
     pub max_queue_time: Option<Duration>,
     /// Most urgent `priority` a client may ask for (lower runs first); default 0.
     pub min_client_priority: i32,
+    /// Longest text to template or tokenize, in bytes (prompt, messages, `/tokenize` inputs,
+    /// embedding inputs): refused with 413 before any tokenizing.
+    pub max_input_bytes: usize,
+    /// Events a streaming client may fall behind before its request is aborted
+    /// ([`crate::event_buffer`]).
+    pub max_buffered_events: usize,
+}
+
+/// Default [`Limits::max_input_bytes`]: 1 MiB (about 250k tokens of English text).
+pub const DEFAULT_MAX_INPUT_BYTES: usize = 1 << 20;
+
+impl Limits {
+    /// Refuses `len` bytes of `param` beyond [`Limits::max_input_bytes`].
+    pub fn check_input_bytes(
+        &self,
+        param: &'static str,
+        len: usize,
+    ) -> Result<(), crate::error::ApiError> {
+        if len > self.max_input_bytes {
+            return Err(crate::error::ApiError::InputTooLarge {
+                param,
+                len,
+                limit: self.max_input_bytes,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The model-facing parts of the state.

@@ -29,7 +29,7 @@ use crate::blocking;
 use crate::chat_tools;
 use crate::constraint;
 use crate::error::ApiError;
-use crate::state::{AppState, Limits, MAX_N, MAX_STOP_SEQUENCES};
+use crate::state::{AppState, Limits, MAX_N, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt, SamplingFields,
 };
@@ -594,6 +594,13 @@ fn chat_prompt(
         .iter()
         .map(chat_message)
         .collect::<Result<Vec<_>, _>>()?;
+    let content_bytes = turns
+        .iter()
+        .map(|t| t.content.as_ref().map_or(0, String::len))
+        .sum();
+    state
+        .limits()
+        .check_input_bytes("messages", content_bytes)?;
     kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), &turns, tools, true)
         .map_err(|e| ApiError::param("messages", e.to_string()))
 }
@@ -649,6 +656,7 @@ fn encode(
     add_special: bool,
     param: &'static str,
 ) -> Result<Vec<u32>, ApiError> {
+    state.limits().check_input_bytes(param, text.len())?;
     state
         .tokenizer()
         .encode(text, add_special)
@@ -771,6 +779,15 @@ fn stops(v: Option<StopSequences>) -> Result<Vec<String>, ApiError> {
     }
     if stops.iter().any(String::is_empty) {
         return Err(ApiError::param("stop", "stop sequences must not be empty"));
+    }
+    if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::param(
+            "stop",
+            format!(
+                "stop sequences may be at most {MAX_STOP_BYTES} bytes long, got one of {} bytes",
+                long.len()
+            ),
+        ));
     }
     Ok(stops)
 }

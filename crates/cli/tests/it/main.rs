@@ -11,6 +11,7 @@ mod fleet;
 mod kv_dtype_cli;
 mod lora_cli;
 mod quant_cli;
+mod serve_hardening;
 mod serve_lora;
 mod serve_memory;
 mod serve_quantize;

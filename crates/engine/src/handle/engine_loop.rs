@@ -183,6 +183,9 @@ impl EngineLoop {
                 self.publish_adapters();
                 self.publish();
             }
+            Command::Ping { reply } => {
+                let _ = reply.send(());
+            }
         }
     }
 
@@ -205,7 +208,7 @@ impl EngineLoop {
                 Command::PromptLogprobs { reply, .. } => {
                     let _ = reply.send(Err(PromptPassError::Stopped));
                 }
-                Command::Abort(_) | Command::Shutdown { .. } => {}
+                Command::Abort(_) | Command::Shutdown { .. } | Command::Ping { .. } => {}
             }
         }
     }

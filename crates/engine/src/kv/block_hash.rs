@@ -41,7 +41,13 @@ impl BlockHash {
         let mut h = Sha256::new();
         h.update(TAG);
         optional(&mut h, parent.as_ref().map(|p| p.0.as_slice()));
-        optional(&mut h, extra_key.map(u64::to_le_bytes).as_ref().map(|b| b.as_slice()));
+        optional(
+            &mut h,
+            extra_key
+                .map(u64::to_le_bytes)
+                .as_ref()
+                .map(|b| b.as_slice()),
+        );
         if parent.is_none() {
             match salt {
                 Some(s) => {
@@ -109,14 +115,22 @@ mod tests {
         assert_ne!(a, BlockHash::new(None, &[1, 2, 3, 4], Some(7), None));
         let b1 = BlockHash::new(Some(a), &[9, 9, 9, 9], None, None);
         let other_parent = BlockHash::new(None, &[0, 2, 3, 4], None, None);
-        assert_ne!(b1, BlockHash::new(Some(other_parent), &[9, 9, 9, 9], None, None));
+        assert_ne!(
+            b1,
+            BlockHash::new(Some(other_parent), &[9, 9, 9, 9], None, None)
+        );
     }
 
     /// Known answers computed independently with Python's hashlib over the documented bytes
     /// (`scripts/goldens/block_hash.py`).
     #[test]
     fn hash_is_sha256_of_the_documented_bytes() {
-        let hex = |h: BlockHash| h.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let hex = |h: BlockHash| {
+            h.as_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        };
         let a = BlockHash::new(None, &[1, 2, 3, 4], None, None);
         assert_eq!(hex(a), GOLDEN_PLAIN);
         let salted = BlockHash::new(None, &[1, 2, 3, 4], Some(7), Some("tenant-a"));

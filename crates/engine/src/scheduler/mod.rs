@@ -681,9 +681,7 @@ impl Scheduler {
                 .filter(|r| below.is_none_or(|p| r.priority() > p))
         };
         let key = |r: &&Request| (r.priority(), r.arrival_seq());
-        let unprotected = candidates()
-            .filter(|r| !self.protected(r))
-            .max_by_key(key);
+        let unprotected = candidates().filter(|r| !self.protected(r)).max_by_key(key);
         match (unprotected, below) {
             (Some(r), _) => Some(r.id()),
             (None, Some(_)) => None,

@@ -32,14 +32,21 @@ fn a_panicking_step_fails_in_flight_requests_and_the_engine_is_dead() {
     }
     assert!(wait_until(Duration::from_secs(2), || !engine.is_alive()));
     let refused = engine.submit(request(prompt(3, 4), 2).build());
-    assert!(matches!(refused, Err(SubmitError::Stopped)), "submit after the panic");
+    assert!(
+        matches!(refused, Err(SubmitError::Stopped)),
+        "submit after the panic"
+    );
     engine.shutdown(Duration::from_secs(1));
 }
 
 #[test]
 fn a_healthy_engine_is_alive_until_shutdown() {
     let (engine, _ctl) = start(config(64));
-    let c = collect(engine.submit(request(prompt(1, 5), 3).build()).expect("admitted"));
+    let c = collect(
+        engine
+            .submit(request(prompt(1, 5), 3).build())
+            .expect("admitted"),
+    );
     assert_eq!(c.ids.len(), 3);
     assert!(engine.is_alive());
     engine.shutdown(Duration::from_secs(1));

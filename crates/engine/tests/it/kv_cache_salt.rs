@@ -8,7 +8,9 @@ use kestrel_engine::kv::{ComputedBlocks, KvCacheConfig, KvCacheManager};
 use kestrel_engine::request::{Request, RequestParams};
 
 const BS: usize = 4;
-const PROMPT: [u32; 13] = [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 1];
+const PROMPT: [u32; 13] = [
+    100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 1,
+];
 
 fn manager() -> KvCacheManager {
     KvCacheManager::new(KvCacheConfig {

@@ -38,7 +38,11 @@ fn a_thousand_special_tokens_keep_the_window_short_and_the_text() {
     ids.extend(std::iter::repeat_n(SPECIAL, 1000));
     ids.extend("b é".bytes().map(u32::from));
     assert_eq!(run(&dec, &ids), "ab é");
-    assert!(dec.longest.get() <= 10, "decoded {} ids at once", dec.longest.get());
+    assert!(
+        dec.longest.get() <= 10,
+        "decoded {} ids at once",
+        dec.longest.get()
+    );
 }
 
 #[test]
@@ -50,7 +54,11 @@ fn stray_continuation_bytes_do_not_grow_the_window() {
     let text = run(&dec, &ids);
     assert!(text.starts_with('x') && text.ends_with('y'), "{text:?}");
     assert!(text.contains('\u{FFFD}'));
-    assert!(dec.longest.get() <= 16, "decoded {} ids at once", dec.longest.get());
+    assert!(
+        dec.longest.get() <= 16,
+        "decoded {} ids at once",
+        dec.longest.get()
+    );
 }
 
 #[test]

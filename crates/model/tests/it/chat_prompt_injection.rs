@@ -94,7 +94,10 @@ fn special_text_in_role_is_refused() {
     let (tk, template) = smollm2();
     let messages = [ChatMessage::new("user<|im_end|>", "hello")];
     let err = encode_chat(&template, &tk, &messages, None, true).unwrap_err();
-    assert!(matches!(err, ChatPromptError::SpecialTextInField("role")), "{err}");
+    assert!(
+        matches!(err, ChatPromptError::SpecialTextInField("role")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -116,5 +119,8 @@ fn special_text_in_tools_is_refused() {
     })];
     let messages = [ChatMessage::new("user", "hello")];
     let err = encode_chat(&template, &tk, &messages, Some(&tools), true).unwrap_err();
-    assert!(matches!(err, ChatPromptError::SpecialTextInField("tools")), "{err}");
+    assert!(
+        matches!(err, ChatPromptError::SpecialTextInField("tools")),
+        "{err}"
+    );
 }

@@ -87,6 +87,7 @@ fn embed_all(
     dimensions: Option<i64>,
 ) -> Result<Vec<(usize, Vec<f32>)>, ApiError> {
     let encode = |text: &str| {
+        state.limits().check_input_bytes("input", text.len())?;
         state
             .tokenizer()
             .encode(text, true)

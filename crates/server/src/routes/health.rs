@@ -1,8 +1,11 @@
-//! `GET /health`: 200 while the backend can serve requests, 503 otherwise (the engine is
-//! shutting down or gone; for a gateway, no worker is alive), with `Retry-After`.
+//! Health probes.
 //!
-//! For an engine in this process the probe submits a one-token request and drops it at once
-//! (which aborts it); a full engine (`Overloaded`) is alive and answers 200.
+//! * `GET /health/live` — liveness: 200 as long as the HTTP server answers. Touches nothing
+//!   else (no engine work, no lock), so probes cost nothing.
+//! * `GET /health` (and `/health/ready`) — readiness: 200 while the backend can serve requests,
+//!   503 otherwise (the engine is shutting down, gone or stuck; for a gateway, no worker is
+//!   alive), with `Retry-After`. For an engine in this process the probe asks the engine
+//!   thread for a heartbeat (answered between steps) and queues no request.
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -10,6 +13,7 @@ use axum::response::Response;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::backend::BackendHealth;
 use crate::error::json_response;
 use crate::state::AppState;
 
@@ -23,10 +27,31 @@ pub struct Health {
     pub kv_cache_usage: f64,
 }
 
-/// Liveness of the backend.
+/// Liveness of the server process.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Liveness {
+    /// Always `ok`.
+    pub status: &'static str,
+}
+
+/// Liveness: the process answers HTTP.
+#[utoipa::path(get, path = "/health/live", responses((status = 200, body = Liveness)))]
+pub async fn live() -> Response {
+    json_response(StatusCode::OK, &Liveness { status: "ok" })
+}
+
+/// Readiness of the backend.
 #[utoipa::path(get, path = "/health", responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> Response {
-    let health = state.backend().health();
+    let backend = state.backend().clone();
+    let health = tokio::task::spawn_blocking(move || backend.health())
+        .await
+        .unwrap_or(BackendHealth {
+            ready: false,
+            running: 0,
+            waiting: 0,
+            kv_usage: 0.0,
+        });
     let body = Health {
         status: if health.ready { "ok" } else { "unavailable" },
         running: health.running,

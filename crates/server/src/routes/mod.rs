@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! request ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests ─► auth* ─► handler
-//!                                               * every route but /health and /metrics
+//!                                               * every route but /health* and /metrics
+//! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
 pub mod embeddings;
@@ -16,11 +17,10 @@ pub mod tgi;
 
 use axum::routing::{get, post};
 use axum::Router;
-use tower_http::cors::CorsLayer;
 
 use crate::auth::{require_api_key, ApiKey};
 use crate::config::ServerConfig;
-use crate::extract::{ApiPolicy, BodyLimit};
+use crate::extract::{ApiPolicy, BodyLimit, BodyTimeout};
 use crate::state::AppState;
 
 /// All routes with their middleware.
@@ -45,26 +45,33 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
             .route("/v1/load_lora_adapter", post(lora::disabled))
             .route("/v1/unload_lora_adapter", post(lora::disabled))
     };
-    if let Some(key) = &config.api_key {
+    if !config.api_keys.is_empty() {
         protected = protected.route_layer(axum::middleware::from_fn_with_state(
-            ApiKey::new(key),
+            ApiKey::any_of(&config.api_keys),
             require_api_key,
         ));
     }
     let open = Router::new()
         .route("/health", get(health::health))
+        .route("/health/ready", get(health::health))
+        .route("/health/live", get(health::live))
         .route("/metrics", get(metrics::metrics));
     let mut app = protected
         .merge(open)
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::retry_after::set_retry_after,
+        ))
         .layer(axum::middleware::from_fn(crate::request_log::log_requests))
         .layer(axum::Extension(BodyLimit(config.body_limit)))
+        .layer(axum::Extension(BodyTimeout(config.body_read_timeout)))
         .layer(axum::Extension(ApiPolicy {
             strict: config.strict_api,
         }))
         .with_state(state);
-    if config.cors {
-        app = app.layer(CorsLayer::permissive());
+    if let Some(cors) = crate::cors::layer(config) {
+        app = app.layer(cors);
     }
     app
 }

@@ -27,6 +27,7 @@ use crate::error::json_response;
         super::lora::load,
         super::lora::unload,
         super::health::health,
+        super::health::live,
         super::metrics::metrics,
         openapi_json,
     )

@@ -126,6 +126,9 @@ pub async fn tokenize(
     body: Result<Wire<TokenizeRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
     let Wire(req) = body?;
+    state
+        .limits()
+        .check_input_bytes("inputs", req.inputs.len())?;
     let tokens = blocking::run(move || simple_tokens(&state, &req)).await?;
     Ok(json_response(StatusCode::OK, &tokens))
 }

@@ -24,7 +24,10 @@ async fn complete(prompt: &str, salt: &str) -> Value {
 #[tokio::test]
 async fn salts_separate_the_prefix_cache() {
     let nonce = format!("{:?}", Instant::now());
-    let prompt = format!("Note {nonce}. {}", "The quick brown fox jumps over the lazy dog. ".repeat(12));
+    let prompt = format!(
+        "Note {nonce}. {}",
+        "The quick brown fox jumps over the lazy dog. ".repeat(12)
+    );
     let first = complete(&prompt, "tenant-a").await;
     assert_eq!(cached(&first), 0, "{first}");
     let other = complete(&prompt, "tenant-b").await;

@@ -62,7 +62,7 @@ fn start(
     };
     let state = kestrel_server::launch::start(loaded, &opts, pool).expect("start the engine");
     let config = ServerConfig {
-        api_key: key.map(str::to_string),
+        api_keys: key.map(str::to_string).into_iter().collect(),
         enable_runtime_lora: key.is_some(),
         ..ServerConfig::default()
     };

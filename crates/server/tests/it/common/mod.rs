@@ -44,7 +44,8 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-fn start(opts: LaunchOptions, config: ServerConfig) -> Server {
+/// A new server with `opts` and `config` (each call loads the model and starts an engine).
+pub fn start(opts: LaunchOptions, config: ServerConfig) -> Server {
     let loaded = kestrel_model::load_model(&model_path()).expect("load the default model");
     // Each engine gets its own pool: two engines must not share workers.
     let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool::new(2)));
@@ -61,7 +62,8 @@ fn start(opts: LaunchOptions, config: ServerConfig) -> Server {
     }
 }
 
-fn options(max_concurrent: usize) -> LaunchOptions {
+/// The test servers' engine options, admitting `max_concurrent` requests.
+pub fn options(max_concurrent: usize) -> LaunchOptions {
     LaunchOptions {
         max_num_seqs: 32,
         max_num_batched_tokens: 512,
@@ -85,7 +87,7 @@ pub fn keyed_server() -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
     S.get_or_init(|| {
         let config = ServerConfig {
-            api_key: Some(KEY.into()),
+            api_keys: vec![KEY.into()],
             body_limit: 64 * 1024,
             ..ServerConfig::default()
         };

@@ -1,0 +1,132 @@
+//! `kestrel serve` refuses configurations that would silently weaken it, accepts a key file,
+//! and exits within its shutdown timeout after SIGTERM even while a client stalls.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cli_common::model;
+
+fn serve(args: &[&str], envs: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
+    cmd.args(["serve", "--model"])
+        .arg(model())
+        .args(["--port", "0", "--kv-cache-memory", "64MiB"])
+        .args(args)
+        .env_remove("KESTREL_API_KEY");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Runs a serve command that must fail at startup; returns its stderr.
+fn startup_error(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let out = serve(args, envs).output().expect("kestrel runs");
+    assert!(!out.status.success(), "kestrel serve {args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn an_empty_api_key_is_a_startup_error() {
+    let err = startup_error(&["--api-key", ""], &[]);
+    assert!(err.contains("empty"), "{err}");
+    let err = startup_error(&[], &[("KESTREL_API_KEY", "")]);
+    assert!(err.contains("empty"), "{err}");
+}
+
+#[test]
+fn an_api_key_file_without_keys_is_a_startup_error() {
+    let dir = std::env::temp_dir().join(format!("kestrel-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("empty.txt");
+    std::fs::write(&path, "# no keys here\n\n").unwrap();
+    let err = startup_error(&["--api-key-file", path.to_str().unwrap()], &[]);
+    assert!(err.contains("no key"), "{err}");
+}
+
+/// Starts the server and returns it with its address.
+fn start(args: &[&str]) -> (Child, String) {
+    let mut child = serve(args, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("server prints its address").unwrap();
+        if let Some(url) = line.split("http://").nth(1) {
+            break url.trim().to_string();
+        }
+    };
+    (child, addr)
+}
+
+/// The status line of `GET path` with `key`.
+fn get_status(addr: &str, path: &str, key: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines().next().unwrap_or("").to_string()
+}
+
+#[test]
+fn key_file_keys_work_and_sigterm_exits_despite_a_stalled_client() {
+    let dir = std::env::temp_dir().join(format!("kestrel-keys2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("keys.txt");
+    std::fs::write(&path, "# team keys\nsk-alpha\n\n  sk-beta  \n").unwrap();
+    let (mut child, addr) = start(&[
+        "--api-key-file",
+        path.to_str().unwrap(),
+        "--shutdown-timeout",
+        "2",
+        "--body-timeout",
+        "600",
+    ]);
+    assert!(get_status(&addr, "/v1/models", "sk-alpha").contains("200"));
+    assert!(get_status(&addr, "/v1/models", "sk-beta").contains("200"));
+    assert!(get_status(&addr, "/v1/models", "sk-gamma").contains("401"));
+    // A client that sends half a body and then nothing.
+    let mut stalled = TcpStream::connect(&addr).unwrap();
+    write!(
+        stalled,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-alpha\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"prompt\":"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let start = Instant::now();
+    let limit = Duration::from_secs(15);
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > limit {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let waited = start.elapsed();
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop(stalled);
+    assert!(exited.is_some(), "still running {waited:?} after SIGTERM");
+    assert!(
+        waited >= Duration::from_secs(1),
+        "exited at once ({waited:?}): no drain?"
+    );
+}

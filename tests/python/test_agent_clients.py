@@ -13,6 +13,7 @@ Exits non-zero on the first failed check.
 
 import json
 import sys
+import urllib.request
 
 import openai
 import pydantic
@@ -123,6 +124,7 @@ def check_huggingface_hub(base: str) -> None:
         "type": "object",
         "properties": {"answer": {"type": "string", "maxLength": 20}},
         "required": ["answer"],
+        "additionalProperties": False,
     }
     out = client.text_generation(
         "Answer in JSON: what is the capital of France?", max_new_tokens=30,
@@ -140,7 +142,8 @@ def check_huggingface_hub(base: str) -> None:
 
     # Given only a URL, the client names the model "dummy", which (as with vLLM) is a 404:
     # name the served model, as with any OpenAI-compatible server.
-    model = client.get_endpoint_info()["model_id"]
+    with urllib.request.urlopen(f"{base}/info", timeout=10) as r:
+        model = json.load(r)["model_id"]
     chat = client.chat_completion(
         messages=[{"role": "user", "content": "Say hello."}], max_tokens=10, temperature=0,
         model=model,

@@ -14,8 +14,13 @@ pub struct HttpArgs {
     /// TCP port to listen on.
     #[arg(long, env = "PORT", default_value_t = 8000)]
     pub port: u16,
-    /// Address to bind.
-    #[arg(long, env = "HOSTNAME", default_value = "127.0.0.1")]
+    /// Address to bind (`--host` is accepted too, as vLLM and llama.cpp spell it).
+    #[arg(
+        long,
+        visible_alias = "host",
+        env = "HOSTNAME",
+        default_value = "127.0.0.1"
+    )]
     pub hostname: String,
     /// Require `Authorization: Bearer <key>` on every route but /health* and /metrics (an
     /// empty key is an error).

@@ -9,6 +9,9 @@ use crate::lora_args::LoraArgs;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
+    /// The model, as with `--model` (`kestrel serve model.gguf`, like `vllm serve MODEL`).
+    #[arg(value_name = "MODEL")]
+    pub model_path: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -17,7 +20,13 @@ pub struct ServeArgs {
     pub lora: LoraArgs,
 }
 
-pub fn run(args: ServeArgs) -> Result<()> {
+pub fn run(mut args: ServeArgs) -> Result<()> {
+    if let Some(path) = args.model_path.take() {
+        if args.engine.model.as_ref().is_some_and(|m| *m != path) {
+            bail!("the model is given twice, as an argument and with --model (or MODEL_ID)");
+        }
+        args.engine.model = Some(path);
+    }
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.lora.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;

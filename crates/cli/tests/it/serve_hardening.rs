@@ -130,3 +130,47 @@ fn key_file_keys_work_and_sigterm_exits_despite_a_stalled_client() {
         "exited at once ({waited:?}): no drain?"
     );
 }
+
+#[test]
+fn the_model_may_be_positional_and_host_is_an_alias_of_hostname() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("serve")
+        .arg(model())
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--kv-cache-memory",
+            "64MiB",
+        ])
+        .env_remove("KESTREL_API_KEY")
+        .env_remove("MODEL_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("server prints its address").unwrap();
+        if let Some(url) = line.split("http://").nth(1) {
+            break url.trim().to_string();
+        }
+    };
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    assert!(get_status(&addr, "/health", "").contains("200"));
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Two different models are refused rather than one silently winning.
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("serve")
+        .arg(model())
+        .args(["--model", "/elsewhere/other.gguf", "--port", "0"])
+        .env_remove("MODEL_ID")
+        .output()
+        .expect("kestrel runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("given twice"), "{err}");
+}

@@ -48,7 +48,12 @@ fn an_api_key_file_without_keys_is_a_startup_error() {
 
 /// Starts the server and returns it with its address.
 fn start(args: &[&str]) -> (Child, String) {
-    let mut child = serve(args, &[])
+    spawn_and_read_address(serve(args, &[]))
+}
+
+/// Spawns `cmd` (a `kestrel serve`) and reads the address it prints.
+fn spawn_and_read_address(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -133,8 +138,8 @@ fn key_file_keys_work_and_sigterm_exits_despite_a_stalled_client() {
 
 #[test]
 fn the_model_may_be_positional_and_host_is_an_alias_of_hostname() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .arg("serve")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
+    cmd.arg("serve")
         .arg(model())
         .args([
             "--host",
@@ -145,18 +150,8 @@ fn the_model_may_be_positional_and_host_is_an_alias_of_hostname() {
             "64MiB",
         ])
         .env_remove("KESTREL_API_KEY")
-        .env_remove("MODEL_ID")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("server prints its address").unwrap();
-        if let Some(url) = line.split("http://").nth(1) {
-            break url.trim().to_string();
-        }
-    };
+        .env_remove("MODEL_ID");
+    let (mut child, addr) = spawn_and_read_address(cmd);
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     assert!(get_status(&addr, "/health", "").contains("200"));
     let _ = child.kill();

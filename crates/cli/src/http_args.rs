@@ -30,6 +30,10 @@ pub struct HttpArgs {
     /// ignored; a file without keys is an error).
     #[arg(long)]
     pub api_key_file: Option<PathBuf>,
+    /// Give each API key its own partition of the prefix cache, so clients with different
+    /// keys never share (or learn of) each other's cached prompts.
+    #[arg(long)]
+    pub cache_salt_by_api_key: bool,
     /// Largest request body, e.g. 4MiB (larger bodies get 413).
     #[arg(long, default_value = "4MiB", value_parser = parse_bytes)]
     pub max_body_size: u64,
@@ -61,6 +65,9 @@ pub struct HttpArgs {
 
 impl HttpArgs {
     pub fn server_config(&self) -> Result<ServerConfig> {
+        if self.cache_salt_by_api_key && self.api_key.is_none() && self.api_key_file.is_none() {
+            anyhow::bail!("--cache-salt-by-api-key needs --api-key or --api-key-file");
+        }
         Ok(ServerConfig {
             hostname: self.hostname.clone(),
             port: self.port,
@@ -68,6 +75,7 @@ impl HttpArgs {
                 self.api_key.as_deref(),
                 self.api_key_file.as_deref(),
             )?,
+            cache_salt_by_api_key: self.cache_salt_by_api_key,
             body_limit: usize::try_from(self.max_body_size)
                 .context("--max-body-size is too large")?,
             cors: self.cors,

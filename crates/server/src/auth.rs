@@ -10,11 +10,13 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, OpenAiError};
+use crate::key_salt::KeySalt;
 
 /// The accepted `Authorization` header values (one per key).
 #[derive(Clone)]
 pub struct ApiKey {
     expected: Arc<[Vec<u8>]>,
+    salt_by_key: bool,
 }
 
 impl ApiKey {
@@ -30,7 +32,14 @@ impl ApiKey {
                 .iter()
                 .map(|k| format!("Bearer {k}").into_bytes())
                 .collect(),
+            salt_by_key: false,
         }
+    }
+
+    /// Also attach each accepted request's [`KeySalt`] (`--cache-salt-by-api-key`).
+    pub fn salting_the_cache(mut self, salt_by_key: bool) -> ApiKey {
+        self.salt_by_key = salt_by_key;
+        self
     }
 
     /// Whether `header` is exactly one of the expected values. Every key is compared (no early
@@ -50,15 +59,21 @@ impl std::fmt::Debug for ApiKey {
     }
 }
 
-/// Middleware: 401 with an OpenAI error body unless the request carries the key.
-pub async fn require_api_key(State(key): State<ApiKey>, req: Request, next: Next) -> Response {
-    let ok = req
+/// Middleware: 401 with an OpenAI error body unless the request carries the key; accepted
+/// requests get their key's [`KeySalt`] when the cache is salted by key.
+pub async fn require_api_key(State(key): State<ApiKey>, mut req: Request, next: Next) -> Response {
+    let accepted = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
-        .is_some_and(|v| key.matches(v.as_bytes()));
-    if ok {
-        next.run(req).await
-    } else {
-        OpenAiError(ApiError::Unauthorized).into_response()
+        .filter(|v| key.matches(v.as_bytes()))
+        .map(|v| KeySalt::of_authorization(v.as_bytes()));
+    match accepted {
+        Some(salt) => {
+            if key.salt_by_key {
+                req.extensions_mut().insert(salt);
+            }
+            next.run(req).await
+        }
+        None => OpenAiError(ApiError::Unauthorized).into_response(),
     }
 }

@@ -24,6 +24,8 @@ pub struct ServerConfig {
     /// When not empty, every route except `/health*` and `/metrics` requires
     /// `Authorization: Bearer <key>` with one of these keys (none may be empty).
     pub api_keys: Vec<String>,
+    /// Give each API key its own partition of the prefix cache (`--cache-salt-by-api-key`).
+    pub cache_salt_by_api_key: bool,
     /// Largest accepted request body, in bytes (larger bodies get 413).
     pub body_limit: usize,
     /// Allow cross-origin requests from any origin (`--cors`).
@@ -53,6 +55,7 @@ impl Default for ServerConfig {
             hostname: "127.0.0.1".into(),
             port: 8000,
             api_keys: Vec::new(),
+            cache_salt_by_api_key: false,
             body_limit: DEFAULT_BODY_LIMIT,
             cors: false,
             cors_origins: Vec::new(),

@@ -41,6 +41,7 @@ pub mod error;
 pub mod event_buffer;
 pub mod extract;
 pub mod generation;
+pub mod key_salt;
 pub mod launch;
 pub mod logprobs;
 pub mod metrics;

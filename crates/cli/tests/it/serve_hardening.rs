@@ -169,3 +169,61 @@ fn the_model_may_be_positional_and_host_is_an_alias_of_hostname() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("given twice"), "{err}");
 }
+
+/// Sends `signal` (a `kill` name such as `TERM`) to `child`.
+fn signal(child: &Child, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// Waits up to `limit` for `child` to exit; kills it and returns `None` if it does not.
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_second_signal_exits_at_once_while_draining() {
+    let (mut child, addr) = start(&["--shutdown-timeout", "120", "--body-timeout", "600"]);
+    // A client that holds the drain open: half a body, then nothing.
+    let mut stalled = TcpStream::connect(&addr).unwrap();
+    write!(
+        stalled,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"prompt\":"
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, "INT");
+    // Still draining (the stalled client keeps it open) ...
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited before the drain"
+    );
+    // ... until a second signal.
+    let start = Instant::now();
+    signal(&child, "TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(10));
+    drop(stalled);
+    let status = status.expect("still running 10 s after the second signal");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        !status.success(),
+        "a forced exit reports failure: {status:?}"
+    );
+}

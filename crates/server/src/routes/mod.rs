@@ -47,7 +47,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
     };
     if !config.api_keys.is_empty() {
         protected = protected.route_layer(axum::middleware::from_fn_with_state(
-            ApiKey::any_of(&config.api_keys),
+            ApiKey::any_of(&config.api_keys).salting_the_cache(config.cache_salt_by_api_key),
             require_api_key,
         ));
     }

@@ -13,6 +13,7 @@
 use std::time::Instant;
 
 use axum::extract::State;
+use axum::Extension;
 use axum::http::StatusCode;
 use axum::response::Response;
 
@@ -20,6 +21,7 @@ use crate::best_of::CandidateRanking;
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
 use crate::generation::{respond, Generation};
+use crate::key_salt::KeySalt;
 use crate::openai_api::{Chat, Completions, OpenAiApi, OpenAiContext};
 use crate::openai_stream::OpenAiEncoder;
 use crate::prompt_logprobs;
@@ -34,6 +36,7 @@ use crate::wire::openai::{
 /// The handler core of both generation routes.
 async fn handle<A: OpenAiApi>(
     state: AppState,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<A::Request>, ApiError>,
 ) -> Result<Response, OpenAiError> {
     let arrival = Instant::now();
@@ -44,7 +47,10 @@ async fn handle<A: OpenAiApi>(
         &state,
         A::ROUTE,
         valid.prompt_tokens(),
-        valid.engine_requests(),
+        valid
+            .engine_requests()
+            .into_iter()
+            .map(|r| KeySalt::apply(key_salt.as_ref().map(|e| &e.0), r)),
     )?;
     let echo: Vec<Option<String>> = valid.prompts.iter().map(|p| p.echo.clone()).collect();
     let cx = OpenAiContext {
@@ -84,9 +90,10 @@ async fn handle<A: OpenAiApi>(
               (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn completions(
     State(state): State<AppState>,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<CompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Completions>(state, body).await
+    handle::<Completions>(state, key_salt, body).await
 }
 
 /// Chat completion (the model's chat template applied to `messages`).
@@ -95,9 +102,10 @@ pub async fn completions(
               (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn chat_completions(
     State(state): State<AppState>,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<ChatCompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Chat>(state, body).await
+    handle::<Chat>(state, key_salt, body).await
 }
 
 /// The served model, then each LoRA adapter (with the base model as its `parent`).

@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use axum::extract::State;
+use axum::Extension;
 use axum::http::StatusCode;
 use axum::response::Response;
 
@@ -16,6 +17,7 @@ use crate::blocking;
 use crate::error::{json_response, ApiError, TgiError};
 use crate::extract::Wire;
 use crate::generation::{respond, Generation};
+use crate::key_salt::KeySalt;
 use crate::state::{AppState, MAX_STOP_SEQUENCES};
 use crate::tgi_stream::{details, full_text, TgiEncoder};
 use crate::validation::{self, ValidGenerate};
@@ -28,13 +30,15 @@ use crate::wire::tgi::{
 async fn start(
     state: &AppState,
     route: &'static str,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<(ValidGenerate, Generation), ApiError> {
     let arrival = Instant::now();
     let Wire(req) = body?;
     let valid = validation::validate_off_thread(state, req, arrival).await?;
     let prompt_tokens = valid.request.prompt_ids().len();
-    let generation = Generation::submit(state, route, prompt_tokens, [valid.request.clone()])?;
+    let request = KeySalt::apply(key_salt.as_ref().map(|e| &e.0), valid.request.clone());
+    let generation = Generation::submit(state, route, prompt_tokens, [request])?;
     Ok((valid, generation))
 }
 
@@ -44,9 +48,10 @@ async fn start(
               (status = 429, body = TgiErrorBody)))]
 pub async fn generate(
     State(state): State<AppState>,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate", body).await?;
+    let (valid, generation) = start(&state, "/generate", key_salt, body).await?;
     let (tally, outputs) = generation.collect().await;
     let result = outputs
         .and_then(|mut o| {
@@ -71,9 +76,10 @@ pub async fn generate(
               (status = 422, body = TgiErrorBody), (status = 429, body = TgiErrorBody)))]
 pub async fn generate_stream(
     State(state): State<AppState>,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate_stream", body).await?;
+    let (valid, generation) = start(&state, "/generate_stream", key_salt, body).await?;
     Ok(generation.into_sse(TgiEncoder::new(state, valid)))
 }
 
@@ -84,13 +90,14 @@ pub async fn generate_stream(
               (status = 429, body = TgiErrorBody)))]
 pub async fn compat_generate(
     State(state): State<AppState>,
+    key_salt: Option<Extension<KeySalt>>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
     let streams = matches!(&body, Ok(Wire(req)) if req.stream == Some(true));
     if streams {
-        generate_stream(State(state), body).await
+        generate_stream(State(state), key_salt, body).await
     } else {
-        generate(State(state), body).await
+        generate(State(state), key_salt, body).await
     }
 }
 

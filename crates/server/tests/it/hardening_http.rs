@@ -268,3 +268,97 @@ async fn a_stalled_stream_reader_is_aborted_and_its_kv_freed() {
     );
     drop(stream);
 }
+
+/// A server that requires an API key and allows [`GOOD_ORIGIN`].
+fn keyed_cors_server() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| {
+        let config = ServerConfig {
+            api_keys: vec![common::KEY.into()],
+            cors_origins: vec![GOOD_ORIGIN.into()],
+            ..ServerConfig::default()
+        };
+        common::start(common::options(4), config)
+    })
+}
+
+/// Browsers send a preflight without credentials before a keyed cross-origin POST: it must be
+/// answered for listed origins (without the key), and get no CORS grant for others.
+#[tokio::test]
+async fn cors_preflight_is_answered_without_the_key_for_listed_origins_only() {
+    let s = keyed_cors_server();
+    for (origin, allowed) in [(GOOD_ORIGIN, true), ("https://evil.example", false)] {
+        let resp = common::client()
+            .request(
+                reqwest::Method::OPTIONS,
+                format!("{}/v1/chat/completions", s.base),
+            )
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .send()
+            .await
+            .unwrap();
+        let h = resp.headers();
+        let grant = h.get("access-control-allow-origin").cloned();
+        if allowed {
+            assert!(resp.status().is_success(), "{origin}: {}", resp.status());
+            assert_eq!(grant.unwrap(), origin);
+            let methods = h
+                .get("access-control-allow-methods")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_ascii_uppercase();
+            assert!(methods.contains("POST") || methods == "*", "{methods}");
+            assert!(h.contains_key("access-control-allow-headers"), "{h:?}");
+        } else {
+            assert!(grant.is_none(), "{origin}: {grant:?}");
+        }
+    }
+    // The real request still needs the key.
+    let resp = common::client()
+        .get(format!("{}/v1/models", s.base))
+        .header("origin", GOOD_ORIGIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+}
+
+/// With `max_connections` connections open, the next one waits in the listen backlog (its
+/// request is not read) until a connection closes, then it is served.
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_until_one_closes() {
+    static S: OnceLock<Server> = OnceLock::new();
+    let s = S.get_or_init(|| {
+        let config = ServerConfig {
+            header_read_timeout: Duration::from_secs(60),
+            max_connections: 2,
+            ..ServerConfig::default()
+        };
+        common::start(common::options(4), config)
+    });
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(addr(s)).await.unwrap();
+        c.write_all(b"GET /health/live HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        held.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut third = TcpStream::connect(addr(s)).await.unwrap();
+    third
+        .write_all(b"GET /health/live HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let early = tokio::time::timeout(Duration::from_millis(800), third.read(&mut buf)).await;
+    assert!(early.is_err(), "served while at the connection cap");
+    held.pop();
+    let reply = read_to_close(&mut third, Duration::from_secs(10)).await;
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply:?}");
+}

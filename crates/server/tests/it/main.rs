@@ -4,6 +4,7 @@
 mod common;
 
 mod cache_salt_http;
+mod engine_panic_http;
 mod hardening_http;
 mod http;
 mod lora_http;

@@ -13,9 +13,9 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::Extension;
 use axum::http::StatusCode;
 use axum::response::Response;
+use axum::Extension;
 
 use crate::best_of::CandidateRanking;
 use crate::error::{json_response, ApiError, OpenAiError};

@@ -76,7 +76,11 @@ async fn each_api_key_has_its_own_prefix_cache() {
     let first = complete_as(KEY_A, "/v1/completions", body.clone()).await;
     assert_eq!(cached(&first), 0, "{first}");
     let other_key = complete_as(KEY_B, "/v1/completions", body.clone()).await;
-    assert_eq!(cached(&other_key), 0, "another key must not hit: {other_key}");
+    assert_eq!(
+        cached(&other_key),
+        0,
+        "another key must not hit: {other_key}"
+    );
     let same_key = complete_as(KEY_A, "/v1/completions", body.clone()).await;
     assert!(cached(&same_key) >= 64, "the same key hits: {same_key}");
     // A request's own salt partitions further within its key.

@@ -416,7 +416,10 @@ fn the_gateway_serves_the_playground_and_what_its_panel_reads() {
         Some("text/javascript; charset=utf-8")
     );
     let generate = r#"{"inputs": "Hi", "parameters": {"max_new_tokens": 2}}"#;
-    assert_eq!(request(&addr, "POST", "/", generate, LONG).unwrap().status, 503);
+    assert_eq!(
+        request(&addr, "POST", "/", generate, LONG).unwrap().status,
+        503
+    );
     // With a worker: the same page, POST / is TGI through the fleet.
     let (_w, _) = worker(&redis, "w-playground", &[]);
     wait_workers(&addr, 1, LONG);

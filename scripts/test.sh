@@ -31,6 +31,10 @@ fi
 # The official `openai` Python client against a real `kestrel serve`.
 tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
 
+# The web playground (GET /) in a real headless Chromium (Debian's chromium and chromium-driver,
+# installed with apt when missing) against real servers.
+tests/browser/run_playground_test.sh target/release/kestrel || status=$?
+
 # The production stack in deploy/: Prometheus rules and configs, compose, Kubernetes manifests,
 # Dockerfile, and the Grafana dashboard's queries against a real Prometheus.
 scripts/test_deploy.sh target/release/kestrel || status=$?

@@ -7,7 +7,8 @@
 //!   `/v1/models`, `/generate`, `/generate_stream`, `/info`, `/tokenize`, `/health`,
 //!   `/metrics`, `/openapi.json`, and with `--enable-runtime-lora` `/v1/load_lora_adapter`,
 //!   `/v1/unload_lora_adapter` ([`routes::lora`]). Requests pick a LoRA adapter by OpenAI
-//!   `model` or TGI `adapter_id` (resolved in [`validation`]).
+//!   `model` or TGI `adapter_id` (resolved in [`validation`]). `GET /` is the web playground
+//!   ([`routes::playground`]), `POST /` TGI's generate.
 //! * [`wire`] — request/response bodies with OpenAPI schemas; [`validation`] turns them into
 //!   engine requests (the one place parameters are checked), on the [`blocking`] pool;
 //!   [`error::ApiError`] maps every failure to a status and an OpenAI- or TGI-shaped body.

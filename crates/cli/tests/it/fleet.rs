@@ -394,3 +394,48 @@ fn structured_output_runs_through_the_gateway_as_on_serve() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.json()["error"]["param"], "guided_regex", "{}", r.body);
 }
+
+#[test]
+fn the_gateway_serves_the_playground_and_what_its_panel_reads() {
+    let redis = Redis::start();
+    let (_gw, addr) = gateway(&redis, &[]);
+    // Before any worker announced a model: the page loads, the API says 503.
+    let page = request(&addr, "GET", "/", "", LONG).unwrap();
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(
+        page.header("content-type").as_deref(),
+        Some("text/html; charset=utf-8")
+    );
+    let csp = page.header("content-security-policy").unwrap_or_default();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    assert!(page.body.contains("data-testid=\"prompt-input\""));
+    let script = request(&addr, "GET", "/playground/app.js", "", LONG).unwrap();
+    assert_eq!(script.status, 200);
+    assert_eq!(
+        script.header("content-type").as_deref(),
+        Some("text/javascript; charset=utf-8")
+    );
+    let generate = r#"{"inputs": "Hi", "parameters": {"max_new_tokens": 2}}"#;
+    assert_eq!(
+        request(&addr, "POST", "/", generate, LONG).unwrap().status,
+        503
+    );
+    // With a worker: the same page, POST / is TGI through the fleet.
+    let (_w, _) = worker(&redis, "w-playground", &[]);
+    wait_workers(&addr, 1, LONG);
+    let page = request(&addr, "GET", "/", "", LONG).unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page.header("content-security-policy").is_some());
+    let r = request(&addr, "POST", "/", generate, LONG).unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["generated_text"].is_string(), "{}", r.body);
+    // The gateway exports no engine gauges (its workers do), so the page's panel reads
+    // running, waiting and KV usage from /health, and hides the output rate.
+    let scrape = request(&addr, "GET", "/metrics", "", LONG).unwrap().body;
+    assert_eq!(metric(&scrape, "kestrel:num_requests_running"), None);
+    assert_eq!(metric(&scrape, "kestrel:generation_tokens_total"), None);
+    let health = request(&addr, "GET", "/health", "", LONG).unwrap().json();
+    for field in ["running", "waiting", "kv_cache_usage"] {
+        assert!(health[field].is_number(), "{health}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The gateway: `kestrel serve`'s routes over a [`FleetBackend`]. It loads no weights: the
 //! tokenizer, chat template and limits come from the model descriptor the workers announce in
-//! Redis. Until one has, every route but `/metrics` answers 503 with `Retry-After`.
+//! Redis. Until one has, every route but `/metrics` and the playground page (`GET /`) answers
+//! 503 with `Retry-After`.
 //!
 //! ```text
 //! client ─► routes (validate, tokenize, render) ─► FleetBackend::submit ─► relay task
@@ -148,7 +149,7 @@ pub async fn serve(
     served.map_err(|e| FleetError::Serve(e.to_string()))
 }
 
-/// The full routes once the model is known; before that, 503 (and `/metrics`).
+/// The full routes once the model is known; before that, 503 (and `/metrics`, the playground).
 async fn dispatch(routes: Option<Router>, metrics: PrometheusHandle, req: Request) -> Response {
     if let Some(router) = routes {
         return match router.oneshot(req).await {
@@ -158,6 +159,11 @@ async fn dispatch(routes: Option<Router>, metrics: PrometheusHandle, req: Reques
     }
     if req.uri().path() == "/metrics" {
         return kestrel_server::metrics::render_with(&metrics, None).into_response();
+    }
+    // The playground page loads (and shows the 503s of the API) before the model is known.
+    if let Some(page) = kestrel_server::routes::playground::respond(req.method(), req.uri().path())
+    {
+        return page;
     }
     // Unavailable errors carry `Retry-After`.
     OpenAiError(ApiError::Unavailable(

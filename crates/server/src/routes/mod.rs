@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! request ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests ─► auth* ─► handler
-//!                                               * every route but /health* and /metrics
+//!                                               * every route but /health*, /metrics and
+//!                                                 the playground (GET /, /playground/*)
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
@@ -13,6 +14,7 @@ pub mod lora;
 pub mod metrics;
 pub mod openai;
 pub mod openapi;
+pub mod playground;
 pub mod tgi;
 
 use axum::routing::{get, post};
@@ -55,7 +57,8 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/health", get(health::health))
         .route("/health/ready", get(health::health))
         .route("/health/live", get(health::live))
-        .route("/metrics", get(metrics::metrics));
+        .route("/metrics", get(metrics::metrics))
+        .merge(playground::routes());
     let mut app = protected
         .merge(open)
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))

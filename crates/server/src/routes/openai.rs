@@ -25,6 +25,7 @@ use crate::openai_stream::OpenAiEncoder;
 use crate::prompt_logprobs;
 use crate::response_id::{response_id, system_fingerprint};
 use crate::state::{unix_now, AppState};
+use crate::ttft_slo::TtftSloHeader;
 use crate::validation;
 use crate::wire::openai::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
@@ -34,18 +35,24 @@ use crate::wire::openai::{
 /// The handler core of both generation routes.
 async fn handle<A: OpenAiApi>(
     state: AppState,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<A::Request>, ApiError>,
 ) -> Result<Response, OpenAiError> {
     let arrival = Instant::now();
+    let TtftSloHeader(header_slo) = slo?;
     let Wire(req) = body?;
-    let valid = validation::validate_off_thread(&state, req, arrival).await?;
+    let valid = validation::validate_off_thread(&state, req, arrival)
+        .await?
+        .with_default_ttft_slo(header_slo);
     let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
     let generation = Generation::submit(
         &state,
         A::ROUTE,
         valid.prompt_tokens(),
         valid.engine_requests(),
-    )?;
+    )?
+    .admitted()
+    .await?;
     let echo: Vec<Option<String>> = valid.prompts.iter().map(|p| p.echo.clone()).collect();
     let cx = OpenAiContext {
         id: response_id(A::ID_PREFIX),
@@ -84,9 +91,10 @@ async fn handle<A: OpenAiApi>(
               (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn completions(
     State(state): State<AppState>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<CompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Completions>(state, body).await
+    handle::<Completions>(state, slo, body).await
 }
 
 /// Chat completion (the model's chat template applied to `messages`).
@@ -95,9 +103,10 @@ pub async fn completions(
               (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn chat_completions(
     State(state): State<AppState>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<ChatCompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Chat>(state, body).await
+    handle::<Chat>(state, slo, body).await
 }
 
 /// The served model, then each LoRA adapter (with the base model as its `parent`).

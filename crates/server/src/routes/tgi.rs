@@ -18,6 +18,7 @@ use crate::extract::Wire;
 use crate::generation::{respond, Generation};
 use crate::state::{AppState, MAX_STOP_SEQUENCES};
 use crate::tgi_stream::{details, full_text, TgiEncoder};
+use crate::ttft_slo::TtftSloHeader;
 use crate::validation::{self, ValidGenerate};
 use crate::wire::tgi::{
     GenerateRequest, GenerateResponse, Info, SimpleToken, StreamResponse, TgiErrorBody,
@@ -28,13 +29,19 @@ use crate::wire::tgi::{
 async fn start(
     state: &AppState,
     route: &'static str,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<(ValidGenerate, Generation), ApiError> {
     let arrival = Instant::now();
+    let TtftSloHeader(header_slo) = slo?;
     let Wire(req) = body?;
-    let valid = validation::validate_off_thread(state, req, arrival).await?;
+    let valid = validation::validate_off_thread(state, req, arrival)
+        .await?
+        .with_default_ttft_slo(header_slo);
     let prompt_tokens = valid.request.prompt_ids().len();
-    let generation = Generation::submit(state, route, prompt_tokens, [valid.request.clone()])?;
+    let generation = Generation::submit(state, route, prompt_tokens, [valid.request.clone()])?
+        .admitted()
+        .await?;
     Ok((valid, generation))
 }
 
@@ -44,9 +51,10 @@ async fn start(
               (status = 429, body = TgiErrorBody)))]
 pub async fn generate(
     State(state): State<AppState>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate", body).await?;
+    let (valid, generation) = start(&state, "/generate", slo, body).await?;
     let (tally, outputs) = generation.collect().await;
     let result = outputs
         .and_then(|mut o| {
@@ -71,9 +79,10 @@ pub async fn generate(
               (status = 422, body = TgiErrorBody), (status = 429, body = TgiErrorBody)))]
 pub async fn generate_stream(
     State(state): State<AppState>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate_stream", body).await?;
+    let (valid, generation) = start(&state, "/generate_stream", slo, body).await?;
     Ok(generation.into_sse(TgiEncoder::new(state, valid)))
 }
 
@@ -84,13 +93,14 @@ pub async fn generate_stream(
               (status = 429, body = TgiErrorBody)))]
 pub async fn compat_generate(
     State(state): State<AppState>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
     let streams = matches!(&body, Ok(Wire(req)) if req.stream == Some(true));
     if streams {
-        generate_stream(State(state), body).await
+        generate_stream(State(state), slo, body).await
     } else {
-        generate(State(state), body).await
+        generate(State(state), slo, body).await
     }
 }
 

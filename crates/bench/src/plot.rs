@@ -217,7 +217,11 @@ mod tests {
                 continue;
             }
             if let Some(name) = tag.strip_prefix('/') {
-                assert_eq!(stack.pop().as_deref(), Some(name.trim()), "mismatched </{name}>");
+                assert_eq!(
+                    stack.pop().as_deref(),
+                    Some(name.trim()),
+                    "mismatched </{name}>"
+                );
             } else if !tag.ends_with('/') {
                 let name = tag.split_whitespace().next().expect("a tag name");
                 stack.push(name.to_string());

@@ -106,7 +106,11 @@ pub(crate) async fn run_load(plan: &Plan, target: Target, progress: ProgressBar)
     }
 }
 
-async fn one_request(shared: Arc<Shared>, prompt: PromptSpec, run_start: Instant) -> RequestOutcome {
+async fn one_request(
+    shared: Arc<Shared>,
+    prompt: PromptSpec,
+    run_start: Instant,
+) -> RequestOutcome {
     let _permit = match &shared.limit {
         // The semaphore is never closed, so acquire only fails if that invariant breaks.
         Some(sem) => Some(

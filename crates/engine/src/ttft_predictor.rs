@@ -98,7 +98,10 @@ impl TtftPredictor {
         }
         let decode_share = self.decode_token.unwrap_or(0.0) * s.decode_seqs as f64;
         let prefill_secs = (secs - decode_share).max(secs * MIN_PREFILL_SHARE);
-        ewma(&mut self.prefill_rate, s.prefill_tokens as f64 / prefill_secs);
+        ewma(
+            &mut self.prefill_rate,
+            s.prefill_tokens as f64 / prefill_secs,
+        );
     }
 
     /// Prompt tokens per second, once measured.
@@ -170,7 +173,11 @@ mod tests {
         let mut p = TtftPredictor::new();
         p.record(step(0, 0, 10));
         p.record(step(100, 0, 0));
-        assert_eq!(p.predict(&backlog(1, 0)), None, "empty steps are not samples");
+        assert_eq!(
+            p.predict(&backlog(1, 0)),
+            None,
+            "empty steps are not samples"
+        );
     }
 
     #[test]
@@ -217,6 +224,9 @@ mod tests {
         p.record(step(1000, 0, 100)); // 10k/s
         p.record(step(1000, 0, 1000)); // 1k/s
         let r = p.prefill_rate().unwrap();
-        assert!((r - (10_000.0 + 0.2 * (1000.0 - 10_000.0))).abs() < 1e-6, "{r}");
+        assert!(
+            (r - (10_000.0 + 0.2 * (1000.0 - 10_000.0))).abs() < 1e-6,
+            "{r}"
+        );
     }
 }

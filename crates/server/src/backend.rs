@@ -13,8 +13,8 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits};
-use kestrel_engine::handle::Admission;
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
+use kestrel_engine::handle::Admission;
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::prompt_pass::{PromptPassError, PromptTokenScore};
 

@@ -48,7 +48,10 @@ async fn a_run_draws_its_plot_and_sends_the_objective() {
     }
     assert!(svg.contains("Output throughput over time"));
     let json = serde_json::to_value(&report).expect("json");
-    assert!(json.get("samples").is_none(), "samples stay out of the JSON");
+    assert!(
+        json.get("samples").is_none(),
+        "samples stay out of the JSON"
+    );
 
     let bodies = server.bodies();
     assert_eq!(bodies.len(), 5);

@@ -39,7 +39,10 @@ impl Scheduler {
                 prefill_tokens += uncomputed;
                 ahead += 1;
             }
-            let left = r.params().max_tokens.saturating_sub(r.output_token_ids().len());
+            let left = r
+                .params()
+                .max_tokens
+                .saturating_sub(r.output_token_ids().len());
             remaining_outputs.push(left);
         }
         let cached = self.kv.get_computed_blocks(req).num_tokens;

@@ -21,8 +21,13 @@ fn core() -> EngineCore {
     let cfg = config(256);
     let (exec, ctl) = controlled(&cfg);
     ctl.set_delay(STEP);
-    EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], &cfg.engine())
-        .expect("valid config")
+    EngineCore::new(
+        Box::new(exec),
+        Arc::new(LetterDecoder),
+        vec![EOS],
+        &cfg.engine(),
+    )
+    .expect("valid config")
 }
 
 fn long(seed: u32) -> EngineRequest {
@@ -79,7 +84,11 @@ fn a_deep_queue_cannot_meet_one_millisecond() {
         rx.try_recv(),
         Ok(EngineEvent::Failed(EngineFailure::SloUnattainable { .. }))
     ));
-    assert_eq!(core.stats().waiting, 8, "the refused request was not queued");
+    assert_eq!(
+        core.stats().waiting,
+        8,
+        "the refused request was not queued"
+    );
     // A generous objective behind the same queue is admitted.
     let (tx, _rx) = unbounded_channel();
     core.admit(51, with_slo(51, Duration::from_secs(60)), tx)

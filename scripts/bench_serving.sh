@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Serving throughput, side by side: `kestrel bench` against `kestrel serve` and against
 # llama.cpp's `llama-server` (same model file, same threads, -np equal to the concurrency),
-# at several concurrency levels, in one run. Appends a markdown table to docs/benchmarks.md.
+# at several concurrency levels, in one run. Appends a markdown table to docs/benchmarks.md and
+# writes each run's latency and throughput plots to docs/plots/serving_<server>_c<level>.svg.
 #
 #   scripts/bench_serving.sh LLAMA_CPP_BIN_DIR [MODEL.gguf]
 #
@@ -20,6 +21,7 @@ out_len=${OUTPUT_LEN:-128}
 threads=${THREADS:-2}
 port=${PORT:-8311}
 results=$(mktemp -d)
+mkdir -p docs/plots
 # shellcheck source=bench_server_lib.sh
 source scripts/bench_server_lib.sh
 
@@ -28,7 +30,8 @@ rss_kib() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 run_level() { # name concurrency
   local name=$1 c=$2 n=$(( $2 < 8 ? 8 : $2 ))
   $kestrel bench --base-url "http://127.0.0.1:$port" --concurrency "$c" --num-prompts "$n" \
-    --input-len "$in_len" --output-len "$out_len" --timeout 900 --no-progress --json-out "$results/$name-$c.json" >/dev/null
+    --input-len "$in_len" --output-len "$out_len" --timeout 900 --no-progress --json-out "$results/$name-$c.json" \
+    --plot "docs/plots/serving_${name}_c$c.svg" >/dev/null
   echo "$(rss_kib "$server_pid")" > "$results/$name-$c.rss"
 }
 
@@ -62,7 +65,8 @@ def get(r, *path):
     return r
 lines = [f"### Serving: {os.path.basename(model)}, {threads} threads, prompts ~{in_len} tokens, {out_len} output tokens ({datetime.date.today()})",
          "",
-         "`kestrel bench` against each server in turn; llama-server runs with `-np` equal to the concurrency.",
+         "`kestrel bench` against each server in turn; llama-server runs with `-np` equal to the concurrency. "
+         f"Plots: docs/plots/serving_kestrel_c<level>.svg, e.g. [concurrency {levels.split()[-1]}](plots/serving_kestrel_c{levels.split()[-1]}.svg).",
          "",
          "| concurrency | Kestrel out tok/s | llama.cpp out tok/s | ratio | Kestrel TTFT p50 / p99 ms | llama.cpp TTFT p50 / p99 ms | Kestrel peak RSS MiB | llama.cpp peak RSS MiB |",
          "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -80,6 +80,15 @@ pub struct BenchArgs {
     #[arg(long)]
     pub goodput: Option<crate::goodput::Objectives>,
 
+    /// Draw latency CDFs (TTFT, TPOT/ITL, E2E) and output tokens/s over time to this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+
+    /// Send `ttft_slo_ms` (a first-token latency objective, a Kestrel extension) with every
+    /// request; a server that predicts it cannot meet it answers 429 at once.
+    #[arg(long)]
+    pub ttft_slo_ms: Option<u64>,
+
     /// `compare a.json b.json`: print two saved reports side by side instead of running.
     #[command(subcommand)]
     pub command: Option<BenchCommand>,

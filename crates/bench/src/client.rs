@@ -29,6 +29,8 @@ pub(crate) struct Target {
     pub api_key: Option<String>,
     pub min_tokens: Option<u32>,
     pub timeout: Duration,
+    /// Sent as `ttft_slo_ms` when set.
+    pub ttft_slo_ms: Option<u64>,
 }
 
 /// Builds the HTTP client: a pool sized to the load, no proxy (a proxy would distort latency).
@@ -58,6 +60,9 @@ pub(crate) fn request_body(target: &Target, prompt: &PromptSpec) -> Value {
     }
     if let Some(min) = target.min_tokens {
         body["min_tokens"] = json!(min);
+    }
+    if let Some(ms) = target.ttft_slo_ms {
+        body["ttft_slo_ms"] = json!(ms);
     }
     body
 }
@@ -190,6 +195,7 @@ mod tests {
             api_key: None,
             min_tokens,
             timeout: Duration::from_secs(1),
+            ttft_slo_ms: None,
         }
     }
 

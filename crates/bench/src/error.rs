@@ -49,13 +49,16 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
-    /// Every request failed, so there is nothing to measure.
+    /// `--plot` names an unsupported format, or the plot could not be written.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
     /// A saved report could not be read (`kestrel bench compare`).
     #[error("cannot read report {path}: {message}")]
     ReadReport {
         path: std::path::PathBuf,
         message: String,
     },
+    /// Every request failed, so there is nothing to measure.
     #[error("all {total} requests failed; first error: {first_error}")]
     AllFailed {
         /// Number of requests sent.

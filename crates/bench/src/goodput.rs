@@ -114,6 +114,7 @@ mod tests {
             usage_prompt_tokens: Some(4),
             est_prompt_tokens: 4,
             retried: false,
+            sent_at: Duration::ZERO,
         }
     }
 

@@ -11,6 +11,9 @@
 //!                                         SSE timing per request)
 //! ```
 //!
+//! `--plot out.svg` draws the latency CDFs and output throughput over time ([`plot`], from the
+//! report's [`samples::Samples`]).
+//!
 //! Main types: [`BenchArgs`] (clap flags), [`BenchReport`] (result, `Serialize`),
 //! [`BenchError`]; building blocks: [`sse::SseParser`], [`stats::percentile`],
 //! [`schedule::poisson_arrivals`].
@@ -24,9 +27,11 @@ pub mod goodput;
 mod measure;
 pub mod outcome;
 mod plan;
+pub mod plot;
 mod prompts;
 mod report;
 mod runner;
+pub mod samples;
 pub mod schedule;
 pub mod sse;
 pub mod stats;
@@ -62,6 +67,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         api_key: plan.api_key.clone(),
         min_tokens: plan.min_tokens,
         timeout: plan.timeout,
+        ttft_slo_ms: plan.ttft_slo_ms,
     };
     let load = runner::run_load(&plan, target, progress_bar(&plan)).await;
     let report = BenchReport::build(&plan, &model, &load);
@@ -71,6 +77,16 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
             path: path.clone(),
             source,
         })?;
+    }
+    if let Some(path) = &plan.plot {
+        let title = format!(
+            "kestrel bench: {} on {}{} ({})",
+            model,
+            plan.base_url,
+            plan.endpoint,
+            report::load_label(&plan.load)
+        );
+        plot::render(&report.samples, &title, path).map_err(BenchError::Plot)?;
     }
     if report.successful_requests == 0 {
         let first_error = load

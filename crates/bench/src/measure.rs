@@ -97,6 +97,7 @@ impl Tracker {
             usage_prompt_tokens: self.usage.prompt_tokens,
             est_prompt_tokens: self.est_prompt_tokens,
             retried: self.retried,
+            sent_at: std::time::Duration::ZERO,
         })
     }
 }

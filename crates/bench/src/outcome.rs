@@ -22,6 +22,9 @@ pub struct Measured {
     pub est_prompt_tokens: u64,
     /// The first attempt hit a connection the server had closed and was sent again.
     pub retried: bool,
+    /// When the request was sent, from the start of the run (set by the runner; it places the
+    /// request's tokens on the throughput-over-time plot).
+    pub sent_at: Duration,
 }
 
 impl Measured {
@@ -109,6 +112,7 @@ mod tests {
             usage_prompt_tokens: None,
             est_prompt_tokens: 10,
             retried: false,
+            sent_at: Duration::ZERO,
         }
     }
 

@@ -59,6 +59,17 @@ pub(crate) struct Plan {
     pub json_out: Option<PathBuf>,
     pub progress: bool,
     pub goodput: Option<crate::goodput::Objectives>,
+    pub plot: Option<PathBuf>,
+    pub ttft_slo_ms: Option<u64>,
+}
+
+/// `--plot`, refused before the run when its format cannot be written.
+fn plot_path(args: &BenchArgs) -> Result<Option<PathBuf>, BenchError> {
+    let Some(path) = &args.plot else {
+        return Ok(None);
+    };
+    crate::plot::check_path(path)?;
+    Ok(Some(path.clone()))
 }
 
 fn invalid(msg: impl Into<String>) -> BenchError {
@@ -106,6 +117,11 @@ impl Plan {
             json_out: args.json_out.clone(),
             progress: !args.no_progress,
             goodput: args.goodput,
+            plot: plot_path(args)?,
+            ttft_slo_ms: match args.ttft_slo_ms {
+                Some(0) => return Err(invalid("--ttft-slo-ms must be at least 1")),
+                ms => ms,
+            },
         })
     }
 

@@ -15,6 +15,7 @@ use crate::goodput::Goodput;
 use crate::outcome::Measured;
 use crate::plan::{ApiKind, LoadMode, Plan};
 use crate::runner::LoadResult;
+use crate::samples::Samples;
 use crate::stats::LatencyStats;
 
 /// Where a token total comes from.
@@ -109,6 +110,9 @@ pub struct BenchReport {
     pub goodput: Option<Goodput>,
     /// Failures grouped by kind.
     pub errors: Vec<ErrorSummary>,
+    /// The raw samples behind the latency statistics (for `--plot`; not in the JSON).
+    #[serde(skip)]
+    pub samples: Samples,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -176,6 +180,7 @@ impl BenchReport {
                 .goodput
                 .map(|o| Goodput::of(o, ok.iter().copied(), secs)),
             errors: summarize_errors(load),
+            samples: Samples::of(ok.iter().copied()),
         }
     }
 
@@ -313,7 +318,7 @@ impl BenchReport {
     }
 }
 
-fn load_label(load: &LoadMode) -> String {
+pub(crate) fn load_label(load: &LoadMode) -> String {
     match load {
         LoadMode::Concurrency { concurrency } => format!("concurrency {concurrency}"),
         LoadMode::Poisson {
@@ -358,6 +363,7 @@ mod tests {
             usage_prompt_tokens: usage.map(|_| 20),
             est_prompt_tokens: 10,
             retried: false,
+            sent_at: Duration::ZERO,
         }
     }
 

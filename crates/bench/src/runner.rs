@@ -89,6 +89,7 @@ pub(crate) async fn run_load(plan: &Plan, target: Target, progress: ProgressBar)
         handles.push(tokio::spawn(one_request(
             Arc::clone(&shared),
             prompt.clone(),
+            start,
         )));
     }
     let mut outcomes = Vec::with_capacity(n);
@@ -105,7 +106,11 @@ pub(crate) async fn run_load(plan: &Plan, target: Target, progress: ProgressBar)
     }
 }
 
-async fn one_request(shared: Arc<Shared>, prompt: PromptSpec) -> RequestOutcome {
+async fn one_request(
+    shared: Arc<Shared>,
+    prompt: PromptSpec,
+    run_start: Instant,
+) -> RequestOutcome {
     let _permit = match &shared.limit {
         // The semaphore is never closed, so acquire only fails if that invariant breaks.
         Some(sem) => Some(
@@ -117,7 +122,11 @@ async fn one_request(shared: Arc<Shared>, prompt: PromptSpec) -> RequestOutcome 
     };
     let outcome = {
         let _guard = shared.in_flight.enter();
-        send_one(&shared.target, &prompt).await
+        let sent_at = run_start.elapsed();
+        send_one(&shared.target, &prompt).await.map(|mut m| {
+            m.sent_at = sent_at;
+            m
+        })
     };
     if outcome.is_err() {
         let failed = shared.in_flight.failed.fetch_add(1, Ordering::SeqCst) + 1;

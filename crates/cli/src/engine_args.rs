@@ -79,6 +79,11 @@ pub struct EngineArgs {
     /// Qwen3), llama3_json or mistral [default: what the chat template shows].
     #[arg(long, value_parser = parse_tool_parser)]
     pub tool_call_parser: Option<kestrel_server::tools::ToolCallFormat>,
+    /// Admit every request even when its `ttft_slo_ms` (or X-TTFT-SLO-Ms header) is
+    /// predicted to be missed; objectives are then only counted in
+    /// kestrel:requests_slo_{met,missed}_total. By default such requests get 429 at once.
+    #[arg(long)]
+    pub no_slo_admission: bool,
     #[command(flatten)]
     pub speculative: SpeculativeArgs,
 }
@@ -171,6 +176,7 @@ impl EngineArgs {
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
             tool_call_parser: self.tool_call_parser,
+            slo_admission: !self.no_slo_admission,
             ..LaunchOptions::default()
         })
     }

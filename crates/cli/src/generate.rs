@@ -143,7 +143,7 @@ fn start_engine(
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
     let options = EngineOptions {
         speculator,
-        constraints: None,
+        ..EngineOptions::default()
     };
     let engine = EngineHandle::try_start_with(Box::new(runner), tokenizer, eos, config, options)?;
     let Some(path) = args.lora.as_deref() else {

@@ -58,6 +58,7 @@ pub struct EngineRequest {
     max_queue_time: Option<Duration>,
     adapter: Option<AdapterId>,
     cache_salt: Option<String>,
+    ttft_slo: Option<Duration>,
 }
 
 impl EngineRequest {
@@ -102,6 +103,7 @@ impl EngineRequest {
             cache_salt: None,
             arrival: Instant::now(),
             max_queue_time: None,
+            ttft_slo: None,
         })
     }
 
@@ -150,6 +152,19 @@ impl EngineRequest {
     pub fn with_max_queue_time(mut self, limit: Option<Duration>) -> Self {
         self.max_queue_time = limit;
         self
+    }
+
+    /// A first-token latency objective (from arrival): the engine refuses the request at once
+    /// with [`EngineFailure::SloUnattainable`] when it predicts the objective cannot be met, and
+    /// counts whether an admitted request met it. `None` (the default): no objective.
+    pub fn with_ttft_slo(mut self, slo: Option<Duration>) -> Self {
+        self.ttft_slo = slo;
+        self
+    }
+
+    /// The first-token latency objective, if any.
+    pub fn ttft_slo(&self) -> Option<Duration> {
+        self.ttft_slo
     }
 
     /// The same request with its seed advanced by `offset` (a request with `n` choices runs
@@ -251,6 +266,18 @@ pub enum EngineFailure {
     Adapter(String),
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// The request's first-token objective cannot be met with the work queued ahead of it
+    /// (refused at admission, before it used any capacity).
+    #[error(
+        "the time-to-first-token objective of {objective_ms} ms cannot be met: about \
+         {predicted_ms} ms of queued work is ahead of this request; retry later or relax ttft_slo_ms"
+    )]
+    SloUnattainable {
+        /// The predicted time to the first token, from arrival.
+        predicted_ms: u64,
+        /// The request's objective.
+        objective_ms: u64,
+    },
 }
 
 /// Why `submit` refused a request outright.

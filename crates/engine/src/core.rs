@@ -7,6 +7,10 @@
 //!                          end_reason -> finish(id, reason) -> send Finished
 //! ```
 //!
+//! Admission: a request with a first-token objective (`ttft_slo`) is first checked against
+//! [`TtftPredictor`], which the step loop feeds with each step's timing; one the prediction
+//! says will miss its objective is refused at once ([`EngineFailure::SloUnattainable`]).
+//!
 //! A request ends in exactly one of three ways, each one function: [`EngineCore::finish`]
 //! (generation completed, with the reason decided by [`end_reason`]), [`EngineCore::abort`]
 //! (the client went away) or `fail` (the server gave up: a model error, a queue timeout,
@@ -19,7 +23,7 @@ mod prompt_scores;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -29,11 +33,14 @@ use crate::config::EngineConfig;
 use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::lora_metrics::LoraRecorder;
-use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecorder};
+use crate::metrics::{
+    record_config, record_iteration, record_slo_rejected, ExpertRecorder, StepRecorder,
+};
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
 use crate::spec::{verify_drafts, SpecCounters, Speculator};
+use crate::ttft_predictor::{StepSample, TtftPredictor};
 
 /// A shared decoder usable where the output module wants a sized [`TokenDecoder`].
 struct SharedDecoder(Arc<dyn TokenDecoder + Send + Sync>);
@@ -70,6 +77,10 @@ pub struct EngineCore {
     emitted_counts: Vec<usize>,
     /// Compiles the grammars of constrained requests; `None`: structured output is refused.
     constraints: Option<Arc<ConstraintFactory>>,
+    /// Step costs, for first-token predictions.
+    predictor: TtftPredictor,
+    /// Refuse requests whose first-token objective the predictor says cannot be met.
+    slo_admission: bool,
 }
 
 impl EngineCore {
@@ -104,6 +115,8 @@ impl EngineCore {
             emitted: Vec::new(),
             emitted_counts: Vec::new(),
             constraints: None,
+            predictor: TtftPredictor::new(),
+            slo_admission: true,
         })
     }
 
@@ -121,6 +134,18 @@ impl EngineCore {
     /// KV blocks not held by any request (free or only kept by the prefix cache).
     pub fn num_free_kv_blocks(&self) -> usize {
         self.scheduler.kv().num_free_blocks()
+    }
+
+    /// Whether requests with a first-token objective the engine predicts it cannot meet are
+    /// refused at admission (on by default; off: objectives are only counted met or missed).
+    pub fn with_slo_admission(mut self, enabled: bool) -> Self {
+        self.slo_admission = enabled;
+        self
+    }
+
+    /// The step costs measured so far (what first-token predictions are made from).
+    pub fn predictor(&self) -> &TtftPredictor {
+        &self.predictor
     }
 
     /// Enables structured output: requests with a grammar are compiled by `factory`.
@@ -142,39 +167,92 @@ impl EngineCore {
         self.scheduler.has_unfinished()
     }
 
-    /// Queues request `id`; its events go to `events`. A request the scheduler refuses, or
-    /// whose adapter is not registered or cannot be made resident, gets a `Failed` event at
-    /// once (so no batch ever names an adapter the executor does not hold).
+    /// Queues request `id`; its events go to `events`. See [`EngineCore::admit`].
     pub fn add_request(
         &mut self,
         id: RequestId,
         req: EngineRequest,
         events: UnboundedSender<EngineEvent>,
     ) {
+        // The refusal was sent on `events` as well.
+        let _ = self.admit(id, req, events);
+    }
+
+    /// Queues request `id`; its events go to `events`. A request refused here gets a `Failed`
+    /// event at once, and the same failure is returned: one whose first-token objective cannot
+    /// be met ([`EngineFailure::SloUnattainable`]), one the scheduler refuses, or one whose
+    /// adapter is not registered or cannot be made resident (so no batch ever names an adapter
+    /// the executor does not hold).
+    pub fn admit(
+        &mut self,
+        id: RequestId,
+        req: EngineRequest,
+        events: UnboundedSender<EngineEvent>,
+    ) -> Result<(), EngineFailure> {
+        let refuse = |failure: EngineFailure| {
+            let _ = events.send(EngineEvent::Failed(failure.clone()));
+            Err(failure)
+        };
         if let Some(adapter) = req.adapter() {
             let uses = self.scheduler.adapter_uses();
             if let Err(e) = self
                 .adapters
                 .acquire(adapter, self.executor.as_mut(), &uses)
             {
-                let _ = events.send(EngineEvent::Failed(EngineFailure::Adapter(e.to_string())));
-                return;
+                return refuse(EngineFailure::Adapter(e.to_string()));
             }
         }
         let prompt_len = req.prompt_ids().len();
         let grammar = req.sampling().grammar.clone();
+        let (slo, arrival) = (req.ttft_slo(), req.arrival());
         let mut request = Request::from_engine(id, req, &self.eos_token_ids, events.clone());
+        if let Some(slo) = slo.filter(|_| self.slo_admission) {
+            if let Err(failure) = self.check_slo(&mut request, slo, arrival) {
+                record_slo_rejected();
+                return refuse(failure);
+            }
+        }
         if let Err(failure) = self.constrain(&mut request, grammar.as_ref()) {
-            let _ = events.send(EngineEvent::Failed(failure));
-            return;
+            return refuse(failure);
         }
         if let Err(e) = self.scheduler.add_request(request) {
             let failure = match e {
                 SchedulerError::PromptTooLong { .. } => EngineFailure::TooLong(prompt_len),
                 e => EngineFailure::Internal(format!("request rejected by the scheduler: {e}")),
             };
-            let _ = events.send(EngineEvent::Failed(failure));
+            return refuse(failure);
         }
+        Ok(())
+    }
+
+    /// Refuses `request` when its first token, predicted from the queue ahead of it and the
+    /// measured step costs, would come later than `slo` after `arrival`. Without a measurement
+    /// yet, only a request whose objective already passed is refused.
+    fn check_slo(
+        &mut self,
+        request: &mut Request,
+        slo: Duration,
+        arrival: Instant,
+    ) -> Result<(), EngineFailure> {
+        let waited = Instant::now().saturating_duration_since(arrival);
+        let backlog = self.scheduler.backlog(request);
+        let ahead = self.predictor.predict(&backlog).unwrap_or(Duration::ZERO);
+        let predicted = waited + ahead;
+        if predicted <= slo {
+            return Ok(());
+        }
+        tracing::debug!(
+            request = request.id(),
+            predicted_ms = predicted.as_millis() as u64,
+            objective_ms = slo.as_millis() as u64,
+            prefill_tokens = backlog.prefill_tokens,
+            decode_seqs = backlog.decode_seqs,
+            "refusing a request that would miss its first-token objective"
+        );
+        Err(EngineFailure::SloUnattainable {
+            predicted_ms: predicted.as_millis().try_into().unwrap_or(u64::MAX),
+            objective_ms: slo.as_millis().try_into().unwrap_or(u64::MAX),
+        })
     }
 
     /// Registers the LoRA adapter at `path` as `name` and loads it into the executor.
@@ -270,8 +348,14 @@ impl EngineCore {
         let computed = out.num_batched_tokens();
         if !out.is_empty() {
             self.mark_scheduled(&out, now);
-            if let Err(failure) = self.execute_and_update(&out) {
-                self.fail_batch(&out, &failure);
+            let sample = self.step_shape(&out);
+            let started = Instant::now();
+            match self.execute_and_update(&out) {
+                Ok(()) => self.predictor.record(StepSample {
+                    elapsed: started.elapsed(),
+                    ..sample
+                }),
+                Err(failure) => self.fail_batch(&out, &failure),
             }
             record_iteration(computed);
         }
@@ -350,6 +434,30 @@ impl EngineCore {
         for (id, limit) in expired {
             self.fail(id, EngineFailure::QueueTimeout(limit));
         }
+    }
+
+    /// What `out` computes, for the predictor: prompt tokens (a sequence that starts inside its
+    /// prompt, including one recomputing after preemption) and decoding sequences (starting
+    /// past the prompt: generated tokens, and draft tokens with them). Elapsed time is filled
+    /// in after the step.
+    fn step_shape(&self, out: &SchedulerOutput) -> StepSample {
+        let mut sample = StepSample {
+            prefill_tokens: 0,
+            decode_seqs: 0,
+            elapsed: Duration::ZERO,
+        };
+        for seq in &out.batch.seqs {
+            let prompt_len = self
+                .scheduler
+                .request(seq.request_id)
+                .map_or(0, |r| r.prompt_token_ids().len());
+            if seq.start_pos >= prompt_len {
+                sample.decode_seqs += 1;
+            } else {
+                sample.prefill_tokens += seq.tokens.len();
+            }
+        }
+        sample
     }
 
     fn mark_scheduled(&mut self, out: &SchedulerOutput, now: Instant) {

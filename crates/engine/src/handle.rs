@@ -10,6 +10,11 @@
 //!  drop(ResponseStream) ── Command::Abort ──►    (blocks freed on the next drain)
 //! ```
 //!
+//! A request with a first-token objective also gets an admission answer
+//! ([`ResponseStream::admitted`]): the engine thread says whether it queued the request or
+//! refused it (an objective it predicts it cannot meet, among others), so a streaming route
+//! can answer 429 before it starts its response.
+//!
 //! LoRA adapters are loaded and unloaded the same way: `load_adapter` / `unload_adapter` send a
 //! command and wait for the engine thread's reply; the registered adapters are published back
 //! as a snapshot ([`EngineHandle::adapters`]) for routes that resolve adapter names.
@@ -25,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
 
 use crate::adapter_id::AdapterId;
 use crate::adapters::{AdapterCard, AdapterError};
@@ -58,6 +64,8 @@ pub(crate) enum Command {
         id: RequestId,
         req: Box<EngineRequest>,
         events: UnboundedSender<EngineEvent>,
+        /// Told whether the request was queued (requests with a first-token objective only).
+        admission: Option<oneshot::Sender<Admission>>,
     },
     Abort(RequestId),
     LoadAdapter {
@@ -87,6 +95,9 @@ pub(crate) enum Command {
         reply: mpsc::Sender<()>,
     },
 }
+
+/// Whether the engine queued a request ([`ResponseStream::admitted`]).
+pub type Admission = Result<(), EngineFailure>;
 
 /// What [`EngineHandle::prompt_logprobs`] answers: per prompt token (`None` for the first).
 pub type PromptScores = Result<Vec<Option<PromptTokenScore>>, PromptPassError>;
@@ -118,6 +129,18 @@ pub struct EngineOptions {
     /// Compiles the grammars of structured output (`None`: requests with a grammar are
     /// refused).
     pub constraints: Option<Arc<ConstraintFactory>>,
+    /// What to do with first-token objectives the engine predicts it cannot meet.
+    pub slo_admission: SloAdmission,
+}
+
+/// Whether requests with a first-token objective (`ttft_slo`) are checked at admission.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SloAdmission {
+    /// Refuse a request whose objective the predictor says cannot be met (the default).
+    #[default]
+    Enforce,
+    /// Admit every request; objectives only count towards the met/missed metrics.
+    Off,
 }
 
 impl EngineHandle {
@@ -165,9 +188,11 @@ impl EngineHandle {
         let EngineOptions {
             speculator,
             constraints,
+            slo_admission,
         } = options;
         let mut core = EngineCore::new(executor, decoder, eos_token_ids, &config)?
-            .with_constraints(constraints.clone());
+            .with_constraints(constraints.clone())
+            .with_slo_admission(slo_admission == SloAdmission::Enforce);
         if let Some(speculator) = speculator {
             core = core.with_speculator(speculator);
         }
@@ -207,11 +232,19 @@ impl EngineHandle {
         let permit = InFlight::acquire(&s.in_flight, s.config.max_concurrent_requests)?;
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, rx) = unbounded_channel();
+        let (admission, admitted) = match req.ttft_slo() {
+            Some(_) => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
         s.commands
             .send(Command::Submit {
                 id,
                 req: Box::new(req),
                 events,
+                admission,
             })
             .map_err(|_| SubmitError::Stopped)?;
         Ok(ResponseStream {
@@ -220,6 +253,7 @@ impl EngineHandle {
             commands: s.commands.clone(),
             permit: Some(permit),
             done: false,
+            admitted,
         })
     }
 
@@ -409,12 +443,40 @@ pub struct ResponseStream {
     commands: mpsc::Sender<Command>,
     permit: Option<InFlight>,
     done: bool,
+    /// The engine's admission answer, for requests with a first-token objective.
+    admitted: Option<oneshot::Receiver<Admission>>,
 }
 
 impl ResponseStream {
     /// The engine's id for this request.
     pub fn request_id(&self) -> u64 {
         self.id
+    }
+
+    /// Takes the admission answer: for a request with a first-token objective, a future that
+    /// resolves once the engine thread queued the request (`Ok`) or refused it (the failure,
+    /// which the event stream carries too); `None` for other requests, which are queued
+    /// unconditionally.
+    pub fn take_admission(
+        &mut self,
+    ) -> Option<impl std::future::Future<Output = Admission> + Send + 'static> {
+        let rx = self.admitted.take()?;
+        Some(async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(EngineFailure::Internal(
+                    "the engine stopped before admitting the request".into(),
+                ))
+            })
+        })
+    }
+
+    /// Waits for the admission answer (see [`Self::take_admission`]); `Ok` at once for a
+    /// request without an objective.
+    pub async fn admitted(&mut self) -> Admission {
+        match self.take_admission() {
+            Some(answer) => answer.await,
+            None => Ok(()),
+        }
     }
 
     /// The next event; `None` after `Finished` or `Failed`.

@@ -29,6 +29,9 @@
 //! * [`expert_counts`] — tokens routed per expert of a mixture-of-experts model.
 //! * [`lora_metrics`] — the LoRA gauge (`vllm:lora_requests_info`) and load/eviction counters.
 //! * [`metrics`] — the engine's Prometheus-style metrics, recorded through the `metrics` facade.
+//! * [`ttft_predictor`] — [`ttft_predictor::TtftPredictor`]: the first-token latency a new
+//!   request would see, from the queue ahead of it and the measured step costs; requests with a
+//!   first-token objective it cannot meet are refused at admission.
 //! * [`spec`] — speculative decoding: n-gram and draft-model proposers, draft verification by
 //!   rejection sampling, back-off under load.
 
@@ -56,3 +59,4 @@ pub mod request;
 pub mod sampling;
 pub mod scheduler;
 pub mod spec;
+pub mod ttft_predictor;

@@ -65,6 +65,15 @@ pub mod names {
     /// expert of each sparse layer (each token counts once per expert it reaches, so a layer's
     /// series sum to tokens × top-k).
     pub const MOE_EXPERT_TOKENS_TOTAL: &str = "kestrel:moe_expert_tokens_total";
+    /// Counter: admitted requests with a first-token objective (`ttft_slo_ms`) whose first
+    /// token came within it.
+    pub const REQUESTS_SLO_MET_TOTAL: &str = "kestrel:requests_slo_met_total";
+    /// Counter: admitted requests with a first-token objective whose first token came late, or
+    /// that ended without one after their objective had passed.
+    pub const REQUESTS_SLO_MISSED_TOTAL: &str = "kestrel:requests_slo_missed_total";
+    /// Counter: requests with a first-token objective refused at admission (429) because the
+    /// engine predicted they would miss it.
+    pub const REQUESTS_SLO_REJECTED_TOTAL: &str = "kestrel:requests_slo_rejected_total";
 }
 
 /// Registers help text and units for every engine metric with the installed recorder.
@@ -157,6 +166,21 @@ pub fn describe() {
         Unit::Count,
         "Tokens routed to each expert of each MoE layer"
     );
+    describe_counter!(
+        REQUESTS_SLO_MET_TOTAL,
+        Unit::Count,
+        "Requests with a first-token objective that met it"
+    );
+    describe_counter!(
+        REQUESTS_SLO_MISSED_TOTAL,
+        Unit::Count,
+        "Admitted requests with a first-token objective that missed it"
+    );
+    describe_counter!(
+        REQUESTS_SLO_REJECTED_TOTAL,
+        Unit::Count,
+        "Requests refused at admission because their first-token objective could not be met"
+    );
     crate::spec::describe_metrics();
 }
 
@@ -228,6 +252,22 @@ pub(crate) fn record_token(ttft: Option<Duration>, gap: Option<Duration>) {
     if let Some(g) = gap {
         histogram!(names::INTER_TOKEN_LATENCY_SECONDS).record(g.as_secs_f64());
     }
+}
+
+/// A request with a first-token objective got its first token (`met`: within the objective),
+/// or ended without one after the objective passed (`met` false).
+pub(crate) fn record_slo_outcome(met: bool) {
+    let name = if met {
+        names::REQUESTS_SLO_MET_TOTAL
+    } else {
+        names::REQUESTS_SLO_MISSED_TOTAL
+    };
+    counter!(name).increment(1);
+}
+
+/// A request was refused at admission because its first-token objective could not be met.
+pub(crate) fn record_slo_rejected() {
+    counter!(names::REQUESTS_SLO_REJECTED_TOTAL).increment(1);
 }
 
 /// A request finished (normally, or aborted by its client).

@@ -8,11 +8,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use futures_util::future::{BoxFuture, FutureExt};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::adapters::{AdapterCard, AdapterError};
 use kestrel_engine::api::{EngineEvent, EngineRequest, EngineStats, RequestLimits};
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
+use kestrel_engine::handle::Admission;
 use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::prompt_pass::{PromptPassError, PromptTokenScore};
 
@@ -22,12 +24,27 @@ use crate::error::ApiError;
 pub struct EventStream {
     id: u64,
     events: BoxStream<'static, EngineEvent>,
+    /// Resolves when the backend queued or refused the request; `None`: queued already.
+    admission: Option<BoxFuture<'static, Admission>>,
 }
 
 impl EventStream {
     /// A stream of `events` for the request the backend calls `id` (used in logs).
     pub fn new(id: u64, events: BoxStream<'static, EngineEvent>) -> EventStream {
-        EventStream { id, events }
+        EventStream {
+            id,
+            events,
+            admission: None,
+        }
+    }
+
+    /// Waits until the backend queued the request (`Ok` at once for a backend that queues
+    /// every request it accepts), or returns why it refused it.
+    pub async fn admitted(&mut self) -> Admission {
+        match self.admission.take() {
+            Some(answer) => answer.await,
+            None => Ok(()),
+        }
     }
 
     /// The backend's id for this request.
@@ -42,10 +59,14 @@ impl EventStream {
 }
 
 impl From<ResponseStream> for EventStream {
-    fn from(s: ResponseStream) -> EventStream {
+    fn from(mut s: ResponseStream) -> EventStream {
         let id = s.request_id();
+        let admission = s.take_admission().map(FutureExt::boxed);
         let events = stream::unfold(s, |mut s| async move { s.next().await.map(|e| (e, s)) });
-        EventStream::new(id, events.boxed())
+        EventStream {
+            admission,
+            ..EventStream::new(id, events.boxed())
+        }
     }
 }
 

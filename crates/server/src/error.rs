@@ -145,6 +145,9 @@ pub enum ApiError {
     /// The engine cannot serve the request.
     #[error("{0}")]
     Unavailable(String),
+    /// The request's first-token objective cannot be met with the work queued ahead of it.
+    #[error("{0}")]
+    SloUnattainable(String),
     /// The fleet's queue holds `depth` requests, at or beyond its limit.
     #[error("the request queue is full ({depth} waiting, limit {limit}); retry later")]
     QueueFull { depth: usize, limit: usize },
@@ -175,7 +178,9 @@ impl ApiError {
                 AdapterErrorKind::Conflict => ErrorKind::Conflict,
                 AdapterErrorKind::Unavailable => ErrorKind::Unavailable,
             },
-            ApiError::Overloaded(_) | ApiError::QueueFull { .. } => ErrorKind::Overloaded,
+            ApiError::Overloaded(_) | ApiError::QueueFull { .. } | ApiError::SloUnattainable(_) => {
+                ErrorKind::Overloaded
+            }
             ApiError::Unavailable(_) => ErrorKind::Unavailable,
             ApiError::Internal(_) => ErrorKind::Internal,
         }
@@ -195,6 +200,7 @@ impl ApiError {
                 Some((*param).to_string())
             }
             ApiError::ModelNotFound(_) => Some("model".to_string()),
+            ApiError::SloUnattainable(_) => Some("ttft_slo_ms".to_string()),
             ApiError::UnknownFields(u) => u.0.first().cloned(),
             _ => None,
         }
@@ -207,6 +213,7 @@ impl ApiError {
             ApiError::TooLong(_) => Some("context_length_exceeded".into()),
             ApiError::Overloaded(_) => Some("overloaded".into()),
             ApiError::QueueFull { .. } => Some("queue_full".into()),
+            ApiError::SloUnattainable(_) => Some("ttft_slo_unattainable".into()),
             _ => None,
         }
     }
@@ -240,6 +247,7 @@ impl From<EngineFailure> for ApiError {
             | EngineFailure::ShuttingDown
             | EngineFailure::Adapter(_) => ApiError::Unavailable(e.to_string()),
             EngineFailure::TooLong(_) => ApiError::TooLong(e.to_string()),
+            EngineFailure::SloUnattainable { .. } => ApiError::SloUnattainable(e.to_string()),
             EngineFailure::Model(_) | EngineFailure::Internal(_) => {
                 ApiError::Internal(e.to_string())
             }

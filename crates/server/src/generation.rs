@@ -75,6 +75,22 @@ impl Generation {
         })
     }
 
+    /// Waits until the backend queued every choice; if it refused one (a first-token
+    /// objective it cannot meet, say), the others are dropped (aborted) and the refusal is the
+    /// request's error, logged by the middleware with the error response. Returns at once for
+    /// requests without an objective, which are queued unconditionally.
+    pub async fn admitted(mut self) -> Result<Generation, ApiError> {
+        for stream in &mut self.streams {
+            if let Err(failure) = stream.admitted().await {
+                let Generation { streams, tally, .. } = self;
+                drop(streams);
+                tally.discard();
+                return Err(failure.into());
+            }
+        }
+        Ok(self)
+    }
+
     /// The backend's id of the first choice (0 if there is none).
     pub fn first_id(&self) -> u64 {
         self.streams.first().map_or(0, EventStream::request_id)

@@ -15,7 +15,7 @@ use std::time::Duration;
 use kestrel_engine::adapters::{AdapterError, LoraLimits};
 use kestrel_engine::config::EngineConfig;
 use kestrel_engine::executor::Executor;
-use kestrel_engine::handle::{EngineHandle, EngineOptions};
+use kestrel_engine::handle::{EngineHandle, EngineOptions, SloAdmission};
 use kestrel_engine::kv::AttentionWindow;
 pub use kestrel_model::runner::KvBudget;
 use kestrel_model::runner::{KvSizeError, KvSpec};
@@ -56,6 +56,9 @@ pub struct LaunchOptions {
     /// The model's tool-call format (`--tool-call-parser`); `None`: read from its chat
     /// template.
     pub tool_call_parser: Option<crate::tools::ToolCallFormat>,
+    /// Refuse (429) requests whose `ttft_slo_ms` the engine predicts it cannot meet; off
+    /// (`--no-slo-admission`), objectives are only counted met or missed.
+    pub slo_admission: bool,
 }
 
 impl Default for LaunchOptions {
@@ -79,6 +82,7 @@ impl Default for LaunchOptions {
             lora_limits: LoraLimits::default(),
             speculative: None,
             tool_call_parser: None,
+            slo_admission: true,
         }
     }
 }
@@ -188,6 +192,11 @@ pub fn start_engine_with_draft(
         EngineOptions {
             speculator,
             constraints,
+            slo_admission: if opts.slo_admission {
+                SloAdmission::Enforce
+            } else {
+                SloAdmission::Off
+            },
         },
     )?;
     load_lora_modules(&engine, &opts.lora_modules)?;

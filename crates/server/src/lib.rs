@@ -60,6 +60,7 @@ pub mod tgi_stream;
 pub mod throughput;
 pub mod tool_reply;
 pub mod tools;
+pub mod ttft_slo;
 pub mod unknown_fields;
 pub mod usage;
 pub mod validation;

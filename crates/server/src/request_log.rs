@@ -36,6 +36,8 @@ pub struct Tally {
     error: Option<String>,
     choices: usize,
     status: u16,
+    /// Set when the request was refused before it ran: the middleware logs the response.
+    quiet: bool,
 }
 
 impl Tally {
@@ -51,6 +53,7 @@ impl Tally {
             error: None,
             choices,
             status: 200,
+            quiet: false,
         }
     }
 
@@ -84,6 +87,12 @@ impl Tally {
         self.status = status;
     }
 
+    /// Drops the tally without logging (the request was refused at admission; the middleware
+    /// logs its error response).
+    pub fn discard(mut self) {
+        self.quiet = true;
+    }
+
     /// Whether every choice has finished or one failed.
     pub fn done(&self) -> bool {
         self.error.is_some() || self.finish.len() >= self.choices
@@ -92,6 +101,9 @@ impl Tally {
 
 impl Drop for Tally {
     fn drop(&mut self) {
+        if self.quiet {
+            return;
+        }
         let outcome = match (&self.error, self.done()) {
             (Some(_), _) => "failed",
             (None, true) => {

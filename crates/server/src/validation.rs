@@ -86,6 +86,17 @@ impl ValidRequest {
             .collect()
     }
 
+    /// Gives every prompt the objective `slo` (from the `X-TTFT-SLO-Ms` header) unless its
+    /// body set one.
+    pub fn with_default_ttft_slo(mut self, slo: Option<std::time::Duration>) -> Self {
+        for p in &mut self.prompts {
+            if p.request.ttft_slo().is_none() {
+                p.request = p.request.clone().with_ttft_slo(slo);
+            }
+        }
+        self
+    }
+
     /// Prompt tokens over all prompts (each counted once).
     pub fn prompt_tokens(&self) -> usize {
         self.prompts
@@ -103,6 +114,16 @@ pub struct ValidGenerate {
     pub details: bool,
     /// Prepended to `generated_text` (`return_full_text`).
     pub text_prefix: Option<String>,
+}
+
+impl ValidGenerate {
+    /// The objective `slo` (from the `X-TTFT-SLO-Ms` header) unless the body set one.
+    pub fn with_default_ttft_slo(mut self, slo: Option<std::time::Duration>) -> Self {
+        if self.request.ttft_slo().is_none() {
+            self.request = self.request.with_ttft_slo(slo);
+        }
+        self
+    }
 }
 
 /// A wire request that validation turns into its validated form.
@@ -379,6 +400,7 @@ pub fn generate(
     let sched = Scheduling {
         priority: priority(state, p.priority)?,
         cache_salt: None,
+        ttft_slo: crate::ttft_slo::from_field(p.ttft_slo_ms)?,
     };
     let request = engine_request(state, prompt_ids, sampling, sched, arrival)?;
     Ok(ValidGenerate {
@@ -454,6 +476,7 @@ fn best_of(best_of: Option<i64>, n: usize, stream: bool) -> Result<usize, ApiErr
 struct Scheduling {
     priority: i32,
     cache_salt: Option<String>,
+    ttft_slo: Option<std::time::Duration>,
 }
 
 /// The shared OpenAI sampling fields (`max_tokens` left at its default) and the scheduling
@@ -499,6 +522,7 @@ fn openai_sampling(
     let sched = Scheduling {
         priority: priority(state, f.priority)?,
         cache_salt: f.cache_salt,
+        ttft_slo: crate::ttft_slo::from_field(f.ttft_slo_ms)?,
     };
     Ok((sampling, sched))
 }
@@ -552,6 +576,7 @@ fn engine_request(
         EngineRequest::new(prompt_ids, sampling, &state.backend().request_limits())?
             .with_priority(sched.priority)
             .with_cache_salt(sched.cache_salt)
+            .with_ttft_slo(sched.ttft_slo)
             .with_arrival(arrival)
             .with_max_queue_time(state.limits().max_queue_time),
     )

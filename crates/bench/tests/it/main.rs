@@ -4,5 +4,6 @@
 mod support;
 
 mod error_paths;
+mod plot_run;
 mod stale_connection;
 mod stream_metrics;

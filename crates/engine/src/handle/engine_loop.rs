@@ -149,8 +149,17 @@ impl EngineLoop {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Submit { id, req, events } => {
-                self.core.add_request(id, *req, events);
+            Command::Submit {
+                id,
+                req,
+                events,
+                admission,
+            } => {
+                let admitted = self.core.admit(id, *req, events);
+                if let Some(tx) = admission {
+                    // The receiver is gone only if the client went away; its abort follows.
+                    let _ = tx.send(admitted);
+                }
                 self.publish_adapters();
             }
             Command::Abort(id) => {
@@ -193,8 +202,13 @@ impl EngineLoop {
     fn reject_pending(&mut self, failure: &EngineFailure) {
         while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
-                Command::Submit { events, .. } => {
+                Command::Submit {
+                    events, admission, ..
+                } => {
                     let _ = events.send(EngineEvent::Failed(failure.clone()));
+                    if let Some(tx) = admission {
+                        let _ = tx.send(Err(failure.clone()));
+                    }
                 }
                 Command::LoadAdapter { reply, .. } => {
                     let _ = reply.send(Err(AdapterError::Stopped));

@@ -7,7 +7,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, TokenEvent, Usage};
 use crate::constraint::ConstraintMatcher;
-use crate::metrics::{record_admitted, record_finished, record_token};
+use crate::metrics::{record_admitted, record_finished, record_slo_outcome, record_token};
 use crate::output::{TextStream, TokenDecoder};
 use crate::request::FinishReason;
 use crate::sampling::{logprobs, Logprobs, SampleError, Sampler, SamplingParams, TokenHistory};
@@ -24,6 +24,8 @@ pub struct Generation {
     prompt_len: usize,
     arrival: Instant,
     max_queue_time: Option<Duration>,
+    /// The first-token objective, if the request has one (counted met or missed once).
+    ttft_slo: Option<Duration>,
     scheduled_at: Option<Instant>,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
@@ -47,6 +49,7 @@ impl Generation {
         g.sampler = g.sampler.with_eos_ids(eos_ids);
         g.events = Some(events);
         g.max_queue_time = req.max_queue_time();
+        g.ttft_slo = req.ttft_slo();
         g
     }
 
@@ -71,6 +74,7 @@ impl Generation {
             sampler: Sampler::from_validated(sampling),
             arrival,
             max_queue_time: None,
+            ttft_slo: None,
             scheduled_at: None,
             first_token_at: None,
             last_token_at: None,
@@ -160,6 +164,9 @@ impl Generation {
             .is_none()
             .then(|| now.saturating_duration_since(self.arrival));
         let gap = self.last_token_at.map(|t| now.saturating_duration_since(t));
+        if let (Some(t), Some(slo)) = (ttft, self.ttft_slo) {
+            record_slo_outcome(t <= slo);
+        }
         self.first_token_at.get_or_insert(now);
         self.last_token_at = Some(now);
         self.completion_tokens += 1;
@@ -204,13 +211,24 @@ impl Generation {
 
     /// Records an abort by the client (its stream is gone, so nothing is sent).
     pub(crate) fn aborted(self, now: Instant) {
+        self.record_slo_without_token(now);
         let (usage, timings) = self.summary(now);
         record_finished(FinishReason::Abort, &usage, &timings);
     }
 
     /// Sends `Failed(failure)`.
     pub(crate) fn fail(self, failure: EngineFailure) {
+        self.record_slo_without_token(Instant::now());
         self.send(EngineEvent::Failed(failure));
+    }
+
+    /// A request with an objective that ends without a first token missed it if the objective
+    /// had passed by `now` (one that ends sooner is counted neither way).
+    fn record_slo_without_token(&self, now: Instant) {
+        let Some(slo) = self.ttft_slo else { return };
+        if self.first_token_at.is_none() && now.saturating_duration_since(self.arrival) > slo {
+            record_slo_outcome(false);
+        }
     }
 
     fn summary(&self, now: Instant) -> (Usage, RequestTimings) {

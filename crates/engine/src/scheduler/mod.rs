@@ -38,6 +38,7 @@
 //! capped so that bound fits the pool and the context limit is *not* clamped to the pool: a
 //! request alone always fits whatever its length.
 
+mod backlog;
 pub mod output;
 pub mod queue;
 

@@ -10,6 +10,7 @@ mod engine_outputs;
 mod engine_panic;
 mod engine_scheduling;
 mod engine_shutdown;
+mod engine_slo_admission;
 mod engine_stop;
 mod kv_cache_salt;
 mod kv_prefix_cache;

@@ -56,6 +56,7 @@ fn engine() -> (EngineHandle, Arc<Tokenizer>) {
     let options = EngineOptions {
         speculator: None,
         constraints: Some(factory),
+        ..EngineOptions::default()
     };
     let handle =
         EngineHandle::try_start_with(Box::new(runner), tokenizer.clone(), eos, config, options)

@@ -27,6 +27,7 @@ use crate::openai_stream::OpenAiEncoder;
 use crate::prompt_logprobs;
 use crate::response_id::{response_id, system_fingerprint};
 use crate::state::{unix_now, AppState};
+use crate::ttft_slo::TtftSloHeader;
 use crate::validation;
 use crate::wire::openai::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
@@ -37,11 +38,15 @@ use crate::wire::openai::{
 async fn handle<A: OpenAiApi>(
     state: AppState,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<A::Request>, ApiError>,
 ) -> Result<Response, OpenAiError> {
     let arrival = Instant::now();
+    let TtftSloHeader(header_slo) = slo?;
     let Wire(req) = body?;
-    let valid = validation::validate_off_thread(&state, req, arrival).await?;
+    let valid = validation::validate_off_thread(&state, req, arrival)
+        .await?
+        .with_default_ttft_slo(header_slo);
     let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
     let generation = Generation::submit(
         &state,
@@ -51,7 +56,9 @@ async fn handle<A: OpenAiApi>(
             .engine_requests()
             .into_iter()
             .map(|r| KeySalt::apply(key_salt.as_ref().map(|e| &e.0), r)),
-    )?;
+    )?
+    .admitted()
+    .await?;
     let echo: Vec<Option<String>> = valid.prompts.iter().map(|p| p.echo.clone()).collect();
     let cx = OpenAiContext {
         id: response_id(A::ID_PREFIX),
@@ -91,9 +98,10 @@ async fn handle<A: OpenAiApi>(
 pub async fn completions(
     State(state): State<AppState>,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<CompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Completions>(state, key_salt, body).await
+    handle::<Completions>(state, key_salt, slo, body).await
 }
 
 /// Chat completion (the model's chat template applied to `messages`).
@@ -103,9 +111,10 @@ pub async fn completions(
 pub async fn chat_completions(
     State(state): State<AppState>,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<ChatCompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Chat>(state, key_salt, body).await
+    handle::<Chat>(state, key_salt, slo, body).await
 }
 
 /// The served model, then each LoRA adapter (with the base model as its `parent`).

@@ -20,6 +20,7 @@ use crate::generation::{respond, Generation};
 use crate::key_salt::KeySalt;
 use crate::state::{AppState, MAX_STOP_SEQUENCES};
 use crate::tgi_stream::{details, full_text, TgiEncoder};
+use crate::ttft_slo::TtftSloHeader;
 use crate::validation::{self, ValidGenerate};
 use crate::wire::tgi::{
     GenerateRequest, GenerateResponse, Info, SimpleToken, StreamResponse, TgiErrorBody,
@@ -31,14 +32,20 @@ async fn start(
     state: &AppState,
     route: &'static str,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<(ValidGenerate, Generation), ApiError> {
     let arrival = Instant::now();
+    let TtftSloHeader(header_slo) = slo?;
     let Wire(req) = body?;
-    let valid = validation::validate_off_thread(state, req, arrival).await?;
+    let valid = validation::validate_off_thread(state, req, arrival)
+        .await?
+        .with_default_ttft_slo(header_slo);
     let prompt_tokens = valid.request.prompt_ids().len();
     let request = KeySalt::apply(key_salt.as_ref().map(|e| &e.0), valid.request.clone());
-    let generation = Generation::submit(state, route, prompt_tokens, [request])?;
+    let generation = Generation::submit(state, route, prompt_tokens, [request])?
+        .admitted()
+        .await?;
     Ok((valid, generation))
 }
 
@@ -49,9 +56,10 @@ async fn start(
 pub async fn generate(
     State(state): State<AppState>,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate", key_salt, body).await?;
+    let (valid, generation) = start(&state, "/generate", key_salt, slo, body).await?;
     let (tally, outputs) = generation.collect().await;
     let result = outputs
         .and_then(|mut o| {
@@ -77,9 +85,10 @@ pub async fn generate(
 pub async fn generate_stream(
     State(state): State<AppState>,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate_stream", key_salt, body).await?;
+    let (valid, generation) = start(&state, "/generate_stream", key_salt, slo, body).await?;
     Ok(generation.into_sse(TgiEncoder::new(state, valid)))
 }
 
@@ -91,13 +100,14 @@ pub async fn generate_stream(
 pub async fn compat_generate(
     State(state): State<AppState>,
     key_salt: Option<Extension<KeySalt>>,
+    slo: Result<TtftSloHeader, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
     let streams = matches!(&body, Ok(Wire(req)) if req.stream == Some(true));
     if streams {
-        generate_stream(State(state), key_salt, body).await
+        generate_stream(State(state), key_salt, slo, body).await
     } else {
-        generate(State(state), key_salt, body).await
+        generate(State(state), key_salt, slo, body).await
     }
 }
 

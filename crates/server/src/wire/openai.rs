@@ -67,6 +67,8 @@ pub struct SamplingFields {
     pub include_stop_str_in_output: Option<bool>,
     /// Extension (vLLM): leave special tokens out of the text (default true).
     pub skip_special_tokens: Option<bool>,
+    /// Extension: first-token latency objective in milliseconds from arrival.
+    pub ttft_slo_ms: Option<i64>,
 }
 
 /// Declares a request struct with the shared sampling fields appended and a method that moves
@@ -111,6 +113,10 @@ macro_rules! with_sampling_fields {
             pub include_stop_str_in_output: Option<bool>,
             /// Extension (vLLM): leave special tokens out of the text (default true).
             pub skip_special_tokens: Option<bool>,
+            /// Extension: time-to-first-token objective in milliseconds from arrival (1 to
+            /// 3600000). A request the server predicts would miss it is refused at once with
+            /// 429 and `Retry-After`; also settable with the `X-TTFT-SLO-Ms` header.
+            pub ttft_slo_ms: Option<i64>,
         }
 
         impl $name {
@@ -136,6 +142,7 @@ macro_rules! with_sampling_fields {
                     stop_token_ids: self.stop_token_ids.take(),
                     include_stop_str_in_output: self.include_stop_str_in_output.take(),
                     skip_special_tokens: self.skip_special_tokens.take(),
+                    ttft_slo_ms: self.ttft_slo_ms.take(),
                 }
             }
         }

@@ -45,6 +45,9 @@ pub struct GenerateParameters {
     pub priority: Option<i64>,
     /// The LoRA adapter to run with (its name); absent: the base model.
     pub adapter_id: Option<String>,
+    /// Extension: time-to-first-token objective in milliseconds from arrival (1 to 3600000);
+    /// a request predicted to miss it is refused at once with 429 and `Retry-After`.
+    pub ttft_slo_ms: Option<i64>,
     /// Structured output: `{"type": "json" | "json_schema" | "regex", "value": ...}`.
     pub grammar: Option<super::structured::TgiGrammar>,
 }

@@ -10,6 +10,7 @@ mod http;
 mod lora_http;
 mod openai_surface;
 mod playground_http;
+mod slo_admission_http;
 mod speculative_launch;
 mod structured_http;
 mod tool_parsers;

@@ -220,13 +220,19 @@ pub fn config(num_kv_blocks: usize) -> Config {
     }
 }
 
-/// An engine over a controlled mock executor with EOS [`EOS`].
-pub fn start(config: Config) -> (EngineHandle, Arc<Control>) {
+/// A mock executor with `config`'s KV geometry behind a new [`Control`].
+pub fn controlled(config: &Config) -> (ControlledExecutor, Arc<Control>) {
     let ctl = Arc::new(Control::default());
     let exec = ControlledExecutor {
         inner: MockExecutor::new(config.num_kv_blocks, config.block_size, VOCAB),
         ctl: ctl.clone(),
     };
+    (exec, ctl)
+}
+
+/// An engine over a controlled mock executor with EOS [`EOS`].
+pub fn start(config: Config) -> (EngineHandle, Arc<Control>) {
+    let (exec, ctl) = controlled(&config);
     let handle = EngineHandle::start(
         Box::new(exec),
         Arc::new(LetterDecoder),

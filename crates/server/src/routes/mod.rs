@@ -2,8 +2,9 @@
 //! authentication, request counting, logging, body limit and CORS.
 //!
 //! ```text
-//! request ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests ─► auth* ─► handler
-//!                                               * every route but /health* and /metrics
+//! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
+//!          ─► auth* ─► handler                  * every route but /health* and /metrics
+//! (unmatched paths get an OpenAI-shaped 404; every response carries `X-Request-Id`)
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
@@ -58,6 +59,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/metrics", get(metrics::metrics));
     let mut app = protected
         .merge(open)
+        .fallback(not_found)
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -73,5 +75,10 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
     if let Some(cors) = crate::cors::layer(config) {
         app = app.layer(cors);
     }
-    app
+    app.layer(axum::middleware::from_fn(crate::request_id::assign))
+}
+
+/// Any path no route serves.
+async fn not_found(uri: axum::http::Uri) -> crate::error::OpenAiError {
+    crate::error::ApiError::NotFound(format!("no route for {}", uri.path())).into()
 }

@@ -19,7 +19,9 @@ async fn send(
         req = req.header("x-request-id", id);
     }
     if let Some(body) = body {
-        req = req.json(&body);
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
     }
     let resp = req.send().await.expect("request");
     let status = resp.status().as_u16();
@@ -57,7 +59,7 @@ async fn without_a_client_id_one_is_generated_per_request() {
 async fn unusable_client_ids_are_replaced() {
     let too_long = "a".repeat(129);
     let longest = "b".repeat(128);
-    for bad in [too_long.as_str(), "has space", "quote\"d\u{7f}"] {
+    for bad in [too_long.as_str(), "has space", "tab\there"] {
         let (status, echoed, _) =
             send(main_server(), reqwest::Method::GET, "/v1/models", Some(bad), None).await;
         assert_eq!(status, 200);

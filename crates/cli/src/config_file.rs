@@ -48,7 +48,10 @@ pub fn args_with_file<C: clap::Parser>(argv: Vec<OsString>) -> Result<Vec<OsStri
 
 /// The `--config` path given to subcommand `sub`, if it has the flag and it was given.
 fn config_path(sub: &ArgMatches) -> Option<PathBuf> {
-    sub.try_get_one::<PathBuf>(CONFIG_ARG).ok().flatten().cloned()
+    sub.try_get_one::<PathBuf>(CONFIG_ARG)
+        .ok()
+        .flatten()
+        .cloned()
 }
 
 /// `argv` with `extra` added before a `--` (if any), else at the end.
@@ -91,8 +94,7 @@ pub fn args_from_toml(cmd: &Command, sub: &ArgMatches, text: &str) -> Result<Vec
 fn find_arg<'a>(cmd: &'a Command, key: &str) -> Result<&'a Arg> {
     let long = key.replace('_', "-");
     let settable = |a: &&Arg| {
-        a.get_long().is_some()
-            && !matches!(a.get_id().as_str(), CONFIG_ARG | "help" | "version")
+        a.get_long().is_some() && !matches!(a.get_id().as_str(), CONFIG_ARG | "help" | "version")
     };
     cmd.get_arguments()
         .filter(settable)
@@ -225,7 +227,8 @@ mod tests {
 
     /// A config file with `text` in a fresh temporary directory.
     fn file(name: &str, text: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kestrel-config-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("kestrel-config-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("kestrel.toml");
         std::fs::write(&path, text).unwrap();
@@ -239,7 +242,10 @@ mod tests {
         argv.push(path.into());
         argv.extend(extra.iter().map(OsString::from));
         let argv = args_with_file::<Cli>(argv).map_err(|e| format!("{e:#}"))?;
-        match Cli::try_parse_from(argv).map_err(|e| e.to_string())?.command {
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
             crate::Command::Serve(args) => Ok(args),
             _ => Err("not serve".into()),
         }
@@ -285,25 +291,42 @@ mod tests {
 
     #[test]
     fn the_model_argument_beats_the_model_key() {
-        let args = serve("model = \"/from/file.gguf\"\n", "model", &["/from/argv.gguf"]).unwrap();
-        assert_eq!(args.model_path.as_deref(), Some(Path::new("/from/argv.gguf")));
+        let args = serve(
+            "model = \"/from/file.gguf\"\n",
+            "model",
+            &["/from/argv.gguf"],
+        )
+        .unwrap();
+        assert_eq!(
+            args.model_path.as_deref(),
+            Some(Path::new("/from/argv.gguf"))
+        );
         assert_eq!(args.engine.model, None);
         let args = serve("model = \"/from/file.gguf\"\n", "model2", &[]).unwrap();
-        assert_eq!(args.engine.model.as_deref(), Some(Path::new("/from/file.gguf")));
+        assert_eq!(
+            args.engine.model.as_deref(),
+            Some(Path::new("/from/file.gguf"))
+        );
     }
 
     #[test]
     fn bad_files_name_the_key_and_what_it_takes() {
         let err = |text: &str, name: &str| serve(text, name, &[]).err().unwrap();
         let e = err("max_num_seq = 3\n", "unknown");
-        assert!(e.contains("unknown key `max_num_seq`") && e.contains("--max-num-seq"), "{e}");
+        assert!(
+            e.contains("unknown key `max_num_seq`") && e.contains("--max-num-seq"),
+            "{e}"
+        );
         assert!(e.contains("kestrel.toml"), "the error names the file: {e}");
         let e = err("max_num_seqs = \"many\"\n", "int");
         assert!(e.contains("`max_num_seqs` must be an integer"), "{e}");
         let e = err("cors = \"yes\"\n", "bool");
         assert!(e.contains("`cors` must be a boolean"), "{e}");
         let e = err("kv_cache_dtype = \"f64\"\n", "enum");
-        assert!(e.contains("`kv_cache_dtype` must be") && e.contains("f64"), "{e}");
+        assert!(
+            e.contains("`kv_cache_dtype` must be") && e.contains("f64"),
+            "{e}"
+        );
         let e = err("port = [1, 2]\n", "array");
         assert!(e.contains("`port` must be an integer, not array"), "{e}");
         let e = err("[serve]\nport = 1\n", "table");

@@ -193,8 +193,7 @@ impl EngineArgs {
         let description = ModelDescription::new(&path, &loaded, self.quantize.as_deref());
         let draft = self.speculative.load_draft()?;
         let pool = crate::thread_pool(self.threads);
-        let launched =
-            kestrel_server::launch::start_engine_with_draft(loaded, draft, opts, pool)?;
+        let launched = kestrel_server::launch::start_engine_with_draft(loaded, draft, opts, pool)?;
         Ok((launched, description))
     }
 }

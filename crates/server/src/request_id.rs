@@ -122,7 +122,9 @@ mod tests {
     async fn the_id_is_in_scope_only_inside_the_request() {
         assert!(RequestId::current().is_none());
         let id = RequestId::generate();
-        let seen = CURRENT.scope(id.clone(), async { RequestId::current() }).await;
+        let seen = CURRENT
+            .scope(id.clone(), async { RequestId::current() })
+            .await;
         assert_eq!(seen, Some(id));
     }
 }

@@ -85,7 +85,10 @@ fn serve(name: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         if let Some(rest) = line.split("http://").nth(1) {
             break rest.trim().to_string();
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "no address line");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no address line"
+        );
     };
     std::thread::spawn(move || for _ in lines {});
     Server { child, addr, log }
@@ -95,10 +98,17 @@ fn serve(name: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
 fn small(extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = vec![cli_common::model().to_string_lossy().into_owned()];
     args.extend(
-        ["--port", "0", "--threads", "1", "--kv-cache-memory", "64MiB"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string()),
+        [
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--kv-cache-memory",
+            "64MiB",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string()),
     );
     args
 }
@@ -108,7 +118,13 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 /// One HTTP/1.1 request with an optional `X-Request-Id`; returns status, echoed id and body.
-fn http(addr: &str, method: &str, path: &str, id: Option<&str>, body: &str) -> (u16, String, String) {
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    id: Option<&str>,
+    body: &str,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).expect("connects");
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let id_header = id.map_or_else(String::new, |id| format!("X-Request-Id: {id}\r\n"));
@@ -121,12 +137,17 @@ fn http(addr: &str, method: &str, path: &str, id: Option<&str>, body: &str) -> (
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
     let echoed = head
         .lines()
         .find_map(|l| {
             let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("x-request-id").then(|| v.trim().to_string())
+            k.eq_ignore_ascii_case("x-request-id")
+                .then(|| v.trim().to_string())
         })
         .unwrap_or_default();
     (status, echoed, body.to_string())
@@ -147,8 +168,14 @@ fn the_access_log_and_startup_summary_show_by_default() {
     assert_eq!((status, echoed.as_str()), (200, "acc-log-1"));
     let line = server.log_line(&["kestrel::request", "acc-log-1"]);
     assert!(line.contains("INFO"), "{line}");
-    assert!(line.contains("request_id=\"acc-log-1\"") || line.contains("request_id=acc-log-1"), "{line}");
-    assert!(line.contains("route=\"/v1/models\"") || line.contains("route=/v1/models"), "{line}");
+    assert!(
+        line.contains("request_id=\"acc-log-1\"") || line.contains("request_id=acc-log-1"),
+        "{line}"
+    );
+    assert!(
+        line.contains("route=\"/v1/models\"") || line.contains("route=/v1/models"),
+        "{line}"
+    );
     assert!(line.contains("status=200"), "{line}");
     assert!(!line.contains('\u{1b}'), "no color codes in a file: {line}");
 
@@ -206,10 +233,10 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(access["status"], 404);
     assert!(access["timestamp"].is_string());
     assert!(
-        lines
-            .iter()
-            .any(|v| v["target"] == "kestrel::startup"
-                && v["message"].as_str().is_some_and(|m| m.starts_with("ISA: "))),
+        lines.iter().any(|v| v["target"] == "kestrel::startup"
+            && v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("ISA: "))),
         "{log}"
     );
 }
@@ -254,7 +281,11 @@ fn a_config_file_sets_flags_that_flags_and_env_override() {
 fn bad_config_files_fail_naming_the_key() {
     for (name, text, want) in [
         ("unknown", "max_num_seq = 3\n", "unknown key `max_num_seq`"),
-        ("type", "max_num_seqs = \"lots\"\n", "`max_num_seqs` must be an integer"),
+        (
+            "type",
+            "max_num_seqs = \"lots\"\n",
+            "`max_num_seqs` must be an integer",
+        ),
         ("bool", "cors = 1\n", "`cors` must be a boolean"),
     ] {
         let file = path_str(&config(name, text));
@@ -265,6 +296,9 @@ fn bad_config_files_fail_naming_the_key() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name}: {err}");
         assert!(err.contains(want), "{name}: {err}");
-        assert!(err.contains(&file), "{name}: the error names the file: {err}");
+        assert!(
+            err.contains(&file),
+            "{name}: the error names the file: {err}"
+        );
     }
 }

@@ -34,13 +34,23 @@ async fn send(
 }
 
 fn is_generated(id: &str) -> bool {
-    id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 #[tokio::test]
 async fn a_client_id_is_echoed() {
     let id = "client-id_42.abc:XYZ";
-    let (status, echoed, _) = send(main_server(), reqwest::Method::GET, "/v1/models", Some(id), None).await;
+    let (status, echoed, _) = send(
+        main_server(),
+        reqwest::Method::GET,
+        "/v1/models",
+        Some(id),
+        None,
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(echoed, id);
 }
@@ -60,13 +70,25 @@ async fn unusable_client_ids_are_replaced() {
     let too_long = "a".repeat(129);
     let longest = "b".repeat(128);
     for bad in [too_long.as_str(), "has space", "tab\there"] {
-        let (status, echoed, _) =
-            send(main_server(), reqwest::Method::GET, "/v1/models", Some(bad), None).await;
+        let (status, echoed, _) = send(
+            main_server(),
+            reqwest::Method::GET,
+            "/v1/models",
+            Some(bad),
+            None,
+        )
+        .await;
         assert_eq!(status, 200);
         assert!(is_generated(&echoed), "{bad:?} was replaced by {echoed:?}");
     }
-    let (_, echoed, _) =
-        send(main_server(), reqwest::Method::GET, "/v1/models", Some(&longest), None).await;
+    let (_, echoed, _) = send(
+        main_server(),
+        reqwest::Method::GET,
+        "/v1/models",
+        Some(&longest),
+        None,
+    )
+    .await;
     assert_eq!(echoed, longest, "128 bytes are still accepted");
 }
 
@@ -92,8 +114,14 @@ async fn openai_error_bodies_name_the_request_id() {
 #[tokio::test]
 async fn tgi_error_bodies_name_the_request_id() {
     let body = json!({"inputs": "hi", "parameters": {"max_new_tokens": 2, "top_p": 7.0}});
-    let (status, echoed, text) =
-        send(main_server(), reqwest::Method::POST, "/generate", None, Some(body)).await;
+    let (status, echoed, text) = send(
+        main_server(),
+        reqwest::Method::POST,
+        "/generate",
+        None,
+        Some(body),
+    )
+    .await;
     assert_eq!(status, 422, "{text}");
     assert!(is_generated(&echoed));
     let v: Value = serde_json::from_str(&text).expect("JSON error");
@@ -103,20 +131,35 @@ async fn tgi_error_bodies_name_the_request_id() {
 
 #[tokio::test]
 async fn unknown_paths_get_a_404_with_the_id() {
-    let (status, echoed, text) =
-        send(main_server(), reqwest::Method::GET, "/no/such/route", Some("lost-1"), None).await;
+    let (status, echoed, text) = send(
+        main_server(),
+        reqwest::Method::GET,
+        "/no/such/route",
+        Some("lost-1"),
+        None,
+    )
+    .await;
     assert_eq!(status, 404);
     assert_eq!(echoed, "lost-1");
     let v: Value = serde_json::from_str(&text).expect("JSON 404");
     assert_eq!(v["error"]["type"], "not_found_error");
     assert_eq!(v["error"]["request_id"], "lost-1");
-    assert!(v["error"]["message"].as_str().unwrap().contains("/no/such/route"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/no/such/route"));
 }
 
 #[tokio::test]
 async fn rejected_keys_get_the_id_too() {
-    let (status, echoed, text) =
-        send(keyed_server(), reqwest::Method::GET, "/v1/models", Some("nokey-1"), None).await;
+    let (status, echoed, text) = send(
+        keyed_server(),
+        reqwest::Method::GET,
+        "/v1/models",
+        Some("nokey-1"),
+        None,
+    )
+    .await;
     assert_eq!(status, 401);
     assert_eq!(echoed, "nokey-1");
     let v: Value = serde_json::from_str(&text).expect("JSON 401");

@@ -53,6 +53,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
         None => Some(
             args.engine
                 .launch_with(&args.engine.launch_options()?)?
+                .0
                 .into_state(),
         ),
     };

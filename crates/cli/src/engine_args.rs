@@ -11,6 +11,8 @@ use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 use kestrel_server::speculative::{SpecMethod, SpeculativeOptions};
 
+use crate::startup_summary::ModelDescription;
+
 #[derive(clap::Args)]
 pub struct EngineArgs {
     /// A .gguf file or an HF checkpoint directory [default: SmolLM2-135M-Instruct, fetched on first use].
@@ -183,21 +185,22 @@ impl EngineArgs {
 
     /// Loads the model (quantizing it if asked) and starts the engine.
     pub fn launch(&self) -> Result<Launched> {
-        self.launch_with(&self.launch_options()?)
+        Ok(self.launch_with(&self.launch_options()?)?.0)
     }
 
-    /// [`EngineArgs::launch`] with options the caller completed (e.g. LoRA adapters).
-    pub fn launch_with(&self, opts: &LaunchOptions) -> Result<Launched> {
+    /// [`EngineArgs::launch`] with options the caller completed (e.g. LoRA adapters), and a
+    /// description of the model for the startup summary.
+    pub fn launch_with(&self, opts: &LaunchOptions) -> Result<(Launched, ModelDescription)> {
         let path = crate::resolve_model(self.model.clone())?;
         let loaded = match &self.quantize {
             None => crate::load_with_progress(&path)?,
             Some(method) => load_quantizing(&path, method, self.quantize_group)?,
         };
+        let description = ModelDescription::new(&path, &loaded, self.quantize.as_deref());
         let draft = self.speculative.load_draft()?;
         let pool = crate::thread_pool(self.threads);
-        Ok(kestrel_server::launch::start_engine_with_draft(
-            loaded, draft, opts, pool,
-        )?)
+        let launched = kestrel_server::launch::start_engine_with_draft(loaded, draft, opts, pool)?;
+        Ok((launched, description))
     }
 }
 

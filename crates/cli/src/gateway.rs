@@ -10,6 +10,10 @@ use crate::http_args::HttpArgs;
 
 #[derive(clap::Args)]
 pub struct GatewayArgs {
+    /// Read flags from this TOML file (keys are the long flag names); flags and environment
+    /// variables given as well win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// The Redis server the workers read from, e.g. redis://127.0.0.1:6379.
     #[arg(long, env = "KESTREL_REDIS_URL")]
     pub redis_url: String,
@@ -31,6 +35,7 @@ pub struct GatewayArgs {
 }
 
 pub fn run(args: GatewayArgs) -> Result<()> {
+    crate::config_file::log_source(args.config.as_deref());
     let http = args.http.server_config()?;
     let mut config = GatewayConfig::new(&args.redis_url);
     if args.max_queue_len == 0 {

@@ -2,6 +2,7 @@
 
 mod api_keys;
 mod chat;
+mod config_file;
 mod convert;
 mod default_model;
 mod engine_args;
@@ -10,6 +11,7 @@ mod gateway;
 mod generate;
 mod http_args;
 mod inspect;
+mod logging;
 mod lora_args;
 mod membw;
 mod ppl;
@@ -17,16 +19,27 @@ mod quantize;
 mod serve;
 mod shutdown;
 mod speed;
+mod startup_summary;
 mod worker;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(name = "kestrel", version, about = "Fast LLM inference on the CPU")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines as text or as one JSON object per line (the level comes from KESTREL_LOG or
+    /// RUST_LOG, e.g. `info,kestrel::request=warn`; serve, gateway and worker default to info).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "KESTREL_LOG_FORMAT",
+        default_value_t = logging::LogFormat::Text
+    )]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -63,11 +76,13 @@ enum Command {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("KESTREL_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
+    let cli: Cli = config_file::parse(std::env::args_os().collect())?;
+    let server = matches!(
+        cli.command,
+        Command::Serve(_) | Command::Gateway(_) | Command::Worker(_)
+    );
+    logging::init(cli.log_format, if server { "info" } else { "error" });
+    match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -12,6 +12,10 @@ pub struct ServeArgs {
     /// The model, as with `--model` (`kestrel serve model.gguf`, like `vllm serve MODEL`).
     #[arg(value_name = "MODEL")]
     pub model_path: Option<std::path::PathBuf>,
+    /// Read flags from this TOML file (keys are the long flag names, e.g. `max_num_seqs = 32`);
+    /// flags and environment variables given as well win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -27,12 +31,18 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }
         args.engine.model = Some(path);
     }
+    crate::config_file::log_source(args.config.as_deref());
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.lora.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;
     args.lora.apply(&mut opts);
-    let launched = args.engine.launch_with(&opts)?;
+    let (launched, model) = args.engine.launch_with(&opts)?;
     let engine = launched.engine.clone();
+    let kv = launched.kv_cache;
+    let pool_threads = args.engine.threads.map_or_else(
+        || kestrel_kernels::cpu::ThreadPool::global().n_threads(),
+        |n| n.max(1),
+    );
     let state = launched.into_state();
     let watch = crate::engine_watch::EngineWatch::default();
     let runtime = crate::runtime()?;
@@ -43,6 +53,17 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
             "kestrel serving {} on http://{addr}",
             state.model().model_id
         );
+        crate::startup_summary::Summary {
+            threads: args.engine.threads,
+            pool_threads,
+            opts: &opts,
+            kv,
+            limits: state.limits(),
+            model: &model,
+            served_as: &state.model().model_id,
+            addr,
+        }
+        .log();
         let signal = crate::shutdown::bounded_signal(config.shutdown_deadline);
         let stop = watch.clone().stop_signal(engine, signal);
         kestrel_server::serve_on(listener, config, state, stop).await?;

@@ -10,6 +10,10 @@ use crate::engine_args::EngineArgs;
 
 #[derive(clap::Args)]
 pub struct WorkerArgs {
+    /// Read flags from this TOML file (keys are the long flag names); flags and environment
+    /// variables given as well win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
     /// The Redis server the gateway queues requests on, e.g. redis://127.0.0.1:6379.
     #[arg(long, env = "KESTREL_REDIS_URL")]
     pub redis_url: String,
@@ -39,6 +43,7 @@ pub struct WorkerArgs {
 }
 
 pub fn run(args: WorkerArgs) -> Result<()> {
+    crate::config_file::log_source(args.config.as_deref());
     if !(args.claim_idle.is_finite() && args.claim_idle >= 2.0) {
         bail!(
             "--claim-idle must be at least 2 seconds (twice the heartbeat), got {}",

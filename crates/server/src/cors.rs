@@ -31,6 +31,7 @@ pub fn layer(config: &ServerConfig) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(AllowOrigin::list(origins))
             .allow_methods(Any)
-            .allow_headers(Any),
+            .allow_headers(Any)
+            .expose_headers([crate::request_id::HEADER]),
     )
 }

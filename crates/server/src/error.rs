@@ -3,9 +3,13 @@
 //! render the same error in each API's body shape:
 //!
 //! ```text
-//! OpenAI: {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null}}
-//! TGI:    {"error": "...", "error_type": "validation"}
+//! OpenAI: {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": null,
+//!                   "request_id": "..."}}
+//! TGI:    {"error": "...", "error_type": "validation", "request_id": "..."}
 //! ```
+//!
+//! `request_id` is the request's [`crate::request_id::RequestId`] (also echoed in the
+//! `X-Request-Id` header); it is left out only outside a request (e.g. in unit tests).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -218,15 +222,30 @@ impl ApiError {
         }
     }
 
-    /// The OpenAI error body for this error.
+    /// The OpenAI error body for this error, naming the current request's id.
     pub fn openai_body(&self) -> ErrorBody {
+        self.openai_body_for(crate::request_id::current_string())
+    }
+
+    /// The OpenAI error body for this error, naming `request_id`.
+    pub fn openai_body_for(&self, request_id: Option<String>) -> ErrorBody {
         ErrorBody {
             error: ErrorDetail {
                 message: self.to_string(),
                 kind: self.kind().as_str().to_string(),
                 param: self.param_name(),
                 code: self.code(),
+                request_id,
             },
+        }
+    }
+
+    /// The TGI error body for this error, naming `request_id`.
+    pub fn tgi_body_for(&self, request_id: Option<String>) -> TgiErrorBody {
+        TgiErrorBody {
+            error: self.to_string(),
+            error_type: self.kind().tgi_type().to_string(),
+            request_id,
         }
     }
 }
@@ -309,10 +328,7 @@ impl IntoResponse for TgiError {
             ErrorKind::InvalidRequest => StatusCode::UNPROCESSABLE_ENTITY,
             other => other.status(),
         };
-        let body = TgiErrorBody {
-            error: self.0.to_string(),
-            error_type: kind.tgi_type().to_string(),
-        };
+        let body = self.0.tgi_body_for(crate::request_id::current_string());
         with_retry_after(kind, json_response(status, &body))
     }
 }

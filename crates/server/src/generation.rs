@@ -67,7 +67,8 @@ impl Generation {
             .into_iter()
             .map(|r| state.backend().submit(r))
             .collect::<Result<Vec<_>, _>>()?;
-        let tally = Tally::new(route, prompt_tokens, streams.len());
+        let mut tally = Tally::new(route, prompt_tokens, streams.len());
+        tally.set_engine_ids(streams.iter().map(EventStream::request_id).collect());
         Ok(Generation {
             streams,
             tally,

@@ -114,6 +114,30 @@ pub struct Launched {
     pub model: ModelInfo,
     pub limits: Limits,
     pub metrics: PrometheusHandle,
+    /// How large the KV cache came out (for the startup summary).
+    pub kv_cache: KvCacheSize,
+}
+
+/// The KV cache the budget bought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheSize {
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub dtype: KvDtype,
+    /// Bytes one token takes over every layer (K and V).
+    pub bytes_per_token: usize,
+}
+
+impl KvCacheSize {
+    /// Tokens the cache holds.
+    pub fn tokens(&self) -> usize {
+        self.num_blocks * self.block_size
+    }
+
+    /// Bytes the cache takes.
+    pub fn bytes(&self) -> usize {
+        self.tokens() * self.bytes_per_token
+    }
 }
 
 impl Launched {
@@ -177,6 +201,12 @@ pub fn start_engine_with_draft(
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
     let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
+    let kv_cache = KvCacheSize {
+        num_blocks: kv.num_blocks,
+        block_size: kv.block_size,
+        dtype: kv.dtype,
+        bytes_per_token: kv_bytes_per_token,
+    };
     let speculator = opts
         .speculative
         .as_ref()
@@ -228,6 +258,7 @@ pub fn start_engine_with_draft(
         model,
         limits,
         metrics,
+        kv_cache,
     })
 }
 

@@ -14,6 +14,8 @@ use crate::sse::{json, SseEncoder};
 pub struct OpenAiEncoder<A: OpenAiApi> {
     cx: OpenAiContext,
     choices: Vec<A::ChoiceState>,
+    /// The request's id, for error events.
+    request_id: Option<String>,
 }
 
 impl<A: OpenAiApi> OpenAiEncoder<A> {
@@ -22,6 +24,7 @@ impl<A: OpenAiApi> OpenAiEncoder<A> {
         OpenAiEncoder {
             cx,
             choices: (0..n).map(|_| A::ChoiceState::default()).collect(),
+            request_id: crate::request_id::current_string(),
         }
     }
 }
@@ -37,7 +40,10 @@ impl<A: OpenAiApi> SseEncoder for OpenAiEncoder<A> {
             EngineEvent::Finished { reason, text, .. } => {
                 A::finished(&self.cx, choice, index, reason, text, &mut out);
             }
-            EngineEvent::Failed(f) => out.push(json(&ApiError::from(f).openai_body())),
+            EngineEvent::Failed(f) => {
+                let body = ApiError::from(f).openai_body_for(self.request_id.clone());
+                out.push(json(&body));
+            }
         }
         out
     }

@@ -4,6 +4,11 @@
 //! so a request logs exactly once whether it finished, failed or the client went away. Every
 //! other response (including generation requests rejected before they ran) is logged by the
 //! [`log_requests`] middleware, which skips responses marked [`LoggedByHandler`].
+//!
+//! Both lines carry the request's `request_id` ([`crate::request_id`]); generation lines also
+//! carry `engine_ids`, the engine's ids of the request's choices, which the engine's own log
+//! lines name as `request`. Everything the handler logs runs in a `request` span with the same
+//! `request_id`.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +16,9 @@ use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use kestrel_engine::api::{EngineEvent, Usage};
+use tracing::Instrument;
 
+use crate::request_id::RequestId;
 use crate::usage::UsageTotal;
 
 /// Response extension: the handler's [`Tally`] logs this request.
@@ -38,10 +45,13 @@ pub struct Tally {
     status: u16,
     /// Set when the request was refused before it ran: the middleware logs the response.
     quiet: bool,
+    request_id: Option<RequestId>,
+    engine_ids: Vec<u64>,
 }
 
 impl Tally {
-    /// A tally for `choices` engine requests on `route`.
+    /// A tally for `choices` engine requests on `route`, logged with the current request's
+    /// id.
     pub fn new(route: &'static str, prompt_tokens: usize, choices: usize) -> Tally {
         Tally {
             route,
@@ -54,7 +64,14 @@ impl Tally {
             choices,
             status: 200,
             quiet: false,
+            request_id: RequestId::current(),
+            engine_ids: Vec::new(),
         }
+    }
+
+    /// Records the engine's ids of the choices (logged as `engine_ids`).
+    pub fn set_engine_ids(&mut self, ids: Vec<u64>) {
+        self.engine_ids = ids;
     }
 
     /// Records an event of any choice.
@@ -114,8 +131,19 @@ impl Drop for Tally {
         };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let usage = self.usage.get();
+        let engine_ids = self
+            .engine_ids
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        // Outside any span: a streamed request's tally drops after its handler returned, and
+        // the line names its request id itself.
         tracing::info!(
             target: "kestrel::request",
+            parent: None,
+            request_id = self.request_id.as_ref().map(RequestId::as_str),
+            engine_ids,
             route = self.route,
             status = self.status,
             outcome,
@@ -132,18 +160,23 @@ impl Drop for Tally {
     }
 }
 
-/// Middleware: logs responses the handler did not log itself.
+/// Middleware: runs the handler in a `request` span and logs responses the handler did not
+/// log itself.
 pub async fn log_requests(req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
     let method = req.method().clone();
+    let request_id = req.extensions().get::<RequestId>().cloned();
+    let id = request_id.as_ref().map(RequestId::as_str);
+    let span = tracing::info_span!("request", request_id = id);
     let start = Instant::now();
-    let response = next.run(req).await;
+    let response = next.run(req).instrument(span).await;
     if response.extensions().get::<LoggedByHandler>().is_none() {
         tracing::info!(
             target: "kestrel::request",
+            request_id = id,
             route,
             method = %method,
             status = response.status().as_u16(),

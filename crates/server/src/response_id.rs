@@ -13,6 +13,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A fresh response id: `prefix`, a dash and 128 random bits in hex.
 pub fn response_id(prefix: &str) -> String {
+    format!("{prefix}-{}", random_hex128())
+}
+
+/// 128 random bits as 32 lowercase hex digits.
+pub fn random_hex128() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
@@ -20,7 +25,7 @@ pub fn response_id(prefix: &str) -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let half = |salt: u8| RandomState::new().hash_one((salt, count, nanos));
-    format!("{prefix}-{:016x}{:016x}", half(0), half(1))
+    format!("{:016x}{:016x}", half(0), half(1))
 }
 
 /// `fp_kestrel_` and a short stable hash of `model_id` and the crate version.

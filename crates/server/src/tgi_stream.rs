@@ -47,6 +47,8 @@ pub struct TgiEncoder {
     text: String,
     count: usize,
     last: Option<TokenEvent>,
+    /// The request's id, for error events.
+    request_id: Option<String>,
 }
 
 impl TgiEncoder {
@@ -58,6 +60,7 @@ impl TgiEncoder {
             text: String::new(),
             count: 0,
             last: None,
+            request_id: crate::request_id::current_string(),
         }
     }
 
@@ -139,6 +142,7 @@ impl SseEncoder for TgiEncoder {
                 vec![json(&TgiErrorBody {
                     error: e.to_string(),
                     error_type: "generation".into(),
+                    request_id: self.request_id.clone(),
                 })]
             }
         }

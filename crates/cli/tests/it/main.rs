@@ -10,6 +10,7 @@ mod cli;
 mod fleet;
 mod kv_dtype_cli;
 mod lora_cli;
+mod operator_cli;
 mod quant_cli;
 mod serve_hardening;
 mod serve_lora;

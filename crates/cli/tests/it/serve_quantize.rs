@@ -47,6 +47,14 @@ fn serve_quantizes_while_loading() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starts");
+    // Drained as it comes: the server logs at INFO by default and must never block on a full
+    // pipe.
+    let mut err_pipe = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err_pipe.read_to_string(&mut text);
+        text
+    });
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let start = Instant::now();
@@ -63,14 +71,8 @@ fn serve_quantizes_while_loading() {
         r#"{"prompt":"hello","max_tokens":4,"temperature":0}"#,
     );
     child.kill().unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
     let _ = child.wait();
+    let stderr = stderr.join().unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("\"completion_tokens\":4"), "{response}");
     assert!(stderr.contains("to int8 while loading"), "{stderr}");

@@ -2,9 +2,10 @@
 //! authentication, request counting, logging, body limit and CORS.
 //!
 //! ```text
-//! request ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests ─► auth* ─► handler
-//!                                               * every route but /health*, /metrics and
+//! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
+//!          ─► auth* ─► handler                  * every route but /health*, /metrics and
 //!                                                 the playground (GET /, /playground/*)
+//! (unmatched paths get an OpenAI-shaped 404; every response carries `X-Request-Id`)
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
@@ -61,6 +62,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .merge(playground::routes());
     let mut app = protected
         .merge(open)
+        .fallback(not_found)
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -76,5 +78,10 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
     if let Some(cors) = crate::cors::layer(config) {
         app = app.layer(cors);
     }
-    app
+    app.layer(axum::middleware::from_fn(crate::request_id::assign))
+}
+
+/// Any path no route serves.
+async fn not_found(uri: axum::http::Uri) -> crate::error::OpenAiError {
+    crate::error::ApiError::NotFound(format!("no route for {}", uri.path())).into()
 }

@@ -474,4 +474,7 @@ pub struct ErrorDetail {
     pub kind: String,
     pub param: Option<String>,
     pub code: Option<String>,
+    /// The request's id (as in the `X-Request-Id` response header), to quote in reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }

@@ -143,4 +143,7 @@ pub struct SimpleToken {
 pub struct TgiErrorBody {
     pub error: String,
     pub error_type: String,
+    /// The request's id (as in the `X-Request-Id` response header), to quote in reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }

@@ -11,6 +11,7 @@ mod lora_http;
 mod openai_surface;
 mod playground_http;
 mod slo_admission_http;
+mod request_id_http;
 mod speculative_launch;
 mod structured_http;
 mod tool_parsers;

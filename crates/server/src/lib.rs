@@ -40,6 +40,7 @@ pub mod cors;
 pub mod error;
 pub mod event_buffer;
 pub mod extract;
+pub mod fuzz_entry;
 pub mod generation;
 pub mod launch;
 pub mod logprobs;

@@ -86,8 +86,9 @@ def gguf_seeds() -> None:
                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
             )
         if tensors:
-            w.add_tensor("token_embd.weight", np.arange(len(byte_tokens) * 8, dtype=np.float32)
-                         .reshape(len(byte_tokens), 8) / 100)
+            vocab = len(byte_tokens) if tok == "gpt2" else len(pieces)
+            w.add_tensor("token_embd.weight", np.arange(vocab * 8, dtype=np.float32)
+                         .reshape(vocab, 8) / 100)
             w.add_tensor("output_norm.weight", np.ones(8, dtype=np.float16))
             q = np.zeros((2, 32), dtype=np.float32)
             w.add_tensor("blk.0.attn_q.weight", gguf.quants.quantize(q, gguf.GGMLQuantizationType.Q8_0),

@@ -77,8 +77,8 @@ pub enum ChatTemplateError {
 
 /// Most template instructions one render may run. Real chat templates run a few hundred per
 /// message, so this admits conversations far beyond any request size limit while stopping a
-/// template whose loops never end (or run for hours) within about a second.
-pub const RENDER_FUEL: u64 = 50_000_000;
+/// template whose loops never end (or run for hours) within a fraction of a second.
+pub const RENDER_FUEL: u64 = 10_000_000;
 
 /// Longest rendered prompt, in bytes: far above any prompt a model takes, and a bound on what a
 /// template that repeats its output can allocate.

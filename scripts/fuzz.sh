@@ -78,7 +78,7 @@ run_one() {
     echo "minimizing fuzz/corpus/$target ($(ls "$corpus" | wc -l) files)"
     nice -n 19 cargo +nightly fuzz cmin -s none "$target" "$corpus" -- -max_len="$(max_len "$target")" \
         -timeout=10 -rss_limit_mb=2048 >>"$log" 2>&1
-    echo "$target: corpus $(ls "$corpus" | wc -l) files, $(du -sk "$corpus" | cut -f1) KiB"
+    echo "$target: corpus $(ls "$corpus" | wc -l) files, $(du -sk --apparent-size "$corpus" | cut -f1) KiB"
     return "$status"
 }
 

@@ -280,11 +280,12 @@ impl Tokenizer {
     /// `tokenizer_config.json`. Without the config, EOS is the first well-known end-of-turn token
     /// present and BOS is unknown.
     pub fn from_file(tokenizer_json: &Path, tokenizer_config: Option<&Path>) -> Result<Self> {
-        let inner =
-            tokenizers::Tokenizer::from_file(tokenizer_json).map_err(|e| TokenizerError::Load {
+        let text =
+            std::fs::read_to_string(tokenizer_json).map_err(|e| TokenizerError::Load {
                 path: tokenizer_json.to_path_buf(),
                 message: e.to_string(),
             })?;
+        let inner = parse_hf_json(&text, tokenizer_json)?;
         let config = match tokenizer_config {
             Some(path) => TokenizerConfig::read(path)?,
             None => TokenizerConfig::default(),
@@ -296,11 +297,7 @@ impl Tokenizer {
     /// optional `tokenizer_config.json`. Errors name the file `<memory>`.
     pub fn from_json_text(tokenizer_json: &str, tokenizer_config: Option<&str>) -> Result<Self> {
         let path = Path::new(MEMORY_NAME);
-        let inner: tokenizers::Tokenizer =
-            tokenizer_json.parse().map_err(|e: tokenizers::Error| TokenizerError::Load {
-                path: path.to_path_buf(),
-                message: e.to_string(),
-            })?;
+        let inner = parse_hf_json(tokenizer_json, path)?;
         let config = match tokenizer_config {
             Some(text) => TokenizerConfig::parse(text, path)?,
             None => TokenizerConfig::default(),
@@ -408,7 +405,7 @@ impl Tokenizer {
     /// Rebuilds a tokenizer from [`Tokenizer::to_spec`]'s data; ids outside the vocabulary are
     /// refused.
     pub fn from_spec(spec: &TokenizerSpec) -> Result<Self> {
-        let inner: tokenizers::Tokenizer = spec.json.parse().map_err(TokenizerError::build)?;
+        let inner = parse_hf_json(&spec.json, Path::new(MEMORY_NAME))?;
         let vocab = inner.get_vocab_size(true);
         let check = |key: &'static str, id: u32| {
             if (id as usize) < vocab {
@@ -671,6 +668,19 @@ fn end_of_generation_ids(
     rest.dedup();
     rest.retain(|id| Some(*id) != eos);
     eos.into_iter().chain(rest).collect()
+}
+
+/// A HF `tokenizer.json` text (read from `path`, named in errors). Its JSON syntax is checked
+/// first: `tokenizers` 0.21 panics (`expect("Helper")`) on a syntax error inside a `decoder`
+/// value instead of returning an error.
+fn parse_hf_json(text: &str, path: &Path) -> Result<tokenizers::Tokenizer> {
+    let load_err = |message: String| TokenizerError::Load {
+        path: path.to_path_buf(),
+        message,
+    };
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| load_err(e.to_string()))?;
+    text.parse()
+        .map_err(|e: tokenizers::Error| load_err(e.to_string()))
 }
 
 /// The parts of `tokenizer_config.json` we use.

@@ -139,3 +139,11 @@ fn runaway_templates_are_stopped() {
     let indent = run("tojson_huge_indent.txt");
     assert!(indent.to_string().contains("indent is limited"), "{indent}");
 }
+
+#[test]
+fn tokenizer_json_syntax_errors_inside_the_decoder_are_typed() {
+    // `tokenizers` panics on this one (a syntax error inside the `decoder` value).
+    let data = regression("tokenizer_json", "decoder_json_syntax_error.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(err.to_string().contains("<memory>"), "{err}");
+}

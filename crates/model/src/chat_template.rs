@@ -67,7 +67,25 @@ pub enum ChatTemplateError {
     /// Any other rendering failure.
     #[error("rendering the chat template failed: {0}")]
     Render(String),
+    /// The render ran more than [`RENDER_FUEL`] template instructions (a runaway loop).
+    #[error("the chat template ran more than {RENDER_FUEL} instructions")]
+    OutOfFuel,
+    /// The rendered prompt grew past [`MAX_RENDERED_BYTES`].
+    #[error("the rendered chat template exceeds {MAX_RENDERED_BYTES} bytes")]
+    TooLarge,
 }
+
+/// Most template instructions one render may run. Real chat templates run a few hundred per
+/// message, so this admits conversations far beyond any request size limit while stopping a
+/// template whose loops never end (or run for hours) within a fraction of a second.
+pub const RENDER_FUEL: u64 = 10_000_000;
+
+/// Longest rendered prompt, in bytes: far above any prompt a model takes, and a bound on what a
+/// template that repeats its output can allocate.
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
+/// Widest `tojson(indent=...)`, in spaces (Python accepts any; nothing real uses more than 8).
+pub const MAX_TOJSON_INDENT: usize = 64;
 
 /// The payload `raise_exception` attaches to its error so `render` can tell it apart.
 #[derive(Debug)]
@@ -105,6 +123,7 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_fuel(Some(RENDER_FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
@@ -159,7 +178,36 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
             tools => tools.map_or(Value::from(()), Value::from_serialize),
         };
-        template.render(ctx).map_err(classify)
+        let mut out = LimitedOutput::default();
+        template
+            .render_captured_to(ctx, &mut out)
+            .map_err(|e| match out.overflowed {
+                true => ChatTemplateError::TooLarge,
+                false => classify(e),
+            })?;
+        String::from_utf8(out.bytes).map_err(|e| ChatTemplateError::Render(e.to_string()))
+    }
+}
+
+/// A render's output, refusing to grow past [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct LimitedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for LimitedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered chat template too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -173,8 +221,11 @@ fn with_text_content(message: &ChatMessage) -> std::borrow::Cow<'_, ChatMessage>
     std::borrow::Cow::Owned(owned)
 }
 
-/// Maps a render error to `Raised` when it came from `raise_exception`.
+/// Maps a render error to `Raised` when it came from `raise_exception`, and to `OutOfFuel`.
 fn classify(err: Error) -> ChatTemplateError {
+    if err.kind() == ErrorKind::OutOfFuel {
+        return ChatTemplateError::OutOfFuel;
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
     while let Some(e) = source {
         if let Some(raised) = e.downcast_ref::<RaisedException>() {
@@ -215,6 +266,12 @@ fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     let _ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
+    if indent.is_some_and(|n| n > MAX_TOJSON_INDENT) {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson: indent is limited to {MAX_TOJSON_INDENT}"),
+        ));
+    }
     let mut buf = Vec::new();
     let result = match indent {
         Some(n) => {

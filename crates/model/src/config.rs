@@ -286,6 +286,7 @@ pub enum ConfigError {
 impl ModelConfig {
     /// Check the invariants the model code relies on.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        layer_count("n_layers", self.n_layers as u64)?;
         let sizes = [
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
@@ -415,6 +416,22 @@ impl ModelConfig {
             ))),
             _ => Ok(()),
         }
+    }
+}
+
+/// Most transformer layers a configuration may declare. Released models have at most a few
+/// hundred; a larger count is a corrupt or hostile file, refused when it is read, before
+/// anything is allocated per layer.
+pub const MAX_LAYERS: usize = 4096;
+
+/// `n`, the layer count read from `field`, if it is at most [`MAX_LAYERS`].
+pub(crate) fn layer_count(field: &str, n: u64) -> Result<usize, ConfigError> {
+    match usize::try_from(n) {
+        Ok(n) if n <= MAX_LAYERS => Ok(n),
+        _ => Err(ConfigError::BadField {
+            field: field.to_string(),
+            reason: format!("{n} layers; at most {MAX_LAYERS} are supported"),
+        }),
     }
 }
 

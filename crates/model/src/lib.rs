@@ -17,6 +17,7 @@ pub mod chat_prompt;
 pub mod chat_template;
 pub mod config;
 pub mod error;
+pub mod fuzz_entry;
 pub mod kv_cache;
 pub mod layers;
 pub mod loader;

@@ -122,6 +122,9 @@ mod token_type {
     pub const BYTE: i32 = 6;
 }
 
+/// What errors call a tokenizer parsed from memory ([`Tokenizer::from_json_text`]).
+const MEMORY_NAME: &str = "<memory>";
+
 /// Special tokens that end a turn or a document in common chat formats.
 const END_OF_GENERATION: &[&str] = &[
     "<|im_end|>",
@@ -277,28 +280,46 @@ impl Tokenizer {
     /// `tokenizer_config.json`. Without the config, EOS is the first well-known end-of-turn token
     /// present and BOS is unknown.
     pub fn from_file(tokenizer_json: &Path, tokenizer_config: Option<&Path>) -> Result<Self> {
-        let inner =
-            tokenizers::Tokenizer::from_file(tokenizer_json).map_err(|e| TokenizerError::Load {
+        let text =
+            std::fs::read_to_string(tokenizer_json).map_err(|e| TokenizerError::Load {
                 path: tokenizer_json.to_path_buf(),
                 message: e.to_string(),
             })?;
+        let inner = parse_hf_json(&text, tokenizer_json)?;
         let config = match tokenizer_config {
             Some(path) => TokenizerConfig::read(path)?,
             None => TokenizerConfig::default(),
         };
+        Ok(Self::with_config(inner, config))
+    }
+
+    /// [`Tokenizer::from_file`] over texts already in memory: a HF `tokenizer.json` and an
+    /// optional `tokenizer_config.json`. Errors name the file `<memory>`.
+    pub fn from_json_text(tokenizer_json: &str, tokenizer_config: Option<&str>) -> Result<Self> {
+        let path = Path::new(MEMORY_NAME);
+        let inner = parse_hf_json(tokenizer_json, path)?;
+        let config = match tokenizer_config {
+            Some(text) => TokenizerConfig::parse(text, path)?,
+            None => TokenizerConfig::default(),
+        };
+        Ok(Self::with_config(inner, config))
+    }
+
+    /// The tokenizer `inner` with the ids and template of `config`.
+    fn with_config(inner: tokenizers::Tokenizer, config: TokenizerConfig) -> Self {
         let lookup = |t: &Option<String>| t.as_deref().and_then(|t| inner.token_to_id(t));
         let bos = lookup(&config.bos_token);
         let eos = lookup(&config.eos_token)
             .or_else(|| END_OF_GENERATION.iter().find_map(|t| special_id(&inner, t)));
         let eog = end_of_generation_ids(&inner, eos, &[]);
-        Ok(Tokenizer {
+        Tokenizer {
             inner,
             bos,
             eos,
             eog,
             chat_template: config.chat_template,
             plain: Default::default(),
-        })
+        }
     }
 
     /// Token ids of `text`. Special tokens written in the text are always recognized; with
@@ -384,7 +405,7 @@ impl Tokenizer {
     /// Rebuilds a tokenizer from [`Tokenizer::to_spec`]'s data; ids outside the vocabulary are
     /// refused.
     pub fn from_spec(spec: &TokenizerSpec) -> Result<Self> {
-        let inner: tokenizers::Tokenizer = spec.json.parse().map_err(TokenizerError::build)?;
+        let inner = parse_hf_json(&spec.json, Path::new(MEMORY_NAME))?;
         let vocab = inner.get_vocab_size(true);
         let check = |key: &'static str, id: u32| {
             if (id as usize) < vocab {
@@ -649,6 +670,19 @@ fn end_of_generation_ids(
     eos.into_iter().chain(rest).collect()
 }
 
+/// A HF `tokenizer.json` text (read from `path`, named in errors). Its JSON syntax is checked
+/// first: `tokenizers` 0.21 panics (`expect("Helper")`) on a syntax error inside a `decoder`
+/// value instead of returning an error.
+fn parse_hf_json(text: &str, path: &Path) -> Result<tokenizers::Tokenizer> {
+    let load_err = |message: String| TokenizerError::Load {
+        path: path.to_path_buf(),
+        message,
+    };
+    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| load_err(e.to_string()))?;
+    text.parse()
+        .map_err(|e: tokenizers::Error| load_err(e.to_string()))
+}
+
 /// The parts of `tokenizer_config.json` we use.
 #[derive(Debug, Default)]
 struct TokenizerConfig {
@@ -664,8 +698,17 @@ impl TokenizerConfig {
             message,
         };
         let text = std::fs::read_to_string(path).map_err(|e| load_err(e.to_string()))?;
+        Self::parse(&text, path)
+    }
+
+    /// The config in `text`, read from `path` (named in errors).
+    fn parse(text: &str, path: &Path) -> Result<Self> {
+        let load_err = |message: String| TokenizerError::Load {
+            path: path.to_path_buf(),
+            message,
+        };
         let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| load_err(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| load_err(e.to_string()))?;
         Ok(TokenizerConfig {
             bos_token: token_text(&json["bos_token"]),
             eos_token: token_text(&json["eos_token"]),

@@ -50,15 +50,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
         let bytes = tokio::time::timeout(timeout, read_limited(req.into_body(), limit))
             .await
             .map_err(|_| ApiError::BodyTimeout(timeout))??;
-        let text = std::str::from_utf8(&bytes).map_err(|e| ApiError::Utf8(e.to_string()))?;
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| ApiError::Json(e.to_string()))?;
-        check_unknown::<T>(&value, policy)?;
-        // Parsed again from the text so that type errors keep serde's line and column.
-        serde_json::from_str(text)
-            .map(Wire)
-            .map_err(|e| ApiError::Json(e.to_string()))
+        parse_body(&bytes, policy).map(Wire)
     }
+}
+
+/// A request body as `T`: UTF-8 (400 with the byte offset), JSON (400 with serde's message),
+/// then unknown top-level fields per `policy`.
+pub fn parse_body<T: DeserializeOwned>(bytes: &[u8], policy: ApiPolicy) -> Result<T, ApiError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ApiError::Utf8(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| ApiError::Json(e.to_string()))?;
+    check_unknown::<T>(&value, policy)?;
+    // Parsed again from the text so that type errors keep serde's line and column.
+    serde_json::from_str(text).map_err(|e| ApiError::Json(e.to_string()))
 }
 
 /// Refuses (strict) or logs the top-level fields `T` does not know.

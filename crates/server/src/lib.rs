@@ -41,6 +41,7 @@ pub mod cors;
 pub mod error;
 pub mod event_buffer;
 pub mod extract;
+pub mod fuzz_entry;
 pub mod generation;
 pub mod key_salt;
 pub mod launch;

@@ -19,10 +19,11 @@ impl ModelConfig {
         let arch_name = file.get_str("general.architecture")?;
         let architecture = Architecture::from_name(arch_name)
             .ok_or_else(|| ConfigError::UnsupportedArchitecture(arch_name.to_string()))?;
-        let n_layers = file
-            .get_u64(&format!("{arch_name}.block_count"))
-            .optional()?
-            .map_or(0, |v| v as usize);
+        let block_count = format!("{arch_name}.block_count");
+        let n_layers = match file.get_u64(&block_count).optional()? {
+            Some(n) => super::layer_count(&block_count, n)?,
+            None => 0,
+        };
         let moe = MoeConfig::from_gguf(file, arch_name, architecture, n_layers)?;
         let architecture = match (architecture, &moe) {
             (Architecture::Llama, Some(_)) => Architecture::Mixtral,

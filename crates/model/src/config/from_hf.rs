@@ -34,6 +34,7 @@ impl ModelConfig {
         let hidden_size = req_usize(obj, "hidden_size")?;
         let rope_params = rope_params(obj)?;
         let n_layers = req_usize(obj, "num_hidden_layers")?;
+        let n_layers = super::layer_count("num_hidden_layers", n_layers as u64)?;
         let window = sliding_window(obj, architecture, n_layers)?;
         let head_dim =
             opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads));

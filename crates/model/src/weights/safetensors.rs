@@ -21,6 +21,8 @@ use super::{TensorSource, TensorView};
 pub const SINGLE_FILE: &str = "model.safetensors";
 /// Name of the index of a sharded checkpoint inside a model directory.
 pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// What errors call a checkpoint parsed from memory ([`SafetensorsCheckpoint::from_bytes`]).
+pub const MEMORY_NAME: &str = "<memory>";
 
 /// Why a safetensors checkpoint could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +114,22 @@ impl SafetensorsCheckpoint {
             return Self::from_files(&[single], &HashMap::new());
         }
         Err(SafetensorsError::NotFound(path.to_path_buf()))
+    }
+
+    /// Parse one safetensors file held in memory (`bytes`); errors name the file `<memory>`.
+    /// The same validation as [`Self::open`], without touching the file system.
+    pub fn from_bytes(bytes: SharedBytes) -> Result<SafetensorsCheckpoint, SafetensorsError> {
+        let path = PathBuf::from(MEMORY_NAME);
+        let tensors = entries(bytes, &path)?;
+        let mut index = HashMap::with_capacity(tensors.len());
+        for (i, entry) in tensors.iter().enumerate() {
+            index.insert(entry.raw.name.clone(), i);
+        }
+        Ok(SafetensorsCheckpoint {
+            files: vec![path],
+            tensors,
+            index,
+        })
     }
 
     /// Load `files`, then check that every `weight_map` entry is in the shard it names.
@@ -238,6 +256,11 @@ fn load_file(path: &Path) -> Result<Vec<Entry>, SafetensorsError> {
         path: path.to_path_buf(),
         source,
     })?;
+    entries(bytes, path)
+}
+
+/// The tensors of the safetensors file `bytes` (read from `path`), in file (offset) order.
+fn entries(bytes: SharedBytes, path: &Path) -> Result<Vec<Entry>, SafetensorsError> {
     let (header_len, metadata) =
         SafeTensors::read_metadata(&bytes).map_err(|source| SafetensorsError::BadHeader {
             path: path.to_path_buf(),

@@ -15,6 +15,7 @@ mod config_rope;
 mod dequant_real_tensors;
 mod embedding_tiny_llama;
 mod engine_batching;
+mod fuzz_corpus_replay;
 mod gguf_corrupt;
 mod gguf_hostile_counts;
 mod gguf_real_model;

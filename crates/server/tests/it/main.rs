@@ -5,6 +5,7 @@ mod common;
 
 mod cache_salt_http;
 mod engine_panic_http;
+mod fuzz_corpus_replay;
 mod hardening_http;
 mod http;
 mod lora_http;

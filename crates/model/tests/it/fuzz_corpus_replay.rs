@@ -1,0 +1,149 @@
+//! Replays the committed fuzz inputs of the model's parsers (`fuzz/seeds/<target>/`,
+//! `fuzz/corpus/<target>/` and the crash regressions under `fuzz/regressions/<target>/`)
+//! through the entry points the fuzz targets call ([`kestrel_model::fuzz_entry`]): every input
+//! must come back, as `Ok` or a typed error, without a panic and within a time bound.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kestrel_model::fuzz_entry;
+
+/// Far above what any committed input takes (milliseconds); a hang regression trips it.
+const PER_INPUT: Duration = Duration::from_secs(20);
+
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+}
+
+/// Every file of `target` in the seed, corpus and regression folders (missing folders are
+/// empty), sorted.
+fn inputs(target: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for kind in ["seeds", "corpus", "regressions"] {
+        let Ok(dir) = std::fs::read_dir(fuzz_dir().join(kind).join(target)) else {
+            continue;
+        };
+        out.extend(dir.map(|e| e.unwrap().path()).filter(|p| p.is_file()));
+    }
+    out.sort();
+    out
+}
+
+/// Runs `entry` on every input of `target`; returns how many were accepted (`Ok`).
+fn replay<T, E: std::fmt::Debug>(target: &str, entry: impl Fn(&[u8]) -> Result<T, E>) -> usize {
+    let files = inputs(target);
+    assert!(!files.is_empty(), "no committed inputs for fuzz target {target}");
+    let mut accepted = 0;
+    for path in &files {
+        let data = std::fs::read(path).unwrap();
+        let start = Instant::now();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| entry(&data)));
+        let took = start.elapsed();
+        let result = result.unwrap_or_else(|_| panic!("{} panicked", path.display()));
+        assert!(took < PER_INPUT, "{} took {took:?}", path.display());
+        accepted += usize::from(result.is_ok());
+    }
+    accepted
+}
+
+fn seed(target: &str, name: &str) -> Vec<u8> {
+    std::fs::read(fuzz_dir().join("seeds").join(target).join(name)).unwrap()
+}
+
+#[test]
+fn gguf_inputs_return() {
+    assert!(replay("gguf", fuzz_entry::gguf) > 0);
+}
+
+#[test]
+fn gguf_seeds_load() {
+    for name in ["llama_gpt2_v3.gguf", "llama_gpt2_v2.gguf", "llama_spm.gguf"] {
+        fuzz_entry::gguf(&seed("gguf", name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn safetensors_inputs_return() {
+    assert!(replay("safetensors", fuzz_entry::safetensors) > 0);
+}
+
+#[test]
+fn safetensors_seeds_load_and_refuse() {
+    for name in ["f32.safetensors", "mixed.safetensors", "bf16.safetensors", "empty.safetensors"] {
+        fuzz_entry::safetensors(&seed("safetensors", name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let err = fuzz_entry::safetensors(&seed("safetensors", "u8_unsupported.safetensors"));
+    assert!(err.unwrap_err().to_string().contains("dtype"));
+}
+
+#[test]
+fn hf_config_inputs_return() {
+    assert!(replay("hf_config", fuzz_entry::hf_config) > 0);
+}
+
+#[test]
+fn hf_config_seeds_parse() {
+    let config = fuzz_entry::hf_config(&seed("hf_config", "tiny-qwen2.json")).unwrap();
+    assert_eq!(config.architecture.name(), "qwen2");
+    assert!(fuzz_entry::hf_config(&seed("hf_config", "qwen2_zero_heads.json")).is_err());
+}
+
+#[test]
+fn tokenizer_json_inputs_return() {
+    assert!(replay("tokenizer_json", fuzz_entry::tokenizer_json) > 0);
+}
+
+#[test]
+fn tokenizer_json_seeds_load() {
+    for name in ["tiny_bpe_bytelevel.json", "wordpiece.json", "unigram.json"] {
+        fuzz_entry::tokenizer_json(&seed("tokenizer_json", name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn chat_template_inputs_return() {
+    assert!(replay("chat_template", fuzz_entry::chat_template) > 0);
+}
+
+#[test]
+fn chat_template_seeds_render() {
+    for name in ["qwen2.5.txt", "hermes3.txt", "llama3.1.txt", "tojson.txt", "macro.txt"] {
+        fuzz_entry::chat_template(&seed("chat_template", name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let raised = fuzz_entry::chat_template(b"[{\"role\":\"system\",\"content\":\"x\"}]\n{{ raise_exception('no') }}");
+    assert_eq!(raised.unwrap_err().to_string(), "no");
+}
+
+fn regression(target: &str, name: &str) -> Vec<u8> {
+    std::fs::read(fuzz_dir().join("regressions").join(target).join(name)).unwrap()
+}
+
+#[test]
+fn absurd_layer_counts_are_refused_before_allocating() {
+    for name in ["qwen2_window_1e15_layers.json", "mixtral_2e62_layers.json"] {
+        let err = fuzz_entry::hf_config(&regression("hf_config", name)).unwrap_err();
+        assert!(err.to_string().contains("layers; at most"), "{name}: {err}");
+    }
+    let err = fuzz_entry::gguf(&regression("gguf", "block_count_2e62_moe.gguf")).unwrap_err();
+    assert!(err.to_string().contains("llama.block_count"), "{err}");
+}
+
+#[test]
+fn runaway_templates_are_stopped() {
+    use kestrel_model::chat_template::ChatTemplateError;
+    let run = |name| fuzz_entry::chat_template(&regression("chat_template", name)).unwrap_err();
+    assert!(matches!(run("nested_loops_1e10.txt"), ChatTemplateError::OutOfFuel));
+    assert!(matches!(run("output_10tb.txt"), ChatTemplateError::TooLarge));
+    let indent = run("tojson_huge_indent.txt");
+    assert!(indent.to_string().contains("indent is limited"), "{indent}");
+}
+
+#[test]
+fn tokenizer_json_syntax_errors_inside_the_decoder_are_typed() {
+    // `tokenizers` panics on this one (a syntax error inside the `decoder` value).
+    let data = regression("tokenizer_json", "decoder_json_syntax_error.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(err.to_string().contains("<memory>"), "{err}");
+}

@@ -29,7 +29,10 @@ use crate::config::EngineConfig;
 use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::lora_metrics::LoraRecorder;
-use crate::metrics::{record_config, record_iteration, ExpertRecorder, StepRecorder};
+use crate::kv::KvLeak;
+use crate::metrics::{
+    record_config, record_idle_check, record_iteration, ExpertRecorder, StepRecorder,
+};
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
@@ -70,6 +73,14 @@ pub struct EngineCore {
     emitted_counts: Vec<usize>,
     /// Compiles the grammars of constrained requests; `None`: structured output is refused.
     constraints: Option<Arc<ConstraintFactory>>,
+    idle_checks: IdleChecks,
+}
+
+/// Counts of [`EngineCore::check_idle`] runs and failures.
+#[derive(Debug, Clone, Copy, Default)]
+struct IdleChecks {
+    runs: u64,
+    failures: u64,
 }
 
 impl EngineCore {
@@ -86,7 +97,7 @@ impl EngineCore {
             .validate()
             .map_err(|_| SchedulerError::InvalidConfig("invalid LoRA limits"))?;
         let scheduler = Scheduler::new(config.scheduler_config(executor.kv_geometry()))?;
-        record_config(config.max_num_seqs);
+        record_config(config.max_num_seqs, scheduler.config().num_kv_blocks);
         let experts = executor.expert_token_counts().map(ExpertRecorder::new);
         Ok(EngineCore {
             scheduler,
@@ -104,6 +115,7 @@ impl EngineCore {
             emitted: Vec::new(),
             emitted_counts: Vec::new(),
             constraints: None,
+            idle_checks: IdleChecks::default(),
         })
     }
 
@@ -253,7 +265,23 @@ impl EngineCore {
             kv_window_blocks_freed_total: s.window_blocks_freed,
             prompt_tokens_total: self.prompt_tokens_total,
             generation_tokens_total: self.generation_tokens_total,
+            kv_free_blocks: self.scheduler.kv().num_free_blocks(),
+            kv_idle_checks_total: self.idle_checks.runs,
+            kv_idle_check_failures_total: self.idle_checks.failures,
         }
+    }
+
+    /// Run when the engine has no request left: checks that every KV block came back and that
+    /// the block pool's invariants hold, counting (and logging) any failure.
+    pub fn check_idle(&mut self) -> Result<(), KvLeak> {
+        let result = self.scheduler.check_idle();
+        self.idle_checks.runs += 1;
+        if let Err(e) = &result {
+            self.idle_checks.failures += 1;
+            tracing::error!("idle KV check failed: {e}");
+        }
+        record_idle_check(result.is_ok());
+        result
     }
 
     /// Runs one step; returns the number of tokens computed (0 when nothing could run).

@@ -13,6 +13,7 @@ pub mod lora;
 pub mod metrics;
 pub mod openai;
 pub mod openapi;
+mod openapi_errors;
 pub mod tgi;
 
 use axum::routing::{get, post};

@@ -8,6 +8,7 @@ mod hardening_http;
 mod http;
 mod lora_http;
 mod openai_surface;
+mod openapi_doc;
 mod speculative_launch;
 mod structured_http;
 mod tool_parsers;

@@ -68,8 +68,8 @@ fn the_idle_check_reports_blocks_still_held() {
     assert_eq!(kv.check_idle(), Ok(()));
     let mut r = Request::new(1, prompt(1, 10), RequestParams::new(4));
     let hit = kv.get_computed_blocks(&mut r);
-    kv.allocate_slots(&mut r, r.num_tokens(), &hit)
-        .expect("fits");
+    let n = r.num_tokens();
+    kv.allocate_slots(&mut r, n, &hit).expect("fits");
     assert_eq!(
         kv.check_idle(),
         Err(KvLeak::BlocksHeld { held: 3, total: 8 })

@@ -113,7 +113,9 @@ def invalid_openai(rng, body, route):
     elif choice == 6:
         body["stop"] = [""]
     elif choice == 7:
-        body["max_tokens"] = 10_000_000
+        # On chat, max_completion_tokens wins over max_tokens: make the one in use too large.
+        key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        body[key] = 10_000_000
     else:
         if route == "completions":
             body["logprobs"] = 21

@@ -9,13 +9,13 @@
 # Usage: run_schemathesis.sh PATH/TO/kestrel
 # Uses the default model (KESTREL_DEFAULT_MODEL if set, else `kestrel serve`'s default). The
 # server caps prompt + output at 64 tokens (--max-total-tokens) so generation examples finish
-# fast. SCHEMATHESIS_MAX_EXAMPLES (default 40) bounds the examples per operation and phase.
+# fast. SCHEMATHESIS_MAX_EXAMPLES (default 15) bounds the examples per operation and phase.
 # Builds nothing; installs schemathesis with pip if it is missing; always stops the server.
 set -euo pipefail
 
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
 PYTHON="${PYTHON:-python3}"
-MAX_EXAMPLES="${SCHEMATHESIS_MAX_EXAMPLES:-40}"
+MAX_EXAMPLES="${SCHEMATHESIS_MAX_EXAMPLES:-15}"
 KEY="schemathesis-test-key"
 
 if ! command -v schemathesis >/dev/null 2>&1; then

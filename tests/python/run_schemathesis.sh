@@ -68,6 +68,7 @@ COMMON=(--checks "$CHECKS" --max-examples "$MAX_EXAMPLES" --seed 1 --workers 2
   --generation-database none)
 
 status=0
+cd "$WORK"  # schemathesis keeps a cache directory in the working directory
 echo "schemathesis with the API key"
 schemathesis run "$WORK/openapi.json" --url "$BASE" -H "Authorization: Bearer $KEY" \
   "${COMMON[@]}" || status=$?

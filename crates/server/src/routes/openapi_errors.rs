@@ -14,7 +14,7 @@
 //! 422 and [`TgiErrorBody`](crate::wire::tgi::TgiErrorBody); the others with 400 and
 //! [`ErrorBody`](crate::wire::openai::ErrorBody).
 
-use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::schema::{ObjectBuilder, Ref, Type};
 use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, Response, ResponseBuilder};
@@ -58,10 +58,18 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
     let tgi = TGI_ROUTES.contains(&path);
     let shape = if tgi { "TgiErrorBody" } else { "ErrorBody" };
     let mut add = |status: &str, description: &str, schema: &str, retry_after: bool| {
-        op.responses
+        let response = op
+            .responses
             .responses
             .entry(status.to_string())
             .or_insert_with(|| RefOr::T(error_response(description, schema, retry_after)));
+        // A status the handler's annotation already lists still gets the header.
+        if let (RefOr::T(response), true) = (response, retry_after) {
+            response
+                .headers
+                .entry("Retry-After".to_string())
+                .or_insert_with(retry_after_header);
+        }
     };
     if !OPEN_ROUTES.contains(&path) {
         add(
@@ -122,19 +130,21 @@ fn error_response(description: &str, schema: &str, retry_after: bool) -> Respons
         .description(description)
         .content("application/json", content);
     if retry_after {
-        let integer = ObjectBuilder::new()
-            .schema_type(Type::Integer)
-            .minimum(Some(1))
-            .build();
-        builder = builder.header(
-            "Retry-After",
-            HeaderBuilder::new()
-                .schema(integer)
-                .description(Some("Seconds to wait before retrying"))
-                .build(),
-        );
+        builder = builder.header("Retry-After", retry_after_header());
     }
     builder.build()
+}
+
+/// `Retry-After`: whole seconds, at least 1.
+fn retry_after_header() -> Header {
+    let integer = ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(1))
+        .build();
+    HeaderBuilder::new()
+        .schema(integer)
+        .description(Some("Seconds to wait before retrying"))
+        .build()
 }
 
 /// Declares the `200` of `op` as a `text/event-stream`: instead of its JSON body (`only`; the

@@ -35,6 +35,14 @@ tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
 # installed with apt when missing) against real servers.
 tests/browser/run_playground_test.sh target/release/kestrel || status=$?
 
+# schemathesis against the server's own /openapi.json: no 5xx, every response as documented,
+# with and without the API key.
+tests/python/run_schemathesis.sh target/release/kestrel || status=$?
+
+# A two-minute soak: 64 clients with random parameters and cancellations; fails on any
+# unexpected error, a KV block not given back, resident memory growth or a panic.
+scripts/soak.sh 2 || status=$?
+
 # The production stack in deploy/: Prometheus rules and configs, compose, Kubernetes manifests,
 # Dockerfile, and the Grafana dashboard's queries against a real Prometheus.
 scripts/test_deploy.sh target/release/kestrel || status=$?

@@ -306,4 +306,13 @@ pub struct EngineStats {
     pub kv_window_blocks_freed_total: u64,
     pub prompt_tokens_total: u64,
     pub generation_tokens_total: u64,
+    /// KV blocks no request holds (free, or kept only by the prefix cache).
+    #[serde(default)]
+    pub kv_free_blocks: usize,
+    /// Idle KV checks run (each time the engine ran out of work), and how many found a leak
+    /// or a broken block-pool invariant.
+    #[serde(default)]
+    pub kv_idle_checks_total: u64,
+    #[serde(default)]
+    pub kv_idle_check_failures_total: u64,
 }

@@ -33,8 +33,10 @@ use crate::config::EngineConfig;
 use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::lora_metrics::LoraRecorder;
+use crate::kv::KvLeak;
 use crate::metrics::{
-    record_config, record_iteration, record_slo_rejected, ExpertRecorder, StepRecorder,
+    record_config, record_idle_check, record_iteration, record_slo_rejected, ExpertRecorder,
+    StepRecorder,
 };
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
@@ -81,6 +83,14 @@ pub struct EngineCore {
     predictor: TtftPredictor,
     /// Refuse requests whose first-token objective the predictor says cannot be met.
     slo_admission: bool,
+    idle_checks: IdleChecks,
+}
+
+/// Counts of [`EngineCore::check_idle`] runs and failures.
+#[derive(Debug, Clone, Copy, Default)]
+struct IdleChecks {
+    runs: u64,
+    failures: u64,
 }
 
 impl EngineCore {
@@ -97,7 +107,7 @@ impl EngineCore {
             .validate()
             .map_err(|_| SchedulerError::InvalidConfig("invalid LoRA limits"))?;
         let scheduler = Scheduler::new(config.scheduler_config(executor.kv_geometry()))?;
-        record_config(config.max_num_seqs);
+        record_config(config.max_num_seqs, scheduler.config().num_kv_blocks);
         let experts = executor.expert_token_counts().map(ExpertRecorder::new);
         Ok(EngineCore {
             scheduler,
@@ -117,6 +127,7 @@ impl EngineCore {
             constraints: None,
             predictor: TtftPredictor::new(),
             slo_admission: true,
+            idle_checks: IdleChecks::default(),
         })
     }
 
@@ -331,7 +342,23 @@ impl EngineCore {
             kv_window_blocks_freed_total: s.window_blocks_freed,
             prompt_tokens_total: self.prompt_tokens_total,
             generation_tokens_total: self.generation_tokens_total,
+            kv_free_blocks: self.scheduler.kv().num_free_blocks(),
+            kv_idle_checks_total: self.idle_checks.runs,
+            kv_idle_check_failures_total: self.idle_checks.failures,
         }
+    }
+
+    /// Run when the engine has no request left: checks that every KV block came back and that
+    /// the block pool's invariants hold, counting (and logging) any failure.
+    pub fn check_idle(&mut self) -> Result<(), KvLeak> {
+        let result = self.scheduler.check_idle();
+        self.idle_checks.runs += 1;
+        if let Err(e) = &result {
+            self.idle_checks.failures += 1;
+            tracing::error!("idle KV check failed: {e}");
+        }
+        record_idle_check(result.is_ok());
+        result
     }
 
     /// Runs one step; returns the number of tokens computed (0 when nothing could run).

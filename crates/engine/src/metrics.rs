@@ -74,6 +74,16 @@ pub mod names {
     /// Counter: requests with a first-token objective refused at admission (429) because the
     /// engine predicted they would miss it.
     pub const REQUESTS_SLO_REJECTED_TOTAL: &str = "kestrel:requests_slo_rejected_total";
+    /// Gauge: KV blocks in the pool (set when the engine starts).
+    pub const KV_NUM_BLOCKS: &str = "kestrel:kv_num_blocks";
+    /// Gauge: KV blocks no request holds (free, or kept only by the prefix cache); equals
+    /// `kv_num_blocks` whenever the engine is idle.
+    pub const KV_FREE_BLOCKS: &str = "kestrel:kv_free_blocks";
+    /// Counter: idle KV checks (run each time the engine runs out of work: every block free,
+    /// no block table left, block-pool invariants hold).
+    pub const KV_IDLE_CHECKS_TOTAL: &str = "kestrel:kv_idle_checks_total";
+    /// Counter: idle KV checks that found a leaked block or a broken block-pool invariant.
+    pub const KV_IDLE_CHECK_FAILURES_TOTAL: &str = "kestrel:kv_idle_check_failures_total";
 }
 
 /// Registers help text and units for every engine metric with the installed recorder.
@@ -181,6 +191,22 @@ pub fn describe() {
         Unit::Count,
         "Requests refused at admission because their first-token objective could not be met"
     );
+    describe_gauge!(KV_NUM_BLOCKS, Unit::Count, "KV blocks in the pool");
+    describe_gauge!(
+        KV_FREE_BLOCKS,
+        Unit::Count,
+        "KV blocks no request holds (free or only prefix-cached)"
+    );
+    describe_counter!(
+        KV_IDLE_CHECKS_TOTAL,
+        Unit::Count,
+        "KV leak and block-pool invariant checks run while idle"
+    );
+    describe_counter!(
+        KV_IDLE_CHECK_FAILURES_TOTAL,
+        Unit::Count,
+        "Idle KV checks that found a leaked block or a broken invariant"
+    );
     crate::spec::describe_metrics();
 }
 
@@ -197,6 +223,7 @@ impl StepRecorder {
         gauge!(names::NUM_REQUESTS_RUNNING).set(now.num_running as f64);
         gauge!(names::NUM_REQUESTS_WAITING).set(now.num_waiting as f64);
         gauge!(names::KV_CACHE_USAGE_PERC).set(now.kv_usage);
+        gauge!(names::KV_FREE_BLOCKS).set(now.kv_free_blocks as f64);
         let preemptions = now
             .num_preemptions
             .saturating_sub(self.last.num_preemptions);
@@ -228,8 +255,18 @@ impl StepRecorder {
 }
 
 /// The engine's configured limits, published once when its core is created.
-pub(crate) fn record_config(max_num_seqs: usize) {
+pub(crate) fn record_config(max_num_seqs: usize, num_kv_blocks: usize) {
     gauge!(names::MAX_NUM_SEQS).set(max_num_seqs as f64);
+    gauge!(names::KV_NUM_BLOCKS).set(num_kv_blocks as f64);
+    gauge!(names::KV_FREE_BLOCKS).set(num_kv_blocks as f64);
+}
+
+/// An idle KV check ran and passed (`ok`) or failed.
+pub(crate) fn record_idle_check(ok: bool) {
+    counter!(names::KV_IDLE_CHECKS_TOTAL).increment(1);
+    if !ok {
+        counter!(names::KV_IDLE_CHECK_FAILURES_TOTAL).increment(1);
+    }
 }
 
 /// Tokens computed by one step.

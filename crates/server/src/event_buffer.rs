@@ -44,9 +44,20 @@ pub fn bounded(events: EventStream, capacity: usize) -> EventStream {
     EventStream::new(id, out.boxed())
 }
 
-/// Forwards events until the stream ends, the receiver is gone, or the buffer is full.
+/// Forwards events until the stream ends, the receiver is gone, or the buffer is full. A
+/// receiver dropped while no event comes (the request still queued, or between tokens) ends
+/// the pump at once, which drops `events` and so aborts the request: it must not wait in the
+/// queue, and then be computed, for a client that has left.
 async fn pump(mut events: EventStream, tx: mpsc::Sender<EngineEvent>, overflow: Arc<AtomicBool>) {
-    while let Some(event) = events.next().await {
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = tx.closed() => return,
+            event = events.next() => match event {
+                Some(event) => event,
+                None => return,
+            },
+        };
         match tx.try_send(event) {
             Ok(()) => {}
             Err(TrySendError::Closed(_)) => return,
@@ -66,4 +77,48 @@ fn fell_behind(capacity: usize) -> EngineEvent {
     EngineEvent::Failed(EngineFailure::Internal(format!(
         "the client read the stream too slowly ({capacity} events waiting); the request was aborted"
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Sets its flag when dropped (with the engine stream that owns it).
+    struct DropFlag(Arc<AtomicBool>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    /// An engine stream that never yields (a request waiting in the queue), reporting its drop.
+    fn queued_forever(dropped: Arc<AtomicBool>) -> EventStream {
+        let flag = DropFlag(dropped);
+        let events = stream::unfold(flag, |flag| async move {
+            std::future::pending::<()>().await;
+            Some((EngineEvent::Failed(EngineFailure::ShuttingDown), flag))
+        });
+        EventStream::new(7, events.boxed())
+    }
+
+    #[tokio::test]
+    async fn a_client_gone_before_any_event_drops_the_engine_stream() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let client = bounded(queued_forever(dropped.clone()), 4);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!dropped.load(Ordering::Acquire), "kept while the client reads");
+        drop(client);
+        let mut waited = Duration::ZERO;
+        while !dropped.load(Ordering::Acquire) && waited < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            waited += Duration::from_millis(5);
+        }
+        assert!(
+            dropped.load(Ordering::Acquire),
+            "the queued request was not aborted when its client went away"
+        );
+    }
 }

@@ -97,6 +97,7 @@ pub fn render_with(handle: &PrometheusHandle, stats: Option<EngineStats>) -> Str
         metrics::gauge!(names::NUM_REQUESTS_RUNNING).set(stats.running as f64);
         metrics::gauge!(names::NUM_REQUESTS_WAITING).set(stats.waiting as f64);
         metrics::gauge!(names::KV_CACHE_USAGE_PERC).set(stats.kv_usage);
+        metrics::gauge!(names::KV_FREE_BLOCKS).set(stats.kv_free_blocks as f64);
     }
     handle.run_upkeep();
     handle.render()

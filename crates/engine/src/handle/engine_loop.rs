@@ -27,6 +27,9 @@ pub(super) struct EngineLoop {
     disconnected: bool,
     /// Set when a step panicked: the loop ends and everything in flight fails with it.
     crashed: Option<String>,
+    /// Whether the previous turn of the loop had work: the idle KV check runs once each time
+    /// the engine runs out of work.
+    was_busy: bool,
 }
 
 impl EngineLoop {
@@ -46,6 +49,7 @@ impl EngineLoop {
             deadline: None,
             disconnected: false,
             crashed: None,
+            was_busy: true,
         }
     }
 
@@ -57,6 +61,7 @@ impl EngineLoop {
                 break;
             }
             if self.core.has_unfinished() {
+                self.was_busy = true;
                 let Some(computed) = self.guarded_step() else {
                     break;
                 };
@@ -65,6 +70,10 @@ impl EngineLoop {
                     self.wait(Some(self.stall_wait()));
                 }
             } else {
+                if std::mem::take(&mut self.was_busy) {
+                    // Counted, logged and published in the stats; the engine keeps serving.
+                    let _ = self.core.check_idle();
+                }
                 self.publish();
                 self.wait(None);
             }

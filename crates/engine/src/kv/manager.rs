@@ -22,7 +22,7 @@
 //! that leaves one request's window only loses that request's reference.
 
 use super::block_hash::extend_block_hashes;
-use super::{AttentionWindow, BlockId, BlockPool, KvError, NO_BLOCK};
+use super::{AttentionWindow, BlockId, BlockPool, KvError, KvLeak, NO_BLOCK};
 use crate::request::Request;
 
 /// KV-cache geometry and policy. The model side converts its memory budget into `num_blocks`.
@@ -333,6 +333,24 @@ impl KvCacheManager {
             );
             self.pool.free(held.iter().rev().copied());
         }
+    }
+
+    /// Checks, while no request is alive, that every block is free, that no block table is
+    /// counted, and that the pool's invariants hold (O(number of blocks)).
+    pub fn check_idle(&self) -> Result<(), KvLeak> {
+        self.pool.check_invariants().map_err(KvLeak::Invariant)?;
+        let total = self.pool.num_blocks();
+        let free = self.pool.num_free_blocks();
+        if free != total {
+            return Err(KvLeak::BlocksHeld {
+                held: total - free,
+                total,
+            });
+        }
+        if self.num_tables != 0 {
+            return Err(KvLeak::TablesHeld(self.num_tables));
+        }
+        Ok(())
     }
 
     /// Forgets all cached prefixes; only possible while no request holds blocks.

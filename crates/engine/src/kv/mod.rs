@@ -65,3 +65,18 @@ pub enum KvError {
     #[error("the attention window must be at least 1 token")]
     ZeroWindow,
 }
+
+/// A KV-cache bookkeeping fault found by [`KvCacheManager::check_idle`]: blocks still held with
+/// no request alive (a leak), or a broken block-pool invariant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvLeak {
+    /// Blocks are referenced although no request holds a table.
+    #[error("{held} of {total} KV blocks still referenced with no request alive")]
+    BlocksHeld { held: usize, total: usize },
+    /// Block tables are counted although no request is alive.
+    #[error("{0} block tables still counted with no request alive")]
+    TablesHeld(usize),
+    /// The pool's free list, reference counts or cache map disagree.
+    #[error("block-pool invariant broken: {0}")]
+    Invariant(String),
+}

@@ -178,6 +178,8 @@ pub struct SchedulerStats {
     pub prefix_cache: PrefixCacheStats,
     /// KV blocks released out of the attention window since start.
     pub window_blocks_freed: u64,
+    /// KV blocks no request holds.
+    pub kv_free_blocks: usize,
 }
 
 /// The step being built: remaining budget, who runs how many tokens, who was preempted.
@@ -345,6 +347,15 @@ impl Scheduler {
             .collect()
     }
 
+    /// While no request is alive: checks that the KV cache holds no block and that the block
+    /// pool's invariants hold. Requests alive make the check meaningless, so it passes.
+    pub fn check_idle(&self) -> Result<(), crate::kv::KvLeak> {
+        if self.has_unfinished() {
+            return Ok(());
+        }
+        self.kv.check_idle()
+    }
+
     /// Current counters.
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
@@ -354,6 +365,7 @@ impl Scheduler {
             num_preemptions: self.num_preemptions,
             prefix_cache: self.kv.stats(),
             window_blocks_freed: self.kv.window_blocks_freed(),
+            kv_free_blocks: self.kv.num_free_blocks(),
         }
     }
 

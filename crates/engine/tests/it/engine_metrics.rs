@@ -209,6 +209,43 @@ fn max_num_seqs_is_published_when_the_core_is_created() {
     });
     let s = recorder.0.lock().unwrap();
     assert_eq!(s.gauges.get("kestrel:max_num_seqs"), Some(&7.0));
+    assert_eq!(s.gauges.get("kestrel:kv_num_blocks"), Some(&64.0));
+    assert_eq!(s.gauges.get("kestrel:kv_free_blocks"), Some(&64.0));
+}
+
+#[test]
+fn idle_checks_are_counted_and_free_blocks_published() {
+    let recorder = TestRecorder::default();
+    let cfg = EngineConfig {
+        max_num_seqs: 4,
+        max_num_batched_tokens: 2048,
+        enable_prefix_caching: true,
+        max_model_len: usize::MAX,
+        max_concurrent_requests: None,
+        lora: Default::default(),
+    };
+    let stats = metrics::with_local_recorder(&recorder, || {
+        let exec = MockExecutor::new(32, BLOCK, VOCAB);
+        let mut core = EngineCore::new(Box::new(exec), Arc::new(LetterDecoder), vec![EOS], &cfg)
+            .expect("valid config");
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        core.add_request(1, request(prompt(1, 10), 5).build(), tx);
+        core.step();
+        // With a request alive its blocks are held legitimately: the check passes.
+        assert_eq!(core.check_idle(), Ok(()));
+        while core.has_unfinished() {
+            core.step();
+        }
+        assert_eq!(core.check_idle(), Ok(()));
+        core.stats()
+    });
+    let s = recorder.0.lock().unwrap();
+    assert_eq!(s.counters.get("kestrel:kv_idle_checks_total"), Some(&2));
+    assert_eq!(s.counters.get("kestrel:kv_idle_check_failures_total"), None);
+    assert_eq!(s.gauges.get("kestrel:kv_free_blocks"), Some(&32.0));
+    assert_eq!(stats.kv_idle_checks_total, 2);
+    assert_eq!(stats.kv_idle_check_failures_total, 0);
+    assert_eq!(stats.kv_free_blocks, 32);
 }
 
 #[test]

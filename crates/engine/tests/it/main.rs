@@ -4,6 +4,7 @@
 mod engine_common;
 
 mod engine_admission;
+mod engine_idle_check;
 mod engine_lora;
 mod engine_metrics;
 mod engine_outputs;

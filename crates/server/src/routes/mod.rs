@@ -15,6 +15,7 @@ pub mod lora;
 pub mod metrics;
 pub mod openai;
 pub mod openapi;
+mod openapi_errors;
 pub mod playground;
 pub mod tgi;
 

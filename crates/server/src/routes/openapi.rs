@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use utoipa::OpenApi;
 
+use super::openapi_errors::ErrorResponses;
 use crate::error::json_response;
 
 /// The API description.
@@ -30,7 +31,8 @@ use crate::error::json_response;
         super::health::live,
         super::metrics::metrics,
         openapi_json,
-    )
+    ),
+    modifiers(&ErrorResponses)
 )]
 pub struct ApiDoc;
 

@@ -481,6 +481,8 @@ async fn metrics_openapi_and_info_routes() {
         "kestrel:kv_cache_usage_perc",
         "kestrel:generation_tokens_total",
         "kestrel:time_to_first_token_seconds_bucket{le=",
+        "kestrel:kv_num_blocks",
+        "kestrel:kv_free_blocks",
     ] {
         assert!(m.contains(name), "missing {name} in /metrics:\n{m}");
     }

@@ -13,6 +13,7 @@ mod openai_surface;
 mod playground_http;
 mod slo_admission_http;
 mod request_id_http;
+mod openapi_doc;
 mod speculative_launch;
 mod structured_http;
 mod tool_parsers;

@@ -1,0 +1,163 @@
+//! [`ErrorResponses`]: completes the generated OpenAPI document with the responses every route
+//! can give besides its own (the API-key check, the body limits, overload, unavailability), in
+//! the error shape of its API, and with the server-sent-event content of the streaming routes.
+//!
+//! | Route kind | Added (when missing) |
+//! |---|---|
+//! | every route but `/health*` and `/metrics` | 401 (the API-key check; always OpenAI-shaped) |
+//! | every `POST` | 400/422 (invalid body), 408 (body timeout), 413 (body or input too large) |
+//! | generation routes | 404 (model or adapter), 429 and 503 with `Retry-After` |
+//! | `/v1/embeddings` | 404 (model), 503 with `Retry-After` |
+//! | LoRA routes | 400, 404, 409, 503 |
+//!
+//! TGI routes (`/`, `/generate`, `/generate_stream`, `/tokenize`) answer validation errors with
+//! 422 and [`TgiErrorBody`](crate::wire::tgi::TgiErrorBody); the others with 400 and
+//! [`ErrorBody`](crate::wire::openai::ErrorBody).
+
+use utoipa::openapi::header::{Header, HeaderBuilder};
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::schema::{ObjectBuilder, Ref, Type};
+use utoipa::openapi::{ContentBuilder, OpenApi, RefOr, Response, ResponseBuilder};
+use utoipa::Modify;
+
+/// Routes that answer without the API key.
+const OPEN_ROUTES: &[&str] = &["/health", "/health/live", "/metrics"];
+/// Routes with TGI's error shape and status codes.
+const TGI_ROUTES: &[&str] = &["/", "/generate", "/generate_stream", "/tokenize"];
+/// Routes that queue work on the engine.
+const GENERATION_ROUTES: &[&str] = &[
+    "/",
+    "/generate",
+    "/generate_stream",
+    "/v1/completions",
+    "/v1/chat/completions",
+];
+/// Routes whose `200` may be a stream of server-sent events.
+const SSE_ROUTES: &[&str] = &["/", "/v1/completions", "/v1/chat/completions"];
+const LORA_ROUTES: &[&str] = &["/v1/load_lora_adapter", "/v1/unload_lora_adapter"];
+
+/// The [`Modify`] that adds the shared error responses (see the module docs).
+pub struct ErrorResponses;
+
+impl Modify for ErrorResponses {
+    fn modify(&self, openapi: &mut OpenApi) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let path = path.as_str();
+            if let Some(op) = item.get.as_mut() {
+                complete(path, false, op);
+            }
+            if let Some(op) = item.post.as_mut() {
+                complete(path, true, op);
+            }
+        }
+    }
+}
+
+/// Adds the responses `path` can give to `op` (a `POST` when `post`).
+fn complete(path: &str, post: bool, op: &mut Operation) {
+    let tgi = TGI_ROUTES.contains(&path);
+    let shape = if tgi { "TgiErrorBody" } else { "ErrorBody" };
+    let mut add = |status: &str, description: &str, schema: &str, retry_after: bool| {
+        let response = op
+            .responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| RefOr::T(error_response(description, schema, retry_after)));
+        // A status the handler's annotation already lists still gets the header.
+        if let (RefOr::T(response), true) = (response, retry_after) {
+            response
+                .headers
+                .entry("Retry-After".to_string())
+                .or_insert_with(retry_after_header);
+        }
+    };
+    if !OPEN_ROUTES.contains(&path) {
+        add(
+            "401",
+            "Missing or wrong API key (when the server runs with one)",
+            "ErrorBody",
+            false,
+        );
+    }
+    if post {
+        let invalid = if tgi { "422" } else { "400" };
+        add(invalid, "Malformed body or invalid parameter", shape, false);
+        add("408", "The request body did not arrive in time", shape, false);
+        add(
+            "413",
+            "The request body, or a text in it, is larger than the limit",
+            shape,
+            false,
+        );
+    }
+    if GENERATION_ROUTES.contains(&path) {
+        add("404", "Unknown model or LoRA adapter", shape, false);
+        add("429", "Too many requests in flight", shape, true);
+        add(
+            "503",
+            "The engine cannot take or finish the request now (shutting down, queue timeout)",
+            shape,
+            true,
+        );
+    }
+    if path == "/v1/embeddings" {
+        add("404", "Unknown model", shape, false);
+        add("503", "The engine cannot take the request now", shape, true);
+    }
+    if LORA_ROUTES.contains(&path) {
+        add(
+            "404",
+            "Unknown adapter, or run-time LoRA loading disabled",
+            shape,
+            false,
+        );
+        add("409", "The adapter is in use or already loaded", shape, false);
+        add("503", "The engine cannot load adapters now", shape, true);
+    }
+    if path == "/generate_stream" {
+        set_sse(op, true);
+    } else if SSE_ROUTES.contains(&path) {
+        set_sse(op, false);
+    }
+}
+
+/// An error response with a body of component `schema`, and a `Retry-After` header if asked.
+fn error_response(description: &str, schema: &str, retry_after: bool) -> Response {
+    let content = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name(schema)))
+        .build();
+    let mut builder = ResponseBuilder::new()
+        .description(description)
+        .content("application/json", content);
+    if retry_after {
+        builder = builder.header("Retry-After", retry_after_header());
+    }
+    builder.build()
+}
+
+/// `Retry-After`: whole seconds, at least 1.
+fn retry_after_header() -> Header {
+    let integer = ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .minimum(Some(1))
+        .build();
+    HeaderBuilder::new()
+        .schema(integer)
+        .description(Some("Seconds to wait before retrying"))
+        .build()
+}
+
+/// Declares the `200` of `op` as a `text/event-stream`: instead of its JSON body (`only`; the
+/// schema then describes each event), or besides it (a stream when the request asks for one).
+fn set_sse(op: &mut Operation, only: bool) {
+    let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") else {
+        return;
+    };
+    let sse = match only.then(|| ok.content.shift_remove("application/json")) {
+        Some(Some(json)) => json,
+        _ => ContentBuilder::new()
+            .schema(Some(ObjectBuilder::new().schema_type(Type::String).build()))
+            .build(),
+    };
+    ok.content.insert("text/event-stream".to_string(), sse);
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Soak test: starts `kestrel serve` (the default model) on a free loopback port and drives it
+# with 64 concurrent clients for MINUTES minutes (default 30) through scripts/soak_driver.py:
+# random parameters on every generation route (chat, completions, TGI), random stop strings,
+# deliberately invalid requests (which must get exactly the expected 4xx), and clients that
+# drop the connection mid-request (at least 10,000 per 30 minutes). It fails on any unexpected
+# error, if the engine is not idle with every KV block back at the end (/metrics, including the
+# engine's idle block-pool check), if the server's RSS grows more than 5% after the warm-up
+# (the first 20% of the run), or if the server panics.
+#
+# Usage: scripts/soak.sh [MINUTES]
+# Environment: KESTREL (default target/release/kestrel, not built here), KESTREL_DEFAULT_MODEL
+# (default: what `kestrel fetch` returns), SOAK_RESULT (JSON result file, default
+# target/soak/result.json), SOAK_NICE (default 19: server and driver run under `nice`),
+# SOAK_CONCURRENCY (default 64), SOAK_RATE (request starts per second over all clients,
+# default 8: enough for the cancellations, little enough for a niced server on two shared
+# cores to keep up), SOAK_SEED (default 1), PYTHON (default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MINUTES="${1:-30}"
+KESTREL="${KESTREL:-target/release/kestrel}"
+PYTHON="${PYTHON:-python3}"
+NICE="${SOAK_NICE:-19}"
+RESULT="${SOAK_RESULT:-target/soak/result.json}"
+mkdir -p "$(dirname "$RESULT")"
+
+if ! "$PYTHON" -c 'import httpx' 2>/dev/null; then
+  "$PYTHON" -m pip install --quiet httpx || "$PYTHON" -m pip install --quiet --break-system-packages httpx
+fi
+MODEL="${KESTREL_DEFAULT_MODEL:-$("$KESTREL" fetch)}"
+
+PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+LOG="$(mktemp)"
+# The KV cache's pages become resident as its blocks are first written: it is kept small
+# (2048 tokens, about 90 MiB for the default model) so that every block has been written
+# within the warm-up even of the two-minute run, and RSS growth after it means a leak. 16
+# sequences per step keep the 64 clients queueing, so waiting requests get cancelled too;
+# steps of at most 256 tokens keep a niced server on busy cores taking commands (new
+# requests, aborts) every few seconds rather than every half minute.
+nice -n "$NICE" "$KESTREL" serve "$MODEL" --hostname 127.0.0.1 --port "$PORT" \
+  --kv-cache-tokens "${SOAK_KV_TOKENS:-2048}" --max-num-seqs 16 \
+  --max-num-batched-tokens 256 >"$LOG" 2>&1 &
+SERVER_PID=$!
+cleanup() {
+  kill "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  rm -f "$LOG"
+}
+trap cleanup EXIT
+
+for _ in $(seq 1 240); do
+  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    echo "kestrel serve exited early:" >&2
+    cat "$LOG" >&2
+    exit 1
+  fi
+  if "$PYTHON" -c "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
+    break
+  fi
+  sleep 0.5
+done
+
+echo "soak: $MINUTES min against $MODEL (server pid $SERVER_PID, port $PORT)"
+status=0
+nice -n "$NICE" "$PYTHON" scripts/soak_driver.py --base-url "http://127.0.0.1:$PORT" \
+  --pid "$SERVER_PID" --minutes "$MINUTES" --concurrency "${SOAK_CONCURRENCY:-64}" \
+  --seed "${SOAK_SEED:-1}" --rate "${SOAK_RATE:-8}" --result "$RESULT" --server-log "$LOG" || status=$?
+if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+  echo "soak: the server died" >&2
+  status=1
+fi
+if [ "$status" -ne 0 ]; then
+  echo "server log (last 50 lines):" >&2
+  tail -n 50 "$LOG" >&2
+fi
+echo "soak result: $RESULT"
+exit $status

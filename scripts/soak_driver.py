@@ -628,7 +628,7 @@ async def main_async(args):
         except httpx.HTTPError as e:
             health = repr(e)
 
-    warmup_end = 0.2 * duration
+    warmup_end = args.warmup_fraction * duration
     rss = rss_summary(series, warmup_end)
     failures = []
     if stats.errors:
@@ -733,6 +733,8 @@ def main():
     ap.add_argument("--min-cancellations", type=int, default=-1,
                     help="default: 10000 per 30 minutes, prorated")
     ap.add_argument("--rss-tolerance", type=float, default=0.05)
+    ap.add_argument("--warmup-fraction", type=float, default=0.2,
+                    help="share of the run before the RSS reference point")
     ap.add_argument("--rss-interval", type=float, default=0.0)
     ap.add_argument("--idle-timeout", type=float, default=120.0)
     args = ap.parse_args()

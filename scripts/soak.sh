@@ -12,7 +12,7 @@
 # Environment: KESTREL (default target/release/kestrel, not built here), KESTREL_DEFAULT_MODEL
 # (default: what `kestrel fetch` returns), SOAK_RESULT (JSON result file, default
 # target/soak/result.json), SOAK_NICE (default 19: server and driver run under `nice`),
-# SOAK_WARMUP_FRACTION (default 0.2) and SOAK_RSS_TOLERANCE (default 0.05): RSS after the
+# SOAK_MIN_CANCELLATIONS (default: 10,000 per 30 minutes, prorated), SOAK_WARMUP_FRACTION (default 0.2) and SOAK_RSS_TOLERANCE (default 0.05): RSS after the
 # warm-up must stay within this share of the RSS at its end; SOAK_CONCURRENCY (default 64), SOAK_RATE (request starts per second over all clients,
 # default 8: enough for the cancellations, little enough for a niced server on two shared
 # cores to keep up), SOAK_SEED (default 1), PYTHON (default python3).
@@ -68,6 +68,7 @@ nice -n "$NICE" "$PYTHON" scripts/soak_driver.py --base-url "http://127.0.0.1:$P
   --pid "$SERVER_PID" --minutes "$MINUTES" --concurrency "${SOAK_CONCURRENCY:-64}" \
   --seed "${SOAK_SEED:-1}" --rate "${SOAK_RATE:-8}" --result "$RESULT" --server-log "$LOG" \
   --warmup-fraction "${SOAK_WARMUP_FRACTION:-0.2}" --rss-tolerance "${SOAK_RSS_TOLERANCE:-0.05}" \
+  --min-cancellations "${SOAK_MIN_CANCELLATIONS:--1}" \
   || status=$?
 if ! kill -0 "$SERVER_PID" 2>/dev/null; then
   echo "soak: the server died" >&2

@@ -32,8 +32,8 @@ use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, Request
 use crate::config::EngineConfig;
 use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
-use crate::lora_metrics::LoraRecorder;
 use crate::kv::KvLeak;
+use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{
     record_config, record_idle_check, record_iteration, record_slo_rejected, ExpertRecorder,
     StepRecorder,

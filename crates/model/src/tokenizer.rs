@@ -280,11 +280,10 @@ impl Tokenizer {
     /// `tokenizer_config.json`. Without the config, EOS is the first well-known end-of-turn token
     /// present and BOS is unknown.
     pub fn from_file(tokenizer_json: &Path, tokenizer_config: Option<&Path>) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(tokenizer_json).map_err(|e| TokenizerError::Load {
-                path: tokenizer_json.to_path_buf(),
-                message: e.to_string(),
-            })?;
+        let text = std::fs::read_to_string(tokenizer_json).map_err(|e| TokenizerError::Load {
+            path: tokenizer_json.to_path_buf(),
+            message: e.to_string(),
+        })?;
         let inner = parse_hf_json(&text, tokenizer_json)?;
         let config = match tokenizer_config {
             Some(path) => TokenizerConfig::read(path)?,

@@ -109,7 +109,10 @@ mod tests {
         let dropped = Arc::new(AtomicBool::new(false));
         let client = bounded(queued_forever(dropped.clone()), 4);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!dropped.load(Ordering::Acquire), "kept while the client reads");
+        assert!(
+            !dropped.load(Ordering::Acquire),
+            "kept while the client reads"
+        );
         drop(client);
         let mut waited = Duration::ZERO;
         while !dropped.load(Ordering::Acquire) && waited < Duration::from_secs(5) {

@@ -38,7 +38,9 @@ struct RefusingBackend {
 
 impl Backend for RefusingBackend {
     fn submit(&self, _req: EngineRequest) -> Result<EventStream, ApiError> {
-        Err(ApiError::Unavailable("no engine behind the fuzzing state".into()))
+        Err(ApiError::Unavailable(
+            "no engine behind the fuzzing state".into(),
+        ))
     }
 
     fn request_limits(&self) -> RequestLimits {
@@ -85,10 +87,13 @@ impl Backend for RefusingBackend {
 /// A state over a HF `tokenizer.json` and `tokenizer_config.json` (BOS/EOS and the chat
 /// template), with the default limits of `kestrel serve` and a context of
 /// [`MAX_MODEL_LEN`] tokens.
-pub fn fuzz_state(tokenizer_json: &str, tokenizer_config: &str) -> Result<AppState, FuzzStateError> {
+pub fn fuzz_state(
+    tokenizer_json: &str,
+    tokenizer_config: &str,
+) -> Result<AppState, FuzzStateError> {
     let err = |e: &dyn std::fmt::Display| FuzzStateError(e.to_string());
-    let tokenizer = Tokenizer::from_json_text(tokenizer_json, Some(tokenizer_config))
-        .map_err(|e| err(&e))?;
+    let tokenizer =
+        Tokenizer::from_json_text(tokenizer_json, Some(tokenizer_config)).map_err(|e| err(&e))?;
     let chat_template = kestrel_model::loader::template(&tokenizer).map_err(|e| err(&e))?;
     let tool_call_format = tokenizer.chat_template().and_then(ToolCallFormat::detect);
     let backend = RefusingBackend {

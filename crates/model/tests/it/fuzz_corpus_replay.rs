@@ -32,7 +32,10 @@ fn inputs(target: &str) -> Vec<PathBuf> {
 /// Runs `entry` on every input of `target`; returns how many were accepted (`Ok`).
 fn replay<T, E: std::fmt::Debug>(target: &str, entry: impl Fn(&[u8]) -> Result<T, E>) -> usize {
     let files = inputs(target);
-    assert!(!files.is_empty(), "no committed inputs for fuzz target {target}");
+    assert!(
+        !files.is_empty(),
+        "no committed inputs for fuzz target {target}"
+    );
     let mut accepted = 0;
     for path in &files {
         let data = std::fs::read(path).unwrap();
@@ -69,8 +72,14 @@ fn safetensors_inputs_return() {
 
 #[test]
 fn safetensors_seeds_load_and_refuse() {
-    for name in ["f32.safetensors", "mixed.safetensors", "bf16.safetensors", "empty.safetensors"] {
-        fuzz_entry::safetensors(&seed("safetensors", name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for name in [
+        "f32.safetensors",
+        "mixed.safetensors",
+        "bf16.safetensors",
+        "empty.safetensors",
+    ] {
+        fuzz_entry::safetensors(&seed("safetensors", name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let err = fuzz_entry::safetensors(&seed("safetensors", "u8_unsupported.safetensors"));
     assert!(err.unwrap_err().to_string().contains("dtype"));
@@ -108,11 +117,19 @@ fn chat_template_inputs_return() {
 
 #[test]
 fn chat_template_seeds_render() {
-    for name in ["qwen2.5.txt", "hermes3.txt", "llama3.1.txt", "tojson.txt", "macro.txt"] {
+    for name in [
+        "qwen2.5.txt",
+        "hermes3.txt",
+        "llama3.1.txt",
+        "tojson.txt",
+        "macro.txt",
+    ] {
         fuzz_entry::chat_template(&seed("chat_template", name))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    let raised = fuzz_entry::chat_template(b"[{\"role\":\"system\",\"content\":\"x\"}]\n{{ raise_exception('no') }}");
+    let raised = fuzz_entry::chat_template(
+        b"[{\"role\":\"system\",\"content\":\"x\"}]\n{{ raise_exception('no') }}",
+    );
     assert_eq!(raised.unwrap_err().to_string(), "no");
 }
 
@@ -134,8 +151,14 @@ fn absurd_layer_counts_are_refused_before_allocating() {
 fn runaway_templates_are_stopped() {
     use kestrel_model::chat_template::ChatTemplateError;
     let run = |name| fuzz_entry::chat_template(&regression("chat_template", name)).unwrap_err();
-    assert!(matches!(run("nested_loops_1e10.txt"), ChatTemplateError::OutOfFuel));
-    assert!(matches!(run("output_10tb.txt"), ChatTemplateError::TooLarge));
+    assert!(matches!(
+        run("nested_loops_1e10.txt"),
+        ChatTemplateError::OutOfFuel
+    ));
+    assert!(matches!(
+        run("output_10tb.txt"),
+        ChatTemplateError::TooLarge
+    ));
     let indent = run("tojson_huge_indent.txt");
     assert!(indent.to_string().contains("indent is limited"), "{indent}");
 }

@@ -82,7 +82,12 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
     if post {
         let invalid = if tgi { "422" } else { "400" };
         add(invalid, "Malformed body or invalid parameter", shape, false);
-        add("408", "The request body did not arrive in time", shape, false);
+        add(
+            "408",
+            "The request body did not arrive in time",
+            shape,
+            false,
+        );
         add(
             "413",
             "The request body, or a text in it, is larger than the limit",
@@ -111,7 +116,12 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
             shape,
             false,
         );
-        add("409", "The adapter is in use or already loaded", shape, false);
+        add(
+            "409",
+            "The adapter is in use or already loaded",
+            shape,
+            false,
+        );
         add("503", "The engine cannot load adapters now", shape, true);
     }
     if path == "/generate_stream" {
@@ -147,17 +157,45 @@ fn retry_after_header() -> Header {
         .build()
 }
 
-/// Declares the `200` of `op` as a `text/event-stream`: instead of its JSON body (`only`; the
-/// schema then describes each event), or besides it (a stream when the request asks for one).
+/// Declares the `200` of `op` as a `text/event-stream`: instead of its JSON body (`only`), or
+/// besides it (a stream when the request asks for one). The schema describes one server-sent
+/// event as SSE parsers (and OpenAPI 3.2's `itemSchema`) see it: a `data` string holding JSON
+/// (the event type named in its description, or `[DONE]`), with optional `event`, `id` and
+/// `retry` fields.
 fn set_sse(op: &mut Operation, only: bool) {
     let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") else {
         return;
     };
-    let sse = match only.then(|| ok.content.shift_remove("application/json")) {
-        Some(Some(json)) => json,
-        _ => ContentBuilder::new()
-            .schema(Some(ObjectBuilder::new().schema_type(Type::String).build()))
-            .build(),
+    let event_type = match only.then(|| ok.content.shift_remove("application/json")) {
+        Some(Some(json)) => match json.schema {
+            Some(RefOr::Ref(r)) => r.ref_location.rsplit('/').next().map(str::to_string),
+            _ => None,
+        },
+        _ => None,
     };
+    let data = match event_type {
+        Some(name) => format!("One JSON `{name}` (#/components/schemas/{name})"),
+        None => "One JSON chunk of the response, or `[DONE]` at the end".to_string(),
+    };
+    let string = |description: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(description))
+    };
+    let event = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some("One server-sent event"))
+        .property("data", string(&data).content_media_type("application/json"))
+        .property("event", string("The event type, if set"))
+        .property("id", string("The event id, if set"))
+        .property(
+            "retry",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .description(Some("Reconnection time in ms, if set")),
+        )
+        .required("data")
+        .build();
+    let sse = ContentBuilder::new().schema(Some(event)).build();
     ok.content.insert("text/event-stream".to_string(), sse);
 }

@@ -49,9 +49,14 @@ fn request_inputs_return() {
     for path in &files {
         let data = std::fs::read(path).unwrap();
         let start = Instant::now();
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request(&state, &data)))
-            .unwrap_or_else(|_| panic!("{} panicked", path.display()));
-        assert!(start.elapsed() < PER_INPUT, "{} took too long", path.display());
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| request(&state, &data)))
+                .unwrap_or_else(|_| panic!("{} panicked", path.display()));
+        assert!(
+            start.elapsed() < PER_INPUT,
+            "{} took too long",
+            path.display()
+        );
         accepted += [&outcome.completion, &outcome.chat, &outcome.generate]
             .iter()
             .filter(|r| r.is_ok())
@@ -74,10 +79,15 @@ fn request_seeds_validate_for_their_route() {
     }
     let completion = request(&state, &seed("completion_min.json"));
     completion.completion.unwrap();
-    assert!(completion.chat.is_err(), "a completions body is not a chat body");
+    assert!(
+        completion.chat.is_err(),
+        "a completions body is not a chat body"
+    );
     request(&state, &seed("tgi_min.json")).generate.unwrap();
     // `echo` with `logprobs` is refused by name.
-    let refused = request(&state, &seed("completion_list.json")).completion.unwrap_err();
+    let refused = request(&state, &seed("completion_list.json"))
+        .completion
+        .unwrap_err();
     assert!(refused.to_string().contains("echo"), "{refused}");
 }
 

@@ -90,7 +90,10 @@ fn generation_routes_document_404_429_and_503_with_retry_after() {
         let op = op(&doc, path, "post");
         let got = statuses(op);
         for status in ["404", "429", "503"] {
-            assert!(got.iter().any(|s| s == status), "{status} on {path}: {got:?}");
+            assert!(
+                got.iter().any(|s| s == status),
+                "{status} on {path}: {got:?}"
+            );
         }
         for status in ["429", "503"] {
             let header = &op["responses"][status]["headers"]["Retry-After"];
@@ -111,11 +114,17 @@ fn streaming_routes_document_event_streams() {
             .collect()
     };
     assert_eq!(content("/generate_stream"), ["text/event-stream"]);
-    // The event schema is kept for the stream.
-    assert_eq!(
-        op(&doc, "/generate_stream", "post")["responses"]["200"]["content"]
-            ["text/event-stream"]["schema"]["$ref"],
-        "#/components/schemas/StreamResponse"
+    // Each event is an SSE record whose `data` is the JSON event type, which is named.
+    let event = &op(&doc, "/generate_stream", "post")["responses"]["200"]["content"]
+        ["text/event-stream"]["schema"];
+    assert_eq!(event["required"], serde_json::json!(["data"]), "{event}");
+    let data = &event["properties"]["data"];
+    assert_eq!(data["contentMediaType"], "application/json", "{event}");
+    assert!(
+        data["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("StreamResponse")),
+        "{event}"
     );
     for path in ["/v1/completions", "/v1/chat/completions", "/"] {
         assert_eq!(

@@ -209,7 +209,7 @@ fn the_access_log_and_startup_summary_show_by_default() {
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no token count in {kv}"));
-    assert!(tokens > 0 && tokens % 16 == 0, "{kv}");
+    assert!(tokens > 0 && tokens.is_multiple_of(16), "{kv}");
 }
 
 #[test]

@@ -92,24 +92,17 @@ fn panicking_server(panic_at: u64) -> (String, Arc<AtomicU64>) {
 }
 
 async fn get_status(base: &str, path: &str) -> u16 {
-    common::client()
-        .get(format!("{base}{path}"))
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .unwrap_or(0)
+    common::get(&server(base), path).await.0
 }
 
 async fn post(base: &str, path: &str, body: &serde_json::Value) -> (u16, String) {
-    let resp = common::client()
-        .post(format!("{base}{path}"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("response");
-    let status = resp.status().as_u16();
-    (status, resp.text().await.unwrap_or_default())
+    common::post_raw(&server(base), path, body.to_string().into_bytes()).await
+}
+
+fn server(base: &str) -> common::Server {
+    common::Server {
+        base: base.to_string(),
+    }
 }
 
 #[tokio::test]

@@ -5,8 +5,11 @@
 //! 4 KiB read, and the page walks stall the loads; 2 MiB pages cut the misses 512-fold. Linux's
 //! default THP mode (`madvise`) grants huge pages only to regions that ask with
 //! `MADV_HUGEPAGE`, which an allocator's heap never does, so large buffers get their own
-//! anonymous mapping and ask. Elsewhere, or when the kernel declines, the buffer is an
-//! ordinary zeroed mapping.
+//! anonymous mapping and ask. A huge page must be 2 MiB-aligned, and a mapping is only
+//! page-aligned, so a large buffer maps one huge page more than it needs and starts at the
+//! first 2 MiB boundary inside: all of it but the tail after its last whole huge page can then
+//! be backed by huge pages (the unused head is never touched, so it costs address space only).
+//! Elsewhere, or when the kernel declines, the buffer is an ordinary zeroed mapping.
 
 use memmap2::MmapMut;
 
@@ -16,27 +19,45 @@ const HUGE_PAGE: usize = 2 << 20;
 /// A zero-initialised byte buffer of fixed length.
 pub struct HugeBuffer {
     map: Option<MmapMut>,
+    /// The buffer is `map[start..start + len]`.
+    start: usize,
+    len: usize,
 }
 
 impl HugeBuffer {
     /// `len` zero bytes. Panics if the system cannot map them (as a `Vec` would abort).
     pub fn zeroed(len: usize) -> HugeBuffer {
         if len == 0 {
-            return HugeBuffer { map: None };
+            return HugeBuffer {
+                map: None,
+                start: 0,
+                len: 0,
+            };
         }
-        let map = MmapMut::map_anon(len)
+        let huge = len >= HUGE_PAGE;
+        let slack = if huge { HUGE_PAGE } else { 0 };
+        let map = MmapMut::map_anon(len + slack)
             .unwrap_or_else(|e| panic!("cannot map {len} bytes of anonymous memory: {e}"));
         #[cfg(target_os = "linux")]
-        if len >= HUGE_PAGE {
+        if huge {
             // Only a hint, given before the first touch so the first faults get huge pages;
             // on failure the buffer keeps ordinary pages.
             drop(map.advise(memmap2::Advice::HugePage));
         }
-        HugeBuffer { map: Some(map) }
+        let start = if huge {
+            (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize
+        } else {
+            0
+        };
+        HugeBuffer {
+            map: Some(map),
+            start,
+            len,
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.map.as_ref().map_or(0, |m| m.len())
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
@@ -47,13 +68,19 @@ impl HugeBuffer {
 impl std::ops::Deref for HugeBuffer {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.map.as_deref().unwrap_or(&[])
+        match &self.map {
+            Some(m) => &m[self.start..self.start + self.len],
+            None => &[],
+        }
     }
 }
 
 impl std::ops::DerefMut for HugeBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.map.as_deref_mut().unwrap_or(&mut [])
+        match &mut self.map {
+            Some(m) => &mut m[self.start..self.start + self.len],
+            None => &mut [],
+        }
     }
 }
 
@@ -69,6 +96,13 @@ mod tests {
             assert!(b.iter().all(|&x| x == 0));
             if len > 0 {
                 assert_eq!(b.as_ptr() as usize % 4096, 0);
+                if len >= HUGE_PAGE {
+                    assert_eq!(
+                        b.as_ptr() as usize % HUGE_PAGE,
+                        0,
+                        "large buffers start on a huge page"
+                    );
+                }
                 b[len - 1] = 7;
                 assert_eq!(b[len - 1], 7);
             }

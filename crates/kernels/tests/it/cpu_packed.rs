@@ -59,6 +59,39 @@ fn unpacking_a_row_gives_back_its_gguf_bytes() {
 }
 
 #[test]
+fn a_packed_group_holds_the_same_panels_as_each_matrix_packed_alone() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for dtype in KINDS {
+        // Large enough (3 × ~1.2 MB for Q8_0) to be packed on several threads, in one buffer
+        // that crosses huge-page boundaries.
+        let (rows, cols) = (1024, 1152);
+        let mats: Vec<Vec<u8>> = (0..3)
+            .map(|_| quantized(dtype, rows, cols, &mut rng))
+            .collect();
+        let views: Vec<&[u8]> = mats.iter().map(|m| &m[..]).collect();
+        let group = PackedMatrix::pack_group(dtype, rows, cols, &views).unwrap();
+        assert_eq!(group.len(), 3);
+        let rb = dtype.row_bytes(cols).unwrap();
+        let (mut got, mut want) = (vec![0u8; rb], vec![0u8; rb]);
+        for (g, data) in group.iter().zip(&mats) {
+            let alone = PackedMatrix::pack(dtype, rows, cols, data).unwrap();
+            assert_eq!(g.n_bytes(), alone.n_bytes());
+            for r in (0..rows).step_by(7) {
+                g.unpack_row(r, &mut got);
+                alone.unpack_row(r, &mut want);
+                assert_eq!(got, want, "{dtype} row {r}");
+                assert_eq!(got, data[r * rb..(r + 1) * rb], "{dtype} row {r}");
+            }
+        }
+        let bad: Vec<&[u8]> = vec![&mats[0], &mats[1][..rb * (rows - 16)]];
+        assert!(
+            PackedMatrix::pack_group(dtype, rows, cols, &bad).is_none(),
+            "a member of the wrong size refuses the group"
+        );
+    }
+}
+
+#[test]
 fn packing_refuses_partial_panels_and_other_types() {
     let data = vec![0u8; 8 * DType::Q4_0.row_bytes(64).unwrap()];
     assert!(PackedMatrix::pack(DType::Q4_0, 8, 64, &data).is_none());

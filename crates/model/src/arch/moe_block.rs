@@ -401,9 +401,12 @@ impl ExpertLoader<'_, '_> {
                 split_experts(view, n, rows, cols)
             }
             super::naming::TensorNaming::HuggingFace
-            | super::naming::TensorNaming::HfBloom { .. } => (0..n)
-                .map(|e| self.matrix(&self.name(t, e), rows, cols))
-                .collect(),
+            | super::naming::TensorNaming::HfBloom { .. } => {
+                let experts = (0..n)
+                    .map(|e| Linear::new(self.ld.get(&self.name(t, e), &[rows, cols])?, None))
+                    .collect::<Result<Vec<_>, ModelError>>()?;
+                Ok(Linear::packed_group(experts))
+            }
         }
     }
 
@@ -434,8 +437,8 @@ impl ExpertLoader<'_, '_> {
     }
 }
 
-/// Expert `e`'s `[rows, cols]` matrix of a stacked `[n, rows, cols]` tensor: a view of its
-/// bytes.
+/// The `n` `[rows, cols]` matrices of a stacked `[n, rows, cols]` tensor (views of its bytes),
+/// repacked together.
 fn split_experts(
     view: TensorView,
     n: usize,
@@ -472,7 +475,8 @@ fn split_experts(
                 shape: vec![rows, cols],
                 data,
             };
-            Ok(Linear::new(part, None)?.packed())
+            Linear::new(part, None)
         })
-        .collect()
+        .collect::<Result<Vec<_>, ModelError>>()
+        .map(Linear::packed_group)
 }

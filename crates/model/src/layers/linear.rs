@@ -73,6 +73,25 @@ impl Linear {
         self
     }
 
+    /// [`packed`](Self::packed) for layers of one weight type and shape (a layer's experts),
+    /// sharing one buffer (see [`WeightMatrix::packed_group`]).
+    pub fn packed_group(layers: Vec<Linear>) -> Vec<Linear> {
+        let (weights, rest): (Vec<_>, Vec<_>) = layers
+            .into_iter()
+            .map(|l| (l.weight, (l.bias, l.perm, l.outliers)))
+            .unzip();
+        WeightMatrix::packed_group(weights)
+            .into_iter()
+            .zip(rest)
+            .map(|(weight, (bias, perm, outliers))| Linear {
+                weight,
+                bias,
+                perm,
+                outliers,
+            })
+            .collect()
+    }
+
     /// Read input column `perm[j]` where the weights have column `j` (the weights were stored
     /// in a permuted column order). `perm` must be a permutation of `0..cols`.
     pub fn with_input_perm(mut self, name: &str, perm: Vec<u32>) -> Result<Linear, ModelError> {

@@ -76,6 +76,36 @@ impl WeightMatrix {
         self
     }
 
+    /// [`packed`](Self::packed) for matrices of one type and shape (a layer's experts), into
+    /// one shared buffer so that matrices smaller than a huge page still sit on huge pages.
+    /// Matrices that cannot be packed together are packed one by one.
+    pub fn packed_group(ms: Vec<WeightMatrix>) -> Vec<WeightMatrix> {
+        let Some(first) = ms.first() else { return ms };
+        let (dtype, rows, cols) = (first.dtype, first.rows, first.cols);
+        let together = worth_packing(dtype, rows)
+            && ms
+                .iter()
+                .all(|m| m.packed.is_none() && (m.dtype, m.rows, m.cols) == (dtype, rows, cols));
+        let group = together
+            .then(|| {
+                let datas: Vec<&[u8]> = ms.iter().map(|m| &m.data[..]).collect();
+                PackedMatrix::pack_group(dtype, rows, cols, &datas)
+            })
+            .flatten();
+        let Some(group) = group else {
+            return ms.into_iter().map(WeightMatrix::packed).collect();
+        };
+        ms.into_iter()
+            .zip(group)
+            .map(|(mut m, p)| {
+                m.packed = Some(Arc::new(p));
+                m.data.release_resident();
+                m.data = SharedBytes::from_vec(Vec::new());
+                m
+            })
+            .collect()
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

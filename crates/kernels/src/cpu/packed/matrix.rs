@@ -1,4 +1,10 @@
 //! [`PackedMatrix`]: a weight matrix repacked into panels (layout in `layout.rs`).
+//!
+//! A matrix owns its buffer, or shares one with the other matrices of its group
+//! ([`PackedMatrix::pack_group`]: a mixture-of-experts layer's experts, back to back), so that
+//! matrices smaller than a huge page still sit on huge pages.
+
+use std::sync::Arc;
 
 use super::{layout, PackedKind, PANEL};
 use crate::huge_buffer::HugeBuffer;
@@ -12,7 +18,10 @@ pub struct PackedMatrix {
     /// Bytes per panel, rounded up to whole 64-byte cache lines (the buffer is page-aligned,
     /// so every panel starts on a line).
     panel_stride: usize,
-    buf: HugeBuffer,
+    /// This matrix's panels are `buf[offset..offset + len]`.
+    buf: Arc<HugeBuffer>,
+    offset: usize,
+    len: usize,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -38,46 +47,91 @@ fn pack_panel(kind: PackedKind, nb: usize, src: &[&[u8]; PANEL], panel: &mut [u8
     }
 }
 
+/// The panels of a group of same-shaped row-major matrices, counted matrix after matrix.
+struct PanelSource<'a> {
+    kind: PackedKind,
+    nb: usize,
+    /// Panels per matrix.
+    panels: usize,
+    row_bytes: usize,
+    mats: &'a [&'a [u8]],
+}
+
+impl PanelSource<'_> {
+    /// Packs every panel into `buf` (`panel_stride` bytes each), on all cores when large.
+    fn pack_into(&self, buf: &mut [u8], panel_stride: usize) {
+        let total = self.panels * self.mats.len();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let bytes: usize = self.mats.iter().map(|m| m.len()).sum();
+        if threads < 2 || bytes < PARALLEL_PACK_BYTES {
+            self.pack_from(0, buf, panel_stride);
+            return;
+        }
+        let per = total.div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for (c, part) in buf.chunks_mut(per * panel_stride).enumerate() {
+                s.spawn(move || self.pack_from(c * per, part, panel_stride));
+            }
+        });
+    }
+
+    /// Packs panels `first..` (global panel numbers) into `part`, one per `panel_stride` bytes.
+    fn pack_from(&self, first: usize, part: &mut [u8], panel_stride: usize) {
+        let panel_bytes = self.nb * (self.kind.quant_bytes() + self.kind.scale_bytes());
+        for (k, panel) in part.chunks_exact_mut(panel_stride).enumerate() {
+            let g = first + k;
+            let (data, p) = (self.mats[g / self.panels], g % self.panels);
+            let rb = self.row_bytes;
+            let src: [&[u8]; PANEL] = std::array::from_fn(|r| &data[(p * PANEL + r) * rb..][..rb]);
+            pack_panel(self.kind, self.nb, &src, &mut panel[..panel_bytes]);
+        }
+    }
+}
+
 impl PackedMatrix {
     /// Packs a row-major GGUF matrix. `None` if `dtype` has no packed layout, `rows` is not a
     /// multiple of [`PANEL`], or `data` is not exactly `rows` rows of `cols` elements.
     pub fn pack(dtype: DType, rows: usize, cols: usize, data: &[u8]) -> Option<PackedMatrix> {
+        Self::pack_group(dtype, rows, cols, &[data])?.pop()
+    }
+
+    /// Packs several row-major GGUF matrices of one type and shape into one buffer, back to
+    /// back, as [`pack`](Self::pack) would each. `None` under the same conditions, for any of
+    /// them.
+    pub fn pack_group(
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        mats: &[&[u8]],
+    ) -> Option<Vec<PackedMatrix>> {
         let kind = PackedKind::of(dtype)?;
         let row_bytes = dtype.row_bytes(cols)?;
-        if !rows.is_multiple_of(PANEL) || data.len() != rows * row_bytes {
+        let sizes_ok = mats.iter().all(|d| d.len() == rows * row_bytes);
+        if !rows.is_multiple_of(PANEL) || !sizes_ok {
             return None;
         }
         let panel_stride = (PANEL * row_bytes).div_ceil(64) * 64;
-        let mut m = PackedMatrix {
+        let len = rows / PANEL * panel_stride;
+        let mut buf = HugeBuffer::zeroed(len * mats.len());
+        let src = PanelSource {
+            kind,
+            nb: cols / 32,
+            panels: rows / PANEL,
+            row_bytes,
+            mats,
+        };
+        src.pack_into(&mut buf, panel_stride);
+        let buf = Arc::new(buf);
+        let matrix = |i: usize| PackedMatrix {
             kind,
             rows,
             cols,
             panel_stride,
-            buf: HugeBuffer::zeroed(rows / PANEL * panel_stride),
+            buf: Arc::clone(&buf),
+            offset: i * len,
+            len,
         };
-        let nb = m.blocks();
-        let panel_bytes = nb * (kind.quant_bytes() + kind.scale_bytes());
-        let pack_from = |first: usize, part: &mut [u8]| {
-            for (k, panel) in part.chunks_exact_mut(panel_stride).enumerate() {
-                let p = first + k;
-                let src: [&[u8]; PANEL] =
-                    std::array::from_fn(|r| &data[(p * PANEL + r) * row_bytes..][..row_bytes]);
-                pack_panel(kind, nb, &src, &mut panel[..panel_bytes]);
-            }
-        };
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if threads < 2 || data.len() < PARALLEL_PACK_BYTES {
-            pack_from(0, &mut m.buf);
-            return Some(m);
-        }
-        let per = (rows / PANEL).div_ceil(threads).max(1);
-        std::thread::scope(|s| {
-            for (c, part) in m.buf.chunks_mut(per * panel_stride).enumerate() {
-                let pack_from = &pack_from;
-                s.spawn(move || pack_from(c * per, part));
-            }
-        });
-        Some(m)
+        Some((0..mats.len()).map(matrix).collect())
     }
 
     pub fn kind(&self) -> PackedKind {
@@ -94,7 +148,7 @@ impl PackedMatrix {
 
     /// Bytes held (panels with their padding).
     pub fn n_bytes(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     pub(super) fn blocks(&self) -> usize {
@@ -102,7 +156,7 @@ impl PackedMatrix {
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.buf
+        &self.buf[self.offset..self.offset + self.len]
     }
 
     /// Panel `p`: its quant bytes, then its scale bytes.

@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # Runs tests/browser/test_playground.py: the web playground in a real headless Chromium against
-# two fresh `kestrel serve`s on loopback (one without a key, one with --api-key).
+# two fresh `kestrel serve`s on loopback (one without a key that also serves the SmolLM2 LoRA
+# fixture as an adapter, one with --api-key) and a fleet of one: redis-server, one
+# `kestrel worker` and the `kestrel gateway` in front of it.
 # Usage: run_playground_test.sh PATH/TO/kestrel
 # Uses the default model (KESTREL_DEFAULT_MODEL if set, else `kestrel serve`'s default).
 # KESTREL_PLAYGROUND_SCREENSHOT=PATH saves a screenshot after a real answer (docs/playground.png).
-# Builds nothing; installs Debian's chromium and chromium-driver with apt and selenium with pip
-# when missing (selenium drives /usr/bin/chromedriver; it downloads no driver); always stops the
-# servers.
+# Builds nothing; installs Debian's chromium, chromium-driver and redis-server with apt and
+# selenium with pip when missing (selenium drives /usr/bin/chromedriver; it downloads no
+# driver); always stops every process it started.
 set -euo pipefail
 
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LORA_NAME="smollm2-r8"
+LORA_DIR="$HERE/../fixtures/lora/smollm2-r8"
 PYTHON="${PYTHON:-python3}"
 
-if ! command -v chromium >/dev/null 2>&1 || [[ ! -x /usr/bin/chromedriver ]]; then
-  echo "installing chromium and chromium-driver for the playground test"
+if ! command -v chromium >/dev/null 2>&1 || [[ ! -x /usr/bin/chromedriver ]] \
+  || ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "installing chromium, chromium-driver and redis-server for the playground test"
   sudo_cmd=""
   [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq chromium chromium-driver >/dev/null
+  $sudo_cmd apt-get update -qq \
+    && $sudo_cmd apt-get install -y -qq chromium chromium-driver redis-server >/dev/null
 fi
 if ! "$PYTHON" -c 'import selenium' 2>/dev/null; then
   "$PYTHON" -m pip install --quiet selenium || "$PYTHON" -m pip install --quiet --break-system-packages selenium
@@ -36,27 +42,46 @@ fi
 KEY="playground-test-key-$$"
 PORT="$(free_port)"
 KEYED_PORT="$(free_port)"
-LOG="$(mktemp)"
-KEYED_LOG="$(mktemp)"
+REDIS_PORT="$(free_port)"
+GATEWAY_PORT="$(free_port)"
+WORKER_METRICS_PORT="$(free_port)"
+WORK="$(mktemp -d)"
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -f "$LOG" "$KEYED_LOG"
+  rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" --kv-cache-memory 256MiB \
-  >"$LOG" 2>&1 &
+  --lora-modules "$LORA_NAME=$LORA_DIR" >"$WORK/serve.log" 2>&1 &
 PIDS+=($!)
 "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$KEYED_PORT" \
-  --kv-cache-memory 128MiB --api-key "$KEY" >"$KEYED_LOG" 2>&1 &
+  --kv-cache-memory 128MiB --api-key "$KEY" >"$WORK/keyed.log" 2>&1 &
 PIDS+=($!)
 
-wait_ready() { # PID PORT LOG
+# The fleet: a throwaway Redis (no persistence), one worker, the gateway.
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
+  >"$WORK/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 100); do
+  [[ "$(redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" == PONG ]] && break
+  sleep 0.1
+done
+REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+"$KESTREL" worker "${MODEL_ARGS[@]}" --redis-url "$REDIS_URL" --worker-id playground-w1 \
+  --kv-cache-memory 128MiB --metrics-host 127.0.0.1 --metrics-port "$WORKER_METRICS_PORT" \
+  >"$WORK/worker.log" 2>&1 &
+PIDS+=($!)
+"$KESTREL" gateway --redis-url "$REDIS_URL" --hostname 127.0.0.1 --port "$GATEWAY_PORT" \
+  >"$WORK/gateway.log" 2>&1 &
+PIDS+=($!)
+
+wait_ready() { # PID PORT LOG (the gateway's /health is 200 once a worker is live)
   for _ in $(seq 1 240); do
     if ! kill -0 "$1" 2>/dev/null; then
-      echo "kestrel serve exited early:" >&2
+      echo "the process behind port $2 exited early:" >&2
       cat "$3" >&2
       exit 1
     fi
@@ -65,16 +90,19 @@ wait_ready() { # PID PORT LOG
     fi
     sleep 0.5
   done
-  echo "kestrel serve on port $2 did not become ready" >&2
+  echo "the server on port $2 did not become ready:" >&2
+  cat "$3" >&2
   exit 1
 }
-wait_ready "${PIDS[0]}" "$PORT" "$LOG"
-wait_ready "${PIDS[1]}" "$KEYED_PORT" "$KEYED_LOG"
+wait_ready "${PIDS[0]}" "$PORT" "$WORK/serve.log"
+wait_ready "${PIDS[1]}" "$KEYED_PORT" "$WORK/keyed.log"
+wait_ready "${PIDS[4]}" "$GATEWAY_PORT" "$WORK/gateway.log"
 
-if ! "$PYTHON" "$HERE/test_playground.py" "http://127.0.0.1:$PORT" "http://127.0.0.1:$KEYED_PORT" "$KEY"; then
-  echo "server log:" >&2
-  cat "$LOG" >&2
-  echo "keyed server log:" >&2
-  cat "$KEYED_LOG" >&2
+if ! "$PYTHON" "$HERE/test_playground.py" "http://127.0.0.1:$PORT" \
+  "http://127.0.0.1:$KEYED_PORT" "$KEY" "$LORA_NAME" "http://127.0.0.1:$GATEWAY_PORT"; then
+  for log in serve keyed redis worker gateway; do
+    echo "$log log:" >&2
+    cat "$WORK/$log.log" >&2
+  done
   exit 1
 fi

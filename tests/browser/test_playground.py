@@ -1,8 +1,9 @@
 """The web playground (GET /) in a real headless Chromium, against real `kestrel serve`s.
 
-Usage: test_playground.py URL KEYED_URL KEY
-  URL        a server without an API key
-  KEYED_URL  a server started with --api-key KEY
+Usage: test_playground.py URL KEYED_URL KEY LORA GATEWAY_URL
+  URL          a server without an API key, serving a LoRA adapter named LORA
+  KEYED_URL    a server started with --api-key KEY
+  GATEWAY_URL  a fleet gateway with one live worker
 Environment: KESTREL_PLAYGROUND_SCREENSHOT=PATH saves a screenshot of the page after two real
 answers; CHROMIUM (default /usr/bin/chromium), CHROMEDRIVER (default /usr/bin/chromedriver).
 
@@ -12,7 +13,9 @@ tokens/s, token count and cached prompt tokens filled (and a second turn hits th
 Stop aborts a long ignore_eos answer and the server cancels it (the engine counts an abort and
 running requests and KV usage return to 0, on /metrics and in the page's panel); on a keyed
 server the page asks for the key, refuses a wrong one, keeps the right one in sessionStorage
-only and then chats.
+only and then chats; the model menu labels the LoRA adapter with its base model and choosing it
+sends requests answered by the adapter; on the gateway the page streams an answer and its live
+panel shows the gateway's /health (the workers' heartbeats) with the output rate row hidden.
 """
 
 import json
@@ -26,9 +29,9 @@ import urllib.request
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
-URL = KEYED_URL = KEY = ""
+URL = KEYED_URL = KEY = LORA = GATEWAY_URL = ""
 TIMEOUT = 120
 
 
@@ -138,6 +141,30 @@ class Page:
 
     def stat(self, name, index=-1):
         return self.find_all(name)[index].text
+
+    def spy_on_chat(self):
+        """Records each chat request's `model` and, once it ends, the text of its response."""
+        self.d.execute_script(
+            """
+            window.__chat = [];
+            const real = window.fetch;
+            window.fetch = async (url, init) => {
+              const resp = await real(url, init);
+              if (String(url).endsWith('/v1/chat/completions')) {
+                const entry = {model: JSON.parse(init.body).model, status: resp.status, text: null};
+                window.__chat.push(entry);
+                resp.clone().text().then((t) => { entry.text = t; });
+              }
+              return resp;
+            };
+            """
+        )
+
+    def chat_requests(self):
+        """The spied requests, after every response has been read to its end."""
+        self.wait(lambda: self.d.execute_script(
+            "return window.__chat.length > 0 && window.__chat.every((e) => e.text !== null)"), 30)
+        return self.d.execute_script("return window.__chat")
 
     def csp_violations(self):
         logs = self.d.get_log("browser")
@@ -300,9 +327,74 @@ class Playground(unittest.TestCase):
         self.assertFalse(p.find("api-key-form").is_displayed())
         self.assertEqual(p.csp_violations(), [])
 
+    def test_5_lora_adapter_in_the_menu(self):
+        p = self.page(URL)
+        p.wait_for_models()
+        served = json.load(urllib.request.urlopen(f"{URL}/v1/models", timeout=10))["data"]
+        bases = [m["id"] for m in served if not m.get("parent")]
+        adapters = [m for m in served if m.get("parent")]
+        self.assertEqual(len(bases), 1, served)
+        self.assertEqual([m["id"] for m in adapters], [LORA], served)
+        self.assertEqual(adapters[0]["parent"], bases[0])
+        labels = {o.get_attribute("value"): o.text
+                  for o in self.driver.find_elements(By.CSS_SELECTOR, "#model option")}
+        self.assertEqual(labels, {bases[0]: bases[0], LORA: f"{LORA} (LoRA on {bases[0]})"})
+        Select(self.driver.find_element(By.ID, "model")).select_by_value(LORA)
+        p.spy_on_chat()
+        p.set_value("param-temperature", 0)
+        p.set_value("param-max-tokens", 24)
+        p.ask("Say hello.")
+        p.wait_answer_done(1)
+        self.assertTrue(p.answers()[0].text.strip(), "the adapter's answer has text")
+        self.assertGreater(number(p.stat("ttft")), 0.0)
+        [request] = p.chat_requests()
+        self.assertEqual(request["model"], LORA, "the request names the adapter")
+        self.assertEqual(request["status"], 200)
+        chunks = [json.loads(line[len("data: "):]) for line in request["text"].splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+        self.assertGreater(len(chunks), 1, request["text"])
+        self.assertEqual({c["model"] for c in chunks}, {LORA}, "the adapter answered")
+        self.assertEqual(p.csp_violations(), [])
+
+    def test_6_gateway(self):
+        p = self.page(GATEWAY_URL)
+        p.wait_for_models()
+        served = json.load(urllib.request.urlopen(f"{GATEWAY_URL}/v1/models", timeout=10))["data"]
+        options = [o.get_attribute("value") for o in self.driver.find_elements(By.CSS_SELECTOR, "#model option")]
+        self.assertEqual(options, [m["id"] for m in served])
+        p.set_value("param-temperature", 0)
+        p.set_value("param-max-tokens", 48)
+        p.watch_renders()
+        p.ask("Name three colours.")
+        p.wait_answer_done(1)
+        self.assertTrue(p.answers()[0].text.strip(), "the fleet's answer has text")
+        renders = [n for n in p.renders() if n > 0]
+        self.assertGreaterEqual(len(set(renders)), 2, f"the answer arrived in one piece: {renders}")
+        self.assertTrue(p.stat("ttft").endswith(" s"))
+        ttft = number(p.stat("ttft"))
+        self.assertGreater(ttft, 0.0)
+        self.assertLess(ttft, 60.0)
+        self.assertIn(p.stat("finish-reason"), ("stop", "length"))
+        # The gateway exports no engine gauges, so the panel shows its /health and hides the
+        # output rate row.
+        sums, _ = metrics(GATEWAY_URL)
+        self.assertNotIn("kestrel:num_requests_running", sums)
+
+        def panel_matches_health():
+            h = json.load(urllib.request.urlopen(f"{GATEWAY_URL}/health", timeout=10))
+            return (p.find("metrics-panel").is_displayed()
+                    and p.find("running").text == str(h["running"])
+                    and p.find("waiting").text == str(h["waiting"])
+                    and p.find("kv-usage").text == f"{h['kv_cache_usage'] * 100:.1f} %")
+
+        p.wait(panel_matches_health, 20)
+        self.assertFalse(p.find("output-tps").is_displayed(), "no output rate on a gateway")
+        self.assertFalse(self.driver.find_element(By.ID, "m-tps-label").is_displayed())
+        self.assertEqual(p.csp_violations(), [])
+
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 6:
         sys.exit(__doc__)
-    URL, KEYED_URL, KEY = (a.rstrip("/") for a in sys.argv[1:4])
+    URL, KEYED_URL, KEY, LORA, GATEWAY_URL = (a.rstrip("/") for a in sys.argv[1:6])
     unittest.main(argv=[sys.argv[0], "-v"])

@@ -80,7 +80,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub goodput: Option<crate::goodput::Objectives>,
 
-    /// Draw latency CDFs (TTFT, TPOT/ITL, E2E) and output tokens/s over time to this SVG file.
+    /// Draw latency CDFs (TTFT, TPOT/ITL, E2E) and output tokens/s over time to this file
+    /// (`.svg` or `.png`, by its extension).
     #[arg(long)]
     pub plot: Option<PathBuf>,
 

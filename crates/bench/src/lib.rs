@@ -11,8 +11,8 @@
 //!                                         SSE timing per request)
 //! ```
 //!
-//! `--plot out.svg` draws the latency CDFs and output throughput over time ([`plot`], from the
-//! report's [`samples::Samples`]).
+//! `--plot out.svg` or `--plot out.png` draws the latency CDFs and output throughput over time
+//! ([`plot`], from the report's [`samples::Samples`]).
 //!
 //! Main types: [`BenchArgs`] (clap flags), [`BenchReport`] (result, `Serialize`),
 //! [`BenchError`]; building blocks: [`sse::SseParser`], [`stats::percentile`],

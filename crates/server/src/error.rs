@@ -30,6 +30,8 @@ pub enum ErrorKind {
     Authentication,
     /// The model, LoRA adapter or route does not exist.
     NotFound,
+    /// The route exists but does not take the request's method.
+    MethodNotAllowed,
     /// The target is busy (a LoRA adapter that requests use).
     Conflict,
     /// The body exceeds the size limit.
@@ -51,6 +53,7 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::Timeout => StatusCode::REQUEST_TIMEOUT,
@@ -67,7 +70,9 @@ impl ErrorKind {
             ErrorKind::Authentication => "authentication_error",
             ErrorKind::NotFound => "not_found_error",
             ErrorKind::Conflict => "conflict_error",
-            ErrorKind::PayloadTooLarge | ErrorKind::Timeout => "invalid_request_error",
+            ErrorKind::PayloadTooLarge | ErrorKind::Timeout | ErrorKind::MethodNotAllowed => {
+                "invalid_request_error"
+            }
             ErrorKind::Overloaded => "rate_limit_error",
             ErrorKind::Unavailable => "service_unavailable",
             ErrorKind::Internal => "internal_error",
@@ -82,6 +87,7 @@ impl ErrorKind {
             }
             ErrorKind::Authentication => "authentication",
             ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::Conflict => "conflict",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Unavailable => "unavailable",
@@ -140,6 +146,10 @@ pub enum ApiError {
     /// The route is not enabled.
     #[error("{0}")]
     NotFound(String),
+    /// The path is served, but not for this method (the response's `Allow` header lists those
+    /// that are).
+    #[error("{method} is not allowed on {path}; the Allow header lists the methods it takes")]
+    MethodNotAllowed { method: String, path: String },
     /// The Authorization header is missing or wrong.
     #[error("missing or invalid API key: send `Authorization: Bearer <key>`")]
     Unauthorized,
@@ -176,6 +186,7 @@ impl ApiError {
             ApiError::Unauthorized => ErrorKind::Authentication,
             ApiError::BodyTimeout(_) => ErrorKind::Timeout,
             ApiError::ModelNotFound(_) | ApiError::NotFound(_) => ErrorKind::NotFound,
+            ApiError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             ApiError::Adapter(e) => match e.kind() {
                 AdapterErrorKind::Invalid => ErrorKind::InvalidRequest,
                 AdapterErrorKind::NotFound => ErrorKind::NotFound,

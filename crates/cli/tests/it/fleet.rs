@@ -438,4 +438,16 @@ fn the_gateway_serves_the_playground_and_what_its_panel_reads() {
     for field in ["running", "waiting", "kv_cache_usage"] {
         assert!(health[field].is_number(), "{health}");
     }
+    // A wrong method on a known route: an OpenAI-shaped 405 with `Allow`, as on `kestrel serve`.
+    let r = request(&addr, "DELETE", "/generate", "", LONG).unwrap();
+    assert_eq!(r.status, 405, "{}", r.body);
+    assert_eq!(r.header("allow").as_deref(), Some("POST"));
+    let error = &r.json()["error"];
+    assert_eq!(error["type"], "invalid_request_error", "{}", r.body);
+    assert_eq!(
+        error["request_id"].as_str(),
+        r.header("x-request-id").as_deref(),
+        "{}",
+        r.body
+    );
 }

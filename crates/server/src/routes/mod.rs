@@ -5,7 +5,8 @@
 //! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
 //!          ─► auth* ─► handler                  * every route but /health*, /metrics and
 //!                                                 the playground (GET /, /playground/*)
-//! (unmatched paths get an OpenAI-shaped 404; every response carries `X-Request-Id`)
+//! (unmatched paths get an OpenAI-shaped 404, a known path with another method an OpenAI-shaped
+//!  405 with `Allow`; every response carries `X-Request-Id`)
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
@@ -63,6 +64,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .merge(playground::routes());
     let mut app = protected
         .merge(open)
+        .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .route_layer(axum::middleware::from_fn(crate::metrics::count_requests))
         .layer(axum::middleware::from_fn_with_state(
@@ -85,4 +87,16 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
 /// Any path no route serves.
 async fn not_found(uri: axum::http::Uri) -> crate::error::OpenAiError {
     crate::error::ApiError::NotFound(format!("no route for {}", uri.path())).into()
+}
+
+/// A path some route serves, with a method it does not take (axum adds the `Allow` header).
+async fn method_not_allowed(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> crate::error::OpenAiError {
+    crate::error::ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+    .into()
 }

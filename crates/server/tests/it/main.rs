@@ -9,6 +9,7 @@ mod fuzz_corpus_replay;
 mod hardening_http;
 mod http;
 mod lora_http;
+mod methods_http;
 mod openai_surface;
 mod openapi_doc;
 mod playground_http;

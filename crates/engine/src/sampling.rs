@@ -532,17 +532,7 @@ pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Result<Logprobs, S
             l - lse
         }
     };
-    let mut pairs: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| (i as u32, lp(l)))
-        .collect();
-    let n = top_n.min(vocab);
-    if n > 0 && n < vocab {
-        pairs.select_nth_unstable_by(n - 1, pair_desc);
-    }
-    pairs.truncate(n);
-    pairs.sort_unstable_by(pair_desc);
+    let pairs = top_pairs(logits, top_n.min(vocab), lp);
     Ok(Logprobs {
         chosen: TokenLogprob {
             token: chosen,
@@ -555,6 +545,32 @@ pub fn logprobs(logits: &[f32], chosen: u32, top_n: usize) -> Result<Logprobs, S
     })
 }
 
+/// The `n` best `(id, lp(logit))` pairs in [`pair_desc`] order, kept in a list of `n` while
+/// the vocabulary streams past: a result lives as long as the token's output event, so it
+/// must not carry a vocabulary-sized allocation (collecting all pairs and truncating kept
+/// one of 8 bytes per vocabulary entry behind every token's logprobs).
+fn top_pairs(logits: &[f32], n: usize, lp: impl Fn(f32) -> f32) -> Vec<(u32, f32)> {
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+    if n == 0 {
+        return top;
+    }
+    for (i, &l) in logits.iter().enumerate() {
+        let p = (i as u32, lp(l));
+        let full = top.len() == n;
+        if full
+            && top
+                .last()
+                .is_some_and(|last| pair_desc(&p, last) != Ordering::Less)
+        {
+            continue;
+        }
+        let at = top.partition_point(|q| pair_desc(q, &p) == Ordering::Less);
+        top.insert(at, p);
+        top.truncate(n);
+    }
+    top
+}
+
 /// `(id, value)` pairs by descending value, ties by ascending id.
 fn pair_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
@@ -563,6 +579,40 @@ fn pair_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logprobs_top_tokens_equal_a_full_sort_and_hold_no_vocabulary_sized_buffer() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for case in 0..50 {
+            let vocab = 5 + case * 97;
+            // Few distinct values, so ties are common; a NaN and a -inf here and there.
+            let mut logits: Vec<f32> = (0..vocab)
+                .map(|_| f32::from(rng.gen_range(0u8..12)) * 0.5)
+                .collect();
+            logits[vocab / 2] = f32::NAN;
+            logits[vocab / 3] = f32::NEG_INFINITY;
+            for top_n in [0, 1, 5, 20] {
+                let got = logprobs(&logits, 0, top_n).unwrap();
+                let mut all: Vec<(u32, f32)> = logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| (i as u32, l))
+                    .collect();
+                all.sort_by(|a, b| {
+                    let key = |x: f32| if x.is_nan() { f32::NEG_INFINITY } else { x };
+                    key(b.1).total_cmp(&key(a.1)).then(a.0.cmp(&b.0))
+                });
+                let want: Vec<u32> = all.iter().take(top_n).map(|p| p.0).collect();
+                let ids: Vec<u32> = got.top.iter().map(|t| t.token).collect();
+                assert_eq!(ids, want, "vocab {vocab}, top {top_n}");
+                assert!(
+                    got.top.capacity() <= top_n + 1,
+                    "top {top_n} holds room for {}",
+                    got.top.capacity()
+                );
+            }
+        }
+    }
 
     /// The nucleus by full sort, as the definition states it.
     fn reference(cands: &[Candidate], top_p: f32) -> Vec<u32> {

@@ -18,6 +18,8 @@
 # cores to keep up), SOAK_SEED (default 1), PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/server.sh
+source scripts/lib/server.sh
 
 MINUTES="${1:-30}"
 KESTREL="${KESTREL:-target/release/kestrel}"
@@ -31,7 +33,7 @@ if ! "$PYTHON" -c 'import httpx' 2>/dev/null; then
 fi
 MODEL="${KESTREL_DEFAULT_MODEL:-$("$KESTREL" fetch)}"
 
-PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+PORT="$(free_port)"
 LOG="$(mktemp)"
 # The KV cache's pages become resident as its blocks are first written: it is kept small
 # (2048 tokens, about 90 MiB for the default model) so that every block has been written
@@ -39,28 +41,15 @@ LOG="$(mktemp)"
 # sequences per step keep the 64 clients queueing, so waiting requests get cancelled too;
 # steps of at most 256 tokens keep a niced server on busy cores taking commands (new
 # requests, aborts) every few seconds rather than every half minute.
-nice -n "$NICE" "$KESTREL" serve "$MODEL" --hostname 127.0.0.1 --port "$PORT" \
+server_start "$LOG" nice -n "$NICE" "$KESTREL" serve "$MODEL" --hostname 127.0.0.1 --port "$PORT" \
   --kv-cache-tokens "${SOAK_KV_TOKENS:-2048}" --max-num-seqs 16 \
-  --max-num-batched-tokens 256 >"$LOG" 2>&1 &
-SERVER_PID=$!
+  --max-num-batched-tokens 256
 cleanup() {
-  kill "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
+  server_stop_all
   rm -f "$LOG"
 }
 trap cleanup EXIT
-
-for _ in $(seq 1 240); do
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "kestrel serve exited early:" >&2
-    cat "$LOG" >&2
-    exit 1
-  fi
-  if "$PYTHON" -c "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
-    break
-  fi
-  sleep 0.5
-done
+server_wait_ready "$SERVER_PID" "$PORT" "$LOG"
 
 echo "soak: $MINUTES min against $MODEL (server pid $SERVER_PID, port $PORT)"
 status=0
@@ -75,8 +64,7 @@ if ! kill -0 "$SERVER_PID" 2>/dev/null; then
   status=1
 fi
 if [ "$status" -ne 0 ]; then
-  echo "server log (last 50 lines):" >&2
-  tail -n 50 "$LOG" >&2
+  server_log_tail "$LOG" 50
 fi
 echo "soak result: $RESULT"
 exit $status

@@ -16,6 +16,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LORA_NAME="smollm2-r8"
 LORA_DIR="$HERE/../fixtures/lora/smollm2-r8"
 PYTHON="${PYTHON:-python3}"
+# shellcheck source=../../scripts/lib/server.sh
+source "$HERE/../../scripts/lib/server.sh"
 
 if ! command -v chromium >/dev/null 2>&1 || [[ ! -x /usr/bin/chromedriver ]] \
   || ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
@@ -31,10 +33,6 @@ fi
 # Selenium must not look for (or fetch) a browser or driver of its own.
 export SE_OFFLINE=true SE_AVOID_STATS=true
 
-free_port() {
-  "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 MODEL_ARGS=()
 if [[ -n "${KESTREL_DEFAULT_MODEL:-}" ]]; then
   MODEL_ARGS=(--model "$KESTREL_DEFAULT_MODEL")
@@ -46,57 +44,38 @@ REDIS_PORT="$(free_port)"
 GATEWAY_PORT="$(free_port)"
 WORKER_METRICS_PORT="$(free_port)"
 WORK="$(mktemp -d)"
-PIDS=()
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  server_stop_all
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-"$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" --kv-cache-memory 256MiB \
-  --lora-modules "$LORA_NAME=$LORA_DIR" >"$WORK/serve.log" 2>&1 &
-PIDS+=($!)
-"$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$KEYED_PORT" \
-  --kv-cache-memory 128MiB --api-key "$KEY" >"$WORK/keyed.log" 2>&1 &
-PIDS+=($!)
+server_start "$WORK/serve.log" "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 \
+  --port "$PORT" --kv-cache-memory 256MiB --lora-modules "$LORA_NAME=$LORA_DIR"
+SERVE_PID="$SERVER_PID"
+server_start "$WORK/keyed.log" "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 \
+  --port "$KEYED_PORT" --kv-cache-memory 128MiB --api-key "$KEY"
+KEYED_PID="$SERVER_PID"
 
 # The fleet: a throwaway Redis (no persistence), one worker, the gateway.
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" \
-  >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
+server_start "$WORK/redis.log" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' \
+  --appendonly no --dir "$WORK"
 for _ in $(seq 1 100); do
   [[ "$(redis-cli -p "$REDIS_PORT" PING 2>/dev/null)" == PONG ]] && break
   sleep 0.1
 done
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-"$KESTREL" worker "${MODEL_ARGS[@]}" --redis-url "$REDIS_URL" --worker-id playground-w1 \
-  --kv-cache-memory 128MiB --metrics-host 127.0.0.1 --metrics-port "$WORKER_METRICS_PORT" \
-  >"$WORK/worker.log" 2>&1 &
-PIDS+=($!)
-"$KESTREL" gateway --redis-url "$REDIS_URL" --hostname 127.0.0.1 --port "$GATEWAY_PORT" \
-  >"$WORK/gateway.log" 2>&1 &
-PIDS+=($!)
+server_start "$WORK/worker.log" "$KESTREL" worker "${MODEL_ARGS[@]}" --redis-url "$REDIS_URL" \
+  --worker-id playground-w1 --kv-cache-memory 128MiB --metrics-host 127.0.0.1 \
+  --metrics-port "$WORKER_METRICS_PORT"
+server_start "$WORK/gateway.log" "$KESTREL" gateway --redis-url "$REDIS_URL" \
+  --hostname 127.0.0.1 --port "$GATEWAY_PORT"
+GATEWAY_PID="$SERVER_PID"
 
-wait_ready() { # PID PORT LOG (the gateway's /health is 200 once a worker is live)
-  for _ in $(seq 1 240); do
-    if ! kill -0 "$1" 2>/dev/null; then
-      echo "the process behind port $2 exited early:" >&2
-      cat "$3" >&2
-      exit 1
-    fi
-    if "$PYTHON" -c "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$2/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.5
-  done
-  echo "the server on port $2 did not become ready:" >&2
-  cat "$3" >&2
-  exit 1
-}
-wait_ready "${PIDS[0]}" "$PORT" "$WORK/serve.log"
-wait_ready "${PIDS[1]}" "$KEYED_PORT" "$WORK/keyed.log"
-wait_ready "${PIDS[4]}" "$GATEWAY_PORT" "$WORK/gateway.log"
+# The gateway's /health is 200 once a worker is live.
+server_wait_ready "$SERVE_PID" "$PORT" "$WORK/serve.log"
+server_wait_ready "$KEYED_PID" "$KEYED_PORT" "$WORK/keyed.log"
+server_wait_ready "$GATEWAY_PID" "$GATEWAY_PORT" "$WORK/gateway.log"
 
 if ! "$PYTHON" "$HERE/test_playground.py" "http://127.0.0.1:$PORT" \
   "http://127.0.0.1:$KEYED_PORT" "$KEY" "$LORA_NAME" "http://127.0.0.1:$GATEWAY_PORT"; then

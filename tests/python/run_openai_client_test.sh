@@ -10,39 +10,28 @@ set -euo pipefail
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
+# shellcheck source=../../scripts/lib/server.sh
+source "$HERE/../../scripts/lib/server.sh"
 
 if ! "$PYTHON" -c 'import openai' 2>/dev/null; then
   "$PYTHON" -m pip install --quiet openai || "$PYTHON" -m pip install --quiet --break-system-packages openai
 fi
 
-PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+PORT="$(free_port)"
 LOG="$(mktemp)"
 MODEL_ARGS=()
 if [[ -n "${KESTREL_DEFAULT_MODEL:-}" ]]; then
   MODEL_ARGS=(--model "$KESTREL_DEFAULT_MODEL")
 fi
 
-"$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" --kv-cache-memory 256MiB \
-  --tool-call-parser hermes >"$LOG" 2>&1 &
-SERVER_PID=$!
 cleanup() {
-  kill "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
+  server_stop_all
   rm -f "$LOG"
 }
 trap cleanup EXIT
-
-for _ in $(seq 1 120); do
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "kestrel serve exited early:" >&2
-    cat "$LOG" >&2
-    exit 1
-  fi
-  if "$PYTHON" -c "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
-    break
-  fi
-  sleep 0.5
-done
+server_start "$LOG" "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" \
+  --kv-cache-memory 256MiB --tool-call-parser hermes
+server_wait_ready "$SERVER_PID" "$PORT" "$LOG"
 
 if ! "$PYTHON" "$HERE/test_openai_client.py" "http://127.0.0.1:$PORT/v1" \
   || ! "$PYTHON" "$HERE/test_agent_clients.py" "http://127.0.0.1:$PORT"; then

@@ -15,6 +15,8 @@ set -euo pipefail
 
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
 PYTHON="${PYTHON:-python3}"
+# shellcheck source=../../scripts/lib/server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/lib/server.sh"
 MAX_EXAMPLES="${SCHEMATHESIS_MAX_EXAMPLES:-15}"
 KEY="schemathesis-test-key"
 
@@ -23,7 +25,7 @@ if ! command -v schemathesis >/dev/null 2>&1; then
     || "$PYTHON" -m pip install --quiet --break-system-packages schemathesis
 fi
 
-PORT="$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+PORT="$(free_port)"
 WORK="$(mktemp -d)"
 LOG="$WORK/server.log"
 MODEL_ARGS=()
@@ -31,28 +33,15 @@ if [[ -n "${KESTREL_DEFAULT_MODEL:-}" ]]; then
   MODEL_ARGS=(--model "$KESTREL_DEFAULT_MODEL")
 fi
 
-"$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" --api-key "$KEY" \
-  --max-total-tokens 64 --kv-cache-tokens 4096 >"$LOG" 2>&1 &
-SERVER_PID=$!
 cleanup() {
-  kill "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
+  server_stop_all
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-
+server_start "$LOG" "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --port "$PORT" \
+  --api-key "$KEY" --max-total-tokens 64 --kv-cache-tokens 4096
+server_wait_ready "$SERVER_PID" "$PORT" "$LOG"
 BASE="http://127.0.0.1:$PORT"
-for _ in $(seq 1 120); do
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-    echo "kestrel serve exited early:" >&2
-    cat "$LOG" >&2
-    exit 1
-  fi
-  if "$PYTHON" -c "import urllib.request, sys; sys.exit(0 if urllib.request.urlopen('$BASE/health', timeout=2).status == 200 else 1)" 2>/dev/null; then
-    break
-  fi
-  sleep 0.5
-done
 
 # The document itself is behind the key; the keyless run reads a copy.
 "$PYTHON" - "$BASE/openapi.json" "$KEY" "$WORK/openapi.json" <<'EOF'
@@ -84,7 +73,6 @@ if grep -q panicked "$LOG"; then
   status=1
 fi
 if [ "$status" -ne 0 ]; then
-  echo "server log (last 40 lines):" >&2
-  tail -n 40 "$LOG" >&2
+  server_log_tail "$LOG" 40
 fi
 exit $status

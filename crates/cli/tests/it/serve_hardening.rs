@@ -1,12 +1,12 @@
 //! `kestrel serve` refuses configurations that would silently weaken it, accepts a key file,
 //! and exits within its shutdown timeout after SIGTERM even while a client stalls.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::cli_common::model;
+use crate::cli_common::{model, spawn_and_read_address};
 
 fn serve(args: &[&str], envs: &[(&str, &str)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
@@ -49,23 +49,6 @@ fn an_api_key_file_without_keys_is_a_startup_error() {
 /// Starts the server and returns it with its address.
 fn start(args: &[&str]) -> (Child, String) {
     spawn_and_read_address(serve(args, &[]))
-}
-
-/// Spawns `cmd` (a `kestrel serve`) and reads the address it prints.
-fn spawn_and_read_address(mut cmd: Command) -> (Child, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("server prints its address").unwrap();
-        if let Some(url) = line.split("http://").nth(1) {
-            break url.trim().to_string();
-        }
-    };
-    (child, addr)
 }
 
 /// The status line of `GET path` with `key`.

@@ -8,10 +8,10 @@ use crate::cli_common;
 
 use cli_common::*;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const PROMPT: &str = "Hello world! How are you";
@@ -62,30 +62,20 @@ fn served_adapters_equal_generate_lora() {
     let tiny = fixtures().join("tiny-llama-f32");
     let all7 = fixtures().join("lora/all7");
     let all7_gguf = fixtures().join("lora/all7.gguf");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args([
-            "serve",
-            "--model",
-            s(&tiny),
-            "--port",
-            "0",
-            "--served-model-name",
-            "tiny",
-        ])
-        .args(["--max-loras", "2", "--max-lora-rank", "8", "--lora-modules"])
-        .arg(format!("all7={}", s(&all7)))
-        .arg(format!("all7g={}", s(&all7_gguf)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("server prints its address").unwrap();
-        if let Some(url) = line.split("http://").nth(1) {
-            break url.trim().to_string();
-        }
-    };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
+    cmd.args([
+        "serve",
+        "--model",
+        s(&tiny),
+        "--port",
+        "0",
+        "--served-model-name",
+        "tiny",
+    ])
+    .args(["--max-loras", "2", "--max-lora-rank", "8", "--lora-modules"])
+    .arg(format!("all7={}", s(&all7)))
+    .arg(format!("all7g={}", s(&all7_gguf)));
+    let (mut child, addr) = spawn_and_read_address(cmd);
     let served = (
         completion(&addr, "tiny"),
         completion(&addr, "all7"),

@@ -1,7 +1,14 @@
 //! The integration tests of `kestrel-kernels`, built as one test binary (one link instead of
 //! one per file); each module is one former test file.
 
-mod cpu_attention;
+mod attention_common;
+
+mod cpu_attention_alibi;
+mod cpu_attention_block_table;
+mod cpu_attention_kv_storage;
+mod cpu_attention_reference;
+mod cpu_attention_softcap;
+mod cpu_attention_threads;
 mod cpu_gemm;
 mod cpu_low_rank;
 mod cpu_ops;

@@ -2,6 +2,10 @@
 
 #![allow(dead_code)]
 
+mod serve;
+
+pub use serve::spawn_and_read_address;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

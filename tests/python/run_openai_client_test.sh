@@ -4,7 +4,8 @@
 # (`openai` structured output and tools, LangChain, huggingface_hub).
 # Usage: run_openai_client_test.sh PATH/TO/kestrel
 # Uses the default model (KESTREL_DEFAULT_MODEL if set, else `kestrel serve`'s default).
-# Builds nothing; installs the `openai` package with pip if it is missing; always stops the server.
+# Builds nothing; installs the `openai`, `langchain-openai` and `huggingface_hub` packages with pip
+# when missing; always stops the server.
 set -euo pipefail
 
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
@@ -13,9 +14,14 @@ PYTHON="${PYTHON:-python3}"
 # shellcheck source=../../scripts/lib/server.sh
 source "$HERE/../../scripts/lib/server.sh"
 
-if ! "$PYTHON" -c 'import openai' 2>/dev/null; then
-  "$PYTHON" -m pip install --quiet openai || "$PYTHON" -m pip install --quiet --break-system-packages openai
-fi
+# The clients under test: module to import, and the package that provides it.
+for pair in openai:openai langchain_openai:langchain-openai huggingface_hub:huggingface_hub; do
+  module="${pair%%:*}" package="${pair#*:}"
+  if ! "$PYTHON" -c "import $module" 2>/dev/null; then
+    "$PYTHON" -m pip install --quiet "$package" ||
+      "$PYTHON" -m pip install --quiet --break-system-packages "$package"
+  fi
+done
 
 PORT="$(free_port)"
 LOG="$(mktemp)"

@@ -84,6 +84,11 @@ pub(crate) struct AttentionBlock {
 }
 
 impl AttentionBlock {
+    /// The projections, for [`Linear::share_buffer`].
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o]
+    }
+
     pub fn load(
         ld: &TensorLoader<'_>,
         i: usize,

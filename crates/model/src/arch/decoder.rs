@@ -85,10 +85,20 @@ impl DecoderLayer {
         counter: Option<ExpertCounter>,
     ) -> Result<DecoderLayer, ModelError> {
         let positions = Positions::of(cfg, i, ld.naming);
-        Ok(DecoderLayer {
+        let mut layer = DecoderLayer {
             attention: AttentionBlock::load(ld, i, cfg, d, positions)?,
             ffn: Mlp::load(ld, i, cfg, d, counter)?,
-        })
+        };
+        layer.share_weight_buffer();
+        Ok(layer)
+    }
+
+    /// Puts the layer's repacked projections in one buffer: decode reads them all every step,
+    /// and together they fill huge pages that each alone (or its tail) would not.
+    fn share_weight_buffer(&mut self) {
+        let mut linears = self.attention.linears_mut();
+        linears.extend(self.ffn.linears_mut());
+        Linear::share_buffer(&mut linears);
     }
 }
 

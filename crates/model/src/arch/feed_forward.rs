@@ -54,6 +54,13 @@ pub(crate) struct FeedForward {
 }
 
 impl FeedForward {
+    /// The projections, for [`Linear::share_buffer`].
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut out: Vec<&mut Linear> = self.gate.iter_mut().collect();
+        out.extend([&mut self.up, &mut self.down]);
+        out
+    }
+
     pub fn load(
         ld: &TensorLoader<'_>,
         i: usize,

@@ -10,6 +10,7 @@ use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::layers::Linear;
 use crate::lora::LoraBatch;
 
 /// The rows an MLP runs on: `t` rows of the residual stream, and their adapters.
@@ -24,6 +25,15 @@ pub(crate) enum Mlp {
 }
 
 impl Mlp {
+    /// The dense projections, for [`Linear::share_buffer`] (a sparse layer's experts already
+    /// share a buffer per projection).
+    pub fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Mlp::Dense(f) => f.linears_mut(),
+            Mlp::Moe(_) => Vec::new(),
+        }
+    }
+
     /// Layer `i`'s MLP: sparse where the config's MoE marks the layer, else dense.
     pub fn load(
         ld: &TensorLoader<'_>,

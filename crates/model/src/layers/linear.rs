@@ -92,6 +92,14 @@ impl Linear {
             .collect()
     }
 
+    /// Moves the repacked weights of `layers` into one shared buffer (see
+    /// [`WeightMatrix::share_buffer`]).
+    pub fn share_buffer(layers: &mut [&mut Linear]) {
+        let mut weights: Vec<&mut WeightMatrix> =
+            layers.iter_mut().map(|l| &mut l.weight).collect();
+        WeightMatrix::share_buffer(&mut weights);
+    }
+
     /// Read input column `perm[j]` where the weights have column `j` (the weights were stored
     /// in a permuted column order). `perm` must be a permutation of `0..cols`.
     pub fn with_input_perm(mut self, name: &str, perm: Vec<u32>) -> Result<Linear, ModelError> {

@@ -106,6 +106,19 @@ impl WeightMatrix {
             .collect()
     }
 
+    /// Moves the repacked weights of `ms` into one shared buffer (see
+    /// [`PackedMatrix::share_buffer`]); matrices that are not repacked, or whose packed weights
+    /// are already shared with a clone, are left as they are.
+    pub fn share_buffer(ms: &mut [&mut WeightMatrix]) {
+        let mut packed: Vec<&mut PackedMatrix> = ms
+            .iter_mut()
+            .filter_map(|m| m.packed.as_mut().and_then(Arc::get_mut))
+            .collect();
+        if packed.len() > 1 {
+            PackedMatrix::share_buffer(&mut packed);
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

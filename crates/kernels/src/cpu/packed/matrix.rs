@@ -134,6 +134,28 @@ impl PackedMatrix {
         Some((0..mats.len()).map(matrix).collect())
     }
 
+    /// Moves `ms` into one new buffer, back to back (a decoder layer's projections), so that
+    /// matrices smaller than a huge page, and the tails of larger ones, sit on huge pages too.
+    /// The bytes are copied; each matrix's old buffer is released once nothing else shares it.
+    pub fn share_buffer(ms: &mut [&mut PackedMatrix]) {
+        let total: usize = ms.iter().map(|m| m.len).sum();
+        let mut buf = HugeBuffer::zeroed(total);
+        let mut offsets = Vec::with_capacity(ms.len());
+        let mut at = 0;
+        for m in ms.iter() {
+            // Every matrix's length is whole panels of whole cache lines, so each stays
+            // line-aligned.
+            buf[at..at + m.len].copy_from_slice(m.bytes());
+            offsets.push(at);
+            at += m.len;
+        }
+        let buf = Arc::new(buf);
+        for (m, offset) in ms.iter_mut().zip(offsets) {
+            m.buf = Arc::clone(&buf);
+            m.offset = offset;
+        }
+    }
+
     pub fn kind(&self) -> PackedKind {
         self.kind
     }

@@ -1,5 +1,6 @@
 //! `GET /openapi.json`: the OpenAPI document of every route, generated from the handlers'
-//! annotations and the wire types' schemas.
+//! annotations and the wire types' schemas, with the parameter ranges validation enforces
+//! ([`crate::param_ranges`]).
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -36,8 +37,25 @@ use crate::error::json_response;
 )]
 pub struct ApiDoc;
 
+/// The document as served: [`ApiDoc`] with the numeric ranges and size limits of the request
+/// parameters.
+pub fn document() -> serde_json::Value {
+    let mut doc = match serde_json::to_value(ApiDoc::openapi()) {
+        Ok(doc) => doc,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serialize the OpenAPI document");
+            return serde_json::Value::Null;
+        }
+    };
+    let missing = crate::param_ranges::annotate(&mut doc);
+    if !missing.is_empty() {
+        tracing::error!(?missing, "parameter ranges without a schema property");
+    }
+    doc
+}
+
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "OpenAPI 3.1 document")))]
 pub async fn openapi_json() -> Response {
-    json_response(StatusCode::OK, &ApiDoc::openapi())
+    json_response(StatusCode::OK, &document())
 }

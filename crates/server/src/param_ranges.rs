@@ -4,9 +4,10 @@
 //! `exclusiveMinimum`, `maximum`, `maxItems`, `minLength`, `maxLength`) read, so the two cannot
 //! disagree.
 //!
-//! Limits that depend on the server's configuration or model (the `priority` floor
-//! `--min-client-priority`, `max_tokens` beyond what fits the context, token ids below the
-//! vocabulary size) are checked by validation and documented only where they are static.
+//! The `priority` range depends on the server's `--min-client-priority`, so the served document
+//! is made for it ([`documented`] and [`annotate`] take it). Limits that depend on the model
+//! (`max_tokens` beyond what fits the context, token ids below the vocabulary size) are checked
+//! by validation and documented only by their static part.
 
 use std::fmt;
 
@@ -150,8 +151,12 @@ pub const LOGPROBS: Range = Range::closed(0.0, MAX_LOGPROBS as f64);
 pub const MAX_TOKENS: Range = Range::at_least(1.0);
 pub const MIN_TOKENS: Range = Range::closed(0.0, u32::MAX as f64);
 pub const TTFT_SLO_MS: Range = Range::closed(1.0, MAX_TTFT_SLO_MS as f64);
-/// `priority`: the floor is `--min-client-priority`.
-pub const PRIORITY_MAX: Range = Range::at_most(i32::MAX as f64);
+/// `priority`: from the server's `--min-client-priority` to `i32::MAX`.
+pub fn priority(min_client_priority: i32) -> Range {
+    Range::closed(f64::from(min_client_priority), f64::from(i32::MAX))
+}
+/// Fewest chat messages.
+pub const MIN_MESSAGES: usize = 1;
 /// A token id (the vocabulary bounds it further).
 pub const TOKEN_ID: Range = Range::at_least(0.0);
 /// TGI's `best_of`: only 1.
@@ -202,7 +207,6 @@ macro_rules! openai_shared {
             field($schema, "repetition_penalty", REPETITION_PENALTY),
             field($schema, "min_tokens", MIN_TOKENS),
             field($schema, "ttft_slo_ms", TTFT_SLO_MS),
-            field($schema, "priority", PRIORITY_MAX),
             field($schema, "max_tokens", MAX_TOKENS),
             field($schema, "prompt_logprobs", LOGPROBS),
             items($schema, "stop_token_ids", TOKEN_ID),
@@ -210,10 +214,10 @@ macro_rules! openai_shared {
     };
 }
 
-const COMPLETION_SHARED: [Documented; 14] = openai_shared!("CompletionRequest");
-const CHAT_SHARED: [Documented; 14] = openai_shared!("ChatCompletionRequest");
+const COMPLETION_SHARED: [Documented; 13] = openai_shared!("CompletionRequest");
+const CHAT_SHARED: [Documented; 13] = openai_shared!("ChatCompletionRequest");
 
-const OWN: [Documented; 16] = [
+const OWN: [Documented; 15] = [
     field("CompletionRequest", "logprobs", LOGPROBS),
     field("CompletionRequest", "best_of", BEST_OF),
     field("ChatCompletionRequest", "max_completion_tokens", MAX_TOKENS),
@@ -233,17 +237,30 @@ const OWN: [Documented; 16] = [
     field("GenerateParameters", "best_of", TGI_BEST_OF),
     field("GenerateParameters", "typical_p", TGI_TYPICAL_P),
     field("GenerateParameters", "ttft_slo_ms", TTFT_SLO_MS),
-    field("GenerateParameters", "priority", PRIORITY_MAX),
 ];
 
-/// Every documented numeric range.
-pub fn documented() -> impl Iterator<Item = &'static Documented> {
-    COMPLETION_SHARED.iter().chain(&CHAT_SHARED).chain(&OWN)
+/// Every documented numeric range, for a server whose `--min-client-priority` is
+/// `min_client_priority`.
+pub fn documented(min_client_priority: i32) -> Vec<Documented> {
+    let priority = [
+        "CompletionRequest",
+        "ChatCompletionRequest",
+        "GenerateParameters",
+    ]
+    .map(|schema| field(schema, "priority", self::priority(min_client_priority)));
+    COMPLETION_SHARED
+        .iter()
+        .chain(&CHAT_SHARED)
+        .chain(&OWN)
+        .chain(&priority)
+        .copied()
+        .collect()
 }
 
-/// Adds the ranges and the stop-sequence limits to the OpenAPI document `doc`. Returns the
-/// entries it found no schema property for (none, unless a wire type was renamed).
-pub fn annotate(doc: &mut Value) -> Vec<String> {
+/// Adds the ranges (for `min_client_priority`), the stop-sequence limits and the fewest chat
+/// messages to the OpenAPI document `doc`. Returns the entries it found no schema property for
+/// (none, unless a wire type was renamed).
+pub fn annotate(doc: &mut Value, min_client_priority: i32) -> Vec<String> {
     let mut missing = Vec::new();
     let Some(schemas) = doc
         .pointer_mut("/components/schemas")
@@ -251,7 +268,7 @@ pub fn annotate(doc: &mut Value) -> Vec<String> {
     else {
         return vec!["components.schemas".into()];
     };
-    for d in documented() {
+    for d in documented(min_client_priority) {
         let property = schemas
             .get_mut(d.schema)
             .and_then(|s| s.pointer_mut(&format!("/properties/{}", d.property)));
@@ -266,6 +283,16 @@ pub fn annotate(doc: &mut Value) -> Vec<String> {
     }
     if !annotate_stops(schemas) {
         missing.push("StopSequences".into());
+    }
+    match schemas
+        .get_mut("ChatCompletionRequest")
+        .and_then(|s| s.pointer_mut("/properties/messages"))
+        .and_then(Value::as_object_mut)
+    {
+        Some(messages) => {
+            messages.insert("minItems".into(), Value::from(MIN_MESSAGES));
+        }
+        None => missing.push("ChatCompletionRequest.messages".into()),
     }
     missing
 }
@@ -312,8 +339,8 @@ mod tests {
         assert!(!TOP_P.contains(0.0) && TOP_P.contains(1e-6) && TOP_P.contains(1.0));
         assert!(!REPETITION_PENALTY.contains(f64::INFINITY));
         assert!(!TEMPERATURE.contains(f64::NAN));
-        assert!(PRIORITY_MAX.contains_int(i64::from(i32::MIN)));
-        assert!(!PRIORITY_MAX.contains_int(i64::from(i32::MAX) + 1));
+        assert!(priority(-10).contains_int(-10) && !priority(-10).contains_int(-11));
+        assert!(!priority(0).contains_int(i64::from(i32::MAX) + 1));
         assert_eq!(TEMPERATURE.to_string(), "between 0 and 2");
         assert_eq!(TOP_P.to_string(), "in (0, 1]");
     }

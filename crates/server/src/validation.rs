@@ -585,7 +585,7 @@ fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiEr
 fn priority(state: &AppState, priority: Option<i64>) -> Result<i32, ApiError> {
     let Some(p) = priority else { return Ok(0) };
     let min = state.limits().min_client_priority;
-    if p < i64::from(min) || !ranges::PRIORITY_MAX.contains_int(p) {
+    if !ranges::priority(min).contains_int(p) {
         return Err(ApiError::param(
             "priority",
             format!("priority must be between {min} and {}, got {p}", i32::MAX),
@@ -638,7 +638,7 @@ fn chat_prompt(
     messages: &[ChatMessageIn],
     tools: Option<&[serde_json::Value]>,
 ) -> Result<Vec<u32>, ApiError> {
-    if messages.is_empty() {
+    if messages.len() < ranges::MIN_MESSAGES {
         return Err(ApiError::param("messages", "messages must not be empty"));
     }
     let template = state.model().chat_template.as_ref().ok_or_else(|| {

@@ -2,12 +2,14 @@
 //! annotations and the wire types' schemas, with the parameter ranges validation enforces
 //! ([`crate::param_ranges`]).
 
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use utoipa::OpenApi;
 
 use super::openapi_errors::ErrorResponses;
 use crate::error::json_response;
+use crate::state::AppState;
 
 /// The API description.
 #[derive(OpenApi)]
@@ -37,9 +39,9 @@ use crate::error::json_response;
 )]
 pub struct ApiDoc;
 
-/// The document as served: [`ApiDoc`] with the numeric ranges and size limits of the request
-/// parameters.
-pub fn document() -> serde_json::Value {
+/// The document as served by a server whose `--min-client-priority` is `min_client_priority`:
+/// [`ApiDoc`] with the numeric ranges and size limits of the request parameters.
+pub fn document(min_client_priority: i32) -> serde_json::Value {
     let mut doc = match serde_json::to_value(ApiDoc::openapi()) {
         Ok(doc) => doc,
         Err(e) => {
@@ -47,7 +49,7 @@ pub fn document() -> serde_json::Value {
             return serde_json::Value::Null;
         }
     };
-    let missing = crate::param_ranges::annotate(&mut doc);
+    let missing = crate::param_ranges::annotate(&mut doc, min_client_priority);
     if !missing.is_empty() {
         tracing::error!(?missing, "parameter ranges without a schema property");
     }
@@ -56,6 +58,7 @@ pub fn document() -> serde_json::Value {
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "OpenAPI 3.1 document")))]
-pub async fn openapi_json() -> Response {
-    json_response(StatusCode::OK, &document())
+pub async fn openapi_json(State(state): State<AppState>) -> Response {
+    let document = document(state.limits().min_client_priority);
+    json_response(StatusCode::OK, &document)
 }

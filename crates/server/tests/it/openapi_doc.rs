@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::common;
 
 fn doc() -> Value {
-    document()
+    document(0)
 }
 
 fn op<'a>(doc: &'a Value, path: &str, method: &str) -> &'a Value {
@@ -141,8 +141,10 @@ fn streaming_routes_document_event_streams() {
 
 #[test]
 fn every_parameter_range_lands_on_a_documented_property() {
-    let mut doc = kestrel_server::routes::openapi::document();
-    assert_eq!(param_ranges::annotate(&mut doc), Vec::<String>::new());
+    let mut doc = document(-5);
+    assert_eq!(param_ranges::annotate(&mut doc, -5), Vec::<String>::new());
+    let priority = &doc["components"]["schemas"]["GenerateParameters"]["properties"]["priority"];
+    assert_eq!(priority["minimum"], json!(-5), "{priority}");
     let temperature =
         &doc["components"]["schemas"]["CompletionRequest"]["properties"]["temperature"];
     assert_eq!(
@@ -243,7 +245,9 @@ fn probes(schema: &Value) -> (Vec<Value>, Vec<Value>) {
 async fn the_served_ranges_are_what_the_server_enforces() {
     let served = served_document().await;
     let mut checked = 0;
-    for d in param_ranges::documented() {
+    // The shared server runs with the default `--min-client-priority`.
+    let min_priority = common::options(64).min_client_priority;
+    for d in param_ranges::documented(min_priority) {
         let (path, base, invalid) = route_of(d.schema).expect("a routed schema");
         let mut schema = &served["components"]["schemas"][d.schema]["properties"][d.property];
         if d.items {
@@ -310,5 +314,20 @@ async fn the_served_stop_limits_are_what_the_server_enforces() {
         let (status, text) = status_of(path, &stop(value)).await;
         let expected = if ok { 200 } else { invalid };
         assert_eq!(status, expected, "{text}");
+    }
+    let messages =
+        &served["components"]["schemas"]["ChatCompletionRequest"]["properties"]["messages"];
+    assert_eq!(messages["minItems"], 1, "{messages}");
+    let (path, base, invalid) = route_of("ChatCompletionRequest").unwrap();
+    let (status, text) = status_of(path, &with(&base, "messages", json!([]))).await;
+    assert_eq!(status, invalid, "{text}");
+}
+
+#[test]
+fn prompt_logprobs_are_documented_with_a_null_first_entry() {
+    let doc = doc();
+    for schema in ["ChatCompletionResponse", "CompletionChoice"] {
+        let items = &doc["components"]["schemas"][schema]["properties"]["prompt_logprobs"]["items"];
+        assert!(items.to_string().contains("null"), "{schema}: {items}");
     }
 }

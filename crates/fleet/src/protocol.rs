@@ -25,6 +25,13 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_salt: Option<String>,
     pub max_queue_time_ms: Option<u64>,
+    /// The request's first-token objective in milliseconds (`ttft_slo_ms` or
+    /// `X-TTFT-SLO-Ms`): the worker's engine refuses the job at admission when it predicts a miss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_slo_ms: Option<u64>,
+    /// The client's `X-Request-Id` (or the one the gateway generated), for the worker's logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
     /// When the gateway queued it (Unix milliseconds): queue time includes the wait in Redis.
     pub queued_at_ms: u64,
 }
@@ -43,8 +50,18 @@ impl Job {
             max_queue_time_ms: req
                 .max_queue_time()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ttft_slo_ms: req
+                .ttft_slo()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            request_id: None,
             queued_at_ms: unix_ms(),
         }
+    }
+
+    /// The same job, carrying the client's request id.
+    pub fn with_request_id(mut self, request_id: Option<String>) -> Job {
+        self.request_id = request_id;
+        self
     }
 
     /// The engine request again, checked against this worker's `limits`.
@@ -59,7 +76,8 @@ impl Job {
                 .with_priority(self.priority)
                 .with_cache_salt(self.cache_salt.clone())
                 .with_arrival(arrival)
-                .with_max_queue_time(self.max_queue_time_ms.map(Duration::from_millis)),
+                .with_max_queue_time(self.max_queue_time_ms.map(Duration::from_millis))
+                .with_ttft_slo(self.ttft_slo_ms.map(Duration::from_millis)),
         )
     }
 }
@@ -139,9 +157,12 @@ mod tests {
         let req = EngineRequest::new(vec![1, 2, 3], sampling, &limits)
             .unwrap()
             .with_priority(3)
-            .with_cache_salt(Some("tenant".into()));
-        let job = Job::new("r1".into(), &req, 42);
+            .with_cache_salt(Some("tenant".into()))
+            .with_ttft_slo(Some(Duration::from_millis(250)));
+        let job = Job::new("r1".into(), &req, 42).with_request_id(Some("abc".into()));
         assert_eq!(job.sampling.seed, Some(42));
+        assert_eq!(job.ttft_slo_ms, Some(250));
+        assert_eq!(job.request_id.as_deref(), Some("abc"));
         let json = serde_json::to_string(&job).unwrap();
         let back: Job = serde_json::from_str(&json).unwrap();
         assert_eq!(back, job);
@@ -150,6 +171,26 @@ mod tests {
         assert_eq!(rebuilt.priority(), 3);
         assert_eq!(rebuilt.cache_salt(), Some("tenant"));
         assert_eq!(rebuilt.sampling().seed, Some(42));
+        assert_eq!(rebuilt.ttft_slo(), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn a_job_of_an_older_gateway_has_no_objective_or_request_id() {
+        let limits = RequestLimits {
+            vocab_size: 10,
+            max_model_len: 16,
+        };
+        let sampling = SamplingParams {
+            max_tokens: 2,
+            ..Default::default()
+        };
+        let req = EngineRequest::new(vec![1], sampling, &limits).unwrap();
+        let job = Job::new("old".into(), &req, 1);
+        let json = serde_json::to_value(&job).unwrap();
+        assert!(json.get("ttft_slo_ms").is_none() && json.get("request_id").is_none());
+        let back: Job = serde_json::from_value(json).unwrap();
+        assert_eq!((back.ttft_slo_ms, back.request_id.as_deref()), (None, None));
+        assert_eq!(back.to_request(&limits).unwrap().ttft_slo(), None);
     }
 
     #[test]

@@ -38,6 +38,13 @@ impl EventStream {
         }
     }
 
+    /// The same stream, admitted only once `admission` resolves (a backend whose refusals
+    /// come later than `submit`, such as a first-token objective checked by a remote engine).
+    pub fn with_admission(mut self, admission: BoxFuture<'static, Admission>) -> EventStream {
+        self.admission = Some(admission);
+        self
+    }
+
     /// Waits until the backend queued the request (`Ok` at once for a backend that queues
     /// every request it accepts), or returns why it refused it.
     pub async fn admitted(&mut self) -> Admission {

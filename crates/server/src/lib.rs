@@ -49,6 +49,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod openai_api;
 pub mod openai_stream;
+pub mod param_ranges;
 pub mod prompt_logprobs;
 pub mod request_id;
 pub mod request_log;

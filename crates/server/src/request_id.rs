@@ -10,6 +10,8 @@
 //! A client id is kept when it is 1 to [`MAX_LEN`] bytes of visible ASCII (`!` to `~`, no
 //! spaces or control characters); anything else is replaced by a generated id (32 lowercase
 //! hex digits, 128 random bits), so logs never carry unbounded or unprintable client text.
+//! The request goes on with the chosen id in its `X-Request-Id` header, so a second [`assign`]
+//! further in (the fleet gateway wraps the server's routes in one of its own) keeps it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -81,9 +83,13 @@ pub async fn assign(mut req: Request, next: Next) -> Response {
         .and_then(|v| RequestId::from_client(v.as_bytes()))
         .unwrap_or_else(RequestId::generate);
     req.extensions_mut().insert(id.clone());
-    let mut response = CURRENT.scope(id.clone(), next.run(req)).await;
     // Visible ASCII is always a valid header value.
-    if let Ok(value) = HeaderValue::from_str(id.as_str()) {
+    let value = HeaderValue::from_str(id.as_str()).ok();
+    if let Some(value) = &value {
+        req.headers_mut().insert(HEADER, value.clone());
+    }
+    let mut response = CURRENT.scope(id.clone(), next.run(req)).await;
+    if let Some(value) = value {
         response.headers_mut().insert(HEADER, value);
     }
     response
@@ -116,6 +122,37 @@ mod tests {
             .bytes()
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
         assert_ne!(a, b);
+    }
+
+    #[tokio::test]
+    async fn an_inner_assign_keeps_the_id_the_outer_one_chose() {
+        use axum::body::Body;
+        use tower::ServiceExt;
+        let inner = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::get(|| async { current_string().unwrap_or_default() }),
+            )
+            .layer(axum::middleware::from_fn(assign));
+        let outer = axum::Router::new()
+            .fallback_service(inner)
+            .layer(axum::middleware::from_fn(assign));
+        let req = Request::builder()
+            .uri("/")
+            .header(HEADER, "not usable")
+            .body(Body::empty())
+            .unwrap();
+        let response = outer.oneshot(req).await.unwrap();
+        let echoed = response.headers()[HEADER].to_str().unwrap().to_string();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(echoed.len(), 32, "{echoed}");
+        assert_eq!(
+            body,
+            echoed.as_bytes(),
+            "the handler saw the id the client got"
+        );
     }
 
     #[tokio::test]

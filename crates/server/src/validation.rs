@@ -20,7 +20,7 @@ use std::time::Instant;
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::EngineRequest;
 use kestrel_engine::logit_bias::LogitBias;
-use kestrel_engine::sampling::{SamplingParams, MAX_LOGPROBS};
+use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::chat_template::ChatMessage;
 
 use kestrel_engine::adapters::AdapterError;
@@ -29,7 +29,8 @@ use crate::blocking;
 use crate::chat_tools;
 use crate::constraint;
 use crate::error::ApiError;
-use crate::state::{AppState, Limits, MAX_N, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
+use crate::param_ranges::{self as ranges, Range};
+use crate::state::{AppState, Limits, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
 use crate::wire::openai::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt, SamplingFields,
 };
@@ -191,7 +192,7 @@ pub fn completion(
     let best_of = best_of(req.best_of, n, stream)?;
     let user_logprobs = match req.logprobs {
         None => None,
-        Some(n) => Some(bounded("logprobs", n, 0, MAX_LOGPROBS as i64)? as usize),
+        Some(n) => Some(bounded("logprobs", n, ranges::LOGPROBS)? as usize),
     };
     // Ranking candidates needs each chosen token's logprob.
     let logprobs = user_logprobs.or((best_of > n).then_some(0));
@@ -254,7 +255,7 @@ fn prompt_logprobs(requested: Option<i64>, stream: bool) -> Result<Option<usize>
         ));
     }
     Ok(Some(
-        bounded("prompt_logprobs", n, 0, MAX_LOGPROBS as i64)? as usize
+        bounded("prompt_logprobs", n, ranges::LOGPROBS)? as usize
     ))
 }
 
@@ -295,9 +296,7 @@ pub fn chat(
             ))
         }
         (false, None) => None,
-        (true, top) => {
-            Some(bounded("top_logprobs", top.unwrap_or(0), 0, MAX_LOGPROBS as i64)? as usize)
-        }
+        (true, top) => Some(bounded("top_logprobs", top.unwrap_or(0), ranges::LOGPROBS)? as usize),
     };
     let (requested, param) = match (req.max_completion_tokens, req.max_tokens) {
         (Some(m), _) => (Some(m), "max_completion_tokens"),
@@ -369,7 +368,7 @@ pub fn generate(
         || p.top_k.is_some()
         || p.top_p.is_some();
     let temperature = match p.temperature {
-        Some(t) if !(t.is_finite() && t > 0.0) => {
+        Some(t) if !ranges::TGI_TEMPERATURE.contains(t) => {
             return Err(ApiError::param(
                 "temperature",
                 format!("temperature must be strictly positive, got {t}"),
@@ -382,10 +381,20 @@ pub fn generate(
     let sampling = SamplingParams {
         temperature,
         top_k: top_k(p.top_k)?,
-        top_p: unit_open("top_p", p.top_p)?,
-        min_p: unit_closed("min_p", p.min_p)?,
-        repetition_penalty: positive("repetition_penalty", p.repetition_penalty)?,
-        frequency_penalty: penalty("frequency_penalty", p.frequency_penalty)?,
+        top_p: ranged("top_p", p.top_p, ranges::TOP_P, 1.0)?,
+        min_p: ranged("min_p", p.min_p, ranges::MIN_P, 0.0)?,
+        repetition_penalty: ranged(
+            "repetition_penalty",
+            p.repetition_penalty,
+            ranges::REPETITION_PENALTY,
+            1.0,
+        )?,
+        frequency_penalty: ranged(
+            "frequency_penalty",
+            p.frequency_penalty,
+            ranges::PENALTY,
+            0.0,
+        )?,
         presence_penalty: 0.0,
         seed: p.seed,
         max_tokens,
@@ -393,7 +402,7 @@ pub fn generate(
         ignore_eos: p.ignore_eos.unwrap_or(false),
         logprobs: match p.top_n_tokens {
             None => Some(0),
-            Some(n) => Some(bounded("top_n_tokens", n, 0, MAX_LOGPROBS as i64)? as usize),
+            Some(n) => Some(bounded("top_n_tokens", n, ranges::LOGPROBS)? as usize),
         },
         ..SamplingParams::default()
     };
@@ -426,7 +435,9 @@ fn openai_adapter(
 }
 
 fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiError> {
-    if p.best_of.is_some_and(|b| b != 1) {
+    if p.best_of
+        .is_some_and(|b| !ranges::TGI_BEST_OF.contains_int(b))
+    {
         return Err(ApiError::param("best_of", "only best_of = 1 is supported"));
     }
     if p.decoder_input_details == Some(true) {
@@ -441,7 +452,9 @@ fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiEr
     if p.watermark == Some(true) {
         return Err(ApiError::param("watermark", "watermark is not supported"));
     }
-    if p.typical_p.is_some_and(|t| t != 1.0) {
+    if p.typical_p
+        .is_some_and(|t| !ranges::TGI_TYPICAL_P.contains(t))
+    {
         return Err(ApiError::param("typical_p", "typical_p is not supported"));
     }
     Ok(())
@@ -449,13 +462,13 @@ fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiEr
 
 /// `n`: choices per prompt.
 fn choices_n(n: Option<i64>) -> Result<usize, ApiError> {
-    Ok(bounded("n", n.unwrap_or(1), 1, MAX_N as i64)? as usize)
+    Ok(bounded("n", n.unwrap_or(1), ranges::N)? as usize)
 }
 
 /// `best_of`: candidates per prompt, at least `n`, not with `stream` (OpenAI's rules).
 fn best_of(best_of: Option<i64>, n: usize, stream: bool) -> Result<usize, ApiError> {
     let Some(b) = best_of else { return Ok(n) };
-    let b = bounded("best_of", b, 1, MAX_CANDIDATES as i64)? as usize;
+    let b = bounded("best_of", b, ranges::BEST_OF)? as usize;
     if b < n {
         return Err(ApiError::param(
             "best_of",
@@ -487,10 +500,10 @@ fn openai_sampling(
     logprobs: Option<usize>,
 ) -> Result<(SamplingParams, Scheduling), ApiError> {
     let temperature = match f.temperature {
-        Some(t) if !(0.0..=2.0).contains(&t) => {
+        Some(t) if !ranges::TEMPERATURE.contains(t) => {
             return Err(ApiError::param(
                 "temperature",
-                format!("temperature must be between 0 and 2, got {t}"),
+                format!("temperature must be {}, got {t}", ranges::TEMPERATURE),
             ))
         }
         Some(t) => t as f32,
@@ -500,11 +513,21 @@ fn openai_sampling(
     let sampling = SamplingParams {
         temperature,
         top_k: top_k(f.top_k)?,
-        top_p: unit_open("top_p", f.top_p)?,
-        min_p: unit_closed("min_p", f.min_p)?,
-        repetition_penalty: positive("repetition_penalty", f.repetition_penalty)?,
-        frequency_penalty: penalty("frequency_penalty", f.frequency_penalty)?,
-        presence_penalty: penalty("presence_penalty", f.presence_penalty)?,
+        top_p: ranged("top_p", f.top_p, ranges::TOP_P, 1.0)?,
+        min_p: ranged("min_p", f.min_p, ranges::MIN_P, 0.0)?,
+        repetition_penalty: ranged(
+            "repetition_penalty",
+            f.repetition_penalty,
+            ranges::REPETITION_PENALTY,
+            1.0,
+        )?,
+        frequency_penalty: ranged(
+            "frequency_penalty",
+            f.frequency_penalty,
+            ranges::PENALTY,
+            0.0,
+        )?,
+        presence_penalty: ranged("presence_penalty", f.presence_penalty, ranges::PENALTY, 0.0)?,
         seed: f.seed.map(|s| s as u64),
         stop_token_ids: stop_token_ids(f.stop_token_ids, vocab)?,
         stop: stops(f.stop)?,
@@ -513,7 +536,7 @@ fn openai_sampling(
         logit_bias: logit_bias(f.logit_bias)?,
         min_tokens: match f.min_tokens {
             None => 0,
-            Some(m) => bounded("min_tokens", m, 0, i64::from(u32::MAX))? as usize,
+            Some(m) => bounded("min_tokens", m, ranges::MIN_TOKENS)? as usize,
         },
         include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
         skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
@@ -547,7 +570,13 @@ fn logit_bias(bias: Option<HashMap<String, f64>>) -> Result<LogitBias, ApiError>
 fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiError> {
     ids.unwrap_or_default()
         .into_iter()
-        .map(|id| Ok(bounded("stop_token_ids", id, 0, vocab as i64 - 1)? as u32))
+        .map(|id| {
+            let range = Range {
+                max: Some(vocab as f64 - 1.0),
+                ..ranges::TOKEN_ID
+            };
+            Ok(bounded("stop_token_ids", id, range)? as u32)
+        })
         .collect()
 }
 
@@ -556,7 +585,7 @@ fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiEr
 fn priority(state: &AppState, priority: Option<i64>) -> Result<i32, ApiError> {
     let Some(p) = priority else { return Ok(0) };
     let min = state.limits().min_client_priority;
-    if p < i64::from(min) || p > i64::from(i32::MAX) {
+    if !ranges::priority(min).contains_int(p) {
         return Err(ApiError::param(
             "priority",
             format!("priority must be between {min} and {}, got {p}", i32::MAX),
@@ -609,7 +638,7 @@ fn chat_prompt(
     messages: &[ChatMessageIn],
     tools: Option<&[serde_json::Value]>,
 ) -> Result<Vec<u32>, ApiError> {
-    if messages.is_empty() {
+    if messages.len() < ranges::MIN_MESSAGES {
         return Err(ApiError::param("messages", "messages must not be empty"));
     }
     let template = state.model().chat_template.as_ref().ok_or_else(|| {
@@ -708,7 +737,7 @@ fn max_tokens(
     let Some(requested) = requested else {
         return Ok(default.min(room).max(1));
     };
-    if requested < 1 {
+    if !ranges::MAX_TOKENS.contains_int(requested) {
         return Err(ApiError::param(
             param,
             format!("{param} must be at least 1, got {requested}"),
@@ -725,13 +754,14 @@ fn max_tokens(
     Ok(wanted as usize)
 }
 
-fn bounded(param: &'static str, v: i64, lo: i64, hi: i64) -> Result<i64, ApiError> {
-    if (lo..=hi).contains(&v) {
+/// `v` if it is in `range`, else a 400 naming `param`.
+fn bounded(param: &'static str, v: i64, range: Range) -> Result<i64, ApiError> {
+    if range.contains_int(v) {
         Ok(v)
     } else {
         Err(ApiError::param(
             param,
-            format!("{param} must be between {lo} and {hi}, got {v}"),
+            format!("{param} must be {range}, got {v}"),
         ))
     }
 }
@@ -739,7 +769,7 @@ fn bounded(param: &'static str, v: i64, lo: i64, hi: i64) -> Result<i64, ApiErro
 fn top_k(v: Option<i64>) -> Result<Option<usize>, ApiError> {
     match v {
         None | Some(-1) | Some(0) => Ok(None),
-        Some(k) if k > 0 => Ok(Some(k as usize)),
+        Some(k) if ranges::TOP_K.contains_int(k) => Ok(Some(k as usize)),
         Some(k) => Err(ApiError::param(
             "top_k",
             format!("top_k must be positive (or -1/0 to disable), got {k}"),
@@ -747,46 +777,19 @@ fn top_k(v: Option<i64>) -> Result<Option<usize>, ApiError> {
     }
 }
 
-fn unit_open(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
+/// A float parameter: `default` when absent, else a value in `range`.
+fn ranged(
+    param: &'static str,
+    v: Option<f64>,
+    range: Range,
+    default: f32,
+) -> Result<f32, ApiError> {
     match v {
-        None => Ok(1.0),
-        Some(p) if p > 0.0 && p <= 1.0 => Ok(p as f32),
+        None => Ok(default),
+        Some(p) if range.contains(p) => Ok(p as f32),
         Some(p) => Err(ApiError::param(
             param,
-            format!("{param} must be in (0, 1], got {p}"),
-        )),
-    }
-}
-
-fn unit_closed(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
-    match v {
-        None => Ok(0.0),
-        Some(p) if (0.0..=1.0).contains(&p) => Ok(p as f32),
-        Some(p) => Err(ApiError::param(
-            param,
-            format!("{param} must be in [0, 1], got {p}"),
-        )),
-    }
-}
-
-fn positive(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
-    match v {
-        None => Ok(1.0),
-        Some(p) if p.is_finite() && p > 0.0 => Ok(p as f32),
-        Some(p) => Err(ApiError::param(
-            param,
-            format!("{param} must be a finite number > 0, got {p}"),
-        )),
-    }
-}
-
-fn penalty(param: &'static str, v: Option<f64>) -> Result<f32, ApiError> {
-    match v {
-        None => Ok(0.0),
-        Some(p) if (-2.0..=2.0).contains(&p) => Ok(p as f32),
-        Some(p) => Err(ApiError::param(
-            param,
-            format!("{param} must be between -2 and 2, got {p}"),
+            format!("{param} must be {range}, got {p}"),
         )),
     }
 }

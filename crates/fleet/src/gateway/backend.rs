@@ -1,17 +1,22 @@
 //! [`FleetBackend`]: the gateway's [`Backend`]. Admission is decided from the registry's view
 //! (no live worker: 503; queue at its limit: 429); an admitted request becomes a [`Job`] that a
-//! [`relay`] task queues and follows.
+//! [`relay`] task queues and follows. The job carries the request's `X-Request-Id` and its
+//! first-token objective; a job with an objective is admitted only once its worker's engine
+//! has (a predicted miss comes back as the engine's refusal, a 429 like on `kestrel serve`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::FutureExt;
 use futures_util::stream::{self, StreamExt};
 use kestrel_engine::api::{EngineRequest, EngineStats, RequestLimits};
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream};
 use kestrel_server::error::ApiError;
+use kestrel_server::request_id;
 use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::oneshot;
 
 use super::relay::relay;
 use super::GatewayShared;
@@ -45,12 +50,26 @@ impl Backend for FleetBackend {
         }
         let number = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-{number}", shared.gateway_id);
-        let job = Job::new(id, &req, rand::random());
+        let job = Job::new(id, &req, rand::random()).with_request_id(request_id::current_string());
         let (tx, rx) = unbounded_channel();
+        // A first-token objective is checked by the worker's engine: the client's response
+        // waits for its answer, so that a refusal is a 429 before any stream starts.
+        let (admit, admission) = match job.ttft_slo_ms {
+            Some(_) => {
+                let (admit, admission) = oneshot::channel();
+                (Some(admit), Some(admission))
+            }
+            None => (None, None),
+        };
         shared.active.fetch_add(1, Ordering::AcqRel);
-        self.runtime.spawn(relay(shared.clone(), job, tx));
+        self.runtime.spawn(relay(shared.clone(), job, tx, admit));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
-        Ok(EventStream::new(number, events.boxed()))
+        let stream = EventStream::new(number, events.boxed());
+        Ok(match admission {
+            // A relay that ended without an answer also ended the events, which then tell.
+            Some(rx) => stream.with_admission(rx.map(|answer| answer.unwrap_or(Ok(()))).boxed()),
+            None => stream,
+        })
     }
 
     fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {

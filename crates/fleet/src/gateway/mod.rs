@@ -1,7 +1,8 @@
 //! The gateway: `kestrel serve`'s routes over a [`FleetBackend`]. It loads no weights: the
 //! tokenizer, chat template and limits come from the model descriptor the workers announce in
 //! Redis. Until one has, every route but `/metrics` and the playground page (`GET /`) answers
-//! 503 with `Retry-After`.
+//! 503 with `Retry-After`. Every response carries `X-Request-Id` as on `kestrel serve`
+//! ([`kestrel_server::request_id`]); the id travels in the job to the worker's logs.
 //!
 //! ```text
 //! client ─► routes (validate, tokenize, render) ─► FleetBackend::submit ─► relay task
@@ -138,11 +139,17 @@ pub async fn serve(
         metrics.clone(),
         routes.clone(),
     ));
-    let app = Router::new().fallback_service(tower::service_fn(move |req: Request| {
-        let routes = routes.get().cloned();
-        let metrics = metrics.clone();
-        async move { Ok::<_, std::convert::Infallible>(dispatch(routes, metrics, req).await) }
-    }));
+    // The request id is assigned out here too, so that the 503s before the model is known
+    // carry one; the routes' own `assign` keeps it.
+    let app = Router::new()
+        .fallback_service(tower::service_fn(move |req: Request| {
+            let routes = routes.get().cloned();
+            let metrics = metrics.clone();
+            async move { Ok::<_, std::convert::Infallible>(dispatch(routes, metrics, req).await) }
+        }))
+        .layer(axum::middleware::from_fn(
+            kestrel_server::request_id::assign,
+        ));
     let served = kestrel_server::serve_app(listener, app, backend, &http, shutdown).await;
     registry.abort();
     loader.abort();

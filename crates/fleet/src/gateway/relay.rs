@@ -9,10 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kestrel_engine::api::{EngineEvent, EngineFailure};
+use kestrel_engine::handle::Admission;
 use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadReply;
 use redis::RedisError;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 use super::splice::{Splice, Step};
 use super::GatewayShared;
@@ -28,12 +30,21 @@ const BLOCK: Duration = Duration::from_millis(1000);
 /// How long Redis may stay unreachable before the request fails.
 const REDIS_PATIENCE: Duration = Duration::from_secs(30);
 
+/// Where the answer to a request's admission goes (requests with a first-token objective): a
+/// worker's `Started` admits it, a failure before that refuses it.
+type Admit = Option<oneshot::Sender<Admission>>;
+
 /// Runs one request to its end (or its client's departure).
-pub async fn relay(shared: Arc<GatewayShared>, job: Job, events: UnboundedSender<EngineEvent>) {
+pub async fn relay(
+    shared: Arc<GatewayShared>,
+    job: Job,
+    events: UnboundedSender<EngineEvent>,
+    mut admit: Admit,
+) {
     let start = Instant::now();
     let request = job.id.clone();
     let ended = tokio::select! {
-        ended = follow(&shared, job, &events, start) => ended,
+        ended = follow(&shared, job, &events, &mut admit, start) => ended,
         () = events.closed() => false,
     };
     if !ended {
@@ -52,13 +63,14 @@ async fn follow(
     shared: &GatewayShared,
     job: Job,
     events: &UnboundedSender<EngineEvent>,
+    admit: &mut Admit,
     start: Instant,
 ) -> bool {
     let request = job.id.clone();
+    let request_id = job.request_id.clone().unwrap_or_default();
     if let Err(e) = enqueue(shared, &job).await {
-        let _ = events.send(EngineEvent::Failed(EngineFailure::Internal(format!(
-            "cannot queue the request: {e}"
-        ))));
+        let failure = EngineFailure::Internal(format!("cannot queue the request: {e}"));
+        send_last(events, admit, failure);
         return true;
     }
     let mut splice = Splice::default();
@@ -86,9 +98,9 @@ async fn follow(
                 conn = None;
                 let since = *failing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > REDIS_PATIENCE {
-                    let _ = events.send(EngineEvent::Failed(EngineFailure::Internal(format!(
-                        "lost the connection to the queue: {e}"
-                    ))));
+                    let failure =
+                        EngineFailure::Internal(format!("lost the connection to the queue: {e}"));
+                    send_last(events, admit, failure);
                     return true;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -97,7 +109,7 @@ async fn follow(
         };
         if entries.is_empty() {
             if let Some(failure) = stranded(shared) {
-                let _ = events.send(EngineEvent::Failed(failure));
+                send_last(events, admit, failure);
                 return true;
             }
             continue;
@@ -106,11 +118,14 @@ async fn follow(
             last_id = id;
             if splice.is_rerun(entry.attempt) {
                 metrics::counter!(REDELIVERIES_TOTAL).increment(1);
-                tracing::warn!(%request, attempt = entry.attempt, resent = splice.sent(), "request re-run after a worker failure");
+                tracing::warn!(%request, %request_id, attempt = entry.attempt, resent = splice.sent(), "request re-run after a worker failure");
             }
             let event = match entry.event {
                 ResultEvent::Started { worker } => {
-                    tracing::debug!(%request, %worker, attempt = entry.attempt, "started");
+                    tracing::debug!(%request, %request_id, %worker, attempt = entry.attempt, "started");
+                    if let Some(admit) = admit.take() {
+                        let _ = admit.send(Ok(()));
+                    }
                     continue;
                 }
                 ResultEvent::Engine(event) => event,
@@ -127,6 +142,14 @@ async fn follow(
                 Step::Diverged(failure) => EngineEvent::Failed(failure),
             };
             let last = !matches!(event, EngineEvent::Token(_));
+            if let Some(tx) = admit.take() {
+                // An event before any worker started the job: a failure refuses it (the
+                // engine's admission check, a worker's rejection).
+                let _ = tx.send(match &event {
+                    EngineEvent::Failed(failure) => Err(failure.clone()),
+                    _ => Ok(()),
+                });
+            }
             if first_token && !last {
                 first_token = false;
                 metrics::histogram!(TIME_TO_FIRST_TOKEN_SECONDS)
@@ -142,6 +165,15 @@ async fn follow(
             }
         }
     }
+}
+
+/// Ends the request with `failure`: as the answer to its admission if that is still open,
+/// and as its last event.
+fn send_last(events: &UnboundedSender<EngineEvent>, admit: &mut Admit, failure: EngineFailure) {
+    if let Some(tx) = admit.take() {
+        let _ = tx.send(Err(failure.clone()));
+    }
+    let _ = events.send(EngineEvent::Failed(failure));
 }
 
 /// Puts the job on its band's stream.

@@ -11,6 +11,7 @@ use kestrel_engine::api::{EngineEvent, EngineFailure, SubmitError};
 use kestrel_engine::handle::EngineHandle;
 use redis::aio::ConnectionManager;
 use tokio::sync::{oneshot, Notify};
+use tracing::Instrument;
 
 use crate::keys::{Band, Keys};
 use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
@@ -102,8 +103,15 @@ impl Jobs {
     }
 
     /// Starts `job` (its `attempt`-th delivery) from `entry`. A cancelled, invalid or
-    /// engine-refused job ends here; the rest run in their own task.
+    /// engine-refused job ends here; the rest run in their own task, in a `job` span naming
+    /// the request and the client's `request_id` (so every log line of the job carries both).
     pub async fn start(self: &Arc<Self>, entry: Entry, job: Job, attempt: u32) {
+        let span = tracing::info_span!(
+            "job",
+            request = %job.id,
+            request_id = job.request_id.as_deref().unwrap_or_default(),
+            attempt
+        );
         let mut conn = self.conn.clone();
         let cancelled: bool = redis::cmd("EXISTS")
             .arg(self.keys.cancelled(&job.id))
@@ -117,6 +125,7 @@ impl Jobs {
         let req = match job.to_request(&self.engine.limits()) {
             Ok(req) => req,
             Err(e) => {
+                span.in_scope(|| tracing::warn!(error = %e, "rejected an invalid job"));
                 let event = ResultEvent::Rejected {
                     message: e.to_string(),
                 };
@@ -128,7 +137,7 @@ impl Jobs {
             Ok(stream) => stream,
             Err(SubmitError::Overloaded(_)) | Err(SubmitError::Stopped) => {
                 // Left pending: this worker or another claims it again later.
-                tracing::warn!(request = %job.id, "engine refused a job; leaving it queued");
+                span.in_scope(|| tracing::warn!("engine refused a job; leaving it queued"));
                 return;
             }
         };
@@ -141,7 +150,8 @@ impl Jobs {
             },
         );
         let jobs = self.clone();
-        tokio::spawn(async move { jobs.run(entry, job.id, attempt, stream, rx).await });
+        let run = async move { jobs.run(entry, job.id, attempt, stream, rx).await };
+        tokio::spawn(run.instrument(span));
     }
 
     async fn run(
@@ -152,6 +162,19 @@ impl Jobs {
         mut stream: kestrel_engine::handle::ResponseStream,
         mut cancel: oneshot::Receiver<()>,
     ) {
+        tracing::info!("running a job");
+        if let Some(admission) = stream.take_admission() {
+            // A first-token objective: the gateway holds the client's response until the
+            // engine admits the job (`Started`) or refuses it (the failure, a 429 there).
+            if let Err(failure) = admission.await {
+                tracing::info!(%failure, "the engine refused the job at admission");
+                let event = ResultEvent::Engine(EngineEvent::Failed(failure));
+                drop(stream);
+                self.finish_with(&entry, &request, attempt, event).await;
+                self.end(&request);
+                return;
+            }
+        }
         let started = ResultEvent::Started {
             worker: self.worker_id.clone(),
         };
@@ -160,7 +183,7 @@ impl Jobs {
             let event = tokio::select! {
                 event = stream.next() => event,
                 _ = &mut cancel => {
-                    tracing::debug!(%request, "cancelled by its client");
+                    tracing::debug!("cancelled by its client");
                     drop(stream);
                     self.ack(&entry).await;
                     self.end(&request);
@@ -173,16 +196,20 @@ impl Jobs {
                 break;
             }
             let last = !matches!(event, EngineEvent::Token(_));
+            if let EngineEvent::Failed(failure) = &event {
+                tracing::warn!(%failure, "the job failed");
+            }
             published = self
                 .publish(&request, attempt, ResultEvent::Engine(event))
                 .await;
             if last && published {
+                tracing::info!("finished a job");
                 self.ack(&entry).await;
                 break;
             }
         }
         if !published {
-            tracing::error!(%request, "cannot publish results; leaving the job for a re-run");
+            tracing::error!("cannot publish results; leaving the job for a re-run");
         }
         self.end(&request);
     }

@@ -172,7 +172,7 @@ async fn announce_model(shared: &WorkerShared) -> Result<(), redis::RedisError> 
 }
 
 /// The worker's own HTTP routes: `/metrics` (its engine's `kestrel:*` series) and `/health`
-/// (200 while the engine takes requests).
+/// (200 while the engine takes requests), echoing `X-Request-Id` like every Kestrel route.
 pub fn metrics_router(
     engine: EngineHandle,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
@@ -202,4 +202,7 @@ pub fn metrics_router(
                 }
             }),
         )
+        .layer(axum::middleware::from_fn(
+            kestrel_server::request_id::assign,
+        ))
 }

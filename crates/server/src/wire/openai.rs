@@ -309,9 +309,10 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<String>,
-    /// Present when the request asked for `prompt_logprobs`.
+    /// Present when the request asked for `prompt_logprobs`: `null` for the first prompt token,
+    /// then an object per token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<Option<Object>>>)]
     pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
@@ -396,9 +397,10 @@ pub struct ChatCompletionResponse {
     pub usage: UsageInfo,
     /// `fp_kestrel_<hash of model and version>`.
     pub system_fingerprint: String,
-    /// Present when the request asked for `prompt_logprobs`.
+    /// Present when the request asked for `prompt_logprobs`: `null` for the first prompt token,
+    /// then an object per token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<Option<Object>>>)]
     pub prompt_logprobs: Option<PromptLogprobs>,
 }
 

@@ -1,13 +1,16 @@
 //! The OpenAPI document lists the responses the server really gives (what schemathesis checks
 //! against a running server in tests/python/run_schemathesis.sh): the API-key 401, the body
-//! limits, overload and unavailability with `Retry-After`, and server-sent events.
+//! limits, overload and unavailability with `Retry-After`, and server-sent events; and the
+//! parameter ranges it states are the ones the server enforces.
 
-use kestrel_server::routes::openapi::ApiDoc;
-use serde_json::Value;
-use utoipa::OpenApi;
+use kestrel_server::param_ranges;
+use kestrel_server::routes::openapi::document;
+use serde_json::{json, Value};
+
+use crate::common;
 
 fn doc() -> Value {
-    serde_json::to_value(ApiDoc::openapi()).expect("the document serializes")
+    document(0)
 }
 
 fn op<'a>(doc: &'a Value, path: &str, method: &str) -> &'a Value {
@@ -134,4 +137,197 @@ fn streaming_routes_document_event_streams() {
         );
     }
     assert_eq!(content("/generate"), ["application/json"]);
+}
+
+#[test]
+fn every_parameter_range_lands_on_a_documented_property() {
+    let mut doc = document(-5);
+    assert_eq!(param_ranges::annotate(&mut doc, -5), Vec::<String>::new());
+    let priority = &doc["components"]["schemas"]["GenerateParameters"]["properties"]["priority"];
+    assert_eq!(priority["minimum"], json!(-5), "{priority}");
+    let temperature =
+        &doc["components"]["schemas"]["CompletionRequest"]["properties"]["temperature"];
+    assert_eq!(
+        (&temperature["minimum"], &temperature["maximum"]),
+        (&json!(0), &json!(2))
+    );
+    let top_p = &doc["components"]["schemas"]["GenerateParameters"]["properties"]["top_p"];
+    assert_eq!(top_p["exclusiveMinimum"], json!(0), "{top_p}");
+    let stop = doc["components"]["schemas"]["StopSequences"].to_string();
+    assert!(stop.contains(r#""maxItems":16"#), "{stop}");
+}
+
+/// Where a body schema is posted, the base body it is added to and its validation status.
+fn route_of(schema: &str) -> Option<(&'static str, Value, u16)> {
+    match schema {
+        "CompletionRequest" => Some((
+            "/v1/completions",
+            json!({"prompt": "Hi", "max_tokens": 1}),
+            400,
+        )),
+        "ChatCompletionRequest" => Some((
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+            400,
+        )),
+        "GenerateParameters" => Some((
+            "/generate",
+            json!({"inputs": "Hi", "parameters": {"max_new_tokens": 1}}),
+            422,
+        )),
+        _ => None,
+    }
+}
+
+/// `body` with `property` set to `value` (in `parameters` for TGI).
+fn with(body: &Value, property: &str, value: Value) -> Value {
+    let mut body = body.clone();
+    let target = match body.get_mut("parameters") {
+        Some(p) => p,
+        None => &mut body,
+    };
+    target[property] = value;
+    if property == "top_logprobs" {
+        target["logprobs"] = json!(true);
+    }
+    body
+}
+
+async fn served_document() -> Value {
+    let text = common::client()
+        .get(format!("{}/openapi.json", common::main_server().base))
+        .send()
+        .await
+        .expect("GET /openapi.json")
+        .text()
+        .await
+        .expect("a body");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+async fn status_of(path: &str, body: &Value) -> (u16, String) {
+    let resp = common::client()
+        .post(format!("{}{path}", common::main_server().base))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("send");
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
+/// The values just inside and just outside each documented bound of `schema` (a property's
+/// schema in the served document), for an integer or a number.
+fn probes(schema: &Value) -> (Vec<Value>, Vec<Value>) {
+    let integer = schema["type"].to_string().contains("integer");
+    let step = if integer { 1.0 } else { 0.01 };
+    let value = |v: f64| if integer { json!(v as i64) } else { json!(v) };
+    let (mut inside, mut outside) = (Vec::new(), Vec::new());
+    if let Some(lo) = schema["minimum"].as_f64() {
+        inside.push(value(lo));
+        outside.push(value(lo - step));
+    }
+    if let Some(lo) = schema["exclusiveMinimum"].as_f64() {
+        inside.push(value(lo + if integer { 1.0 } else { 0.001 }));
+        outside.push(value(lo));
+    }
+    if let Some(hi) = schema["maximum"].as_f64() {
+        inside.push(value(hi));
+        outside.push(value(hi + step));
+    }
+    (inside, outside)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_ranges_are_what_the_server_enforces() {
+    let served = served_document().await;
+    let mut checked = 0;
+    // The shared server runs with the default `--min-client-priority`.
+    let min_priority = common::options(64).min_client_priority;
+    for d in param_ranges::documented(min_priority) {
+        let (path, base, invalid) = route_of(d.schema).expect("a routed schema");
+        let mut schema = &served["components"]["schemas"][d.schema]["properties"][d.property];
+        if d.items {
+            schema = &schema["items"];
+        }
+        let (inside, outside) = probes(schema);
+        assert!(!inside.is_empty(), "{}.{}: {schema}", d.schema, d.property);
+        let wrap = |v: Value| if d.items { json!([v]) } else { v };
+        for v in inside {
+            let (status, text) = status_of(path, &with(&base, d.property, wrap(v.clone()))).await;
+            // A 1 ms first-token objective may be refused as unattainable: that is admission,
+            // not validation.
+            let slo_refusal = status == 429 && text.contains("objective of 1 ms cannot be met");
+            assert!(
+                status == 200 || slo_refusal,
+                "{} {}={v} is documented as valid: {status} {text}",
+                d.schema,
+                d.property
+            );
+        }
+        for v in outside {
+            let (status, text) = status_of(path, &with(&base, d.property, wrap(v.clone()))).await;
+            assert_eq!(
+                status, invalid,
+                "{} {}={v} is documented as invalid: {text}",
+                d.schema, d.property
+            );
+            assert!(
+                text.contains(d.property),
+                "the error names {}: {text}",
+                d.property
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40, "{checked} ranges checked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_stop_limits_are_what_the_server_enforces() {
+    let served = served_document().await;
+    let variants = served["components"]["schemas"]["StopSequences"]["oneOf"]
+        .as_array()
+        .expect("oneOf");
+    let list = variants
+        .iter()
+        .find(|v| v["type"] == "array")
+        .expect("a list");
+    let max_items = list["maxItems"].as_u64().expect("maxItems") as usize;
+    let max_len = list["items"]["maxLength"].as_u64().expect("maxLength") as usize;
+    assert_eq!(list["items"]["minLength"], 1);
+    let (path, base, invalid) = route_of("CompletionRequest").unwrap();
+    let stop = |v: Value| with(&base, "stop", v);
+    let many = |n: usize| json!(vec!["zq"; n]);
+    for (value, ok) in [
+        (many(max_items), true),
+        (many(max_items + 1), false),
+        (json!("x".repeat(max_len)), true),
+        (json!("x".repeat(max_len + 1)), false),
+        (json!(["x".repeat(max_len + 1)]), false),
+        (json!(""), false),
+        (json!([""]), false),
+    ] {
+        let (status, text) = status_of(path, &stop(value)).await;
+        let expected = if ok { 200 } else { invalid };
+        assert_eq!(status, expected, "{text}");
+    }
+    let messages =
+        &served["components"]["schemas"]["ChatCompletionRequest"]["properties"]["messages"];
+    assert_eq!(messages["minItems"], 1, "{messages}");
+    let (path, base, invalid) = route_of("ChatCompletionRequest").unwrap();
+    let (status, text) = status_of(path, &with(&base, "messages", json!([]))).await;
+    assert_eq!(status, invalid, "{text}");
+}
+
+#[test]
+fn prompt_logprobs_are_documented_with_a_null_first_entry() {
+    let doc = doc();
+    for schema in ["ChatCompletionResponse", "CompletionChoice"] {
+        let items = &doc["components"]["schemas"][schema]["properties"]["prompt_logprobs"]["items"];
+        assert!(items.to_string().contains("null"), "{schema}: {items}");
+    }
 }

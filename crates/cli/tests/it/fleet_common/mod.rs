@@ -158,11 +158,21 @@ impl Drop for Redis {
     }
 }
 
+/// Where a child's stderr (its log) goes.
+pub fn log_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kestrel-test-{}-{name}.log", std::process::id()))
+}
+
 fn spawn(name: &str, args: &[String], stdout: Stdio) -> Proc {
-    let log = std::env::temp_dir().join(format!("kestrel-test-{}-{name}.log", std::process::id()));
+    spawn_with_env(name, args, stdout, &[])
+}
+
+fn spawn_with_env(name: &str, args: &[String], stdout: Stdio, env: &[(&str, &str)]) -> Proc {
+    let log = log_path(name);
     let child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
         .args(args)
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(stdout)
         .stderr(
             std::fs::File::create(&log)
@@ -234,6 +244,17 @@ pub fn gateway(redis: &Redis, extra: &[&str]) -> (Proc, String) {
 /// `kestrel worker` named `id` on `redis`, with its metrics on a free port; returns the process
 /// and its metrics address.
 pub fn worker(redis: &Redis, id: &str, extra: &[&str]) -> (Proc, String) {
+    worker_with_env(redis, id, extra, &[])
+}
+
+/// [`worker`] with extra environment variables (`KESTREL_LOG`, say); its log is
+/// [`log_path`]`(id)`.
+pub fn worker_with_env(
+    redis: &Redis,
+    id: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, String) {
     let port = free_port();
     let mut args: Vec<String> = vec!["worker".into(), "--redis-url".into(), redis.url()];
     args.extend(["--worker-id", id, "--model"].map(String::from));
@@ -251,7 +272,7 @@ pub fn worker(redis: &Redis, id: &str, extra: &[&str]) -> (Proc, String) {
     );
     args.extend(["--metrics-port".to_string(), port.to_string()]);
     args.extend(extra.iter().map(|s| s.to_string()));
-    let p = spawn(id, &args, Stdio::null());
+    let p = spawn_with_env(id, &args, Stdio::null(), env);
     (p, format!("127.0.0.1:{port}"))
 }
 
@@ -332,11 +353,27 @@ pub fn request(
     body: &str,
     timeout: Duration,
 ) -> std::io::Result<Response> {
+    request_with(addr, method, path, &[], body, timeout)
+}
+
+/// [`request`] with extra header lines (`name`, `value`).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    timeout: Duration,
+) -> std::io::Result<Response> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(timeout))?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut raw = Vec::new();

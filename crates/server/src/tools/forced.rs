@@ -29,6 +29,9 @@ pub fn schema(choice: &ToolChoice, functions: &[FunctionSpec], parallel: bool) -
                             "parameters": f.parameters,
                         },
                         "required": ["name", "parameters"],
+                        // The wrapper is ours: a key beside the two would only be text the
+                        // model could go on generating.
+                        "additionalProperties": false,
                     })
                 })
                 .collect();

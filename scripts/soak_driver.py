@@ -405,6 +405,17 @@ async def read_sse(resp, check, chunk_limit):
 # One request
 
 
+def at_least(body, tokens):
+    """Raises the request's token limit to `tokens`: a request planned to be dropped must still
+    be running when its time comes, whatever the server's speed, or how many requests the
+    soak cancels would depend on how fast the server is. Stop strings and EOS may still end it
+    first."""
+    params = body.get("parameters", body)
+    for key in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
+        if key in params:
+            params[key] = max(params[key], tokens)
+
+
 async def one_request(client, rng, stats):
     route, path, body, spec = make_request(rng)
     stats.requests += 1
@@ -417,6 +428,7 @@ async def one_request(client, rng, stats):
             plan = ("events", rng.randint(1, 4), rng.uniform(1.0, 5.0))
         else:
             plan = ("time", rng.uniform(0.0, 0.3))
+        at_least(body, 32 if plan[0] == "time" else 8)
 
     async def run():
         async with client.stream("POST", path, json=body, timeout=TIMEOUT_S) as resp:

@@ -18,6 +18,7 @@
 //! end-of-turn special tokens (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...).
 
 mod plain_text;
+mod post_processor_check;
 mod token_env;
 
 use std::collections::HashMap;
@@ -677,7 +678,7 @@ fn parse_hf_json(text: &str, path: &Path) -> Result<tokenizers::Tokenizer> {
         path: path.to_path_buf(),
         message,
     };
-    serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|e| load_err(e.to_string()))?;
+    post_processor_check::check_json(text).map_err(load_err)?;
     text.parse()
         .map_err(|e: tokenizers::Error| load_err(e.to_string()))
 }

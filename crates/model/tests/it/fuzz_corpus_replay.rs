@@ -170,3 +170,16 @@ fn tokenizer_json_syntax_errors_inside_the_decoder_are_typed() {
     let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
     assert!(err.to_string().contains("<memory>"), "{err}");
 }
+
+#[test]
+fn tokenizer_json_templates_naming_undefined_special_tokens_are_typed() {
+    // `tokenizers` loads this one (its `[SEP]` entry was renamed by the fuzzer) and panics on
+    // the first encode that adds special tokens.
+    let data = regression("tokenizer_json", "template_undefined_special_token.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("uses special token \"[SEP]\", which special_tokens does not define"),
+        "{err}"
+    );
+}

@@ -1,0 +1,110 @@
+//! [`check_json`]: what `tokenizers` would panic on later, refused while `tokenizer.json` loads.
+//!
+//! `tokenizers` 0.21 deserializes a `TemplateProcessing` post-processor without checking that
+//! the special tokens its templates name are defined, then indexes its map with them on every
+//! encode that adds special tokens (a panic, found by fuzzing). The check reads only the
+//! `post_processor` value; the rest of the file is skipped, which also checks its JSON syntax.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The part of `tokenizer.json` checked here.
+#[derive(Deserialize)]
+struct Shape {
+    #[serde(default)]
+    post_processor: Option<Value>,
+}
+
+/// Checks the JSON syntax of `text` and its post-processor; the error says what is wrong.
+pub(super) fn check_json(text: &str) -> Result<(), String> {
+    let shape: Shape = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    match shape.post_processor {
+        Some(p) => check_processor(&p),
+        None => Ok(()),
+    }
+}
+
+/// A post-processor, or a `Sequence` of them.
+fn check_processor(p: &Value) -> Result<(), String> {
+    match p.get("type").and_then(Value::as_str) {
+        Some("TemplateProcessing") => check_template(p),
+        Some("Sequence") => p
+            .get("processors")
+            .and_then(Value::as_array)
+            .map_or(Ok(()), |ps| ps.iter().try_for_each(check_processor)),
+        _ => Ok(()),
+    }
+}
+
+/// Every special token that `single` or `pair` names is defined in `special_tokens`, with as
+/// many ids as tokens.
+fn check_template(p: &Value) -> Result<(), String> {
+    let defined = p.get("special_tokens").and_then(Value::as_object);
+    for (key, token) in defined.into_iter().flatten() {
+        let len = |field: &str| token.get(field).and_then(Value::as_array).map(Vec::len);
+        if len("ids") != len("tokens") {
+            return Err(format!(
+                "post_processor: special token {key:?} has {} ids and {} tokens",
+                len("ids").unwrap_or(0),
+                len("tokens").unwrap_or(0)
+            ));
+        }
+    }
+    for template in ["single", "pair"] {
+        let pieces = p.get(template).and_then(Value::as_array);
+        for piece in pieces.into_iter().flatten() {
+            let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str) else {
+                continue;
+            };
+            if !defined.is_some_and(|d| d.contains_key(id)) {
+                return Err(format!(
+                    "post_processor: the {template} template uses special token {id:?}, \
+                     which special_tokens does not define"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_post_processor(p: &str) -> String {
+        format!(r#"{{"model": {{"type": "BPE"}}, "post_processor": {p}}}"#)
+    }
+
+    #[test]
+    fn templates_must_name_defined_special_tokens() {
+        let ok = r#"{"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}"#;
+        check_json(&with_post_processor(ok)).unwrap();
+        let missing = ok.replace(r#"{"<s>": {"#, r#"{"<x>": {"#);
+        let err = check_json(&with_post_processor(&missing)).unwrap_err();
+        assert!(
+            err.contains("single template uses special token \"<s>\""),
+            "{err}"
+        );
+        let nested = format!(
+            r#"{{"type": "Sequence", "processors": [{{"type": "ByteLevel"}}, {missing}]}}"#
+        );
+        assert!(check_json(&with_post_processor(&nested)).is_err());
+        let uneven = ok.replace(r#""ids": [1]"#, r#""ids": [1, 2]"#);
+        let err = check_json(&with_post_processor(&uneven)).unwrap_err();
+        assert!(err.contains("2 ids and 1 tokens"), "{err}");
+    }
+
+    #[test]
+    fn other_processors_and_none_pass_and_bad_syntax_fails() {
+        check_json(r#"{"model": {}}"#).unwrap();
+        check_json(&with_post_processor("null")).unwrap();
+        check_json(&with_post_processor(
+            r#"{"type": "ByteLevel", "trim_offsets": false}"#,
+        ))
+        .unwrap();
+        assert!(check_json(r#"{"model": {"#).is_err());
+    }
+}

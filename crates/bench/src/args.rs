@@ -51,9 +51,15 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 128)]
     pub input_len: usize,
 
-    /// Tokens to generate per request (sent as max_tokens, with ignore_eos).
+    /// Tokens to generate per request (sent as max_tokens, with ignore_eos unless
+    /// --stop-at-eos).
     #[arg(long, default_value_t = 128)]
     pub output_len: u32,
+
+    /// Let each request end at the model's end of sequence (ignore_eos false), so
+    /// output_len is only a cap and throughput counts the tokens actually generated.
+    #[arg(long)]
+    pub stop_at_eos: bool,
 
     /// Also send min_tokens with this value (servers that support it stop no earlier).
     #[arg(long)]

@@ -28,6 +28,8 @@ pub(crate) struct Target {
     pub model: String,
     pub api_key: Option<String>,
     pub min_tokens: Option<u32>,
+    /// Sent as `ignore_eos`: every request generates exactly its `output_len` tokens.
+    pub ignore_eos: bool,
     pub timeout: Duration,
     /// Sent as `ttft_slo_ms` when set.
     pub ttft_slo_ms: Option<u64>,
@@ -50,7 +52,7 @@ pub(crate) fn request_body(target: &Target, prompt: &PromptSpec) -> Value {
         "model": target.model,
         "max_tokens": prompt.output_len,
         "temperature": 0.0,
-        "ignore_eos": true,
+        "ignore_eos": target.ignore_eos,
         "stream": true,
         "stream_options": { "include_usage": true },
     });
@@ -194,6 +196,7 @@ mod tests {
             model: "m".into(),
             api_key: None,
             min_tokens,
+            ignore_eos: min_tokens.is_none(),
             timeout: Duration::from_secs(1),
             ttft_slo_ms: None,
         }
@@ -225,6 +228,10 @@ mod tests {
         assert_eq!(b["messages"][0]["role"], "user");
         assert_eq!(b["messages"][0]["content"], "a b");
         assert_eq!(b["min_tokens"], 32);
+        assert_eq!(
+            b["ignore_eos"], false,
+            "the target stops at end of sequence"
+        );
         assert!(b.get("prompt").is_none());
     }
 }

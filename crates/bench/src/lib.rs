@@ -66,6 +66,7 @@ pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
         model: model.clone(),
         api_key: plan.api_key.clone(),
         min_tokens: plan.min_tokens,
+        ignore_eos: plan.ignore_eos,
         timeout: plan.timeout,
         ttft_slo_ms: plan.ttft_slo_ms,
     };

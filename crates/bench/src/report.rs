@@ -66,6 +66,8 @@ pub struct BenchReport {
     pub load: LoadMode,
     /// Seed of prompts and arrivals.
     pub seed: u64,
+    /// Whether requests were sent with `ignore_eos` (false with --stop-at-eos).
+    pub ignore_eos: bool,
     /// Requests sent.
     pub num_prompts: usize,
     /// Requests that streamed to `[DONE]` with text.
@@ -149,6 +151,7 @@ impl BenchReport {
             model: model.to_owned(),
             load: plan.load,
             seed: plan.seed,
+            ignore_eos: plan.ignore_eos,
             num_prompts: load.outcomes.len(),
             successful_requests: ok.len(),
             failed_requests: load.outcomes.len() - ok.len(),

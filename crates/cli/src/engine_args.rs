@@ -114,6 +114,11 @@ pub struct SpeculativeArgs {
     /// (the batch is compute-bound).
     #[arg(long, default_value_t = SpeculativeConfig::DEFAULT_MAX_BATCH_TOKENS)]
     pub speculative_max_batch_tokens: usize,
+    /// Always verify up to --num-speculative-tokens drafts. By default each request's draft
+    /// length follows its acceptance: one more than the accepted part after a rejection, one
+    /// longer after each fully accepted draft.
+    #[arg(long)]
+    pub speculative_fixed_length: bool,
 }
 
 fn parse_spec_method(s: &str) -> Result<SpecMethod, String> {
@@ -136,6 +141,7 @@ impl SpeculativeArgs {
             prompt_lookup_min: self.prompt_lookup_min,
             prompt_lookup_max: self.prompt_lookup_max,
             max_batch_tokens: self.speculative_max_batch_tokens,
+            adaptive_length: !self.speculative_fixed_length,
         };
         opts.validate()?;
         Ok(Some(opts))

@@ -547,7 +547,7 @@ impl EngineCore {
                 )
                 .map(|accepted| {
                     if let Some(spec) = &mut self.spec {
-                        spec.counters_mut().record(drafts.len(), accepted);
+                        spec.record(id, drafts.len(), accepted);
                     }
                 })
             };

@@ -46,6 +46,9 @@ pub struct SpeculativeOptions {
     pub prompt_lookup_max: usize,
     /// Back-off threshold in tokens (`--speculative-max-batch-tokens`).
     pub max_batch_tokens: usize,
+    /// Whether draft lengths follow each request's acceptance (off with
+    /// `--speculative-fixed-length`).
+    pub adaptive_length: bool,
 }
 
 impl SpeculativeOptions {
@@ -58,6 +61,7 @@ impl SpeculativeOptions {
             prompt_lookup_min: 2,
             prompt_lookup_max: 4,
             max_batch_tokens: SpeculativeConfig::DEFAULT_MAX_BATCH_TOKENS,
+            adaptive_length: true,
         }
     }
 
@@ -89,6 +93,7 @@ impl SpeculativeOptions {
         SpeculativeConfig {
             num_speculative_tokens: self.num_speculative_tokens,
             max_batch_tokens: self.max_batch_tokens,
+            adaptive_length: self.adaptive_length,
         }
     }
 }

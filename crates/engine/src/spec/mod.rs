@@ -28,6 +28,7 @@
 //! `k + 1` exceed [`SpeculativeConfig::max_batch_tokens`]: a batch that large is compute-bound,
 //! and verifying rejected drafts would cost real time.
 
+mod draft_length;
 mod draft_model_proposer;
 mod ngram_proposer;
 mod proposer;
@@ -36,6 +37,7 @@ mod speculative_config;
 mod speculator;
 mod verify;
 
+pub use draft_length::DraftLengths;
 pub use draft_model_proposer::DraftModelProposer;
 pub use ngram_proposer::{ngram_lookup, NgramProposer};
 pub use proposer::{DraftSeq, Proposer};

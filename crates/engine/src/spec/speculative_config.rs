@@ -8,6 +8,9 @@ pub struct SpeculativeConfig {
     /// Speculation backs off for a step when running requests × (`k` + 1) exceed this many
     /// tokens (the batch is compute-bound: rejected drafts would cost real time).
     pub max_batch_tokens: usize,
+    /// Whether each request's draft length follows its acceptance (see
+    /// [`super::DraftLengths`]); false: always up to `num_speculative_tokens`.
+    pub adaptive_length: bool,
 }
 
 impl SpeculativeConfig {
@@ -15,11 +18,12 @@ impl SpeculativeConfig {
     /// weight reads at a few dozen rows.
     pub const DEFAULT_MAX_BATCH_TOKENS: usize = 48;
 
-    /// `k` draft tokens with the default back-off threshold.
+    /// `k` draft tokens with the default back-off threshold and adaptive draft lengths.
     pub fn new(num_speculative_tokens: usize) -> Self {
         SpeculativeConfig {
             num_speculative_tokens,
             max_batch_tokens: Self::DEFAULT_MAX_BATCH_TOKENS,
+            adaptive_length: true,
         }
     }
 

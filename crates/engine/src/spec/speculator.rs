@@ -3,6 +3,7 @@
 use crate::request::{Request, RequestId};
 use crate::scheduler::{Scheduler, SchedulerOutput};
 
+use super::draft_length::DraftLengths;
 use super::proposer::{DraftSeq, Proposer};
 use super::spec_metrics::SpecCounters;
 use super::speculative_config::SpeculativeConfig;
@@ -13,6 +14,8 @@ pub struct Speculator {
     config: SpeculativeConfig,
     proposer: Box<dyn Proposer>,
     counters: SpecCounters,
+    /// Each request's draft length, when it adapts to acceptance.
+    lengths: Option<DraftLengths>,
     /// Scratch: this step's drafts, one per proposing sequence.
     drafts: Vec<Vec<u32>>,
 }
@@ -30,6 +33,9 @@ impl Speculator {
     /// Speculation with `proposer` under `config`.
     pub fn new(config: SpeculativeConfig, proposer: Box<dyn Proposer>) -> Self {
         Speculator {
+            lengths: config
+                .adaptive_length
+                .then(|| DraftLengths::new(config.num_speculative_tokens)),
             config,
             proposer,
             counters: SpecCounters::default(),
@@ -47,8 +53,12 @@ impl Speculator {
         self.counters
     }
 
-    pub(crate) fn counters_mut(&mut self) -> &mut SpecCounters {
-        &mut self.counters
+    /// Request `id` verified `proposed` draft tokens, of which the first `accepted` matched.
+    pub(crate) fn record(&mut self, id: RequestId, proposed: usize, accepted: usize) {
+        self.counters.record(proposed, accepted);
+        if let Some(lengths) = &mut self.lengths {
+            lengths.observe(id, proposed, accepted);
+        }
     }
 
     /// Sets every running request's draft-token slots for the next step: none when the batch
@@ -56,8 +66,11 @@ impl Speculator {
     /// [`crate::request::Generation::can_speculate`]) or is not at its last token, else what
     /// the proposer asks for within `k`, the request's `max_tokens` and the context limit.
     pub(crate) fn plan(&mut self, scheduler: &mut Scheduler) {
-        self.proposer
-            .retain(&|id: RequestId| scheduler.request(id).is_some());
+        let live = |id: RequestId| scheduler.request(id).is_some();
+        self.proposer.retain(&live);
+        if let Some(lengths) = &mut self.lengths {
+            lengths.retain(&live);
+        }
         let ids: Vec<RequestId> = scheduler.running_ids().to_vec();
         let on = self.config.speculates_with(ids.len());
         let max_model_len = scheduler.max_model_len();
@@ -84,13 +97,17 @@ impl Speculator {
         if req.num_computed_tokens() + 1 != req.num_tokens() || !req.generation().can_speculate() {
             return 0;
         }
+        let k = self
+            .lengths
+            .as_ref()
+            .map_or(self.config.num_speculative_tokens, |l| l.get(req.id()));
         // A step emits up to k + 1 tokens; drafting past max_tokens or the context is waste.
         let left = req
             .params()
             .max_tokens
             .saturating_sub(req.output_token_ids().len() + 1);
         let room = max_model_len.saturating_sub(req.num_tokens() + 1);
-        self.config.num_speculative_tokens.min(left).min(room)
+        k.min(left).min(room)
     }
 
     /// Fills the lookahead slots of `out` with proposed draft tokens (ids below `vocab`): each

@@ -92,18 +92,26 @@ fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>) -> Outcome {
     o
 }
 
-/// Proposes the mock model's true continuation, with one wrong token at a position that cycles
-/// through `0..=k` over its calls (`k`: none wrong), so every acceptance length occurs.
+/// Proposes the mock model's true continuation with one wrong token at position
+/// `wrong(call, k)` (`k` or more: none wrong).
 struct OracleProposer {
     calls: usize,
     found: HashMap<RequestId, Vec<u32>>,
+    wrong: fn(usize, usize) -> usize,
 }
 
 impl OracleProposer {
+    /// The wrong position cycles through `0..=k` over the calls, so every acceptance length
+    /// occurs.
     fn new() -> Self {
+        OracleProposer::wrong_at(|call, k| call % (k + 1))
+    }
+
+    fn wrong_at(wrong: fn(usize, usize) -> usize) -> Self {
         OracleProposer {
             calls: 0,
             found: HashMap::new(),
+            wrong,
         }
     }
 }
@@ -111,7 +119,7 @@ impl OracleProposer {
 impl Proposer for OracleProposer {
     fn lookahead(&mut self, id: RequestId, tokens: &[u32], k: usize) -> usize {
         let mut ctx = tokens.to_vec();
-        let wrong = self.calls % (k + 1);
+        let wrong = (self.wrong)(self.calls, k);
         self.calls += 1;
         let mut draft = Vec::new();
         for i in 0..k {
@@ -146,6 +154,7 @@ fn oracle(k: usize) -> Speculator {
         SpeculativeConfig {
             num_speculative_tokens: k,
             max_batch_tokens: usize::MAX,
+            adaptive_length: false,
         },
         Box::new(OracleProposer::new()),
     )
@@ -180,6 +189,48 @@ fn oracle_drafts_give_the_plain_greedy_output_and_free_every_block() {
     );
     assert_eq!(c.num_emitted_tokens, c.num_accepted_tokens + c.num_drafts);
     assert_eq!(free, 128, "every KV block is free after the run");
+}
+
+#[test]
+fn adaptive_draft_lengths_shrink_after_rejections_and_keep_the_output() {
+    let cfg = engine_config(64);
+    let reqs: Vec<_> = (0..3).map(|i| greedy(prompt(20 + i, 6), 40)).collect();
+    let (plain, _, _) = run(mock(128), None, &cfg, &reqs);
+    let speculate = |adaptive_length, wrong| {
+        let config = SpeculativeConfig {
+            num_speculative_tokens: 6,
+            max_batch_tokens: usize::MAX,
+            adaptive_length,
+        };
+        let (out, counts, free) = run(
+            mock(128),
+            Some(Speculator::new(
+                config,
+                Box::new(OracleProposer::wrong_at(wrong)),
+            )),
+            &cfg,
+            &reqs,
+        );
+        assert_eq!(out, plain, "adaptive {adaptive_length}");
+        assert_eq!(free, 128);
+        counts.unwrap()
+    };
+    // Every draft wrong at its first token.
+    let (fixed, adaptive) = (speculate(false, |_, _| 0), speculate(true, |_, _| 0));
+    assert_eq!(fixed.num_accepted_tokens + adaptive.num_accepted_tokens, 0);
+    assert!(
+        fixed.num_draft_tokens > 5 * fixed.num_drafts,
+        "fixed lengths verify up to 6 drafts every step: {fixed:?}"
+    );
+    assert_eq!(
+        adaptive.num_draft_tokens,
+        adaptive.num_drafts + 3 * 5,
+        "each request's first draft has 6 tokens, every later one 1: {adaptive:?}"
+    );
+    // Every draft right: adaptive lengths never shorten.
+    let (fixed, adaptive) = (speculate(false, |_, k| k), speculate(true, |_, k| k));
+    assert_eq!(adaptive, fixed);
+    assert_eq!(fixed.num_accepted_tokens, fixed.num_draft_tokens);
 }
 
 #[test]
@@ -283,6 +334,7 @@ fn speculation_backs_off_when_the_batch_is_big_and_skips_logprobs_requests() {
             SpeculativeConfig {
                 num_speculative_tokens: 4,
                 max_batch_tokens,
+                adaptive_length: false,
             },
             Box::new(OracleProposer::new()),
         )
@@ -407,6 +459,7 @@ fn sampled_requests_keep_the_target_distribution() {
         SpeculativeConfig {
             num_speculative_tokens: 4,
             max_batch_tokens: usize::MAX,
+            adaptive_length: false,
         },
         Box::new(NgramProposer::new(1, 3)),
     );

@@ -6,12 +6,14 @@
 # prompt. Greedy decoding gives the same tokens with and without speculation. Prints a markdown
 # table: output tokens/s end to end (prompt pass included), its speed-up, the decode speed-up
 # (mean time per output token after the first, plain / ngram), mean output tokens per request,
-# and the draft acceptance rate read from /metrics.
+# and the draft acceptance rate read from /metrics; beside them the same n-gram speculation
+# with fixed draft lengths (--speculative-fixed-length). The three servers run side by side and
+# the benchmark alternates between them for ROUNDS (3) rounds; the table has the medians.
 #
 #   scripts/bench_speculative.sh [MODEL]
 #
-# THREADS (default 2), K (draft tokens, 4), GEN (cap on output tokens, 256), PORT (8471) tune
-# it; SPEC_FLAGS adds flags to the speculating server (e.g. --speculative-fixed-length);
+# THREADS (default 2), K (draft tokens, 4), GEN (cap on output tokens, 256), ROUNDS (3) and
+# PORT (8471, and the next two) tune it; SPEC_FLAGS adds flags to the adaptive n-gram server;
 # IGNORE_EOS=1 restores fixed-length outputs of GEN tokens (the model goes on past the copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +25,6 @@ eos_flag=(--stop-at-eos)
 [ "${IGNORE_EOS:-0}" = 1 ] && eos_flag=()
 results=${RESULTS:-/tmp/kestrel-bench-spec}
 mkdir -p "$results"
-# shellcheck source=bench_server_lib.sh
-source scripts/bench_server_lib.sh
 
 python3 - "$results/copy.jsonl" "$gen" <<'PY'
 import json, sys
@@ -41,43 +41,77 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"prompt": prompt, "output_len": int(sys.argv[2])}) + "\n")
 PY
 
-counter() { curl -sf "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 == n {print $2}' | tail -1; }
+counter() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2}' | tail -1; }
 
-run_mode() { # mode concurrency num_prompts -> "tps tpot_ms tokens_per_request accept"
-  local mode=$1 c=$2 n=$3 flags=()
+# Three servers, up together (an idle server takes no CPU): plain decoding, n-gram speculation
+# with adaptive draft lengths (the default) and with --speculative-fixed-length.
+modes=(off ngram fixed)
+declare -A mode_port
+pids=()
+i=0
+for mode in "${modes[@]}"; do
+  flags=()
   # shellcheck disable=SC2206 # SPEC_FLAGS is a list of flags
-  [ "$mode" = ngram ] && flags=(--speculative-method ngram --num-speculative-tokens "$k" ${SPEC_FLAGS:-})
-  $kestrel serve --model "$model" --port "$port" --threads "$threads" --max-num-seqs 64 \
-    "${flags[@]}" >"$results/server-$mode-$c.log" 2>&1 &
-  server_pid=$!
-  wait_ready
-  $kestrel bench --base-url "http://127.0.0.1:$port" --endpoint /v1/chat/completions \
+  case $mode in
+    ngram) flags=(--speculative-method ngram --num-speculative-tokens "$k" ${SPEC_FLAGS:-}) ;;
+    fixed) flags=(--speculative-method ngram --num-speculative-tokens "$k" --speculative-fixed-length) ;;
+  esac
+  mode_port[$mode]=$((port + i)); i=$((i + 1))
+  $kestrel serve --model "$model" --port "${mode_port[$mode]}" --threads "$threads" \
+    --max-num-seqs 64 "${flags[@]}" >"$results/server-$mode.log" 2>&1 &
+  pids+=($!)
+done
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+for mode in "${modes[@]}"; do
+  for _ in $(seq 1 480); do
+    curl -sf "http://127.0.0.1:${mode_port[$mode]}/health" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+done
+
+# One bench run: writes $results/MODE-C-ROUND.json and appends "MODE C drafts accepted" (the
+# counter increments during the run) to $results/accept.txt.
+run_one() {
+  local mode=$1 c=$2 n=$3 r=$4 p=${mode_port[$1]} d0 a0 d1 a1
+  d0=$(counter "$p" vllm:spec_decode_num_draft_tokens_total); a0=$(counter "$p" vllm:spec_decode_num_accepted_tokens_total)
+  $kestrel bench --base-url "http://127.0.0.1:$p" --endpoint /v1/chat/completions \
     --concurrency "$c" --num-prompts "$n" --prompts-file "$results/copy.jsonl" \
-    --no-progress "${eos_flag[@]}" --json-out "$results/$mode-$c.json" >/dev/null
-  local drafts accepted
-  drafts=$(counter vllm:spec_decode_num_draft_tokens_total)
-  accepted=$(counter vllm:spec_decode_num_accepted_tokens_total)
-  stop_server
-  python3 - "$results/$mode-$c.json" "${drafts:-0}" "${accepted:-0}" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-d, a = float(sys.argv[2]), float(sys.argv[3])
-print("%.2f %.3f %.1f %s" % (r["output_throughput"], r["tpot_ms"]["mean_ms"],
-      r["total_output_tokens"] / max(r["successful_requests"], 1),
-      "%.0f%%" % (100 * a / d) if d else "-"))
-PY
+    --no-progress "${eos_flag[@]}" --json-out "$results/$mode-$c-$r.json" >/dev/null
+  d1=$(counter "$p" vllm:spec_decode_num_draft_tokens_total); a1=$(counter "$p" vllm:spec_decode_num_accepted_tokens_total)
+  echo "$mode $c $(( ${d1:-0} - ${d0:-0} )) $(( ${a1:-0} - ${a0:-0} ))" >>"$results/accept.txt"
 }
 
-echo "| concurrency | requests | tokens/request | plain tok/s | ngram k=$k tok/s | speed-up | decode speed-up (TPOT) | drafts accepted |"
-echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+rounds=${ROUNDS:-3}
+: >"$results/accept.txt"
 for cn in "1 16" "16 64"; do
   read -r c n <<<"$cn"
-  read -r base base_tpot base_len _ <<<"$(run_mode off "$c" "$n")"
-  read -r spec spec_tpot spec_len acc <<<"$(run_mode ngram "$c" "$n")"
-  python3 -c "
-import sys
-b, s, bt, st = map(float, sys.argv[1:5])
-print('| %s | %s | %s / %s | %.1f | %.1f | %.2fx | %.2fx | %s |' % (sys.argv[5], sys.argv[6],
-      sys.argv[7], sys.argv[8], b, s, s / b, bt / st, sys.argv[9]))" \
-    "$base" "$spec" "$base_tpot" "$spec_tpot" "$c" "$n" "$base_len" "$spec_len" "$acc"
+  for r in $(seq 1 "$rounds"); do
+    for mode in "${modes[@]}"; do run_one "$mode" "$c" "$n" "$r"; done
+  done
 done
+
+python3 - "$results" "$rounds" "$k" <<'PY'
+import json, statistics, sys
+results, rounds, k = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+acc = {}
+for line in open(f"{results}/accept.txt"):
+    mode, c, d, a = line.split()
+    dd, aa = acc.get((mode, c), (0, 0))
+    acc[(mode, c)] = (dd + int(d), aa + int(a))
+def med(mode, c, f):
+    return statistics.median(f(json.load(open(f"{results}/{mode}-{c}-{r}.json"))) for r in range(1, rounds + 1))
+def rate(mode, c):
+    d, a = acc.get((mode, c), (0, 0))
+    return "%.0f%%" % (100 * a / d) if d else "-"
+print(f"Medians of {rounds} alternating rounds; k = {k}.")
+print()
+print("| concurrency | requests | tokens/request | plain tok/s | ngram tok/s | speed-up | decode speed-up (TPOT) | drafts accepted | fixed-length ngram tok/s | speed-up | drafts accepted |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for c, n in (("1", 16), ("16", 64)):
+    tput = lambda m: med(m, c, lambda r: r["output_throughput"])
+    tpot = lambda m: med(m, c, lambda r: r["tpot_ms"]["mean_ms"])
+    toks = med("off", c, lambda r: r["total_output_tokens"] / max(r["successful_requests"], 1))
+    b, s, f = tput("off"), tput("ngram"), tput("fixed")
+    print("| %s | %d | %.1f | %.1f | %.1f | %.2fx | %.2fx | %s | %.1f | %.2fx | %s |" % (
+        c, n, toks, b, s, s / b, tpot("off") / tpot("ngram"), rate("ngram", c), f, f / b, rate("fixed", c)))
+PY

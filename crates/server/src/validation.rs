@@ -14,14 +14,14 @@
 //! Routes call [`validate_off_thread`], which runs the wire type's [`Validate`] on the blocking
 //! pool: templating and tokenizing are CPU work proportional to the prompt.
 
-use std::collections::HashMap;
+mod prompt_ids;
+mod sampling_fields;
+
 use std::time::Instant;
 
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::EngineRequest;
-use kestrel_engine::logit_bias::LogitBias;
 use kestrel_engine::sampling::SamplingParams;
-use kestrel_model::chat_template::ChatMessage;
 
 use kestrel_engine::adapters::AdapterError;
 
@@ -29,13 +29,15 @@ use crate::blocking;
 use crate::chat_tools;
 use crate::constraint;
 use crate::error::ApiError;
-use crate::param_ranges::{self as ranges, Range};
-use crate::state::{AppState, Limits, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
-use crate::wire::openai::{
-    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, Prompt, SamplingFields,
-};
+use crate::param_ranges as ranges;
+use crate::state::AppState;
+use crate::wire::openai::{ChatCompletionRequest, CompletionRequest};
 use crate::wire::tgi::GenerateRequest;
-use crate::wire::StopSequences;
+use prompt_ids::{chat_prompt, completion_prompts, encode};
+use sampling_fields::{
+    best_of, bounded, choices_n, max_tokens, openai_sampling, priority, prompt_logprobs, ranged,
+    stops, top_k, Scheduling,
+};
 
 /// Default `max_tokens` of `/v1/completions` (OpenAI's).
 const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
@@ -245,20 +247,6 @@ pub fn completion(
     })
 }
 
-/// vLLM's `prompt_logprobs`: 0..=20 alternatives, not with `stream` (as vLLM refuses it).
-fn prompt_logprobs(requested: Option<i64>, stream: bool) -> Result<Option<usize>, ApiError> {
-    let Some(n) = requested else { return Ok(None) };
-    if stream {
-        return Err(ApiError::param(
-            "prompt_logprobs",
-            "prompt_logprobs is not available with stream",
-        ));
-    }
-    Ok(Some(
-        bounded("prompt_logprobs", n, ranges::LOGPROBS)? as usize
-    ))
-}
-
 /// Validates `POST /v1/chat/completions`.
 pub fn chat(
     state: &AppState,
@@ -460,140 +448,6 @@ fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiEr
     Ok(())
 }
 
-/// `n`: choices per prompt.
-fn choices_n(n: Option<i64>) -> Result<usize, ApiError> {
-    Ok(bounded("n", n.unwrap_or(1), ranges::N)? as usize)
-}
-
-/// `best_of`: candidates per prompt, at least `n`, not with `stream` (OpenAI's rules).
-fn best_of(best_of: Option<i64>, n: usize, stream: bool) -> Result<usize, ApiError> {
-    let Some(b) = best_of else { return Ok(n) };
-    let b = bounded("best_of", b, ranges::BEST_OF)? as usize;
-    if b < n {
-        return Err(ApiError::param(
-            "best_of",
-            format!("best_of ({b}) must be at least n ({n})"),
-        ));
-    }
-    if stream && b > n {
-        return Err(ApiError::param(
-            "best_of",
-            "best_of cannot be used with stream (candidates are ranked once all finished)",
-        ));
-    }
-    Ok(b)
-}
-
-/// A request's scheduling and cache settings (priority, prefix-cache salt).
-#[derive(Debug, Clone)]
-struct Scheduling {
-    priority: i32,
-    cache_salt: Option<String>,
-    ttft_slo: Option<std::time::Duration>,
-}
-
-/// The shared OpenAI sampling fields (`max_tokens` left at its default) and the scheduling
-/// settings.
-fn openai_sampling(
-    state: &AppState,
-    f: SamplingFields,
-    logprobs: Option<usize>,
-) -> Result<(SamplingParams, Scheduling), ApiError> {
-    let temperature = match f.temperature {
-        Some(t) if !ranges::TEMPERATURE.contains(t) => {
-            return Err(ApiError::param(
-                "temperature",
-                format!("temperature must be {}, got {t}", ranges::TEMPERATURE),
-            ))
-        }
-        Some(t) => t as f32,
-        None => 1.0,
-    };
-    let vocab = state.backend().request_limits().vocab_size;
-    let sampling = SamplingParams {
-        temperature,
-        top_k: top_k(f.top_k)?,
-        top_p: ranged("top_p", f.top_p, ranges::TOP_P, 1.0)?,
-        min_p: ranged("min_p", f.min_p, ranges::MIN_P, 0.0)?,
-        repetition_penalty: ranged(
-            "repetition_penalty",
-            f.repetition_penalty,
-            ranges::REPETITION_PENALTY,
-            1.0,
-        )?,
-        frequency_penalty: ranged(
-            "frequency_penalty",
-            f.frequency_penalty,
-            ranges::PENALTY,
-            0.0,
-        )?,
-        presence_penalty: ranged("presence_penalty", f.presence_penalty, ranges::PENALTY, 0.0)?,
-        seed: f.seed.map(|s| s as u64),
-        stop_token_ids: stop_token_ids(f.stop_token_ids, vocab)?,
-        stop: stops(f.stop)?,
-        ignore_eos: f.ignore_eos.unwrap_or(false),
-        logprobs,
-        logit_bias: logit_bias(f.logit_bias)?,
-        min_tokens: match f.min_tokens {
-            None => 0,
-            Some(m) => bounded("min_tokens", m, ranges::MIN_TOKENS)? as usize,
-        },
-        include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
-        skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
-        ..SamplingParams::default()
-    };
-    let sched = Scheduling {
-        priority: priority(state, f.priority)?,
-        cache_salt: f.cache_salt,
-        ttft_slo: crate::ttft_slo::from_field(f.ttft_slo_ms)?,
-    };
-    Ok((sampling, sched))
-}
-
-/// `logit_bias`: token ids as strings; the engine checks the ranges and the vocabulary.
-fn logit_bias(bias: Option<HashMap<String, f64>>) -> Result<LogitBias, ApiError> {
-    let mut entries = bias
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(key, b)| match key.trim().parse::<u32>() {
-            Ok(id) => Ok((id, b as f32)),
-            Err(_) => Err(ApiError::param(
-                "logit_bias",
-                format!("logit_bias keys must be token ids, got {key:?}"),
-            )),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    entries.sort_by_key(|&(id, _)| id);
-    Ok(LogitBias::new(entries))
-}
-
-fn stop_token_ids(ids: Option<Vec<i64>>, vocab: usize) -> Result<Vec<u32>, ApiError> {
-    ids.unwrap_or_default()
-        .into_iter()
-        .map(|id| {
-            let range = Range {
-                max: Some(vocab as f64 - 1.0),
-                ..ranges::TOKEN_ID
-            };
-            Ok(bounded("stop_token_ids", id, range)? as u32)
-        })
-        .collect()
-}
-
-/// `priority`: lower runs first (vLLM's convention), default 0. Values below the server's
-/// `--min-client-priority` (default 0: clients may only lower their own urgency) are refused.
-fn priority(state: &AppState, priority: Option<i64>) -> Result<i32, ApiError> {
-    let Some(p) = priority else { return Ok(0) };
-    let min = state.limits().min_client_priority;
-    if !ranges::priority(min).contains_int(p) {
-        return Err(ApiError::param(
-            "priority",
-            format!("priority must be between {min} and {}, got {p}", i32::MAX),
-        ));
-    }
-    Ok(p as i32)
-}
-
 fn engine_request(
     state: &AppState,
     prompt_ids: Vec<u32>,
@@ -609,213 +463,4 @@ fn engine_request(
             .with_arrival(arrival)
             .with_max_queue_time(state.limits().max_queue_time),
     )
-}
-
-/// One prompt of a completion request: its token ids, and its text when given as text.
-type PromptIds = (Vec<u32>, Option<String>);
-
-/// The prompts of a completion request.
-fn completion_prompts(state: &AppState, prompt: Prompt) -> Result<Vec<PromptIds>, ApiError> {
-    let texts = |list: Vec<String>| {
-        list.into_iter()
-            .map(|text| Ok((encode(state, &text, true, "prompt")?, Some(text))))
-            .collect::<Result<Vec<_>, ApiError>>()
-    };
-    let prompts = match prompt {
-        Prompt::Text(text) => texts(vec![text])?,
-        Prompt::TextList(list) => texts(list)?,
-        Prompt::Tokens(ids) => vec![(ids, None)],
-        Prompt::TokenLists(lists) => lists.into_iter().map(|ids| (ids, None)).collect(),
-    };
-    if prompts.is_empty() {
-        return Err(ApiError::param("prompt", "the prompt list is empty"));
-    }
-    Ok(prompts)
-}
-
-fn chat_prompt(
-    state: &AppState,
-    messages: &[ChatMessageIn],
-    tools: Option<&[serde_json::Value]>,
-) -> Result<Vec<u32>, ApiError> {
-    if messages.len() < ranges::MIN_MESSAGES {
-        return Err(ApiError::param("messages", "messages must not be empty"));
-    }
-    let template = state.model().chat_template.as_ref().ok_or_else(|| {
-        ApiError::Invalid("this model has no chat template; use /v1/completions".into())
-    })?;
-    let turns = messages
-        .iter()
-        .map(chat_message)
-        .collect::<Result<Vec<_>, _>>()?;
-    let content_bytes = turns
-        .iter()
-        .map(|t| t.content.as_ref().map_or(0, String::len))
-        .sum();
-    state
-        .limits()
-        .check_input_bytes("messages", content_bytes)?;
-    kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), &turns, tools, true)
-        .map_err(|e| ApiError::param("messages", e.to_string()))
-}
-
-fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {
-    let tool_calls = match m.tool_calls.as_deref() {
-        None | Some([]) => None,
-        Some(calls) => Some(
-            crate::tools::template_tool_calls(calls)
-                .map_err(|e| ApiError::param("messages", e.0))?,
-        ),
-    };
-    let content = match &m.content {
-        // An assistant turn that only calls tools has no content (templates see none).
-        None if tool_calls.is_some() => {
-            return Ok(ChatMessage {
-                role: m.role.clone(),
-                content: None,
-                tool_calls,
-                tool_call_id: m.tool_call_id.clone(),
-                name: m.name.clone(),
-            })
-        }
-        None => String::new(),
-        Some(MessageContent::Text(t)) => t.clone(),
-        Some(MessageContent::Parts(parts)) => {
-            let mut text = String::new();
-            for part in parts {
-                match (part.kind.as_str(), &part.text) {
-                    ("text", Some(t)) => text.push_str(t),
-                    (kind, _) => {
-                        return Err(ApiError::param(
-                            "messages",
-                            format!("content part type {kind:?} is not supported (only text)"),
-                        ))
-                    }
-                }
-            }
-            text
-        }
-    };
-    Ok(ChatMessage {
-        tool_calls,
-        tool_call_id: m.tool_call_id.clone(),
-        name: m.name.clone(),
-        ..ChatMessage::new(m.role.clone(), content)
-    })
-}
-
-fn encode(
-    state: &AppState,
-    text: &str,
-    add_special: bool,
-    param: &'static str,
-) -> Result<Vec<u32>, ApiError> {
-    state.limits().check_input_bytes(param, text.len())?;
-    state
-        .tokenizer()
-        .encode(text, add_special)
-        .map_err(|e| ApiError::param(param, format!("cannot tokenize: {e}")))
-}
-
-/// Checks the prompt against the limits and resolves `max_tokens`: an explicit value must fit;
-/// the default is clamped to what fits.
-fn max_tokens(
-    limits: &Limits,
-    prompt_len: usize,
-    requested: Option<i64>,
-    param: &'static str,
-    default: usize,
-) -> Result<usize, ApiError> {
-    if prompt_len > limits.max_input_tokens {
-        return Err(ApiError::TooLong(format!(
-            "the prompt has {prompt_len} tokens, more than the limit of {} input tokens \
-             (max total tokens {})",
-            limits.max_input_tokens, limits.max_total_tokens
-        )));
-    }
-    let room = limits.max_total_tokens.saturating_sub(prompt_len);
-    let Some(requested) = requested else {
-        return Ok(default.min(room).max(1));
-    };
-    if !ranges::MAX_TOKENS.contains_int(requested) {
-        return Err(ApiError::param(
-            param,
-            format!("{param} must be at least 1, got {requested}"),
-        ));
-    }
-    let wanted = requested as u64;
-    if prompt_len as u64 + wanted > limits.max_total_tokens as u64 {
-        return Err(ApiError::TooLong(format!(
-            "the prompt ({prompt_len} tokens) plus {param} ({requested}) exceeds the limit of {} \
-             total tokens (at most {room} new tokens fit)",
-            limits.max_total_tokens
-        )));
-    }
-    Ok(wanted as usize)
-}
-
-/// `v` if it is in `range`, else a 400 naming `param`.
-fn bounded(param: &'static str, v: i64, range: Range) -> Result<i64, ApiError> {
-    if range.contains_int(v) {
-        Ok(v)
-    } else {
-        Err(ApiError::param(
-            param,
-            format!("{param} must be {range}, got {v}"),
-        ))
-    }
-}
-
-fn top_k(v: Option<i64>) -> Result<Option<usize>, ApiError> {
-    match v {
-        None | Some(-1) | Some(0) => Ok(None),
-        Some(k) if ranges::TOP_K.contains_int(k) => Ok(Some(k as usize)),
-        Some(k) => Err(ApiError::param(
-            "top_k",
-            format!("top_k must be positive (or -1/0 to disable), got {k}"),
-        )),
-    }
-}
-
-/// A float parameter: `default` when absent, else a value in `range`.
-fn ranged(
-    param: &'static str,
-    v: Option<f64>,
-    range: Range,
-    default: f32,
-) -> Result<f32, ApiError> {
-    match v {
-        None => Ok(default),
-        Some(p) if range.contains(p) => Ok(p as f32),
-        Some(p) => Err(ApiError::param(
-            param,
-            format!("{param} must be {range}, got {p}"),
-        )),
-    }
-}
-
-fn stops(v: Option<StopSequences>) -> Result<Vec<String>, ApiError> {
-    let stops = v.map(StopSequences::into_vec).unwrap_or_default();
-    if stops.len() > MAX_STOP_SEQUENCES {
-        return Err(ApiError::param(
-            "stop",
-            format!(
-                "at most {MAX_STOP_SEQUENCES} stop sequences are allowed, got {}",
-                stops.len()
-            ),
-        ));
-    }
-    if stops.iter().any(String::is_empty) {
-        return Err(ApiError::param("stop", "stop sequences must not be empty"));
-    }
-    if let Some(long) = stops.iter().find(|s| s.len() > MAX_STOP_BYTES) {
-        return Err(ApiError::param(
-            "stop",
-            format!(
-                "stop sequences may be at most {MAX_STOP_BYTES} bytes long, got one of {} bytes",
-                long.len()
-            ),
-        ));
-    }
-    Ok(stops)
 }

@@ -179,14 +179,29 @@ impl ChatTemplate {
             tools => tools.map_or(Value::from(()), Value::from_serialize),
         };
         let mut out = LimitedOutput::default();
-        template
-            .render_captured_to(ctx, &mut out)
-            .map_err(|e| match out.overflowed {
-                true => ChatTemplateError::TooLarge,
-                false => classify(e),
-            })?;
+        // minijinja 2.24 panics on some slices (a negative step over an empty string or list:
+        // `''[::-1]`), which a template can meet with a user's empty content. Such a panic is
+        // turned into a render error; `out` is dropped with the failed render.
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            template.render_captured_to(ctx, &mut out)
+        }))
+        .map_err(|payload| ChatTemplateError::Render(panic_message(payload.as_ref())))?;
+        rendered.map_err(|e| match out.overflowed {
+            true => ChatTemplateError::TooLarge,
+            false => classify(e),
+        })?;
         String::from_utf8(out.bytes).map_err(|e| ChatTemplateError::Render(e.to_string()))
     }
+}
+
+/// What a panic inside the template engine said, for the render error.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown failure".into());
+    format!("the template engine failed ({what})")
 }
 
 /// A render's output, refusing to grow past [`MAX_RENDERED_BYTES`].

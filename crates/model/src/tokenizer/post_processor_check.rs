@@ -1,10 +1,16 @@
-//! [`check_json`]: what `tokenizers` would panic on later, refused while `tokenizer.json` loads.
+//! [`check_json`]: what `tokenizers` would panic on, refused while `tokenizer.json` loads.
 //!
-//! `tokenizers` 0.21 deserializes a `TemplateProcessing` post-processor without checking that
-//! the special tokens its templates name are defined, then indexes its map with them on every
-//! encode that adds special tokens (a panic, found by fuzzing). The check reads only the
-//! `post_processor` value; the rest of the file is skipped, which also checks its JSON syntax.
+//! Three `tokenizers` 0.21 panics, all found by fuzzing: a JSON syntax error inside the
+//! `decoder` value and an invalid string escape anywhere in it (its untagged decoder enum
+//! re-parses the value and `expect`s success), and a `TemplateProcessing` post-processor whose
+//! templates name special tokens it does not define (deserialized without a check, then
+//! indexed on every encode that adds special tokens). So the whole document is read once,
+//! decoding every string and key ([`Checked`], which keeps nothing), and the `post_processor`
+//! value is checked.
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -15,8 +21,57 @@ struct Shape {
     post_processor: Option<Value>,
 }
 
-/// Checks the JSON syntax of `text` and its post-processor; the error says what is wrong.
+/// Any JSON value, read in full (every string decoded, escapes checked) and then dropped.
+/// `serde::de::IgnoredAny` would skip strings without decoding their escapes.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+}
+
+/// Checks the JSON of `text` (syntax and every string) and its post-processor; the error says
+/// what is wrong.
 pub(super) fn check_json(text: &str) -> Result<(), String> {
+    serde_json::from_str::<Checked>(text).map_err(|e| e.to_string())?;
     let shape: Shape = serde_json::from_str(text).map_err(|e| e.to_string())?;
     match shape.post_processor {
         Some(p) => check_processor(&p),
@@ -106,5 +161,18 @@ mod tests {
         ))
         .unwrap();
         assert!(check_json(r#"{"model": {"#).is_err());
+    }
+
+    #[test]
+    fn invalid_escapes_are_refused_wherever_they_are() {
+        check_json(r#"{"decoder": {"a\u00e9": "\ud83d\ude00"}}"#).unwrap();
+        for bad in [
+            r#"{"decoder": {"a\ud800": 1}}"#,
+            r#"{"decoder": ["\ud800"]}"#,
+            r#"{"x": "\q"}"#,
+            r#"{"x": "\u12"}"#,
+        ] {
+            assert!(check_json(bad).is_err(), "{bad}");
+        }
     }
 }

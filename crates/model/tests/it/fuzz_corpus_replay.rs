@@ -164,9 +164,44 @@ fn runaway_templates_are_stopped() {
 }
 
 #[test]
+fn template_engine_panics_are_render_errors() {
+    use kestrel_model::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
+    // minijinja 2.24 indexes past the end when a negative-step slice meets an empty string
+    // (found by the fuzzer as `strftime_now('')[::-1]`); a user's empty content can do it.
+    let err = fuzz_entry::chat_template(&regression(
+        "chat_template",
+        "reverse_slice_of_empty_string.txt",
+    ))
+    .unwrap_err();
+    assert!(matches!(err, ChatTemplateError::Render(_)), "{err}");
+    let template = ChatTemplate::new(
+        "{% for m in messages %}{{ m.content[::-1] }}{% endfor %}",
+        None,
+        None,
+    )
+    .unwrap();
+    let say = |text: &str| vec![ChatMessage::new("user", text)];
+    assert_eq!(template.render(&say("abc"), false).unwrap(), "cba");
+    let err = template.render(&say(""), false).unwrap_err();
+    assert!(
+        err.to_string().contains("the template engine failed"),
+        "{err}"
+    );
+}
+
+#[test]
 fn tokenizer_json_syntax_errors_inside_the_decoder_are_typed() {
     // `tokenizers` panics on this one (a syntax error inside the `decoder` value).
     let data = regression("tokenizer_json", "decoder_json_syntax_error.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(err.to_string().contains("<memory>"), "{err}");
+}
+
+#[test]
+fn tokenizer_json_invalid_escapes_anywhere_are_typed() {
+    // A lone surrogate escape in a key inside `decoder`: skipping the value without decoding
+    // its strings let it through to `tokenizers`, which panicked.
+    let data = regression("tokenizer_json", "lone_surrogate_in_decoder_key.json");
     let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
     assert!(err.to_string().contains("<memory>"), "{err}");
 }

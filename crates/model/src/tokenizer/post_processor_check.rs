@@ -79,16 +79,17 @@ pub(super) fn check_json(text: &str) -> Result<(), String> {
     }
 }
 
-/// A post-processor, or a `Sequence` of them.
+/// A post-processor, or a `Sequence` of them. Recognized by shape, not by its `type`:
+/// `tokenizers` falls back to trying every processor kind when the tag does not match, so an
+/// object with a misspelt `type` still loads as a template.
 fn check_processor(p: &Value) -> Result<(), String> {
-    match p.get("type").and_then(Value::as_str) {
-        Some("TemplateProcessing") => check_template(p),
-        Some("Sequence") => p
-            .get("processors")
-            .and_then(Value::as_array)
-            .map_or(Ok(()), |ps| ps.iter().try_for_each(check_processor)),
-        _ => Ok(()),
+    if let Some(inner) = p.get("processors").and_then(Value::as_array) {
+        inner.iter().try_for_each(check_processor)?;
     }
+    if p.get("single").is_some() || p.get("pair").is_some() {
+        check_template(p)?;
+    }
+    Ok(())
 }
 
 /// Every special token that `single` or `pair` names is defined in `special_tokens`, with as
@@ -107,6 +108,18 @@ fn check_template(p: &Value) -> Result<(), String> {
     }
     for template in ["single", "pair"] {
         let pieces = p.get(template).and_then(Value::as_array);
+        let sequences: Vec<&str> = pieces
+            .into_iter()
+            .flatten()
+            .filter_map(|piece| piece.pointer("/Sequence/id").and_then(Value::as_str))
+            .collect();
+        // One text is encoded as sequence A; a `single` template naming B indexes past it.
+        if template == "single" && sequences.iter().any(|&id| id != "A") {
+            return Err("post_processor: the single template may only use sequence A".into());
+        }
+        if template == "pair" && !(sequences.contains(&"A") && sequences.contains(&"B")) {
+            return Err("post_processor: the pair template must use sequences A and B".into());
+        }
         for piece in pieces.into_iter().flatten() {
             let Some(id) = piece.pointer("/SpecialToken/id").and_then(Value::as_str) else {
                 continue;
@@ -147,6 +160,25 @@ mod tests {
             r#"{{"type": "Sequence", "processors": [{{"type": "ByteLevel"}}, {missing}]}}"#
         );
         assert!(check_json(&with_post_processor(&nested)).is_err());
+        let single_b = ok.replace(
+            r#"{"Sequence": {"id": "A", "type_id": 0}}],
+            "pair""#,
+            r#"{"Sequence": {"id": "B", "type_id": 0}}],
+            "pair""#,
+        );
+        let err = check_json(&with_post_processor(&single_b)).unwrap_err();
+        assert!(
+            err.contains("single template may only use sequence A"),
+            "{err}"
+        );
+        let pair_a = ok.replace(r#""id": "B", "type_id": 1"#, r#""id": "A", "type_id": 1"#);
+        let err = check_json(&with_post_processor(&pair_a)).unwrap_err();
+        assert!(
+            err.contains("pair template must use sequences A and B"),
+            "{err}"
+        );
+        let misspelt = missing.replace("TemplateProcessing", "Anything");
+        assert!(check_json(&with_post_processor(&misspelt)).is_err());
         let uneven = ok.replace(r#""ids": [1]"#, r#""ids": [1, 2]"#);
         let err = check_json(&with_post_processor(&uneven)).unwrap_err();
         assert!(err.contains("2 ids and 1 tokens"), "{err}");

@@ -217,4 +217,12 @@ fn tokenizer_json_templates_naming_undefined_special_tokens_are_typed() {
             .contains("uses special token \"[SEP]\", which special_tokens does not define"),
         "{err}"
     );
+    // The same with `"tyqe": "TemplateProcessing"`: tokenizers still loads it as a template.
+    let data = regression("tokenizer_json", "template_with_misspelt_type.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("which special_tokens does not define"),
+        "{err}"
+    );
 }

@@ -83,6 +83,7 @@ run_one() {
 
 rounds=${ROUNDS:-3}
 : >"$results/accept.txt"
+triad=$($kestrel membw -t "$threads" 2>/dev/null | awk -F'|' 'END { gsub(/ /, "", $3); print $3 " GB/s" }')
 for cn in "1 16" "16 64"; do
   read -r c n <<<"$cn"
   for r in $(seq 1 "$rounds"); do
@@ -90,9 +91,9 @@ for cn in "1 16" "16 64"; do
   done
 done
 
-python3 - "$results" "$rounds" "$k" <<'PY'
+python3 - "$results" "$rounds" "$k" "$triad" <<'PY'
 import json, statistics, sys
-results, rounds, k = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+results, rounds, k, triad = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 acc = {}
 for line in open(f"{results}/accept.txt"):
     mode, c, d, a = line.split()
@@ -103,7 +104,7 @@ def med(mode, c, f):
 def rate(mode, c):
     d, a = acc.get((mode, c), (0, 0))
     return "%.0f%%" % (100 * a / d) if d else "-"
-print(f"Medians of {rounds} alternating rounds; k = {k}.")
+print(f"Medians of {rounds} alternating rounds; k = {k}; triad bandwidth {triad}.")
 print()
 print("| concurrency | requests | tokens/request | plain tok/s | ngram tok/s | speed-up | decode speed-up (TPOT) | drafts accepted | fixed-length ngram tok/s | speed-up | drafts accepted |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -1,5 +1,10 @@
-# Shared by the serving benchmarks (sourced): start/stop one background server and wait for
-# its /health. Callers set `port` and `results` and run the server with its pid in `server_pid`.
+# Shared by the serving benchmarks (sourced): one background server at a time, on top of
+# scripts/lib/server.sh. Callers set `port` and `results`, start the server with its pid in
+# `server_pid` (its log in `$server_log`, default `$results/server.log`), then call
+# `wait_ready`; `stop_server` (also run on exit) stops it.
+# shellcheck source=lib/server.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/server.sh"
+
 server_pid=
 
 stop_server() {
@@ -8,12 +13,7 @@ stop_server() {
 }
 trap stop_server EXIT
 
+# Waits up to 240 s for the server's /health; on failure prints its log's tail and fails.
 wait_ready() {
-  for _ in $(seq 1 480); do
-    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  echo "server (pid $server_pid) did not become ready on port $port; its log:" >&2
-  tail -20 "$results/server.log" >&2; return 1
+  SERVER_READY_TIMEOUT=240 server_wait_ready "$server_pid" "$port" "${server_log:-$results/server.log}"
 }

@@ -7,7 +7,7 @@
 #   scripts/bench_serving.sh LLAMA_CPP_BIN_DIR [MODEL.gguf]
 #
 # Each level sends max(8, concurrency) requests.
-# Env: CONCURRENCY="1 4 16 64", INPUT_LEN=128, OUTPUT_LEN=128, THREADS=2, PORT=8311.
+# Env: CONCURRENCY="1 4 16 64 128", INPUT_LEN=128, OUTPUT_LEN=128, THREADS=2, PORT=8311.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +15,7 @@ bin_dir=${1:?usage: $0 LLAMA_CPP_BIN_DIR [MODEL.gguf]}
 cargo build --release -q -p kestrel-cli
 kestrel=./target/release/kestrel
 model=${2:-$($kestrel fetch)}
-levels=${CONCURRENCY:-1 4 16 64}
+levels=${CONCURRENCY:-1 4 16 64 128}
 in_len=${INPUT_LEN:-128}
 out_len=${OUTPUT_LEN:-128}
 threads=${THREADS:-2}

@@ -53,6 +53,7 @@ pub mod param_ranges;
 pub mod prompt_logprobs;
 pub mod request_id;
 pub mod request_log;
+pub mod request_scope;
 pub mod response_id;
 pub mod retry_after;
 pub mod routes;

@@ -15,19 +15,17 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
 
 use crate::best_of::CandidateRanking;
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
 use crate::generation::{respond, Generation};
-use crate::key_salt::KeySalt;
 use crate::openai_api::{Chat, Completions, OpenAiApi, OpenAiContext};
 use crate::openai_stream::OpenAiEncoder;
 use crate::prompt_logprobs;
+use crate::request_scope::RequestScope;
 use crate::response_id::{response_id, system_fingerprint};
 use crate::state::{unix_now, AppState};
-use crate::ttft_slo::TtftSloHeader;
 use crate::validation;
 use crate::wire::openai::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
@@ -37,16 +35,15 @@ use crate::wire::openai::{
 /// The handler core of both generation routes.
 async fn handle<A: OpenAiApi>(
     state: AppState,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<A::Request>, ApiError>,
 ) -> Result<Response, OpenAiError> {
     let arrival = Instant::now();
-    let TtftSloHeader(header_slo) = slo?;
+    let scope = scope?;
     let Wire(req) = body?;
     let valid = validation::validate_off_thread(&state, req, arrival)
         .await?
-        .with_default_ttft_slo(header_slo);
+        .with_default_ttft_slo(scope.ttft_slo);
     let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
     let generation = Generation::submit(
         &state,
@@ -55,7 +52,7 @@ async fn handle<A: OpenAiApi>(
         valid
             .engine_requests()
             .into_iter()
-            .map(|r| KeySalt::apply(key_salt.as_ref().map(|e| &e.0), r)),
+            .map(|r| scope.apply(r)),
     )?
     .admitted()
     .await?;
@@ -97,11 +94,10 @@ async fn handle<A: OpenAiApi>(
               (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn completions(
     State(state): State<AppState>,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<CompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Completions>(state, key_salt, slo, body).await
+    handle::<Completions>(state, scope, body).await
 }
 
 /// Chat completion (the model's chat template applied to `messages`).
@@ -110,11 +106,10 @@ pub async fn completions(
               (status = 400, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn chat_completions(
     State(state): State<AppState>,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<ChatCompletionRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
-    handle::<Chat>(state, key_salt, slo, body).await
+    handle::<Chat>(state, scope, body).await
 }
 
 /// The served model, then each LoRA adapter (with the base model as its `parent`).

@@ -11,16 +11,14 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::Extension;
 
 use crate::blocking;
 use crate::error::{json_response, ApiError, TgiError};
 use crate::extract::Wire;
 use crate::generation::{respond, Generation};
-use crate::key_salt::KeySalt;
+use crate::request_scope::RequestScope;
 use crate::state::{AppState, MAX_STOP_SEQUENCES};
 use crate::tgi_stream::{details, full_text, TgiEncoder};
-use crate::ttft_slo::TtftSloHeader;
 use crate::validation::{self, ValidGenerate};
 use crate::wire::tgi::{
     GenerateRequest, GenerateResponse, Info, SimpleToken, StreamResponse, TgiErrorBody,
@@ -31,18 +29,17 @@ use crate::wire::tgi::{
 async fn start(
     state: &AppState,
     route: &'static str,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<(ValidGenerate, Generation), ApiError> {
     let arrival = Instant::now();
-    let TtftSloHeader(header_slo) = slo?;
+    let scope = scope?;
     let Wire(req) = body?;
     let valid = validation::validate_off_thread(state, req, arrival)
         .await?
-        .with_default_ttft_slo(header_slo);
+        .with_default_ttft_slo(scope.ttft_slo);
     let prompt_tokens = valid.request.prompt_ids().len();
-    let request = KeySalt::apply(key_salt.as_ref().map(|e| &e.0), valid.request.clone());
+    let request = scope.apply(valid.request.clone());
     let generation = Generation::submit(state, route, prompt_tokens, [request])?
         .admitted()
         .await?;
@@ -55,11 +52,10 @@ async fn start(
               (status = 429, body = TgiErrorBody)))]
 pub async fn generate(
     State(state): State<AppState>,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate", key_salt, slo, body).await?;
+    let (valid, generation) = start(&state, "/generate", scope, body).await?;
     let (tally, outputs) = generation.collect().await;
     let result = outputs
         .and_then(|mut o| {
@@ -84,11 +80,10 @@ pub async fn generate(
               (status = 422, body = TgiErrorBody), (status = 429, body = TgiErrorBody)))]
 pub async fn generate_stream(
     State(state): State<AppState>,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate_stream", key_salt, slo, body).await?;
+    let (valid, generation) = start(&state, "/generate_stream", scope, body).await?;
     Ok(generation.into_sse(TgiEncoder::new(state, valid)))
 }
 
@@ -99,15 +94,14 @@ pub async fn generate_stream(
               (status = 429, body = TgiErrorBody)))]
 pub async fn compat_generate(
     State(state): State<AppState>,
-    key_salt: Option<Extension<KeySalt>>,
-    slo: Result<TtftSloHeader, ApiError>,
+    scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
     let streams = matches!(&body, Ok(Wire(req)) if req.stream == Some(true));
     if streams {
-        generate_stream(State(state), key_salt, slo, body).await
+        generate_stream(State(state), scope, body).await
     } else {
-        generate(State(state), key_salt, slo, body).await
+        generate(State(state), scope, body).await
     }
 }
 

@@ -62,10 +62,12 @@ run_one() {
     start=$(date +%s)
     # -s none: no sanitizer. The code under test is safe Rust (unsafe is forbidden outside the
     # kernels crate), so a sanitizer would only slow the search down; debug assertions (overflow
-    # checks) stay on. timeout: an input taking over 10 s is a hang; rss/malloc limits: an input
-    # making the parser allocate over 2 GiB (or 1 GiB at once) is a bug.
+    # checks) stay on. timeout: an input taking over 30 s of wall time is a hang (a niced
+    # fuzzer can be starved for seconds by other work, so a tighter bound reports false
+    # hangs); rss/malloc limits: an input making the parser allocate over 2 GiB (or 1 GiB at
+    # once) is a bug.
     nice -n 19 cargo +nightly fuzz run -s none "$target" "$corpus" "$seeds" -- \
-        -max_total_time="$seconds" -max_len="$(max_len "$target")" -timeout=10 \
+        -max_total_time="$seconds" -max_len="$(max_len "$target")" -timeout=30 \
         -dict="$FUZZ/dicts/$(dict "$target")" \
         -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
         >"$log" 2>&1 || status=$?
@@ -77,7 +79,7 @@ run_one() {
     fi
     echo "minimizing fuzz/corpus/$target ($(ls "$corpus" | wc -l) files)"
     nice -n 19 cargo +nightly fuzz cmin -s none "$target" "$corpus" -- -max_len="$(max_len "$target")" \
-        -timeout=10 -rss_limit_mb=2048 >>"$log" 2>&1
+        -timeout=30 -rss_limit_mb=2048 >>"$log" 2>&1
     echo "$target: corpus $(ls "$corpus" | wc -l) files, $(du -sk --apparent-size "$corpus" | cut -f1) KiB"
     return "$status"
 }

@@ -17,8 +17,8 @@
 //! [`Tokenizer::eos_ids`] lists every end-of-generation id: EOS, `eot`/`eom` ids and well-known
 //! end-of-turn special tokens (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...).
 
+mod json_check;
 mod plain_text;
-mod post_processor_check;
 mod token_env;
 
 use std::collections::HashMap;
@@ -678,7 +678,7 @@ fn parse_hf_json(text: &str, path: &Path) -> Result<tokenizers::Tokenizer> {
         path: path.to_path_buf(),
         message,
     };
-    post_processor_check::check_json(text).map_err(load_err)?;
+    json_check::check_json(text).map_err(load_err)?;
     text.parse()
         .map_err(|e: tokenizers::Error| load_err(e.to_string()))
 }

@@ -207,6 +207,18 @@ fn tokenizer_json_invalid_escapes_anywhere_are_typed() {
 }
 
 #[test]
+fn tokenizer_json_strip_decoders_that_strip_from_the_end_are_refused() {
+    // `{"type": "Strip", "content": " ", "start": 1, "stop": 4}`: tokenizers indexes before the
+    // start of a token made only of spaces (an overflow, then an out-of-bounds index).
+    let data = regression("tokenizer_json", "strip_decoder_stop_past_token.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(
+        err.to_string().contains("Strip decoder with stop 4"),
+        "{err}"
+    );
+}
+
+#[test]
 fn tokenizer_json_templates_naming_undefined_special_tokens_are_typed() {
     // `tokenizers` loads this one (its `[SEP]` entry was renamed by the fuzzer) and panics on
     // the first encode that adds special tokens.

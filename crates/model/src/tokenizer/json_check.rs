@@ -1,12 +1,13 @@
 //! [`check_json`]: what `tokenizers` would panic on, refused while `tokenizer.json` loads.
 //!
-//! Three `tokenizers` 0.21 panics, all found by fuzzing: a JSON syntax error inside the
-//! `decoder` value and an invalid string escape anywhere in it (its untagged decoder enum
-//! re-parses the value and `expect`s success), and a `TemplateProcessing` post-processor whose
-//! templates name special tokens it does not define (deserialized without a check, then
-//! indexed on every encode that adds special tokens). So the whole document is read once,
-//! decoding every string and key ([`Checked`], which keeps nothing), and the `post_processor`
-//! value is checked.
+//! `tokenizers` 0.21 panics found by fuzzing: a JSON syntax error inside the `decoder` value
+//! and an invalid string escape anywhere in it (its untagged decoder enum re-parses the value
+//! and `expect`s success); a `TemplateProcessing` post-processor whose templates name special
+//! tokens it does not define (deserialized without a check, then indexed on every encode that
+//! adds special tokens); and a `Strip` decoder with `stop` > 0, which indexes before the start
+//! of a token made only of its `content` character when decoding it. So the whole document is
+//! read once, decoding every string and key ([`Checked`], which keeps nothing), and the
+//! `post_processor` and `decoder` values are checked.
 
 use std::fmt;
 
@@ -14,11 +15,13 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The part of `tokenizer.json` checked here.
+/// The parts of `tokenizer.json` checked here.
 #[derive(Deserialize)]
 struct Shape {
     #[serde(default)]
     post_processor: Option<Value>,
+    #[serde(default)]
+    decoder: Option<Value>,
 }
 
 /// Any JSON value, read in full (every string decoded, escapes checked) and then dropped.
@@ -73,10 +76,33 @@ impl<'de> Visitor<'de> for CheckedVisitor {
 pub(super) fn check_json(text: &str) -> Result<(), String> {
     serde_json::from_str::<Checked>(text).map_err(|e| e.to_string())?;
     let shape: Shape = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    if let Some(d) = &shape.decoder {
+        check_decoder(d)?;
+    }
     match shape.post_processor {
         Some(p) => check_processor(&p),
         None => Ok(()),
     }
+}
+
+/// A decoder, or a `Sequence` of them, recognized by shape as processors are: a `Strip` (an
+/// object with `content`, `start` and `stop`) must have `stop` 0, which is what tokenizers
+/// that strip use (a leading space: `start` 1).
+fn check_decoder(d: &Value) -> Result<(), String> {
+    if let Some(inner) = d.get("decoders").and_then(Value::as_array) {
+        inner.iter().try_for_each(check_decoder)?;
+    }
+    let is_strip = ["content", "start", "stop"]
+        .iter()
+        .all(|k| d.get(k).is_some());
+    let stop = d.get("stop").and_then(Value::as_u64);
+    if is_strip && stop != Some(0) {
+        return Err(format!(
+            "decoder: a Strip decoder with stop {} is not supported (only 0)",
+            d["stop"]
+        ));
+    }
+    Ok(())
 }
 
 /// A post-processor, or a `Sequence` of them. Recognized by shape, not by its `type`:
@@ -193,6 +219,20 @@ mod tests {
         ))
         .unwrap();
         assert!(check_json(r#"{"model": {"#).is_err());
+    }
+
+    #[test]
+    fn strip_decoders_must_not_strip_from_the_end() {
+        let strip = |stop: &str| {
+            format!(
+                r#"{{"decoder": {{"type": "Sequence", "decoders": [{{"type": "Fuse"}},
+                {{"type": "Strip", "content": " ", "start": 1, "stop": {stop}}}]}}}}"#
+            )
+        };
+        check_json(&strip("0")).unwrap();
+        let err = check_json(&strip("4")).unwrap_err();
+        assert!(err.contains("Strip decoder with stop 4"), "{err}");
+        assert!(check_json(&strip("-1")).is_err());
     }
 
     #[test]

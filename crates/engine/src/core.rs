@@ -40,6 +40,7 @@ use crate::metrics::{
 };
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
+use crate::sampling::SamplerScratch;
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
 use crate::spec::{verify_drafts, SpecCounters, Speculator};
 use crate::ttft_predictor::{StepSample, TtftPredictor};
@@ -77,6 +78,8 @@ pub struct EngineCore {
     /// This step's emitted tokens, and how many belong to each sequence with logits rows.
     emitted: Vec<u32>,
     emitted_counts: Vec<usize>,
+    /// Working space every request's sampler borrows (one sampler runs at a time).
+    sampler_scratch: SamplerScratch,
     /// Compiles the grammars of constrained requests; `None`: structured output is refused.
     constraints: Option<Arc<ConstraintFactory>>,
     /// Step costs, for first-token predictions.
@@ -124,6 +127,7 @@ impl EngineCore {
             spec: None,
             emitted: Vec::new(),
             emitted_counts: Vec::new(),
+            sampler_scratch: SamplerScratch::default(),
             constraints: None,
             predictor: TtftPredictor::new(),
             slo_admission: true,
@@ -533,7 +537,7 @@ impl EngineCore {
             let before = self.emitted.len();
             let result = if m == 1 {
                 generation
-                    .sample(logits, history)
+                    .sample(logits, history, &mut self.sampler_scratch)
                     .map(|t| self.emitted.push(t))
             } else {
                 let drafts = &seq.tokens[seq.tokens.len() - (m - 1)..];
@@ -544,6 +548,7 @@ impl EngineCore {
                     history,
                     drafts,
                     &mut self.emitted,
+                    &mut self.sampler_scratch,
                 )
                 .map(|accepted| {
                     if let Some(spec) = &mut self.spec {

@@ -10,7 +10,9 @@ use crate::constraint::ConstraintMatcher;
 use crate::metrics::{record_admitted, record_finished, record_slo_outcome, record_token};
 use crate::output::{TextStream, TokenDecoder};
 use crate::request::FinishReason;
-use crate::sampling::{logprobs, Logprobs, SampleError, Sampler, SamplingParams, TokenHistory};
+use crate::sampling::{
+    logprobs, Logprobs, SampleError, Sampler, SamplerScratch, SamplingParams, TokenHistory,
+};
 
 /// A request's sampling and streaming state.
 #[derive(Debug)]
@@ -124,14 +126,19 @@ impl Generation {
     /// (prompt + generated ids). Logprobs, when asked for, are those of the raw logits.
     /// A constrained request masks the tokens its grammar disallows first, and its matcher
     /// consumes the sampled token.
-    pub(crate) fn sample(&mut self, row: &mut [f32], history: &[u32]) -> Result<u32, SampleError> {
+    pub(crate) fn sample(
+        &mut self,
+        row: &mut [f32],
+        history: &[u32],
+        scratch: &mut SamplerScratch,
+    ) -> Result<u32, SampleError> {
         let raw = self.num_logprobs.map(|_| row.to_vec());
         if let Some(matcher) = &mut self.constraint {
             matcher.apply(row).map_err(SampleError::Constraint)?;
         }
-        let token = self
-            .sampler
-            .sample(row, TokenHistory::new(history, self.prompt_len))?;
+        let token =
+            self.sampler
+                .sample(row, TokenHistory::new(history, self.prompt_len), scratch)?;
         if let Some(matcher) = &mut self.constraint {
             matcher.consume(token).map_err(SampleError::Constraint)?;
         }

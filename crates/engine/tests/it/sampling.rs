@@ -2,8 +2,8 @@
 //! and logprobs.
 
 use kestrel_engine::sampling::{
-    argmax, logprobs, SampleError, Sampler, SamplingParamError, SamplingParams, TokenHistory,
-    MAX_LOGPROBS,
+    argmax, logprobs, SampleError, Sampler, SamplerScratch, SamplingParamError, SamplingParams,
+    TokenHistory, MAX_LOGPROBS,
 };
 
 fn params() -> SamplingParams {
@@ -27,7 +27,9 @@ fn frequencies(p: SamplingParams, logits: &[f32], n: usize) -> Vec<f64> {
     let mut counts = vec![0usize; logits.len()];
     for _ in 0..n {
         let mut row = logits.to_vec();
-        let t = s.sample(&mut row, no_history()).expect("sample");
+        let t = s
+            .sample(&mut row, no_history(), &mut SamplerScratch::default())
+            .expect("sample");
         counts[t as usize] += 1;
     }
     counts.iter().map(|&c| c as f64 / n as f64).collect()
@@ -54,7 +56,10 @@ fn greedy_picks_argmax_and_lowest_id_on_ties() {
         ..params()
     });
     let mut logits = vec![0.5, 3.0, -1.0, 3.0, f32::NAN];
-    assert_eq!(s.sample(&mut logits, no_history()), Ok(1));
+    assert_eq!(
+        s.sample(&mut logits, no_history(), &mut SamplerScratch::default()),
+        Ok(1)
+    );
     assert_eq!(argmax(&[f32::NAN, -2.0, -1.0]), Some(2));
     assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NAN]), None);
 }
@@ -70,7 +75,10 @@ fn greedy_is_deterministic_regardless_of_seed() {
             ..params()
         });
         let mut row = logits.clone();
-        assert_eq!(s.sample(&mut row, no_history()), Ok(expected));
+        assert_eq!(
+            s.sample(&mut row, no_history(), &mut SamplerScratch::default()),
+            Ok(expected)
+        );
     }
 }
 
@@ -78,12 +86,12 @@ fn greedy_is_deterministic_regardless_of_seed() {
 fn unsampleable_rows_are_errors() {
     let mut s = sampler(params());
     assert_eq!(
-        s.sample(&mut [], no_history()),
+        s.sample(&mut [], no_history(), &mut SamplerScratch::default()),
         Err(SampleError::EmptyLogits)
     );
     let mut masked = vec![f32::NEG_INFINITY, f32::NAN];
     assert_eq!(
-        s.sample(&mut masked, no_history()),
+        s.sample(&mut masked, no_history(), &mut SamplerScratch::default()),
         Err(SampleError::NoFiniteLogits)
     );
     let mut greedy = sampler(SamplingParams {
@@ -92,7 +100,7 @@ fn unsampleable_rows_are_errors() {
     });
     let mut masked = vec![f32::NEG_INFINITY; 3];
     assert_eq!(
-        greedy.sample(&mut masked, no_history()),
+        greedy.sample(&mut masked, no_history(), &mut SamplerScratch::default()),
         Err(SampleError::NoFiniteLogits)
     );
 }
@@ -106,7 +114,14 @@ fn same_seed_same_tokens_different_seed_different_tokens() {
             ..params()
         });
         (0..64)
-            .map(|_| s.sample(&mut logits.clone(), no_history()).expect("sample"))
+            .map(|_| {
+                s.sample(
+                    &mut logits.clone(),
+                    no_history(),
+                    &mut SamplerScratch::default(),
+                )
+                .expect("sample")
+            })
             .collect()
     };
     assert_eq!(run(42), run(42));
@@ -224,7 +239,13 @@ fn top_p_over_large_flat_vocab_keeps_lowest_ids_on_ties() {
     });
     let mut max_seen = 0;
     for _ in 0..4000 {
-        let t = s.sample(&mut logits.clone(), no_history()).expect("sample");
+        let t = s
+            .sample(
+                &mut logits.clone(),
+                no_history(),
+                &mut SamplerScratch::default(),
+            )
+            .expect("sample");
         assert!(t < 200, "token {t} is outside the nucleus");
         max_seen = max_seen.max(t);
     }
@@ -274,7 +295,11 @@ fn repetition_penalty_divides_positive_and_multiplies_negative() {
     // Token 0 is in the prompt, token 1 was generated (twice: penalized once).
     let tokens = [0, 1, 1, 99];
     let t = s
-        .sample(&mut logits, TokenHistory::new(&tokens, 1))
+        .sample(
+            &mut logits,
+            TokenHistory::new(&tokens, 1),
+            &mut SamplerScratch::default(),
+        )
         .expect("sample");
     assert_eq!(logits, vec![1.0, -2.0, 1.5, 0.5]);
     assert_eq!(t, 2);
@@ -291,14 +316,22 @@ fn frequency_and_presence_penalties_use_generated_tokens_only() {
     let mut logits = vec![0.0; 4];
     let tokens = [0, 1, 1, 2];
     let t = s
-        .sample(&mut logits, TokenHistory::new(&tokens, 1))
+        .sample(
+            &mut logits,
+            TokenHistory::new(&tokens, 1),
+            &mut SamplerScratch::default(),
+        )
         .expect("sample");
     assert_eq!(logits, vec![0.0, -1.25, -0.75, 0.0]);
     assert_eq!(t, 0);
     // Scratch state is reset between calls: the same call gives the same adjustment.
     let mut again = vec![0.0; 4];
-    s.sample(&mut again, TokenHistory::new(&tokens, 1))
-        .expect("sample");
+    s.sample(
+        &mut again,
+        TokenHistory::new(&tokens, 1),
+        &mut SamplerScratch::default(),
+    )
+    .expect("sample");
     assert_eq!(again, logits);
 }
 
@@ -311,7 +344,11 @@ fn negative_presence_penalty_encourages_repeats() {
     });
     let mut logits = vec![0.5, 0.0];
     let t = s
-        .sample(&mut logits, TokenHistory::new(&[1], 0))
+        .sample(
+            &mut logits,
+            TokenHistory::new(&[1], 0),
+            &mut SamplerScratch::default(),
+        )
         .expect("sample");
     assert_eq!(t, 1);
 }
@@ -470,7 +507,12 @@ fn logit_bias_forces_and_bans_tokens_before_penalties() {
         ..params()
     });
     let mut row = logits.to_vec();
-    assert_eq!(greedy.sample(&mut row, no_history()).expect("sample"), 1);
+    assert_eq!(
+        greedy
+            .sample(&mut row, no_history(), &mut SamplerScratch::default())
+            .expect("sample"),
+        1
+    );
     assert_eq!(
         row,
         vec![0.0, 100.5, 1.0, 9.0],
@@ -491,8 +533,12 @@ fn logit_bias_forces_and_bans_tokens_before_penalties() {
         ..params()
     });
     let mut row = logits.to_vec();
-    s.sample(&mut row, TokenHistory::new(&[1], 1))
-        .expect("sample");
+    s.sample(
+        &mut row,
+        TokenHistory::new(&[1], 1),
+        &mut SamplerScratch::default(),
+    )
+    .expect("sample");
     assert_eq!(row[1], 50.25);
     assert!(matches!(
         Sampler::new(SamplingParams {
@@ -516,14 +562,63 @@ fn min_tokens_bans_stop_and_eos_ids_until_reached() {
     let logits = [0.0, 1.0, 8.0, 9.0];
     let mut row = logits.to_vec();
     let t = s
-        .sample(&mut row, TokenHistory::new(&[5, 1], 1))
+        .sample(
+            &mut row,
+            TokenHistory::new(&[5, 1], 1),
+            &mut SamplerScratch::default(),
+        )
         .expect("sample");
     assert_eq!(t, 1);
     assert_eq!(row[2], f32::NEG_INFINITY);
     assert_eq!(row[3], f32::NEG_INFINITY);
     let mut row = logits.to_vec();
     let t = s
-        .sample(&mut row, TokenHistory::new(&[5, 1, 1], 1))
+        .sample(
+            &mut row,
+            TokenHistory::new(&[5, 1, 1], 1),
+            &mut SamplerScratch::default(),
+        )
         .expect("sample");
     assert_eq!(t, 3, "after min_tokens the EOS wins again");
+}
+
+#[test]
+fn samplers_sharing_one_scratch_draw_what_each_draws_alone() {
+    // Two requests of different vocabularies and filters take turns with one scratch (as on
+    // the engine thread); each must draw exactly what it draws with a scratch of its own.
+    let make = |seed, vocab: usize| {
+        let p = SamplingParams {
+            temperature: 0.9,
+            top_k: Some(vocab / 2),
+            top_p: 0.8,
+            repetition_penalty: 1.3,
+            frequency_penalty: 0.4,
+            presence_penalty: 0.2,
+            seed: Some(seed),
+            ..params()
+        };
+        let logits: Vec<f32> = (0..vocab).map(|i| ((i * 37 % 11) as f32) * 0.3).collect();
+        (sampler(p), logits)
+    };
+    fn draw(s: &mut Sampler, logits: &[f32], history: &mut Vec<u32>, scratch: &mut SamplerScratch) {
+        let mut row = logits.to_vec();
+        let t = s
+            .sample(&mut row, TokenHistory::new(history, 1), scratch)
+            .expect("sample");
+        history.push(t);
+    }
+    let (mut a, la) = make(1, 300);
+    let (mut b, lb) = make(2, 40);
+    let (mut a2, _) = make(1, 300);
+    let (mut b2, _) = make(2, 40);
+    let (mut ha, mut hb, mut ha2, mut hb2) = (vec![0], vec![0], vec![0], vec![0]);
+    let mut shared = SamplerScratch::default();
+    let (mut own_a, mut own_b) = (SamplerScratch::default(), SamplerScratch::default());
+    for _ in 0..50 {
+        draw(&mut a, &la, &mut ha, &mut shared);
+        draw(&mut b, &lb, &mut hb, &mut shared);
+        draw(&mut a2, &la, &mut ha2, &mut own_a);
+        draw(&mut b2, &lb, &mut hb2, &mut own_b);
+    }
+    assert_eq!((ha, hb), (ha2, hb2));
 }

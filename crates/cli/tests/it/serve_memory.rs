@@ -3,31 +3,10 @@
 //! budget plus 150 MB (weights are memory-mapped; buffers are sized by the batch, not the
 //! traffic).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-fn default_model() -> PathBuf {
-    PathBuf::from(std::env::var_os("KESTREL_DEFAULT_MODEL").expect(
-        "KESTREL_DEFAULT_MODEL is not set: run the suite with scripts/test.sh (it fetches the default model)",
-    ))
-}
-
-fn post(addr: &str, body: &str) -> String {
-    let mut s = TcpStream::connect(addr).expect("connects");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(
-        s,
-        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
+use crate::cli_common::{model as default_model, post_json, spawn_and_read_address};
 
 /// `VmRSS` of process `pid`, in bytes (Linux).
 fn resident_bytes(pid: u32) -> u64 {
@@ -44,30 +23,20 @@ fn resident_bytes(pid: u32) -> u64 {
 fn resident_set_is_model_plus_kv_budget_plus_150_mb() {
     let model = default_model();
     let kv_budget: u64 = 128 << 20;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
-        .args(["serve", "--model"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
+    cmd.args(["serve", "--model"])
         .arg(&model)
-        .args(["--port", "0", "--kv-cache-memory", "128MiB"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let start = Instant::now();
-    let addr = loop {
-        let line = lines.next().expect("server prints its address").unwrap();
-        if let Some(url) = line.split("http://").nth(1) {
-            break url.trim().to_string();
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "no address line");
-    };
+        .args(["--port", "0", "--kv-cache-memory", "128MiB"]);
+    let (mut child, addr) = spawn_and_read_address(cmd);
     let prompt =
         "The history of the printing press begins in the fifteenth century, when ".repeat(6);
     let body = format!(r#"{{"prompt":"{prompt}","max_tokens":48,"temperature":0.8,"seed":1}}"#);
     let clients: Vec<_> = (0..8)
         .map(|_| {
             let (addr, body) = (addr.clone(), body.clone());
-            std::thread::spawn(move || post(&addr, &body))
+            std::thread::spawn(move || {
+                post_json(&addr, "/v1/completions", &body, Duration::from_secs(120))
+            })
         })
         .collect();
     let responses: Vec<String> = clients.into_iter().map(|c| c.join().unwrap()).collect();

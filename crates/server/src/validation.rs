@@ -35,8 +35,8 @@ use crate::wire::openai::{ChatCompletionRequest, CompletionRequest};
 use crate::wire::tgi::GenerateRequest;
 use prompt_ids::{chat_prompt, completion_prompts, encode};
 use sampling_fields::{
-    best_of, bounded, choices_n, max_tokens, openai_sampling, priority, prompt_logprobs, ranged,
-    stops, top_k, Scheduling,
+    best_of, bounded, choices_n, max_tokens, openai_sampling, priority, prompt_logprobs, stops,
+    with_filters, Filters, Scheduling,
 };
 
 /// Default `max_tokens` of `/v1/completions` (OpenAI's).
@@ -366,24 +366,16 @@ pub fn generate(
         None if sample => 1.0,
         None => 0.0,
     };
+    let filters = Filters {
+        top_k: p.top_k,
+        top_p: p.top_p,
+        min_p: p.min_p,
+        repetition_penalty: p.repetition_penalty,
+        frequency_penalty: p.frequency_penalty,
+        presence_penalty: None,
+    };
     let sampling = SamplingParams {
         temperature,
-        top_k: top_k(p.top_k)?,
-        top_p: ranged("top_p", p.top_p, ranges::TOP_P, 1.0)?,
-        min_p: ranged("min_p", p.min_p, ranges::MIN_P, 0.0)?,
-        repetition_penalty: ranged(
-            "repetition_penalty",
-            p.repetition_penalty,
-            ranges::REPETITION_PENALTY,
-            1.0,
-        )?,
-        frequency_penalty: ranged(
-            "frequency_penalty",
-            p.frequency_penalty,
-            ranges::PENALTY,
-            0.0,
-        )?,
-        presence_penalty: 0.0,
         seed: p.seed,
         max_tokens,
         stop: stops(p.stop)?,
@@ -392,7 +384,7 @@ pub fn generate(
             None => Some(0),
             Some(n) => Some(bounded("top_n_tokens", n, ranges::LOGPROBS)? as usize),
         },
-        ..SamplingParams::default()
+        ..with_filters(filters)?
     };
     let sched = Scheduling {
         priority: priority(state, p.priority)?,

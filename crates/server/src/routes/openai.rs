@@ -49,10 +49,7 @@ async fn handle<A: OpenAiApi>(
         &state,
         A::ROUTE,
         valid.prompt_tokens(),
-        valid
-            .engine_requests()
-            .into_iter()
-            .map(|r| scope.apply(r)),
+        valid.engine_requests().into_iter().map(|r| scope.apply(r)),
     )?
     .admitted()
     .await?;

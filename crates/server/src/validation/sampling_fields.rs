@@ -79,8 +79,52 @@ pub(super) fn openai_sampling(
         None => 1.0,
     };
     let vocab = state.backend().request_limits().vocab_size;
+    let filters = Filters {
+        top_k: f.top_k,
+        top_p: f.top_p,
+        min_p: f.min_p,
+        repetition_penalty: f.repetition_penalty,
+        frequency_penalty: f.frequency_penalty,
+        presence_penalty: f.presence_penalty,
+    };
     let sampling = SamplingParams {
         temperature,
+        seed: f.seed.map(|s| s as u64),
+        stop_token_ids: stop_token_ids(f.stop_token_ids, vocab)?,
+        stop: stops(f.stop)?,
+        ignore_eos: f.ignore_eos.unwrap_or(false),
+        logprobs,
+        logit_bias: logit_bias(f.logit_bias)?,
+        min_tokens: match f.min_tokens {
+            None => 0,
+            Some(m) => bounded("min_tokens", m, ranges::MIN_TOKENS)? as usize,
+        },
+        include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
+        skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
+        ..with_filters(filters)?
+    };
+    let sched = Scheduling {
+        priority: priority(state, f.priority)?,
+        cache_salt: f.cache_salt,
+        ttft_slo: crate::ttft_slo::from_field(f.ttft_slo_ms)?,
+    };
+    Ok((sampling, sched))
+}
+
+/// The truncation filters and penalties both APIs take, as sent.
+pub(super) struct Filters {
+    pub top_k: Option<i64>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+}
+
+/// Default sampling parameters with `f`'s filters and penalties, each checked against its
+/// range (absent ones keep their neutral value).
+pub(super) fn with_filters(f: Filters) -> Result<SamplingParams, ApiError> {
+    Ok(SamplingParams {
         top_k: top_k(f.top_k)?,
         top_p: ranged("top_p", f.top_p, ranges::TOP_P, 1.0)?,
         min_p: ranged("min_p", f.min_p, ranges::MIN_P, 0.0)?,
@@ -97,26 +141,8 @@ pub(super) fn openai_sampling(
             0.0,
         )?,
         presence_penalty: ranged("presence_penalty", f.presence_penalty, ranges::PENALTY, 0.0)?,
-        seed: f.seed.map(|s| s as u64),
-        stop_token_ids: stop_token_ids(f.stop_token_ids, vocab)?,
-        stop: stops(f.stop)?,
-        ignore_eos: f.ignore_eos.unwrap_or(false),
-        logprobs,
-        logit_bias: logit_bias(f.logit_bias)?,
-        min_tokens: match f.min_tokens {
-            None => 0,
-            Some(m) => bounded("min_tokens", m, ranges::MIN_TOKENS)? as usize,
-        },
-        include_stop_str_in_output: f.include_stop_str_in_output.unwrap_or(false),
-        skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
         ..SamplingParams::default()
-    };
-    let sched = Scheduling {
-        priority: priority(state, f.priority)?,
-        cache_salt: f.cache_salt,
-        ttft_slo: crate::ttft_slo::from_field(f.ttft_slo_ms)?,
-    };
-    Ok((sampling, sched))
+    })
 }
 
 /// `logit_bias`: token ids as strings; the engine checks the ranges and the vocabulary.

@@ -5,8 +5,7 @@
 
 use crate::cli_common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -125,17 +124,15 @@ fn http(
     id: Option<&str>,
     body: &str,
 ) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).expect("connects");
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let id_header = id.map_or_else(String::new, |id| format!("X-Request-Id: {id}\r\n"));
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{id_header}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
+    let raw = cli_common::raw_request(
+        addr,
+        method,
+        path,
+        &id_header,
+        body,
+        Duration::from_secs(60),
+    );
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
     let status = head
         .split(' ')

@@ -4,7 +4,7 @@
 
 mod serve;
 
-pub use serve::{post_json, spawn_and_read_address, spawn_capturing_stderr};
+pub use serve::{post_json, raw_request, spawn_and_read_address, spawn_capturing_stderr};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -52,11 +52,24 @@ fn read_address(stdout: ChildStdout) -> String {
 /// `POST path` with a JSON `body` on a fresh connection; the whole raw response (status line,
 /// headers and body). Fails the test if the server does not answer within `timeout`.
 pub fn post_json(addr: &str, path: &str, body: &str, timeout: Duration) -> String {
+    raw_request(addr, "POST", path, "", body, timeout)
+}
+
+/// One HTTP/1.1 request (`headers`: extra header lines, each ending in `\r\n`) with a JSON
+/// `body` on a fresh connection; the whole raw response.
+pub fn raw_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+    timeout: Duration,
+) -> String {
     let mut s = TcpStream::connect(addr).expect("connects");
     s.set_read_timeout(Some(timeout)).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();

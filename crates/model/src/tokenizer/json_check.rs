@@ -22,7 +22,13 @@ struct Shape {
     post_processor: Option<Value>,
     #[serde(default)]
     decoder: Option<Value>,
+    #[serde(default)]
+    normalizer: Option<Value>,
 }
+
+/// Most a chain of `Replace` steps may multiply a text's length by (see [`growth`]). Real
+/// tokenizers replace a space with `▁` (1) or a byte with a short escape (a few).
+const MAX_REPLACE_GROWTH: f64 = 64.0;
 
 /// Any JSON value, read in full (every string decoded, escapes checked) and then dropped.
 /// `serde::de::IgnoredAny` would skip strings without decoding their escapes.
@@ -79,10 +85,47 @@ pub(super) fn check_json(text: &str) -> Result<(), String> {
     if let Some(d) = &shape.decoder {
         check_decoder(d)?;
     }
+    for (part, value) in [
+        ("normalizer", &shape.normalizer),
+        ("decoder", &shape.decoder),
+    ] {
+        let g = value.as_ref().map_or(1.0, growth);
+        if g > MAX_REPLACE_GROWTH {
+            return Err(format!(
+                "{part}: its Replace steps can multiply a text's length by {g:.0} \
+                 (at most {MAX_REPLACE_GROWTH} is supported)"
+            ));
+        }
+    }
     match shape.post_processor {
         Some(p) => check_processor(&p),
         None => Ok(()),
     }
+}
+
+/// How many times longer (in characters) a normalizer or decoder chain can make a text
+/// through its `Replace` steps: each replaces every match of its pattern (at least one
+/// character for a string, taken as one for a regex) with its content, and the steps of a
+/// `Sequence` apply one after another, so their factors multiply. A chain whose content
+/// contains the next step's pattern grows exponentially (fuzzing found three steps turning a
+/// 60-byte text into gigabytes).
+fn growth(v: &Value) -> f64 {
+    if let Some(steps) = v
+        .get("normalizers")
+        .or_else(|| v.get("decoders"))
+        .and_then(Value::as_array)
+    {
+        return steps.iter().map(growth).product();
+    }
+    let (Some(pattern), Some(content)) = (v.get("pattern"), v.get("content")) else {
+        return 1.0;
+    };
+    let content = content.as_str().map_or(1, |c| c.chars().count()) as f64;
+    let matched = pattern
+        .get("String")
+        .and_then(Value::as_str)
+        .map_or(1, |p| p.chars().count().max(1)) as f64;
+    (content / matched).max(1.0)
 }
 
 /// A decoder, or a `Sequence` of them, recognized by shape as processors are: a `Strip` (an
@@ -233,6 +276,32 @@ mod tests {
         let err = check_json(&strip("4")).unwrap_err();
         assert!(err.contains("Strip decoder with stop 4"), "{err}");
         assert!(check_json(&strip("-1")).is_err());
+    }
+
+    #[test]
+    fn replace_chains_that_multiply_text_are_refused() {
+        let replace = |content: &str| {
+            format!(
+                r#"{{"type": "Replace", "pattern": {{"String": " "}}, "content": "{content}"}}"#
+            )
+        };
+        let chain = |steps: &[String]| {
+            format!(
+                r#"{{"normalizer": {{"type": "Sequence", "normalizers": [{{"type": "NFKC"}}, {}]}}}}"#,
+                steps.join(", ")
+            )
+        };
+        // Llama-style: a space becomes `▁`.
+        check_json(&chain(&[replace("▁")])).unwrap();
+        check_json(&chain(&[replace("    "), replace("    "), replace("    ")])).unwrap();
+        let doubling = vec![replace("  "); 7];
+        let err = check_json(&chain(&doubling)).unwrap_err();
+        assert!(err.contains("multiply a text's length by 128"), "{err}");
+        let long = replace(&"x ".repeat(100));
+        assert!(check_json(&chain(&[long.clone()])).is_err());
+        let decoder = format!(r#"{{"decoder": {long}}}"#);
+        let err = check_json(&decoder).unwrap_err();
+        assert!(err.starts_with("decoder:"), "{err}");
     }
 
     #[test]

@@ -219,6 +219,18 @@ fn tokenizer_json_strip_decoders_that_strip_from_the_end_are_refused() {
 }
 
 #[test]
+fn tokenizer_json_replace_chains_that_multiply_text_are_refused() {
+    // Replace steps turning each space into kilobytes that contain spaces again: encoding a
+    // 60-byte text took 23 s and 8 GB before the loader bounded the chain's growth.
+    let data = regression("tokenizer_json", "replace_chain_growth.json");
+    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    assert!(
+        err.to_string().contains("Replace steps can multiply"),
+        "{err}"
+    );
+}
+
+#[test]
 fn tokenizer_json_templates_naming_undefined_special_tokens_are_typed() {
     // `tokenizers` loads this one (its `[SEP]` entry was renamed by the fuzzer) and panics on
     // the first encode that adds special tokens.

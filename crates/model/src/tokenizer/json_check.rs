@@ -298,7 +298,7 @@ mod tests {
         let err = check_json(&chain(&doubling)).unwrap_err();
         assert!(err.contains("multiply a text's length by 128"), "{err}");
         let long = replace(&"x ".repeat(100));
-        assert!(check_json(&chain(&[long.clone()])).is_err());
+        assert!(check_json(&chain(std::slice::from_ref(&long))).is_err());
         let decoder = format!(r#"{{"decoder": {long}}}"#);
         let err = check_json(&decoder).unwrap_err();
         assert!(err.starts_with("decoder:"), "{err}");

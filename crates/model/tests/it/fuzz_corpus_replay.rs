@@ -189,11 +189,15 @@ fn template_engine_panics_are_render_errors() {
     );
 }
 
+/// The error of the `tokenizer_json` regression input `name`, which must be refused.
+fn refused_tokenizer(name: &str) -> kestrel_model::tokenizer::TokenizerError {
+    fuzz_entry::tokenizer_json(&regression("tokenizer_json", name)).unwrap_err()
+}
+
 #[test]
 fn tokenizer_json_syntax_errors_inside_the_decoder_are_typed() {
     // `tokenizers` panics on this one (a syntax error inside the `decoder` value).
-    let data = regression("tokenizer_json", "decoder_json_syntax_error.json");
-    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    let err = refused_tokenizer("decoder_json_syntax_error.json");
     assert!(err.to_string().contains("<memory>"), "{err}");
 }
 
@@ -201,8 +205,7 @@ fn tokenizer_json_syntax_errors_inside_the_decoder_are_typed() {
 fn tokenizer_json_invalid_escapes_anywhere_are_typed() {
     // A lone surrogate escape in a key inside `decoder`: skipping the value without decoding
     // its strings let it through to `tokenizers`, which panicked.
-    let data = regression("tokenizer_json", "lone_surrogate_in_decoder_key.json");
-    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    let err = refused_tokenizer("lone_surrogate_in_decoder_key.json");
     assert!(err.to_string().contains("<memory>"), "{err}");
 }
 
@@ -210,8 +213,7 @@ fn tokenizer_json_invalid_escapes_anywhere_are_typed() {
 fn tokenizer_json_strip_decoders_that_strip_from_the_end_are_refused() {
     // `{"type": "Strip", "content": " ", "start": 1, "stop": 4}`: tokenizers indexes before the
     // start of a token made only of spaces (an overflow, then an out-of-bounds index).
-    let data = regression("tokenizer_json", "strip_decoder_stop_past_token.json");
-    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    let err = refused_tokenizer("strip_decoder_stop_past_token.json");
     assert!(
         err.to_string().contains("Strip decoder with stop 4"),
         "{err}"
@@ -222,8 +224,7 @@ fn tokenizer_json_strip_decoders_that_strip_from_the_end_are_refused() {
 fn tokenizer_json_replace_chains_that_multiply_text_are_refused() {
     // Replace steps turning each space into kilobytes that contain spaces again: encoding a
     // 60-byte text took 23 s and 8 GB before the loader bounded the chain's growth.
-    let data = regression("tokenizer_json", "replace_chain_growth.json");
-    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    let err = refused_tokenizer("replace_chain_growth.json");
     assert!(
         err.to_string().contains("Replace steps can multiply"),
         "{err}"
@@ -234,16 +235,14 @@ fn tokenizer_json_replace_chains_that_multiply_text_are_refused() {
 fn tokenizer_json_templates_naming_undefined_special_tokens_are_typed() {
     // `tokenizers` loads this one (its `[SEP]` entry was renamed by the fuzzer) and panics on
     // the first encode that adds special tokens.
-    let data = regression("tokenizer_json", "template_undefined_special_token.json");
-    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    let err = refused_tokenizer("template_undefined_special_token.json");
     assert!(
         err.to_string()
             .contains("uses special token \"[SEP]\", which special_tokens does not define"),
         "{err}"
     );
     // The same with `"tyqe": "TemplateProcessing"`: tokenizers still loads it as a template.
-    let data = regression("tokenizer_json", "template_with_misspelt_type.json");
-    let err = fuzz_entry::tokenizer_json(&data).unwrap_err();
+    let err = refused_tokenizer("template_with_misspelt_type.json");
     assert!(
         err.to_string()
             .contains("which special_tokens does not define"),

@@ -5,13 +5,15 @@
 //! and `expect`s success); a `TemplateProcessing` post-processor whose templates name special
 //! tokens it does not define (deserialized without a check, then indexed on every encode that
 //! adds special tokens); and a `Strip` decoder with `stop` > 0, which indexes before the start
-//! of a token made only of its `content` character when decoding it. So the whole document is
-//! read once, decoding every string and key ([`Checked`], which keeps nothing), and the
-//! `post_processor` and `decoder` values are checked.
+//! of a token made only of its `content` character when decoding it. Its Unigram model keeps
+//! pieces in a byte trie that it drops recursively, so one piece of 40 KB overflows a 2 MiB
+//! thread stack. So the whole document is read once, decoding every string and key
+//! ([`Checked`], which keeps nothing), and the `post_processor`, `decoder`, `normalizer` and
+//! the length of the model's pieces are checked.
 
 use std::fmt;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -24,7 +26,14 @@ struct Shape {
     decoder: Option<Value>,
     #[serde(default)]
     normalizer: Option<Value>,
+    #[serde(default)]
+    model: Option<ModelPieces>,
 }
+
+/// Most bytes one piece of a Unigram vocabulary may have. Real ones have a few dozen
+/// (SentencePiece's default limit is 16 characters); each byte is one level of `tokenizers`'
+/// trie, and dropping it takes stack per level.
+const MAX_PIECE_BYTES: usize = 1024;
 
 /// Most a chain of `Replace` steps may multiply a text's length by (see [`growth`]). Real
 /// tokenizers replace a space with `▁` (1) or a byte with a short escape (a few).
@@ -77,6 +86,94 @@ impl<'de> Visitor<'de> for CheckedVisitor {
     }
 }
 
+/// The byte length of the longest piece of the model's vocabulary when it has the Unigram
+/// shape (`"vocab": [[piece, score], ...]`), read without keeping the vocabulary; 0 for any
+/// other shape (which `tokenizers` judges).
+struct ModelPieces(usize);
+
+impl<'de> Deserialize<'de> for ModelPieces {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        LongestPiece(Level::Model).deserialize(d).map(ModelPieces)
+    }
+}
+
+/// Where [`LongestPiece`] is inside the model value.
+#[derive(Clone, Copy, PartialEq)]
+enum Level {
+    Model,
+    Vocab,
+    Entry,
+    Piece,
+}
+
+/// Reads a value at `Level` and returns the longest piece inside it; a value of any other
+/// shape is read in full and counts 0.
+struct LongestPiece(Level);
+
+impl<'de> DeserializeSeed<'de> for LongestPiece {
+    type Value = usize;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LongestPiece {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<usize, E> {
+        Ok(0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
+        Ok(if self.0 == Level::Piece { v.len() } else { 0 })
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut longest = 0;
+        match self.0 {
+            Level::Vocab => {
+                while let Some(n) = seq.next_element_seed(LongestPiece(Level::Entry))? {
+                    longest = longest.max(n);
+                }
+            }
+            Level::Entry => {
+                longest = seq
+                    .next_element_seed(LongestPiece(Level::Piece))?
+                    .unwrap_or(0);
+            }
+            Level::Model | Level::Piece => {}
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(longest)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+        let mut longest = 0;
+        while let Some(key) = map.next_key::<String>()? {
+            if self.0 == Level::Model && key == "vocab" {
+                longest = map.next_value_seed(LongestPiece(Level::Vocab))?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(longest)
+    }
+}
+
 /// Checks the JSON of `text` (syntax and every string) and its post-processor; the error says
 /// what is wrong.
 pub(super) fn check_json(text: &str) -> Result<(), String> {
@@ -96,6 +193,12 @@ pub(super) fn check_json(text: &str) -> Result<(), String> {
                  (at most {MAX_REPLACE_GROWTH} is supported)"
             ));
         }
+    }
+    let longest = shape.model.map_or(0, |m| m.0);
+    if longest > MAX_PIECE_BYTES {
+        return Err(format!(
+            "model: a vocabulary piece of {longest} bytes (at most {MAX_PIECE_BYTES} are supported)"
+        ));
     }
     match shape.post_processor {
         Some(p) => check_processor(&p),
@@ -302,6 +405,27 @@ mod tests {
         let decoder = format!(r#"{{"decoder": {long}}}"#);
         let err = check_json(&decoder).unwrap_err();
         assert!(err.starts_with("decoder:"), "{err}");
+    }
+
+    #[test]
+    fn unigram_pieces_longer_than_the_bound_are_refused() {
+        let unigram = |piece: &str| {
+            format!(
+                r#"{{"model": {{"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["{piece}", -1.5]]}}}}"#
+            )
+        };
+        check_json(&unigram(&"a".repeat(MAX_PIECE_BYTES))).unwrap();
+        let err = check_json(&unigram(&"a".repeat(MAX_PIECE_BYTES + 1))).unwrap_err();
+        assert!(err.contains("vocabulary piece of 1025 bytes"), "{err}");
+        // Recognized by shape: `tokenizers` takes an untyped model with this vocabulary as Unigram.
+        let untyped = unigram(&"é".repeat(600)).replace(r#""type": "Unigram", "#, "");
+        assert!(check_json(&untyped).is_err());
+        // A BPE vocabulary (a map) is not a trie; its long keys are fine.
+        let bpe = format!(
+            r#"{{"model": {{"type": "BPE", "vocab": {{"{}": 0}}}}}}"#,
+            "a".repeat(5000)
+        );
+        check_json(&bpe).unwrap();
     }
 
     #[test]

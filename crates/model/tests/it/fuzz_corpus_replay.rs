@@ -249,3 +249,15 @@ fn tokenizer_json_templates_naming_undefined_special_tokens_are_typed() {
         "{err}"
     );
 }
+
+#[test]
+fn tokenizer_json_unigram_pieces_too_long_for_the_stack_are_refused() {
+    // An untyped model whose vocabulary is `[piece, score]` pairs loads as Unigram; one piece of
+    // 49 KB made `tokenizers`' byte trie 49,000 levels deep, and dropping it overflowed the
+    // 2 MiB stack of a test thread.
+    let err = refused_tokenizer("unigram_piece_of_49_kb.json");
+    assert!(
+        err.to_string().contains("vocabulary piece of 49256 bytes"),
+        "{err}"
+    );
+}

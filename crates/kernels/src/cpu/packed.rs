@@ -92,6 +92,17 @@ impl PanelJob<'_> {
         }
     }
 
+    /// Q4_K scales of panel row `r` in super-block `i`: `(d, dmin, sc, mn)`; for the scalar
+    /// code.
+    fn q4_k_scales(&self, i: usize, r: usize) -> (f32, f32, [u8; 8], [u8; 8]) {
+        let (qb, sb) = (self.kind.quant_bytes(), self.kind.scale_bytes());
+        let s = &self.panel[self.nb * qb + i * sb..][..sb];
+        let half = |o: usize| f16::from_le_bytes([s[o], s[o + 1]]).to_f32();
+        let packed: [u8; 12] = std::array::from_fn(|k| s[16 * k + r]);
+        let (sc, mn) = quant::q4_k::unpack_scales(&packed);
+        (half(192 + 2 * r), half(224 + 2 * r), sc, mn)
+    }
+
     /// Quants of block `i`.
     fn quants(&self, i: usize) -> &[u8] {
         let qb = self.kind.quant_bytes();

@@ -11,7 +11,16 @@ use kestrel_kernels::quant::{self, DType};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const KINDS: [DType; 3] = [DType::Q4_0, DType::Q4_1, DType::Q8_0];
+const KINDS: [DType; 4] = [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K];
+
+/// `cols` for the 32-value block kinds; for Q4_K, whole super-blocks of 256 (at least two).
+fn width(dtype: DType, cols: usize) -> usize {
+    if dtype == DType::Q4_K {
+        cols.div_ceil(256).max(2) * 256
+    } else {
+        cols
+    }
+}
 
 /// A `rows × cols` matrix of `dtype` quantized from random values (some rows scaled up, so
 /// block scales vary widely).
@@ -30,6 +39,7 @@ fn quantized(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Ve
         DType::Q4_0 => bytemuck::cast_slice(&quant::q4_0::quantize_ref(&x)).to_vec(),
         DType::Q4_1 => bytemuck::cast_slice(&quant::q4_1::quantize_ref(&x)).to_vec(),
         DType::Q8_0 => bytemuck::cast_slice(&quant::q8_0::quantize_ref(&x)).to_vec(),
+        DType::Q4_K => bytemuck::cast_slice(&quant::q4_k::quantize_ref(&x)).to_vec(),
         _ => unreachable!("only the packed kinds"),
     }
 }
@@ -42,7 +52,7 @@ fn random_x(m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 fn unpacking_a_row_gives_back_its_gguf_bytes() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     for dtype in KINDS {
-        let (rows, cols) = (48, 96);
+        let (rows, cols) = (48, width(dtype, 96));
         let data = quantized(dtype, rows, cols, &mut rng);
         let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
         let rb = dtype.row_bytes(cols).unwrap();
@@ -64,7 +74,7 @@ fn a_packed_group_holds_the_same_panels_as_each_matrix_packed_alone() {
     for dtype in KINDS {
         // Large enough (3 × ~1.2 MB for Q8_0) to be packed on several threads, in one buffer
         // that crosses huge-page boundaries.
-        let (rows, cols) = (1024, 1152);
+        let (rows, cols) = (1024, width(dtype, 1152));
         let mats: Vec<Vec<u8>> = (0..3)
             .map(|_| quantized(dtype, rows, cols, &mut rng))
             .collect();
@@ -96,7 +106,7 @@ fn packing_refuses_partial_panels_and_other_types() {
     let data = vec![0u8; 8 * DType::Q4_0.row_bytes(64).unwrap()];
     assert!(PackedMatrix::pack(DType::Q4_0, 8, 64, &data).is_none());
     assert!(!worth_packing(DType::Q4_0, 8));
-    assert!(!worth_packing(DType::Q4_K, 256));
+    assert!(!worth_packing(DType::Q5_K, 256));
     let f32_data = vec![0u8; 16 * 64 * 4];
     assert!(PackedMatrix::pack(DType::F32, 16, 64, &f32_data).is_none());
     // Wrong byte count.
@@ -111,7 +121,7 @@ fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
     let pool = ThreadPool::new(2);
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for dtype in KINDS {
-        let (rows, cols) = (64, 160);
+        let (rows, cols) = (64, width(dtype, 160));
         let data = quantized(dtype, rows, cols, &mut rng);
         let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
         for m in ROW_COUNTS.into_iter().chain(1..=9) {
@@ -135,7 +145,7 @@ fn packed_product_matches_the_gguf_layout_product() {
     let pool = ThreadPool::new(2);
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for dtype in KINDS {
-        let (rows, cols) = (PANEL * 6, 256);
+        let (rows, cols) = (PANEL * 6, width(dtype, 256));
         let data = quantized(dtype, rows, cols, &mut rng);
         let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
         let w = MatRef {
@@ -168,7 +178,7 @@ fn products_sharing_an_input_equal_the_separate_products() {
     let pool = ThreadPool::new(2);
     let mut rng = ChaCha8Rng::seed_from_u64(4);
     for dtype in KINDS {
-        let cols = 128;
+        let cols = width(dtype, 128);
         // Panel counts 5, 1 and 3: the threads' shares straddle the matrices.
         let mats: Vec<PackedMatrix> = [5, 1, 3]
             .iter()
@@ -208,7 +218,7 @@ fn segmented_products_equal_each_segments_own_products() {
     let pool = ThreadPool::new(2);
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     for dtype in KINDS {
-        let cols = 96;
+        let cols = width(dtype, 96);
         // Per segment a gate-like (3 panels) and a down-like (2 panels) matrix.
         let mats: Vec<[PackedMatrix; 2]> = SEGMENT_ROWS
             .iter()

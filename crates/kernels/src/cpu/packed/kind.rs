@@ -3,12 +3,14 @@
 use super::PANEL;
 use crate::quant::{ActFormat, DType};
 
-/// Weight types with a packed layout.
+/// Weight types with a packed layout (named as the GGUF types are).
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PackedKind {
     Q4_0,
     Q4_1,
     Q8_0,
+    Q4_K,
 }
 
 impl PackedKind {
@@ -18,6 +20,7 @@ impl PackedKind {
             DType::Q4_0 => Some(PackedKind::Q4_0),
             DType::Q4_1 => Some(PackedKind::Q4_1),
             DType::Q8_0 => Some(PackedKind::Q8_0),
+            DType::Q4_K => Some(PackedKind::Q4_K),
             _ => None,
         }
     }
@@ -27,6 +30,15 @@ impl PackedKind {
             PackedKind::Q4_0 => DType::Q4_0,
             PackedKind::Q4_1 => DType::Q4_1,
             PackedKind::Q8_0 => DType::Q8_0,
+            PackedKind::Q4_K => DType::Q4_K,
+        }
+    }
+
+    /// Elements per block: 32, or a 256-element super-block for Q4_K.
+    pub const fn block_elems(self) -> usize {
+        match self {
+            PackedKind::Q4_K => 256,
+            _ => 32,
         }
     }
 
@@ -34,16 +46,17 @@ impl PackedKind {
     pub const fn act(self) -> ActFormat {
         match self {
             PackedKind::Q4_1 => ActFormat::Q8_1,
+            PackedKind::Q4_K => ActFormat::Q8K,
             _ => ActFormat::Q8_0,
         }
     }
 
-    /// What the stored unsigned quants exceed the signed ones by (0 for Q4_1, whose quants are
-    /// unsigned in the file too and whose minimum is applied separately).
+    /// What the stored unsigned quants exceed the signed ones by (0 for Q4_1 and Q4_K, whose
+    /// quants are unsigned in the file too and whose minimum is applied separately).
     pub(super) const fn offset(self) -> i32 {
         match self {
             PackedKind::Q4_0 => 8,
-            PackedKind::Q4_1 => 0,
+            PackedKind::Q4_1 | PackedKind::Q4_K => 0,
             PackedKind::Q8_0 => 128,
         }
     }
@@ -52,14 +65,17 @@ impl PackedKind {
     pub(super) const fn quant_bytes(self) -> usize {
         match self {
             PackedKind::Q8_0 => 32 * PANEL,
+            PackedKind::Q4_K => 128 * PANEL,
             _ => 16 * PANEL,
         }
     }
 
-    /// Scale bytes of one block of a panel (`f16` d per row; Q4_1 adds `f16` m per row).
+    /// Scale bytes of one block of a panel (`f16` d per row; Q4_1 adds `f16` m per row; Q4_K
+    /// has 12 packed scale bytes, `f16` d and `f16` dmin per row).
     pub(super) const fn scale_bytes(self) -> usize {
         match self {
             PackedKind::Q4_1 => 4 * PANEL,
+            PackedKind::Q4_K => 16 * PANEL,
             _ => 2 * PANEL,
         }
     }

@@ -13,7 +13,14 @@
 //! Q8_0 quants of one block (512 bytes) = 8 vectors of 64 bytes; vector g, byte 4r+b:
 //!     quant of element 4g+b of row r, plus 128 (unsigned, 1..=255)
 //! scales: 16 × f16 d (Q4_1: then 16 × f16 m), row r at index r
+//!
+//! Q4_K (a block is a 256-element super-block of 8 sub-blocks of 32):
+//! quants (2048 bytes) = sub-block s at byte 256s, laid out as a Q4_0 block's quants
+//! scales (256 bytes)  = 12 × 16 bytes: byte k of row r's 12 packed 6-bit scale/min bytes (the
+//!                       GGUF encoding) at 16k + r; then 16 × f16 d; then 16 × f16 dmin
 //! ```
+//!
+//! Q4_K's panel is as large as its GGUF rows (4.5 bits a weight), so decode reads no more.
 //!
 //! A vector thus holds 4 consecutive elements of each of the 16 rows: one `vpdpbusd` against 4
 //! activation bytes broadcast to every lane adds those 4 products into 16 row sums.
@@ -37,7 +44,23 @@ fn set_block_quant(kind: PackedKind, block: &mut [u8], e: usize, q: u8) {
             }
         }
         PackedKind::Q8_0 => block[2 + e] = q ^ 0x80,
+        PackedKind::Q4_K => {
+            let (byte, shift) = q4_k_position(e);
+            let b = &mut block[Q4_K_QS + byte];
+            *b = (*b & !(0x0F << shift)) | (q << shift);
+        }
     }
+}
+
+/// Offset of a GGUF Q4_K block's quants (after `d`, `dmin` and 12 scale bytes).
+const Q4_K_QS: usize = 16;
+
+/// The byte of a GGUF Q4_K block's quants holding element `e` (0..256), and its shift:
+/// elements `64p..64p + 32` are the low nibbles of bytes `32p..32p + 32`, the next 32 their
+/// high nibbles.
+fn q4_k_position(e: usize) -> (usize, u32) {
+    let (p, l) = (e / 64, e % 64);
+    (32 * p + l % 32, if l < 32 { 0 } else { 4 })
 }
 
 /// The byte of a block's packed quants holding element `e` of row `r`, and the shift of its
@@ -50,6 +73,10 @@ fn quant_position(kind: PackedKind, r: usize, e: usize) -> (usize, u32) {
             (v * 64 + 4 * r + w % 4, if w < 4 { 0 } else { 4 })
         }
         PackedKind::Q8_0 => ((e / 4) * 64 + 4 * r + e % 4, 0),
+        PackedKind::Q4_K => {
+            let (byte, shift) = quant_position(PackedKind::Q4_0, r, e % 32);
+            (256 * (e / 32) + byte, shift)
+        }
     }
 }
 
@@ -78,13 +105,36 @@ pub(super) fn pack_block(
         let block = &row[i * bb..(i + 1) * bb];
         match kind {
             PackedKind::Q8_0 => pack_q8_row(block, r, quants),
-            PackedKind::Q4_0 | PackedKind::Q4_1 => pack_q4_row(&block[bb - 16..], r, quants),
+            PackedKind::Q4_0 | PackedKind::Q4_1 => {
+                let qs = &block[bb - 16..];
+                pack_q4_row(|e| (qs[e % 16] >> (4 * (e / 16))) & 0x0F, r, quants);
+            }
+            PackedKind::Q4_K => pack_q4_k_row(block, r, quants, scales),
         }
-        scales[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
+        if kind != PackedKind::Q4_K {
+            scales[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
+        }
         if kind == PackedKind::Q4_1 {
             scales[32 + 2 * r..34 + 2 * r].copy_from_slice(&block[2..4]);
         }
     }
+}
+
+/// Row `r`'s GGUF Q4_K super-block into the block's packed quants (each sub-block as a Q4_0
+/// block) and scales (see the layout above).
+fn pack_q4_k_row(block: &[u8], r: usize, quants: &mut [u8], scales: &mut [u8]) {
+    for s in 0..8 {
+        let nibble = |e: usize| {
+            let (byte, shift) = q4_k_position(32 * s + e);
+            (block[Q4_K_QS + byte] >> shift) & 0x0F
+        };
+        pack_q4_row(nibble, r, &mut quants[256 * s..][..256]);
+    }
+    for k in 0..12 {
+        scales[16 * k + r] = block[4 + k];
+    }
+    scales[192 + 2 * r..][..2].copy_from_slice(&block[..2]);
+    scales[224 + 2 * r..][..2].copy_from_slice(&block[2..4]);
 }
 
 /// Row `r`'s Q8_0 quants (block at `block`) into the block's packed quants: element `4g + b`
@@ -96,17 +146,9 @@ fn pack_q8_row(block: &[u8], r: usize, quants: &mut [u8]) {
     }
 }
 
-/// Row `r`'s Q4 nibbles (`qs`: element `j` in the low nibble of byte `j`, element `16 + j` in
-/// its high nibble) into the block's packed quants: byte `64v + 4r + b` holds element `8v + b`
-/// low and `8v + 4 + b` high.
-fn pack_q4_row(qs: &[u8], r: usize, quants: &mut [u8]) {
-    let nibble = |e: usize| {
-        if e < 16 {
-            qs[e] & 0x0F
-        } else {
-            qs[e - 16] >> 4
-        }
-    };
+/// Row `r`'s 32 Q4 quants (`nibble(e)`, 0..=15) into a block's packed quants: byte
+/// `64v + 4r + b` holds element `8v + b` low and `8v + 4 + b` high.
+fn pack_q4_row(nibble: impl Fn(usize) -> u8, r: usize, quants: &mut [u8]) {
     for v in 0..4 {
         let dst = &mut quants[64 * v + 4 * r..][..4];
         for (b, d) in dst.iter_mut().enumerate() {
@@ -124,11 +166,19 @@ pub(super) fn unpack_block(
     block: &mut [u8],
 ) {
     block.fill(0);
-    block[..2].copy_from_slice(&scales[2 * r..2 * r + 2]);
+    if kind == PackedKind::Q4_K {
+        block[..2].copy_from_slice(&scales[192 + 2 * r..][..2]);
+        block[2..4].copy_from_slice(&scales[224 + 2 * r..][..2]);
+        for k in 0..12 {
+            block[4 + k] = scales[16 * k + r];
+        }
+    } else {
+        block[..2].copy_from_slice(&scales[2 * r..2 * r + 2]);
+    }
     if kind == PackedKind::Q4_1 {
         block[2..4].copy_from_slice(&scales[32 + 2 * r..34 + 2 * r]);
     }
-    for e in 0..32 {
+    for e in 0..kind.block_elems() {
         set_block_quant(kind, block, e, packed_quant(kind, quants, r, e));
     }
 }

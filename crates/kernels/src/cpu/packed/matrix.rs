@@ -115,7 +115,7 @@ impl PackedMatrix {
         let mut buf = HugeBuffer::zeroed(len * mats.len());
         let src = PanelSource {
             kind,
-            nb: cols / 32,
+            nb: cols / kind.block_elems(),
             panels: rows / PANEL,
             row_bytes,
             mats,
@@ -174,7 +174,7 @@ impl PackedMatrix {
     }
 
     pub(super) fn blocks(&self) -> usize {
-        self.cols / 32
+        self.cols / self.kind.block_elems()
     }
 
     fn bytes(&self) -> &[u8] {

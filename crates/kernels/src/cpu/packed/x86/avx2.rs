@@ -13,11 +13,15 @@
 //!   which equals the stored-quant sum minus the activation's offset correction, so the block
 //!   correction is not applied.
 //!
+//! - Q4_K: each 32-value sub-block is summed as a Q4_0 block; the mins multiply the
+//!   activation's sub-block sums as `i16` pairs (`madd`).
+//!
 //! Results are bit-identical to the scalar spec: the same exact integer block sums, then the
 //! same `f32` operations in the same order.
 
 use std::arch::x86_64::*;
 
+use super::q4_k_scales::q4_k_scales;
 use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
@@ -34,6 +38,7 @@ macro_rules! by_kind {
             PackedKind::Q4_0 => run::<$na, Q4_0>($job, $j, $out),
             PackedKind::Q4_1 => run::<$na, Q4_1>($job, $j, $out),
             PackedKind::Q8_0 => run::<$na, Q8_0>($job, $j, $out),
+            PackedKind::Q4_K => run_q4_k::<$na>($job, $j, $out),
         }
     };
 }
@@ -201,6 +206,85 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out
         for (h, a) in halves.iter().enumerate() {
             // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
             unsafe { _mm256_storeu_ps(out[j + t][8 * h..].as_mut_ptr(), *a) };
+        }
+    }
+}
+
+/// [`run`] for a Q4_K panel (the order of operations of `reference.rs`'s `panel_q4_k_ref`).
+///
+/// # Safety
+/// As [`run`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
+    let (nb, acts) = (job.nb, job.acts);
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr();
+    // SAFETY: the scales follow the `nb` super-blocks of quants inside the panel (checked).
+    let scales = unsafe { quants.add(nb * qb) };
+    let row = |t: usize| job.j0 + j + t;
+    let aq: [*const i8; NA] = std::array::from_fn(|t| acts.q[row(t) * nb * 256..].as_ptr());
+    let k0: [usize; NA] = std::array::from_fn(|t| row(t) * nb);
+    let mut acc = [[_mm256_setzero_ps(); 2]; NA];
+    for i in 0..nb {
+        if job.na <= 2 {
+            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
+            prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
+        }
+        // SAFETY: super-block i < nb: its 256 scale bytes (192 packed, 16 f16 d, 16 f16
+        // dmin) are in the panel.
+        let (ks, dw, neg_dmin) = unsafe {
+            let sp = scales.add(i * sb);
+            let f16x8 = |o: usize| _mm256_cvtph_ps(_mm_loadu_si128(sp.add(o).cast()));
+            let neg = |o: usize| _mm256_sub_ps(_mm256_setzero_ps(), f16x8(o));
+            (
+                q4_k_scales(sp),
+                [f16x8(192), f16x8(208)],
+                [neg(224), neg(240)],
+            )
+        };
+        let mut t = [[_mm256_setzero_ps(); 2]; NA];
+        for s in 0..8 {
+            let sc = [ks.sc[s], _mm_srli_si128(ks.sc[s], 8)];
+            let dsc: [__m256; 2] = std::array::from_fn(|h| {
+                _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc[h])))
+            });
+            // SAFETY: sub-block s of super-block i, laid out as a Q4_0 block, against
+            // activation quants 32·(8i + s)..+32.
+            let isum = unsafe { q4_sums::<NA>(quants.add(i * qb + 256 * s), &aq, 8 * i + s) };
+            for u in 0..NA {
+                for h in 0..2 {
+                    let x = _mm256_cvtepi32_ps(isum[u][h]);
+                    t[u][h] = _mm256_fmadd_ps(x, dsc[h], t[u][h]);
+                }
+            }
+        }
+        let mins: [[__m256i; 2]; 4] =
+            std::array::from_fn(|p| ks.mn_pairs[p].map(|x| _mm256_cvtepu8_epi16(x)));
+        for u in 0..NA {
+            let k = k0[u] + i;
+            let sums = acts.sub_sums[k * 8..k * 8 + 8].as_ptr();
+            let mut msum = [_mm256_setzero_si256(); 2];
+            for (p, m) in mins.iter().enumerate() {
+                // SAFETY: sub-block sums 2p and 2p + 1 of block k (8 per block, checked),
+                // read as one `i32` whose halves are the two `i16`.
+                let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
+                let pair = _mm256_set1_epi32(pair);
+                for h in 0..2 {
+                    msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(m[h], pair));
+                }
+            }
+            let da = _mm256_set1_ps(acts.d[k]);
+            for h in 0..2 {
+                let x = _mm256_cvtepi32_ps(msum[h]);
+                t[u][h] = _mm256_fmadd_ps(x, neg_dmin[h], t[u][h]);
+                acc[u][h] = _mm256_fmadd_ps(t[u][h], da, acc[u][h]);
+            }
+        }
+    }
+    for (u, halves) in acc.iter().enumerate() {
+        for (h, a) in halves.iter().enumerate() {
+            // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
+            unsafe { _mm256_storeu_ps(out[j + u][8 * h..].as_mut_ptr(), *a) };
         }
     }
 }

@@ -1,9 +1,14 @@
 //! AVX-512 VNNI panel kernel: 16 weight rows (one register of lanes) × up to 8 activation
 //! rows, the integer sums of a block in `NA` registers, the `f32` results in `NA` more.
+//!
+//! Q4_K: each 32-value sub-block is summed like a Q4_0 block and scaled in `f32` by its
+//! row's `d · sc` (exact); the mins multiply the activation's sub-block sums as `i16` pairs
+//! (`vpdpwssd`), four per super-block.
 
 use std::arch::x86_64::*;
 
-use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
+use super::q4_k_scales::q4_k_scales;
+use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q8_0};
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
 /// Generates the `match` from a job's row count to the monomorphized kernel.
@@ -33,6 +38,7 @@ pub(in crate::cpu::packed) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOu
             PackedKind::Q4_0 => by_rows!(job, out, Q4_0),
             PackedKind::Q4_1 => by_rows!(job, out, Q4_1),
             PackedKind::Q8_0 => by_rows!(job, out, Q8_0),
+            PackedKind::Q4_K => by_rows!(job, out, Q4_K),
         }
     }
 }
@@ -91,6 +97,10 @@ unsafe fn block_sums<const NA: usize, const KIND: u8>(
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PanelOut) {
+    if KIND == Q4_K {
+        // SAFETY: the caller's contract is `run_q4_k`'s.
+        return unsafe { run_q4_k::<NA>(job, out) };
+    }
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
@@ -127,6 +137,72 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pan
             if KIND == Q4_1 {
                 acc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(acts.s[k]), acc[j]);
             }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: each output row holds 16 floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+/// [`run`] for a Q4_K panel (the order of operations of `reference.rs`'s `panel_q4_k_ref`).
+///
+/// # Safety
+/// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
+    let (nb, acts) = (job.nb, job.acts);
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr();
+    // SAFETY: the scales follow the `nb` super-blocks of quants inside the panel (checked).
+    let scales = unsafe { quants.add(nb * qb) };
+    let aq: [*const i8; NA] = std::array::from_fn(|j| acts.q[(job.j0 + j) * nb * 256..].as_ptr());
+    let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
+    let mut acc = [_mm512_setzero_ps(); NA];
+    for i in 0..nb {
+        if NA <= 2 {
+            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
+            prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
+        }
+        // SAFETY: super-block i < nb: its 256 scale bytes (192 packed, 16 f16 d, 16 f16
+        // dmin) and its 8 sub-blocks of 256 quant bytes are in the panel; the activation
+        // rows hold 256 quants per super-block.
+        let mut t = [_mm512_setzero_ps(); NA];
+        let (ks, dw, neg_dmin) = unsafe {
+            let sp = scales.add(i * sb);
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(224).cast()));
+            (
+                q4_k_scales(sp),
+                _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(192).cast())),
+                _mm512_sub_ps(_mm512_setzero_ps(), dmin),
+            )
+        };
+        for s in 0..8 {
+            let dsc = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ks.sc[s])));
+            // SAFETY: sub-block s of super-block i, laid out as a Q4_0 block, against
+            // activation quants 32·(8i + s)..+32.
+            let isum =
+                unsafe { block_sums::<NA, Q4_0>(quants.add(i * qb + 256 * s), &aq, 8 * i + s) };
+            for j in 0..NA {
+                t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), dsc, t[j]);
+            }
+        }
+        let mins: [__m512i; 4] = std::array::from_fn(|p| {
+            let [lo, hi] = ks.mn_pairs[p];
+            _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo))
+        });
+        for j in 0..NA {
+            let k = k0[j] + i;
+            let sums = acts.sub_sums[k * 8..k * 8 + 8].as_ptr();
+            let mut msum = _mm512_setzero_si512();
+            for (p, m) in mins.iter().enumerate() {
+                // SAFETY: sub-block sums 2p and 2p + 1 of block k (8 per block, checked),
+                // read as one `i32` whose halves are the two `i16`.
+                let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
+                msum = _mm512_dpwssd_epi32(msum, *m, _mm512_set1_epi32(pair));
+            }
+            t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t[j]);
+            acc[j] = _mm512_fmadd_ps(t[j], _mm512_set1_ps(acts.d[k]), acc[j]);
         }
     }
     for (o, a) in out.iter_mut().zip(acc) {

@@ -3,11 +3,12 @@
 
 mod avx2;
 mod avx512;
+mod q4_k_scales;
 
 pub(super) use avx2::panel_avx2;
 pub(super) use avx512::panel_avx512;
 
-use super::{PanelJob, MAX_ACT_ROWS};
+use super::{PackedKind, PanelJob, MAX_ACT_ROWS};
 
 /// How far ahead of the block being read the kernels prefetch when they read few activation
 /// rows (decode): weights then stream from memory once, and the hardware prefetchers alone,
@@ -18,6 +19,7 @@ const PREFETCH_BYTES: usize = 4096;
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
+const Q4_K: u8 = 3;
 
 /// Panics unless every byte the kernels read is in bounds.
 fn check(job: &PanelJob<'_>) {
@@ -31,11 +33,15 @@ fn check(job: &PanelJob<'_>) {
         job.panel.len() >= nb * (kind.quant_bytes() + kind.scale_bytes()),
         "panel kernel: panel too short"
     );
+    let block_consts = if kind == PackedKind::Q4_K {
+        a.sub_sums.len() >= rows_end * nb * 8
+    } else {
+        a.corr.len() >= rows_end * nb && a.s.len() >= rows_end * nb
+    };
     assert!(
-        a.q.len() >= rows_end * nb * 32
+        a.q.len() >= rows_end * nb * kind.block_elems()
             && a.d.len() >= rows_end * nb
-            && a.corr.len() >= rows_end * nb
-            && a.s.len() >= rows_end * nb,
+            && block_consts,
         "panel kernel: activations too short"
     );
 }

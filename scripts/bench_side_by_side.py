@@ -5,7 +5,8 @@ Each of ROUNDS rounds runs, for every model, `llama-bench` and `kestrel speed` (
 alternating which program goes first from round to round so that drift of the machine (other
 load, thermal or memory state) hits both. The table reports each program's median over the
 rounds, the range, and the ratio of the medians, beside the STREAM triad measured before and
-after. Appends a dated markdown section to OUT.
+after, and names the llama.cpp version (`llama-bench --version`; the build commit and number
+from its JSON where that prints none). Appends a dated markdown section to OUT.
 
     bench_side_by_side.py --llama-bin DIR --kestrel BIN --out OUT.md --title TITLE \\
         --model PATH[,pp=512][,bytes=N][,label=NAME] [--model ...]
@@ -53,6 +54,20 @@ def kestrel_run(args, m):
             "bytes": res["tg"]["bytes_per_token"]}
 
 
+def llama_version(args):
+    """The `version:` line of `llama-bench --version` (e.g. "0.5.0-dev (build 1, commit 0c1e570)"),
+    or None where this build does not print one."""
+    cmd = [os.path.join(args.llama_bin, "llama-bench"), "--version"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in (res.stdout + res.stderr).splitlines():
+        if line.lower().startswith("version:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def membw(args):
     res = run_json([args.kestrel, "membw", "-t", f"1,{args.threads}", "--json"])
     return {r["threads"]: r["triad_gbs"] for r in res["results"]}
@@ -82,11 +97,13 @@ def report(args, models, runs, bw_before, bw_after, load):
     isa = [f for f in ("avx2", "avx512f", "avx512_vnni") if f" {f} " in flags]
     first = runs[models[0]["label"]]
     triad = min(bw_before[t], bw_after[t])
+    build = first["llama"][0]["build"]
+    llama = f"version {args.llama_version}" if args.llama_version else f"build {build}"
     lines = [
         f"### {args.title}, {t} threads ({datetime.date.today()})",
         "",
         f"Machine: {cpu}, {os.cpu_count()} cores, ISA flags {', '.join(isa)}; Kestrel kernels: "
-        f"{first['kestrel'][0]['isa']}; llama.cpp build {first['llama'][0]['build']}; load average "
+        f"{first['kestrel'][0]['isa']}; llama.cpp {llama}; load average "
         f"(1/5/15 min) {load[0]} before, {load[1]} after.",
         "Memory bandwidth (`kestrel membw`, STREAM triad) on "
         f"{t} threads: {bw_before[t]:.1f} GB/s before, {bw_after[t]:.1f} GB/s after "
@@ -130,6 +147,7 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--model", action="append", required=True, type=parse_model)
     args = ap.parse_args()
+    args.llama_version = llama_version(args)
     load_before = " ".join(open("/proc/loadavg").read().split()[:3])
     bw_before = membw(args)
     runs = measure(args, args.model)

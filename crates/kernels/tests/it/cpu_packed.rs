@@ -11,11 +11,18 @@ use kestrel_kernels::quant::{self, DType};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const KINDS: [DType; 4] = [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K];
+const KINDS: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q8_0,
+    DType::Q4_K,
+    DType::Q6_K,
+];
 
-/// `cols` for the 32-value block kinds; for Q4_K, whole super-blocks of 256 (at least two).
+/// `cols` for the 32-value block kinds; for the K-quants, whole super-blocks of 256 (at least
+/// two).
 fn width(dtype: DType, cols: usize) -> usize {
-    if dtype == DType::Q4_K {
+    if matches!(dtype, DType::Q4_K | DType::Q6_K) {
         cols.div_ceil(256).max(2) * 256
     } else {
         cols
@@ -40,6 +47,7 @@ fn quantized(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Ve
         DType::Q4_1 => bytemuck::cast_slice(&quant::q4_1::quantize_ref(&x)).to_vec(),
         DType::Q8_0 => bytemuck::cast_slice(&quant::q8_0::quantize_ref(&x)).to_vec(),
         DType::Q4_K => bytemuck::cast_slice(&quant::q4_k::quantize_ref(&x)).to_vec(),
+        DType::Q6_K => bytemuck::cast_slice(&quant::q6_k::quantize_ref(&x)).to_vec(),
         _ => unreachable!("only the packed kinds"),
     }
 }
@@ -107,6 +115,7 @@ fn packing_refuses_partial_panels_and_other_types() {
     assert!(PackedMatrix::pack(DType::Q4_0, 8, 64, &data).is_none());
     assert!(!worth_packing(DType::Q4_0, 8));
     assert!(!worth_packing(DType::Q5_K, 256));
+    assert!(worth_packing(DType::Q6_K, 256) == (Isa::detected() >= Isa::Avx2));
     let f32_data = vec![0u8; 16 * 64 * 4];
     assert!(PackedMatrix::pack(DType::F32, 16, 64, &f32_data).is_none());
     // Wrong byte count.

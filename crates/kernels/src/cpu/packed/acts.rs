@@ -20,6 +20,9 @@ pub struct PackedActs {
     /// `m × nb × 8` (Q8_K only): the quant sum of each 32-value sub-block, which multiplies the
     /// Q4_K sub-block's minimum (at most 32 · 127 in size, so an `i16`).
     pub(super) sub_sums: Vec<i16>,
+    /// `m × nb × 16` (Q8_K only): the quant sum of each 16-value sub-block (Q8_K's `bsums`),
+    /// which the Q6_K offset of 32 multiplies.
+    pub(super) bsums: Vec<i16>,
     /// `m × nb`: the weights' unsigned offset times the block's quant sum (`8·Σq` for Q4_0,
     /// `128·Σq` for Q8_0), subtracted from the integer dot product; 0 for Q4_1.
     pub(super) corr: Vec<i32>,
@@ -61,10 +64,12 @@ impl PackedActs {
         self.q.resize(n * 256, 0);
         self.d.resize(n, 0.0);
         self.sub_sums.resize(n * 8, 0);
+        self.bsums.resize(n * 16, 0);
         for (k, raw) in blocks[..n * BYTES].chunks_exact(BYTES).enumerate() {
             let b: BlockQ8K = bytemuck::pod_read_unaligned(raw);
             self.q[k * 256..(k + 1) * 256].copy_from_slice(&b.qs);
             self.d[k] = b.d;
+            self.bsums[k * 16..(k + 1) * 16].copy_from_slice(&b.bsums);
             for (s, pair) in b.bsums.chunks_exact(2).enumerate() {
                 self.sub_sums[k * 8 + s] = pair[0] + pair[1];
             }

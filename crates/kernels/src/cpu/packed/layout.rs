@@ -20,7 +20,15 @@
 //!                       GGUF encoding) at 16k + r; then 16 × f16 d; then 16 × f16 dmin
 //! ```
 //!
-//! Q4_K's panel is as large as its GGUF rows (4.5 bits a weight), so decode reads no more.
+//! Q6_K (256-element super-blocks; quants stored unsigned, 0..=63, 32 above the signed ones):
+//! quants (3072 bytes) = 8 chunks of 32 elements at byte 384c: the low 4 bits laid out as a
+//!                       Q4_0 block's quants (256 bytes), then the high 2 bits in 2 vectors:
+//!                       vector u, byte 4r + b, bits 4(v − 2u) + 2k: element 8v + 4k + b
+//!                       (v = 2u, 2u + 1; k = 0, 1), i.e. the high bits of nibble vector v
+//! scales (288 bytes)  = 16 × 16 i8: scale s of row r at 16s + r; then 16 × f16 d
+//!
+//! The K-quant panels are as large as their GGUF rows (4.5 and 6.5625 bits a weight), so
+//! decode reads no more.
 //!
 //! A vector thus holds 4 consecutive elements of each of the 16 rows: one `vpdpbusd` against 4
 //! activation bytes broadcast to every lane adds those 4 products into 16 row sums.
@@ -49,7 +57,31 @@ fn set_block_quant(kind: PackedKind, block: &mut [u8], e: usize, q: u8) {
             let b = &mut block[Q4_K_QS + byte];
             *b = (*b & !(0x0F << shift)) | (q << shift);
         }
+        PackedKind::Q6_K => {
+            let ((lo, lo_shift), (hi, hi_shift)) = q6_k_positions(e);
+            block[lo] = (block[lo] & !(0x0F << lo_shift)) | ((q & 0x0F) << lo_shift);
+            block[hi] = (block[hi] & !(0x03 << hi_shift)) | ((q >> 4) << hi_shift);
+        }
     }
+}
+
+/// Where a GGUF Q6_K block keeps element `e` (0..256): the byte and shift of its low 4 bits
+/// (in `ql`) and of its high 2 bits (in `qh`, which starts at byte 128).
+fn q6_k_positions(e: usize) -> ((usize, u32), (usize, u32)) {
+    let (n, g, l) = (e / 128, (e % 128) / 32, e % 32);
+    let lo = (64 * n + 32 * (g % 2) + l, 4 * (g as u32 / 2));
+    let hi = (128 + 32 * n + l, 2 * g as u32);
+    (lo, hi)
+}
+
+/// Offset of a GGUF Q6_K block's scales and of its `d`.
+const Q6_K_SCALES: usize = 192;
+const Q6_K_D: usize = 208;
+
+/// Element `e` (0..=63) of a GGUF Q6_K block.
+fn q6_k_quant(block: &[u8], e: usize) -> u8 {
+    let ((lo, lo_shift), (hi, hi_shift)) = q6_k_positions(e);
+    ((block[lo] >> lo_shift) & 0x0F) | (((block[hi] >> hi_shift) & 0x03) << 4)
 }
 
 /// Offset of a GGUF Q4_K block's quants (after `d`, `dmin` and 12 scale bytes).
@@ -77,12 +109,26 @@ fn quant_position(kind: PackedKind, r: usize, e: usize) -> (usize, u32) {
             let (byte, shift) = quant_position(PackedKind::Q4_0, r, e % 32);
             (256 * (e / 32) + byte, shift)
         }
+        PackedKind::Q6_K => unreachable!("Q6_K quants are split over two places"),
     }
+}
+
+/// The byte (within a Q6_K chunk's 128 high-bit bytes) and shift of the high 2 bits of
+/// element `e` (0..32) of row `r`.
+fn q6_k_high_position(r: usize, e: usize) -> (usize, u32) {
+    let (v, k, b) = (e / 8, (e % 8) / 4, e % 4);
+    (64 * (v / 2) + 4 * r + b, (4 * (v % 2) + 2 * k) as u32)
 }
 
 /// Element `e` of row `r` in one block's packed quants (unsigned, as stored).
 #[inline]
 pub(super) fn packed_quant(kind: PackedKind, quants: &[u8], r: usize, e: usize) -> u8 {
+    if kind == PackedKind::Q6_K {
+        let chunk = &quants[384 * (e / 32)..][..384];
+        let low = packed_quant(PackedKind::Q4_0, chunk, r, e % 32);
+        let (byte, shift) = q6_k_high_position(r, e % 32);
+        return low | (((chunk[256 + byte] >> shift) & 0x03) << 4);
+    }
     let (byte, shift) = quant_position(kind, r, e);
     let v = quants[byte] >> shift;
     match kind {
@@ -110,8 +156,9 @@ pub(super) fn pack_block(
                 pack_q4_row(|e| (qs[e % 16] >> (4 * (e / 16))) & 0x0F, r, quants);
             }
             PackedKind::Q4_K => pack_q4_k_row(block, r, quants, scales),
+            PackedKind::Q6_K => pack_q6_k_row(block, r, quants, scales),
         }
-        if kind != PackedKind::Q4_K {
+        if !matches!(kind, PackedKind::Q4_K | PackedKind::Q6_K) {
             scales[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
         }
         if kind == PackedKind::Q4_1 {
@@ -135,6 +182,27 @@ fn pack_q4_k_row(block: &[u8], r: usize, quants: &mut [u8], scales: &mut [u8]) {
     }
     scales[192 + 2 * r..][..2].copy_from_slice(&block[..2]);
     scales[224 + 2 * r..][..2].copy_from_slice(&block[2..4]);
+}
+
+/// Row `r`'s GGUF Q6_K super-block into the block's packed quants (per chunk of 32: the low
+/// 4 bits as a Q4_0 block, then the high 2 bits) and scales (see the layout above).
+fn pack_q6_k_row(block: &[u8], r: usize, quants: &mut [u8], scales: &mut [u8]) {
+    for c in 0..8 {
+        let chunk = &mut quants[384 * c..][..384];
+        pack_q4_row(
+            |e| q6_k_quant(block, 32 * c + e) & 0x0F,
+            r,
+            &mut chunk[..256],
+        );
+        for e in 0..32 {
+            let (byte, shift) = q6_k_high_position(r, e);
+            chunk[256 + byte] |= (q6_k_quant(block, 32 * c + e) >> 4) << shift;
+        }
+    }
+    for s in 0..16 {
+        scales[16 * s + r] = block[Q6_K_SCALES + s];
+    }
+    scales[256 + 2 * r..][..2].copy_from_slice(&block[Q6_K_D..Q6_K_D + 2]);
 }
 
 /// Row `r`'s Q8_0 quants (block at `block`) into the block's packed quants: element `4g + b`
@@ -166,7 +234,12 @@ pub(super) fn unpack_block(
     block: &mut [u8],
 ) {
     block.fill(0);
-    if kind == PackedKind::Q4_K {
+    if kind == PackedKind::Q6_K {
+        for s in 0..16 {
+            block[Q6_K_SCALES + s] = scales[16 * s + r];
+        }
+        block[Q6_K_D..Q6_K_D + 2].copy_from_slice(&scales[256 + 2 * r..][..2]);
+    } else if kind == PackedKind::Q4_K {
         block[..2].copy_from_slice(&scales[192 + 2 * r..][..2]);
         block[2..4].copy_from_slice(&scales[224 + 2 * r..][..2]);
         for k in 0..12 {

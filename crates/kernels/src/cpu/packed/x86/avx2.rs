@@ -15,6 +15,9 @@
 //!
 //! - Q4_K: each 32-value sub-block is summed as a Q4_0 block; the mins multiply the
 //!   activation's sub-block sums as `i16` pairs (`madd`).
+//! - Q6_K: the 6-bit quants (0..=63) go into `maddubs` as put together; two `maddubs` add 4
+//!   products (`4 · 63 · 127 < 2^15`) before each widening. The offset of 32 comes back out
+//!   through the activation's sums of 16 times the `i8` scales (`madd`).
 //!
 //! Results are bit-identical to the scalar spec: the same exact integer block sums, then the
 //! same `f32` operations in the same order.
@@ -39,6 +42,7 @@ macro_rules! by_kind {
             PackedKind::Q4_1 => run::<$na, Q4_1>($job, $j, $out),
             PackedKind::Q8_0 => run::<$na, Q8_0>($job, $j, $out),
             PackedKind::Q4_K => run_q4_k::<$na>($job, $j, $out),
+            PackedKind::Q6_K => run_q6_k::<$na>($job, $j, $out),
         }
     };
 }
@@ -277,6 +281,142 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
             for h in 0..2 {
                 let x = _mm256_cvtepi32_ps(msum[h]);
                 t[u][h] = _mm256_fmadd_ps(x, neg_dmin[h], t[u][h]);
+                acc[u][h] = _mm256_fmadd_ps(t[u][h], da, acc[u][h]);
+            }
+        }
+    }
+    for (u, halves) in acc.iter().enumerate() {
+        for (h, a) in halves.iter().enumerate() {
+            // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
+            unsafe { _mm256_storeu_ps(out[j + u][8 * h..].as_mut_ptr(), *a) };
+        }
+    }
+}
+
+/// The `i32` sums of one 16-value Q6_K sub-block with `NA` activation rows: half `half` of the
+/// 32-value chunk at `chunk` (nibble vectors `2·half` and `2·half + 1`, high-bit vector
+/// `half`), against activation quants `e0 + 16·half..+16`.
+///
+/// # Safety
+/// `chunk` points at a chunk's 384 packed bytes; `aq[j]` at an activation row of at least
+/// `e0 + 32` quants.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_sums<const NA: usize>(
+    chunk: *const u8,
+    half: usize,
+    aq: &[*const i8; NA],
+    e0: usize,
+) -> Sums<NA> {
+    let (mask, top, ones) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x30),
+        _mm256_set1_epi16(1),
+    );
+    let mut s32 = [[_mm256_setzero_si256(); 2]; NA];
+    // SAFETY: the loads stay within the chunk's 384 bytes and the activation quants
+    // `e0..e0 + 32`, per the caller's contract.
+    unsafe {
+        let hv = halves(chunk.add(256 + 64 * half));
+        for w in 0..2 {
+            let v = 2 * half + w;
+            let raw = halves(chunk.add(64 * v));
+            let a = aq.map(|p| p.add(e0 + 8 * v));
+            for h in 0..2 {
+                // The high bits of the low-nibble and high-nibble elements, moved to bits
+                // 4..6 (16-bit shifts; the mask drops what crosses bytes).
+                let (lo_h, hi_h) = if w == 0 {
+                    (_mm256_slli_epi16(hv[h], 4), _mm256_slli_epi16(hv[h], 2))
+                } else {
+                    (hv[h], _mm256_srli_epi16(hv[h], 2))
+                };
+                let lo =
+                    _mm256_or_si256(_mm256_and_si256(raw[h], mask), _mm256_and_si256(lo_h, top));
+                let hi = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(raw[h], 4), mask),
+                    _mm256_and_si256(hi_h, top),
+                );
+                for j in 0..NA {
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, bcast4(a[j])),
+                        _mm256_maddubs_epi16(hi, bcast4(a[j].add(4))),
+                    );
+                    s32[j][h] = _mm256_add_epi32(s32[j][h], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+    }
+    s32
+}
+
+/// [`run`] for a Q6_K panel (the order of operations of `reference.rs`'s `panel_q6_k_ref`).
+///
+/// # Safety
+/// As [`run`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
+    let (nb, acts) = (job.nb, job.acts);
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr();
+    // SAFETY: the scales follow the `nb` super-blocks of quants inside the panel (checked).
+    let scales = unsafe { quants.add(nb * qb) };
+    let row = |t: usize| job.j0 + j + t;
+    let aq: [*const i8; NA] = std::array::from_fn(|t| acts.q[row(t) * nb * 256..].as_ptr());
+    let k0: [usize; NA] = std::array::from_fn(|t| row(t) * nb);
+    let mut acc = [[_mm256_setzero_ps(); 2]; NA];
+    for i in 0..nb {
+        if job.na <= 2 {
+            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
+            prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
+        }
+        let sp = scales.wrapping_add(i * sb);
+        // SAFETY: super-block i < nb: its 288 scale bytes (16 × 16 i8, then 16 f16 d) are in
+        // the panel.
+        let (sc, d) = unsafe {
+            let sc: [__m128i; 16] = std::array::from_fn(|s| _mm_loadu_si128(sp.add(16 * s).cast()));
+            let f16x8 = |o: usize| _mm256_cvtph_ps(_mm_loadu_si128(sp.add(o).cast()));
+            (sc, [f16x8(256), f16x8(272)])
+        };
+        let mut t = [[_mm256_setzero_ps(); 2]; NA];
+        for (s, &scale) in sc.iter().enumerate() {
+            let halves_sc = [scale, _mm_srli_si128(scale, 8)];
+            let dsc: [__m256; 2] = std::array::from_fn(|h| {
+                _mm256_mul_ps(d[h], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves_sc[h])))
+            });
+            let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
+            // SAFETY: chunk s / 2 of super-block i, against activation quants
+            // 256i + 32(s / 2)..+32.
+            let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };
+            for u in 0..NA {
+                for h in 0..2 {
+                    let x = _mm256_cvtepi32_ps(isum[u][h]);
+                    t[u][h] = _mm256_fmadd_ps(x, dsc[h], t[u][h]);
+                }
+            }
+        }
+        // Scales 2p and 2p + 1 of each row as an `i16` pair; [rows 0..8, rows 8..16].
+        let pairs: [[__m256i; 2]; 8] = std::array::from_fn(|p| {
+            let (a, b) = (sc[2 * p], sc[2 * p + 1]);
+            [_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)].map(|x| _mm256_cvtepi8_epi16(x))
+        });
+        let neg32d = d.map(|x| _mm256_mul_ps(x, _mm256_set1_ps(-32.0)));
+        for u in 0..NA {
+            let k = k0[u] + i;
+            let sums = acts.bsums[k * 16..k * 16 + 16].as_ptr();
+            let mut csum = [_mm256_setzero_si256(); 2];
+            for (p, sc2) in pairs.iter().enumerate() {
+                // SAFETY: sums 2p and 2p + 1 of block k (16 per block, checked), read as one
+                // `i32` whose halves are the two `i16`.
+                let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
+                let pair = _mm256_set1_epi32(pair);
+                for h in 0..2 {
+                    csum[h] = _mm256_add_epi32(csum[h], _mm256_madd_epi16(sc2[h], pair));
+                }
+            }
+            let da = _mm256_set1_ps(acts.d[k]);
+            for h in 0..2 {
+                let x = _mm256_cvtepi32_ps(csum[h]);
+                t[u][h] = _mm256_fmadd_ps(x, neg32d[h], t[u][h]);
                 acc[u][h] = _mm256_fmadd_ps(t[u][h], da, acc[u][h]);
             }
         }

@@ -3,12 +3,15 @@
 //!
 //! Q4_K: each 32-value sub-block is summed like a Q4_0 block and scaled in `f32` by its
 //! row's `d · sc` (exact); the mins multiply the activation's sub-block sums as `i16` pairs
-//! (`vpdpwssd`), four per super-block.
+//! (`vpdpwssd`), four per super-block. Q6_K: each 16-value sub-block's 6-bit quants are put
+//! together from their low and high bits and summed the same way; the offset of 32 comes back
+//! out through the activation's sums of 16 times the `i8` scales (`vpdpwssd`, eight per
+//! super-block).
 
 use std::arch::x86_64::*;
 
 use super::q4_k_scales::q4_k_scales;
-use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q8_0};
+use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0};
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
 /// Generates the `match` from a job's row count to the monomorphized kernel.
@@ -39,6 +42,7 @@ pub(in crate::cpu::packed) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOu
             PackedKind::Q4_1 => by_rows!(job, out, Q4_1),
             PackedKind::Q8_0 => by_rows!(job, out, Q8_0),
             PackedKind::Q4_K => by_rows!(job, out, Q4_K),
+            PackedKind::Q6_K => by_rows!(job, out, Q6_K),
         }
     }
 }
@@ -100,6 +104,10 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pan
     if KIND == Q4_K {
         // SAFETY: the caller's contract is `run_q4_k`'s.
         return unsafe { run_q4_k::<NA>(job, out) };
+    }
+    if KIND == Q6_K {
+        // SAFETY: the caller's contract is `run_q6_k`'s.
+        return unsafe { run_q6_k::<NA>(job, out) };
     }
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
@@ -202,6 +210,115 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
                 msum = _mm512_dpwssd_epi32(msum, *m, _mm512_set1_epi32(pair));
             }
             t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t[j]);
+            acc[j] = _mm512_fmadd_ps(t[j], _mm512_set1_ps(acts.d[k]), acc[j]);
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: each output row holds 16 floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+/// The integer sums of one 16-value Q6_K sub-block with `NA` activation rows: half `half` of
+/// the 32-value chunk at `chunk` (nibble vectors `2·half` and `2·half + 1`, high-bit vector
+/// `half`), against activation quants `e0 + 16·half..+16`.
+///
+/// # Safety
+/// `chunk` points at a chunk's 384 packed bytes; `aq[j]` at an activation row of at least
+/// `e0 + 32` quants.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6_sums<const NA: usize>(
+    chunk: *const u8,
+    half: usize,
+    aq: &[*const i8; NA],
+    e0: usize,
+) -> [__m512i; NA] {
+    let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let mut isum = [_mm512_setzero_si512(); NA];
+    // SAFETY: the loads stay within the chunk's 384 bytes and the activation quants
+    // `e0..e0 + 32`, per the caller's contract.
+    unsafe {
+        let hv = _mm512_loadu_si512(chunk.add(256 + 64 * half).cast());
+        for w in 0..2 {
+            let v = 2 * half + w;
+            let raw = _mm512_loadu_si512(chunk.add(64 * v).cast());
+            // The high bits of vector v's low-nibble and high-nibble elements, moved to bits
+            // 4..6 (16-bit shifts; the mask drops what crosses bytes).
+            let (lo_h, hi_h) = if w == 0 {
+                (_mm512_slli_epi16(hv, 4), _mm512_slli_epi16(hv, 2))
+            } else {
+                (hv, _mm512_srli_epi16(hv, 2))
+            };
+            let lo = _mm512_or_si512(_mm512_and_si512(raw, mask), _mm512_and_si512(lo_h, top));
+            let hi = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask),
+                _mm512_and_si512(hi_h, top),
+            );
+            for j in 0..NA {
+                let a = aq[j].add(e0 + 8 * v);
+                isum[j] = _mm512_dpbusd_epi32(isum[j], lo, bcast4(a));
+                isum[j] = _mm512_dpbusd_epi32(isum[j], hi, bcast4(a.add(4)));
+            }
+        }
+    }
+    isum
+}
+
+/// [`run`] for a Q6_K panel (the order of operations of `reference.rs`'s `panel_q6_k_ref`).
+///
+/// # Safety
+/// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
+    let (nb, acts) = (job.nb, job.acts);
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr();
+    // SAFETY: the scales follow the `nb` super-blocks of quants inside the panel (checked).
+    let scales = unsafe { quants.add(nb * qb) };
+    let aq: [*const i8; NA] = std::array::from_fn(|j| acts.q[(job.j0 + j) * nb * 256..].as_ptr());
+    let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
+    let mut acc = [_mm512_setzero_ps(); NA];
+    for i in 0..nb {
+        if NA <= 2 {
+            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
+            prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
+        }
+        let sp = scales.wrapping_add(i * sb);
+        // SAFETY: super-block i < nb: its 288 scale bytes (16 × 16 i8, then 16 f16 d) are in
+        // the panel.
+        let (sc, d) = unsafe {
+            let sc: [__m128i; 16] = std::array::from_fn(|s| _mm_loadu_si128(sp.add(16 * s).cast()));
+            (sc, _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(256).cast())))
+        };
+        let mut t = [_mm512_setzero_ps(); NA];
+        for (s, &scale) in sc.iter().enumerate() {
+            let dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(scale)));
+            let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
+            // SAFETY: chunk s / 2 of super-block i, against activation quants
+            // 256i + 32(s / 2)..+32.
+            let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };
+            for j in 0..NA {
+                t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), dsc, t[j]);
+            }
+        }
+        let pairs: [__m512i; 8] = std::array::from_fn(|p| {
+            let (a, b) = (sc[2 * p], sc[2 * p + 1]);
+            let bytes = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+            _mm512_cvtepi8_epi16(bytes)
+        });
+        let neg32d = _mm512_mul_ps(d, _mm512_set1_ps(-32.0));
+        for j in 0..NA {
+            let k = k0[j] + i;
+            let sums = acts.bsums[k * 16..k * 16 + 16].as_ptr();
+            let mut csum = _mm512_setzero_si512();
+            for (p, sc2) in pairs.iter().enumerate() {
+                // SAFETY: sums 2p and 2p + 1 of block k (16 per block, checked), read as one
+                // `i32` whose halves are the two `i16`.
+                let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
+                csum = _mm512_dpwssd_epi32(csum, *sc2, _mm512_set1_epi32(pair));
+            }
+            t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(csum), neg32d, t[j]);
             acc[j] = _mm512_fmadd_ps(t[j], _mm512_set1_ps(acts.d[k]), acc[j]);
         }
     }

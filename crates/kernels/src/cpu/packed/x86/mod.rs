@@ -8,7 +8,7 @@ mod q4_k_scales;
 pub(super) use avx2::panel_avx2;
 pub(super) use avx512::panel_avx512;
 
-use super::{PackedKind, PanelJob, MAX_ACT_ROWS};
+use super::{PanelJob, MAX_ACT_ROWS};
 
 /// How far ahead of the block being read the kernels prefetch when they read few activation
 /// rows (decode): weights then stream from memory once, and the hardware prefetchers alone,
@@ -20,6 +20,7 @@ const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4_K: u8 = 3;
+const Q6_K: u8 = 4;
 
 /// Panics unless every byte the kernels read is in bounds.
 fn check(job: &PanelJob<'_>) {
@@ -33,8 +34,8 @@ fn check(job: &PanelJob<'_>) {
         job.panel.len() >= nb * (kind.quant_bytes() + kind.scale_bytes()),
         "panel kernel: panel too short"
     );
-    let block_consts = if kind == PackedKind::Q4_K {
-        a.sub_sums.len() >= rows_end * nb * 8
+    let block_consts = if kind.block_elems() == 256 {
+        a.sub_sums.len() >= rows_end * nb * 8 && a.bsums.len() >= rows_end * nb * 16
     } else {
         a.corr.len() >= rows_end * nb && a.s.len() >= rows_end * nb
     };

@@ -231,7 +231,6 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
         if job.na <= 2 {
-            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         // SAFETY: super-block i < nb: its 256 scale bytes (192 packed, 16 f16 d, 16 f16
@@ -248,6 +247,10 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
         };
         let mut t = [[_mm256_setzero_ps(); 2]; NA];
         for s in 0..8 {
+            if job.na <= 2 {
+                // Spread over the sub-blocks: a burst of 32 prefetches stalls on fill buffers.
+                prefetch(quants.wrapping_add(i * qb + 256 * s + PREFETCH_BYTES), 256);
+            }
             let sc = [ks.sc[s], _mm_srli_si128(ks.sc[s], 8)];
             let dsc: [__m256; 2] = std::array::from_fn(|h| {
                 _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc[h])))
@@ -366,7 +369,6 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
         if job.na <= 2 {
-            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         let sp = scales.wrapping_add(i * sb);
@@ -384,6 +386,9 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
                 _mm256_mul_ps(d[h], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves_sc[h])))
             });
             let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
+            if job.na <= 2 && s % 2 == 0 {
+                prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
+            }
             // SAFETY: chunk s / 2 of super-block i, against activation quants
             // 256i + 32(s / 2)..+32.
             let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };

@@ -169,7 +169,6 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
         if NA <= 2 {
-            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         // SAFETY: super-block i < nb: its 256 scale bytes (192 packed, 16 f16 d, 16 f16
@@ -186,6 +185,10 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
             )
         };
         for s in 0..8 {
+            if NA <= 2 {
+                // Spread over the sub-blocks: a burst of 32 prefetches stalls on fill buffers.
+                prefetch(quants.wrapping_add(i * qb + 256 * s + PREFETCH_BYTES), 256);
+            }
             let dsc = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ks.sc[s])));
             // SAFETY: sub-block s of super-block i, laid out as a Q4_0 block, against
             // activation quants 32·(8i + s)..+32.
@@ -281,7 +284,6 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
         if NA <= 2 {
-            prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         let sp = scales.wrapping_add(i * sb);
@@ -295,6 +297,9 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
         for (s, &scale) in sc.iter().enumerate() {
             let dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(scale)));
             let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
+            if NA <= 2 && s % 2 == 0 {
+                prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
+            }
             // SAFETY: chunk s / 2 of super-block i, against activation quants
             // 256i + 32(s / 2)..+32.
             let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };

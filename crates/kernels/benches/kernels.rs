@@ -28,7 +28,12 @@ fn weights(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<
         return data;
     }
     rng.fill(&mut data[..]);
-    let scales: &[usize] = if dtype == DType::Q4_1 { &[0, 2] } else { &[0] };
+    // Offsets of each block's f16 scales (random bytes elsewhere).
+    let scales: &[usize] = match dtype {
+        DType::Q4_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q6_K => &[208],
+        _ => &[0],
+    };
     for blk in data.chunks_exact_mut(dtype.block_bytes()) {
         for &off in scales {
             let d = half::f16::from_f32(rng.gen_range(0.001f32..0.02));
@@ -163,6 +168,8 @@ fn bench_packed(c: &mut Criterion) {
         (DType::Q4_1, 576, 1536),
         (DType::Q8_0, 1536, 576),
         (DType::Q8_0, 49152, 576),
+        (DType::Q4_K, 1536, 1536),
+        (DType::Q6_K, 1536, 1536),
     ];
     for (dtype, rows, cols) in cases {
         let data = weights(dtype, rows, cols, &mut rng);

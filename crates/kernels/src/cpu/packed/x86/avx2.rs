@@ -25,7 +25,7 @@
 use std::arch::x86_64::*;
 
 use super::q4_k_scales::q4_k_scales;
-use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
+use super::{check, prefetch, sum_pair, KRows, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
 /// Activation rows one pass over the panel handles.
@@ -206,10 +206,61 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out
             }
         }
     }
-    for (t, halves) in acc.iter().enumerate() {
+    store(&acc, j, out);
+}
+
+/// Rows 0..8 and 8..16 of a panel, one register each.
+type Halves<T> = [T; 2];
+
+/// Ends super-block `i` for every activation row `u`: `t[u] += f32(Σ_p pairs[p] · (sums 2p,
+/// 2p + 1 of the row's block)) · neg`, then `acc[u] += t[u] · d_a` (`sums` holds `2P` per
+/// block).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn end_block<const NA: usize, const P: usize>(
+    t: &[Halves<__m256>; NA],
+    pairs: &[Halves<__m256i>; P],
+    neg: Halves<__m256>,
+    (sums, d): (&[i16], &[f32]),
+    k: impl Fn(usize) -> usize,
+    acc: &mut [Halves<__m256>; NA],
+) {
+    for u in 0..NA {
+        let row_sums = &sums[k(u) * 2 * P..][..2 * P];
+        let mut dot = [_mm256_setzero_si256(); 2];
+        for (p, w) in pairs.iter().enumerate() {
+            let a = _mm256_set1_epi32(sum_pair(row_sums, p));
+            for h in 0..2 {
+                dot[h] = _mm256_add_epi32(dot[h], _mm256_madd_epi16(w[h], a));
+            }
+        }
+        let da = _mm256_set1_ps(d[k(u)]);
+        for h in 0..2 {
+            let tu = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[h]), neg[h], t[u][h]);
+            acc[u][h] = _mm256_fmadd_ps(tu, da, acc[u][h]);
+        }
+    }
+}
+
+/// `t[u] += f32(isum[u]) · dsc` for every activation row, both halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn add_scaled<const NA: usize>(t: &mut [Halves<__m256>; NA], isum: &Sums<NA>, dsc: Halves<__m256>) {
+    for u in 0..NA {
+        for h in 0..2 {
+            t[u][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[u][h]), dsc[h], t[u][h]);
+        }
+    }
+}
+
+/// Stores the 16 results of activation rows `j..j + NA`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn store<const NA: usize>(acc: &[Halves<__m256>; NA], j: usize, out: &mut PanelOut) {
+    for (u, halves) in acc.iter().enumerate() {
         for (h, a) in halves.iter().enumerate() {
             // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
-            unsafe { _mm256_storeu_ps(out[j + t][8 * h..].as_mut_ptr(), *a) };
+            unsafe { _mm256_storeu_ps(out[j + u][8 * h..].as_mut_ptr(), *a) };
         }
     }
 }
@@ -222,12 +273,12 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out
 unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
-    let quants = job.panel.as_ptr();
-    // SAFETY: the scales follow the `nb` super-blocks of quants inside the panel (checked).
-    let scales = unsafe { quants.add(nb * qb) };
-    let row = |t: usize| job.j0 + j + t;
-    let aq: [*const i8; NA] = std::array::from_fn(|t| acts.q[row(t) * nb * 256..].as_ptr());
-    let k0: [usize; NA] = std::array::from_fn(|t| row(t) * nb);
+    let KRows {
+        quants,
+        scales,
+        aq,
+        k0,
+    } = KRows::<NA>::new(job, job.j0 + j);
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
         if job.na <= 2 {
@@ -247,53 +298,26 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
         };
         let mut t = [[_mm256_setzero_ps(); 2]; NA];
         for s in 0..8 {
+            let qp = quants.wrapping_add(i * qb + 256 * s);
             if job.na <= 2 {
                 // Spread over the sub-blocks: a burst of 32 prefetches stalls on fill buffers.
-                prefetch(quants.wrapping_add(i * qb + 256 * s + PREFETCH_BYTES), 256);
+                prefetch(qp.wrapping_add(PREFETCH_BYTES), 256);
             }
             let sc = [ks.sc[s], _mm_srli_si128(ks.sc[s], 8)];
-            let dsc: [__m256; 2] = std::array::from_fn(|h| {
+            let dsc = std::array::from_fn(|h| {
                 _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc[h])))
             });
-            // SAFETY: sub-block s of super-block i, laid out as a Q4_0 block, against
-            // activation quants 32·(8i + s)..+32.
-            let isum = unsafe { q4_sums::<NA>(quants.add(i * qb + 256 * s), &aq, 8 * i + s) };
-            for u in 0..NA {
-                for h in 0..2 {
-                    let x = _mm256_cvtepi32_ps(isum[u][h]);
-                    t[u][h] = _mm256_fmadd_ps(x, dsc[h], t[u][h]);
-                }
-            }
+            // SAFETY: sub-block s of super-block i (< nb, checked), laid out as a Q4_0 block,
+            // against activation quants 32·(8i + s)..+32.
+            let isum = unsafe { q4_sums::<NA>(qp, &aq, 8 * i + s) };
+            add_scaled(&mut t, &isum, dsc);
         }
-        let mins: [[__m256i; 2]; 4] =
+        let mins: [Halves<__m256i>; 4] =
             std::array::from_fn(|p| ks.mn_pairs[p].map(|x| _mm256_cvtepu8_epi16(x)));
-        for u in 0..NA {
-            let k = k0[u] + i;
-            let sums = acts.sub_sums[k * 8..k * 8 + 8].as_ptr();
-            let mut msum = [_mm256_setzero_si256(); 2];
-            for (p, m) in mins.iter().enumerate() {
-                // SAFETY: sub-block sums 2p and 2p + 1 of block k (8 per block, checked),
-                // read as one `i32` whose halves are the two `i16`.
-                let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
-                let pair = _mm256_set1_epi32(pair);
-                for h in 0..2 {
-                    msum[h] = _mm256_add_epi32(msum[h], _mm256_madd_epi16(m[h], pair));
-                }
-            }
-            let da = _mm256_set1_ps(acts.d[k]);
-            for h in 0..2 {
-                let x = _mm256_cvtepi32_ps(msum[h]);
-                t[u][h] = _mm256_fmadd_ps(x, neg_dmin[h], t[u][h]);
-                acc[u][h] = _mm256_fmadd_ps(t[u][h], da, acc[u][h]);
-            }
-        }
+        let sums = (&acts.sub_sums[..], &acts.d[..]);
+        end_block(&t, &mins, neg_dmin, sums, |u| k0[u] + i, &mut acc);
     }
-    for (u, halves) in acc.iter().enumerate() {
-        for (h, a) in halves.iter().enumerate() {
-            // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
-            unsafe { _mm256_storeu_ps(out[j + u][8 * h..].as_mut_ptr(), *a) };
-        }
-    }
+    store(&acc, j, out);
 }
 
 /// The `i32` sums of one 16-value Q6_K sub-block with `NA` activation rows: half `half` of the
@@ -360,12 +384,12 @@ unsafe fn q6_sums<const NA: usize>(
 unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
-    let quants = job.panel.as_ptr();
-    // SAFETY: the scales follow the `nb` super-blocks of quants inside the panel (checked).
-    let scales = unsafe { quants.add(nb * qb) };
-    let row = |t: usize| job.j0 + j + t;
-    let aq: [*const i8; NA] = std::array::from_fn(|t| acts.q[row(t) * nb * 256..].as_ptr());
-    let k0: [usize; NA] = std::array::from_fn(|t| row(t) * nb);
+    let KRows {
+        quants,
+        scales,
+        aq,
+        k0,
+    } = KRows::<NA>::new(job, job.j0 + j);
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
         if job.na <= 2 {
@@ -382,54 +406,26 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
         let mut t = [[_mm256_setzero_ps(); 2]; NA];
         for (s, &scale) in sc.iter().enumerate() {
             let halves_sc = [scale, _mm_srli_si128(scale, 8)];
-            let dsc: [__m256; 2] = std::array::from_fn(|h| {
+            let dsc = std::array::from_fn(|h| {
                 _mm256_mul_ps(d[h], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(halves_sc[h])))
             });
             let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
             if job.na <= 2 && s % 2 == 0 {
                 prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
             }
-            // SAFETY: chunk s / 2 of super-block i, against activation quants
+            // SAFETY: chunk s / 2 of super-block i (< nb, checked), against activation quants
             // 256i + 32(s / 2)..+32.
             let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };
-            for u in 0..NA {
-                for h in 0..2 {
-                    let x = _mm256_cvtepi32_ps(isum[u][h]);
-                    t[u][h] = _mm256_fmadd_ps(x, dsc[h], t[u][h]);
-                }
-            }
+            add_scaled(&mut t, &isum, dsc);
         }
-        // Scales 2p and 2p + 1 of each row as an `i16` pair; [rows 0..8, rows 8..16].
-        let pairs: [[__m256i; 2]; 8] = std::array::from_fn(|p| {
+        // Scales 2p and 2p + 1 of each row as an `i16` pair.
+        let pairs: [Halves<__m256i>; 8] = std::array::from_fn(|p| {
             let (a, b) = (sc[2 * p], sc[2 * p + 1]);
             [_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)].map(|x| _mm256_cvtepi8_epi16(x))
         });
         let neg32d = d.map(|x| _mm256_mul_ps(x, _mm256_set1_ps(-32.0)));
-        for u in 0..NA {
-            let k = k0[u] + i;
-            let sums = acts.bsums[k * 16..k * 16 + 16].as_ptr();
-            let mut csum = [_mm256_setzero_si256(); 2];
-            for (p, sc2) in pairs.iter().enumerate() {
-                // SAFETY: sums 2p and 2p + 1 of block k (16 per block, checked), read as one
-                // `i32` whose halves are the two `i16`.
-                let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
-                let pair = _mm256_set1_epi32(pair);
-                for h in 0..2 {
-                    csum[h] = _mm256_add_epi32(csum[h], _mm256_madd_epi16(sc2[h], pair));
-                }
-            }
-            let da = _mm256_set1_ps(acts.d[k]);
-            for h in 0..2 {
-                let x = _mm256_cvtepi32_ps(csum[h]);
-                t[u][h] = _mm256_fmadd_ps(x, neg32d[h], t[u][h]);
-                acc[u][h] = _mm256_fmadd_ps(t[u][h], da, acc[u][h]);
-            }
-        }
+        let sums = (&acts.bsums[..], &acts.d[..]);
+        end_block(&t, &pairs, neg32d, sums, |u| k0[u] + i, &mut acc);
     }
-    for (u, halves) in acc.iter().enumerate() {
-        for (h, a) in halves.iter().enumerate() {
-            // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
-            unsafe { _mm256_storeu_ps(out[j + u][8 * h..].as_mut_ptr(), *a) };
-        }
-    }
+    store(&acc, j, out);
 }

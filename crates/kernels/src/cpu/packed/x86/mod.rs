@@ -47,6 +47,37 @@ fn check(job: &PanelJob<'_>) {
     );
 }
 
+/// What a K-quant kernel reads through for activation rows `first..first + NA`.
+struct KRows<const NA: usize> {
+    /// The panel's quants (`nb` super-blocks of them), then its scales.
+    quants: *const u8,
+    scales: *const u8,
+    /// Each activation row's quants.
+    aq: [*const i8; NA],
+    /// Each activation row's first block index (into `d`, and times 8 or 16 into the sums).
+    k0: [usize; NA],
+}
+
+impl<const NA: usize> KRows<NA> {
+    fn new(job: &PanelJob<'_>, first: usize) -> Self {
+        let nb = job.nb;
+        let quants = job.panel.as_ptr();
+        KRows {
+            quants,
+            scales: quants.wrapping_add(nb * job.kind.quant_bytes()),
+            aq: std::array::from_fn(|t| job.acts.q[(first + t) * nb * 256..].as_ptr()),
+            k0: std::array::from_fn(|t| (first + t) * nb),
+        }
+    }
+}
+
+/// Sums `2p` and `2p + 1` of `sums` as one `i32`, low half first: the activation operand of an
+/// `i16` pair dot product.
+#[inline(always)]
+fn sum_pair(sums: &[i16], p: usize) -> i32 {
+    (sums[2 * p] as u16 as u32 | (sums[2 * p + 1] as u16 as u32) << 16) as i32
+}
+
 /// Prefetches the cache lines of `len` bytes at `p` into L2 (any address: prefetches never
 /// fault, so running past the matrix is harmless).
 #[inline(always)]

@@ -25,7 +25,7 @@
 # Generated files go to $WORK_DIR (default /tmp/kestrel-bench), are reused when present and are
 # never committed. LLAMA_CPP_BIN_DIR holds a llama.cpp build's `llama-bench` and
 # `llama-quantize`. THREADS (2), REPS (2 per round), ROUNDS (3) set the method; TINY_PP (512)
-# and BIG_PP (512) the prompt lengths of the generated models.
+# and BIG_PP (512) the prompt lengths of the generated models; NOTE adds a line under the title.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -89,4 +89,4 @@ fi
 
 python3 scripts/bench_side_by_side.py --llama-bin "$bin_dir" --kestrel "$kestrel" --out "$out" \
     --title "Kestrel vs llama.cpp" --threads "${THREADS:-2}" --reps "${REPS:-2}" \
-    --rounds "${ROUNDS:-3}" "${models[@]}"
+    --rounds "${ROUNDS:-3}" ${NOTE:+--note "$NOTE"} "${models[@]}"

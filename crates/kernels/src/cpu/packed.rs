@@ -100,14 +100,20 @@ impl PanelJob<'_> {
         let half = |o: usize| f16::from_le_bytes([s[o], s[o + 1]]).to_f32();
         let packed: [u8; 12] = std::array::from_fn(|k| s[16 * k + r]);
         let (sc, mn) = quant::q4_k::unpack_scales(&packed);
-        (half(192 + 2 * r), half(224 + 2 * r), sc, mn)
+        (
+            half(layout::Q4_K_PANEL_D + 2 * r),
+            half(layout::Q4_K_PANEL_DMIN + 2 * r),
+            sc,
+            mn,
+        )
     }
 
     /// Q6_K scales of panel row `r` in super-block `i`: `(d, sc)`; for the scalar code.
     fn q6_k_scales(&self, i: usize, r: usize) -> (f32, [i8; 16]) {
         let (qb, sb) = (self.kind.quant_bytes(), self.kind.scale_bytes());
         let s = &self.panel[self.nb * qb + i * sb..][..sb];
-        let d = f16::from_le_bytes([s[256 + 2 * r], s[257 + 2 * r]]).to_f32();
+        let o = layout::Q6_K_PANEL_D + 2 * r;
+        let d = f16::from_le_bytes([s[o], s[o + 1]]).to_f32();
         (d, std::array::from_fn(|k| s[16 * k + r] as i8))
     }
 

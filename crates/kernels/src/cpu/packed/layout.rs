@@ -74,6 +74,12 @@ fn q6_k_positions(e: usize) -> ((usize, u32), (usize, u32)) {
     (lo, hi)
 }
 
+/// Offsets in one super-block's panel scale bytes: Q4_K's 16 `f16` d and 16 `f16` dmin after
+/// the 192 packed scale bytes; Q6_K's 16 `f16` d after the 256 `i8` scales.
+pub(super) const Q4_K_PANEL_D: usize = 192;
+pub(super) const Q4_K_PANEL_DMIN: usize = 224;
+pub(super) const Q6_K_PANEL_D: usize = 256;
+
 /// Offset of a GGUF Q6_K block's scales and of its `d`.
 const Q6_K_SCALES: usize = 192;
 const Q6_K_D: usize = 208;
@@ -180,8 +186,8 @@ fn pack_q4_k_row(block: &[u8], r: usize, quants: &mut [u8], scales: &mut [u8]) {
     for k in 0..12 {
         scales[16 * k + r] = block[4 + k];
     }
-    scales[192 + 2 * r..][..2].copy_from_slice(&block[..2]);
-    scales[224 + 2 * r..][..2].copy_from_slice(&block[2..4]);
+    scales[Q4_K_PANEL_D + 2 * r..][..2].copy_from_slice(&block[..2]);
+    scales[Q4_K_PANEL_DMIN + 2 * r..][..2].copy_from_slice(&block[2..4]);
 }
 
 /// Row `r`'s GGUF Q6_K super-block into the block's packed quants (per chunk of 32: the low
@@ -202,7 +208,7 @@ fn pack_q6_k_row(block: &[u8], r: usize, quants: &mut [u8], scales: &mut [u8]) {
     for s in 0..16 {
         scales[16 * s + r] = block[Q6_K_SCALES + s];
     }
-    scales[256 + 2 * r..][..2].copy_from_slice(&block[Q6_K_D..Q6_K_D + 2]);
+    scales[Q6_K_PANEL_D + 2 * r..][..2].copy_from_slice(&block[Q6_K_D..Q6_K_D + 2]);
 }
 
 /// Row `r`'s Q8_0 quants (block at `block`) into the block's packed quants: element `4g + b`
@@ -238,10 +244,10 @@ pub(super) fn unpack_block(
         for s in 0..16 {
             block[Q6_K_SCALES + s] = scales[16 * s + r];
         }
-        block[Q6_K_D..Q6_K_D + 2].copy_from_slice(&scales[256 + 2 * r..][..2]);
+        block[Q6_K_D..Q6_K_D + 2].copy_from_slice(&scales[Q6_K_PANEL_D + 2 * r..][..2]);
     } else if kind == PackedKind::Q4_K {
-        block[..2].copy_from_slice(&scales[192 + 2 * r..][..2]);
-        block[2..4].copy_from_slice(&scales[224 + 2 * r..][..2]);
+        block[..2].copy_from_slice(&scales[Q4_K_PANEL_D + 2 * r..][..2]);
+        block[2..4].copy_from_slice(&scales[Q4_K_PANEL_DMIN + 2 * r..][..2]);
         for k in 0..12 {
             block[4 + k] = scales[16 * k + r];
         }

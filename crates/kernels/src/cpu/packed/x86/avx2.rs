@@ -26,6 +26,7 @@ use std::arch::x86_64::*;
 
 use super::q4_k_scales::q4_k_scales;
 use super::{check, prefetch, sum_pair, KRows, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
+use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
 /// Activation rows one pass over the panel handles.
@@ -292,8 +293,8 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
             let neg = |o: usize| _mm256_sub_ps(_mm256_setzero_ps(), f16x8(o));
             (
                 q4_k_scales(sp),
-                [f16x8(192), f16x8(208)],
-                [neg(224), neg(240)],
+                [f16x8(Q4_K_PANEL_D), f16x8(Q4_K_PANEL_D + 16)],
+                [neg(Q4_K_PANEL_DMIN), neg(Q4_K_PANEL_DMIN + 16)],
             )
         };
         let mut t = [[_mm256_setzero_ps(); 2]; NA];
@@ -401,7 +402,7 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
         let (sc, d) = unsafe {
             let sc: [__m128i; 16] = std::array::from_fn(|s| _mm_loadu_si128(sp.add(16 * s).cast()));
             let f16x8 = |o: usize| _mm256_cvtph_ps(_mm_loadu_si128(sp.add(o).cast()));
-            (sc, [f16x8(256), f16x8(272)])
+            (sc, [f16x8(Q6_K_PANEL_D), f16x8(Q6_K_PANEL_D + 16)])
         };
         let mut t = [[_mm256_setzero_ps(); 2]; NA];
         for (s, &scale) in sc.iter().enumerate() {

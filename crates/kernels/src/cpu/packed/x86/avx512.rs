@@ -15,6 +15,7 @@ use std::arch::x86_64::*;
 
 use super::q4_k_scales::q4_k_scales;
 use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0};
+use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
 
 /// Generates the `match` from a job's row count to the monomorphized kernel.
@@ -180,10 +181,10 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
         let mut t = [_mm512_setzero_ps(); NA];
         let (ks, dw, neg_dmin) = unsafe {
             let sp = scales.add(i * sb);
-            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(224).cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
             (
                 q4_k_scales(sp),
-                _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(192).cast())),
+                _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast())),
                 _mm512_sub_ps(_mm512_setzero_ps(), dmin),
             )
         };
@@ -294,7 +295,10 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
         // the panel.
         let (sc, d) = unsafe {
             let sc: [__m128i; 16] = std::array::from_fn(|s| _mm_loadu_si128(sp.add(16 * s).cast()));
-            (sc, _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(256).cast())))
+            (
+                sc,
+                _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast())),
+            )
         };
         let mut t = [_mm512_setzero_ps(); NA];
         for (s, &scale) in sc.iter().enumerate() {

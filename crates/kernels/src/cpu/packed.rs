@@ -72,6 +72,9 @@ pub struct PanelJob<'a> {
     pub acts: &'a PackedActs,
     pub j0: usize,
     pub na: usize,
+    /// Whether this call is the first over the panel for its activation rows, so the panel
+    /// comes from memory: the kernel prefetches ahead (later calls find it in cache).
+    pub stream: bool,
 }
 
 /// Results of a [`PanelJob`]: `out[j][r]` for activation row `j0 + j` and panel row `r`.
@@ -269,6 +272,7 @@ fn panel_rows(
             acts,
             j0,
             na,
+            stream: j0 == rows.start,
         };
         kernel(&job, &mut tile);
         for (j, row) in tile.iter().enumerate().take(na) {

@@ -169,7 +169,7 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out
     let k0: [usize; NA] = std::array::from_fn(|t| row(t) * nb);
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
-        if job.na <= 2 {
+        if job.stream {
             prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
@@ -282,7 +282,7 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
     } = KRows::<NA>::new(job, job.j0 + j);
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
-        if job.na <= 2 {
+        if job.stream {
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         // SAFETY: super-block i < nb: its 256 scale bytes (192 packed, 16 f16 d, 16 f16
@@ -300,7 +300,7 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
         let mut t = [[_mm256_setzero_ps(); 2]; NA];
         for s in 0..8 {
             let qp = quants.wrapping_add(i * qb + 256 * s);
-            if job.na <= 2 {
+            if job.stream {
                 // Spread over the sub-blocks: a burst of 32 prefetches stalls on fill buffers.
                 prefetch(qp.wrapping_add(PREFETCH_BYTES), 256);
             }
@@ -393,7 +393,7 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Pane
     } = KRows::<NA>::new(job, job.j0 + j);
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
-        if job.na <= 2 {
+        if job.stream {
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         let sp = scales.wrapping_add(i * sb);

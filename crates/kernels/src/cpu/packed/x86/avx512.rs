@@ -122,7 +122,7 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pan
     let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
-        if NA <= 2 {
+        if job.stream {
             prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
@@ -172,7 +172,7 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
     let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
-        if NA <= 2 {
+        if job.stream {
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         // SAFETY: super-block i < nb: its 256 scale bytes (192 packed, 16 f16 d, 16 f16
@@ -189,7 +189,7 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
             )
         };
         for s in 0..8 {
-            if NA <= 2 {
+            if job.stream {
                 // Spread over the sub-blocks: a burst of 32 prefetches stalls on fill buffers.
                 prefetch(quants.wrapping_add(i * qb + 256 * s + PREFETCH_BYTES), 256);
             }
@@ -287,7 +287,7 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
     let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
-        if NA <= 2 {
+        if job.stream {
             prefetch(scales.wrapping_add(i * sb + PREFETCH_BYTES / 8), sb);
         }
         let sp = scales.wrapping_add(i * sb);
@@ -304,7 +304,7 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
         for (s, &scale) in sc.iter().enumerate() {
             let dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(scale)));
             let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
-            if NA <= 2 && s % 2 == 0 {
+            if job.stream && s % 2 == 0 {
                 prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
             }
             // SAFETY: chunk s / 2 of super-block i, against activation quants

@@ -3,10 +3,13 @@
 //! Each layer holds two byte arrays laid out as blocks of `block_size` token slots:
 //!
 //! ```text
-//!   k[layer] = [ block 0 | block 1 | ... | block N-1 ]
+//!   v[layer] = [ block 0 | block 1 | ... | block N-1 ]
 //!   block b  = [ slot 0 | slot 1 | ... | slot block_size-1 ]
 //!   slot     = [ kv head 0: one head row | kv head 1 | ... ]
 //!   head row = dtype.row_bytes(head_dim) bytes: f32 4·hd, f16 2·hd, q8 4 + hd (scale + int8)
+//!
+//!   k[layer] = the same blocks, each [ kv head 0's key tile | kv head 1's | ... ]: the
+//!              block_size rows of one kv head stored dimension-major (the kernels' key tile)
 //! ```
 //!
 //! A sequence's token at position `p` lives in block `block_table[p / block_size]`, slot

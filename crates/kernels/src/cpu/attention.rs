@@ -1,14 +1,19 @@
 //! Causal attention over a paged KV cache, for a batch of sequences in one call.
 //!
-//! Cache layout per layer: `k` and `v` are each `[num_blocks][block_size][n_kv_heads]` head
-//! rows, every row `head_dim` values stored as [`KvDtype`] (`f32`, `f16`, or `q8`: int8 with
-//! one f32 scale per row), i.e. `row_bytes = dtype.row_bytes(head_dim)` bytes. A sequence's
-//! token at position `p` lives in physical block `block_table[p / bs]`, slot `p % bs`:
+//! Cache layout per layer: `k` and `v` each hold `num_blocks` blocks of `block_size` token
+//! slots × `n_kv_heads` head rows, every row `head_dim` values stored as [`KvDtype`] (`f32`,
+//! `f16`, or `q8`: int8 with one f32 scale per row), i.e. `row_bytes =
+//! dtype.row_bytes(head_dim)` bytes. A sequence's token at position `p` lives in physical
+//! block `block_table[p / bs]`, slot `p % bs`. Value rows are stored per slot; keys are
+//! stored per (block, kv head) tile, dimension-major ([`key_tile`]), so that one load gives
+//! one dimension of consecutive keys:
 //!
 //! ```text
-//!   block_table = [7, 2, 9]   (bs = 4)          byte offset of (p, kv head h):
-//!   pos:  0 1 2 3 | 4 5 6 7 | 8 9              ((block_table[p/bs]·bs + p%bs)·n_kv + h)·row_bytes
-//!   blk:  7 7 7 7 | 2 2 2 2 | 9 9
+//!   block_table = [7, 2, 9]   (bs = 4)     value row of (p, kv head h) at byte
+//!   pos:  0 1 2 3 | 4 5 6 7 | 8 9            ((block_table[p/bs]·bs + p%bs)·n_kv + h)·row_bytes
+//!   blk:  7 7 7 7 | 2 2 2 2 | 9 9          key tile of (block b, kv head h) at byte
+//!                                            (b·n_kv + h)·bs·row_bytes: bs headers, then
+//!                                            hd rows of bs values
 //! ```
 //!
 //! [`store_kv`] encodes on write. The kernel is tiled online softmax ("flash" attention): work
@@ -19,13 +24,15 @@
 //! O(context). Units are handed out dynamically (an atomic counter) to balance causal
 //! prefill tiles.
 //!
-//! Per block, a unit's rows (query × head) are scored together as a small matrix product
-//! with the rows in the SIMD lanes (`tiled`: `S = K · Qᵀ` by broadcast FMAs, no horizontal
-//! sums), the softmax update is lane-wise over rows, and `acc = acc·corr + P · V` is
-//! register-tiled (`tile`). f32 rows are read in place; f16 and q8 rows are decoded once per
-//! (unit, block) to f32, the q8 row scale folded in. The SIMD kernels are monomorphized per
-//! storage format and ISA; the portable path uses the same tiling on plain arrays, or, for
-//! units with very few rows, a per-row dot-product loop (`simd`).
+//! A unit of one query (decode) scores whole registers of keys per multiply-add
+//! (`decode`). A unit of several queries scores its rows (query × head) together as a small
+//! matrix product with the rows in the SIMD lanes (`tiled`: `S = K · Qᵀ` by broadcast FMAs,
+//! no horizontal sums), the softmax update is lane-wise over rows, and `acc = acc·corr +
+//! P · V` is register-tiled (`tile`). Both paths do the same operations in the same order per
+//! (query, head), so their outputs are bit-identical. f32 keys and values are read in place;
+//! f16 and q8 ones are decoded once per (unit, block) to f32 (the q8 scales folded in) where
+//! a path needs f32 rows. The kernels are monomorphized per storage format and ISA; the
+//! portable path runs them on plain arrays.
 //!
 //! ALiBi models set [`AttnParams::alibi`]: every score of head `h` gets
 //! `slope_h · (key_pos − query_pos)` added before the softmax ([`Alibi`]), from the absolute
@@ -34,10 +41,11 @@
 
 mod alibi;
 mod block_softmax;
+mod decode;
 mod elem;
+mod key_tile;
 pub mod kv_dtype;
 mod lanes;
-mod simd;
 mod tile;
 mod tiled;
 
@@ -46,11 +54,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use alibi::Alibi;
 use elem::{F16Row, F32Row, KvElem, Q8Row};
+use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
-use lanes::Lanes;
-use simd::{ScalarVec, VecOps};
+use lanes::ScalarVec;
 
-use crate::cpu::ops::{simd_entry, vmath};
+use crate::cpu::ops::simd_entry;
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
 
@@ -111,8 +119,29 @@ impl PagedKv<'_> {
     ) {
         let rb = self.dtype.row_bytes(self.head_dim);
         let off = slot_offset(block_table, self.block_size, self.slot_bytes(), pos) + kv_head * rb;
-        self.dtype.decode_row(&self.k[off..off + rb], k);
         self.dtype.decode_row(&self.v[off..off + rb], v);
+        let tile = self.key_tile();
+        let at = tile.offset(
+            block_table[pos / self.block_size] as usize,
+            kv_head,
+            self.n_kv_heads,
+        );
+        let mut row = vec![0u8; rb];
+        tile.gather(
+            &self.k[at..at + tile.bytes()],
+            pos % self.block_size,
+            &mut row,
+        );
+        self.dtype.decode_row(&row, k);
+    }
+
+    /// The layout of this cache's key tiles.
+    fn key_tile(&self) -> KeyTile {
+        KeyTile {
+            block_size: self.block_size,
+            head_dim: self.head_dim,
+            dtype: self.dtype,
+        }
     }
 }
 
@@ -145,15 +174,23 @@ pub fn store_kv(
     );
     let off = slot_offset(block_table, kv.block_size, kv.n_kv_heads * rb, pos);
     let slot = off..off + kv.n_kv_heads * rb;
-    for (src, dst) in k_row
-        .chunks_exact(hd)
-        .zip(kv.k[slot.clone()].chunks_exact_mut(rb))
-    {
-        dtype.encode_row(src, dst);
-    }
     for (src, dst) in v_row.chunks_exact(hd).zip(kv.v[slot].chunks_exact_mut(rb)) {
         dtype.encode_row(src, dst);
     }
+    let tile = kv.as_ref().key_tile();
+    let block = block_table[pos / kv.block_size] as usize;
+    thread_local! {
+        static ROW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    ROW.with(|row| {
+        let mut row = row.borrow_mut();
+        row.resize(rb, 0);
+        for (h, src) in k_row.chunks_exact(hd).enumerate() {
+            dtype.encode_row(src, &mut row);
+            let at = tile.offset(block, h, kv.n_kv_heads);
+            tile.scatter(&row, pos % kv.block_size, &mut kv.k[at..at + tile.bytes()]);
+        }
+    });
 }
 
 /// One sequence's queries: `n_q` consecutive positions starting at `q_start_pos`.
@@ -449,104 +486,17 @@ fn locate(ctx: &Ctx<'_>, mut idx: usize) -> Unit {
     unreachable!("unit index below count_units")
 }
 
-/// The portable unit: the tiled path when its rows fill half a register of
-/// [`ScalarVec`] lanes, else the per-row path, which needs no padding. Either way `buf`
-/// starts with `rows = (q1−q0)·(g1−g0)` accumulators of `head_dim`, row `qi·(g1−g0) + gi`
-/// being query `q0+qi`, head `kv_head·group + g0 + gi`, normalized on return.
-///
-/// The per-row path keeps `l[rows]`, `m[rows]` and a block of scores after the
-/// accumulators, and scores each row against each key with a dot product.
+/// The portable unit: the decode and tiled paths on [`ScalarVec`] lanes. `buf` starts with
+/// `rows = (q1−q0)·(g1−g0)` accumulators of `head_dim`, row `qi·(g1−g0) + gi` being query
+/// `q0+qi`, head `kv_head·group + g0 + gi`, normalized on return.
 fn run_unit<E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
-    if 2 * (u.q1 - u.q0) * (u.g1 - u.g0) >= ScalarVec::W {
-        // SAFETY: the portable lanes need no target features.
-        return unsafe { tiled::run_tiled::<ScalarVec, E>(ctx, u, buf) };
-    }
-    let (kv, p) = (ctx.kv, &ctx.params);
     debug_assert_eq!(
-        kv.dtype,
+        ctx.kv.dtype,
         E::DTYPE,
         "unit_fn picks the reader of the cache's dtype"
     );
-    let (hd, bs) = (kv.head_dim, kv.block_size);
-    let seq = &ctx.seqs[u.seq];
-    let rows = (u.q1 - u.q0) * (u.g1 - u.g0);
-    buf.clear();
-    buf.resize(rows * (hd + 2) + bs, 0.0);
-    let (acc, rest) = buf.split_at_mut(rows * hd);
-    let (l, rest) = rest.split_at_mut(rows);
-    let (m, scores) = rest.split_at_mut(rows);
-    m.fill(f32::NEG_INFINITY);
-    let mut st = Softmax { acc, l, m, scores };
-    let first_pos = seq.q_start_pos + u.q0;
-    let last_pos = seq.q_start_pos + u.q1 - 1;
-    for b in p.first_key(first_pos) / bs..=last_pos / bs {
-        score_block::<E>(ctx, u, b, &mut st);
-    }
-    for (acc_r, &l_r) in st.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
-        vmath::scale(acc_r, 1.0 / l_r);
-    }
-}
-
-/// A unit's running online-softmax state (see [`run_unit`] for the row order).
-struct Softmax<'a> {
-    acc: &'a mut [f32],
-    l: &'a mut [f32],
-    m: &'a mut [f32],
-    scores: &'a mut [f32],
-}
-
-/// Scores every query row of unit `u` against the keys of its sequence's logical block `b`,
-/// read in place, and folds them into the online softmax `st`.
-#[inline(always)]
-fn score_block<E: KvElem>(ctx: &Ctx<'_>, u: Unit, b: usize, st: &mut Softmax<'_>) {
-    let (kv, p, g) = (ctx.kv, &ctx.params, u.g1 - u.g0);
-    let (hd, bs, seq) = (kv.head_dim, kv.block_size, &ctx.seqs[u.seq]);
-    let (rb, slot_bytes) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
-    let base = seq.block_table[b] as usize * bs * slot_bytes + u.kv_head * rb;
-    let bp0 = b * bs;
-    for qi in 0..u.q1 - u.q0 {
-        let pos = seq.q_start_pos + u.q0 + qi;
-        let (lo, hi) = (p.first_key(pos).max(bp0), (pos + 1).min(bp0 + bs));
-        if lo >= hi {
-            continue;
-        }
-        let key = |j: usize| base + (lo - bp0 + j) * slot_bytes;
-        for gi in 0..g {
-            let head = u.kv_head * ctx.group + u.g0 + gi;
-            let q_off = ((u.q0 + qi) * p.n_heads + head) * hd;
-            let q = &seq.q[q_off..q_off + hd];
-            let r = qi * g + gi;
-            let sc = &mut st.scores[..hi - lo];
-            for (j, s) in sc.iter_mut().enumerate() {
-                // SAFETY: the portable operations need no target features.
-                *s = unsafe { ScalarVec::dot::<E>(q, &kv.k[key(j)..key(j) + rb]) } * p.scale;
-            }
-            if let Some(cap) = p.softcap {
-                vmath::softcap::<false>(sc, cap);
-            }
-            if p.alibi.is_some() {
-                let slope = p.slope(head);
-                for (j, s) in sc.iter_mut().enumerate() {
-                    *s += slope * ((lo + j) as f32 - pos as f32);
-                }
-            }
-            let m_new = st.m[r].max(vmath::max::<4>(sc));
-            let corr = if st.m[r] == f32::NEG_INFINITY {
-                0.0
-            } else {
-                vmath::exp::<false>(st.m[r] - m_new)
-            };
-            let acc_r = &mut st.acc[r * hd..(r + 1) * hd];
-            if corr != 1.0 {
-                vmath::scale(acc_r, corr);
-            }
-            st.l[r] = st.l[r] * corr + vmath::exp_sub_sum::<false, 4>(sc, m_new);
-            st.m[r] = m_new;
-            let v = &kv.v[key(0)..key(sc.len() - 1) + rb];
-            // SAFETY: as for `dot` above.
-            unsafe { ScalarVec::weighted_sum::<E>(acc_r, sc, v, slot_bytes) };
-        }
-    }
+    // SAFETY: the portable lanes need no target features.
+    unsafe { tiled::run_tiled::<ScalarVec, E>(ctx, u, buf) }
 }
 
 /// Copies a finished unit's outputs from `buf` into `out`.

@@ -1,5 +1,6 @@
-//! How K/V rows are stored in the paged cache (`store_kv`'s f32 and q8 slot layouts, an
-//! unaligned f32 cache) and how much a quantized cache moves the output in practice.
+//! How K/V rows are stored in the paged cache (`store_kv`'s f32 and q8 layouts: value rows per
+//! slot, keys dimension-major per (block, kv head) tile; an unaligned f32 cache) and how much a
+//! quantized cache moves the output in practice.
 
 use kestrel_kernels::cpu::attention::{self, attention_with, store_kv, KvDtype, PagedKvMut};
 use kestrel_kernels::cpu::{Isa, ThreadPool};
@@ -7,6 +8,24 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::attention_common::{build, params_of, seqs_of, Built, Case};
+
+/// The f32 key of (physical block `pb`, kv head `h`, slot `slot`) read from its tile:
+/// dimension `d` at float `(pb·n_kv + h)·bs·hd + d·bs + slot`.
+fn tile_key(
+    k: &[u8],
+    (bs, n_kv, hd): (usize, usize, usize),
+    pb: usize,
+    h: usize,
+    slot: usize,
+) -> Vec<f32> {
+    let tile = (pb * n_kv + h) * bs * hd;
+    (0..hd)
+        .map(|d| {
+            let at = 4 * (tile + d * bs + slot);
+            f32::from_ne_bytes(k[at..at + 4].try_into().expect("4 bytes"))
+        })
+        .collect()
+}
 
 #[test]
 fn store_kv_writes_the_documented_slot() {
@@ -26,20 +45,26 @@ fn store_kv_writes_the_documented_slot() {
     let kr: Vec<f32> = (1..=row).map(|i| i as f32).collect();
     let vr: Vec<f32> = kr.iter().map(|x| -x).collect();
     let bytes = |x: &[f32]| x.iter().flat_map(|f| f.to_ne_bytes()).collect::<Vec<u8>>();
+    let geo = (bs, n_kv, hd);
     store_kv(&mut kv, &table, 5, &kr, &vr); // logical block 1 -> physical 0, slot 1
-    assert_eq!(&kv.k[n_kv * rb..2 * n_kv * rb], &bytes(&kr)[..]);
     assert_eq!(&kv.v[n_kv * rb..2 * n_kv * rb], &bytes(&vr)[..]);
+    for h in 0..n_kv {
+        assert_eq!(tile_key(kv.k, geo, 0, h, 1), &kr[h * hd..(h + 1) * hd]);
+    }
     assert_eq!(
         kv.k.iter().filter(|x| **x != 0).count(),
         bytes(&kr).iter().filter(|x| **x != 0).count()
     );
     store_kv(&mut kv, &table, 2, &kr, &vr); // logical block 0 -> physical 2, slot 2
     let off = (2 * bs + 2) * n_kv * rb;
-    assert_eq!(&kv.k[off..off + n_kv * rb], &bytes(&kr)[..]);
     assert_eq!(&kv.as_ref().v[off..off + n_kv * rb], &bytes(&vr)[..]);
+    for h in 0..n_kv {
+        assert_eq!(tile_key(kv.k, geo, 2, h, 2), &kr[h * hd..(h + 1) * hd]);
+    }
 }
 
-/// q8 slots: per kv head, the f32 scale (max|x| / 127) and then `head_dim` int8 values.
+/// q8 rows: the f32 scale (max|x| / 127), then `head_dim` int8 values; a value row is stored
+/// as such, a key row's scale goes to its tile's header and its values to dimension rows.
 #[test]
 fn store_kv_q8_layout() {
     let (bs, n_kv, hd) = (2, 2, 4);
@@ -56,23 +81,37 @@ fn store_kv_q8_layout() {
     let kr = [1.27, -0.6, 0.0, 0.3, 2.54, 0.02, -2.54, 1.0];
     store_kv(&mut kv, &[1, 0], 1, &kr, &kr); // physical block 1, slot 1
     let off = (bs + 1) * n_kv * rb;
-    let head0 = &kv.k[off..off + rb];
+    let head0 = &kv.v[off..off + rb];
     let scale = f32::from_ne_bytes(head0[..4].try_into().expect("4 bytes"));
     assert!((scale - 0.01).abs() < 1e-7, "scale {scale}");
     assert_eq!(
         head0[4..].iter().map(|&b| b as i8).collect::<Vec<_>>(),
         [127, -60, 0, 30]
     );
-    let head1 = &kv.k[off + rb..off + 2 * rb];
+    let head1 = &kv.v[off + rb..off + 2 * rb];
     assert_eq!(
         head1[4..].iter().map(|&b| b as i8).collect::<Vec<_>>(),
         [127, 1, -127, 50]
     );
+    // Key tile of (block 1, head h): scales of slots 0, 1, then dimension-major int8 values.
+    let key = |h: usize| {
+        let tile = &kv.k[(n_kv + h) * bs * rb..][..bs * rb];
+        let scale = f32::from_ne_bytes(tile[4..8].try_into().expect("4 bytes"));
+        let q: Vec<i8> = (0..hd).map(|d| tile[4 * bs + d * bs + 1] as i8).collect();
+        (scale, q)
+    };
+    assert_eq!(key(0), (scale, vec![127, -60, 0, 30]));
+    assert_eq!(key(1).1, [127, 1, -127, 50]);
     let (mut kd, mut vd) = (vec![0.0; hd], vec![0.0; hd]);
     kv.as_ref().read_row(&[1, 0], 1, 1, &mut kd, &mut vd);
     assert!((kd[3] - 1.0).abs() < 1e-6 && kd == vd, "{kd:?} {vd:?}");
+    let first_tile = n_kv * bs * rb;
     assert_eq!(
-        kv.k[..off].iter().filter(|b| **b != 0).count(),
+        kv.k[..first_tile]
+            .iter()
+            .chain(&kv.v[..off])
+            .filter(|b| **b != 0)
+            .count(),
         0,
         "nothing else written"
     );

@@ -1,9 +1,8 @@
 //! [`Lanes`]: one SIMD register of `W` f32 lanes per ISA, the vocabulary of the tiled
-//! micro-kernels in [`super::tile`]. The portable [`ScalarVec`] version is a plain `[f32; 8]`
-//! (unfused multiply-add, as the rest of the portable path).
+//! micro-kernels in [`super::tile`] and [`super::decode`]. The portable [`ScalarVec`] version
+//! is a plain `[f32; 8]` (unfused multiply-add).
 
 use super::elem::KvElem;
-use super::simd::ScalarVec;
 use crate::cpu::ops::vmath;
 
 /// A register of [`Lanes::W`] f32 lanes, and the tile shapes that fit the register file.
@@ -43,6 +42,9 @@ pub(super) trait Lanes {
     /// tile shape.
     unsafe fn pv(t: &super::tile::PvArgs);
 }
+
+/// The portable path's lanes: plain arrays, no FMA.
+pub(super) struct ScalarVec;
 
 /// Lanes of the portable path.
 const SCALAR_W: usize = 8;

@@ -19,27 +19,30 @@
 use super::lanes::Lanes;
 
 /// One block's score problem: `s[j·rp + r] = Σ_d k_j[d] · qt[d·rp + r]` for `j < nk`,
-/// `r < rp`. Key row `j` is `hd` f32 values (any alignment) at byte `j · k_stride` of `k`.
+/// `r < rp`. Key `j`'s dimension `d` is an f32 (any alignment) at byte
+/// `j · k_key + d · k_dim` of `k` (keys are stored transposed, see [`super::key_tile`]).
 pub(super) struct ScoreArgs {
     pub qt: *const f32,
     pub rp: usize,
     pub hd: usize,
     pub k: *const u8,
-    pub k_stride: usize,
+    pub k_key: usize,
+    pub k_dim: usize,
     pub nk: usize,
     pub s: *mut f32,
 }
 
 /// One block's weighted sum: for `r < rows`, `acc[r·hd ..][..hd] = acc[r] · corr[r] +
-/// Σ_j p[j·rp + r] · v_j`, value row `j < nk` being `hd` f32 values at byte `j · v_stride`
-/// of `v`.
+/// Σ_j p[j·p_key + r·p_row] · v_j`, value row `j < nk` being `hd` f32 values at byte
+/// `j · v_stride` of `v`.
 pub(super) struct PvArgs {
     pub acc: *mut f32,
     pub rows: usize,
     pub hd: usize,
     pub corr: *const f32,
     pub p: *const f32,
-    pub rp: usize,
+    pub p_key: usize,
+    pub p_row: usize,
     pub nk: usize,
     pub v: *const u8,
     pub v_stride: usize,
@@ -93,22 +96,20 @@ unsafe fn score_keys<S: Lanes, const RC: usize, const J: usize>(t: &ScoreArgs, j
 /// As [`scores`], with these keys and row registers in range.
 #[inline(always)]
 unsafe fn score_tile<S: Lanes, const RC: usize, const J: usize>(t: &ScoreArgs, j: usize, c: usize) {
-    // SAFETY: qt[d·rp + (c+i)·W ..][..W] with (c+RC)·W ≤ rp and d < hd; key values
-    // (j+jj)·k_stride + 4d with j+jj < nk, d < hd; s rows j+jj < nk, lanes < rp.
+    // SAFETY: qt[d·rp + (c+i)·W ..][..W] with (c+RC)·W ≤ rp and d < hd; key values at
+    // (j+jj)·k_key + d·k_dim with j+jj < nk, d < hd; s rows j+jj < nk, lanes < rp.
     unsafe {
         let mut acc = [[S::zero(); RC]; J];
         let qt = t.qt.add(c * S::W);
-        let k = t.k.add(j * t.k_stride);
+        let k = t.k.add(j * t.k_key);
         for d in 0..t.hd {
             let mut q = [S::zero(); RC];
             for (i, qi) in q.iter_mut().enumerate() {
                 *qi = S::load(qt.add(d * t.rp + i * S::W));
             }
+            let kd = k.add(d * t.k_dim);
             for (jj, a) in acc.iter_mut().enumerate() {
-                let kv = k
-                    .add(jj * t.k_stride + 4 * d)
-                    .cast::<f32>()
-                    .read_unaligned();
+                let kv = kd.add(jj * t.k_key).cast::<f32>().read_unaligned();
                 let kv = S::splat(kv);
                 for (ai, &qi) in a.iter_mut().zip(&q) {
                     *ai = S::fma(kv, qi, *ai);
@@ -177,7 +178,7 @@ unsafe fn pv_rows<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usiz
 #[inline(always)]
 unsafe fn pv_tile<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usize, col: usize) {
     // SAFETY: acc[(r+i)·hd + col + cc·W ..][..W] lies in row r+i < rows (col + CC·W ≤ hd);
-    // corr[r+i]; p[j·rp + r + i] with j < nk, r+i < rows ≤ rp; value row j's floats
+    // corr[r+i]; p[j·p_key + (r+i)·p_row] with j < nk, r+i < rows; value row j's floats
     // col..col + CC·W ≤ hd.
     unsafe {
         let acc = t.acc.add(r * t.hd + col);
@@ -194,9 +195,9 @@ unsafe fn pv_tile<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usiz
             for (cc, x) in v.iter_mut().enumerate() {
                 *x = S::load(row.add(cc * S::W));
             }
-            let p = t.p.add(j * t.rp + r);
+            let p = t.p.add(j * t.p_key + r * t.p_row);
             for (i, ai) in a.iter_mut().enumerate() {
-                let w = S::splat(*p.add(i));
+                let w = S::splat(*p.add(i * t.p_row));
                 for (x, &vc) in ai.iter_mut().zip(&v) {
                     *x = S::fma(w, vc, *x);
                 }
@@ -228,7 +229,7 @@ unsafe fn pv_tail(t: &PvArgs, r: usize, col: usize) {
                         .cast::<f32>()
                         .add(c)
                         .read_unaligned();
-                x += *t.p.add(j * t.rp + r) * v;
+                x += *t.p.add(j * t.p_key + r * t.p_row) * v;
             }
             *a = x;
         }

@@ -32,6 +32,10 @@ use super::{Ctx, KvDtype, Unit};
 /// The CPU has `V`'s target features, and this is compiled with them.
 #[inline(always)]
 pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
+    if u.q1 - u.q0 == 1 {
+        // SAFETY: the caller's contract.
+        return unsafe { super::decode::run_decode::<V, E>(ctx, u, buf) };
+    }
     let (kv, p, seq) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq]);
     let (hd, bs) = (kv.head_dim, kv.block_size);
     let rows = (u.q1 - u.q0) * (u.g1 - u.g0);
@@ -143,14 +147,16 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
     let j0 = p.first_key(first_pos).saturating_sub(bp0);
     let nk = (last_pos + 1 - bp0).min(bs) - j0;
     let (rb, slot) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
-    let start = (seq.block_table[b] as usize * bs + j0) * slot + u.kv_head * rb;
-    let span = start..start + (nk - 1) * slot + rb;
+    let block = seq.block_table[b] as usize;
+    let start = (block * bs + j0) * slot + u.kv_head * rb;
     let (dk, dv) = t.dec.split_at_mut(t.dec.len() / 2);
-    // SAFETY: features are the caller's contract (`f32_rows` checks its bounds).
-    let ((k, k_stride), (v, v_stride)) = unsafe {
+    let tile = kv.key_tile();
+    let at = tile.offset(block, u.kv_head, kv.n_kv_heads);
+    // SAFETY: features are the caller's contract (`f32_keys` and `f32_rows` check bounds).
+    let ((k, k_dim), (v, v_stride)) = unsafe {
         (
-            f32_rows::<V, E>(&kv.k[span.clone()], nk, slot, hd, dk),
-            f32_rows::<V, E>(&kv.v[span], nk, slot, hd, dv),
+            f32_keys::<V, E>(&kv.k[at..at + tile.bytes()], bs, hd, j0..j0 + nk, dk),
+            f32_rows::<V, E>(&kv.v[start..start + (nk - 1) * slot + rb], nk, slot, hd, dv),
         )
     };
     let s = &mut t.s[..nk * rp];
@@ -159,7 +165,8 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
         rp,
         hd,
         k,
-        k_stride,
+        k_key: 4,
+        k_dim,
         nk,
         s: s.as_mut_ptr(),
     };
@@ -191,7 +198,8 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
         hd,
         corr: st.corr.as_ptr(),
         p: s.as_ptr(),
-        rp,
+        p_key: rp,
+        p_row: 1,
         nk,
         v,
         v_stride,
@@ -201,6 +209,56 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
     unsafe { V::pv(&pa) };
 }
 
+/// Keys `slots` of the key tile `tile` ([`super::key_tile`], `bs` slots of `hd` values) as
+/// f32, dimension-major: a pointer to key `slots.start`'s dimension 0 (the next key is 4
+/// bytes on) and the byte stride between dimensions. An f32 tile is used in place; others
+/// are decoded into `dec` (`[hd][slots.len()]`), the q8 scales folded in.
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+unsafe fn f32_keys<V: Lanes, E: KvElem>(
+    tile: &[u8],
+    bs: usize,
+    hd: usize,
+    slots: std::ops::Range<usize>,
+    dec: &mut [f32],
+) -> (*const u8, usize) {
+    assert!(
+        slots.end <= bs && tile.len() == bs * (E::OFFSET + hd * E::SIZE),
+        "attention: key tile out of bounds"
+    );
+    let vals = tile[bs * E::OFFSET..].as_ptr();
+    if E::DTYPE == KvDtype::F32 {
+        return (vals.wrapping_add(4 * slots.start), 4 * bs);
+    }
+    let n = slots.len();
+    let whole = n / V::W * V::W;
+    let scale = |j: usize| {
+        // SAFETY: slot j < bs: its header lies in the tile (asserted above).
+        unsafe { E::scale(tile.as_ptr().add(j * E::OFFSET)) }
+    };
+    for (d, out) in dec[..hd * n].chunks_exact_mut(n).enumerate() {
+        // SAFETY: dimension d < hd of slots.start..slots.end ≤ bs lies in the tile; stores go
+        // to out[i..i + W] with i + W ≤ whole ≤ n.
+        unsafe {
+            let row = vals.add((d * bs + slots.start) * E::SIZE);
+            for i in (0..whole).step_by(V::W) {
+                let mut x = V::load_elem::<E>(row.add(i * E::SIZE));
+                if E::OFFSET > 0 {
+                    let scales = tile.as_ptr().add((slots.start + i) * E::OFFSET);
+                    x = V::mul(x, V::load(scales.cast()));
+                }
+                V::store(out.as_mut_ptr().add(i), x);
+            }
+            for (i, o) in out.iter_mut().enumerate().skip(whole) {
+                *o = E::get(row, i) * scale(slots.start + i);
+            }
+        }
+    }
+    (dec.as_ptr().cast(), 4 * n)
+}
+
 /// The `n` stored rows in `src` (`stride` bytes apart) as f32 rows: a pointer to row 0 and
 /// the row stride in bytes. f32 rows are used in place; others are decoded into `dec`, the
 /// q8 scale folded in.
@@ -208,7 +266,7 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
 /// # Safety
 /// The CPU has `V`'s target features.
 #[inline(always)]
-unsafe fn f32_rows<V: Lanes, E: KvElem>(
+pub(super) unsafe fn f32_rows<V: Lanes, E: KvElem>(
     src: &[u8],
     n: usize,
     stride: usize,

@@ -1,0 +1,399 @@
+//! The decode path: a unit with one query (its kv head's `g` query heads, `g` rows) scores
+//! whole registers of keys at once. Keys are stored dimension-major ([`super::key_tile`]),
+//! so one load gives dimension `d` of `W` consecutive keys, and each row adds
+//! `q_r[d] · K[d][keys]` with one multiply-add: `g` useful multiply-adds per load, where the
+//! rows-in-lanes tiling of [`super::tiled`] would fill `g` of `W` lanes.
+//!
+//! Per block (keys `lo..hi` of it visible to the query):
+//!
+//! ```text
+//!   S[r][slots]  = Σ_d q_r[d] · K[d][slots]    W slots per register (q8 keys scaled first)
+//!   S            = cap · tanh(S / cap)          soft-capping only
+//!   S[r][j]     += slope_r · (key_j − pos)      ALiBi only
+//!   m, l, corr   online softmax of S[r][lo..hi] per row (every row sees the same keys)
+//!
+//! Each output is bit-identical to the tiled path's for the same query (same operations in
+//! the same order per lane), so the path a query takes never changes its result.
+//!   acc[r]       = acc[r] · corr[r] + Σ_j P[r][j] · v_j            (tile::pv)
+//! ```
+
+use super::elem::KvElem;
+use super::lanes::Lanes;
+use super::tile::PvArgs;
+use super::{Ctx, KvDtype, Unit};
+use crate::cpu::ops::vmath;
+
+/// Computes the single-query unit `u` into `buf` (accumulators first, as
+/// [`super::write_unit`] reads them).
+///
+/// # Safety
+/// The CPU has `V`'s target features, and this is compiled with them.
+#[inline(always)]
+pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf: &mut Vec<f32>) {
+    debug_assert_eq!(u.q1 - u.q0, 1, "the decode path takes one query");
+    let (kv, p, seq) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq]);
+    let (hd, bs, rows) = (kv.head_dim, kv.block_size, u.g1 - u.g0);
+    let bsp = bs.next_multiple_of(V::W);
+    let decoded = if E::DTYPE == KvDtype::F32 { 0 } else { bs * hd };
+    buf.clear();
+    buf.resize(2 * rows * hd + rows * bsp + 3 * rows + decoded, 0.0);
+    let (acc, rest) = buf.split_at_mut(rows * hd);
+    let (q, rest) = rest.split_at_mut(rows * hd);
+    let (s, rest) = rest.split_at_mut(rows * bsp);
+    let (m, rest) = rest.split_at_mut(rows);
+    let (l, rest) = rest.split_at_mut(rows);
+    let (corr, dec) = rest.split_at_mut(rows);
+    m.fill(f32::NEG_INFINITY);
+    let pos = seq.q_start_pos + u.q0;
+    for (r, qr) in q.chunks_exact_mut(hd).enumerate() {
+        let head = u.kv_head * ctx.group + u.g0 + r;
+        let src = &seq.q[(u.q0 * p.n_heads + head) * hd..][..hd];
+        qr.iter_mut().zip(src).for_each(|(d, &x)| *d = x * p.scale);
+    }
+    let mut st = Decode {
+        acc,
+        q,
+        s,
+        bsp,
+        m,
+        l,
+        corr,
+        dec,
+    };
+    let blocks = p.first_key(pos) / bs..=pos / bs;
+    for b in blocks.clone() {
+        if b < *blocks.end() {
+            prefetch_block(ctx, u, b + 1);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { decode_block::<V, E>(ctx, u, b, &mut st) };
+    }
+    for (acc_r, &l_r) in st.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
+        let inv = 1.0 / l_r;
+        acc_r.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+/// A decode unit's state: accumulators, scaled queries (`[rows][hd]` each), one block's
+/// scores (`[rows][bsp]`), the online-softmax rows, and room for decoded value rows.
+struct Decode<'a> {
+    acc: &'a mut [f32],
+    q: &'a [f32],
+    s: &'a mut [f32],
+    bsp: usize,
+    m: &'a mut [f32],
+    l: &'a mut [f32],
+    corr: &'a mut [f32],
+    dec: &'a mut [f32],
+}
+
+/// Asks for logical block `b`'s key tile and value rows of the unit's kv head to be brought
+/// into cache while the block before it is computed: blocks are scattered over the cache,
+/// so the hardware's stream prefetchers start cold on every one.
+fn prefetch_block(ctx: &Ctx<'_>, u: Unit, b: usize) {
+    let (kv, seq) = (ctx.kv, &ctx.seqs[u.seq]);
+    let block = seq.block_table[b] as usize;
+    let tile = kv.key_tile();
+    let at = tile.offset(block, u.kv_head, kv.n_kv_heads);
+    prefetch(kv.k[at..at + tile.bytes()].as_ptr(), tile.bytes());
+    let (rb, slot) = (kv.dtype.row_bytes(kv.head_dim), kv.slot_bytes());
+    let start = block * kv.block_size * slot + u.kv_head * rb;
+    for j in 0..kv.block_size {
+        prefetch(kv.v[start + j * slot..].as_ptr(), rb);
+    }
+}
+
+/// Prefetches the cache lines of `len` bytes at `p` (a hint: it reads nothing
+/// architecturally visible).
+#[inline(always)]
+fn prefetch(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..len).step_by(64) {
+        // SAFETY: a prefetch never faults and has no architecturally visible effect, whatever
+        // the address.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p.wrapping_add(off).cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
+/// Folds the keys of logical block `b` that the unit's query sees into `st`.
+///
+/// # Safety
+/// As [`run_decode`].
+#[inline(always)]
+unsafe fn decode_block<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, b: usize, st: &mut Decode<'_>) {
+    let (kv, p, seq) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq]);
+    let (hd, bs, rows, bsp) = (kv.head_dim, kv.block_size, u.g1 - u.g0, st.bsp);
+    let pos = seq.q_start_pos + u.q0;
+    let bp0 = b * bs;
+    let lo = p.first_key(pos).saturating_sub(bp0);
+    let hi = (pos + 1 - bp0).min(bs);
+    let block = seq.block_table[b] as usize;
+    let tile = kv.key_tile();
+    let at = tile.offset(block, u.kv_head, kv.n_kv_heads);
+    let keys = &kv.k[at..at + tile.bytes()];
+    let ks = KeyScores {
+        q: st.q,
+        rows,
+        hd,
+        bs,
+        tile: keys,
+        s: &mut *st.s,
+        bsp,
+    };
+    // SAFETY: features: the caller's contract (bounds are checked inside).
+    unsafe { key_scores::<V, E>(ks, lo, hi) };
+    for r in 0..rows {
+        let row = &mut st.s[r * bsp..(r + 1) * bsp];
+        if let Some(cap) = p.softcap {
+            vmath::softcap::<false>(&mut row[lo..hi], cap);
+        }
+        if p.alibi.is_some() {
+            let slope = p.slope(u.kv_head * ctx.group + u.g0 + r);
+            // SAFETY: features: the caller's contract.
+            unsafe { add_alibi::<V>(&mut row[lo..hi], slope, (bp0 + lo) as f32, pos as f32) };
+        }
+        // SAFETY: features: the caller's contract.
+        let (m, l, corr) = unsafe { fold_row::<V>(row, lo..hi, st.m[r], st.l[r]) };
+        (st.m[r], st.l[r], st.corr[r]) = (m, l, corr);
+    }
+    let (rb, slot) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
+    let start = (block * bs + lo) * slot + u.kv_head * rb;
+    let n = hi - lo;
+    // SAFETY: features are the caller's contract (`f32_rows` checks its bounds).
+    let (v, v_stride) = unsafe {
+        super::tiled::f32_rows::<V, E>(
+            &kv.v[start..start + (n - 1) * slot + rb],
+            n,
+            slot,
+            hd,
+            st.dec,
+        )
+    };
+    let pa = PvArgs {
+        acc: st.acc.as_mut_ptr(),
+        rows,
+        hd,
+        corr: st.corr.as_ptr(),
+        p: st.s[lo..].as_ptr(),
+        p_key: 1,
+        p_row: bsp,
+        nk: n,
+        v,
+        v_stride,
+    };
+    // SAFETY: acc is rows × hd, corr has rows entries, p[j + r·bsp] with j < n ≤ bsp − lo
+    // and r < rows lies in s; v holds n rows of hd floats. Features: the caller's contract.
+    unsafe { pv_rows::<V>(&pa) };
+}
+
+/// ALiBi on one row's scores of keys `k0, k0 + 1, ...`: `x += slope · (key − pos)`, rounded
+/// once, as [`super::block_softmax::add_alibi`] does.
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+unsafe fn add_alibi<V: Lanes>(xs: &mut [f32], slope: f32, k0: f32, pos: f32) {
+    for (j, x) in xs.iter_mut().enumerate() {
+        // SAFETY: the caller's contract.
+        *x = unsafe {
+            let d = V::sub(V::splat(k0 + j as f32), V::splat(pos));
+            lane0::<V>(V::fma(V::splat(slope), d, V::splat(*x)))
+        };
+    }
+}
+
+/// The online-softmax step on one row's scores `row[keys]` (see
+/// [`super::block_softmax`]): returns the new `(m, l, corr)` and leaves `P` in place of the
+/// scores. Every value is computed with the same operations, in the same order, as the
+/// tiled path's lane of that row, so a query gets bit-identical outputs on either path (a
+/// speculative verify batch and plain decoding agree).
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+unsafe fn fold_row<V: Lanes>(
+    row: &mut [f32],
+    keys: std::ops::Range<usize>,
+    m_old: f32,
+    l_old: f32,
+) -> (f32, f32, f32) {
+    assert!(
+        row.len().is_multiple_of(V::W) && keys.end <= row.len(),
+        "attention: decode softmax shapes"
+    );
+    let mb = row[keys.clone()]
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    // SAFETY: whole registers c..c + W ≤ row.len() of `row`; features: the caller's
+    // contract.
+    unsafe {
+        let mo = V::splat(m_old);
+        let m = V::max(mo, V::splat(mb));
+        let corr = V::zero_where_neg_inf(mo, V::exp(V::sub(mo, m)));
+        for c in (keys.start / V::W * V::W..keys.end).step_by(V::W) {
+            let x = V::load(row.as_ptr().add(c));
+            let e = V::zero_where_neg_inf(x, V::exp(V::sub(x, m)));
+            V::store(row.as_mut_ptr().add(c), e);
+        }
+        let sum = row[keys].iter().fold(0.0, |a, &e| a + e);
+        let l = V::fma(V::splat(l_old), corr, V::splat(sum));
+        (lane0::<V>(m), lane0::<V>(l), lane0::<V>(corr))
+    }
+}
+
+/// Lane 0 of `v`.
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+unsafe fn lane0<V: Lanes>(v: V::R) -> f32 {
+    let mut out = [0.0f32; 16];
+    assert!(
+        V::W <= out.len(),
+        "attention: registers of at most 16 lanes"
+    );
+    // SAFETY: W ≤ 16 floats are written; features: the caller's contract.
+    unsafe { V::store(out.as_mut_ptr(), v) };
+    out[0]
+}
+
+/// `acc = acc · corr + P · V` with a tile as tall as the unit (GQA groups are small), so
+/// each value register feeds every row.
+///
+/// # Safety
+/// As [`super::tile::pv`].
+#[inline(always)]
+unsafe fn pv_rows<V: Lanes>(t: &PvArgs) {
+    use super::tile::pv;
+    // Accumulators: rows × column registers, within the ISA's register file.
+    const CC: usize = 2;
+    // SAFETY: the caller's contract.
+    unsafe {
+        match t.rows {
+            1 => pv::<V, 1, CC>(t),
+            2 => pv::<V, 2, CC>(t),
+            3 => pv::<V, 3, CC>(t),
+            _ => V::pv(t),
+        }
+    }
+}
+
+/// One block's key scores for a decode unit: `s[r·bsp + j] = Σ_d q[r·hd + d] · k_j[d]`
+/// (times key `j`'s q8 scale), for the slots `j` of `lo..hi` (and, in whole registers, some
+/// slots around them, which nothing reads). `tile` is the block's key tile.
+struct KeyScores<'a> {
+    q: &'a [f32],
+    rows: usize,
+    hd: usize,
+    bs: usize,
+    tile: &'a [u8],
+    s: &'a mut [f32],
+    bsp: usize,
+}
+
+/// Computes [`KeyScores`] for slots `lo..hi`: whole registers of `W` slots where the tile
+/// has them, the ragged end of a block size that is not a multiple of `W` one slot at a
+/// time.
+///
+/// # Safety
+/// The CPU has `V`'s target features.
+#[inline(always)]
+unsafe fn key_scores<V: Lanes, E: KvElem>(mut k: KeyScores<'_>, lo: usize, hi: usize) {
+    let (rows, hd, bs) = (k.rows, k.hd, k.bs);
+    assert!(
+        hi <= bs
+            && k.q.len() == rows * hd
+            && k.s.len() == rows * k.bsp
+            && k.tile.len() == bs * (E::OFFSET + hd * E::SIZE),
+        "attention: decode score shapes"
+    );
+    let whole = bs / V::W * V::W;
+    let mut c = lo / V::W * V::W;
+    while c < hi.min(whole) {
+        let mut r = 0;
+        while r < rows {
+            // SAFETY: slots c..c + W ≤ whole ≤ bs of every dimension row of the tile; rows
+            // r..r + n ≤ rows of q and s; s columns c..c + W ≤ bsp.
+            r += unsafe {
+                match rows - r {
+                    1 => row_scores::<V, E, 1>(&mut k, r, c),
+                    2 => row_scores::<V, E, 2>(&mut k, r, c),
+                    3 => row_scores::<V, E, 3>(&mut k, r, c),
+                    _ => row_scores::<V, E, 4>(&mut k, r, c),
+                }
+            };
+        }
+        c += V::W;
+    }
+    for j in whole.max(lo)..hi {
+        for r in 0..rows {
+            // SAFETY: slot j < bs and d < hd lie in the tile (asserted above).
+            k.s[r * k.bsp + j] = unsafe { slot_score::<V, E>(&k, r, j) };
+        }
+    }
+}
+
+/// Rows `r..r + R` × slots `c..c + W`; returns `R`.
+///
+/// # Safety
+/// Those rows and slots are in bounds (see [`key_scores`]); the CPU has `V`'s features.
+#[inline(always)]
+unsafe fn row_scores<V: Lanes, E: KvElem, const R: usize>(
+    k: &mut KeyScores<'_>,
+    r: usize,
+    c: usize,
+) -> usize {
+    let (hd, bs) = (k.hd, k.bs);
+    // SAFETY: the caller's contract: value (d, c..c + W) at bs·OFFSET + (d·bs + c)·SIZE for
+    // d < hd, headers c..c + W, q rows r..r + R, s rows r..r + R at columns c..c + W.
+    unsafe {
+        let vals = k.tile.as_ptr().add(bs * E::OFFSET + c * E::SIZE);
+        let scales = k.tile.as_ptr().add(c * E::OFFSET).cast::<f32>();
+        let q = k.q.as_ptr().add(r * hd);
+        let mut acc = [V::zero(); R];
+        for d in 0..hd {
+            let mut kd = V::load_elem::<E>(vals.add(d * bs * E::SIZE));
+            if E::OFFSET > 0 {
+                kd = V::mul(kd, V::load(scales));
+            }
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = V::fma(V::splat(*q.add(i * hd + d)), kd, *a);
+            }
+        }
+        for (i, &a) in acc.iter().enumerate() {
+            V::store(k.s.as_mut_ptr().add((r + i) * k.bsp + c), a);
+        }
+    }
+    R
+}
+
+/// Row `r`'s score for slot `j`, one value at a time (the operations of [`row_scores`]'s lane
+/// of that slot).
+///
+/// # Safety
+/// Row `r` and slot `j` are in bounds (see [`key_scores`]); the CPU has `V`'s features.
+#[inline(always)]
+unsafe fn slot_score<V: Lanes, E: KvElem>(k: &KeyScores<'_>, r: usize, j: usize) -> f32 {
+    let (hd, bs) = (k.hd, k.bs);
+    // SAFETY: the caller's contract.
+    unsafe {
+        let vals = k.tile.as_ptr().add(bs * E::OFFSET);
+        let scale = V::splat(E::scale(k.tile.as_ptr().add(j * E::OFFSET)));
+        let q = &k.q[r * hd..][..hd];
+        let mut acc = V::zero();
+        for (d, &qd) in q.iter().enumerate() {
+            let mut kd = V::splat(E::get(vals, d * bs + j));
+            if E::OFFSET > 0 {
+                kd = V::mul(kd, scale);
+            }
+            acc = V::fma(V::splat(qd), kd, acc);
+        }
+        lane0::<V>(acc)
+    }
+}

@@ -51,8 +51,9 @@ pub struct EngineArgs {
     /// KV cache size in tokens (instead of --kv-cache-memory).
     #[arg(long)]
     pub kv_cache_tokens: Option<usize>,
-    /// KV cache storage: f32, f16 (half the memory) or q8 (int8 with one scale per head row).
-    #[arg(long, default_value_t = KvDtype::F32)]
+    /// KV cache storage: f16 (half of f32's memory and bandwidth, as llama.cpp's default), f32
+    /// (exact) or q8 (int8 with one scale per head row).
+    #[arg(long, default_value_t = KvDtype::F16)]
     pub kv_cache_dtype: KvDtype,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]

@@ -60,8 +60,9 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// KV cache storage: f32, f16 (half the memory) or q8 (int8 with one scale per head row).
-    #[arg(long, default_value_t = KvDtype::F32)]
+    /// KV cache storage: f16 (half of f32's memory and bandwidth, the server's default), f32
+    /// (exact) or q8 (int8 with one scale per head row).
+    #[arg(long, default_value_t = KvDtype::F16)]
     pub kv_cache_dtype: KvDtype,
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]

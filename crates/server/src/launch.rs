@@ -68,7 +68,7 @@ impl Default for LaunchOptions {
             max_num_batched_tokens: 512,
             block_size: 16,
             kv_cache: KvBudget::Bytes(1 << 30),
-            kv_dtype: KvDtype::F32,
+            kv_dtype: KvDtype::F16,
             enable_prefix_caching: true,
             max_concurrent_requests: Some(256),
             max_input_tokens: None,

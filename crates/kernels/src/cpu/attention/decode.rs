@@ -60,10 +60,12 @@ pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf
         corr,
         dec,
     };
-    let blocks = p.first_key(pos) / bs..=pos / bs;
-    for b in blocks.clone() {
-        if b < *blocks.end() {
-            prefetch_block(ctx, u, b + 1);
+    let (first, last) = (p.first_key(pos) / bs, pos / bs);
+    for b in first..=last {
+        // Two blocks ahead: one block's work is shorter than a trip to memory.
+        let ahead = if b == first { b + 1 } else { b + 2 };
+        for n in ahead..=(b + 2).min(last) {
+            prefetch_block(ctx, u, n);
         }
         // SAFETY: the caller's contract.
         unsafe { decode_block::<V, E>(ctx, u, b, &mut st) };
@@ -88,7 +90,7 @@ struct Decode<'a> {
 }
 
 /// Asks for logical block `b`'s key tile and value rows of the unit's kv head to be brought
-/// into cache while the block before it is computed: blocks are scattered over the cache,
+/// into cache while the blocks before it are computed: blocks are scattered over the cache,
 /// so the hardware's stream prefetchers start cold on every one.
 fn prefetch_block(ctx: &Ctx<'_>, u: Unit, b: usize) {
     let (kv, seq) = (ctx.kv, &ctx.seqs[u.seq]);

@@ -17,7 +17,6 @@
 //! storage type ([`KvDtype`]) is chosen once, when the cache is allocated.
 
 use kestrel_kernels::cpu::attention::{KvDtype, PagedKv, PagedKvMut};
-use kestrel_kernels::huge_buffer::HugeBuffer;
 
 /// The geometry and storage type of a [`KvCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,23 +55,27 @@ impl KvCacheShape {
     }
 }
 
-/// One layer's K or V bytes, in a page-aligned mapping (so an f32 cache is 4-byte aligned
-/// and the attention kernel reads it in place) that asks for transparent huge pages: decode
-/// attention reads key tiles and value rows from blocks scattered over the cache, and with
-/// 4 KiB pages nearly every block costs a TLB miss.
-struct LayerBytes(HugeBuffer);
+/// One layer's K or V bytes, held in `u32` words so an f32 cache is 4-byte aligned and the
+/// attention kernel reads it in place.
+struct LayerBytes {
+    words: Vec<u32>,
+    len: usize,
+}
 
 impl LayerBytes {
     fn zeroed(len: usize) -> LayerBytes {
-        LayerBytes(HugeBuffer::zeroed(len))
+        LayerBytes {
+            words: vec![0; len.div_ceil(4)],
+            len,
+        }
     }
 
     fn bytes(&self) -> &[u8] {
-        &self.0
+        &bytemuck::cast_slice(&self.words)[..self.len]
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.0
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
     }
 }
 

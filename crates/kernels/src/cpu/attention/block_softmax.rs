@@ -124,3 +124,11 @@ pub(super) unsafe fn add_alibi<V: Lanes>(s: &mut [f32], kp0: usize, slope: &[f32
         }
     }
 }
+
+/// Divides each row of the accumulators (`hd` floats each) by its softmax denominator `l`.
+pub(super) fn normalize(acc: &mut [f32], l: &[f32], hd: usize) {
+    for (acc_r, &l_r) in acc.chunks_exact_mut(hd).zip(l) {
+        let inv = 1.0 / l_r;
+        acc_r.iter_mut().for_each(|x| *x *= inv);
+    }
+}

@@ -70,10 +70,7 @@ pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf
         // SAFETY: the caller's contract.
         unsafe { decode_block::<V, E>(ctx, u, b, &mut st) };
     }
-    for (acc_r, &l_r) in st.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
-        let inv = 1.0 / l_r;
-        acc_r.iter_mut().for_each(|x| *x *= inv);
-    }
+    super::block_softmax::normalize(st.acc, st.l, hd);
 }
 
 /// A decode unit's state: accumulators, scaled queries (`[rows][hd]` each), one block's

@@ -77,10 +77,7 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
         // SAFETY: the caller's contract.
         unsafe { tile_block::<V, E>(ctx, u, b, &mut t, &mut st) };
     }
-    for (acc_r, &l_r) in t.acc.chunks_exact_mut(hd).zip(st.l.iter()) {
-        let inv = 1.0 / l_r;
-        acc_r.iter_mut().for_each(|x| *x *= inv);
-    }
+    block_softmax::normalize(t.acc, st.l, hd);
 }
 
 /// A unit's matrices (see the module docs); `dec` holds decoded K and V rows (f16, q8);

@@ -6,6 +6,7 @@ pub mod gemm;
 pub mod low_rank;
 pub mod ops;
 pub mod packed;
+mod prefetch;
 pub mod threadpool;
 
 pub use dispatch::Isa;

@@ -22,6 +22,7 @@ use super::lanes::Lanes;
 use super::tile::PvArgs;
 use super::{Ctx, KvDtype, Unit};
 use crate::cpu::ops::vmath;
+use crate::cpu::prefetch::to_l1;
 
 /// Computes the single-query unit `u` into `buf` (accumulators first, as
 /// [`super::write_unit`] reads them).
@@ -94,30 +95,12 @@ fn prefetch_block(ctx: &Ctx<'_>, u: Unit, b: usize) {
     let block = seq.block_table[b] as usize;
     let tile = kv.key_tile();
     let at = tile.offset(block, u.kv_head, kv.n_kv_heads);
-    prefetch(kv.k[at..at + tile.bytes()].as_ptr(), tile.bytes());
+    to_l1(kv.k[at..at + tile.bytes()].as_ptr(), tile.bytes());
     let (rb, slot) = (kv.dtype.row_bytes(kv.head_dim), kv.slot_bytes());
     let start = block * kv.block_size * slot + u.kv_head * rb;
     for j in 0..kv.block_size {
-        prefetch(kv.v[start + j * slot..].as_ptr(), rb);
+        to_l1(kv.v[start + j * slot..].as_ptr(), rb);
     }
-}
-
-/// Prefetches the cache lines of `len` bytes at `p` (a hint: it reads nothing
-/// architecturally visible).
-#[inline(always)]
-fn prefetch(p: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for off in (0..len).step_by(64) {
-        // SAFETY: a prefetch never faults and has no architecturally visible effect, whatever
-        // the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                p.wrapping_add(off).cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, len);
 }
 
 /// Folds the keys of logical block `b` that the unit's query sees into `st`.

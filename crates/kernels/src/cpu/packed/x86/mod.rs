@@ -9,9 +9,11 @@ pub(super) use avx2::panel_avx2;
 pub(super) use avx512::panel_avx512;
 
 use super::{PanelJob, MAX_ACT_ROWS};
+/// Panel bytes ahead go to L2 (any address: running past the matrix is harmless).
+use crate::cpu::prefetch::to_l2 as prefetch;
 
-/// How far ahead of the block being read the kernels prefetch when they read few activation
-/// rows (decode): weights then stream from memory once, and the hardware prefetchers alone,
+/// How far ahead of the block being read the kernels prefetch on a call that reads the panel
+/// from memory ([`PanelJob::stream`]): weights then stream once, and the hardware prefetchers alone,
 /// which stop at page boundaries, leave the memory bus idle part of the time.
 const PREFETCH_BYTES: usize = 4096;
 
@@ -76,19 +78,4 @@ impl<const NA: usize> KRows<NA> {
 #[inline(always)]
 fn sum_pair(sums: &[i16], p: usize) -> i32 {
     (sums[2 * p] as u16 as u32 | (sums[2 * p + 1] as u16 as u32) << 16) as i32
-}
-
-/// Prefetches the cache lines of `len` bytes at `p` into L2 (any address: prefetches never
-/// fault, so running past the matrix is harmless).
-#[inline(always)]
-fn prefetch(p: *const u8, len: usize) {
-    for off in (0..len).step_by(64) {
-        // SAFETY: a prefetch is a hint that reads nothing architecturally visible and never
-        // faults, whatever the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
-                p.wrapping_add(off).cast(),
-            )
-        };
-    }
 }

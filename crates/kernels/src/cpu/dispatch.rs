@@ -44,6 +44,23 @@ impl Isa {
             .collect()
     }
 
+    /// Whether the packed products use AMX tiles ([`Isa::tiles_supported`], unless
+    /// `KESTREL_ISA` caps the ISA: `avx512` keeps the AVX-512 VNNI kernels, as do the lower caps).
+    pub fn tiles() -> bool {
+        static TILES: OnceLock<bool> = OnceLock::new();
+        *TILES.get_or_init(|| {
+            let capped = std::env::var("KESTREL_ISA").is_ok_and(|v| v == "avx512");
+            Self::detected() == Isa::Avx512Vnni && !capped && Self::tiles_supported()
+        })
+    }
+
+    /// Whether this CPU has AMX with 8-bit tile products and the kernel granted this process
+    /// the tile state (asked once); not capped by `KESTREL_ISA`.
+    pub fn tiles_supported() -> bool {
+        static SUPPORTED: OnceLock<bool> = OnceLock::new();
+        *SUPPORTED.get_or_init(|| Self::supported() == Isa::Avx512Vnni && amx::granted())
+    }
+
     fn probe() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
@@ -73,5 +90,70 @@ impl Isa {
             Isa::Avx2 => "avx2",
             Isa::Avx512Vnni => "avx512-vnni",
         }
+    }
+}
+
+/// AMX detection: the CPU reports AMX-TILE and AMX-INT8, the OS saves the tile state (XCR0),
+/// and Linux grants this process its use (`arch_prctl(ARCH_REQ_XCOMP_PERM)`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod amx {
+    use std::arch::x86_64::{__cpuid_count, _xgetbv};
+
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    /// XCR0 bits 17 (TILECFG) and 18 (TILEDATA).
+    const XCR0_TILES: u64 = 0b11 << 17;
+
+    pub(super) fn granted() -> bool {
+        // CPUID leaf 7 exists on every x86-64 CPU with AVX-512, which the caller checked.
+        let leaf7 = __cpuid_count(7, 0);
+        let (tile, int8) = (leaf7.edx & (1 << 24) != 0, leaf7.edx & (1 << 25) != 0);
+        // CPUID.1:ECX.OSXSAVE (bit 27) says `xgetbv` may run.
+        let osxsave = __cpuid_count(1, 0).ecx & (1 << 27) != 0;
+        if !(tile && int8 && osxsave) {
+            return false;
+        }
+        // SAFETY: OSXSAVE is set (checked above).
+        let xcr0 = unsafe { xgetbv0() };
+        xcr0 & XCR0_TILES == XCR0_TILES && request_tile_data()
+    }
+
+    /// XCR0.
+    ///
+    /// # Safety
+    /// CPUID reports OSXSAVE.
+    #[target_feature(enable = "xsave")]
+    unsafe fn xgetbv0() -> u64 {
+        // SAFETY: the caller's contract (OSXSAVE), under which `xgetbv` reads XCR0.
+        unsafe { _xgetbv(0) }
+    }
+
+    /// Asks Linux for the tile data state; without it the first tile instruction faults.
+    fn request_tile_data() -> bool {
+        let ret: i64;
+        // SAFETY: the `arch_prctl` system call reads its two integer arguments and changes only
+        // this process's permitted extended state; the registers the `syscall` instruction
+        // clobbers (rcx, r11) are declared.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => ret,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret == 0
+    }
+}
+
+/// No AMX off x86-64 Linux.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+mod amx {
+    pub(super) fn granted() -> bool {
+        false
     }
 }

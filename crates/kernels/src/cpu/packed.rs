@@ -50,12 +50,16 @@ use crate::quant::{self, DType};
 /// Weight rows per panel (one AVX-512 register of `i32`/`f32` lanes).
 pub const PANEL: usize = 16;
 
-/// Activation rows one kernel call handles.
-pub const MAX_ACT_ROWS: usize = 8;
-
 /// Activation rows per chunk: a thread runs all its panels over one chunk before the next, so
-/// the chunk's quantized rows stay in L2.
+/// the chunk's quantized rows stay in L2. One kernel call handles a panel against one chunk.
 const ACT_CHUNK: usize = 64;
+
+/// Activation rows one kernel call handles.
+pub const MAX_ACT_ROWS: usize = ACT_CHUNK;
+
+/// Activation rows the AVX2 and AVX-512 kernels handle at a time (their sums and results live
+/// in registers); [`in_pieces`] splits a call.
+const PIECE_ROWS: usize = 8;
 
 /// Whether a `rows`-row matrix of `dtype` gets packed on this CPU: the type has a packed
 /// layout, whole panels, and a SIMD kernel for it is available (`KESTREL_ISA` caps this too).
@@ -80,8 +84,31 @@ pub struct PanelJob<'a> {
 /// Results of a [`PanelJob`]: `out[j][r]` for activation row `j0 + j` and panel row `r`.
 pub type PanelOut = [[f32; PANEL]; MAX_ACT_ROWS];
 
+/// Results of a piece of a job ([`PIECE_ROWS`] rows).
+type PieceOut = [[f32; PANEL]; PIECE_ROWS];
+
 /// A panel kernel (see [`PanelJob`]).
 pub type PanelFn = fn(&PanelJob<'_>, &mut PanelOut);
+
+/// Runs `kernel`, which handles up to [`PIECE_ROWS`] rows, over a job's rows a piece at a
+/// time; only the first piece streams the panel in.
+#[cfg(target_arch = "x86_64")]
+fn in_pieces(job: &PanelJob<'_>, out: &mut PanelOut, kernel: fn(&PanelJob<'_>, &mut PieceOut)) {
+    for (q, piece) in out.chunks_exact_mut(PIECE_ROWS).enumerate() {
+        let first = q * PIECE_ROWS;
+        if first >= job.na {
+            break;
+        }
+        let part = PanelJob {
+            j0: job.j0 + first,
+            na: (job.na - first).min(PIECE_ROWS),
+            stream: job.stream && q == 0,
+            ..*job
+        };
+        let piece: &mut PieceOut = piece.try_into().expect("pieces of PIECE_ROWS rows");
+        kernel(&part, piece);
+    }
+}
 
 impl PanelJob<'_> {
     /// Scale `(d, m)` of panel row `r` in block `i` (`m` = 0 except Q4_1); for the scalar code.
@@ -127,15 +154,37 @@ impl PanelJob<'_> {
     }
 }
 
-/// The panel kernel for `isa` (capped at what this CPU supports).
+/// The panel kernel for `isa` (capped at what this CPU supports): on AVX-512, the AMX tile
+/// kernel where [`Isa::tiles`] allows it.
 pub fn panel_kernel(isa: Isa) -> PanelFn {
     match isa.min(Isa::supported()) {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni if Isa::tiles() => x86::panel_amx,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => x86::panel_avx512,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::panel_avx2,
         _ => reference::panel_ref,
     }
+}
+
+/// Every panel kernel this CPU can run, by name, the scalar spec first (tests compare them).
+pub fn panel_kernels() -> Vec<(&'static str, PanelFn)> {
+    let mut all: Vec<(&'static str, PanelFn)> = vec![("scalar", reference::panel_ref)];
+    #[cfg(target_arch = "x86_64")]
+    {
+        let best = Isa::supported();
+        if best >= Isa::Avx2 {
+            all.push(("avx2", x86::panel_avx2));
+        }
+        if best >= Isa::Avx512Vnni {
+            all.push(("avx512-vnni", x86::panel_avx512));
+        }
+        if Isa::tiles_supported() {
+            all.push(("amx", x86::panel_amx));
+        }
+    }
+    all
 }
 
 /// `y (m × w.rows()) = x (m × w.cols()) · Wᵀ` with the kernel for this CPU.
@@ -218,11 +267,12 @@ pub fn matmul_packed_many_with<const N: usize>(
     let panels = ws.map(|w| w.rows() / PANEL);
     let total: usize = panels.iter().sum();
     pool.broadcast(&|t, n| {
+        let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
         for c0 in (0..m).step_by(ACT_CHUNK) {
             let rows = c0..(c0 + ACT_CHUNK).min(m);
             for g in total * t / n..total * (t + 1) / n {
                 let (k, p) = locate(&panels, g);
-                panel_rows(kernel, ws[k], acts, p, rows.clone(), &outs[k]);
+                panel_rows(kernel, ws[k], acts, p, rows.clone(), &outs[k], &mut tile);
             }
         }
     });
@@ -253,7 +303,7 @@ pub fn matmul_packed_segments<'w, const N: usize>(
 }
 
 /// Activation rows `rows` against panel `p`, [`MAX_ACT_ROWS`] per kernel call, into `out`
-/// (`m × w.rows()`).
+/// (`m × w.rows()`), through the calling thread's `tile`.
 fn panel_rows(
     kernel: PanelFn,
     w: &PackedMatrix,
@@ -261,8 +311,8 @@ fn panel_rows(
     p: usize,
     rows: std::ops::Range<usize>,
     out: &SharedMut<'_, f32>,
+    tile: &mut PanelOut,
 ) {
-    let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
     for j0 in rows.clone().step_by(MAX_ACT_ROWS) {
         let na = (rows.end - j0).min(MAX_ACT_ROWS);
         let job = PanelJob {
@@ -274,7 +324,7 @@ fn panel_rows(
             na,
             stream: j0 == rows.start,
         };
-        kernel(&job, &mut tile);
+        kernel(&job, tile);
         for (j, row) in tile.iter().enumerate().take(na) {
             // SAFETY: the calling thread writes only panel `p`'s columns of rows `rows`, a unit
             // of work that the segmented product's plan hands to exactly one thread.

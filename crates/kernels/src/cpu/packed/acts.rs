@@ -13,8 +13,9 @@ use crate::quant::ActFormat;
 /// block is 32 values, or 256 for Q8_K).
 #[derive(Default)]
 pub struct PackedActs {
-    /// `m × cols` quants.
-    pub(super) q: Vec<i8>,
+    /// `m × cols` quants, from a cache-line boundary (so the tile kernel's 32-byte rows never
+    /// straddle two lines).
+    pub(super) q: AlignedQuants,
     /// `m × nb` block scales.
     pub(super) d: Vec<f32>,
     /// `m × nb × 8` (Q8_K only): the quant sum of each 32-value sub-block, which multiplies the
@@ -28,15 +29,73 @@ pub struct PackedActs {
     pub(super) corr: Vec<i32>,
     /// `m × nb`: Q8_1's `s = d·Σq` (Q4_1 only; multiplies the weight block's minimum).
     pub(super) s: Vec<f32>,
+    /// Rows (`m`).
+    pub(super) rows: usize,
+    /// `d`, `corr` and `s` block-major (`nb × m`, then [`BLOCK_MAJOR_PAD`] zeros): the tile
+    /// kernel reads one block's constants for 16 consecutive rows from one place.
+    pub(super) d_bm: Vec<f32>,
+    pub(super) corr_bm: Vec<i32>,
+    pub(super) s_bm: Vec<f32>,
+}
+
+/// One cache line of quants.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([i8; 64]);
+
+/// A growable run of `i8` that starts on a cache-line boundary.
+#[derive(Default)]
+pub(super) struct AlignedQuants {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedQuants {
+    /// `len` quants (the new ones zero).
+    fn resize(&mut self, len: usize) {
+        self.lines.resize(len.div_ceil(64), Line([0; 64]));
+        self.len = len;
+    }
+}
+
+impl std::ops::Deref for AlignedQuants {
+    type Target = [i8];
+
+    fn deref(&self) -> &[i8] {
+        &bytemuck::cast_slice(&self.lines)[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedQuants {
+    fn deref_mut(&mut self) -> &mut [i8] {
+        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+    }
+}
+
+/// Zeros after the block-major arrays, so that 16 rows from any row on stay in bounds.
+pub(super) const BLOCK_MAJOR_PAD: usize = 16;
+
+/// `src` (`m × nb`, row-major) block-major into `dst` (`nb × m`, then the padding).
+fn block_major<T: Copy + Default>(src: &[T], m: usize, nb: usize, dst: &mut Vec<T>) {
+    dst.clear();
+    dst.resize(nb * m + BLOCK_MAJOR_PAD, T::default());
+    for (a, row) in src[..m * nb].chunks_exact(nb).enumerate() {
+        for (i, &v) in row.iter().enumerate() {
+            dst[i * m + a] = v;
+        }
+    }
 }
 
 impl PackedActs {
     /// Refills from `m` rows in `kind`'s activation format (`blocks`, `nb` blocks a row).
     pub(super) fn fill(&mut self, kind: PackedKind, blocks: &[u8], m: usize, nb: usize) {
+        self.rows = m;
         if kind.act() == ActFormat::Q8K {
-            return self.fill_q8_k(blocks, m * nb);
+            self.fill_q8_k(blocks, m * nb);
+            block_major(&self.d, m, nb, &mut self.d_bm);
+            return;
         }
-        self.q.resize(m * nb * 32, 0);
+        self.q.resize(m * nb * 32);
         self.d.resize(m * nb, 0.0);
         self.corr.resize(m * nb, 0);
         self.s.resize(m * nb, 0.0);
@@ -56,12 +115,15 @@ impl PackedActs {
                 }
             }
         }
+        block_major(&self.d, m, nb, &mut self.d_bm);
+        block_major(&self.corr, m, nb, &mut self.corr_bm);
+        block_major(&self.s, m, nb, &mut self.s_bm);
     }
 
     /// Refills from `n` Q8_K blocks.
     fn fill_q8_k(&mut self, blocks: &[u8], n: usize) {
         const BYTES: usize = std::mem::size_of::<BlockQ8K>();
-        self.q.resize(n * 256, 0);
+        self.q.resize(n * 256);
         self.d.resize(n, 0.0);
         self.sub_sums.resize(n * 8, 0);
         self.bsums.resize(n * 16, 0);

@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 use super::q4_k_scales::q4_k_scales;
 use super::{check, prefetch, sum_pair, KRows, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
-use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
+use crate::cpu::packed::{PackedKind, PanelJob, PieceOut, PIECE_ROWS};
 
 /// Activation rows one pass over the panel handles.
 const PASS_ROWS: usize = 2;
@@ -48,9 +48,9 @@ macro_rules! by_kind {
     };
 }
 
-/// The AVX2 [`crate::cpu::packed::PanelFn`].
-pub(in crate::cpu::packed) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
-    check(job);
+/// The AVX2 kernel for a piece of a job (at most [`PIECE_ROWS`] rows).
+pub(super) fn piece_avx2(job: &PanelJob<'_>, out: &mut PieceOut) {
+    check(job, PIECE_ROWS);
     for j in (0..job.na).step_by(PASS_ROWS) {
         // SAFETY: `panel_kernel` hands this out only on CPUs with AVX2, FMA and F16C; `check`
         // verified that the panel holds `nb` blocks and the activations hold rows
@@ -158,7 +158,7 @@ unsafe fn q8_sums<const NA: usize>(qp: *const u8, aq: &[*const i8; NA], i: usize
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; the job passed [`check`] and `j + NA <= job.na`.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
+unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, j: usize, out: &mut PieceOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
@@ -257,7 +257,7 @@ fn add_scaled<const NA: usize>(t: &mut [Halves<__m256>; NA], isum: &Sums<NA>, ds
 /// Stores the 16 results of activation rows `j..j + NA`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn store<const NA: usize>(acc: &[Halves<__m256>; NA], j: usize, out: &mut PanelOut) {
+fn store<const NA: usize>(acc: &[Halves<__m256>; NA], j: usize, out: &mut PieceOut) {
     for (u, halves) in acc.iter().enumerate() {
         for (h, a) in halves.iter().enumerate() {
             // SAFETY: each output row holds 16 floats; half h is floats 8h..8h+8.
@@ -271,7 +271,7 @@ fn store<const NA: usize>(acc: &[Halves<__m256>; NA], j: usize, out: &mut PanelO
 /// # Safety
 /// As [`run`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
+unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PieceOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let KRows {
@@ -382,7 +382,7 @@ unsafe fn q6_sums<const NA: usize>(
 /// # Safety
 /// As [`run`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PanelOut) {
+unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PieceOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let KRows {

@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 use super::q4_k_scales::q4_k_scales;
 use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
-use crate::cpu::packed::{PackedKind, PanelJob, PanelOut};
+use crate::cpu::packed::{PackedKind, PanelJob, PieceOut, PIECE_ROWS};
 
 /// Generates the `match` from a job's row count to the monomorphized kernel.
 macro_rules! by_rows {
@@ -34,9 +34,9 @@ macro_rules! by_rows {
     };
 }
 
-/// The AVX-512 VNNI [`super::PanelFn`].
-pub(in crate::cpu::packed) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
-    check(job);
+/// The AVX-512 VNNI kernel for a piece of a job (at most [`PIECE_ROWS`] rows).
+pub(super) fn piece_avx512(job: &PanelJob<'_>, out: &mut PieceOut) {
+    check(job, PIECE_ROWS);
     // SAFETY: `panel_kernel` hands this out only on CPUs with AVX-512 F/BW/VL/VNNI, F16C and
     // FMA; `check` verified that the panel holds `nb` blocks and the activations hold rows
     // `j0..j0 + na` of `nb` blocks, which is all `run` reads.
@@ -104,7 +104,7 @@ unsafe fn block_sums<const NA: usize, const KIND: u8>(
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PanelOut) {
+unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PieceOut) {
     if KIND == Q4_K {
         // SAFETY: the caller's contract is `run_q4_k`'s.
         return unsafe { run_q4_k::<NA>(job, out) };
@@ -162,7 +162,7 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pan
 /// # Safety
 /// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
+unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
@@ -277,7 +277,7 @@ unsafe fn q6_sums<const NA: usize>(
 /// # Safety
 /// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PanelOut) {
+unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();

@@ -1,14 +1,24 @@
 //! x86 panel kernels (AVX2, AVX-512 VNNI) and what they share: the bounds check that makes
 //! their unchecked loads sound, and the decode prefetch.
 
+mod amx;
 mod avx2;
 mod avx512;
 mod q4_k_scales;
 
-pub(super) use avx2::panel_avx2;
-pub(super) use avx512::panel_avx512;
+pub(super) use amx::panel_amx;
 
-use super::{PanelJob, MAX_ACT_ROWS};
+use super::{in_pieces, PanelJob, PanelOut};
+
+/// The AVX2 [`super::PanelFn`].
+pub(super) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
+    in_pieces(job, out, avx2::piece_avx2);
+}
+
+/// The AVX-512 VNNI [`super::PanelFn`].
+pub(super) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
+    in_pieces(job, out, avx512::piece_avx512);
+}
 /// Panel bytes ahead go to L2 (any address: running past the matrix is harmless).
 use crate::cpu::prefetch::to_l2 as prefetch;
 
@@ -24,13 +34,14 @@ const Q8_0: u8 = 2;
 const Q4_K: u8 = 3;
 const Q6_K: u8 = 4;
 
-/// Panics unless every byte the kernels read is in bounds.
-fn check(job: &PanelJob<'_>) {
+/// Panics unless the job has 1 to `max_rows` rows and every byte the kernels read is in
+/// bounds.
+fn check(job: &PanelJob<'_>, max_rows: usize) {
     let (nb, kind, a) = (job.nb, job.kind, job.acts);
     let rows_end = job.j0 + job.na;
     assert!(
-        (1..=MAX_ACT_ROWS).contains(&job.na),
-        "panel kernel: 1..=8 rows"
+        (1..=max_rows).contains(&job.na),
+        "panel kernel: 1..={max_rows} rows"
     );
     assert!(
         job.panel.len() >= nb * (kind.quant_bytes() + kind.scale_bytes()),

@@ -30,7 +30,8 @@ fn main() {
                 .collect();
             let mut y = vec![0.0; m * rows];
             let mut s = Scratch::default();
-            for (name, k) in panel_kernels().into_iter().skip(2) {
+            for v in panel_kernels().into_iter().skip(2) {
+                let (name, k) = (v.name, v.kernel);
                 if std::env::var("K").is_ok_and(|kk| kk != name) {
                     continue;
                 }

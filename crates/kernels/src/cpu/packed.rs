@@ -168,23 +168,43 @@ pub fn panel_kernel(isa: Isa) -> PanelFn {
     }
 }
 
-/// Every panel kernel this CPU can run, by name, the scalar spec first (tests compare them).
-pub fn panel_kernels() -> Vec<(&'static str, PanelFn)> {
-    let mut all: Vec<(&'static str, PanelFn)> = vec![("scalar", reference::panel_ref)];
+/// A panel kernel and the scalar spec it is bit-identical to.
+pub struct PanelVariant {
+    pub name: &'static str,
+    pub kernel: PanelFn,
+    pub spec: PanelFn,
+}
+
+/// Every panel kernel this CPU can run, with its spec (tests compare them). The AMX kernel
+/// sums each K-quant super-block exactly before rounding: its spec, [`tiles_spec`], agrees
+/// with [`panel_spec`] to `f32` rounding.
+pub fn panel_kernels() -> Vec<PanelVariant> {
+    let variant = |name, kernel, spec| PanelVariant { name, kernel, spec };
+    let mut all = vec![variant("scalar", panel_spec(), panel_spec())];
     #[cfg(target_arch = "x86_64")]
     {
         let best = Isa::supported();
         if best >= Isa::Avx2 {
-            all.push(("avx2", x86::panel_avx2));
+            all.push(variant("avx2", x86::panel_avx2, panel_spec()));
         }
         if best >= Isa::Avx512Vnni {
-            all.push(("avx512-vnni", x86::panel_avx512));
+            all.push(variant("avx512-vnni", x86::panel_avx512, panel_spec()));
         }
         if Isa::tiles_supported() {
-            all.push(("amx", x86::panel_amx));
+            all.push(variant("amx", x86::panel_amx, tiles_spec()));
         }
     }
     all
+}
+
+/// The scalar spec of the packed product (the VNNI and AVX2 kernels' order of operations).
+pub fn panel_spec() -> PanelFn {
+    reference::panel_ref
+}
+
+/// The scalar spec of the AMX kernel (whole K-quant super-blocks summed in `i32`).
+pub fn tiles_spec() -> PanelFn {
+    reference::panel_tiles_ref
 }
 
 /// `y (m × w.rows()) = x (m × w.cols()) · Wᵀ` with the kernel for this CPU.

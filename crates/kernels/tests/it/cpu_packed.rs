@@ -4,7 +4,7 @@
 use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{
     can_share_input, matmul_packed, matmul_packed_many, matmul_packed_segments, matmul_packed_with,
-    panel_kernel, panel_kernels, worth_packing, PackedMatrix, PANEL,
+    panel_kernels, panel_spec, tiles_spec, worth_packing, PackedMatrix, PANEL,
 };
 use kestrel_kernels::cpu::{Isa, ThreadPool};
 use kestrel_kernels::quant::{self, DType};
@@ -136,14 +136,45 @@ fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
         for m in ROW_COUNTS.into_iter().chain(1..=9) {
             let x = random_x(m, cols, &mut rng);
             let mut scratch = Scratch::default();
-            let mut want = vec![0.0; m * rows];
-            let spec = panel_kernel(Isa::Scalar);
-            matmul_packed_with(&pool, spec, &packed, &x, m, &mut want, &mut scratch);
-            for (name, k) in panel_kernels() {
-                let mut got = vec![0.0; m * rows];
-                matmul_packed_with(&pool, k, &packed, &x, m, &mut got, &mut scratch);
-                assert_eq!(got, want, "{dtype} {name} m={m}");
+            for v in panel_kernels() {
+                let (mut want, mut got) = (vec![0.0; m * rows], vec![0.0; m * rows]);
+                matmul_packed_with(&pool, v.spec, &packed, &x, m, &mut want, &mut scratch);
+                matmul_packed_with(&pool, v.kernel, &packed, &x, m, &mut got, &mut scratch);
+                assert_eq!(got, want, "{dtype} {} m={m}", v.name);
             }
+        }
+    }
+}
+
+/// The AMX kernel's spec sums whole K-quant super-blocks in `i32` and rounds once, the main
+/// spec rounds per sub-block: both stay within a few `f32` roundings of the exact product.
+#[test]
+fn the_tile_spec_agrees_with_the_panel_spec_to_rounding() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for dtype in KINDS {
+        let (rows, cols) = (32, width(dtype, 512));
+        let data = quantized(dtype, rows, cols, &mut rng);
+        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let m = 5;
+        let x = random_x(m, cols, &mut rng);
+        let mut scratch = Scratch::default();
+        let (mut a, mut b) = (vec![0.0; m * rows], vec![0.0; m * rows]);
+        matmul_packed_with(&pool, panel_spec(), &packed, &x, m, &mut a, &mut scratch);
+        matmul_packed_with(&pool, tiles_spec(), &packed, &x, m, &mut b, &mut scratch);
+        let scale = a.iter().fold(0.0f32, |s, v| s.max(v.abs()));
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-5 * scale,
+                "{dtype} output {i}: {p} vs {q} (largest {scale})"
+            );
+        }
+        let differ = a.iter().zip(&b).filter(|(p, q)| p != q).count();
+        if dtype.block_size() == 32 {
+            assert_eq!(
+                differ, 0,
+                "{dtype}: the two specs are one for 32-value blocks"
+            );
         }
     }
 }

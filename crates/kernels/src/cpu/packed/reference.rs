@@ -86,6 +86,42 @@ fn panel_q6_k_ref(job: &PanelJob<'_>, out: &mut PanelOut) {
     })
 }
 
+/// The spec of the AMX kernel (`x86/amx`): for Q4_0, Q4_1 and Q8_0 [`panel_ref`]; for the
+/// K-quants each super-block's sum is taken exactly in `i32` with the sub-block scales inside
+/// it, then rounded once (the tile products sum whole super-blocks):
+///
+/// ```text
+///   Q4_K:  t = f32(Σ_e sc[e/32] · q_e · a_e) · d;   t = fma(f32(Σ_s mn[s] · sub_sum_s), −dmin, t)
+///   Q6_K:  t = f32(Σ_e sc[e/16] · q_e · a_e − 32 · Σ_s sc[s] · bsum_s) · d
+///   acc = fma(t, d_a, acc)
+/// ```
+///
+/// It is at least as exact as [`panel_ref`]'s per-sub-block `f32` sums, and agrees with it to
+/// `f32` rounding.
+pub(super) fn panel_tiles_ref(job: &PanelJob<'_>, out: &mut PanelOut) {
+    match job.kind {
+        PackedKind::Q4_K => k_quant_ref(job, out, |quants, aq, k, r, i| {
+            let (d, dmin, sc, mn) = job.q4_k_scales(i, r);
+            let (mut isum, mut msum) = (0i32, 0i32);
+            for s in 0..8 {
+                isum += sc[s] as i32 * dot(PackedKind::Q4_K, quants, r, aq, 32 * s..32 * s + 32);
+                msum += mn[s] as i32 * job.acts.sub_sums[k * 8 + s] as i32;
+            }
+            (msum as f32).mul_add(-dmin, isum as f32 * d)
+        }),
+        PackedKind::Q6_K => k_quant_ref(job, out, |quants, aq, k, r, i| {
+            let (d, sc) = job.q6_k_scales(i, r);
+            let (mut isum, mut csum) = (0i32, 0i32);
+            for (s, &scale) in sc.iter().enumerate() {
+                isum += scale as i32 * dot(PackedKind::Q6_K, quants, r, aq, 16 * s..16 * s + 16);
+                csum += scale as i32 * job.acts.bsums[k * 16 + s] as i32;
+            }
+            (isum - 32 * csum) as f32 * d
+        }),
+        _ => panel_ref(job, out),
+    }
+}
+
 /// `out[j][r] = Σ_i f32(Σ_e w[r][i][e] · a[j][i][e] − corr[j][i]) · (d_w · d_a)
 ///              (+ m_w · s_a)` for the job's activation rows (the K-quants: see above).
 pub(super) fn panel_ref(job: &PanelJob<'_>, out: &mut PanelOut) {

@@ -14,7 +14,9 @@
 use std::arch::x86_64::*;
 
 use super::q4_k_scales::q4_k_scales;
-use super::{check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0};
+use super::{
+    check, prefetch, PREFETCH_BYTES, Q4_0, Q4_1, Q4_K, Q4_K_TILES, Q6_K, Q6_K_TILES, Q8_0,
+};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::{PackedKind, PanelJob, PieceOut, PIECE_ROWS};
 
@@ -36,6 +38,18 @@ macro_rules! by_rows {
 
 /// The AVX-512 VNNI kernel for a piece of a job (at most [`PIECE_ROWS`] rows).
 pub(super) fn piece_avx512(job: &PanelJob<'_>, out: &mut PieceOut) {
+    piece::<false>(job, out)
+}
+
+/// [`piece_avx512`] with the K-quant super-blocks summed in `i32` before rounding, as the AMX
+/// kernel does (`reference.rs`'s `panel_tiles_ref`): the AMX kernel's calls with few rows, so
+/// that a row's result does not depend on how many rows share its call.
+pub(super) fn piece_avx512_tiles(job: &PanelJob<'_>, out: &mut PieceOut) {
+    piece::<true>(job, out)
+}
+
+/// [`piece_avx512`] or (`TILES`) [`piece_avx512_tiles`].
+fn piece<const TILES: bool>(job: &PanelJob<'_>, out: &mut PieceOut) {
     check(job, PIECE_ROWS);
     // SAFETY: `panel_kernel` hands this out only on CPUs with AVX-512 F/BW/VL/VNNI, F16C and
     // FMA; `check` verified that the panel holds `nb` blocks and the activations hold rows
@@ -45,6 +59,8 @@ pub(super) fn piece_avx512(job: &PanelJob<'_>, out: &mut PieceOut) {
             PackedKind::Q4_0 => by_rows!(job, out, Q4_0),
             PackedKind::Q4_1 => by_rows!(job, out, Q4_1),
             PackedKind::Q8_0 => by_rows!(job, out, Q8_0),
+            PackedKind::Q4_K if TILES => by_rows!(job, out, Q4_K_TILES),
+            PackedKind::Q6_K if TILES => by_rows!(job, out, Q6_K_TILES),
             PackedKind::Q4_K => by_rows!(job, out, Q4_K),
             PackedKind::Q6_K => by_rows!(job, out, Q6_K),
         }
@@ -105,13 +121,13 @@ unsafe fn block_sums<const NA: usize, const KIND: u8>(
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PieceOut) {
-    if KIND == Q4_K {
+    if KIND == Q4_K || KIND == Q4_K_TILES {
         // SAFETY: the caller's contract is `run_q4_k`'s.
-        return unsafe { run_q4_k::<NA>(job, out) };
+        return unsafe { run_q4_k::<NA, KIND>(job, out) };
     }
-    if KIND == Q6_K {
+    if KIND == Q6_K || KIND == Q6_K_TILES {
         // SAFETY: the caller's contract is `run_q6_k`'s.
-        return unsafe { run_q6_k::<NA>(job, out) };
+        return unsafe { run_q6_k::<NA, KIND>(job, out) };
     }
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
@@ -157,12 +173,15 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pie
     }
 }
 
-/// [`run`] for a Q4_K panel (the order of operations of `reference.rs`'s `panel_q4_k_ref`).
+/// [`run`] for a Q4_K panel: the order of operations of `reference.rs`'s `panel_q4_k_ref`,
+/// or with `KIND` = `Q4_K_TILES` of its `panel_tiles_ref` (the sub-block sums times their
+/// scales added in `i32`).
 ///
 /// # Safety
 /// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
+unsafe fn run_q4_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PieceOut) {
+    let tiles = KIND == Q4_K_TILES;
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
@@ -179,6 +198,7 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
         // dmin) and its 8 sub-blocks of 256 quant bytes are in the panel; the activation
         // rows hold 256 quants per super-block.
         let mut t = [_mm512_setzero_ps(); NA];
+        let mut ti = [_mm512_setzero_si512(); NA];
         let (ks, dw, neg_dmin) = unsafe {
             let sp = scales.add(i * sb);
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
@@ -199,7 +219,17 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
             let isum =
                 unsafe { block_sums::<NA, Q4_0>(quants.add(i * qb + 256 * s), &aq, 8 * i + s) };
             for j in 0..NA {
-                t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), dsc, t[j]);
+                if tiles {
+                    let sc = _mm512_cvtepu8_epi32(ks.sc[s]);
+                    ti[j] = _mm512_add_epi32(ti[j], _mm512_mullo_epi32(isum[j], sc));
+                } else {
+                    t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), dsc, t[j]);
+                }
+            }
+        }
+        if tiles {
+            for j in 0..NA {
+                t[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(ti[j]), dw);
             }
         }
         let mins: [__m512i; 4] = std::array::from_fn(|p| {
@@ -272,12 +302,14 @@ unsafe fn q6_sums<const NA: usize>(
     isum
 }
 
-/// [`run`] for a Q6_K panel (the order of operations of `reference.rs`'s `panel_q6_k_ref`).
+/// [`run`] for a Q6_K panel: the order of operations of `reference.rs`'s `panel_q6_k_ref`,
+/// or with `KIND` = `Q6_K_TILES` of its `panel_tiles_ref` (the whole super-block in `i32`).
 ///
 /// # Safety
 /// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
+unsafe fn run_q6_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut PieceOut) {
+    let tiles = KIND == Q6_K_TILES;
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
@@ -301,6 +333,7 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
             )
         };
         let mut t = [_mm512_setzero_ps(); NA];
+        let mut ti = [_mm512_setzero_si512(); NA];
         for (s, &scale) in sc.iter().enumerate() {
             let dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(scale)));
             let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
@@ -311,7 +344,12 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
             // 256i + 32(s / 2)..+32.
             let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };
             for j in 0..NA {
-                t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), dsc, t[j]);
+                if tiles {
+                    let sc = _mm512_cvtepi8_epi32(scale);
+                    ti[j] = _mm512_add_epi32(ti[j], _mm512_mullo_epi32(isum[j], sc));
+                } else {
+                    t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), dsc, t[j]);
+                }
             }
         }
         let pairs: [__m512i; 8] = std::array::from_fn(|p| {
@@ -330,7 +368,12 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, out: &mut PieceOut) {
                 let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
                 csum = _mm512_dpwssd_epi32(csum, *sc2, _mm512_set1_epi32(pair));
             }
-            t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(csum), neg32d, t[j]);
+            if tiles {
+                let sum = _mm512_sub_epi32(ti[j], _mm512_slli_epi32(csum, 5));
+                t[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+            } else {
+                t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(csum), neg32d, t[j]);
+            }
             acc[j] = _mm512_fmadd_ps(t[j], _mm512_set1_ps(acts.d[k]), acc[j]);
         }
     }

@@ -19,6 +19,11 @@ pub(super) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
 pub(super) fn panel_avx512(job: &PanelJob<'_>, out: &mut PanelOut) {
     in_pieces(job, out, avx512::piece_avx512);
 }
+
+/// [`panel_avx512`] on the AMX kernel's spec: its calls with few rows.
+fn panel_avx512_tiles(job: &PanelJob<'_>, out: &mut PanelOut) {
+    in_pieces(job, out, avx512::piece_avx512_tiles);
+}
 /// Panel bytes ahead go to L2 (any address: running past the matrix is harmless).
 use crate::cpu::prefetch::to_l2 as prefetch;
 
@@ -33,6 +38,9 @@ const Q4_1: u8 = 1;
 const Q8_0: u8 = 2;
 const Q4_K: u8 = 3;
 const Q6_K: u8 = 4;
+/// Q4_K and Q6_K with whole super-blocks summed in `i32` (the AMX kernel's spec).
+const Q4_K_TILES: u8 = 5;
+const Q6_K_TILES: u8 = 6;
 
 /// Panics unless the job has 1 to `max_rows` rows and every byte the kernels read is in
 /// bounds.

@@ -29,12 +29,14 @@ pub struct PackedActs {
     pub(super) corr: Vec<i32>,
     /// `m × nb`: Q8_1's `s = d·Σq` (Q4_1 only; multiplies the weight block's minimum).
     pub(super) s: Vec<f32>,
+    /// The same quants block-major (`nb × m` blocks): the tile kernel's A operand, 16 rows of
+    /// one block at one place (strided rows would share a few L1 sets).
+    pub(super) q_bm: AlignedQuants,
     /// Rows (`m`).
     pub(super) rows: usize,
-    /// `d`, `corr` and `s` block-major (`nb × m`, then [`BLOCK_MAJOR_PAD`] zeros): the tile
-    /// kernel reads one block's constants for 16 consecutive rows from one place.
+    /// `d` and `s` block-major (`nb × m`, then [`BLOCK_MAJOR_PAD`] zeros): the tile kernel
+    /// reads one block's constants for 16 consecutive rows from one place.
     pub(super) d_bm: Vec<f32>,
-    pub(super) corr_bm: Vec<i32>,
     pub(super) s_bm: Vec<f32>,
 }
 
@@ -93,6 +95,7 @@ impl PackedActs {
         if kind.act() == ActFormat::Q8K {
             self.fill_q8_k(blocks, m * nb);
             block_major(&self.d, m, nb, &mut self.d_bm);
+            self.quants_block_major(m, nb, 256);
             return;
         }
         self.q.resize(m * nb * 32);
@@ -116,8 +119,18 @@ impl PackedActs {
             }
         }
         block_major(&self.d, m, nb, &mut self.d_bm);
-        block_major(&self.corr, m, nb, &mut self.corr_bm);
         block_major(&self.s, m, nb, &mut self.s_bm);
+        self.quants_block_major(m, nb, 32);
+    }
+
+    /// Fills [`Self::q_bm`] from [`Self::q`] (`elems` quants a block).
+    fn quants_block_major(&mut self, m: usize, nb: usize, elems: usize) {
+        self.q_bm.resize(m * nb * elems);
+        for (a, row) in self.q.chunks_exact(nb * elems).enumerate() {
+            for (i, block) in row.chunks_exact(elems).enumerate() {
+                self.q_bm[(i * m + a) * elems..][..elems].copy_from_slice(block);
+            }
+        }
     }
 
     /// Refills from `n` Q8_K blocks.

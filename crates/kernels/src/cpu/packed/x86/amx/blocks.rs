@@ -131,7 +131,7 @@ unsafe fn run_kind<const MIN: bool, const SIGNED: bool>(
     let (scales, a, d_bm, s_bm) = unsafe {
         (
             job.panel.as_ptr().add(nb * qb),
-            acts.q.as_ptr().add(row0 * nb * 32),
+            acts.q_bm.as_ptr().add(row0 * 32),
             acts.d_bm.as_ptr().add(row0),
             acts.s_bm.as_ptr().wrapping_add(row0),
         )
@@ -140,13 +140,14 @@ unsafe fn run_kind<const MIN: bool, const SIGNED: bool>(
     let cp = c.as_mut_ptr();
     let mut acc = [_mm512_setzero_ps(); GROUP];
     let compute_step = |i: usize| {
-        let (ai, bi) = (a.wrapping_add(32 * i), b.wrapping_add(512 * i));
-        // SAFETY: block i < nb: 32 activation bytes per row, 8 B lines.
+        let (ai, bi) = (a.wrapping_add(32 * m * i), b.wrapping_add(512 * i));
+        // SAFETY: block i < nb: the group's rows of it (block-major, 32 bytes a row), 8 B
+        // lines.
         unsafe {
             if i.is_multiple_of(2) {
-                compute::<0, SIGNED>(ai, nb * 32, bi)
+                compute::<0, SIGNED>(ai, 32, bi)
             } else {
-                compute::<1, SIGNED>(ai, nb * 32, bi)
+                compute::<1, SIGNED>(ai, 32, bi)
             }
         }
     };
@@ -185,7 +186,7 @@ unsafe fn run_kind<const MIN: bool, const SIGNED: bool>(
     // SAFETY: the caller's contract.
     unsafe {
         configure(Layout::Blocks { rows });
-        pipeline(nb, compute_step, store_step, scale_step);
+        pipeline::<2>(nb, compute_step, store_step, scale_step);
         store_rows(&acc, out);
     }
 }

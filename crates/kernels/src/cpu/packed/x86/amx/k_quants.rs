@@ -1,8 +1,9 @@
 //! The AMX kernel for Q4_K and Q6_K. Unpacking folds each sub-block's integer scale into its
-//! weights, `v = sc · q` (Q4_K: 0..=945; Q6_K: −8064..=8001, the stored quants being 32 above
-//! the signed ones), and splits it into two byte planes, `v = 64 · hi + lo` with `lo` in
-//! 0..64. A super-block is then 4 × 2 accumulating tile products of 64 values, whose sums
-//! `64 · C_hi + C_lo = Σ sc · q · a` are exact in `i32` (at most 2.7 · 10⁸), and one scaling:
+//! weights, `v = sc · q` (Q4_K: 0..=945) or `v = sc · (q − 32)` (Q6_K, whose stored quants are
+//! 32 above the signed ones: −4096..=4064), and splits it into two byte planes,
+//! `v = 64 · hi + lo` with `lo` in 0..64. A super-block is then 4 × 2 accumulating tile
+//! products of 64 values, whose sums `64 · C_hi + C_lo = Σ v · a` are exact in `i32` (at most
+//! 3.1 · 10⁷ in size), and one scaling (for Q6_K, `Σ sc·(q − 32)·a` is the spec's integer):
 //!
 //! ```text
 //!   Q4_K:  t = f32(Σ sc·q·a) · d;  t = fma(f32(Σ_s mn[s] · sub_sum_s), −dmin, t)
@@ -15,15 +16,34 @@
 
 use std::arch::asm;
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::{configure, each_row, pipeline, store_rows, Layout, Sums, GROUP};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::x86::q4_k_scales::q4_k_scales;
-use crate::cpu::packed::x86::{prefetch, sum_pair, PREFETCH_BYTES};
-use crate::cpu::packed::{PackedKind, PanelJob, PANEL};
+use crate::cpu::packed::x86::{prefetch, PREFETCH_BYTES};
+use crate::cpu::packed::{PackedKind, PanelJob, PanelOut, PANEL};
 
-/// Bytes of one super-block's unpacked planes (64 lines each).
-const PLANES: usize = 2 * 64 * 64;
+/// Bytes of one plane of a super-block (64 lines).
+const PLANE: usize = 64 * 64;
+
+/// Bytes of one super-block's unpacked planes: Q6_K two, Q4_K three (the third holds each
+/// element's sub-block minimum, so the tiles also sum `Σ mn · a`).
+const fn planes_bytes(kind: PackedKind) -> usize {
+    match kind {
+        PackedKind::Q6_K => 2 * PLANE,
+        _ => 3 * PLANE,
+    }
+}
+
+/// Super-blocks unpacked at a time: their planes (24 KiB) stay in L1 while every group of
+/// activation rows runs over them.
+const fn chunk(kind: PackedKind) -> usize {
+    CHUNK_BYTES / planes_bytes(kind)
+}
+
+/// The most bytes of planes a chunk holds.
+pub(super) const CHUNK_BYTES: usize = 24 * 1024;
 
 /// Tile set `T` (0 or 1) computes one super-block: C tiles `2T` (low plane) and `2T + 1`
 /// (high plane, signed bytes if `HI_SIGNED`) = A (the configured rows of 256 activation bytes
@@ -103,22 +123,107 @@ unsafe fn store<const T: usize>(c: *mut [Sums; 2]) {
     }
 }
 
-/// A sub-block's scales (byte `r` = row `r`'s) as the even and odd byte operands of
-/// `maddubs`: row `r`'s 4 bytes `[sc, 0, sc, 0]` and `[0, sc, 0, sc]`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn scale_pairs(sc: __m128i) -> (__m512i, __m512i) {
-    let z = _mm512_cvtepu8_epi32(sc);
-    let even = _mm512_or_si512(z, _mm512_slli_epi32(z, 16));
-    (even, _mm512_slli_epi32(even, 8))
+/// Q4_K's super-block: C tiles 0, 1, 2 (low, high and minimum planes) = A (the configured
+/// rows of 256 activation bytes at `a`, `a_stride` apart) times the three planes at `b`, 64
+/// values a product.
+///
+/// # Safety
+/// The tiles are configured as [`Layout::Wide3`]; the A rows and the planes are in bounds.
+#[inline(always)]
+unsafe fn compute3(a: *const i8, a_stride: usize, b: *const u8) {
+    macro_rules! chunk_of_64 {
+        ($a:literal, $k:literal) => {
+            concat!(
+                "tileloadd ",
+                $a,
+                ", [{a} + {sa} * 1 + 64 * ",
+                $k,
+                "]\n",
+                "tileloadd tmm5, [{b} + {line} * 1 + 1024 * ",
+                $k,
+                "]\n",
+                "tdpbsud tmm0, ",
+                $a,
+                ", tmm5\n",
+                "tileloadd tmm6, [{b} + {line} * 1 + 4096 + 1024 * ",
+                $k,
+                "]\n",
+                "tdpbsud tmm1, ",
+                $a,
+                ", tmm6\n",
+                "tileloadd tmm7, [{b} + {line} * 1 + 8192 + 1024 * ",
+                $k,
+                "]\n",
+                "tdpbsud tmm2, ",
+                $a,
+                ", tmm7\n",
+            )
+        };
+    }
+    // SAFETY: the caller's contract; the tiles belong to this kernel.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            chunk_of_64!("tmm3", "0"),
+            chunk_of_64!("tmm4", "1"),
+            chunk_of_64!("tmm3", "2"),
+            chunk_of_64!("tmm4", "3"),
+            a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
+            line = in(reg) 64usize, options(nostack, readonly),
+        )
+    }
 }
 
-/// Line `x` of unsigned quants times its rows' scales, as the low and high byte planes.
+/// Stores Q4_K's three C tiles at `c`.
+///
+/// # Safety
+/// The tiles are configured as [`Layout::Wide3`].
+#[inline(always)]
+unsafe fn store3(c: *mut [Sums; 3]) {
+    let c = c.cast::<Sums>();
+    // SAFETY: the caller's contract; `c` holds three 16-row buffers of 64-byte rows.
+    unsafe {
+        asm!(
+            "tilestored [{c0} + {line} * 1], tmm0",
+            "tilestored [{c1} + {line} * 1], tmm1",
+            "tilestored [{c2} + {line} * 1], tmm2",
+            c0 = in(reg) c, c1 = in(reg) c.add(1), c2 = in(reg) c.add(2),
+            line = in(reg) 64usize, options(nostack),
+        );
+    }
+}
+
+/// A sub-block's scales (byte `r` = row `r`'s) as the even and odd byte operands of
+/// `maddubs` (row `r`'s 4 bytes `[sc, 0, sc, 0]` and `[0, sc, 0, sc]`), and, if `SIGNED`, each
+/// row's `32 · sc` in its `i16` lanes (Q6_K's offset times the scale), else zeros.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn split(x: __m512i, (se, so): (__m512i, __m512i)) -> (__m512i, __m512i) {
+fn scale_pairs<const SIGNED: bool>(sc: __m128i) -> (__m512i, __m512i, __m512i) {
+    let z = _mm512_cvtepu8_epi32(sc);
+    let even = _mm512_or_si512(z, _mm512_slli_epi32(z, 16));
+    let offset = if SIGNED {
+        // Each `i32` lane's two `i16` halves: the sign-extended scale times 32.
+        let w = _mm512_slli_epi32(_mm512_cvtepi8_epi32(sc), 5);
+        _mm512_or_si512(
+            _mm512_and_si512(w, _mm512_set1_epi32(0xFFFF)),
+            _mm512_slli_epi32(w, 16),
+        )
+    } else {
+        _mm512_setzero_si512()
+    };
+    (even, _mm512_slli_epi32(even, 8), offset)
+}
+
+/// Line `x` of unsigned quants times its rows' scales, less `offset` (`i16` lanes: each row's
+/// scale times the quants' offset), as the low and high byte planes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn split(x: __m512i, (se, so, offset): (__m512i, __m512i, __m512i)) -> (__m512i, __m512i) {
     // The products of the even and odd bytes as `i16` lanes (one factor is 0 in each pair).
-    let (ve, vo) = (_mm512_maddubs_epi16(x, se), _mm512_maddubs_epi16(x, so));
+    let ve = _mm512_sub_epi16(_mm512_maddubs_epi16(x, se), offset);
+    let vo = _mm512_sub_epi16(_mm512_maddubs_epi16(x, so), offset);
     let (m63, m255) = (_mm512_set1_epi16(0x3F), _mm512_set1_epi16(0xFF));
     let lo = _mm512_or_si512(
         _mm512_and_si512(ve, m63),
@@ -131,30 +236,31 @@ fn split(x: __m512i, (se, so): (__m512i, __m512i)) -> (__m512i, __m512i) {
     (lo, hi)
 }
 
-/// The panel's super-blocks as scaled byte planes at `dst`: super-block `i` at `PLANES · i`,
-/// its low plane's line `g` (elements `4g..4g + 4` of each row) at `64 g`, the high plane's at
-/// `4096 + 64 g`.
+/// Super-blocks `blocks` of the panel as scaled byte planes at `dst`: super-block
+/// `blocks.start + n` at `planes_bytes(kind) · n`, its low plane's line `g` (elements `4g..4g + 4`
+/// of each row) at `64 g`, the high plane's at `4096 + 64 g`, Q4_K's minimum plane's at
+/// `8192 + 64 g`.
 ///
 /// # Safety
-/// The CPU has AVX-512 BW; the panel holds `nb` super-blocks (checked); `dst` has room for
-/// `nb · PLANES` bytes.
+/// The CPU has AVX-512 BW; `blocks` lie within the panel's `nb` super-blocks (checked); `dst`
+/// has room for `blocks.len() · planes_bytes(kind)` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn unpack(job: &PanelJob<'_>, dst: *mut u8) {
+unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
     let (nb, qb, sb) = (job.nb, job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
     let scales = quants.wrapping_add(nb * qb);
     let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
-    for i in 0..nb {
+    for (n, i) in blocks.enumerate() {
         let (qp, sp, d) = (
             quants.wrapping_add(i * qb),
             scales.wrapping_add(i * sb),
-            dst.wrapping_add(PLANES * i),
+            dst.wrapping_add(planes_bytes(job.kind) * n),
         );
         if job.stream {
             prefetch(qp.wrapping_add(PREFETCH_BYTES), qb);
         }
         // Stores lines `g` and `g + 1` of both planes.
-        let put = |g: usize, x0: __m512i, x1: __m512i, pairs: (__m512i, __m512i)| {
+        let put = |g: usize, x0: __m512i, x1: __m512i, pairs: (__m512i, __m512i, __m512i)| {
             let ((lo0, hi0), (lo1, hi1)) = (split(x0, pairs), split(x1, pairs));
             // SAFETY: g + 1 < 64: within super-block i's planes.
             unsafe {
@@ -168,9 +274,17 @@ pub(super) unsafe fn unpack(job: &PanelJob<'_>, dst: *mut u8) {
         // contract); the loads below stay within them.
         unsafe {
             if job.kind == PackedKind::Q4_K {
-                let sc = q4_k_scales(sp).sc;
-                for (s, &scale) in sc.iter().enumerate() {
-                    let pairs = scale_pairs(scale);
+                let ks = q4_k_scales(sp);
+                for (s, &scale) in ks.sc.iter().enumerate() {
+                    // Each row's minimum in all 4 of its bytes, on the sub-block's 8 lines.
+                    let mn = _mm512_mullo_epi32(
+                        _mm512_cvtepu8_epi32(ks.mn[s]),
+                        _mm512_set1_epi32(0x0101_0101),
+                    );
+                    for g in 8 * s..8 * s + 8 {
+                        _mm512_store_si512(d.add(2 * PLANE + 64 * g).cast(), mn);
+                    }
+                    let pairs = scale_pairs::<false>(scale);
                     for v in 0..4 {
                         let raw = _mm512_loadu_si512(qp.add(256 * s + 64 * v).cast());
                         let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
@@ -179,7 +293,7 @@ pub(super) unsafe fn unpack(job: &PanelJob<'_>, dst: *mut u8) {
                 }
             } else {
                 for s in 0..16 {
-                    let pairs = scale_pairs(_mm_loadu_si128(sp.add(16 * s).cast()));
+                    let pairs = scale_pairs::<true>(_mm_loadu_si128(sp.add(16 * s).cast()));
                     let (c, h) = (s / 2, s % 2);
                     let chunk = qp.add(384 * c);
                     // The high bits of nibble vectors 2h and 2h + 1 (see `layout.rs`).
@@ -208,90 +322,147 @@ pub(super) unsafe fn unpack(job: &PanelJob<'_>, dst: *mut u8) {
     }
 }
 
-/// Activation rows `j0 + g0..+rows` against the panel's planes at `b` into `out`.
+/// The job's activation rows against the panel into `out`, through `planes` (room for
+/// [`CHUNK_BYTES`]). For each chunk of super-blocks: unpack it, then run the
+/// full groups of 16 rows over it in one pipeline, then the partial group (a different tile
+/// shape) in another; each row's sums carry over from chunk to chunk in `out`.
 ///
 /// # Safety
-/// As `panel_amx`'s call: AMX granted and AVX-512 VNNI; the job passed the checks there; `b`
-/// holds the unpacked panel.
+/// As `panel_amx`'s call: AMX granted and AVX-512 VNNI; the job passed the checks there.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn run(
-    job: &PanelJob<'_>,
-    b: *const u8,
-    g0: usize,
-    rows: usize,
-    out: &mut [[f32; PANEL]],
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if job.kind == PackedKind::Q6_K {
-            run_kind::<true>(job, b, g0, rows, out)
-        } else {
-            run_kind::<false>(job, b, g0, rows, out)
+pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut) {
+    let (full, tail) = (job.na / GROUP, job.na % GROUP);
+    let per = chunk(job.kind);
+    for i0 in (0..job.nb).step_by(per) {
+        let blocks = i0..(i0 + per).min(job.nb);
+        // SAFETY: the caller's contract; `planes` has room for a chunk of super-blocks.
+        unsafe {
+            unpack(job, blocks.clone(), planes);
+            if full > 0 {
+                run_chunk(job, planes, blocks.clone(), 0..full, GROUP, out);
+            }
+            if tail > 0 {
+                run_chunk(job, planes, blocks, full..full + 1, tail, out);
+            }
         }
     }
 }
 
-/// [`run`] for Q6_K (`Q6`) or Q4_K.
+/// Groups `groups` of `rows` activation rows each against unpacked super-blocks `blocks`.
 ///
 /// # Safety
-/// As [`run`].
+/// As [`run`]; `planes` holds `blocks` unpacked; the groups' rows are the job's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_kind<const Q6: bool>(
+unsafe fn run_chunk(
     job: &PanelJob<'_>,
-    b: *const u8,
-    g0: usize,
+    planes: *const u8,
+    blocks: Range<usize>,
+    groups: Range<usize>,
     rows: usize,
-    out: &mut [[f32; PANEL]],
+    out: &mut PanelOut,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if job.kind == PackedKind::Q6_K {
+            configure(Layout::Wide { rows });
+            run_steps::<true>(job, planes, blocks, groups, rows, out)
+        } else {
+            configure(Layout::Wide3 { rows });
+            run_steps::<false>(job, planes, blocks, groups, rows, out)
+        }
+    }
+}
+
+/// [`run_chunk`] for Q6_K (`Q6`) or Q4_K: one pipeline over every (group, super-block) step,
+/// group after group.
+///
+/// # Safety
+/// As [`run_chunk`], with the tiles configured for `rows`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_steps<const Q6: bool>(
+    job: &PanelJob<'_>,
+    planes: *const u8,
+    blocks: Range<usize>,
+    groups: Range<usize>,
+    rows: usize,
+    out: &mut PanelOut,
 ) {
     let (nb, acts, m) = (job.nb, job.acts, job.acts.rows);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
-    let row0 = job.j0 + g0;
-    // SAFETY: the panel's scales follow its `nb` super-blocks of quants; the activation rows
-    // and the block-major scales from `row0` on are in bounds (the caller's contract).
-    let (scales, a, d_bm) = unsafe {
-        (
-            job.panel.as_ptr().add(nb * qb),
-            acts.q.as_ptr().add(row0 * nb * 256),
-            acts.d_bm.as_ptr().add(row0),
-        )
+    let (per, first) = (blocks.len(), blocks.start);
+    let steps = per * groups.len();
+    // Step t: group `groups.start + t / per`, super-block `first + t % per`.
+    let at = |t: usize| (groups.start + t / per, first + t % per);
+    // SAFETY: the panel's scales follow its `nb` super-blocks of quants.
+    let scales = unsafe { job.panel.as_ptr().add(nb * qb) };
+    // Super-block i of group g's rows: block-major, 256 bytes a row.
+    let a_at = |g: usize, i: usize| {
+        acts.q_bm
+            .as_ptr()
+            .wrapping_add((i * m + job.j0 + GROUP * g) * 256)
     };
-    let mut c = [[Sums([[0; PANEL]; GROUP]); 2]; 2];
+    // Two buffers of three planes' sums (Q6_K uses two of the three).
+    let mut c = [[Sums([[0; PANEL]; GROUP]); 3]; 2];
     let cp = c.as_mut_ptr();
+    let stride = planes_bytes(job.kind);
     let mut acc = [_mm512_setzero_ps(); GROUP];
-    let compute_step = |i: usize| {
-        let (ai, bi) = (a.wrapping_add(256 * i), b.wrapping_add(PLANES * i));
-        // SAFETY: super-block i < nb: 256 activation bytes per row, both planes.
+    let compute_step = |t: usize| {
+        let (g, i) = at(t);
+        let (a, b) = (a_at(g, i), planes.wrapping_add(stride * (i - first)));
+        // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
+        // unpacked planes.
         unsafe {
-            if i.is_multiple_of(2) {
-                compute::<0, Q6>(ai, nb * 256, bi)
+            if !Q6 {
+                compute3(a, 256, b)
+            } else if t.is_multiple_of(2) {
+                compute::<0, true>(a, 256, b)
             } else {
-                compute::<1, Q6>(ai, nb * 256, bi)
+                compute::<1, true>(a, 256, b)
             }
         }
     };
-    let store_step = |i: usize| {
-        // SAFETY: `cp` points at the two pairs of sum buffers; super-block i was started.
+    let store_step = |t: usize| {
+        // SAFETY: `cp` points at the two buffers of sums; step t was started.
         unsafe {
-            if i.is_multiple_of(2) {
-                store::<0>(cp)
+            let dst = cp.add(t % 2);
+            if !Q6 {
+                store3(dst)
+            } else if t.is_multiple_of(2) {
+                store::<0>(dst.cast())
             } else {
-                store::<1>(cp.add(1))
+                store::<1>(dst.cast())
             }
         }
     };
-    let scale_step = |i: usize| {
+    let out_rows = out.as_mut_ptr();
+    let scale_step = |t: usize| {
+        let (g, i) = at(t);
+        let row0 = job.j0 + GROUP * g;
+        // SAFETY: the group's output rows are `out[GROUP·g..][..rows]` (the job's rows).
+        let out_g = unsafe { std::slice::from_raw_parts_mut(out_rows.add(GROUP * g), rows) };
+        if t % per == 0 {
+            // The group's sums so far (none before the first super-block).
+            each_row!(r => {
+                if r < rows {
+                    acc[r] = if i == 0 {
+                        _mm512_setzero_ps()
+                    } else {
+                        // SAFETY: a row of 16 floats.
+                        unsafe { _mm512_loadu_ps(out_g[r].as_ptr()) }
+                    };
+                }
+            });
+        }
         let sp = scales.wrapping_add(i * sb);
         // SAFETY: super-block i's scales and the activations' sums and block-major scales of
-        // rows `row0..row0 + rows`; its tile sums were stored an iteration before.
+        // rows `row0..row0 + rows`; the step's tile sums were stored an iteration before.
         unsafe {
-            let [lo, hi] = &*cp.add(i % 2);
-            let di = d_bm.add(i * m);
+            let [lo, hi, mins] = &*cp.add(t % 2);
+            let di = acts.d_bm.as_ptr().add(i * m + row0);
             if Q6 {
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast()));
-                let csum = q6_k_offsets(job, sp, row0, i, rows);
                 each_row!(r => {
                     let sum = plane_sum(&lo.0[r], &hi.0[r]);
-                    let sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(csum[r], 5));
                     let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
                     acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
                 });
@@ -299,21 +470,24 @@ unsafe fn run_kind<const Q6: bool>(
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
                 let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
-                let msum = q4_k_mins(job, sp, row0, i, rows);
                 each_row!(r => {
                     let sum = plane_sum(&lo.0[r], &hi.0[r]);
+                    let msum = _mm512_load_si512(mins.0[r].as_ptr().cast());
                     let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-                    let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[r]), neg_dmin, t);
+                    let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t);
                     acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
                 });
             }
         }
+        if t % per == per - 1 {
+            // SAFETY: AVX-512 F (the caller's contract).
+            unsafe { store_rows(&acc, out_g) };
+        }
     };
-    // SAFETY: the caller's contract.
-    unsafe {
-        configure(Layout::Wide { rows });
-        pipeline(nb, compute_step, store_step, scale_step);
-        store_rows(&acc, out);
+    if Q6 {
+        pipeline::<2>(steps, compute_step, store_step, scale_step);
+    } else {
+        pipeline::<1>(steps, compute_step, store_step, scale_step);
     }
 }
 
@@ -329,68 +503,4 @@ fn plane_sum(lo: &[i32; PANEL], hi: &[i32; PANEL]) -> __m512i {
         );
         _mm512_add_epi32(_mm512_slli_epi32(hi, 6), lo)
     }
-}
-
-/// Q4_K super-block `i`'s minimum sums (scales at `sp`) for activation rows
-/// `row0..row0 + rows`: `Σ_s mn[s] · sub_sum_s` per row (zero past `rows`).
-///
-/// # Safety
-/// AVX-512 VNNI; the super-block's scale bytes at `sp`; the activation rows are in bounds.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q4_k_mins(
-    job: &PanelJob<'_>,
-    sp: *const u8,
-    row0: usize,
-    i: usize,
-    rows: usize,
-) -> [__m512i; GROUP] {
-    let (nb, acts) = (job.nb, job.acts);
-    // SAFETY: the caller's contract.
-    let ks = unsafe { q4_k_scales(sp) };
-    let mins: [__m512i; 4] = std::array::from_fn(|p| {
-        let [lo, hi] = ks.mn_pairs[p];
-        _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo))
-    });
-    let mut out = [_mm512_setzero_si512(); GROUP];
-    for (r, o) in out.iter_mut().enumerate().take(rows) {
-        let k = (row0 + r) * nb + i;
-        let sums = &acts.sub_sums[k * 8..k * 8 + 8];
-        for (p, mn) in mins.iter().enumerate() {
-            *o = _mm512_dpwssd_epi32(*o, *mn, _mm512_set1_epi32(sum_pair(sums, p)));
-        }
-    }
-    out
-}
-
-/// Q6_K super-block `i`'s offset sums (scales at `sp`) for activation rows
-/// `row0..row0 + rows`: `Σ_s sc[s] · bsum_s` per row (zero past `rows`).
-///
-/// # Safety
-/// AVX-512 VNNI; the super-block's scale bytes at `sp`; the activation rows are in bounds.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6_k_offsets(
-    job: &PanelJob<'_>,
-    sp: *const u8,
-    row0: usize,
-    i: usize,
-    rows: usize,
-) -> [__m512i; GROUP] {
-    let (nb, acts) = (job.nb, job.acts);
-    // SAFETY: the caller's contract: 16 loads of 16 bytes within the super-block's scales.
-    let sc: [__m128i; 16] =
-        std::array::from_fn(|s| unsafe { _mm_loadu_si128(sp.add(16 * s).cast()) });
-    let pairs: [__m512i; 8] = std::array::from_fn(|p| {
-        let (x, y) = (sc[2 * p], sc[2 * p + 1]);
-        let bytes = _mm256_set_m128i(_mm_unpackhi_epi8(x, y), _mm_unpacklo_epi8(x, y));
-        _mm512_cvtepi8_epi16(bytes)
-    });
-    let mut out = [_mm512_setzero_si512(); GROUP];
-    for (r, o) in out.iter_mut().enumerate().take(rows) {
-        let k = (row0 + r) * nb + i;
-        let sums = &acts.bsums[k * 16..k * 16 + 16];
-        for (p, sc2) in pairs.iter().enumerate() {
-            *o = _mm512_dpwssd_epi32(*o, *sc2, _mm512_set1_epi32(sum_pair(sums, p)));
-        }
-    }
-    out
 }

@@ -68,9 +68,12 @@ enum Layout {
     None,
     /// `blocks.rs`: C in tmm0/tmm1, A (32 bytes a row) in tmm2/tmm3, B (8 lines) in tmm4/tmm5.
     Blocks { rows: usize },
-    /// `k_quants.rs`: C in tmm0-tmm3, A (64 bytes a row) in tmm4/tmm7, B (16 lines) in
+    /// `k_quants.rs`, Q6_K: C in tmm0-tmm3, A (64 bytes a row) in tmm4/tmm7, B (16 lines) in
     /// tmm5/tmm6.
     Wide { rows: usize },
+    /// `k_quants.rs`, Q4_K: C in tmm0-tmm2, A (64 bytes a row) in tmm3/tmm4, B (16 lines) in
+    /// tmm5-tmm7.
+    Wide3 { rows: usize },
 }
 
 thread_local! {
@@ -91,36 +94,29 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
     let bm_len = nb * acts.rows + BLOCK_MAJOR_PAD;
     assert!(
         acts.rows >= job.j0 + job.na
+            && acts.q_bm.len() >= nb * acts.rows * job.kind.block_elems()
             && acts.d_bm.len() >= bm_len
             && (job.kind != PackedKind::Q4_1 || acts.s_bm.len() >= bm_len),
         "AMX panel kernel: block-major constants too short"
     );
-    let k_quant = job.kind.block_elems() == 256;
     UNPACKED.with_borrow_mut(|lines| {
-        // Two byte planes of one line per 4 elements for the K-quants, one for the others.
-        let per_row = nb * job.kind.block_elems() / 4;
-        lines.resize(if k_quant { 2 * per_row } else { per_row }, Line([0; 64]));
+        if job.kind.block_elems() == 256 {
+            lines.resize(k_quants::CHUNK_BYTES / 64, Line([0; 64]));
+            // SAFETY: `panel_kernel` hands this kernel out only where `Isa::tiles` holds (AMX
+            // granted, AVX-512 VNNI); `check` verified the panel's `nb` super-blocks and
+            // activation rows `j0..j0 + na`, the assertion the block-major scales of those
+            // rows plus the padding; `lines` holds a chunk of super-blocks' planes.
+            unsafe { k_quants::run(job, lines.as_mut_ptr().cast(), out) };
+            return;
+        }
+        lines.resize(nb * 8, Line([0; 64]));
         let b: *mut u8 = lines.as_mut_ptr().cast();
+        // SAFETY: as above; `lines` holds 8 lines a block.
+        unsafe { blocks::unpack(job, b) };
         for g0 in (0..job.na).step_by(GROUP) {
             let rows = (job.na - g0).min(GROUP);
-            let out = &mut out[g0..g0 + rows];
-            // SAFETY: `panel_kernel` hands this kernel out only where `Isa::tiles` holds (AMX
-            // granted, AVX-512 VNNI); `check` verified the panel's `nb` blocks and activation
-            // rows `j0..j0 + na`, the assertion the block-major constants of those rows plus
-            // the padding; `lines` holds what the unpacking writes.
-            unsafe {
-                if k_quant {
-                    if g0 == 0 {
-                        k_quants::unpack(job, b);
-                    }
-                    k_quants::run(job, b, g0, rows, out);
-                } else {
-                    if g0 == 0 {
-                        blocks::unpack(job, b);
-                    }
-                    blocks::run(job, b, g0, rows, out);
-                }
-            }
+            // SAFETY: as above; `b` holds the unpacked panel.
+            unsafe { blocks::run(job, b, g0, rows, &mut out[g0..g0 + rows]) };
         }
     });
 }
@@ -157,6 +153,16 @@ unsafe fn configure(layout: Layout) {
             (16, 64),
             (rows, 64),
         ],
+        Layout::Wide3 { rows } => [
+            (rows, 64),
+            (rows, 64),
+            (rows, 64),
+            (rows, 64),
+            (rows, 64),
+            (16, 64),
+            (16, 64),
+            (16, 64),
+        ],
     };
     #[repr(C, align(64))]
     struct TileConfig([u8; 64]);
@@ -171,29 +177,30 @@ unsafe fn configure(layout: Layout) {
     unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly)) };
 }
 
-/// Runs `steps` steps of three stages: `compute(s)` starts step `s`'s tile products in tile
-/// set `s % 2`, `store(s)` stores its C tiles, `scale(s)` scales the stored sums.
+/// Runs `steps` steps of three stages: `compute(s)` starts step `s`'s tile products (in tile
+/// set `s % 2` with `SETS` = 2), `store(s)` stores its C tiles (into buffer `s % 2`),
+/// `scale(s)` scales the stored sums.
 ///
 /// The stages are spread over iterations so that none waits on the one before: iteration `s`
-/// stores step `s − 2` (its products are long done, and its tile set is free again), starts
-/// step `s`, and scales step `s − 3`, whose sums were stored an iteration earlier. A tile
-/// store right behind its product, or loads right behind a tile store, stall the core.
+/// stores step `s − SETS` (with two tile sets its products are long done), starts step `s`,
+/// and scales step `s − SETS − 1`, whose sums were stored an iteration earlier. A tile store
+/// right behind its product, or loads right behind a tile store, stall the core.
 #[inline(always)]
-fn pipeline(
+fn pipeline<const SETS: usize>(
     steps: usize,
     mut compute: impl FnMut(usize),
     mut store: impl FnMut(usize),
     mut scale: impl FnMut(usize),
 ) {
-    for s in 0..steps + 3 {
-        if (2..steps + 2).contains(&s) {
-            store(s - 2);
+    for s in 0..steps + SETS + 1 {
+        if (SETS..steps + SETS).contains(&s) {
+            store(s - SETS);
         }
         if s < steps {
             compute(s);
         }
-        if s >= 3 {
-            scale(s - 3);
+        if s > SETS {
+            scale(s - SETS - 1);
         }
     }
 }

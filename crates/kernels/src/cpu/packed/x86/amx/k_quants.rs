@@ -440,7 +440,7 @@ unsafe fn run_steps<const Q6: bool>(
         let row0 = job.j0 + GROUP * g;
         // SAFETY: the group's output rows are `out[GROUP·g..][..rows]` (the job's rows).
         let out_g = unsafe { std::slice::from_raw_parts_mut(out_rows.add(GROUP * g), rows) };
-        if t % per == 0 {
+        if t.is_multiple_of(per) {
             // The group's sums so far (none before the first super-block).
             each_row!(r => {
                 if r < rows {

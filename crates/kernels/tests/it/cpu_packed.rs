@@ -146,6 +146,34 @@ fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
     }
 }
 
+/// Every kernel gives a row the same result alone as among many rows (the AMX kernel sends
+/// calls of few rows to a VNNI kernel on its own spec): a sequence's logits do not depend on
+/// what else is in the batch, and speculative decoding's verify batch picks exactly what
+/// plain decoding picks.
+#[test]
+fn a_row_gets_the_same_result_alone_and_in_a_batch() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for dtype in KINDS {
+        let (rows, cols) = (32, width(dtype, 256));
+        let data = quantized(dtype, rows, cols, &mut rng);
+        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let m = 37;
+        let x = random_x(m, cols, &mut rng);
+        let mut scratch = Scratch::default();
+        for v in panel_kernels() {
+            let mut batch = vec![0.0; m * rows];
+            matmul_packed_with(&pool, v.kernel, &packed, &x, m, &mut batch, &mut scratch);
+            for j in [0, 5, 17, 36] {
+                let mut alone = vec![0.0; rows];
+                let xj = &x[j * cols..(j + 1) * cols];
+                matmul_packed_with(&pool, v.kernel, &packed, xj, 1, &mut alone, &mut scratch);
+                assert_eq!(alone, batch[j * rows..(j + 1) * rows], "{dtype} {} row {j}", v.name);
+            }
+        }
+    }
+}
+
 /// The AMX kernel's spec sums whole K-quant super-blocks in `i32` and rounds once, the main
 /// spec rounds per sub-block: both stay within a few `f32` roundings of the exact product.
 #[test]

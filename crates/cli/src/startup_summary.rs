@@ -166,13 +166,24 @@ const DEFAULT_KV_BYTES: u64 = 1 << 30;
 /// The ISA the kernels dispatch to, and why.
 fn isa_line() -> String {
     let (chosen, best) = (Isa::detected(), Isa::supported());
+    let tiles = if Isa::tiles() {
+        " with AMX tiles for batched products"
+    } else {
+        ""
+    };
+    let capped = chosen != best || Isa::tiles_supported() && !Isa::tiles();
     match std::env::var("KESTREL_ISA") {
-        Ok(cap) if chosen != best => format!(
-            "{} (KESTREL_ISA={cap}; the CPU supports {})",
+        Ok(cap) if capped => format!(
+            "{}{tiles} (KESTREL_ISA={cap}; the CPU supports {}{})",
             chosen.name(),
-            best.name()
+            best.name(),
+            if Isa::tiles_supported() {
+                " and AMX"
+            } else {
+                ""
+            }
         ),
-        _ => format!("{} (the best this CPU supports)", chosen.name()),
+        _ => format!("{}{tiles} (the best this CPU supports)", chosen.name()),
     }
 }
 

@@ -168,7 +168,12 @@ fn a_row_gets_the_same_result_alone_and_in_a_batch() {
                 let mut alone = vec![0.0; rows];
                 let xj = &x[j * cols..(j + 1) * cols];
                 matmul_packed_with(&pool, v.kernel, &packed, xj, 1, &mut alone, &mut scratch);
-                assert_eq!(alone, batch[j * rows..(j + 1) * rows], "{dtype} {} row {j}", v.name);
+                assert_eq!(
+                    alone,
+                    batch[j * rows..(j + 1) * rows],
+                    "{dtype} {} row {j}",
+                    v.name
+                );
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The AMX kernel for Q4_K and Q6_K. Unpacking folds each sub-block's integer scale into its
 //! weights, `v = sc · q` (Q4_K: 0..=945) or `v = sc · (q − 32)` (Q6_K, whose stored quants are
 //! 32 above the signed ones: −4096..=4064), and splits it into two byte planes,
-//! `v = 64 · hi + lo` with `lo` in 0..64. A super-block is then 4 × 2 accumulating tile
-//! products of 64 values, whose sums `64 · C_hi + C_lo = Σ v · a` are exact in `i32` (at most
+//! `v = 64 · hi + lo` with `lo` in 0..64; Q4_K adds a third plane holding each element's
+//! sub-block minimum `mn`. A super-block is then 4 accumulating tile products of 64 values per
+//! plane, whose sums `64 · C_hi + C_lo = Σ v · a` (and `Σ mn · a`) are exact in `i32` (at most
 //! 3.1 · 10⁷ in size), and one scaling (for Q6_K, `Σ sc·(q − 32)·a` is the spec's integer):
 //!
 //! ```text
@@ -12,7 +13,8 @@
 //! ```
 //!
 //! where the per-sub-block kernels scale 8 or 16 sums a super-block. This is
-//! `reference.rs`'s `panel_tiles_ref`, bit for bit.
+//! `reference.rs`'s `panel_tiles_ref`, bit for bit. Q6_K's two sets of C tiles alternate
+//! (`pipeline::<2>`); Q4_K's three planes leave room for one set (`pipeline::<1>`).
 
 use std::arch::asm;
 use std::arch::x86_64::*;

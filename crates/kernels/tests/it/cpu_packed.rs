@@ -4,7 +4,7 @@
 use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{
     can_share_input, matmul_packed, matmul_packed_many, matmul_packed_segments, matmul_packed_with,
-    panel_kernels, panel_spec, tiles_spec, worth_packing, PackedMatrix, PANEL,
+    panel_kernels, panel_spec, tiles_spec, worth_packing, PackedMatrix, PanelFn, PANEL,
 };
 use kestrel_kernels::cpu::{Isa, ThreadPool};
 use kestrel_kernels::quant::{self, DType};
@@ -122,6 +122,19 @@ fn packing_refuses_partial_panels_and_other_types() {
     assert!(PackedMatrix::pack(DType::Q8_0, 16, 64, &data).is_none());
 }
 
+/// A packed `rows × cols` matrix of `dtype` with random values.
+fn random_packed(dtype: DType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> PackedMatrix {
+    let data = quantized(dtype, rows, cols, rng);
+    PackedMatrix::pack(dtype, rows, cols, &data).unwrap()
+}
+
+/// `x (m rows) · Wᵀ` with `kernel`.
+fn product(pool: &ThreadPool, kernel: PanelFn, w: &PackedMatrix, x: &[f32], m: usize) -> Vec<f32> {
+    let mut y = vec![0.0; m * w.rows()];
+    matmul_packed_with(pool, kernel, w, x, m, &mut y, &mut Scratch::default());
+    y
+}
+
 /// Every row count 1..=20 (all kernel widths, partial tiles) plus one past the activation chunk.
 const ROW_COUNTS: [usize; 6] = [1, 3, 8, 13, 20, 70];
 
@@ -130,16 +143,13 @@ fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
     let pool = ThreadPool::new(2);
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     for dtype in KINDS {
-        let (rows, cols) = (64, width(dtype, 160));
-        let data = quantized(dtype, rows, cols, &mut rng);
-        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let cols = width(dtype, 160);
+        let packed = random_packed(dtype, 64, cols, &mut rng);
         for m in ROW_COUNTS.into_iter().chain(1..=9) {
             let x = random_x(m, cols, &mut rng);
-            let mut scratch = Scratch::default();
             for v in panel_kernels() {
-                let (mut want, mut got) = (vec![0.0; m * rows], vec![0.0; m * rows]);
-                matmul_packed_with(&pool, v.spec, &packed, &x, m, &mut want, &mut scratch);
-                matmul_packed_with(&pool, v.kernel, &packed, &x, m, &mut got, &mut scratch);
+                let want = product(&pool, v.spec, &packed, &x, m);
+                let got = product(&pool, v.kernel, &packed, &x, m);
                 assert_eq!(got, want, "{dtype} {} m={m}", v.name);
             }
         }
@@ -156,18 +166,13 @@ fn a_row_gets_the_same_result_alone_and_in_a_batch() {
     let mut rng = ChaCha8Rng::seed_from_u64(9);
     for dtype in KINDS {
         let (rows, cols) = (32, width(dtype, 256));
-        let data = quantized(dtype, rows, cols, &mut rng);
-        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let packed = random_packed(dtype, rows, cols, &mut rng);
         let m = 37;
         let x = random_x(m, cols, &mut rng);
-        let mut scratch = Scratch::default();
         for v in panel_kernels() {
-            let mut batch = vec![0.0; m * rows];
-            matmul_packed_with(&pool, v.kernel, &packed, &x, m, &mut batch, &mut scratch);
+            let batch = product(&pool, v.kernel, &packed, &x, m);
             for j in [0, 5, 17, 36] {
-                let mut alone = vec![0.0; rows];
-                let xj = &x[j * cols..(j + 1) * cols];
-                matmul_packed_with(&pool, v.kernel, &packed, xj, 1, &mut alone, &mut scratch);
+                let alone = product(&pool, v.kernel, &packed, &x[j * cols..(j + 1) * cols], 1);
                 assert_eq!(
                     alone,
                     batch[j * rows..(j + 1) * rows],
@@ -186,15 +191,12 @@ fn the_tile_spec_agrees_with_the_panel_spec_to_rounding() {
     let pool = ThreadPool::new(2);
     let mut rng = ChaCha8Rng::seed_from_u64(5);
     for dtype in KINDS {
-        let (rows, cols) = (32, width(dtype, 512));
-        let data = quantized(dtype, rows, cols, &mut rng);
-        let packed = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let cols = width(dtype, 512);
+        let packed = random_packed(dtype, 32, cols, &mut rng);
         let m = 5;
         let x = random_x(m, cols, &mut rng);
-        let mut scratch = Scratch::default();
-        let (mut a, mut b) = (vec![0.0; m * rows], vec![0.0; m * rows]);
-        matmul_packed_with(&pool, panel_spec(), &packed, &x, m, &mut a, &mut scratch);
-        matmul_packed_with(&pool, tiles_spec(), &packed, &x, m, &mut b, &mut scratch);
+        let a = product(&pool, panel_spec(), &packed, &x, m);
+        let b = product(&pool, tiles_spec(), &packed, &x, m);
         let scale = a.iter().fold(0.0f32, |s, v| s.max(v.abs()));
         for (i, (p, q)) in a.iter().zip(&b).enumerate() {
             assert!(

@@ -47,43 +47,38 @@ const fn chunk(kind: PackedKind) -> usize {
 /// The most bytes of planes a chunk holds.
 pub(super) const CHUNK_BYTES: usize = 24 * 1024;
 
-/// Tile set `T` (0 or 1) computes one super-block: C tiles `2T` (low plane) and `2T + 1`
-/// (high plane, signed bytes if `HI_SIGNED`) = A (the configured rows of 256 activation bytes
-/// at `a`, `a_stride` apart) times the planes at `b`, 64 values a product.
+/// One 64-value step of a super-block's products, as assembly: activation tile `$a` (row
+/// bytes `64·$k..`), then for each `($c, $b, $dp, $plane)` the plane's 16 lines into tile `$b`
+/// and `$c += $a · $b` by the instruction `$dp`.
+macro_rules! chunk_of_64 {
+    ($a:literal, $k:literal $(, ($c:literal, $b:literal, $dp:literal, $plane:literal))+) => {
+        concat!(
+            "tileloadd ", $a, ", [{a} + {sa} * 1 + 64 * ", $k, "]\n",
+            $(
+                "tileloadd ", $b, ", [{b} + {line} * 1 + 4096 * ", $plane, " + 1024 * ", $k, "]\n",
+                $dp, " ", $c, ", ", $a, ", ", $b, "\n",
+            )+
+        )
+    };
+}
+
+/// Q6_K: tile set `T` (0 or 1) computes one super-block, C tiles `2T` (low plane, unsigned)
+/// and `2T + 1` (high plane, signed) = A (the configured rows of 256 activation bytes at `a`,
+/// `a_stride` apart) times the planes at `b`.
 ///
 /// # Safety
 /// The tiles are configured as [`Layout::Wide`]; the A rows and both planes are in bounds.
 #[inline(always)]
-unsafe fn compute<const T: usize, const HI_SIGNED: bool>(
-    a: *const i8,
-    a_stride: usize,
-    b: *const u8,
-) {
+unsafe fn compute<const T: usize>(a: *const i8, a_stride: usize, b: *const u8) {
     macro_rules! super_block {
-        ($lo:literal, $hi:literal, $dp_hi:literal) => {
+        ($lo:literal, $hi:literal) => {
             asm!(
                 concat!("tilezero ", $lo),
                 concat!("tilezero ", $hi),
-                "tileloadd tmm4, [{a} + {sa} * 1]",
-                "tileloadd tmm5, [{b} + {line} * 1]",
-                concat!("tdpbsud ", $lo, ", tmm4, tmm5"),
-                "tileloadd tmm6, [{b} + {line} * 1 + 4096]",
-                concat!($dp_hi, " ", $hi, ", tmm4, tmm6"),
-                "tileloadd tmm7, [{a} + {sa} * 1 + 64]",
-                "tileloadd tmm5, [{b} + {line} * 1 + 1024]",
-                concat!("tdpbsud ", $lo, ", tmm7, tmm5"),
-                "tileloadd tmm6, [{b} + {line} * 1 + 5120]",
-                concat!($dp_hi, " ", $hi, ", tmm7, tmm6"),
-                "tileloadd tmm4, [{a} + {sa} * 1 + 128]",
-                "tileloadd tmm5, [{b} + {line} * 1 + 2048]",
-                concat!("tdpbsud ", $lo, ", tmm4, tmm5"),
-                "tileloadd tmm6, [{b} + {line} * 1 + 6144]",
-                concat!($dp_hi, " ", $hi, ", tmm4, tmm6"),
-                "tileloadd tmm7, [{a} + {sa} * 1 + 192]",
-                "tileloadd tmm5, [{b} + {line} * 1 + 3072]",
-                concat!("tdpbsud ", $lo, ", tmm7, tmm5"),
-                "tileloadd tmm6, [{b} + {line} * 1 + 7168]",
-                concat!($dp_hi, " ", $hi, ", tmm7, tmm6"),
+                chunk_of_64!("tmm4", "0", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
+                chunk_of_64!("tmm7", "1", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
+                chunk_of_64!("tmm4", "2", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
+                chunk_of_64!("tmm7", "3", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
                 a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
                 line = in(reg) 64usize, options(nostack, readonly),
             )
@@ -91,11 +86,10 @@ unsafe fn compute<const T: usize, const HI_SIGNED: bool>(
     }
     // SAFETY: the caller's contract; the tiles belong to this kernel.
     unsafe {
-        match (T, HI_SIGNED) {
-            (0, true) => super_block!("tmm0", "tmm1", "tdpbssd"),
-            (0, false) => super_block!("tmm0", "tmm1", "tdpbsud"),
-            (_, true) => super_block!("tmm2", "tmm3", "tdpbssd"),
-            (_, false) => super_block!("tmm2", "tmm3", "tdpbsud"),
+        if T == 0 {
+            super_block!("tmm0", "tmm1")
+        } else {
+            super_block!("tmm2", "tmm3")
         }
     }
 }
@@ -126,39 +120,20 @@ unsafe fn store<const T: usize>(c: *mut [Sums; 2]) {
 }
 
 /// Q4_K's super-block: C tiles 0, 1, 2 (low, high and minimum planes) = A (the configured
-/// rows of 256 activation bytes at `a`, `a_stride` apart) times the three planes at `b`, 64
-/// values a product.
+/// rows of 256 activation bytes at `a`, `a_stride` apart) times the three planes at `b`.
 ///
 /// # Safety
 /// The tiles are configured as [`Layout::Wide3`]; the A rows and the planes are in bounds.
 #[inline(always)]
 unsafe fn compute3(a: *const i8, a_stride: usize, b: *const u8) {
-    macro_rules! chunk_of_64 {
+    macro_rules! step {
         ($a:literal, $k:literal) => {
-            concat!(
-                "tileloadd ",
+            chunk_of_64!(
                 $a,
-                ", [{a} + {sa} * 1 + 64 * ",
                 $k,
-                "]\n",
-                "tileloadd tmm5, [{b} + {line} * 1 + 1024 * ",
-                $k,
-                "]\n",
-                "tdpbsud tmm0, ",
-                $a,
-                ", tmm5\n",
-                "tileloadd tmm6, [{b} + {line} * 1 + 4096 + 1024 * ",
-                $k,
-                "]\n",
-                "tdpbsud tmm1, ",
-                $a,
-                ", tmm6\n",
-                "tileloadd tmm7, [{b} + {line} * 1 + 8192 + 1024 * ",
-                $k,
-                "]\n",
-                "tdpbsud tmm2, ",
-                $a,
-                ", tmm7\n",
+                ("tmm0", "tmm5", "tdpbsud", "0"),
+                ("tmm1", "tmm6", "tdpbsud", "1"),
+                ("tmm2", "tmm7", "tdpbsud", "2")
             )
         };
     }
@@ -168,10 +143,10 @@ unsafe fn compute3(a: *const i8, a_stride: usize, b: *const u8) {
             "tilezero tmm0",
             "tilezero tmm1",
             "tilezero tmm2",
-            chunk_of_64!("tmm3", "0"),
-            chunk_of_64!("tmm4", "1"),
-            chunk_of_64!("tmm3", "2"),
-            chunk_of_64!("tmm4", "3"),
+            step!("tmm3", "0"),
+            step!("tmm4", "1"),
+            step!("tmm3", "2"),
+            step!("tmm4", "3"),
             a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
             line = in(reg) 64usize, options(nostack, readonly),
         )
@@ -417,9 +392,9 @@ unsafe fn run_steps<const Q6: bool>(
             if !Q6 {
                 compute3(a, 256, b)
             } else if t.is_multiple_of(2) {
-                compute::<0, true>(a, 256, b)
+                compute::<0>(a, 256, b)
             } else {
-                compute::<1, true>(a, 256, b)
+                compute::<1>(a, 256, b)
             }
         }
     };

@@ -133,36 +133,18 @@ unsafe fn configure(layout: Layout) {
     // (rows, bytes a row) of tmm0..tmm7.
     let shapes: [(usize, usize); 8] = match layout {
         Layout::None => return,
-        Layout::Blocks { rows } => [
-            (rows, 64),
-            (rows, 64),
-            (rows, 32),
-            (rows, 32),
-            (8, 64),
-            (8, 64),
-            (0, 0),
-            (0, 0),
-        ],
-        Layout::Wide { rows } => [
-            (rows, 64),
-            (rows, 64),
-            (rows, 64),
-            (rows, 64),
-            (rows, 64),
-            (16, 64),
-            (16, 64),
-            (rows, 64),
-        ],
-        Layout::Wide3 { rows } => [
-            (rows, 64),
-            (rows, 64),
-            (rows, 64),
-            (rows, 64),
-            (rows, 64),
-            (16, 64),
-            (16, 64),
-            (16, 64),
-        ],
+        Layout::Blocks { rows } => {
+            let (c, a, b) = ((rows, 64), (rows, 32), (8, 64));
+            [c, c, a, a, b, b, (0, 0), (0, 0)]
+        }
+        Layout::Wide { rows } => {
+            let (c, b) = ((rows, 64), (16, 64));
+            [c, c, c, c, c, b, b, c]
+        }
+        Layout::Wide3 { rows } => {
+            let (c, b) = ((rows, 64), (16, 64));
+            [c, c, c, c, c, b, b, b]
+        }
     };
     #[repr(C, align(64))]
     struct TileConfig([u8; 64]);

@@ -316,36 +316,48 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut
         unsafe {
             unpack(job, blocks.clone(), planes);
             if full > 0 {
-                run_chunk(job, planes, blocks.clone(), 0..full, GROUP, out);
+                let work = Work {
+                    blocks: blocks.clone(),
+                    groups: 0..full,
+                    rows: GROUP,
+                };
+                run_chunk(job, planes, work, out);
             }
             if tail > 0 {
-                run_chunk(job, planes, blocks, full..full + 1, tail, out);
+                let work = Work {
+                    blocks,
+                    groups: full..full + 1,
+                    rows: tail,
+                };
+                run_chunk(job, planes, work, out);
             }
         }
     }
 }
 
-/// Groups `groups` of `rows` activation rows each against unpacked super-blocks `blocks`.
-///
-/// # Safety
-/// As [`run`]; `planes` holds `blocks` unpacked; the groups' rows are the job's.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_chunk(
-    job: &PanelJob<'_>,
-    planes: *const u8,
+/// One pipeline's work: row groups `groups` (of [`GROUP`] rows from the job's first), each of
+/// `rows` rows, against unpacked super-blocks `blocks`.
+struct Work {
     blocks: Range<usize>,
     groups: Range<usize>,
     rows: usize,
-    out: &mut PanelOut,
-) {
+}
+
+/// Runs `work` on the unpacked `planes`.
+///
+/// # Safety
+/// As [`run`]; `planes` holds `work.blocks` unpacked; the groups' rows are the job's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_chunk(job: &PanelJob<'_>, planes: *const u8, work: Work, out: &mut PanelOut) {
+    let rows = work.rows;
     // SAFETY: the caller's contract.
     unsafe {
         if job.kind == PackedKind::Q6_K {
             configure(Layout::Wide { rows });
-            run_steps::<true>(job, planes, blocks, groups, rows, out)
+            run_steps::<true>(job, planes, work, out)
         } else {
             configure(Layout::Wide3 { rows });
-            run_steps::<false>(job, planes, blocks, groups, rows, out)
+            run_steps::<false>(job, planes, work, out)
         }
     }
 }
@@ -359,11 +371,14 @@ unsafe fn run_chunk(
 unsafe fn run_steps<const Q6: bool>(
     job: &PanelJob<'_>,
     planes: *const u8,
-    blocks: Range<usize>,
-    groups: Range<usize>,
-    rows: usize,
+    work: Work,
     out: &mut PanelOut,
 ) {
+    let Work {
+        blocks,
+        groups,
+        rows,
+    } = work;
     let (nb, acts, m) = (job.nb, job.acts, job.acts.rows);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let (per, first) = (blocks.len(), blocks.start);

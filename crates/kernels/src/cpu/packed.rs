@@ -281,7 +281,9 @@ pub fn matmul_packed_many_with<const N: usize>(
     let quantize = quant::act::kernels().quantize[act as usize];
     let a_row = act.row_bytes(w0.cols());
     let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
-    scratch.packed.fill(kind, blocks, m, w0.blocks());
+    scratch
+        .packed
+        .fill(kind, blocks, m, w0.blocks(), is_tile_kernel(kernel));
     let acts = &scratch.packed;
     let outs = ys.map(SharedMut::new);
     let panels = ws.map(|w| w.rows() / PANEL);
@@ -303,12 +305,21 @@ pub fn matmul_packed_many_with<const N: usize>(
 /// it takes twice the rows (their quants still fit in L2; measured 5-8% faster prefill on
 /// K-quants), where the register kernels keep [`ACT_CHUNK`] (10% slower with twice).
 fn chunk_rows(kernel: PanelFn) -> usize {
+    if is_tile_kernel(kernel) {
+        MAX_ACT_ROWS
+    } else {
+        ACT_CHUNK
+    }
+}
+
+/// Whether `kernel` is the AMX kernel (which alone reads the block-major activations).
+fn is_tile_kernel(kernel: PanelFn) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::ptr::fn_addr_eq(kernel, x86::panel_amx as PanelFn) {
-        return MAX_ACT_ROWS;
+        return true;
     }
     let _ = kernel;
-    ACT_CHUNK
+    false
 }
 
 /// Matrix and panel of global panel index `g` (the matrices' panels counted in order).

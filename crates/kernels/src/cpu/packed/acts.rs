@@ -89,14 +89,46 @@ fn block_major<T: Copy + Default>(src: &[T], m: usize, nb: usize, dst: &mut Vec<
 }
 
 impl PackedActs {
-    /// Refills from `m` rows in `kind`'s activation format (`blocks`, `nb` blocks a row).
-    pub(super) fn fill(&mut self, kind: PackedKind, blocks: &[u8], m: usize, nb: usize) {
+    /// Refills from `m` rows in `kind`'s activation format (`blocks`, `nb` blocks a row), and
+    /// the block-major copies too if `block_major` (only the tile kernel reads them).
+    pub(super) fn fill(
+        &mut self,
+        kind: PackedKind,
+        blocks: &[u8],
+        m: usize,
+        nb: usize,
+        block_major: bool,
+    ) {
         self.rows = m;
+        self.fill_rows(kind, blocks, m, nb);
+        if block_major {
+            self.fill_block_major(kind, m, nb);
+        } else {
+            self.q_bm.resize(0);
+            self.d_bm.clear();
+            self.s_bm.clear();
+        }
+    }
+
+    /// The block-major copies of `q`, `d` and `s`.
+    fn fill_block_major(&mut self, kind: PackedKind, m: usize, nb: usize) {
+        let elems = kind.block_elems();
+        self.q_bm.resize(m * nb * elems);
+        for (a, row) in self.q.chunks_exact(nb * elems).enumerate() {
+            for (i, block) in row.chunks_exact(elems).enumerate() {
+                self.q_bm[(i * m + a) * elems..][..elems].copy_from_slice(block);
+            }
+        }
+        block_major(&self.d, m, nb, &mut self.d_bm);
+        if kind.act() == ActFormat::Q8_1 {
+            block_major(&self.s, m, nb, &mut self.s_bm);
+        }
+    }
+
+    /// The row-major arrays from `m` rows in `kind`'s activation format.
+    fn fill_rows(&mut self, kind: PackedKind, blocks: &[u8], m: usize, nb: usize) {
         if kind.act() == ActFormat::Q8K {
-            self.fill_q8_k(blocks, m * nb);
-            block_major(&self.d, m, nb, &mut self.d_bm);
-            self.quants_block_major(m, nb, 256);
-            return;
+            return self.fill_q8_k(blocks, m * nb);
         }
         self.q.resize(m * nb * 32);
         self.d.resize(m * nb, 0.0);
@@ -116,19 +148,6 @@ impl PackedActs {
                     let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
                     self.set(k, b.d.to_f32(), &b.qs, kind.offset() * sum);
                 }
-            }
-        }
-        block_major(&self.d, m, nb, &mut self.d_bm);
-        block_major(&self.s, m, nb, &mut self.s_bm);
-        self.quants_block_major(m, nb, 32);
-    }
-
-    /// Fills [`Self::q_bm`] from [`Self::q`] (`elems` quants a block).
-    fn quants_block_major(&mut self, m: usize, nb: usize, elems: usize) {
-        self.q_bm.resize(m * nb * elems);
-        for (a, row) in self.q.chunks_exact(nb * elems).enumerate() {
-            for (i, block) in row.chunks_exact(elems).enumerate() {
-                self.q_bm[(i * m + a) * elems..][..elems].copy_from_slice(block);
             }
         }
     }

@@ -15,7 +15,9 @@
 
 use std::ops::Range;
 
-use super::{panel_rows, PackedMatrix, PanelFn, PanelOut, ACT_CHUNK, MAX_ACT_ROWS, PANEL};
+use super::{
+    is_tile_kernel, panel_rows, PackedMatrix, PanelFn, PanelOut, ACT_CHUNK, MAX_ACT_ROWS, PANEL,
+};
 use crate::cpu::gemm::{quantize_rows, Scratch};
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::ThreadPool;
@@ -60,7 +62,9 @@ pub fn matmul_packed_segments_with<'w, const N: usize>(
     let quantize = quant::act::kernels().quantize[act as usize];
     let a_row = act.row_bytes(w0.cols());
     let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
-    scratch.packed.fill(kind, blocks, m, w0.blocks());
+    scratch
+        .packed
+        .fill(kind, blocks, m, w0.blocks(), is_tile_kernel(kernel));
     let acts = &scratch.packed;
     let outs = ys.map(SharedMut::new);
     let dims = first.map(|w| (w.rows() / PANEL, w.blocks()));

@@ -1,6 +1,6 @@
 //! Times every panel kernel this CPU runs on one 2048 × 2048 matrix of each packed kind, for
 //! 16 and 64 activation rows, one thread: `cargo run --release -p kestrel-kernels --example
-//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `REPS=n` narrow it). The best of 5 batches is shown.
+//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=16`, `REPS=n` narrow it). The best of 5 batches is shown.
 
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::packed::{matmul_packed_with, panel_kernels, PackedMatrix};
@@ -25,6 +25,9 @@ fn main() {
         };
         let p = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
         for m in [16usize, 64] {
+            if std::env::var("M").is_ok_and(|mm| mm != m.to_string()) {
+                continue;
+            }
             let x: Vec<f32> = (0..m * cols)
                 .map(|i| (i * 31 % 97) as f32 / 50.0 - 1.0)
                 .collect();

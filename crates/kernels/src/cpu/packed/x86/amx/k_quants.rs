@@ -1,10 +1,17 @@
 //! The AMX kernel for Q4_K and Q6_K. Unpacking folds each sub-block's integer scale into its
-//! weights, `v = sc · q` (Q4_K: 0..=945) or `v = sc · (q − 32)` (Q6_K, whose stored quants are
-//! 32 above the signed ones: −4096..=4064), and splits it into two byte planes,
-//! `v = 64 · hi + lo` with `lo` in 0..64; Q4_K adds a third plane holding each element's
-//! sub-block minimum `mn`. A super-block is then 4 accumulating tile products of 64 values per
-//! plane, whose sums `64 · C_hi + C_lo = Σ v · a` (and `Σ mn · a`) are exact in `i32` (at most
-//! 3.1 · 10⁷ in size), and one scaling (for Q6_K, `Σ sc·(q − 32)·a` is the spec's integer):
+//! weights and splits the product over two byte planes, so that one run of tile products
+//! covers a whole super-block:
+//!
+//! - Q4_K: the 6-bit scale is split, `sc = 16 · sh + sl`; both `sl · q` (0..=225) and
+//!   `sh · q` (0..=45) fit a byte, so one `i16` multiply scales a line's even and odd bytes
+//!   at once: `v = sc · q = 16 · hi + lo`. A third plane holds each element's sub-block
+//!   minimum `mn`.
+//! - Q6_K (stored quants 32 above the signed ones): `v = sc · (q − 32)` (−4064..=4096) from
+//!   `maddubs`, split into its low byte (unsigned) and high byte (signed): `v = 256 · hi + lo`.
+//!
+//! A super-block is then 4 accumulating tile products of 64 values per plane, whose sums
+//! `2^k · C_hi + C_lo = Σ v · a` (and `Σ mn · a`) are exact in `i32` (at most 3.1 · 10⁷ in
+//! size), and one scaling (for Q6_K, `Σ sc·(q − 32)·a` is the spec's integer):
 //!
 //! ```text
 //!   Q4_K:  t = f32(Σ sc·q·a) · d;  t = fma(f32(Σ_s mn[s] · sub_sum_s), −dmin, t)
@@ -172,44 +179,42 @@ unsafe fn store3(c: *mut [Sums; 3]) {
     }
 }
 
-/// A sub-block's scales (byte `r` = row `r`'s) as the even and odd byte operands of
-/// `maddubs` (row `r`'s 4 bytes `[sc, 0, sc, 0]` and `[0, sc, 0, sc]`), and, if `SIGNED`, each
-/// row's `32 · sc` in its `i16` lanes (Q6_K's offset times the scale), else zeros.
+/// Each row's value of `x` (byte `r` = row `r`'s) in both `i16` halves of the row's `i32` lane.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn scale_pairs<const SIGNED: bool>(sc: __m128i) -> (__m512i, __m512i, __m512i) {
-    let z = _mm512_cvtepu8_epi32(sc);
-    let even = _mm512_or_si512(z, _mm512_slli_epi32(z, 16));
-    let offset = if SIGNED {
-        // Each `i32` lane's two `i16` halves: the sign-extended scale times 32.
-        let w = _mm512_slli_epi32(_mm512_cvtepi8_epi32(sc), 5);
-        _mm512_or_si512(
-            _mm512_and_si512(w, _mm512_set1_epi32(0xFFFF)),
-            _mm512_slli_epi32(w, 16),
-        )
-    } else {
-        _mm512_setzero_si512()
-    };
+fn per_row_i16(x: __m128i) -> __m512i {
+    let z = _mm512_cvtepu8_epi32(x);
+    _mm512_or_si512(z, _mm512_slli_epi32(z, 16))
+}
+
+/// Q6_K: a sub-block's scales (byte `r` = row `r`'s) as the even and odd byte operands of
+/// `maddubs` (row `r`'s 4 bytes `[sc, 0, sc, 0]` and `[0, sc, 0, sc]`), and each row's
+/// `32 · sc` in its `i16` lanes (the quants' offset times the scale).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn scale_pairs(sc: __m128i) -> (__m512i, __m512i, __m512i) {
+    let even = per_row_i16(sc);
+    // Each `i32` lane's two `i16` halves: the sign-extended scale times 32.
+    let w = _mm512_slli_epi32(_mm512_cvtepi8_epi32(sc), 5);
+    let offset = _mm512_or_si512(
+        _mm512_and_si512(w, _mm512_set1_epi32(0xFFFF)),
+        _mm512_slli_epi32(w, 16),
+    );
     (even, _mm512_slli_epi32(even, 8), offset)
 }
 
-/// Line `x` of unsigned quants times its rows' scales, less `offset` (`i16` lanes: each row's
-/// scale times the quants' offset), as the low and high byte planes.
+/// Q6_K: line `x` of unsigned quants times its rows' scales, less `offset`, as the low
+/// (unsigned) and high (signed) bytes of the `i16` results: `v = 256 · hi + lo`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn split(x: __m512i, (se, so, offset): (__m512i, __m512i, __m512i)) -> (__m512i, __m512i) {
     // The products of the even and odd bytes as `i16` lanes (one factor is 0 in each pair).
     let ve = _mm512_sub_epi16(_mm512_maddubs_epi16(x, se), offset);
     let vo = _mm512_sub_epi16(_mm512_maddubs_epi16(x, so), offset);
-    let (m63, m255) = (_mm512_set1_epi16(0x3F), _mm512_set1_epi16(0xFF));
-    let lo = _mm512_or_si512(
-        _mm512_and_si512(ve, m63),
-        _mm512_slli_epi16(_mm512_and_si512(vo, m63), 8),
-    );
-    let hi = _mm512_or_si512(
-        _mm512_and_si512(_mm512_srai_epi16(ve, 6), m255),
-        _mm512_slli_epi16(_mm512_srai_epi16(vo, 6), 8),
-    );
+    // Odd bytes from the odd elements' products.
+    let odd: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
+    let lo = _mm512_mask_blend_epi8(odd, ve, _mm512_slli_epi16(vo, 8));
+    let hi = _mm512_mask_blend_epi8(odd, _mm512_srli_epi16(ve, 8), vo);
     (lo, hi)
 }
 
@@ -234,7 +239,7 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
             dst.wrapping_add(planes_bytes(job.kind) * n),
         );
         if job.stream {
-            prefetch(qp.wrapping_add(PREFETCH_BYTES), qb);
+            prefetch(sp.wrapping_add(PREFETCH_BYTES / 8), sb);
         }
         // Stores lines `g` and `g + 1` of both planes.
         let put = |g: usize, x0: __m512i, x1: __m512i, pairs: (__m512i, __m512i, __m512i)| {
@@ -252,7 +257,12 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
         unsafe {
             if job.kind == PackedKind::Q4_K {
                 let ks = q4_k_scales(sp);
+                let low4 = _mm_set1_epi8(0x0F);
                 for (s, &scale) in ks.sc.iter().enumerate() {
+                    if job.stream {
+                        // Spread over the sub-blocks: a burst of 32 prefetches stalls.
+                        prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
+                    }
                     // Each row's minimum in all 4 of its bytes, on the sub-block's 8 lines.
                     let mn = _mm512_mullo_epi32(
                         _mm512_cvtepu8_epi32(ks.mn[s]),
@@ -261,18 +271,32 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
                     for g in 8 * s..8 * s + 8 {
                         _mm512_store_si512(d.add(2 * PLANE + 64 * g).cast(), mn);
                     }
-                    let pairs = scale_pairs::<false>(scale);
+                    // sc = 16 · sh + sl, and both sl · q and sh · q fit a byte: one `i16`
+                    // multiply scales a line's even and odd bytes at once.
+                    let sl = per_row_i16(_mm_and_si128(scale, low4));
+                    let sh = per_row_i16(_mm_and_si128(_mm_srli_epi16(scale, 4), low4));
                     for v in 0..4 {
                         let raw = _mm512_loadu_si512(qp.add(256 * s + 64 * v).cast());
-                        let hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
-                        put(8 * s + 2 * v, _mm512_and_si512(raw, mask), hi, pairs);
+                        let x0 = _mm512_and_si512(raw, mask);
+                        let x1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                        let g = 8 * s + 2 * v;
+                        _mm512_store_si512(d.add(64 * g).cast(), _mm512_mullo_epi16(x0, sl));
+                        _mm512_store_si512(d.add(64 * g + 64).cast(), _mm512_mullo_epi16(x1, sl));
+                        _mm512_store_si512(d.add(PLANE + 64 * g).cast(), _mm512_mullo_epi16(x0, sh));
+                        _mm512_store_si512(
+                            d.add(PLANE + 64 * g + 64).cast(),
+                            _mm512_mullo_epi16(x1, sh),
+                        );
                     }
                 }
             } else {
                 for s in 0..16 {
-                    let pairs = scale_pairs::<true>(_mm_loadu_si128(sp.add(16 * s).cast()));
+                    let pairs = scale_pairs(_mm_loadu_si128(sp.add(16 * s).cast()));
                     let (c, h) = (s / 2, s % 2);
                     let chunk = qp.add(384 * c);
+                    if job.stream && h == 0 {
+                        prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
+                    }
                     // The high bits of nibble vectors 2h and 2h + 1 (see `layout.rs`).
                     let hv = _mm512_loadu_si512(chunk.add(256 + 64 * h).cast());
                     for w in 0..2 {
@@ -454,7 +478,7 @@ unsafe fn run_steps<const Q6: bool>(
             if Q6 {
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast()));
                 each_row!(r => {
-                    let sum = plane_sum(&lo.0[r], &hi.0[r]);
+                    let sum = plane_sum::<8>(&lo.0[r], &hi.0[r]);
                     let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
                     acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
                 });
@@ -463,7 +487,7 @@ unsafe fn run_steps<const Q6: bool>(
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
                 let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
                 each_row!(r => {
-                    let sum = plane_sum(&lo.0[r], &hi.0[r]);
+                    let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
                     let msum = _mm512_load_si512(mins.0[r].as_ptr().cast());
                     let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
                     let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t);
@@ -483,16 +507,16 @@ unsafe fn run_steps<const Q6: bool>(
     }
 }
 
-/// `64 · hi + lo`: a row's sums of the two planes.
+/// `2^SHIFT · hi + lo`: a row's sums of the two planes (Q4_K's `SHIFT` is 4, Q6_K's 8).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn plane_sum(lo: &[i32; PANEL], hi: &[i32; PANEL]) -> __m512i {
+fn plane_sum<const SHIFT: u32>(lo: &[i32; PANEL], hi: &[i32; PANEL]) -> __m512i {
     // SAFETY: 16 `i32` each, 64-byte aligned (rows of `Sums`).
     unsafe {
         let (lo, hi) = (
             _mm512_load_si512(lo.as_ptr().cast()),
             _mm512_load_si512(hi.as_ptr().cast()),
         );
-        _mm512_add_epi32(_mm512_slli_epi32(hi, 6), lo)
+        _mm512_add_epi32(_mm512_slli_epi32(hi, SHIFT), lo)
     }
 }

@@ -1,6 +1,6 @@
 //! Times every panel kernel this CPU runs on one 2048 × 2048 matrix of each packed kind, for
-//! 16 and 64 activation rows, one thread: `cargo run --release -p kestrel-kernels --example
-//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=16`, `REPS=n` narrow it). The best of 5 batches is shown.
+//! 16 and 64 activation rows (or `M`), one thread: `cargo run --release -p kestrel-kernels --example
+//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it). The best of 5 batches is shown.
 
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::packed::{matmul_packed_with, panel_kernels, PackedMatrix};
@@ -24,10 +24,8 @@ fn main() {
             _ => bytemuck::cast_slice(&quant::q6_k::quantize_ref(&w)).to_vec(),
         };
         let p = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
-        for m in [16usize, 64] {
-            if std::env::var("M").is_ok_and(|mm| mm != m.to_string()) {
-                continue;
-            }
+        let ms: Vec<usize> = std::env::var("M").map_or(vec![16, 64], |m| vec![m.parse().unwrap()]);
+        for m in ms {
             let x: Vec<f32> = (0..m * cols)
                 .map(|i| (i * 31 % 97) as f32 / 50.0 - 1.0)
                 .collect();

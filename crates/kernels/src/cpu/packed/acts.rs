@@ -38,6 +38,9 @@ pub struct PackedActs {
     /// reads one block's constants for 16 consecutive rows from one place.
     pub(super) d_bm: Vec<f32>,
     pub(super) s_bm: Vec<f32>,
+    /// `sub_sums` block-major (`nb × m × 8`, then [`BLOCK_MAJOR_PAD`] rows of zeros; Q8_K
+    /// only).
+    pub(super) sub_sums_bm: Vec<i16>,
 }
 
 /// One cache line of quants.
@@ -77,13 +80,14 @@ impl std::ops::DerefMut for AlignedQuants {
 /// Zeros after the block-major arrays, so that 16 rows from any row on stay in bounds.
 pub(super) const BLOCK_MAJOR_PAD: usize = 16;
 
-/// `src` (`m × nb`, row-major) block-major into `dst` (`nb × m`, then the padding).
-fn block_major<T: Copy + Default>(src: &[T], m: usize, nb: usize, dst: &mut Vec<T>) {
+/// `src` (`m × nb` runs of `width` values, row-major) block-major into `dst` (`nb × m` runs,
+/// then [`BLOCK_MAJOR_PAD`] runs of zeros).
+fn block_major<T: Copy + Default>(src: &[T], m: usize, nb: usize, width: usize, dst: &mut Vec<T>) {
     dst.clear();
-    dst.resize(nb * m + BLOCK_MAJOR_PAD, T::default());
-    for (a, row) in src[..m * nb].chunks_exact(nb).enumerate() {
-        for (i, &v) in row.iter().enumerate() {
-            dst[i * m + a] = v;
+    dst.resize((nb * m + BLOCK_MAJOR_PAD) * width, T::default());
+    for (a, row) in src[..m * nb * width].chunks_exact(nb * width).enumerate() {
+        for (i, run) in row.chunks_exact(width).enumerate() {
+            dst[(i * m + a) * width..][..width].copy_from_slice(run);
         }
     }
 }
@@ -107,6 +111,7 @@ impl PackedActs {
             self.q_bm.resize(0);
             self.d_bm.clear();
             self.s_bm.clear();
+            self.sub_sums_bm.clear();
         }
     }
 
@@ -119,9 +124,12 @@ impl PackedActs {
                 self.q_bm[(i * m + a) * elems..][..elems].copy_from_slice(block);
             }
         }
-        block_major(&self.d, m, nb, &mut self.d_bm);
+        block_major(&self.d, m, nb, 1, &mut self.d_bm);
         if kind.act() == ActFormat::Q8_1 {
-            block_major(&self.s, m, nb, &mut self.s_bm);
+            block_major(&self.s, m, nb, 1, &mut self.s_bm);
+        }
+        if kind.act() == ActFormat::Q8K {
+            block_major(&self.sub_sums, m, nb, 8, &mut self.sub_sums_bm);
         }
     }
 

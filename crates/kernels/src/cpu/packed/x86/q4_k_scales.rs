@@ -8,9 +8,7 @@ use std::arch::x86_64::*;
 pub(super) struct Q4KScales {
     /// `sc[s]`: the 6-bit scale of sub-block `s` of each row.
     pub sc: [__m128i; 8],
-    /// `mn[s]`: the 6-bit minimum of sub-block `s` of each row.
-    pub mn: [__m128i; 8],
-    /// `mn_pairs[t] = [rows 0..8, rows 8..16]`: the mins of sub-blocks `2t` and `2t + 1`
+    /// `mn_pairs[t] = [rows 0..8, rows 8..16]`: the 6-bit mins of sub-blocks `2t` and `2t + 1`
     /// interleaved (byte `2r'` and `2r' + 1` for the half's row `r'`), ready to widen into
     /// `i16` pairs that multiply the activation's two sub-block sums.
     pub mn_pairs: [[__m128i; 2]; 4],
@@ -43,5 +41,5 @@ pub(super) unsafe fn q4_k_scales(sp: *const u8) -> Q4KScales {
         let (a, b) = (mn[2 * t], mn[2 * t + 1]);
         [_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)]
     });
-    Q4KScales { sc, mn, mn_pairs }
+    Q4KScales { sc, mn_pairs }
 }

@@ -4,14 +4,16 @@
 //!
 //! - Q4_K: the 6-bit scale is split, `sc = 16 · sh + sl`; both `sl · q` (0..=225) and
 //!   `sh · q` (0..=45) fit a byte, so one `i16` multiply scales a line's even and odd bytes
-//!   at once: `v = sc · q = 16 · hi + lo`. A third plane holds each element's sub-block
-//!   minimum `mn`.
+//!   at once: `v = sc · q = 16 · hi + lo`.
 //! - Q6_K (stored quants 32 above the signed ones): `v = sc · (q − 32)` (−4064..=4096) from
 //!   `maddubs`, split into its low byte (unsigned) and high byte (signed): `v = 256 · hi + lo`.
 //!
 //! A super-block is then 4 accumulating tile products of 64 values per plane, whose sums
-//! `2^k · C_hi + C_lo = Σ v · a` (and `Σ mn · a`) are exact in `i32` (at most 3.1 · 10⁷ in
-//! size), and one scaling (for Q6_K, `Σ sc·(q − 32)·a` is the spec's integer):
+//! `2^k · C_hi + C_lo = Σ v · a` are exact in `i32` (at most 3.1 · 10⁷ in size), and one
+//! scaling (for Q6_K, `Σ sc·(q − 32)·a` is the spec's integer). Q4_K's minima term is an
+//! integer too, `Σ_s mn[s] · sub_sum_s`, from four `vpdpwssd` a row while scaling (as a
+//! third plane of tile products it would leave room for only one set of C tiles, and each
+//! step would wait for the one before):
 //!
 //! ```text
 //!   Q4_K:  t = f32(Σ sc·q·a) · d;  t = fma(f32(Σ_s mn[s] · sub_sum_s), −dmin, t)
@@ -20,8 +22,8 @@
 //! ```
 //!
 //! where the per-sub-block kernels scale 8 or 16 sums a super-block. This is
-//! `reference.rs`'s `panel_tiles_ref`, bit for bit. Q6_K's two sets of C tiles alternate
-//! (`pipeline::<2>`); Q4_K's three planes leave room for one set (`pipeline::<1>`).
+//! `reference.rs`'s `panel_tiles_ref`, bit for bit. The two sets of C tiles alternate
+//! (`pipeline::<2>`).
 
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -36,23 +38,27 @@ use crate::cpu::packed::{PackedKind, PanelJob, PanelOut, PANEL};
 /// Bytes of one plane of a super-block (64 lines).
 const PLANE: usize = 64 * 64;
 
-/// Bytes of one super-block's unpacked planes: Q6_K two, Q4_K three (the third holds each
-/// element's sub-block minimum, so the tiles also sum `Σ mn · a`).
+/// Bytes of Q4_K's sub-block minima of a super-block, after its planes: 4 vectors, vector `p`
+/// holding each row's minima of sub-blocks `2p` and `2p + 1` as an `i16` pair (the operand of
+/// `vpdpwssd` against the activation's two sub-block sums).
+const MINS: usize = 4 * 64;
+
+/// Bytes of one super-block's unpacked planes (and Q4_K's minima).
 const fn planes_bytes(kind: PackedKind) -> usize {
     match kind {
         PackedKind::Q6_K => 2 * PLANE,
-        _ => 3 * PLANE,
+        _ => 2 * PLANE + MINS,
     }
 }
 
-/// Super-blocks unpacked at a time: their planes (24 KiB) stay in L1 while every group of
+/// Super-blocks unpacked at a time: their planes (25 KiB) stay in L1 while every group of
 /// activation rows runs over them.
 const fn chunk(kind: PackedKind) -> usize {
     CHUNK_BYTES / planes_bytes(kind)
 }
 
-/// The most bytes of planes a chunk holds.
-pub(super) const CHUNK_BYTES: usize = 24 * 1024;
+/// The most bytes of planes a chunk holds: 3 super-blocks of either kind.
+pub(super) const CHUNK_BYTES: usize = 3 * (2 * PLANE + MINS);
 
 /// One 64-value step of a super-block's products, as assembly: activation tile `$a` (row
 /// bytes `64·$k..`), then for each `($c, $b, $dp, $plane)` the plane's 16 lines into tile `$b`
@@ -69,23 +75,23 @@ macro_rules! chunk_of_64 {
     };
 }
 
-/// Q6_K: tile set `T` (0 or 1) computes one super-block, C tiles `2T` (low plane, unsigned)
-/// and `2T + 1` (high plane, signed) = A (the configured rows of 256 activation bytes at `a`,
-/// `a_stride` apart) times the planes at `b`.
+/// Tile set `T` (0 or 1) computes one super-block, C tiles `2T` (low plane, unsigned) and
+/// `2T + 1` (high plane: signed for Q6_K, `Q6`, unsigned for Q4_K) = A (the configured rows
+/// of 256 activation bytes at `a`, `a_stride` apart) times the planes at `b`.
 ///
 /// # Safety
 /// The tiles are configured as [`Layout::Wide`]; the A rows and both planes are in bounds.
 #[inline(always)]
-unsafe fn compute<const T: usize>(a: *const i8, a_stride: usize, b: *const u8) {
+unsafe fn compute<const T: usize, const Q6: bool>(a: *const i8, a_stride: usize, b: *const u8) {
     macro_rules! super_block {
-        ($lo:literal, $hi:literal) => {
+        ($lo:literal, $hi:literal, $hi_dp:literal) => {
             asm!(
                 concat!("tilezero ", $lo),
                 concat!("tilezero ", $hi),
-                chunk_of_64!("tmm4", "0", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
-                chunk_of_64!("tmm7", "1", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
-                chunk_of_64!("tmm4", "2", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
-                chunk_of_64!("tmm7", "3", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", "tdpbssd", "1")),
+                chunk_of_64!("tmm4", "0", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
+                chunk_of_64!("tmm7", "1", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
+                chunk_of_64!("tmm4", "2", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
+                chunk_of_64!("tmm7", "3", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
                 a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
                 line = in(reg) 64usize, options(nostack, readonly),
             )
@@ -93,10 +99,11 @@ unsafe fn compute<const T: usize>(a: *const i8, a_stride: usize, b: *const u8) {
     }
     // SAFETY: the caller's contract; the tiles belong to this kernel.
     unsafe {
-        if T == 0 {
-            super_block!("tmm0", "tmm1")
-        } else {
-            super_block!("tmm2", "tmm3")
+        match (T, Q6) {
+            (0, true) => super_block!("tmm0", "tmm1", "tdpbssd"),
+            (_, true) => super_block!("tmm2", "tmm3", "tdpbssd"),
+            (0, false) => super_block!("tmm0", "tmm1", "tdpbsud"),
+            (_, false) => super_block!("tmm2", "tmm3", "tdpbsud"),
         }
     }
 }
@@ -123,59 +130,6 @@ unsafe fn store<const T: usize>(c: *mut [Sums; 2]) {
                 lo = in(reg) lo, hi = in(reg) hi, line = in(reg) 64usize, options(nostack),
             );
         }
-    }
-}
-
-/// Q4_K's super-block: C tiles 0, 1, 2 (low, high and minimum planes) = A (the configured
-/// rows of 256 activation bytes at `a`, `a_stride` apart) times the three planes at `b`.
-///
-/// # Safety
-/// The tiles are configured as [`Layout::Wide3`]; the A rows and the planes are in bounds.
-#[inline(always)]
-unsafe fn compute3(a: *const i8, a_stride: usize, b: *const u8) {
-    macro_rules! step {
-        ($a:literal, $k:literal) => {
-            chunk_of_64!(
-                $a,
-                $k,
-                ("tmm0", "tmm5", "tdpbsud", "0"),
-                ("tmm1", "tmm6", "tdpbsud", "1"),
-                ("tmm2", "tmm7", "tdpbsud", "2")
-            )
-        };
-    }
-    // SAFETY: the caller's contract; the tiles belong to this kernel.
-    unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            step!("tmm3", "0"),
-            step!("tmm4", "1"),
-            step!("tmm3", "2"),
-            step!("tmm4", "3"),
-            a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
-            line = in(reg) 64usize, options(nostack, readonly),
-        )
-    }
-}
-
-/// Stores Q4_K's three C tiles at `c`.
-///
-/// # Safety
-/// The tiles are configured as [`Layout::Wide3`].
-#[inline(always)]
-unsafe fn store3(c: *mut [Sums; 3]) {
-    let c = c.cast::<Sums>();
-    // SAFETY: the caller's contract; `c` holds three 16-row buffers of 64-byte rows.
-    unsafe {
-        asm!(
-            "tilestored [{c0} + {line} * 1], tmm0",
-            "tilestored [{c1} + {line} * 1], tmm1",
-            "tilestored [{c2} + {line} * 1], tmm2",
-            c0 = in(reg) c, c1 = in(reg) c.add(1), c2 = in(reg) c.add(2),
-            line = in(reg) 64usize, options(nostack),
-        );
     }
 }
 
@@ -220,8 +174,8 @@ fn split(x: __m512i, (se, so, offset): (__m512i, __m512i, __m512i)) -> (__m512i,
 
 /// Super-blocks `blocks` of the panel as scaled byte planes at `dst`: super-block
 /// `blocks.start + n` at `planes_bytes(kind) · n`, its low plane's line `g` (elements `4g..4g + 4`
-/// of each row) at `64 g`, the high plane's at `4096 + 64 g`, Q4_K's minimum plane's at
-/// `8192 + 64 g`.
+/// of each row) at `64 g`, the high plane's at `4096 + 64 g`, Q4_K's minima ([`MINS`]) at
+/// `8192`.
 ///
 /// # Safety
 /// The CPU has AVX-512 BW; `blocks` lie within the panel's `nb` super-blocks (checked); `dst`
@@ -258,18 +212,14 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
             if job.kind == PackedKind::Q4_K {
                 let ks = q4_k_scales(sp);
                 let low4 = _mm_set1_epi8(0x0F);
+                for (p, &[lo, hi]) in ks.mn_pairs.iter().enumerate() {
+                    let pair = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
+                    _mm512_store_si512(d.add(2 * PLANE + 64 * p).cast(), pair);
+                }
                 for (s, &scale) in ks.sc.iter().enumerate() {
                     if job.stream {
                         // Spread over the sub-blocks: a burst of 32 prefetches stalls.
                         prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
-                    }
-                    // Each row's minimum in all 4 of its bytes, on the sub-block's 8 lines.
-                    let mn = _mm512_mullo_epi32(
-                        _mm512_cvtepu8_epi32(ks.mn[s]),
-                        _mm512_set1_epi32(0x0101_0101),
-                    );
-                    for g in 8 * s..8 * s + 8 {
-                        _mm512_store_si512(d.add(2 * PLANE + 64 * g).cast(), mn);
                     }
                     // sc = 16 · sh + sl, and both sl · q and sh · q fit a byte: one `i16`
                     // multiply scales a line's even and odd bytes at once.
@@ -380,14 +330,14 @@ unsafe fn run_chunk(job: &PanelJob<'_>, planes: *const u8, work: Work, out: &mut
             configure(Layout::Wide { rows });
             run_steps::<true>(job, planes, work, out)
         } else {
-            configure(Layout::Wide3 { rows });
+            configure(Layout::Wide { rows });
             run_steps::<false>(job, planes, work, out)
         }
     }
 }
 
 /// [`run_chunk`] for Q6_K (`Q6`) or Q4_K: one pipeline over every (group, super-block) step,
-/// group after group.
+/// group after group, the two tile sets taking turns.
 ///
 /// # Safety
 /// As [`run_chunk`], with the tiles configured for `rows`.
@@ -417,8 +367,8 @@ unsafe fn run_steps<const Q6: bool>(
             .as_ptr()
             .wrapping_add((i * m + job.j0 + GROUP * g) * 256)
     };
-    // Two buffers of three planes' sums (Q6_K uses two of the three).
-    let mut c = [[Sums([[0; PANEL]; GROUP]); 3]; 2];
+    // Two buffers of both planes' sums.
+    let mut c = [[Sums([[0; PANEL]; GROUP]); 2]; 2];
     let cp = c.as_mut_ptr();
     let stride = planes_bytes(job.kind);
     let mut acc = [_mm512_setzero_ps(); GROUP];
@@ -428,12 +378,10 @@ unsafe fn run_steps<const Q6: bool>(
         // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
         // unpacked planes.
         unsafe {
-            if !Q6 {
-                compute3(a, 256, b)
-            } else if t.is_multiple_of(2) {
-                compute::<0>(a, 256, b)
+            if t.is_multiple_of(2) {
+                compute::<0, Q6>(a, 256, b)
             } else {
-                compute::<1>(a, 256, b)
+                compute::<1, Q6>(a, 256, b)
             }
         }
     };
@@ -441,12 +389,10 @@ unsafe fn run_steps<const Q6: bool>(
         // SAFETY: `cp` points at the two buffers of sums; step t was started.
         unsafe {
             let dst = cp.add(t % 2);
-            if !Q6 {
-                store3(dst)
-            } else if t.is_multiple_of(2) {
-                store::<0>(dst.cast())
+            if t.is_multiple_of(2) {
+                store::<0>(dst)
             } else {
-                store::<1>(dst.cast())
+                store::<1>(dst)
             }
         }
     };
@@ -473,7 +419,7 @@ unsafe fn run_steps<const Q6: bool>(
         // SAFETY: super-block i's scales and the activations' sums and block-major scales of
         // rows `row0..row0 + rows`; the step's tile sums were stored an iteration before.
         unsafe {
-            let [lo, hi, mins] = &*cp.add(t % 2);
+            let [lo, hi] = &*cp.add(t % 2);
             let di = acts.d_bm.as_ptr().add(i * m + row0);
             if Q6 {
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast()));
@@ -486,9 +432,17 @@ unsafe fn run_steps<const Q6: bool>(
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
                 let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
+                let mins = planes.add(stride * (i - first) + 2 * PLANE).cast::<__m512i>();
+                let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_load_si512(mins.add(p)));
+                // Each row's 8 sub-block sums: 4 pairs of `i16`, read as `i32`.
+                let sums = acts.sub_sums_bm.as_ptr().add((i * m + row0) * 8).cast::<i32>();
                 each_row!(r => {
                     let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
-                    let msum = _mm512_load_si512(mins.0[r].as_ptr().cast());
+                    let mut msum = _mm512_setzero_si512();
+                    for (p, mn) in mins.iter().enumerate() {
+                        let pair = _mm512_set1_epi32(sums.add(4 * r + p).read_unaligned());
+                        msum = _mm512_dpwssd_epi32(msum, *mn, pair);
+                    }
                     let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
                     let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t);
                     acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
@@ -500,11 +454,7 @@ unsafe fn run_steps<const Q6: bool>(
             unsafe { store_rows(&acc, out_g) };
         }
     };
-    if Q6 {
-        pipeline::<2>(steps, compute_step, store_step, scale_step);
-    } else {
-        pipeline::<1>(steps, compute_step, store_step, scale_step);
-    }
+    pipeline::<2>(steps, compute_step, store_step, scale_step);
 }
 
 /// `2^SHIFT · hi + lo`: a row's sums of the two planes (Q4_K's `SHIFT` is 4, Q6_K's 8).

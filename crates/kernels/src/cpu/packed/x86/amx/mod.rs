@@ -68,12 +68,9 @@ enum Layout {
     None,
     /// `blocks.rs`: C in tmm0/tmm1, A (32 bytes a row) in tmm2/tmm3, B (8 lines) in tmm4/tmm5.
     Blocks { rows: usize },
-    /// `k_quants.rs`, Q6_K: C in tmm0-tmm3, A (64 bytes a row) in tmm4/tmm7, B (16 lines) in
+    /// `k_quants.rs`: C in tmm0-tmm3, A (64 bytes a row) in tmm4/tmm7, B (16 lines) in
     /// tmm5/tmm6.
     Wide { rows: usize },
-    /// `k_quants.rs`, Q4_K: C in tmm0-tmm2, A (64 bytes a row) in tmm3/tmm4, B (16 lines) in
-    /// tmm5-tmm7.
-    Wide3 { rows: usize },
 }
 
 thread_local! {
@@ -96,7 +93,8 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
         acts.rows >= job.j0 + job.na
             && acts.q_bm.len() >= nb * acts.rows * job.kind.block_elems()
             && acts.d_bm.len() >= bm_len
-            && (job.kind != PackedKind::Q4_1 || acts.s_bm.len() >= bm_len),
+            && (job.kind != PackedKind::Q4_1 || acts.s_bm.len() >= bm_len)
+            && (job.kind != PackedKind::Q4_K || acts.sub_sums_bm.len() >= 8 * bm_len),
         "AMX panel kernel: block-major constants too short"
     );
     UNPACKED.with_borrow_mut(|lines| {
@@ -140,10 +138,6 @@ unsafe fn configure(layout: Layout) {
         Layout::Wide { rows } => {
             let (c, b) = ((rows, 64), (16, 64));
             [c, c, c, c, c, b, b, c]
-        }
-        Layout::Wide3 { rows } => {
-            let (c, b) = ((rows, 64), (16, 64));
-            [c, c, c, c, c, b, b, b]
         }
     };
     #[repr(C, align(64))]

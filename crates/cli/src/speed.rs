@@ -200,7 +200,7 @@ impl Report<'_> {
             serde_json::json!({"adapters": self.lora_load_ms.len(), "load_ms": self.lora_load_ms,
                 "tg": rate(self.tg_lora, self.args.gen), "cost": cost})
         });
-        serde_json::json!({"model": self.name, "threads": self.threads, "isa": kestrel_kernels::cpu::Isa::detected().name(),
+        serde_json::json!({"model": self.name, "threads": self.threads, "isa": kernels_name(),
             "kv_cache_dtype": self.args.kv_cache_dtype.name(), "pp": rate(self.pp, self.args.prompt), "tg": tg,
             "seqs": self.args.seqs, "lora": lora, "membw": self.membw})
     }
@@ -368,5 +368,17 @@ impl Rate {
             std: var.sqrt(),
             best,
         }
+    }
+}
+
+/// The kernels the products run on, as the report names them: the ISA, and whether AMX tile
+/// products take the calls of 4 or more rows.
+fn kernels_name() -> String {
+    use kestrel_kernels::cpu::Isa;
+    let isa = Isa::detected().name();
+    if Isa::tiles() {
+        format!("{isa} with AMX tiles for products of 4 or more rows")
+    } else {
+        isa.to_string()
     }
 }

@@ -156,6 +156,27 @@ fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
     }
 }
 
+/// Long K-quant rows (9 super-blocks): the AMX kernel streams one group of rows through a
+/// ring of unpacked super-blocks that wraps around twice, and shares chunks among the groups
+/// of more rows; every variant still equals its spec.
+#[test]
+fn k_quant_kernels_on_long_rows_are_bit_identical_to_their_spec() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for dtype in [DType::Q4_K, DType::Q6_K] {
+        let cols = 9 * 256;
+        let packed = random_packed(dtype, 32, cols, &mut rng);
+        for m in [4, 13, 16, 17, 40] {
+            let x = random_x(m, cols, &mut rng);
+            for v in panel_kernels() {
+                let want = product(&pool, v.spec, &packed, &x, m);
+                let got = product(&pool, v.kernel, &packed, &x, m);
+                assert_eq!(got, want, "{dtype} {} m={m}", v.name);
+            }
+        }
+    }
+}
+
 /// Every kernel gives a row the same result alone as among many rows (the AMX kernel sends
 /// calls of few rows to a VNNI kernel on its own spec): a sequence's logits do not depend on
 /// what else is in the batch, and speculative decoding's verify batch picks exactly what

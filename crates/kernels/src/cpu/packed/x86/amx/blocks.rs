@@ -186,7 +186,7 @@ unsafe fn run_kind<const MIN: bool, const SIGNED: bool>(
     // SAFETY: the caller's contract.
     unsafe {
         configure(Layout::Blocks { rows });
-        pipeline::<2>(nb, compute_step, store_step, scale_step);
+        pipeline::<2>(nb, compute_step, store_step, scale_step, |_| {});
         store_rows(&acc, out);
     }
 }

@@ -58,7 +58,14 @@ const fn chunk(kind: PackedKind) -> usize {
 }
 
 /// The most bytes of planes a chunk holds: 3 super-blocks of either kind.
-pub(super) const CHUNK_BYTES: usize = 3 * (2 * PLANE + MINS);
+const CHUNK_BYTES: usize = 3 * (2 * PLANE + MINS);
+
+/// The bytes [`run`] unpacks into: a chunk, or [`run_streaming`]'s ring.
+pub(super) const BUFFER_BYTES: usize = if CHUNK_BYTES > SLOTS * (2 * PLANE + MINS) {
+    CHUNK_BYTES
+} else {
+    SLOTS * (2 * PLANE + MINS)
+};
 
 /// One 64-value step of a super-block's products, as assembly: activation tile `$a` (row
 /// bytes `64·$k..`), then for each `($c, $b, $dp, $plane)` the plane's 16 lines into tile `$b`
@@ -232,7 +239,10 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
                         let g = 8 * s + 2 * v;
                         _mm512_store_si512(d.add(64 * g).cast(), _mm512_mullo_epi16(x0, sl));
                         _mm512_store_si512(d.add(64 * g + 64).cast(), _mm512_mullo_epi16(x1, sl));
-                        _mm512_store_si512(d.add(PLANE + 64 * g).cast(), _mm512_mullo_epi16(x0, sh));
+                        _mm512_store_si512(
+                            d.add(PLANE + 64 * g).cast(),
+                            _mm512_mullo_epi16(x0, sh),
+                        );
                         _mm512_store_si512(
                             d.add(PLANE + 64 * g + 64).cast(),
                             _mm512_mullo_epi16(x1, sh),
@@ -274,18 +284,29 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
 }
 
 /// The job's activation rows against the panel into `out`, through `planes` (room for
-/// [`CHUNK_BYTES`]). For each chunk of super-blocks: unpack it, then run the
-/// full groups of 16 rows over it in one pipeline, then the partial group (a different tile
-/// shape) in another; each row's sums carry over from chunk to chunk in `out`.
+/// [`BUFFER_BYTES`]).
+///
+/// One group of rows (at most 16: batched decode) streams over the super-blocks in one
+/// pipeline that unpacks super-block `i + 1` while the tile unit multiplies super-block `i`
+/// ([`SLOTS`] of them in a ring). More rows share each unpacking: for each chunk of
+/// super-blocks, unpack it, then run the full groups of 16 rows over it in one pipeline, then
+/// the partial group (a different tile shape) in another; each row's sums carry over from
+/// chunk to chunk in `out`.
 ///
 /// # Safety
 /// As `panel_amx`'s call: AMX granted and AVX-512 VNNI; the job passed the checks there.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut) {
+    if job.na <= GROUP {
+        // SAFETY: the caller's contract.
+        return unsafe { run_streaming(job, planes, out) };
+    }
     let (full, tail) = (job.na / GROUP, job.na % GROUP);
     let per = chunk(job.kind);
+    let stride = planes_bytes(job.kind);
     for i0 in (0..job.nb).step_by(per) {
         let blocks = i0..(i0 + per).min(job.nb);
+        let at = |i: usize| planes.cast_const().wrapping_add(stride * (i - i0));
         // SAFETY: the caller's contract; `planes` has room for a chunk of super-blocks.
         unsafe {
             unpack(job, blocks.clone(), planes);
@@ -295,7 +316,7 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut
                     groups: 0..full,
                     rows: GROUP,
                 };
-                run_chunk(job, planes, work, out);
+                run_chunk(job, at, |_| {}, work, out);
             }
             if tail > 0 {
                 let work = Work {
@@ -303,9 +324,41 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut
                     groups: full..full + 1,
                     rows: tail,
                 };
-                run_chunk(job, planes, work, out);
+                run_chunk(job, at, |_| {}, work, out);
             }
         }
+    }
+}
+
+/// Super-blocks in [`run_streaming`]'s ring: super-block `i + 1` is unpacked at the end of
+/// pipeline iteration `i`, into the slot of step `i − 3`, whose scaling (the last stage to
+/// read its slot: Q4_K's minima) ran earlier in that iteration.
+const SLOTS: usize = 4;
+
+/// [`run`] for one group of rows: super-block `i + 1` unpacked during step `i`.
+///
+/// # Safety
+/// As [`run`]; `planes` has room for [`SLOTS`] super-blocks; `job.na <= GROUP`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_streaming(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut) {
+    let (nb, stride) = (job.nb, planes_bytes(job.kind));
+    let slot = |i: usize| planes.wrapping_add(stride * (i % SLOTS));
+    let ahead = |i: usize| {
+        if i + 1 < nb {
+            // SAFETY: super-block i + 1 < nb; its slot is in `planes`, and no step the
+            // pipeline has yet to finish reads it (see `SLOTS`).
+            unsafe { unpack(job, i + 1..i + 2, slot(i + 1)) };
+        }
+    };
+    let work = Work {
+        blocks: 0..nb,
+        groups: 0..1,
+        rows: job.na,
+    };
+    // SAFETY: the caller's contract; super-block 0 is unpacked before the pipeline starts.
+    unsafe {
+        unpack(job, 0..1, slot(0));
+        run_chunk(job, |i| slot(i).cast_const(), ahead, work, out);
     }
 }
 
@@ -317,21 +370,27 @@ struct Work {
     rows: usize,
 }
 
-/// Runs `work` on the unpacked `planes`.
+/// Runs `work` on unpacked super-blocks: `at(i)` holds super-block `i`'s planes by the time its
+/// step starts; `ahead(i)` ends the pipeline iteration that started super-block `i`'s step.
 ///
 /// # Safety
-/// As [`run`]; `planes` holds `work.blocks` unpacked; the groups' rows are the job's.
+/// As [`run`]; `at(i)` holds super-block `i` of `work.blocks` unpacked when its step starts;
+/// the groups' rows are the job's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_chunk(job: &PanelJob<'_>, planes: *const u8, work: Work, out: &mut PanelOut) {
-    let rows = work.rows;
-    // SAFETY: the caller's contract.
+unsafe fn run_chunk(
+    job: &PanelJob<'_>,
+    at: impl Fn(usize) -> *const u8,
+    ahead: impl FnMut(usize),
+    work: Work,
+    out: &mut PanelOut,
+) {
+    // SAFETY: the caller's contract; the tiles are configured for the rows.
     unsafe {
+        configure(Layout::Wide { rows: work.rows });
         if job.kind == PackedKind::Q6_K {
-            configure(Layout::Wide { rows });
-            run_steps::<true>(job, planes, work, out)
+            run_steps::<true>(job, at, ahead, work, out)
         } else {
-            configure(Layout::Wide { rows });
-            run_steps::<false>(job, planes, work, out)
+            run_steps::<false>(job, at, ahead, work, out)
         }
     }
 }
@@ -344,7 +403,8 @@ unsafe fn run_chunk(job: &PanelJob<'_>, planes: *const u8, work: Work, out: &mut
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_steps<const Q6: bool>(
     job: &PanelJob<'_>,
-    planes: *const u8,
+    at_planes: impl Fn(usize) -> *const u8,
+    mut ahead: impl FnMut(usize),
     work: Work,
     out: &mut PanelOut,
 ) {
@@ -367,14 +427,13 @@ unsafe fn run_steps<const Q6: bool>(
             .as_ptr()
             .wrapping_add((i * m + job.j0 + GROUP * g) * 256)
     };
-    // Two buffers of both planes' sums.
-    let mut c = [[Sums([[0; PANEL]; GROUP]); 2]; 2];
-    let cp = c.as_mut_ptr();
-    let stride = planes_bytes(job.kind);
+    // Two buffers of both planes' sums, each written by a tile store before it is read.
+    let mut c = std::mem::MaybeUninit::<[[Sums; 2]; 2]>::uninit();
+    let cp = c.as_mut_ptr().cast::<[Sums; 2]>();
     let mut acc = [_mm512_setzero_ps(); GROUP];
     let compute_step = |t: usize| {
         let (g, i) = at(t);
-        let (a, b) = (a_at(g, i), planes.wrapping_add(stride * (i - first)));
+        let (a, b) = (a_at(g, i), at_planes(i));
         // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
         // unpacked planes.
         unsafe {
@@ -432,10 +491,14 @@ unsafe fn run_steps<const Q6: bool>(
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
                 let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
-                let mins = planes.add(stride * (i - first) + 2 * PLANE).cast::<__m512i>();
+                let mins = at_planes(i).add(2 * PLANE).cast::<__m512i>();
                 let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_load_si512(mins.add(p)));
                 // Each row's 8 sub-block sums: 4 pairs of `i16`, read as `i32`.
-                let sums = acts.sub_sums_bm.as_ptr().add((i * m + row0) * 8).cast::<i32>();
+                let sums = acts
+                    .sub_sums_bm
+                    .as_ptr()
+                    .add((i * m + row0) * 8)
+                    .cast::<i32>();
                 each_row!(r => {
                     let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
                     let mut msum = _mm512_setzero_si512();
@@ -454,7 +517,9 @@ unsafe fn run_steps<const Q6: bool>(
             unsafe { store_rows(&acc, out_g) };
         }
     };
-    pipeline::<2>(steps, compute_step, store_step, scale_step);
+    pipeline::<2>(steps, compute_step, store_step, scale_step, |t| {
+        ahead(at(t).1)
+    });
 }
 
 /// `2^SHIFT · hi + lo`: a row's sums of the two planes (Q4_K's `SHIFT` is 4, Q6_K's 8).

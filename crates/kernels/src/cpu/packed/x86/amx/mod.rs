@@ -99,11 +99,11 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
     );
     UNPACKED.with_borrow_mut(|lines| {
         if job.kind.block_elems() == 256 {
-            lines.resize(k_quants::CHUNK_BYTES / 64, Line([0; 64]));
+            lines.resize(k_quants::BUFFER_BYTES / 64, Line([0; 64]));
             // SAFETY: `panel_kernel` hands this kernel out only where `Isa::tiles` holds (AMX
             // granted, AVX-512 VNNI); `check` verified the panel's `nb` super-blocks and
             // activation rows `j0..j0 + na`, the assertion the block-major scales of those
-            // rows plus the padding; `lines` holds a chunk of super-blocks' planes.
+            // rows plus the padding; `lines` holds `BUFFER_BYTES`.
             unsafe { k_quants::run(job, lines.as_mut_ptr().cast(), out) };
             return;
         }
@@ -155,7 +155,8 @@ unsafe fn configure(layout: Layout) {
 
 /// Runs `steps` steps of three stages: `compute(s)` starts step `s`'s tile products (in tile
 /// set `s % 2` with `SETS` = 2), `store(s)` stores its C tiles (into buffer `s % 2`),
-/// `scale(s)` scales the stored sums.
+/// `scale(s)` scales the stored sums; `after(s)` ends iteration `s` (for `s < steps`), work
+/// for the core while the tile unit runs step `s`'s products.
 ///
 /// The stages are spread over iterations so that none waits on the one before: iteration `s`
 /// stores step `s − SETS` (with two tile sets its products are long done), starts step `s`,
@@ -167,6 +168,7 @@ fn pipeline<const SETS: usize>(
     mut compute: impl FnMut(usize),
     mut store: impl FnMut(usize),
     mut scale: impl FnMut(usize),
+    mut after: impl FnMut(usize),
 ) {
     for s in 0..steps + SETS + 1 {
         if (SETS..steps + SETS).contains(&s) {
@@ -177,6 +179,9 @@ fn pipeline<const SETS: usize>(
         }
         if s > SETS {
             scale(s - SETS - 1);
+        }
+        if s < steps {
+            after(s);
         }
     }
 }

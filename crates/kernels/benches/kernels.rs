@@ -1,11 +1,12 @@
 //! Criterion benches for the CPU execution kernels: thread-pool broadcast, matmul (Q4_1,
 //! Q8_0, F32 and the toolkit types INT8, INT4_G128, NF4 at SmolLM2-135M shapes), packed
 //! panels against the GGUF layout, the 4 × 4
-//! tile kernels against per-row dot products, and paged attention. Threads: `KESTREL_THREADS`, else
+//! tile kernels against per-row dot products, and paged attention (prefill and decode, and
+//! batched decode at a 1B model's GQA geometry). Threads: `KESTREL_THREADS`, else
 //! all cores.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kestrel_kernels::cpu::attention::{attention, AttnSeq, KvDtype, PagedKv};
+use kestrel_kernels::cpu::attention::{attention, store_kv, AttnSeq, KvDtype, PagedKv, PagedKvMut};
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{matmul_packed, PackedMatrix};
 use kestrel_kernels::cpu::ThreadPool;
@@ -156,6 +157,68 @@ fn bench_attention(c: &mut Criterion) {
     group.finish();
 }
 
+/// Batched decode as a server runs it on a 1B model: TinyLlama-1.1B geometry (32 query heads
+/// sharing 4 kv heads, head_dim 64), an f16 cache in blocks of 16, 16 sequences of one query
+/// each at 511 tokens of context.
+fn bench_attention_batched_decode(c: &mut Criterion) {
+    let pool = ThreadPool::global();
+    let (n_heads, n_kv, hd, bs, n_seqs, ctx) = (32, 4, 64, 16, 16, 511);
+    let dtype = KvDtype::F16;
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let blocks_per_seq = (ctx + 1usize).div_ceil(bs);
+    let bytes = n_seqs * blocks_per_seq * bs * n_kv * dtype.row_bytes(hd);
+    let (mut k, mut v) = (vec![0u8; bytes], vec![0u8; bytes]);
+    let mut kv = PagedKvMut {
+        k: &mut k,
+        v: &mut v,
+        dtype,
+        block_size: bs,
+        n_kv_heads: n_kv,
+        head_dim: hd,
+    };
+    // Sequences' blocks interleaved, as a shared cache hands them out.
+    let tables: Vec<Vec<u32>> = (0..n_seqs)
+        .map(|s| {
+            (0..blocks_per_seq)
+                .map(|b| (b * n_seqs + s) as u32)
+                .collect()
+        })
+        .collect();
+    for table in &tables {
+        for pos in 0..=ctx {
+            let row = |rng: &mut ChaCha8Rng| -> Vec<f32> {
+                (0..n_kv * hd).map(|_| rng.gen_range(-1.0..1.0)).collect()
+            };
+            let (kr, vr) = (row(&mut rng), row(&mut rng));
+            store_kv(&mut kv, table, pos, &kr, &vr);
+        }
+    }
+    let kv = kv.as_ref();
+    let qs: Vec<Vec<f32>> = (0..n_seqs)
+        .map(|_| {
+            (0..n_heads * hd)
+                .map(|_| rng.gen_range(-1.0..1.0))
+                .collect()
+        })
+        .collect();
+    let seqs: Vec<AttnSeq<'_>> = tables
+        .iter()
+        .zip(&qs)
+        .map(|(t, q)| AttnSeq {
+            q,
+            n_q: 1,
+            q_start_pos: ctx,
+            block_table: t,
+        })
+        .collect();
+    let mut out = vec![0.0; n_seqs * n_heads * hd];
+    let mut group = c.benchmark_group("attention");
+    group.bench_function("decode_16seqs_ctx512_gqa8_f16", |b| {
+        b.iter(|| attention(pool, &kv, &seqs, n_heads, 0.125, None, &mut out))
+    });
+    group.finish();
+}
+
 /// The packed panel product beside the GGUF-layout product of the same matrix (SmolLM2-135M
 /// FFN shapes and its Q8_0 output head), for decode (m = 1), batched decode (16) and prefill.
 fn bench_packed(c: &mut Criterion) {
@@ -250,6 +313,7 @@ criterion_group!(
     bench_matmul,
     bench_packed,
     bench_tile,
-    bench_attention
+    bench_attention,
+    bench_attention_batched_decode
 );
 criterion_main!(benches);

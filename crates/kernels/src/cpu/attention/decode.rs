@@ -140,9 +140,25 @@ unsafe fn decode_block<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, b: usize, st
             // SAFETY: features: the caller's contract.
             unsafe { add_alibi::<V>(&mut row[lo..hi], slope, (bp0 + lo) as f32, pos as f32) };
         }
-        // SAFETY: features: the caller's contract.
-        let (m, l, corr) = unsafe { fold_row::<V>(row, lo..hi, st.m[r], st.l[r]) };
-        (st.m[r], st.l[r], st.corr[r]) = (m, l, corr);
+    }
+    let mut r = 0;
+    while r < rows {
+        let fold = Fold {
+            s: &mut *st.s,
+            bsp,
+            keys: lo..hi,
+            r0: r,
+        };
+        let state = (&mut *st.m, &mut *st.l, &mut *st.corr);
+        // SAFETY: rows r..r + R ≤ rows of the scores and the state; features: the caller's
+        // contract.
+        r += unsafe {
+            match rows - r {
+                1..=3 => fold_rows::<V, 1>(fold, state),
+                4..=7 => fold_rows::<V, 4>(fold, state),
+                _ => fold_rows::<V, 8>(fold, state),
+            }
+        };
     }
     let (rb, slot) = (kv.dtype.row_bytes(hd), kv.slot_bytes());
     let start = (block * bs + lo) * slot + u.kv_head * rb;
@@ -190,43 +206,78 @@ unsafe fn add_alibi<V: Lanes>(xs: &mut [f32], slope: f32, k0: f32, pos: f32) {
     }
 }
 
-/// The online-softmax step on one row's scores `row[keys]` (see
-/// [`super::block_softmax`]): returns the new `(m, l, corr)` and leaves `P` in place of the
-/// scores. Every value is computed with the same operations, in the same order, as the
-/// tiled path's lane of that row, so a query gets bit-identical outputs on either path (a
-/// speculative verify batch and plain decoding agree).
+/// Rows `r0..r0 + R` of one block's scores and the keys they see.
+struct Fold<'a> {
+    s: &'a mut [f32],
+    bsp: usize,
+    keys: std::ops::Range<usize>,
+    r0: usize,
+}
+
+/// The online-softmax step on rows `r0..r0 + R` of the scores (`[rows][bsp]`), each over
+/// its slots `keys`: updates each row's `(m, l, corr)` and leaves `P` in place of the scores;
+/// returns `R`. Every value is computed with the same operations, in the same order, as the
+/// tiled path's lane of that row (the row's maximum and sum run over the keys in order), so
+/// a query gets bit-identical outputs on either path (a speculative verify batch and plain
+/// decoding agree). The rows' maxima and sums are serial chains over the keys; running
+/// `R` rows side by side keeps `R` chains in flight.
 ///
 /// # Safety
 /// The CPU has `V`'s target features.
 #[inline(always)]
-unsafe fn fold_row<V: Lanes>(
-    row: &mut [f32],
-    keys: std::ops::Range<usize>,
-    m_old: f32,
-    l_old: f32,
-) -> (f32, f32, f32) {
+unsafe fn fold_rows<V: Lanes, const R: usize>(
+    f: Fold<'_>,
+    (m, l, corr): (&mut [f32], &mut [f32], &mut [f32]),
+) -> usize {
+    let (bsp, keys, r0) = (f.bsp, f.keys, f.r0);
     assert!(
-        row.len().is_multiple_of(V::W) && keys.end <= row.len(),
+        bsp.is_multiple_of(V::W)
+            && keys.end <= bsp
+            && f.s.len() >= (r0 + R) * bsp
+            && m.len().min(l.len()).min(corr.len()) >= r0 + R,
         "attention: decode softmax shapes"
     );
-    let mb = row[keys.clone()]
-        .iter()
-        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-    // SAFETY: whole registers c..c + W ≤ row.len() of `row`; features: the caller's
-    // contract.
-    unsafe {
-        let mo = V::splat(m_old);
-        let m = V::max(mo, V::splat(mb));
-        let corr = V::zero_where_neg_inf(mo, V::exp(V::sub(mo, m)));
-        for c in (keys.start / V::W * V::W..keys.end).step_by(V::W) {
-            let x = V::load(row.as_ptr().add(c));
-            let e = V::zero_where_neg_inf(x, V::exp(V::sub(x, m)));
-            V::store(row.as_mut_ptr().add(c), e);
+    let s = f.s.as_mut_ptr().wrapping_add(r0 * bsp);
+    let mut mb = [f32::NEG_INFINITY; R];
+    for j in keys.clone() {
+        for (i, a) in mb.iter_mut().enumerate() {
+            // SAFETY: row r0 + i < the scores' rows, slot j < bsp (asserted above).
+            let b = unsafe { *s.add(i * bsp + j) };
+            if b > *a {
+                *a = b;
+            }
         }
-        let sum = row[keys].iter().fold(0.0, |a, &e| a + e);
-        let l = V::fma(V::splat(l_old), corr, V::splat(sum));
-        (lane0::<V>(m), lane0::<V>(l), lane0::<V>(corr))
     }
+    let mut factors = [(0.0, 0.0); R];
+    for (i, (mi, ci)) in factors.iter_mut().enumerate() {
+        // SAFETY: whole registers c..c + W ≤ bsp of row r0 + i; features: the caller's
+        // contract.
+        unsafe {
+            let mo = V::splat(m[r0 + i]);
+            let mv = V::max(mo, V::splat(mb[i]));
+            let cv = V::zero_where_neg_inf(mo, V::exp(V::sub(mo, mv)));
+            for c in (keys.start / V::W * V::W..keys.end).step_by(V::W) {
+                let at = s.add(i * bsp + c);
+                let x = V::load(at);
+                V::store(at, V::zero_where_neg_inf(x, V::exp(V::sub(x, mv))));
+            }
+            (*mi, *ci) = (lane0::<V>(mv), lane0::<V>(cv));
+        }
+    }
+    let mut sum = [0.0f32; R];
+    for j in keys {
+        for (i, a) in sum.iter_mut().enumerate() {
+            // SAFETY: as for the maxima.
+            *a += unsafe { *s.add(i * bsp + j) };
+        }
+    }
+    for (i, (&(mi, ci), &si)) in factors.iter().zip(&sum).enumerate() {
+        // SAFETY: features: the caller's contract.
+        let li = unsafe { V::fma(V::splat(l[r0 + i]), V::splat(ci), V::splat(si)) };
+        // SAFETY: as above.
+        (m[r0 + i], l[r0 + i], corr[r0 + i]) = (mi, unsafe { lane0::<V>(li) }, ci);
+    }
+    R
 }
 
 /// Lane 0 of `v`.
@@ -307,7 +358,8 @@ unsafe fn key_scores<V: Lanes, E: KvElem>(mut k: KeyScores<'_>, lo: usize, hi: u
                     1 => row_scores::<V, E, 1>(&mut k, r, c),
                     2 => row_scores::<V, E, 2>(&mut k, r, c),
                     3 => row_scores::<V, E, 3>(&mut k, r, c),
-                    _ => row_scores::<V, E, 4>(&mut k, r, c),
+                    4..=7 => row_scores::<V, E, 4>(&mut k, r, c),
+                    _ => row_scores::<V, E, 8>(&mut k, r, c),
                 }
             };
         }

@@ -104,6 +104,14 @@ fn bench_matmul(c: &mut Criterion) {
     group.finish();
 }
 
+/// Block tables of `n_seqs` sequences of `blocks` blocks each, their blocks interleaved as a
+/// shared cache hands them out.
+fn interleaved_tables(n_seqs: usize, blocks: usize) -> Vec<Vec<u32>> {
+    (0..n_seqs)
+        .map(|s| (0..blocks).map(|b| (b * n_seqs + s) as u32).collect())
+        .collect()
+}
+
 /// SmolLM2-135M geometry: 9 query heads, 3 kv heads, head_dim 64; block size 16.
 fn bench_attention(c: &mut Criterion) {
     let pool = ThreadPool::global();
@@ -130,13 +138,7 @@ fn bench_attention(c: &mut Criterion) {
             n_kv_heads: n_kv,
             head_dim: hd,
         };
-        let tables: Vec<Vec<u32>> = (0..n_seqs)
-            .map(|s| {
-                (0..blocks_per_seq)
-                    .map(|b| (b * n_seqs + s) as u32)
-                    .collect()
-            })
-            .collect();
+        let tables = interleaved_tables(n_seqs, blocks_per_seq);
         let q: Vec<f32> = (0..n_q * n_heads * hd)
             .map(|_| rng.gen_range(-1.0..1.0))
             .collect();
@@ -176,14 +178,7 @@ fn bench_attention_batched_decode(c: &mut Criterion) {
         n_kv_heads: n_kv,
         head_dim: hd,
     };
-    // Sequences' blocks interleaved, as a shared cache hands them out.
-    let tables: Vec<Vec<u32>> = (0..n_seqs)
-        .map(|s| {
-            (0..blocks_per_seq)
-                .map(|b| (b * n_seqs + s) as u32)
-                .collect()
-        })
-        .collect();
+    let tables = interleaved_tables(n_seqs, blocks_per_seq);
     for table in &tables {
         for pos in 0..=ctx {
             let row = |rng: &mut ChaCha8Rng| -> Vec<f32> {

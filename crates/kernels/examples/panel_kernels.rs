@@ -1,6 +1,6 @@
 //! Times every panel kernel this CPU runs on one 2048 × 2048 matrix of each packed kind, for
 //! 16 and 64 activation rows (or `M`), one thread: `cargo run --release -p kestrel-kernels --example
-//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it). The best of 5 batches is shown.
+//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it; `ROWS=n`, `COLS=n` resize it). The best of 5 batches is shown.
 
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::packed::{matmul_packed_with, panel_kernels, PackedMatrix};
@@ -8,7 +8,8 @@ use kestrel_kernels::cpu::ThreadPool;
 use kestrel_kernels::quant::{self, DType};
 fn main() {
     let pool = ThreadPool::new(1);
-    let (rows, cols) = (2048, 2048);
+    let dim = |v: &str| std::env::var(v).map_or(2048, |n| n.parse::<usize>().unwrap());
+    let (rows, cols) = (dim("ROWS"), dim("COLS"));
     let only = std::env::var("ONLY").ok();
     for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K] {
         if only.as_deref().is_some_and(|o| o != format!("{dtype:?}")) {

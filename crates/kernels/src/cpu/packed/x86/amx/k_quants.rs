@@ -38,33 +38,52 @@ use crate::cpu::packed::{PackedKind, PanelJob, PanelOut, PANEL};
 /// Bytes of one plane of a super-block (64 lines).
 const PLANE: usize = 64 * 64;
 
-/// Bytes of Q4_K's sub-block minima of a super-block, after its planes: 4 vectors, vector `p`
-/// holding each row's minima of sub-blocks `2p` and `2p + 1` as an `i16` pair (the operand of
-/// `vpdpwssd` against the activation's two sub-block sums).
+/// Bytes of one super-block's two planes.
+const PLANES: usize = 2 * PLANE;
+
+/// Bytes of Q4_K's sub-block minima of a super-block, kept apart from the planes: 4 vectors,
+/// vector `p` holding each row's minima of sub-blocks `2p` and `2p + 1` as an `i16` pair (the
+/// operand of `vpdpwssd` against the activation's two sub-block sums).
 const MINS: usize = 4 * 64;
 
-/// Bytes of one super-block's unpacked planes (and Q4_K's minima).
-const fn planes_bytes(kind: PackedKind) -> usize {
-    match kind {
-        PackedKind::Q6_K => 2 * PLANE,
-        _ => 2 * PLANE + MINS,
+/// Super-blocks unpacked at a time when many row groups share them: their planes (24 KiB)
+/// stay in L1 while every group of activation rows runs over them.
+const CHUNK: usize = 3;
+
+/// Where unpacked super-blocks live: super-block `i`'s planes and Q4_K minima.
+#[derive(Clone, Copy)]
+struct Unpacked {
+    planes: *mut u8,
+    mins: *mut u8,
+}
+
+impl Unpacked {
+    /// Slots for `n` super-blocks' planes, then `n` super-blocks' minima, from `buffer`.
+    fn at(buffer: *mut u8, n: usize) -> Self {
+        Self {
+            planes: buffer,
+            mins: buffer.wrapping_add(n * PLANES),
+        }
+    }
+
+    /// Slot `k`'s planes and minima.
+    fn slot(self, k: usize) -> (*mut u8, *mut u8) {
+        (
+            self.planes.wrapping_add(PLANES * k),
+            self.mins.wrapping_add(MINS * k),
+        )
     }
 }
 
-/// Super-blocks unpacked at a time: their planes (25 KiB) stay in L1 while every group of
-/// activation rows runs over them.
-const fn chunk(kind: PackedKind) -> usize {
-    CHUNK_BYTES / planes_bytes(kind)
-}
-
-/// The most bytes of planes a chunk holds: 3 super-blocks of either kind.
-const CHUNK_BYTES: usize = 3 * (2 * PLANE + MINS);
-
-/// The bytes [`run`] unpacks into: a chunk, or [`run_streaming`]'s ring.
-pub(super) const BUFFER_BYTES: usize = if CHUNK_BYTES > SLOTS * (2 * PLANE + MINS) {
-    CHUNK_BYTES
-} else {
-    SLOTS * (2 * PLANE + MINS)
+/// The bytes [`run`] unpacks into: a chunk, or [`run_streaming`]'s rings.
+pub(super) const BUFFER_BYTES: usize = {
+    let chunk = CHUNK * (PLANES + MINS);
+    let rings = PLANES + MIN_SLOTS * MINS;
+    if chunk > rings {
+        chunk
+    } else {
+        rings
+    }
 };
 
 /// One 64-value step of a super-block's products, as assembly: activation tile `$a` (row
@@ -179,26 +198,23 @@ fn split(x: __m512i, (se, so, offset): (__m512i, __m512i, __m512i)) -> (__m512i,
     (lo, hi)
 }
 
-/// Super-blocks `blocks` of the panel as scaled byte planes at `dst`: super-block
-/// `blocks.start + n` at `planes_bytes(kind) · n`, its low plane's line `g` (elements `4g..4g + 4`
-/// of each row) at `64 g`, the high plane's at `4096 + 64 g`, Q4_K's minima ([`MINS`]) at
-/// `8192`.
+/// Super-blocks `blocks` of the panel as scaled byte planes: super-block `blocks.start + n`
+/// in slot `n` of `dst`, its low plane's line `g` (elements `4g..4g + 4` of each row) at
+/// `64 g` of the slot's planes, the high plane's at `4096 + 64 g`, and Q4_K's minima
+/// ([`MINS`]) in the slot's minima.
 ///
 /// # Safety
 /// The CPU has AVX-512 BW; `blocks` lie within the panel's `nb` super-blocks (checked); `dst`
-/// has room for `blocks.len() · planes_bytes(kind)` bytes.
+/// has `blocks.len()` slots.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
+unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: Unpacked) {
     let (nb, qb, sb) = (job.nb, job.kind.quant_bytes(), job.kind.scale_bytes());
     let quants = job.panel.as_ptr();
     let scales = quants.wrapping_add(nb * qb);
     let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     for (n, i) in blocks.enumerate() {
-        let (qp, sp, d) = (
-            quants.wrapping_add(i * qb),
-            scales.wrapping_add(i * sb),
-            dst.wrapping_add(planes_bytes(job.kind) * n),
-        );
+        let (qp, sp) = (quants.wrapping_add(i * qb), scales.wrapping_add(i * sb));
+        let (d, m) = dst.slot(n);
         if job.stream {
             prefetch(sp.wrapping_add(PREFETCH_BYTES / 8), sb);
         }
@@ -221,7 +237,7 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
                 let low4 = _mm_set1_epi8(0x0F);
                 for (p, &[lo, hi]) in ks.mn_pairs.iter().enumerate() {
                     let pair = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
-                    _mm512_store_si512(d.add(2 * PLANE + 64 * p).cast(), pair);
+                    _mm512_store_si512(m.add(64 * p).cast(), pair);
                 }
                 for (s, &scale) in ks.sc.iter().enumerate() {
                     if job.stream {
@@ -283,12 +299,12 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
     }
 }
 
-/// The job's activation rows against the panel into `out`, through `planes` (room for
+/// The job's activation rows against the panel into `out`, through `buffer` (room for
 /// [`BUFFER_BYTES`]).
 ///
 /// One group of rows (at most 16: batched decode) streams over the super-blocks in one
 /// pipeline that unpacks super-block `i + 1` while the tile unit multiplies super-block `i`
-/// ([`SLOTS`] of them in a ring). More rows share each unpacking: for each chunk of
+/// (see [`MIN_SLOTS`]). More rows share each unpacking: for each chunk of
 /// super-blocks, unpack it, then run the full groups of 16 rows over it in one pipeline, then
 /// the partial group (a different tile shape) in another; each row's sums carry over from
 /// chunk to chunk in `out`.
@@ -296,20 +312,19 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: *mut u8) {
 /// # Safety
 /// As `panel_amx`'s call: AMX granted and AVX-512 VNNI; the job passed the checks there.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut) {
+pub(super) unsafe fn run(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut) {
     if job.na <= GROUP {
         // SAFETY: the caller's contract.
-        return unsafe { run_streaming(job, planes, out) };
+        return unsafe { run_streaming(job, buffer, out) };
     }
     let (full, tail) = (job.na / GROUP, job.na % GROUP);
-    let per = chunk(job.kind);
-    let stride = planes_bytes(job.kind);
-    for i0 in (0..job.nb).step_by(per) {
-        let blocks = i0..(i0 + per).min(job.nb);
-        let at = |i: usize| planes.cast_const().wrapping_add(stride * (i - i0));
-        // SAFETY: the caller's contract; `planes` has room for a chunk of super-blocks.
+    let chunk = Unpacked::at(buffer, CHUNK);
+    for i0 in (0..job.nb).step_by(CHUNK) {
+        let blocks = i0..(i0 + CHUNK).min(job.nb);
+        let at = |i: usize| chunk.slot(i - i0);
+        // SAFETY: the caller's contract; `buffer` has room for a chunk of super-blocks.
         unsafe {
-            unpack(job, blocks.clone(), planes);
+            unpack(job, blocks.clone(), chunk);
             if full > 0 {
                 let work = Work {
                     blocks: blocks.clone(),
@@ -330,23 +345,34 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut
     }
 }
 
-/// Super-blocks in [`run_streaming`]'s ring: super-block `i + 1` is unpacked at the end of
-/// pipeline iteration `i`, into the slot of step `i − 3`, whose scaling (the last stage to
-/// read its slot: Q4_K's minima) ran earlier in that iteration.
-const SLOTS: usize = 4;
+/// Minima in [`run_streaming`]'s ring: super-block `i + 1`'s go into the slot of step `i − 3`,
+/// whose scaling (the last stage to read them) ran earlier in iteration `i`.
+///
+/// The planes have a single slot: super-block `i + 1` is unpacked at the end of pipeline
+/// iteration `i`, after that iteration has issued step `i`'s tile loads, which come first in
+/// program order and so read the old bytes. One slot (8 KiB, where a ring of four took 33 KiB)
+/// leaves L1 to the activation rows and the streaming weights: 16-row Q4_K calls ran 1.5x
+/// faster for it.
+const MIN_SLOTS: usize = 4;
 
 /// [`run`] for one group of rows: super-block `i + 1` unpacked during step `i`.
 ///
 /// # Safety
-/// As [`run`]; `planes` has room for [`SLOTS`] super-blocks; `job.na <= GROUP`.
+/// As [`run`]; `buffer` has room for one slot of planes and [`MIN_SLOTS`] of minima;
+/// `job.na <= GROUP`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_streaming(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut) {
-    let (nb, stride) = (job.nb, planes_bytes(job.kind));
-    let slot = |i: usize| planes.wrapping_add(stride * (i % SLOTS));
+unsafe fn run_streaming(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut) {
+    let nb = job.nb;
+    let rings = Unpacked::at(buffer, 1);
+    let slot = move |i: usize| Unpacked {
+        planes: rings.planes,
+        mins: rings.slot(i % MIN_SLOTS).1,
+    };
     let ahead = |i: usize| {
         if i + 1 < nb {
-            // SAFETY: super-block i + 1 < nb; its slot is in `planes`, and no step the
-            // pipeline has yet to finish reads it (see `SLOTS`).
+            // SAFETY: super-block i + 1 < nb; its slots are in `buffer`; the planes' slot was
+            // last read by step i's tile loads, issued before, and no step the pipeline has
+            // yet to scale reads the minima's slot (see `MIN_SLOTS`).
             unsafe { unpack(job, i + 1..i + 2, slot(i + 1)) };
         }
     };
@@ -358,7 +384,7 @@ unsafe fn run_streaming(job: &PanelJob<'_>, planes: *mut u8, out: &mut PanelOut)
     // SAFETY: the caller's contract; super-block 0 is unpacked before the pipeline starts.
     unsafe {
         unpack(job, 0..1, slot(0));
-        run_chunk(job, |i| slot(i).cast_const(), ahead, work, out);
+        run_chunk(job, |i| slot(i).slot(0), ahead, work, out);
     }
 }
 
@@ -379,7 +405,7 @@ struct Work {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_chunk(
     job: &PanelJob<'_>,
-    at: impl Fn(usize) -> *const u8,
+    at: impl Fn(usize) -> (*mut u8, *mut u8),
     ahead: impl FnMut(usize),
     work: Work,
     out: &mut PanelOut,
@@ -403,7 +429,7 @@ unsafe fn run_chunk(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_steps<const Q6: bool>(
     job: &PanelJob<'_>,
-    at_planes: impl Fn(usize) -> *const u8,
+    at_slot: impl Fn(usize) -> (*mut u8, *mut u8),
     mut ahead: impl FnMut(usize),
     work: Work,
     out: &mut PanelOut,
@@ -433,7 +459,7 @@ unsafe fn run_steps<const Q6: bool>(
     let mut acc = [_mm512_setzero_ps(); GROUP];
     let compute_step = |t: usize| {
         let (g, i) = at(t);
-        let (a, b) = (a_at(g, i), at_planes(i));
+        let (a, b) = (a_at(g, i), at_slot(i).0.cast_const());
         // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
         // unpacked planes.
         unsafe {
@@ -491,7 +517,7 @@ unsafe fn run_steps<const Q6: bool>(
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
                 let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
-                let mins = at_planes(i).add(2 * PLANE).cast::<__m512i>();
+                let mins = at_slot(i).1.cast_const().cast::<__m512i>();
                 let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_load_si512(mins.add(p)));
                 // Each row's 8 sub-block sums: 4 pairs of `i16`, read as `i32`.
                 let sums = acts

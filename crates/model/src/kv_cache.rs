@@ -17,6 +17,7 @@
 //! storage type ([`KvDtype`]) is chosen once, when the cache is allocated.
 
 use kestrel_kernels::cpu::attention::{KvDtype, PagedKv, PagedKvMut};
+use kestrel_kernels::huge_buffer::HugeBuffer;
 
 /// The geometry and storage type of a [`KvCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,27 +56,23 @@ impl KvCacheShape {
     }
 }
 
-/// One layer's K or V bytes, held in `u32` words so an f32 cache is 4-byte aligned and the
-/// attention kernel reads it in place.
-struct LayerBytes {
-    words: Vec<u32>,
-    len: usize,
-}
+/// One layer's K or V bytes: page-aligned (so an f32 cache is 4-byte aligned and the attention
+/// kernel reads it in place) and, when large, on transparent huge pages. Decode attention
+/// reads a few hundred bytes from each of a sequence's blocks, which the block tables scatter
+/// over the layer's array: with 4 KiB pages nearly every block read is a TLB miss.
+struct LayerBytes(HugeBuffer);
 
 impl LayerBytes {
     fn zeroed(len: usize) -> LayerBytes {
-        LayerBytes {
-            words: vec![0; len.div_ceil(4)],
-            len,
-        }
+        LayerBytes(HugeBuffer::zeroed(len))
     }
 
     fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        &self.0
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        &mut self.0
     }
 }
 

@@ -88,6 +88,11 @@ pub struct ResultEntry {
     /// Which delivery of the job produced it (1 for the first run; a re-run after a worker
     /// died has a higher one and repeats the tokens from the start).
     pub attempt: u32,
+    /// The entry's place among its run's entries (0, 1, 2, ...). A worker that loses Redis's
+    /// reply to an append (Redis restarting after it wrote the entry) appends the entry again;
+    /// the gateway drops the second copy by this number. Absent from older workers' entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u32>,
     pub event: ResultEvent,
 }
 

@@ -116,6 +116,10 @@ async fn follow(
         }
         for (id, entry) in entries {
             last_id = id;
+            if splice.is_repeat(entry.attempt, entry.seq) {
+                tracing::debug!(%request, attempt = entry.attempt, seq = ?entry.seq, "dropped a repeated result entry");
+                continue;
+            }
             if splice.is_rerun(entry.attempt) {
                 metrics::counter!(REDELIVERIES_TOTAL).increment(1);
                 tracing::warn!(%request, %request_id, attempt = entry.attempt, resent = splice.sent(), "request re-run after a worker failure");

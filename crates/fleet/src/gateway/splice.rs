@@ -25,12 +25,26 @@ pub struct Splice {
     attempt: u32,
     /// Tokens of that run seen so far.
     seen: usize,
+    /// The run and place of the last result entry taken (see [`Splice::is_repeat`]).
+    last_entry: Option<(u32, u32)>,
 }
 
 impl Splice {
     /// Whether `attempt` starts a newer run than the one followed (a redelivery).
     pub fn is_rerun(&self, attempt: u32) -> bool {
         self.attempt > 0 && attempt > self.attempt
+    }
+
+    /// Whether the entry numbered `seq` of run `attempt` repeats one already taken: an
+    /// append the worker retried after Redis wrote it but lost the reply. Entries without a
+    /// number (older workers) are never repeats.
+    pub fn is_repeat(&mut self, attempt: u32, seq: Option<u32>) -> bool {
+        let Some(seq) = seq else { return false };
+        if matches!(self.last_entry, Some((a, s)) if a == attempt && seq <= s) {
+            return true;
+        }
+        self.last_entry = Some((attempt, seq));
+        false
     }
 
     /// Tokens the client has received.
@@ -112,6 +126,33 @@ mod tests {
         assert_eq!(forwarded(&steps), vec![5, 6, 7, 8]);
         assert_eq!(steps.last(), Some(&Step::Forward(done())));
         assert_eq!(s.sent(), 4);
+    }
+
+    #[test]
+    fn a_retried_append_is_taken_once() {
+        let mut s = Splice::default();
+        let taken: Vec<bool> = [
+            (1, 0),
+            (1, 1),
+            (1, 2),
+            (1, 2),
+            (1, 3),
+            (2, 0),
+            (2, 1),
+            (2, 1),
+        ]
+        .into_iter()
+        .map(|(attempt, seq)| !s.is_repeat(attempt, Some(seq)))
+        .collect();
+        assert_eq!(
+            taken,
+            [true, true, true, false, true, true, true, false],
+            "the second copies of (1, 2) and (2, 1) are dropped; a new run starts over"
+        );
+        assert!(
+            !s.is_repeat(2, None) && !s.is_repeat(2, None),
+            "unnumbered entries pass"
+        );
     }
 
     #[test]

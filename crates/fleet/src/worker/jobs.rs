@@ -178,7 +178,8 @@ impl Jobs {
         let started = ResultEvent::Started {
             worker: self.worker_id.clone(),
         };
-        let mut published = self.publish(&request, attempt, started).await;
+        let mut published = self.publish(&request, attempt, 0, started).await;
+        let mut seq = 0;
         while published {
             let event = tokio::select! {
                 event = stream.next() => event,
@@ -199,8 +200,9 @@ impl Jobs {
             if let EngineEvent::Failed(failure) = &event {
                 tracing::warn!(%failure, "the job failed");
             }
+            seq += 1;
             published = self
-                .publish(&request, attempt, ResultEvent::Engine(event))
+                .publish(&request, attempt, seq, ResultEvent::Engine(event))
                 .await;
             if last && published {
                 tracing::info!("finished a job");
@@ -227,15 +229,19 @@ impl Jobs {
         attempt: u32,
         event: ResultEvent,
     ) {
-        if self.publish(request, attempt, event).await {
+        if self.publish(request, attempt, 0, event).await {
             self.ack(entry).await;
         }
     }
 
-    /// Appends one event to the request's result stream (and refreshes its TTL); false if
-    /// Redis stayed unreachable.
-    async fn publish(&self, request: &str, attempt: u32, event: ResultEvent) -> bool {
-        let entry = ResultEntry { attempt, event };
+    /// Appends one event, the `seq`-th of run `attempt`, to the request's result stream (and
+    /// refreshes its TTL); false if Redis stayed unreachable.
+    async fn publish(&self, request: &str, attempt: u32, seq: u32, event: ResultEvent) -> bool {
+        let entry = ResultEntry {
+            attempt,
+            seq: Some(seq),
+            event,
+        };
         let json = match serde_json::to_string(&entry) {
             Ok(json) => json,
             Err(e) => {

@@ -1,6 +1,7 @@
 //! Times every panel kernel this CPU runs on one 2048 × 2048 matrix of each packed kind, for
 //! 16 and 64 activation rows (or `M`), one thread: `cargo run --release -p kestrel-kernels --example
-//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it; `ROWS=n`, `COLS=n` resize it). The best of 5 batches is shown.
+//! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it; `ROWS=n`, `COLS=n` resize
+//! it). The best of 5 batches is shown.
 
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::packed::{matmul_packed_with, panel_kernels, PackedMatrix};

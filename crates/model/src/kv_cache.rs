@@ -56,31 +56,17 @@ impl KvCacheShape {
     }
 }
 
-/// One layer's K or V bytes: page-aligned (so an f32 cache is 4-byte aligned and the attention
-/// kernel reads it in place) and, when large, on transparent huge pages. Decode attention
-/// reads a few hundred bytes from each of a sequence's blocks, which the block tables scatter
-/// over the layer's array: with 4 KiB pages nearly every block read is a TLB miss.
-struct LayerBytes(HugeBuffer);
-
-impl LayerBytes {
-    fn zeroed(len: usize) -> LayerBytes {
-        LayerBytes(HugeBuffer::zeroed(len))
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.0
-    }
-}
-
 /// The K/V memory of every layer, in the layout of the module docs.
+///
+/// Each layer's K and V bytes are a [`HugeBuffer`]: page-aligned (so an f32 cache is 4-byte
+/// aligned and the attention kernel reads it in place) and, when large, on transparent huge
+/// pages. Decode attention reads a few hundred bytes from each of a sequence's blocks, which the
+/// block tables scatter over the layer's array: with 4 KiB pages nearly every block read is a
+/// TLB miss.
 pub struct KvCache {
     shape: KvCacheShape,
-    k: Vec<LayerBytes>,
-    v: Vec<LayerBytes>,
+    k: Vec<HugeBuffer>,
+    v: Vec<HugeBuffer>,
 }
 
 impl KvCache {
@@ -89,8 +75,8 @@ impl KvCache {
         let n = shape.bytes_per_layer();
         KvCache {
             shape,
-            k: (0..shape.n_layers).map(|_| LayerBytes::zeroed(n)).collect(),
-            v: (0..shape.n_layers).map(|_| LayerBytes::zeroed(n)).collect(),
+            k: (0..shape.n_layers).map(|_| HugeBuffer::zeroed(n)).collect(),
+            v: (0..shape.n_layers).map(|_| HugeBuffer::zeroed(n)).collect(),
         }
     }
 
@@ -106,8 +92,8 @@ impl KvCache {
     /// Layer `layer`'s cache, for the attention kernel.
     pub fn layer(&self, layer: usize) -> PagedKv<'_> {
         PagedKv {
-            k: self.k[layer].bytes(),
-            v: self.v[layer].bytes(),
+            k: &self.k[layer],
+            v: &self.v[layer],
             dtype: self.shape.dtype,
             block_size: self.shape.block_size,
             n_kv_heads: self.shape.n_kv_heads,
@@ -118,8 +104,8 @@ impl KvCache {
     /// Layer `layer`'s cache, for `store_kv`.
     pub fn layer_mut(&mut self, layer: usize) -> PagedKvMut<'_> {
         PagedKvMut {
-            k: self.k[layer].bytes_mut(),
-            v: self.v[layer].bytes_mut(),
+            k: &mut self.k[layer],
+            v: &mut self.v[layer],
             dtype: self.shape.dtype,
             block_size: self.shape.block_size,
             n_kv_heads: self.shape.n_kv_heads,

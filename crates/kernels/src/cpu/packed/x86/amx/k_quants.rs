@@ -67,11 +67,11 @@ impl Unpacked {
     }
 
     /// Slot `k`'s planes and minima.
-    fn slot(self, k: usize) -> (*mut u8, *mut u8) {
-        (
-            self.planes.wrapping_add(PLANES * k),
-            self.mins.wrapping_add(MINS * k),
-        )
+    fn slot(self, k: usize) -> Self {
+        Self {
+            planes: self.planes.wrapping_add(PLANES * k),
+            mins: self.mins.wrapping_add(MINS * k),
+        }
     }
 }
 
@@ -214,7 +214,7 @@ unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: Unpacked) {
     let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     for (n, i) in blocks.enumerate() {
         let (qp, sp) = (quants.wrapping_add(i * qb), scales.wrapping_add(i * sb));
-        let (d, m) = dst.slot(n);
+        let Unpacked { planes: d, mins: m } = dst.slot(n);
         if job.stream {
             prefetch(sp.wrapping_add(PREFETCH_BYTES / 8), sb);
         }
@@ -366,7 +366,7 @@ unsafe fn run_streaming(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut)
     let rings = Unpacked::at(buffer, 1);
     let slot = move |i: usize| Unpacked {
         planes: rings.planes,
-        mins: rings.slot(i % MIN_SLOTS).1,
+        mins: rings.slot(i % MIN_SLOTS).mins,
     };
     let ahead = |i: usize| {
         if i + 1 < nb {
@@ -384,7 +384,7 @@ unsafe fn run_streaming(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut)
     // SAFETY: the caller's contract; super-block 0 is unpacked before the pipeline starts.
     unsafe {
         unpack(job, 0..1, slot(0));
-        run_chunk(job, |i| slot(i).slot(0), ahead, work, out);
+        run_chunk(job, slot, ahead, work, out);
     }
 }
 
@@ -405,7 +405,7 @@ struct Work {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_chunk(
     job: &PanelJob<'_>,
-    at: impl Fn(usize) -> (*mut u8, *mut u8),
+    at: impl Fn(usize) -> Unpacked,
     ahead: impl FnMut(usize),
     work: Work,
     out: &mut PanelOut,
@@ -429,7 +429,7 @@ unsafe fn run_chunk(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_steps<const Q6: bool>(
     job: &PanelJob<'_>,
-    at_slot: impl Fn(usize) -> (*mut u8, *mut u8),
+    at_slot: impl Fn(usize) -> Unpacked,
     mut ahead: impl FnMut(usize),
     work: Work,
     out: &mut PanelOut,
@@ -459,7 +459,7 @@ unsafe fn run_steps<const Q6: bool>(
     let mut acc = [_mm512_setzero_ps(); GROUP];
     let compute_step = |t: usize| {
         let (g, i) = at(t);
-        let (a, b) = (a_at(g, i), at_slot(i).0.cast_const());
+        let (a, b) = (a_at(g, i), at_slot(i).planes.cast_const());
         // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
         // unpacked planes.
         unsafe {
@@ -517,7 +517,7 @@ unsafe fn run_steps<const Q6: bool>(
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
                 let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
                 let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
-                let mins = at_slot(i).1.cast_const().cast::<__m512i>();
+                let mins = at_slot(i).mins.cast_const().cast::<__m512i>();
                 let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_load_si512(mins.add(p)));
                 // Each row's 8 sub-block sums: 4 pairs of `i16`, read as `i32`.
                 let sums = acts

@@ -23,7 +23,7 @@
 
 use crate::cpu::packed::PackedActs;
 use crate::cpu::threadpool::SharedMut;
-use crate::cpu::{Isa, ThreadPool};
+use crate::cpu::{Isa, ThreadPool, WorkRanges};
 pub use crate::quant::VecDotRowsFn;
 use crate::quant::{self, act::ActKernels, ActFormat, DType, TypeKernels, VecDotTileFn, TILE};
 
@@ -52,6 +52,8 @@ pub struct Scratch {
     pub(crate) act: Vec<u8>,
     /// The activations of packed products ([`crate::cpu::packed`]).
     pub(crate) packed: PackedActs,
+    /// How packed products share their panels out over the threads.
+    pub(crate) ranges: WorkRanges,
 }
 
 /// An activation quantizer: `f32` row in, `ActFormat` bytes out.

@@ -8,6 +8,8 @@ pub mod ops;
 pub mod packed;
 mod prefetch;
 pub mod threadpool;
+mod work_ranges;
 
 pub use dispatch::Isa;
 pub use threadpool::ThreadPool;
+pub(crate) use work_ranges::WorkRanges;

@@ -284,18 +284,29 @@ pub fn matmul_packed_many_with<const N: usize>(
     scratch
         .packed
         .fill(kind, blocks, m, w0.blocks(), is_tile_kernel(kernel));
-    let acts = &scratch.packed;
     let outs = ys.map(SharedMut::new);
     let panels = ws.map(|w| w.rows() / PANEL);
     let total: usize = panels.iter().sum();
     let chunk = chunk_rows(kernel);
+    if m <= chunk {
+        // One chunk (decode): the panels are shared out as ranges that threads finishing
+        // early take the rest of (see `WorkRanges`).
+        scratch.ranges.reset(total, pool.n_threads());
+    }
+    let (acts, ranges) = (&scratch.packed, &scratch.ranges);
     pool.broadcast(&|t, n| {
         let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
+        let mut run = |g: usize, rows: std::ops::Range<usize>| {
+            let (k, p) = locate(&panels, g);
+            panel_rows(kernel, ws[k], acts, p, rows, &outs[k], &mut tile);
+        };
+        if m <= chunk {
+            return ranges.run(t, |g| run(g, 0..m));
+        }
         for c0 in (0..m).step_by(chunk) {
             let rows = c0..(c0 + chunk).min(m);
             for g in total * t / n..total * (t + 1) / n {
-                let (k, p) = locate(&panels, g);
-                panel_rows(kernel, ws[k], acts, p, rows.clone(), &outs[k], &mut tile);
+                run(g, rows.clone());
             }
         }
     });

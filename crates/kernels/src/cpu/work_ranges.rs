@@ -209,23 +209,19 @@ mod tests {
         assert_eq!(seen, [0, 1, 2, 3, 4, 7, 8, 9, 6, 5]);
     }
 
+    /// Each thread's `(front, back)`.
+    fn shares(ranges: &WorkRanges) -> Vec<(u32, u32)> {
+        let load = |s: &Slot| unpack(s.0.load(Ordering::Relaxed));
+        ranges.slots.iter().map(load).collect()
+    }
+
     #[test]
     fn reset_shares_units_evenly() {
         let mut ranges = WorkRanges::default();
         ranges.reset(10, 3);
-        let words: Vec<_> = ranges
-            .slots
-            .iter()
-            .map(|s| unpack(s.0.load(Ordering::Relaxed)))
-            .collect();
-        assert_eq!(words, [(0, 3), (3, 6), (6, 10)]);
+        assert_eq!(shares(&ranges), [(0, 3), (3, 6), (6, 10)]);
         // A smaller reset leaves no stale range behind.
         ranges.reset(4, 2);
-        let words: Vec<_> = ranges
-            .slots
-            .iter()
-            .map(|s| unpack(s.0.load(Ordering::Relaxed)))
-            .collect();
-        assert_eq!(words, [(0, 2), (2, 4), (0, 0)]);
+        assert_eq!(shares(&ranges), [(0, 2), (2, 4), (0, 0)]);
     }
 }

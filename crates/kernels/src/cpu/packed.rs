@@ -288,9 +288,10 @@ pub fn matmul_packed_many_with<const N: usize>(
     let panels = ws.map(|w| w.rows() / PANEL);
     let total: usize = panels.iter().sum();
     let chunk = chunk_rows(kernel);
-    if m <= chunk {
-        // One chunk (decode): the panels are shared out as ranges that threads finishing
-        // early take the rest of (see `WorkRanges`).
+    // One chunk (decode): the panels are shared out as ranges that threads finishing early
+    // take the rest of (see `WorkRanges`).
+    let one_chunk = m <= chunk;
+    if one_chunk {
         scratch.ranges.reset(total, pool.n_threads());
     }
     let (acts, ranges) = (&scratch.packed, &scratch.ranges);
@@ -300,7 +301,7 @@ pub fn matmul_packed_many_with<const N: usize>(
             let (k, p) = locate(&panels, g);
             panel_rows(kernel, ws[k], acts, p, rows, &outs[k], &mut tile);
         };
-        if m <= chunk {
+        if one_chunk {
             return ranges.run(t, |g| run(g, 0..m));
         }
         for c0 in (0..m).step_by(chunk) {

@@ -1,14 +1,16 @@
 //! Times every panel kernel this CPU runs on one 2048 × 2048 matrix of each packed kind, for
 //! 16 and 64 activation rows (or `M`), one thread: `cargo run --release -p kestrel-kernels --example
 //! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it; `ROWS=n`, `COLS=n` resize
-//! it). The best of 5 batches is shown.
+//! it, past the last-level cache to read the weights from memory; `THREADS=n` shares each
+//! product out as a model's layers do). The best of 5 batches is shown.
 
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::packed::{matmul_packed_with, panel_kernels, PackedMatrix};
 use kestrel_kernels::cpu::ThreadPool;
 use kestrel_kernels::quant::{self, DType};
 fn main() {
-    let pool = ThreadPool::new(1);
+    let threads = std::env::var("THREADS").map_or(1, |n| n.parse::<usize>().unwrap());
+    let pool = ThreadPool::new(threads);
     let dim = |v: &str| std::env::var(v).map_or(2048, |n| n.parse::<usize>().unwrap());
     let (rows, cols) = (dim("ROWS"), dim("COLS"));
     let only = std::env::var("ONLY").ok();

@@ -157,7 +157,7 @@ fn simd_panel_kernel_is_bit_identical_to_the_scalar_spec() {
 }
 
 /// Long K-quant rows (9 super-blocks): the AMX kernel streams one group of rows through a
-/// ring of unpacked super-blocks that wraps around twice, and shares chunks among the groups
+/// ring of unpacked minima that wraps around, and shares chunks among the groups
 /// of more rows; every variant still equals its spec.
 #[test]
 fn k_quant_kernels_on_long_rows_are_bit_identical_to_their_spec() {

@@ -187,6 +187,6 @@ unsafe fn run_kind<const MIN: bool, const SIGNED: bool>(
     unsafe {
         configure(Layout::Blocks { rows });
         pipeline::<2>(nb, compute_step, store_step, scale_step, |_| {});
-        store_rows(&acc, out);
+        store_rows(&acc, out, 0..GROUP);
     }
 }

@@ -22,14 +22,14 @@
 //! ```
 //!
 //! where the per-sub-block kernels scale 8 or 16 sums a super-block. This is
-//! `reference.rs`'s `panel_tiles_ref`, bit for bit. The two sets of C tiles alternate
-//! (`pipeline::<2>`).
+//! `reference.rs`'s `panel_tiles_ref`, bit for bit. The two sets of C tiles alternate (see
+//! `run_steps`).
 
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{configure, each_row, pipeline, store_rows, Layout, Sums, GROUP};
+use super::{configure, each_row, store_rows, Layout, Sums, GROUP};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::x86::q4_k_scales::q4_k_scales;
 use crate::cpu::packed::x86::{prefetch, PREFETCH_BYTES};
@@ -101,35 +101,48 @@ macro_rules! chunk_of_64 {
     };
 }
 
-/// Tile set `T` (0 or 1) computes one super-block, C tiles `2T` (low plane, unsigned) and
-/// `2T + 1` (high plane: signed for Q6_K, `Q6`, unsigned for Q4_K) = A (the configured rows
-/// of 256 activation bytes at `a`, `a_stride` apart) times the planes at `b`.
+/// Tile set `T` (0 or 1) computes quarter `k` (values `64k..64k + 64`) of one super-block, C
+/// tiles `2T` (low plane, unsigned) and `2T + 1` (high plane: signed for Q6_K, `Q6`, unsigned
+/// for Q4_K) += A (the configured rows of 256 activation bytes at `a`, `a_stride` apart) times
+/// the planes at `b`; quarter 0 zeroes the C tiles first.
 ///
 /// # Safety
-/// The tiles are configured as [`Layout::Wide`]; the A rows and both planes are in bounds.
+/// The tiles are configured as [`Layout::Wide`]; the A rows and both planes are in bounds;
+/// `k < 4`.
 #[inline(always)]
-unsafe fn compute<const T: usize, const Q6: bool>(a: *const i8, a_stride: usize, b: *const u8) {
-    macro_rules! super_block {
-        ($lo:literal, $hi:literal, $hi_dp:literal) => {
+unsafe fn compute<const T: usize, const Q6: bool>(
+    a: *const i8,
+    a_stride: usize,
+    b: *const u8,
+    k: usize,
+) {
+    macro_rules! quarter {
+        ($a:literal, $k:literal, $lo:literal, $hi:literal, $hi_dp:literal $(, $zero:literal)*) => {
             asm!(
-                concat!("tilezero ", $lo),
-                concat!("tilezero ", $hi),
-                chunk_of_64!("tmm4", "0", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
-                chunk_of_64!("tmm7", "1", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
-                chunk_of_64!("tmm4", "2", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
-                chunk_of_64!("tmm7", "3", ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
+                $(concat!("tilezero ", $zero),)*
+                chunk_of_64!($a, $k, ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
                 a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
                 line = in(reg) 64usize, options(nostack, readonly),
             )
         };
     }
+    macro_rules! by_quarter {
+        ($lo:literal, $hi:literal, $hi_dp:literal) => {
+            match k {
+                0 => quarter!("tmm4", "0", $lo, $hi, $hi_dp, $lo, $hi),
+                1 => quarter!("tmm7", "1", $lo, $hi, $hi_dp),
+                2 => quarter!("tmm4", "2", $lo, $hi, $hi_dp),
+                _ => quarter!("tmm7", "3", $lo, $hi, $hi_dp),
+            }
+        };
+    }
     // SAFETY: the caller's contract; the tiles belong to this kernel.
     unsafe {
         match (T, Q6) {
-            (0, true) => super_block!("tmm0", "tmm1", "tdpbssd"),
-            (_, true) => super_block!("tmm2", "tmm3", "tdpbssd"),
-            (0, false) => super_block!("tmm0", "tmm1", "tdpbsud"),
-            (_, false) => super_block!("tmm2", "tmm3", "tdpbsud"),
+            (0, true) => by_quarter!("tmm0", "tmm1", "tdpbssd"),
+            (_, true) => by_quarter!("tmm2", "tmm3", "tdpbssd"),
+            (0, false) => by_quarter!("tmm0", "tmm1", "tdpbsud"),
+            (_, false) => by_quarter!("tmm2", "tmm3", "tdpbsud"),
         }
     }
 }
@@ -199,100 +212,180 @@ fn split(x: __m512i, (se, so, offset): (__m512i, __m512i, __m512i)) -> (__m512i,
 }
 
 /// Super-blocks `blocks` of the panel as scaled byte planes: super-block `blocks.start + n`
-/// in slot `n` of `dst`, its low plane's line `g` (elements `4g..4g + 4` of each row) at
-/// `64 g` of the slot's planes, the high plane's at `4096 + 64 g`, and Q4_K's minima
-/// ([`MINS`]) in the slot's minima.
+/// in slot `n` of `dst` (see [`Pending`]).
 ///
 /// # Safety
-/// The CPU has AVX-512 BW; `blocks` lie within the panel's `nb` super-blocks (checked); `dst`
-/// has `blocks.len()` slots.
+/// As [`Pending::start`], for each super-block and slot.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn unpack(job: &PanelJob<'_>, blocks: Range<usize>, dst: Unpacked) {
-    let (nb, qb, sb) = (job.nb, job.kind.quant_bytes(), job.kind.scale_bytes());
-    let quants = job.panel.as_ptr();
-    let scales = quants.wrapping_add(nb * qb);
-    let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     for (n, i) in blocks.enumerate() {
-        let (qp, sp) = (quants.wrapping_add(i * qb), scales.wrapping_add(i * sb));
-        let Unpacked { planes: d, mins: m } = dst.slot(n);
+        // SAFETY: the caller's contract.
+        unsafe {
+            let pending = Pending::start(job, i, dst.slot(n));
+            for k in 0..4 {
+                pending.quarter(k);
+            }
+        }
+    }
+}
+
+/// A super-block being unpacked into a slot, a quarter at a time: quarter `k` writes lines
+/// `16k..16k + 16` of both planes (elements `64k..64k + 64` of each row, the bytes tile
+/// product `k` reads), its low plane's line `g` (elements `4g..4g + 4`) at `64 g` of the
+/// slot's planes and the high plane's at [`PLANE`]` + 64 g`. Unpacking in quarters lets a
+/// step's tile products interleave with the next super-block's unpacking, so neither waits
+/// for the whole of the other.
+struct Pending {
+    /// The super-block's quants and scales in the panel.
+    qp: *const u8,
+    sp: *const u8,
+    /// The slot it goes to.
+    dst: Unpacked,
+    /// Q4_K: each sub-block's 6-bit scale, a row per byte.
+    sc: [__m128i; 8],
+    q6: bool,
+    stream: bool,
+}
+
+impl Pending {
+    /// Starts super-block `i` of the panel into `dst`: decodes Q4_K's scales and stores its
+    /// minima ([`MINS`]) in the slot's minima.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 BW; `i` is one of the panel's `nb` super-blocks; `dst` is a slot.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn start(job: &PanelJob<'_>, i: usize, dst: Unpacked) -> Self {
+        let (nb, qb, sb) = (job.nb, job.kind.quant_bytes(), job.kind.scale_bytes());
+        let quants = job.panel.as_ptr();
+        let (qp, sp) = (
+            quants.wrapping_add(i * qb),
+            quants.wrapping_add(nb * qb + i * sb),
+        );
         if job.stream {
             prefetch(sp.wrapping_add(PREFETCH_BYTES / 8), sb);
         }
-        // Stores lines `g` and `g + 1` of both planes.
-        let put = |g: usize, x0: __m512i, x1: __m512i, pairs: (__m512i, __m512i, __m512i)| {
-            let ((lo0, hi0), (lo1, hi1)) = (split(x0, pairs), split(x1, pairs));
-            // SAFETY: g + 1 < 64: within super-block i's planes.
+        let q6 = job.kind == PackedKind::Q6_K;
+        let mut sc = [_mm_setzero_si128(); 8];
+        if !q6 {
+            // SAFETY: super-block i's 192 scale bytes are in the panel; the minima slot holds
+            // 4 vectors.
             unsafe {
-                _mm512_store_si512(d.add(64 * g).cast(), lo0);
-                _mm512_store_si512(d.add(64 * g + 64).cast(), lo1);
-                _mm512_store_si512(d.add(4096 + 64 * g).cast(), hi0);
-                _mm512_store_si512(d.add(4096 + 64 * g + 64).cast(), hi1);
-            }
-        };
-        // SAFETY: super-block i's quant and scale bytes are in the panel (the caller's
-        // contract); the loads below stay within them.
-        unsafe {
-            if job.kind == PackedKind::Q4_K {
                 let ks = q4_k_scales(sp);
-                let low4 = _mm_set1_epi8(0x0F);
                 for (p, &[lo, hi]) in ks.mn_pairs.iter().enumerate() {
                     let pair = _mm512_cvtepu8_epi16(_mm256_set_m128i(hi, lo));
-                    _mm512_store_si512(m.add(64 * p).cast(), pair);
+                    _mm512_store_si512(dst.mins.add(64 * p).cast(), pair);
                 }
-                for (s, &scale) in ks.sc.iter().enumerate() {
-                    if job.stream {
-                        // Spread over the sub-blocks: a burst of 32 prefetches stalls.
-                        prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
-                    }
-                    // sc = 16 · sh + sl, and both sl · q and sh · q fit a byte: one `i16`
-                    // multiply scales a line's even and odd bytes at once.
-                    let sl = per_row_i16(_mm_and_si128(scale, low4));
-                    let sh = per_row_i16(_mm_and_si128(_mm_srli_epi16(scale, 4), low4));
-                    for v in 0..4 {
-                        let raw = _mm512_loadu_si512(qp.add(256 * s + 64 * v).cast());
-                        let x0 = _mm512_and_si512(raw, mask);
-                        let x1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
-                        let g = 8 * s + 2 * v;
-                        _mm512_store_si512(d.add(64 * g).cast(), _mm512_mullo_epi16(x0, sl));
-                        _mm512_store_si512(d.add(64 * g + 64).cast(), _mm512_mullo_epi16(x1, sl));
-                        _mm512_store_si512(
-                            d.add(PLANE + 64 * g).cast(),
-                            _mm512_mullo_epi16(x0, sh),
-                        );
-                        _mm512_store_si512(
-                            d.add(PLANE + 64 * g + 64).cast(),
-                            _mm512_mullo_epi16(x1, sh),
-                        );
-                    }
-                }
+                sc = ks.sc;
+            }
+        }
+        Self {
+            qp,
+            sp,
+            dst,
+            sc,
+            q6,
+            stream: job.stream,
+        }
+    }
+
+    /// Unpacks quarter `k` (see [`Pending`]).
+    ///
+    /// # Safety
+    /// As [`Pending::start`]; `k < 4`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn quarter(&self, k: usize) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if self.q6 {
+                self.q6_k_quarter(k)
             } else {
-                for s in 0..16 {
-                    let pairs = scale_pairs(_mm_loadu_si128(sp.add(16 * s).cast()));
-                    let (c, h) = (s / 2, s % 2);
-                    let chunk = qp.add(384 * c);
-                    if job.stream && h == 0 {
-                        prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
-                    }
-                    // The high bits of nibble vectors 2h and 2h + 1 (see `layout.rs`).
-                    let hv = _mm512_loadu_si512(chunk.add(256 + 64 * h).cast());
-                    for w in 0..2 {
-                        let v = 2 * h + w;
-                        let (lo_h, hi_h) = if w == 0 {
-                            (_mm512_slli_epi16(hv, 4), _mm512_slli_epi16(hv, 2))
-                        } else {
-                            (hv, _mm512_srli_epi16(hv, 2))
-                        };
-                        let raw = _mm512_loadu_si512(chunk.add(64 * v).cast());
-                        let x0 = _mm512_or_si512(
-                            _mm512_and_si512(raw, mask),
-                            _mm512_and_si512(lo_h, top),
-                        );
-                        let x1 = _mm512_or_si512(
-                            _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask),
-                            _mm512_and_si512(hi_h, top),
-                        );
-                        put(8 * c + 2 * v, x0, x1, pairs);
-                    }
+                self.q4_k_quarter(k)
+            }
+        }
+    }
+
+    /// Q4_K's sub-blocks `2k` and `2k + 1`.
+    ///
+    /// # Safety
+    /// As [`Pending::quarter`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q4_k_quarter(&self, k: usize) {
+        let (qp, d) = (self.qp, self.dst.planes);
+        let (mask, low4) = (_mm512_set1_epi8(0x0F), _mm_set1_epi8(0x0F));
+        for s in 2 * k..2 * k + 2 {
+            if self.stream {
+                // Spread over the sub-blocks: a burst of 32 prefetches stalls.
+                prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
+            }
+            // sc = 16 · sh + sl, and both sl · q and sh · q fit a byte: one `i16` multiply
+            // scales a line's even and odd bytes at once.
+            let scale = self.sc[s];
+            let sl = per_row_i16(_mm_and_si128(scale, low4));
+            let sh = per_row_i16(_mm_and_si128(_mm_srli_epi16(scale, 4), low4));
+            for v in 0..4 {
+                let g = 8 * s + 2 * v;
+                // SAFETY: sub-block s's quant bytes are in the panel, lines g and g + 1 of
+                // both planes in the slot.
+                unsafe {
+                    let raw = _mm512_loadu_si512(qp.add(256 * s + 64 * v).cast());
+                    let x0 = _mm512_and_si512(raw, mask);
+                    let x1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                    _mm512_store_si512(d.add(64 * g).cast(), _mm512_mullo_epi16(x0, sl));
+                    _mm512_store_si512(d.add(64 * g + 64).cast(), _mm512_mullo_epi16(x1, sl));
+                    _mm512_store_si512(d.add(PLANE + 64 * g).cast(), _mm512_mullo_epi16(x0, sh));
+                    _mm512_store_si512(
+                        d.add(PLANE + 64 * g + 64).cast(),
+                        _mm512_mullo_epi16(x1, sh),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Q6_K's sub-blocks `4k..4k + 4` (chunks `2k` and `2k + 1` of 384 bytes).
+    ///
+    /// # Safety
+    /// As [`Pending::quarter`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q6_k_quarter(&self, k: usize) {
+        let (qp, sp, d) = (self.qp, self.sp, self.dst.planes);
+        let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        for s in 4 * k..4 * k + 4 {
+            // SAFETY: sub-block s's scale and quant bytes are in the panel; lines
+            // `8c + 2v`, `8c + 2v + 1` of both planes are in the slot.
+            unsafe {
+                let pairs = scale_pairs(_mm_loadu_si128(sp.add(16 * s).cast()));
+                let (c, h) = (s / 2, s % 2);
+                let chunk = qp.add(384 * c);
+                if self.stream && h == 0 {
+                    prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
+                }
+                // The high bits of nibble vectors 2h and 2h + 1 (see `layout.rs`).
+                let hv = _mm512_loadu_si512(chunk.add(256 + 64 * h).cast());
+                for w in 0..2 {
+                    let v = 2 * h + w;
+                    let (lo_h, hi_h) = if w == 0 {
+                        (_mm512_slli_epi16(hv, 4), _mm512_slli_epi16(hv, 2))
+                    } else {
+                        (hv, _mm512_srli_epi16(hv, 2))
+                    };
+                    let raw = _mm512_loadu_si512(chunk.add(64 * v).cast());
+                    let x0 =
+                        _mm512_or_si512(_mm512_and_si512(raw, mask), _mm512_and_si512(lo_h, top));
+                    let x1 = _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask),
+                        _mm512_and_si512(hi_h, top),
+                    );
+                    let g = 8 * c + 2 * v;
+                    let ((lo0, hi0), (lo1, hi1)) = (split(x0, pairs), split(x1, pairs));
+                    _mm512_store_si512(d.add(64 * g).cast(), lo0);
+                    _mm512_store_si512(d.add(64 * g + 64).cast(), lo1);
+                    _mm512_store_si512(d.add(PLANE + 64 * g).cast(), hi0);
+                    _mm512_store_si512(d.add(PLANE + 64 * g + 64).cast(), hi1);
                 }
             }
         }
@@ -331,7 +424,7 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut
                     groups: 0..full,
                     rows: GROUP,
                 };
-                run_chunk(job, at, |_| {}, work, out);
+                run_chunk(job, at, |_| None, work, out);
             }
             if tail > 0 {
                 let work = Work {
@@ -339,23 +432,25 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut
                     groups: full..full + 1,
                     rows: tail,
                 };
-                run_chunk(job, at, |_| {}, work, out);
+                run_chunk(job, at, |_| None, work, out);
             }
         }
     }
 }
 
-/// Minima in [`run_streaming`]'s ring: super-block `i + 1`'s go into the slot of step `i − 3`,
-/// whose scaling (the last stage to read them) ran earlier in iteration `i`.
+/// Minima in [`run_streaming`]'s ring: super-block `i + 1`'s are written at the start of
+/// pipeline iteration `i`, which then scales step `i − 3` (reading slot `(i − 3) % 5`, not
+/// `(i + 1) % 5`); step `i − 4`, the one that last used the slot, was scaled an iteration before.
 ///
-/// The planes have a single slot: super-block `i + 1` is unpacked at the end of pipeline
-/// iteration `i`, after that iteration has issued step `i`'s tile loads, which come first in
+/// The planes have a single slot: each quarter of super-block `i + 1` is unpacked in iteration
+/// `i` right after step `i`'s tile loads of that quarter were issued, which come first in
 /// program order and so read the old bytes. One slot (8 KiB, where a ring of four took 33 KiB)
 /// leaves L1 to the activation rows and the streaming weights: 16-row Q4_K calls ran 1.5x
 /// faster for it.
-const MIN_SLOTS: usize = 4;
+const MIN_SLOTS: usize = 5;
 
-/// [`run`] for one group of rows: super-block `i + 1` unpacked during step `i`.
+/// [`run`] for one group of rows: super-block `i + 1` unpacked during step `i`, a quarter
+/// after each quarter of step `i`'s products (see [`Pending`]).
 ///
 /// # Safety
 /// As [`run`]; `buffer` has room for one slot of planes and [`MIN_SLOTS`] of minima;
@@ -369,12 +464,10 @@ unsafe fn run_streaming(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut)
         mins: rings.slot(i % MIN_SLOTS).mins,
     };
     let ahead = |i: usize| {
-        if i + 1 < nb {
-            // SAFETY: super-block i + 1 < nb; its slots are in `buffer`; the planes' slot was
-            // last read by step i's tile loads, issued before, and no step the pipeline has
-            // yet to scale reads the minima's slot (see `MIN_SLOTS`).
-            unsafe { unpack(job, i + 1..i + 2, slot(i + 1)) };
-        }
+        // SAFETY: super-block i + 1 < nb; its slots are in `buffer`; the planes' slot is
+        // written a quarter at a time, each after step i's tile loads of that quarter, and no
+        // step the pipeline has yet to scale reads the minima's slot (see `MIN_SLOTS`).
+        (i + 1 < nb).then(|| unsafe { Pending::start(job, i + 1, slot(i + 1)) })
     };
     let work = Work {
         blocks: 0..nb,
@@ -397,7 +490,8 @@ struct Work {
 }
 
 /// Runs `work` on unpacked super-blocks: `at(i)` holds super-block `i`'s planes by the time its
-/// step starts; `ahead(i)` ends the pipeline iteration that started super-block `i`'s step.
+/// step starts; `ahead(i)`, called as the iteration that starts super-block `i`'s step begins,
+/// returns the super-block to unpack a quarter at a time between that step's quarters.
 ///
 /// # Safety
 /// As [`run`]; `at(i)` holds super-block `i` of `work.blocks` unpacked when its step starts;
@@ -406,7 +500,7 @@ struct Work {
 unsafe fn run_chunk(
     job: &PanelJob<'_>,
     at: impl Fn(usize) -> Unpacked,
-    ahead: impl FnMut(usize),
+    ahead: impl FnMut(usize) -> Option<Pending>,
     work: Work,
     out: &mut PanelOut,
 ) {
@@ -424,13 +518,24 @@ unsafe fn run_chunk(
 /// [`run_chunk`] for Q6_K (`Q6`) or Q4_K: one pipeline over every (group, super-block) step,
 /// group after group, the two tile sets taking turns.
 ///
+/// When a super-block is being unpacked beside the products (one group of rows: batched
+/// decode), each of the step's four quarters of tile products is followed by a quarter of the
+/// unpacking and a quarter of the rows' scaling, so that the core's vector work runs while the
+/// tile unit multiplies and its loads of weights from memory overlap both. Issued as whole
+/// blocks, the products' last tile loads (each waiting for the tile unit) held back the
+/// retirement of everything after them; from memory (`panel_kernels`-style 65536 × 8192 Q4_K,
+/// 16 rows, 2 threads) the quarters took a call from 16.9-18.1 ms to 13.9-15.3 ms, and
+/// `kestrel speed --seqs 16` on the 1.1B shape from 308-318 to 329-340 tokens/s. With
+/// nothing to unpack (the chunked path) the whole step's products come first, then the
+/// scaling, as before: interleaving the scaling alone cost prefill 3-4%.
+///
 /// # Safety
 /// As [`run_chunk`], with the tiles configured for `rows`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_steps<const Q6: bool>(
     job: &PanelJob<'_>,
     at_slot: impl Fn(usize) -> Unpacked,
-    mut ahead: impl FnMut(usize),
+    mut ahead: impl FnMut(usize) -> Option<Pending>,
     work: Work,
     out: &mut PanelOut,
 ) {
@@ -457,16 +562,16 @@ unsafe fn run_steps<const Q6: bool>(
     let mut c = std::mem::MaybeUninit::<[[Sums; 2]; 2]>::uninit();
     let cp = c.as_mut_ptr().cast::<[Sums; 2]>();
     let mut acc = [_mm512_setzero_ps(); GROUP];
-    let compute_step = |t: usize| {
+    let compute_step = |t: usize, k: usize| {
         let (g, i) = at(t);
         let (a, b) = (a_at(g, i), at_slot(i).planes.cast_const());
         // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
         // unpacked planes.
         unsafe {
             if t.is_multiple_of(2) {
-                compute::<0, Q6>(a, 256, b)
+                compute::<0, Q6>(a, 256, b, k)
             } else {
-                compute::<1, Q6>(a, 256, b)
+                compute::<1, Q6>(a, 256, b, k)
             }
         }
     };
@@ -482,7 +587,9 @@ unsafe fn run_steps<const Q6: bool>(
         }
     };
     let out_rows = out.as_mut_ptr();
-    let scale_step = |t: usize| {
+    // Scales rows `4·q..4·q + 4` of step t for each quarter `q` in `quarters`.
+    let mut scale_step = |t: usize, quarters: Range<usize>| {
+        let mine = |r: usize| r < rows && quarters.contains(&(r / 4));
         let (g, i) = at(t);
         let row0 = job.j0 + GROUP * g;
         // SAFETY: the group's output rows are `out[GROUP·g..][..rows]` (the job's rows).
@@ -490,7 +597,7 @@ unsafe fn run_steps<const Q6: bool>(
         if t.is_multiple_of(per) {
             // The group's sums so far (none before the first super-block).
             each_row!(r => {
-                if r < rows {
+                if mine(r) {
                     acc[r] = if i == 0 {
                         _mm512_setzero_ps()
                     } else {
@@ -509,9 +616,11 @@ unsafe fn run_steps<const Q6: bool>(
             if Q6 {
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast()));
                 each_row!(r => {
-                    let sum = plane_sum::<8>(&lo.0[r], &hi.0[r]);
-                    let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-                    acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
+                    if quarters.contains(&(r / 4)) {
+                        let sum = plane_sum::<8>(&lo.0[r], &hi.0[r]);
+                        let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+                        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
+                    }
                 });
             } else {
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
@@ -526,26 +635,55 @@ unsafe fn run_steps<const Q6: bool>(
                     .add((i * m + row0) * 8)
                     .cast::<i32>();
                 each_row!(r => {
-                    let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
-                    let mut msum = _mm512_setzero_si512();
-                    for (p, mn) in mins.iter().enumerate() {
-                        let pair = _mm512_set1_epi32(sums.add(4 * r + p).read_unaligned());
-                        msum = _mm512_dpwssd_epi32(msum, *mn, pair);
+                    if quarters.contains(&(r / 4)) {
+                        let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
+                        let mut msum = _mm512_setzero_si512();
+                        for (p, mn) in mins.iter().enumerate() {
+                            let pair = _mm512_set1_epi32(sums.add(4 * r + p).read_unaligned());
+                            msum = _mm512_dpwssd_epi32(msum, *mn, pair);
+                        }
+                        let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+                        let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t);
+                        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
                     }
-                    let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-                    let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t);
-                    acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
                 });
             }
         }
         if t % per == per - 1 {
             // SAFETY: AVX-512 F (the caller's contract).
-            unsafe { store_rows(&acc, out_g) };
+            unsafe { store_rows(&acc, out_g, 4 * quarters.start..4 * quarters.end) };
         }
     };
-    pipeline::<2>(steps, compute_step, store_step, scale_step, |t| {
-        ahead(at(t).1)
-    });
+    // Iteration s stores step s − 2 (its products long done), starts step s a quarter at a
+    // time with the next super-block's unpacking between the quarters, and scales step s − 3,
+    // whose sums were stored an iteration earlier. A tile store right behind its product, or
+    // loads right behind a tile store, stall the core.
+    for s in 0..steps + 3 {
+        if (2..steps + 2).contains(&s) {
+            store_step(s - 2);
+        }
+        let next = if s < steps { ahead(at(s).1) } else { None };
+        if let Some(p) = &next {
+            for k in 0..4 {
+                compute_step(s, k);
+                // SAFETY: `ahead`'s contract: quarter k of step s's tile loads came first.
+                unsafe { p.quarter(k) };
+                if s > 2 {
+                    scale_step(s - 3, k..k + 1);
+                }
+            }
+            continue;
+        }
+        // Nothing to unpack (the chunked path, or the last step): the products in one run.
+        for k in 0..4 {
+            if s < steps {
+                compute_step(s, k);
+            }
+        }
+        if s > 2 {
+            scale_step(s - 3, 0..4);
+        }
+    }
 }
 
 /// `2^SHIFT · hi + lo`: a row's sums of the two planes (Q4_K's `SHIFT` is 4, Q6_K's 8).

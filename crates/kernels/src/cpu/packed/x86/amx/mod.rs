@@ -21,14 +21,17 @@
 
 mod blocks;
 mod k_quants;
+mod private_pages;
 
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::{Cell, RefCell};
+use std::ops::Range;
 
 use super::check;
 use crate::cpu::packed::acts::BLOCK_MAJOR_PAD;
 use crate::cpu::packed::{PackedKind, PanelJob, PanelOut, MAX_ACT_ROWS, PANEL};
+use private_pages::PrivatePages;
 
 /// Activation rows per tile product (a tile's rows).
 const GROUP: usize = 16;
@@ -51,11 +54,6 @@ macro_rules! each_row {
 }
 use each_row;
 
-/// One 64-byte line: a tile row.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
 /// One C tile's results: 16 rows of 16 `i32`.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -75,7 +73,7 @@ enum Layout {
 
 thread_local! {
     /// Each thread's unpacked panel (B lines).
-    static UNPACKED: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
+    static UNPACKED: RefCell<PrivatePages> = const { RefCell::new(PrivatePages::new()) };
     /// The tile layout this thread loaded last (loading one is slow, and it stays with the
     /// thread).
     static CONFIG: Cell<Layout> = const { Cell::new(Layout::None) };
@@ -97,19 +95,18 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
             && (job.kind != PackedKind::Q4_K || acts.sub_sums_bm.len() >= 8 * bm_len),
         "AMX panel kernel: block-major constants too short"
     );
-    UNPACKED.with_borrow_mut(|lines| {
+    UNPACKED.with_borrow_mut(|pages| {
         if job.kind.block_elems() == 256 {
-            lines.resize(k_quants::BUFFER_BYTES / 64, Line([0; 64]));
+            let buffer = pages.get(k_quants::BUFFER_BYTES).as_mut_ptr();
             // SAFETY: `panel_kernel` hands this kernel out only where `Isa::tiles` holds (AMX
             // granted, AVX-512 VNNI); `check` verified the panel's `nb` super-blocks and
             // activation rows `j0..j0 + na`, the assertion the block-major scales of those
-            // rows plus the padding; `lines` holds `BUFFER_BYTES`.
-            unsafe { k_quants::run(job, lines.as_mut_ptr().cast(), out) };
+            // rows plus the padding; `buffer` holds `BUFFER_BYTES` from a page boundary.
+            unsafe { k_quants::run(job, buffer, out) };
             return;
         }
-        lines.resize(nb * 8, Line([0; 64]));
-        let b: *mut u8 = lines.as_mut_ptr().cast();
-        // SAFETY: as above; `lines` holds 8 lines a block.
+        let b = pages.get(nb * 8 * 64).as_mut_ptr();
+        // SAFETY: as above; `b` holds 8 lines of 64 bytes a block, from a page boundary.
         unsafe { blocks::unpack(job, b) };
         for g0 in (0..job.na).step_by(GROUP) {
             let rows = (job.na - g0).min(GROUP);
@@ -186,16 +183,16 @@ fn pipeline<const SETS: usize>(
     }
 }
 
-/// Stores the first `out.len()` of `acc`.
+/// Stores rows `part` of `acc` that `out` has.
 ///
 /// # Safety
 /// The CPU has AVX-512 F.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn store_rows(acc: &[__m512; GROUP], out: &mut [[f32; PANEL]]) {
+unsafe fn store_rows(acc: &[__m512; GROUP], out: &mut [[f32; PANEL]], part: Range<usize>) {
     // Constant indices only, so that `acc` stays in registers.
     each_row!(r => {
-        if r < out.len() {
+        if r < out.len() && part.contains(&r) {
             // SAFETY: each output row holds 16 floats.
             unsafe { _mm512_storeu_ps(out[r].as_mut_ptr(), acc[r]) };
         }

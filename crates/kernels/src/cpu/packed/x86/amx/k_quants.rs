@@ -524,7 +524,7 @@ unsafe fn run_chunk(
 /// tile unit multiplies and its loads of weights from memory overlap both. Issued as whole
 /// blocks, the products' last tile loads (each waiting for the tile unit) held back the
 /// retirement of everything after them; from memory (`panel_kernels`-style 65536 × 8192 Q4_K,
-/// 16 rows, 2 threads) the quarters took a call from 16.9-18.1 ms to 13.9-15.3 ms, and
+/// 16 rows, 2 threads) the quarters took a call from 16.8-18.1 ms to 13.8-16.3 ms, and
 /// `kestrel speed --seqs 16` on the 1.1B shape from 308-318 to 329-340 tokens/s. With
 /// nothing to unpack (the chunked path) the whole step's products come first, then the
 /// scaling, as before: interleaving the scaling alone cost prefill 3-4%.
@@ -589,7 +589,7 @@ unsafe fn run_steps<const Q6: bool>(
     let out_rows = out.as_mut_ptr();
     // Scales rows `4·q..4·q + 4` of step t for each quarter `q` in `quarters`.
     let mut scale_step = |t: usize, quarters: Range<usize>| {
-        let mine = |r: usize| r < rows && quarters.contains(&(r / 4));
+        let mine = |r: usize| quarters.contains(&(r / 4));
         let (g, i) = at(t);
         let row0 = job.j0 + GROUP * g;
         // SAFETY: the group's output rows are `out[GROUP·g..][..rows]` (the job's rows).
@@ -597,7 +597,7 @@ unsafe fn run_steps<const Q6: bool>(
         if t.is_multiple_of(per) {
             // The group's sums so far (none before the first super-block).
             each_row!(r => {
-                if mine(r) {
+                if r < rows && mine(r) {
                     acc[r] = if i == 0 {
                         _mm512_setzero_ps()
                     } else {
@@ -616,7 +616,7 @@ unsafe fn run_steps<const Q6: bool>(
             if Q6 {
                 let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast()));
                 each_row!(r => {
-                    if quarters.contains(&(r / 4)) {
+                    if mine(r) {
                         let sum = plane_sum::<8>(&lo.0[r], &hi.0[r]);
                         let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
                         acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
@@ -635,7 +635,7 @@ unsafe fn run_steps<const Q6: bool>(
                     .add((i * m + row0) * 8)
                     .cast::<i32>();
                 each_row!(r => {
-                    if quarters.contains(&(r / 4)) {
+                    if mine(r) {
                         let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
                         let mut msum = _mm512_setzero_si512();
                         for (p, mn) in mins.iter().enumerate() {

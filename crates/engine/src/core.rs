@@ -35,8 +35,8 @@ use crate::executor::{BatchOutput, Executor};
 use crate::kv::KvLeak;
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{
-    record_config, record_idle_check, record_iteration, record_slo_rejected, ExpertRecorder,
-    StepRecorder,
+    record_config, record_idle_check, record_iteration, record_iteration_times,
+    record_slo_rejected, ExpertRecorder, StepRecorder,
 };
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
@@ -426,12 +426,15 @@ impl EngineCore {
     /// Execute, sample, update: the model step proper. An error fails the whole batch.
     fn execute_and_update(&mut self, out: &SchedulerOutput) -> Result<(), EngineFailure> {
         let mut logits = std::mem::take(&mut self.logits);
-        let result = self
+        let started = Instant::now();
+        let forward = self
             .execute_with_masks(out, &mut logits)
-            .map_err(|e| EngineFailure::Model(e.to_string()))
-            .and_then(|()| self.sample_batch(out, &mut logits));
+            .map_err(|e| EngineFailure::Model(e.to_string()));
+        let sampling = Instant::now();
+        let result = forward.and_then(|()| self.sample_batch(out, &mut logits));
         self.logits = logits;
         result?;
+        record_iteration_times(sampling - started, sampling.elapsed());
         let outputs = self
             .scheduler
             .update_emitted(out, &self.emitted, &self.emitted_counts)

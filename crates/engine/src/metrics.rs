@@ -61,6 +61,12 @@ pub mod names {
     pub const REQUEST_GENERATION_TOKENS: &str = "kestrel:request_generation_tokens";
     /// Histogram (tokens): tokens computed per engine step.
     pub const ITERATION_TOKENS_TOTAL: &str = "kestrel:iteration_tokens_total";
+    /// Histogram (seconds): the model's forward pass of each engine step (grammar masks
+    /// computed beside it included).
+    pub const ITERATION_FORWARD_SECONDS: &str = "kestrel:iteration_forward_seconds";
+    /// Histogram (seconds): sampling the logits of each engine step (penalties, masks,
+    /// logprobs included).
+    pub const ITERATION_SAMPLING_SECONDS: &str = "kestrel:iteration_sampling_seconds";
     /// Counter, labelled `layer` and `expert`: tokens a mixture-of-experts model routed to each
     /// expert of each sparse layer (each token counts once per expert it reaches, so a layer's
     /// series sum to tokens × top-k).
@@ -171,6 +177,16 @@ pub fn describe() {
         Unit::Count,
         "Tokens computed per engine step"
     );
+    describe_histogram!(
+        ITERATION_FORWARD_SECONDS,
+        Unit::Seconds,
+        "Forward pass of each engine step"
+    );
+    describe_histogram!(
+        ITERATION_SAMPLING_SECONDS,
+        Unit::Seconds,
+        "Sampling of each engine step"
+    );
     describe_counter!(
         MOE_EXPERT_TOKENS_TOTAL,
         Unit::Count,
@@ -272,6 +288,12 @@ pub(crate) fn record_idle_check(ok: bool) {
 /// Tokens computed by one step.
 pub(crate) fn record_iteration(tokens: usize) {
     histogram!(names::ITERATION_TOKENS_TOTAL).record(tokens as f64);
+}
+
+/// Where one step's time went: its forward pass and its sampling.
+pub(crate) fn record_iteration_times(forward: Duration, sampling: Duration) {
+    histogram!(names::ITERATION_FORWARD_SECONDS).record(forward.as_secs_f64());
+    histogram!(names::ITERATION_SAMPLING_SECONDS).record(sampling.as_secs_f64());
 }
 
 /// A request was scheduled for the first time after waiting `queue`.

@@ -189,6 +189,17 @@ fn metrics_are_recorded_under_their_names() {
         (10 + 2 + 2 * (want.len() - 1)) as f64,
         "10 + 2 prompt tokens computed, then decodes"
     );
+    for timed in [
+        "kestrel:iteration_forward_seconds",
+        "kestrel:iteration_sampling_seconds",
+    ] {
+        let times = &s.histograms[timed];
+        assert_eq!(times.len(), iters.len(), "{timed}: one sample a step");
+        assert!(
+            times.iter().all(|t| (0.0..60.0).contains(t)),
+            "{timed}: {times:?}"
+        );
+    }
 }
 
 #[test]

@@ -84,6 +84,17 @@ pub struct PanelJob<'a> {
 /// Results of a [`PanelJob`]: `out[j][r]` for activation row `j0 + j` and panel row `r`.
 pub type PanelOut = [[f32; PANEL]; MAX_ACT_ROWS];
 
+/// A [`PanelOut`] from a cache-line boundary: each row is one line (the AMX kernel keeps its
+/// running sums there, and a row across two lines costs two accesses and stalls forwarding).
+#[repr(C, align(64))]
+struct LineOut(PanelOut);
+
+impl LineOut {
+    fn new() -> Self {
+        Self([[0.0; PANEL]; MAX_ACT_ROWS])
+    }
+}
+
 /// Results of a piece of a job ([`PIECE_ROWS`] rows).
 type PieceOut = [[f32; PANEL]; PIECE_ROWS];
 
@@ -291,26 +302,48 @@ pub fn matmul_packed_many_with<const N: usize>(
     // One chunk (decode): the panels are shared out as ranges that threads finishing early
     // take the rest of (see `WorkRanges`).
     let one_chunk = m <= chunk;
+    let per = panels_per_call(kernel, kind, m);
+    let units = total.div_ceil(per);
     if one_chunk {
-        scratch.ranges.reset(total, pool.n_threads());
+        scratch.ranges.reset(units, pool.n_threads());
     }
     let (acts, ranges) = (&scratch.packed, &scratch.ranges);
     pool.broadcast(&|t, n| {
-        let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
-        let mut run = |g: usize, rows: std::ops::Range<usize>| {
+        let mut tiles = [LineOut::new(), LineOut::new()];
+        let [tile0, tile1] = &mut tiles;
+        // Unit u: panels `per·u..per·u + per` (of all the matrices' panels in turn).
+        let mut run = |u: usize, rows: std::ops::Range<usize>| {
+            let g = u * per;
             let (k, p) = locate(&panels, g);
-            panel_rows(kernel, ws[k], acts, p, rows, &outs[k], &mut tile);
+            #[cfg(target_arch = "x86_64")]
+            if per == 2 && g + 1 < total {
+                let (k1, p1) = locate(&panels, g + 1);
+                let pair = [(ws[k], p, &outs[k]), (ws[k1], p1, &outs[k1])];
+                return panel_pair_rows(kernel, pair, acts, rows, [&mut tile0.0, &mut tile1.0]);
+            }
+            panel_rows(kernel, ws[k], acts, p, rows, &outs[k], &mut tile0.0);
         };
         if one_chunk {
-            return ranges.run(t, |g| run(g, 0..m));
+            return ranges.run(t, |u| run(u, 0..m));
         }
         for c0 in (0..m).step_by(chunk) {
             let rows = c0..(c0 + chunk).min(m);
-            for g in total * t / n..total * (t + 1) / n {
-                run(g, rows.clone());
+            for u in units * t / n..units * (t + 1) / n {
+                run(u, rows.clone());
             }
         }
     });
+}
+
+/// Panels one call of `kernel` takes for `m` activation rows of `kind`: two where the AMX
+/// K-quant kernel shares each activation tile between two panels (more than one tile of
+/// rows: the second panel finds the tile in L1), else one.
+fn panels_per_call(kernel: PanelFn, kind: PackedKind, m: usize) -> usize {
+    if is_tile_kernel(kernel) && kind.block_elems() == 256 && m > 16 {
+        2
+    } else {
+        1
+    }
 }
 
 /// Activation rows per chunk for `kernel`: the AMX kernel unpacks its panel once per call, so
@@ -358,6 +391,55 @@ pub fn matmul_packed_segments<'w, const N: usize>(
     matmul_packed_segments_with(pool, kernel, weights, offsets, x, ys, scratch)
 }
 
+/// [`panel_rows`] for two panels (each of a matrix, its index and its output) sharing the
+/// AMX kernel's calls ([`x86::panel_pair_amx`]), or one call each where it declines.
+#[cfg(target_arch = "x86_64")]
+fn panel_pair_rows(
+    kernel: PanelFn,
+    pair: [(&PackedMatrix, usize, &SharedMut<'_, f32>); 2],
+    acts: &PackedActs,
+    rows: std::ops::Range<usize>,
+    tiles: [&mut PanelOut; 2],
+) {
+    let [t0, t1] = tiles;
+    for j0 in rows.clone().step_by(MAX_ACT_ROWS) {
+        let na = (rows.end - j0).min(MAX_ACT_ROWS);
+        let jobs = pair.map(|(w, p, _)| PanelJob {
+            kind: w.kind(),
+            nb: w.blocks(),
+            panel: w.panel(p),
+            acts,
+            j0,
+            na,
+            stream: j0 == rows.start,
+        });
+        if !x86::panel_pair_amx([&jobs[0], &jobs[1]], [&mut *t0, &mut *t1]) {
+            kernel(&jobs[0], t0);
+            kernel(&jobs[1], t1);
+        }
+        for ((w, p, out), tile) in pair.into_iter().zip([&*t0, &*t1]) {
+            copy_rows(w, p, j0, na, tile, out);
+        }
+    }
+}
+
+/// Rows `0..na` of `tile` (activation rows `j0..`) into panel `p`'s columns of `out`.
+fn copy_rows(
+    w: &PackedMatrix,
+    p: usize,
+    j0: usize,
+    na: usize,
+    tile: &PanelOut,
+    out: &SharedMut<'_, f32>,
+) {
+    for (j, row) in tile.iter().enumerate().take(na) {
+        // SAFETY: the calling thread writes only panel `p`'s columns of rows `j0..j0 + na`, a
+        // unit of work that the product's plan hands to exactly one thread.
+        let dst = unsafe { out.slice_mut((j0 + j) * w.rows() + p * PANEL, PANEL) };
+        dst.copy_from_slice(row);
+    }
+}
+
 /// Activation rows `rows` against panel `p`, [`MAX_ACT_ROWS`] per kernel call, into `out`
 /// (`m × w.rows()`), through the calling thread's `tile`.
 fn panel_rows(
@@ -381,11 +463,6 @@ fn panel_rows(
             stream: j0 == rows.start,
         };
         kernel(&job, tile);
-        for (j, row) in tile.iter().enumerate().take(na) {
-            // SAFETY: the calling thread writes only panel `p`'s columns of rows `rows`, a unit
-            // of work that the segmented product's plan hands to exactly one thread.
-            let dst = unsafe { out.slice_mut((j0 + j) * w.rows() + p * PANEL, PANEL) };
-            dst.copy_from_slice(row);
-        }
+        copy_rows(w, p, j0, na, tile, out);
     }
 }

@@ -3,8 +3,9 @@
 
 use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{
-    can_share_input, matmul_packed, matmul_packed_many, matmul_packed_segments, matmul_packed_with,
-    panel_kernels, panel_spec, tiles_spec, worth_packing, PackedMatrix, PanelFn, PANEL,
+    can_share_input, matmul_packed, matmul_packed_many, matmul_packed_many_with,
+    matmul_packed_segments, matmul_packed_with, panel_kernels, panel_spec, tiles_spec,
+    worth_packing, PackedMatrix, PanelFn, PANEL,
 };
 use kestrel_kernels::cpu::{Isa, ThreadPool};
 use kestrel_kernels::quant::{self, DType};
@@ -301,6 +302,40 @@ fn products_sharing_an_input_equal_the_separate_products() {
             let ws = [&mats[0], &mats[1], &mats[2]];
             matmul_packed_many(&pool, ws, &x, m, [g0, g1, g2], &mut scratch);
             assert_eq!(got, want, "{dtype} m={m}");
+        }
+    }
+}
+
+/// The AMX kernel takes the panels of K-quant products two at a call (across the matrices of
+/// a shared-input product, the last one alone when their count is odd) and computes whole
+/// groups of 16 rows, the last one padded: for row counts within one call, across calls and
+/// with partial last groups, every variant still equals its spec bit for bit.
+#[test]
+fn paired_panels_across_matrices_are_bit_identical_to_the_spec() {
+    let pool = ThreadPool::new(2);
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for dtype in [DType::Q4_K, DType::Q6_K] {
+        let cols = 3 * 256;
+        let mats: Vec<PackedMatrix> = [3, 2, 1]
+            .iter()
+            .map(|&p| random_packed(dtype, p * PANEL, cols, &mut rng))
+            .collect();
+        for m in [17, 33, 128, 150, 300] {
+            let x = random_x(m, cols, &mut rng);
+            for v in panel_kernels() {
+                let run = |kernel| {
+                    let mut ys: Vec<Vec<f32>> =
+                        mats.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+                    let [y0, y1, y2] = &mut ys[..] else {
+                        unreachable!()
+                    };
+                    let ws = [&mats[0], &mats[1], &mats[2]];
+                    let mut scratch = Scratch::default();
+                    matmul_packed_many_with(&pool, kernel, ws, &x, m, [y0, y1, y2], &mut scratch);
+                    ys
+                };
+                assert_eq!(run(v.kernel), run(v.spec), "{dtype} {} m={m}", v.name);
+            }
         }
     }
 }

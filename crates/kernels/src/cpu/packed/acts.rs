@@ -30,7 +30,11 @@ pub struct PackedActs {
     /// `m × nb`: Q8_1's `s = d·Σq` (Q4_1 only; multiplies the weight block's minimum).
     pub(super) s: Vec<f32>,
     /// The same quants block-major (`nb × m` blocks): the tile kernel's A operand, 16 rows of
-    /// one block at one place (strided rows would share a few L1 sets).
+    /// one block at one place (strided rows would share a few L1 sets). Q8_K's 256-value
+    /// blocks go a quarter at a time: block `i`'s elements `64k..64k + 64` of all `m` rows,
+    /// row after row, then the next quarter, so that one tile's 16 rows of a quarter are 1 KiB
+    /// in a row, and [`BLOCK_MAJOR_PAD`] lines after the last, so that 16 rows from any row on
+    /// stay in bounds.
     pub(super) q_bm: AlignedQuants,
     /// Rows (`m`).
     pub(super) rows: usize,
@@ -118,10 +122,20 @@ impl PackedActs {
     /// The block-major copies of `q`, `d` and `s`.
     fn fill_block_major(&mut self, kind: PackedKind, m: usize, nb: usize) {
         let elems = kind.block_elems();
-        self.q_bm.resize(m * nb * elems);
+        // Q8_K: room for 16 rows of a last quarter from any row on (see `q_bm`).
+        let pad = if elems == 256 {
+            BLOCK_MAJOR_PAD * 64
+        } else {
+            0
+        };
+        self.q_bm.resize(m * nb * elems + pad);
+        let part = elems.min(64);
         for (a, row) in self.q.chunks_exact(nb * elems).enumerate() {
             for (i, block) in row.chunks_exact(elems).enumerate() {
-                self.q_bm[(i * m + a) * elems..][..elems].copy_from_slice(block);
+                for (k, quarter) in block.chunks_exact(part).enumerate() {
+                    self.q_bm[i * m * elems + (k * m + a) * part..][..part]
+                        .copy_from_slice(quarter);
+                }
             }
         }
         block_major(&self.d, m, nb, 1, &mut self.d_bm);

@@ -15,9 +15,7 @@
 
 use std::ops::Range;
 
-use super::{
-    is_tile_kernel, panel_rows, PackedMatrix, PanelFn, PanelOut, ACT_CHUNK, MAX_ACT_ROWS, PANEL,
-};
+use super::{is_tile_kernel, panel_rows, LineOut, PackedMatrix, PanelFn, ACT_CHUNK, PANEL};
 use crate::cpu::gemm::{quantize_rows, Scratch};
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::ThreadPool;
@@ -70,12 +68,12 @@ pub fn matmul_packed_segments_with<'w, const N: usize>(
     let dims = first.map(|w| (w.rows() / PANEL, w.blocks()));
     let plan = Plan { offsets, dims };
     pool.broadcast(&|t, n| {
-        let mut tile: PanelOut = [[0.0; PANEL]; MAX_ACT_ROWS];
+        let mut tile = LineOut::new();
         for round in 0..plan.rounds() {
             plan.for_units(round, t, n, |seg, k, rows, panels| {
                 let w = weights(seg)[k];
                 for p in panels {
-                    panel_rows(kernel, w, acts, p, rows.clone(), &outs[k], &mut tile);
+                    panel_rows(kernel, w, acts, p, rows.clone(), &outs[k], &mut tile.0);
                 }
             });
         }

@@ -23,17 +23,20 @@
 //!
 //! where the per-sub-block kernels scale 8 or 16 sums a super-block. This is
 //! `reference.rs`'s `panel_tiles_ref`, bit for bit. The two sets of C tiles alternate (see
-//! `run_steps`).
+//! `run_steps`). Calls of one group of rows (batched decode) stream the panel through
+//! `run_streaming`; calls of more rows (prefill) take two panels at a time where they can
+//! (`run_pair`) and run `run_chunked`, whose iterations are `k_steps.rs`'s assembly.
 
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::k_steps::{self, ScaleArgs, TileArgs};
 use super::{configure, each_row, store_rows, Layout, Sums, GROUP};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::x86::q4_k_scales::q4_k_scales;
 use crate::cpu::packed::x86::{prefetch, PREFETCH_BYTES};
-use crate::cpu::packed::{PackedKind, PanelJob, PanelOut, PANEL};
+use crate::cpu::packed::{PackedKind, PanelJob, PanelOut, MAX_ACT_ROWS, PANEL};
 
 /// Bytes of one plane of a super-block (64 lines).
 const PLANE: usize = 64 * 64;
@@ -49,6 +52,21 @@ const MINS: usize = 4 * 64;
 /// Super-blocks unpacked at a time when many row groups share them: their planes (24 KiB)
 /// stay in L1 while every group of activation rows runs over them.
 const CHUNK: usize = 3;
+
+/// [`CHUNK`] for each of two panels sharing a call ([`run_pair`]).
+const PAIR_CHUNK: usize = 1;
+
+/// Unpacked super-blocks the chunked path holds at once (its minima twice, see
+/// [`run_chunked`]).
+const SLOTS: usize = if CHUNK > 2 * PAIR_CHUNK {
+    CHUNK
+} else {
+    2 * PAIR_CHUNK
+};
+
+/// The most steps of one chunk's pipeline: every group of the most rows a call has, over a
+/// chunk of super-blocks.
+const MAX_STEPS: usize = MAX_ACT_ROWS / GROUP * SLOTS;
 
 /// Where unpacked super-blocks live: super-block `i`'s planes and Q4_K minima.
 #[derive(Clone, Copy)]
@@ -77,7 +95,7 @@ impl Unpacked {
 
 /// The bytes [`run`] unpacks into: a chunk, or [`run_streaming`]'s rings.
 pub(super) const BUFFER_BYTES: usize = {
-    let chunk = CHUNK * (PLANES + MINS);
+    let chunk = SLOTS * (PLANES + 2 * MINS);
     let rings = PLANES + MIN_SLOTS * MINS;
     if chunk > rings {
         chunk
@@ -86,13 +104,13 @@ pub(super) const BUFFER_BYTES: usize = {
     }
 };
 
-/// One 64-value step of a super-block's products, as assembly: activation tile `$a` (row
-/// bytes `64·$k..`), then for each `($c, $b, $dp, $plane)` the plane's 16 lines into tile `$b`
+/// One 64-value step of a super-block's products, as assembly: activation tile `$a` (16
+/// rows of 64 bytes in a row at `{a}`), then for each `($c, $b, $dp, $plane)` the plane's 16 lines into tile `$b`
 /// and `$c += $a · $b` by the instruction `$dp`.
 macro_rules! chunk_of_64 {
     ($a:literal, $k:literal $(, ($c:literal, $b:literal, $dp:literal, $plane:literal))+) => {
         concat!(
-            "tileloadd ", $a, ", [{a} + {sa} * 1 + 64 * ", $k, "]\n",
+            "tileloadd ", $a, ", [{a} + {line} * 1]\n",
             $(
                 "tileloadd ", $b, ", [{b} + {line} * 1 + 4096 * ", $plane, " + 1024 * ", $k, "]\n",
                 $dp, " ", $c, ", ", $a, ", ", $b, "\n",
@@ -103,8 +121,8 @@ macro_rules! chunk_of_64 {
 
 /// Tile set `T` (0 or 1) computes quarter `k` (values `64k..64k + 64`) of one super-block, C
 /// tiles `2T` (low plane, unsigned) and `2T + 1` (high plane: signed for Q6_K, `Q6`, unsigned
-/// for Q4_K) += A (the configured rows of 256 activation bytes at `a`, `a_stride` apart) times
-/// the planes at `b`; quarter 0 zeroes the C tiles first.
+/// for Q4_K) += A (the configured rows' quarter `k`: 64 bytes a row, in a row from
+/// `a + k · quarter`) times the planes at `b`; quarter 0 zeroes the C tiles first.
 ///
 /// # Safety
 /// The tiles are configured as [`Layout::Wide`]; the A rows and both planes are in bounds;
@@ -112,17 +130,18 @@ macro_rules! chunk_of_64 {
 #[inline(always)]
 unsafe fn compute<const T: usize, const Q6: bool>(
     a: *const i8,
-    a_stride: usize,
+    quarter: usize,
     b: *const u8,
     k: usize,
 ) {
+    let a = a.wrapping_add(k * quarter);
     macro_rules! quarter {
         ($a:literal, $k:literal, $lo:literal, $hi:literal, $hi_dp:literal $(, $zero:literal)*) => {
             asm!(
                 $(concat!("tilezero ", $zero),)*
                 chunk_of_64!($a, $k, ($lo, "tmm5", "tdpbsud", "0"), ($hi, "tmm6", $hi_dp, "1")),
-                a = in(reg) a, sa = in(reg) a_stride, b = in(reg) b,
-                line = in(reg) 64usize, options(nostack, readonly),
+                a = in(reg) a, b = in(reg) b, line = in(reg) 64usize,
+                options(nostack, readonly),
             )
         };
     }
@@ -410,31 +429,55 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut
         // SAFETY: the caller's contract.
         return unsafe { run_streaming(job, buffer, out) };
     }
-    let (full, tail) = (job.na / GROUP, job.na % GROUP);
-    let chunk = Unpacked::at(buffer, CHUNK);
-    for i0 in (0..job.nb).step_by(CHUNK) {
-        let blocks = i0..(i0 + CHUNK).min(job.nb);
-        let at = |i: usize| chunk.slot(i - i0);
-        // SAFETY: the caller's contract; `buffer` has room for a chunk of super-blocks.
-        unsafe {
-            unpack(job, blocks.clone(), chunk);
-            if full > 0 {
-                let work = Work {
-                    blocks: blocks.clone(),
-                    groups: 0..full,
-                    rows: GROUP,
-                };
-                run_chunk(job, at, |_| None, work, out);
-            }
-            if tail > 0 {
-                let work = Work {
-                    blocks,
-                    groups: full..full + 1,
-                    rows: tail,
-                };
-                run_chunk(job, at, |_| None, work, out);
-            }
-        }
+    // SAFETY: the caller's contract.
+    unsafe { run_chunked(&[job], buffer, &mut [out]) }
+}
+
+/// [`run`] for two panels against the same activation rows (more than [`GROUP`] of them):
+/// each 16-row activation tile is multiplied by both panels' planes before the next, so the
+/// second product finds it in L1 where the first loaded it from L2.
+///
+/// # Safety
+/// As [`run`], for both jobs, which share `acts`, `j0` and `na` (`na > GROUP`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn run_pair(jobs: [&PanelJob<'_>; 2], buffer: *mut u8, outs: [&mut PanelOut; 2]) {
+    let [out0, out1] = outs;
+    // SAFETY: the caller's contract.
+    unsafe { run_chunked(&jobs, buffer, &mut [out0, out1]) }
+}
+
+/// The chunked path of [`run`] for one or two panels (`jobs`, sharing their activation rows):
+/// one pipeline over every chunk of super-blocks, each unpacked for every panel just before
+/// its first step, and within a chunk over every group of 16 rows (the last one padded: its
+/// extra rows are computed from the block-major padding or later rows and never copied out),
+/// then the chunk's super-blocks, then the panels, so that an activation tile meets each
+/// panel's planes in turn. Each iteration is one [`k_steps::fused_step`]: the tile stores of
+/// step `s − 2`, the products of step `s` and the scaling of step `s − 3` spread between
+/// them; each row's running sum lives in its `out` row (zero before the first super-block).
+///
+/// A chunk's unpacking may overwrite planes that the last steps of the chunk before still
+/// read: their tile loads come first in program order, so they read the old bytes. Those
+/// steps' minima and weight scales are still to be scaled, so those have two sets of slots,
+/// one for even chunks and one for odd.
+///
+/// # Safety
+/// As [`run`], for each job; `jobs.len() <= 2`, the jobs' `acts`, `j0` and `na` are the
+/// same, and `na > GROUP`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_chunked(jobs: &[&PanelJob<'_>], buffer: *mut u8, outs: &mut [&mut PanelOut]) {
+    let job = jobs[0];
+    let groups = job.na.div_ceil(GROUP);
+    for out in outs.iter_mut() {
+        out[..groups * GROUP].fill([0.0; PANEL]);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { configure(Layout::Wide { rows: GROUP }) };
+    if job.kind == PackedKind::Q6_K {
+        // SAFETY: the caller's contract.
+        unsafe { run_full::<true>(jobs, buffer, groups, outs) }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { run_full::<false>(jobs, buffer, groups, outs) }
     }
 }
 
@@ -526,7 +569,7 @@ unsafe fn run_chunk(
 /// retirement of everything after them; from memory (`panel_kernels`-style 65536 × 8192 Q4_K,
 /// 16 rows, 2 threads) the quarters took a call from 16.8-18.1 ms to 13.8-16.3 ms, and
 /// `kestrel speed --seqs 16` on the 1.1B shape from 308-318 to 329-340 tokens/s. With
-/// nothing to unpack (the chunked path) the whole step's products come first, then the
+/// nothing to unpack (the pipeline's last step) the whole step's products come first, then the
 /// scaling, as before: interleaving the scaling alone cost prefill 3-4%.
 ///
 /// # Safety
@@ -552,11 +595,11 @@ unsafe fn run_steps<const Q6: bool>(
     let at = |t: usize| (groups.start + t / per, first + t % per);
     // SAFETY: the panel's scales follow its `nb` super-blocks of quants.
     let scales = unsafe { job.panel.as_ptr().add(nb * qb) };
-    // Super-block i of group g's rows: block-major, 256 bytes a row.
+    // Super-block i of group g's rows: quarter 0 of them (see `PackedActs::q_bm`).
     let a_at = |g: usize, i: usize| {
         acts.q_bm
             .as_ptr()
-            .wrapping_add((i * m + job.j0 + GROUP * g) * 256)
+            .wrapping_add(i * m * 256 + (job.j0 + GROUP * g) * 64)
     };
     // Two buffers of both planes' sums, each written by a tile store before it is read.
     let mut c = std::mem::MaybeUninit::<[[Sums; 2]; 2]>::uninit();
@@ -569,9 +612,9 @@ unsafe fn run_steps<const Q6: bool>(
         // unpacked planes.
         unsafe {
             if t.is_multiple_of(2) {
-                compute::<0, Q6>(a, 256, b, k)
+                compute::<0, Q6>(a, 64 * m, b, k)
             } else {
-                compute::<1, Q6>(a, 256, b, k)
+                compute::<1, Q6>(a, 64 * m, b, k)
             }
         }
     };
@@ -674,7 +717,7 @@ unsafe fn run_steps<const Q6: bool>(
             }
             continue;
         }
-        // Nothing to unpack (the chunked path, or the last step): the products in one run.
+        // Nothing to unpack (the last step): the products in one run.
         for k in 0..4 {
             if s < steps {
                 compute_step(s, k);
@@ -683,6 +726,154 @@ unsafe fn run_steps<const Q6: bool>(
         if s > 2 {
             scale_step(s - 3, 0..4);
         }
+    }
+}
+
+/// Where one step's operands are: step `t`'s go in `ops[t % OPS]`, written when its chunk
+/// starts, while the pipeline still has the last three steps of the chunk before to finish.
+const OPS: usize = MAX_STEPS + 4;
+
+/// [`run_chunked`]'s pipeline for `Q6` (Q6_K) or Q4_K over `groups` groups of 16 rows.
+///
+/// # Safety
+/// As [`run_chunked`], with the tiles configured for 16 rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn run_full<const Q6: bool>(
+    jobs: &[&PanelJob<'_>],
+    buffer: *mut u8,
+    groups: usize,
+    outs: &mut [&mut PanelOut],
+) {
+    let job = jobs[0];
+    let (nb, acts, m, np) = (job.nb, job.acts, job.acts.rows, jobs.len());
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let per = if np == 1 { CHUNK } else { PAIR_CHUNK };
+    // The planes' slots, then two sets of minima slots (even chunks, odd chunks).
+    let planes = Unpacked::at(buffer, SLOTS);
+    let slot = |c: usize, p: usize, n: usize| {
+        let k = p * per + n;
+        Unpacked {
+            planes: planes.slot(k).planes,
+            mins: planes.mins.wrapping_add(MINS * (SLOTS * (c % 2) + k)),
+        }
+    };
+    // Each chunk's panels' super-blocks' weight scales as `f32` (`d`, then Q4_K's `−dmin`),
+    // in two sets like the minima.
+    let mut consts = [[_mm512_setzero_ps(); 2]; 2 * SLOTS];
+    let mut c_buf = std::mem::MaybeUninit::<[[Sums; 2]; 2]>::uninit();
+    let cp = c_buf.as_mut_ptr().cast::<[Sums; 2]>();
+    let out_rows: [*mut [f32; PANEL]; 2] = std::array::from_fn(|p| {
+        outs.get_mut(p)
+            .map_or(std::ptr::null_mut(), |o| o.as_mut_ptr())
+    });
+    let mut ops: [(TileArgs, ScaleArgs); OPS] = std::array::from_fn(|_| Default::default());
+    let chunks = nb.div_ceil(per);
+    let mut total = 0;
+    let mut chunk_end = 0;
+    let mut chunk = 0;
+    let mut s = 0;
+    loop {
+        if s == chunk_end && chunk < chunks {
+            // Chunk `chunk` starts: unpack it, work out its steps' operands.
+            let blocks = chunk * per..((chunk + 1) * per).min(nb);
+            for (p, panel) in jobs.iter().enumerate() {
+                // SAFETY: the caller's contract; the slots are in `buffer` (see above).
+                unsafe {
+                    for (n, i) in blocks.clone().enumerate() {
+                        let pending = Pending::start(panel, i, slot(chunk, p, n));
+                        for k in 0..4 {
+                            pending.quarter(k);
+                        }
+                    }
+                }
+                let scales = panel.panel.as_ptr().wrapping_add(nb * qb);
+                for (n, i) in blocks.clone().enumerate() {
+                    let sp = scales.wrapping_add(i * sb);
+                    let half = |at: usize| {
+                        // SAFETY: super-block i's scales hold 16 `f16` at `at`.
+                        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(at).cast())) }
+                    };
+                    consts[SLOTS * (chunk % 2) + p * per + n] = if Q6 {
+                        [half(Q6_K_PANEL_D), _mm512_setzero_ps()]
+                    } else {
+                        let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), half(Q4_K_PANEL_DMIN));
+                        [half(Q4_K_PANEL_D), neg_dmin]
+                    };
+                }
+            }
+            for g in 0..groups {
+                let row0 = job.j0 + GROUP * g;
+                for (n, i) in blocks.clone().enumerate() {
+                    let a = acts.q_bm.as_ptr().wrapping_add(i * m * 256 + row0 * 64);
+                    for (p, &out) in out_rows.iter().enumerate().take(np) {
+                        let t = total;
+                        ops[t % OPS] = (
+                            TileArgs {
+                                a: std::array::from_fn(|k| a.wrapping_add(k * 64 * m)),
+                                b: slot(chunk, p, n).planes.cast_const(),
+                                store: cp.wrapping_add(t % 2).cast(),
+                            },
+                            ScaleArgs {
+                                sums: cp.wrapping_add(t % 2).cast_const().cast(),
+                                d_a: acts.d_bm.as_ptr().wrapping_add(i * m + row0),
+                                out: out.wrapping_add(GROUP * g).cast(),
+                                consts: &raw const consts[SLOTS * (chunk % 2) + p * per + n],
+                                sub_sums: acts
+                                    .sub_sums_bm
+                                    .as_ptr()
+                                    .wrapping_add((i * m + row0) * 8)
+                                    .cast(),
+                                mins: slot(chunk, p, n).mins.cast_const().cast(),
+                            },
+                        );
+                        total += 1;
+                    }
+                }
+            }
+            chunk_end = total;
+            chunk += 1;
+        }
+        if s >= total + 3 {
+            break;
+        }
+        let (stored, started, scaled) = ((2..total + 2).contains(&s), s < total, s >= 3);
+        let (tiles, scale) = (&ops[s % OPS].0, &ops[(s + OPS - 3) % OPS].1);
+        // SAFETY: the caller's contract: step t's A rows (a whole group's, from the
+        // block-major padding on), planes and scales are in bounds, its group's 16 `out`
+        // rows are in `PanelOut`; the sums scaled were stored an iteration before; the
+        // operands of steps s − 3 to s are in `ops` (a chunk's steps and three more fit).
+        unsafe {
+            if stored && started && scaled {
+                if s.is_multiple_of(2) {
+                    k_steps::fused_step::<0, Q6>(tiles, scale);
+                } else {
+                    k_steps::fused_step::<1, Q6>(tiles, scale);
+                }
+            } else {
+                if stored {
+                    let dst = cp.add(s % 2);
+                    if s.is_multiple_of(2) {
+                        store::<0>(dst)
+                    } else {
+                        store::<1>(dst)
+                    }
+                }
+                if started {
+                    let &TileArgs { a, b, .. } = tiles;
+                    for (k, a) in a.into_iter().enumerate() {
+                        if s.is_multiple_of(2) {
+                            compute::<0, Q6>(a, 0, b, k)
+                        } else {
+                            compute::<1, Q6>(a, 0, b, k)
+                        }
+                    }
+                }
+                if scaled {
+                    k_steps::scale_step::<Q6>(scale);
+                }
+            }
+        }
+        s += 1;
     }
 }
 

@@ -21,6 +21,7 @@
 
 mod blocks;
 mod k_quants;
+mod k_steps;
 mod private_pages;
 
 use std::arch::asm;
@@ -84,17 +85,8 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
     if job.na < MIN_ROWS {
         return super::panel_avx512_tiles(job, out);
     }
-    check(job, MAX_ACT_ROWS);
-    let (acts, nb) = (job.acts, job.nb);
-    let bm_len = nb * acts.rows + BLOCK_MAJOR_PAD;
-    assert!(
-        acts.rows >= job.j0 + job.na
-            && acts.q_bm.len() >= nb * acts.rows * job.kind.block_elems()
-            && acts.d_bm.len() >= bm_len
-            && (job.kind != PackedKind::Q4_1 || acts.s_bm.len() >= bm_len)
-            && (job.kind != PackedKind::Q4_K || acts.sub_sums_bm.len() >= 8 * bm_len),
-        "AMX panel kernel: block-major constants too short"
-    );
+    check_tiles(job);
+    let nb = job.nb;
     UNPACKED.with_borrow_mut(|pages| {
         if job.kind.block_elems() == 256 {
             let buffer = pages.get(k_quants::BUFFER_BYTES).as_mut_ptr();
@@ -114,6 +106,53 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
             unsafe { blocks::run(job, b, g0, rows, &mut out[g0..g0 + rows]) };
         }
     });
+}
+
+/// Two panels against the same activation rows, each in its `outs`, when the K-quant kernel
+/// can share every activation tile between them (Q4_K or Q6_K, more than one tile of rows);
+/// `false` (nothing done) otherwise.
+pub(in crate::cpu::packed) fn panel_pair_amx(
+    jobs: [&PanelJob<'_>; 2],
+    outs: [&mut PanelOut; 2],
+) -> bool {
+    let [a, b] = jobs;
+    if a.kind.block_elems() != 256 || a.na <= GROUP {
+        return false;
+    }
+    assert!(
+        std::ptr::eq(a.acts, b.acts) && (a.kind, a.nb, a.j0, a.na) == (b.kind, b.nb, b.j0, b.na),
+        "AMX panel pair: the panels must share their activation rows"
+    );
+    check_tiles(a);
+    check_tiles(b);
+    UNPACKED.with_borrow_mut(|pages| {
+        let buffer = pages.get(k_quants::BUFFER_BYTES).as_mut_ptr();
+        // SAFETY: as in `panel_amx`, for both jobs (checked above), which share their rows.
+        unsafe { k_quants::run_pair(jobs, buffer, outs) };
+    });
+    true
+}
+
+/// The checks that make a tile kernel call sound: the job's bounds ([`check`]) and its
+/// block-major activation constants.
+fn check_tiles(job: &PanelJob<'_>) {
+    check(job, MAX_ACT_ROWS);
+    let (acts, nb) = (job.acts, job.nb);
+    let bm_len = nb * acts.rows + BLOCK_MAJOR_PAD;
+    // The K-quant kernel reads whole groups of 16 rows.
+    let q_pad = if job.kind.block_elems() == 256 {
+        BLOCK_MAJOR_PAD * 64
+    } else {
+        0
+    };
+    assert!(
+        acts.rows >= job.j0 + job.na
+            && acts.q_bm.len() >= nb * acts.rows * job.kind.block_elems() + q_pad
+            && acts.d_bm.len() >= bm_len
+            && (job.kind != PackedKind::Q4_1 || acts.s_bm.len() >= bm_len)
+            && (job.kind != PackedKind::Q4_K || acts.sub_sums_bm.len() >= 8 * bm_len),
+        "AMX panel kernel: block-major constants too short"
+    );
 }
 
 /// Loads `layout` into the tile configuration, unless the thread has it already.

@@ -336,14 +336,16 @@ pub fn matmul_packed_many_with<const N: usize>(
 }
 
 /// Panels one call of `kernel` takes for `m` activation rows of `kind`: two where the AMX
-/// K-quant kernel shares each activation tile between two panels (more than one tile of
-/// rows: the second panel finds the tile in L1), else one.
+/// K-quant kernel takes them together (with more than one tile of rows each activation tile
+/// meets both panels while in L1; with one, batched decode, one pipeline runs through both
+/// panels instead of filling and draining per panel), else one.
 fn panels_per_call(kernel: PanelFn, kind: PackedKind, m: usize) -> usize {
-    if is_tile_kernel(kernel) && kind.block_elems() == 256 && m > 16 {
-        2
-    } else {
-        1
+    #[cfg(target_arch = "x86_64")]
+    if is_tile_kernel(kernel) && kind.block_elems() == 256 && m >= x86::TILE_MIN_ROWS {
+        return 2;
     }
+    let _ = (kernel, kind, m);
+    1
 }
 
 /// Activation rows per chunk for `kernel`: the AMX kernel unpacks its panel once per call, so

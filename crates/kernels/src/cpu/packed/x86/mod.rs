@@ -6,7 +6,7 @@ mod avx2;
 mod avx512;
 mod q4_k_scales;
 
-pub(super) use amx::{panel_amx, panel_pair_amx};
+pub(super) use amx::{panel_amx, panel_pair_amx, MIN_ROWS as TILE_MIN_ROWS};
 
 use super::{in_pieces, PanelJob, PanelOut};
 

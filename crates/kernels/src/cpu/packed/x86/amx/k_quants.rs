@@ -22,17 +22,20 @@
 //! ```
 //!
 //! where the per-sub-block kernels scale 8 or 16 sums a super-block. This is
-//! `reference.rs`'s `panel_tiles_ref`, bit for bit. The two sets of C tiles alternate (see
-//! `run_steps`). Calls of one group of rows (batched decode) stream the panel through
-//! `run_streaming`; calls of more rows (prefill) take two panels at a time where they can
-//! (`run_pair`) and run `run_chunked`, whose iterations are `k_steps.rs`'s assembly.
+//! `reference.rs`'s `panel_tiles_ref`, bit for bit. Two sets of C tiles take turns, so that a
+//! step's products run while the step before is stored. Calls of one group of rows (batched
+//! decode) stream the panel through `stream_full`; calls of more rows (prefill) run
+//! `run_chunked`; both take two panels a call where they can (`run_pair`), and both are
+//! built from `k_steps.rs`'s assembly, which spreads the core's work between the tile
+//! products. Every group is a whole 16 rows: the rows past a job's come from the block-major
+//! padding or later rows, and their results are never copied out.
 
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::k_steps::{self, ScaleArgs, TileArgs};
-use super::{configure, each_row, store_rows, Layout, Sums, GROUP};
+use super::{configure, Layout, Sums, GROUP};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
 use crate::cpu::packed::x86::q4_k_scales::q4_k_scales;
 use crate::cpu::packed::x86::{prefetch, PREFETCH_BYTES};
@@ -364,6 +367,44 @@ impl Pending {
         }
     }
 
+    /// Q4_K's sub-blocks `2k` and `2k + 1`, the low plane's lines (`HI` false, with the
+    /// stream's prefetch) or the high plane's: [`Pending::q4_k_quarter`] in two halves.
+    ///
+    /// # Safety
+    /// As [`Pending::quarter`]; the job is Q4_K.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q4_k_quarter_plane<const HI: bool>(&self, k: usize) {
+        let (qp, d) = (
+            self.qp,
+            self.dst.planes.wrapping_add(if HI { PLANE } else { 0 }),
+        );
+        let (mask, low4) = (_mm512_set1_epi8(0x0F), _mm_set1_epi8(0x0F));
+        for s in 2 * k..2 * k + 2 {
+            if self.stream && !HI {
+                prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
+            }
+            let scale = if HI {
+                _mm_and_si128(_mm_srli_epi16(self.sc[s], 4), low4)
+            } else {
+                _mm_and_si128(self.sc[s], low4)
+            };
+            let sx = per_row_i16(scale);
+            for v in 0..4 {
+                let g = 8 * s + 2 * v;
+                // SAFETY: sub-block s's quant bytes are in the panel, line g and g + 1 of the
+                // plane in the slot.
+                unsafe {
+                    let raw = _mm512_loadu_si512(qp.add(256 * s + 64 * v).cast());
+                    let x0 = _mm512_and_si512(raw, mask);
+                    let x1 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                    _mm512_store_si512(d.add(64 * g).cast(), _mm512_mullo_epi16(x0, sx));
+                    _mm512_store_si512(d.add(64 * g + 64).cast(), _mm512_mullo_epi16(x1, sx));
+                }
+            }
+        }
+    }
+
     /// Q6_K's sub-blocks `4k..4k + 4` (chunks `2k` and `2k + 1` of 384 bytes).
     ///
     /// # Safety
@@ -416,10 +457,7 @@ impl Pending {
 ///
 /// One group of rows (at most 16: batched decode) streams over the super-blocks in one
 /// pipeline that unpacks super-block `i + 1` while the tile unit multiplies super-block `i`
-/// (see [`MIN_SLOTS`]). More rows share each unpacking: for each chunk of
-/// super-blocks, unpack it, then run the full groups of 16 rows over it in one pipeline, then
-/// the partial group (a different tile shape) in another; each row's sums carry over from
-/// chunk to chunk in `out`.
+/// ([`stream_full`]). More rows share each unpacking ([`run_chunked`]).
 ///
 /// # Safety
 /// As `panel_amx`'s call: AMX granted and AVX-512 VNNI; the job passed the checks there.
@@ -442,8 +480,19 @@ pub(super) unsafe fn run(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(super) unsafe fn run_pair(jobs: [&PanelJob<'_>; 2], buffer: *mut u8, outs: [&mut PanelOut; 2]) {
     let [out0, out1] = outs;
+    let outs = &mut [out0, out1];
     // SAFETY: the caller's contract.
-    unsafe { run_chunked(&jobs, buffer, &mut [out0, out1]) }
+    unsafe {
+        if jobs[0].na > GROUP {
+            return run_chunked(&jobs, buffer, outs);
+        }
+        configure(Layout::Wide { rows: GROUP });
+        if jobs[0].kind == PackedKind::Q6_K {
+            stream_full::<true>(&jobs, buffer, outs)
+        } else {
+            stream_full::<false>(&jobs, buffer, outs)
+        }
+    }
 }
 
 /// The chunked path of [`run`] for one or two panels (`jobs`, sharing their activation rows):
@@ -485,246 +534,168 @@ unsafe fn run_chunked(jobs: &[&PanelJob<'_>], buffer: *mut u8, outs: &mut [&mut 
 /// pipeline iteration `i`, which then scales step `i − 3` (reading slot `(i − 3) % 5`, not
 /// `(i + 1) % 5`); step `i − 4`, the one that last used the slot, was scaled an iteration before.
 ///
-/// The planes have a single slot: each quarter of super-block `i + 1` is unpacked in iteration
-/// `i` right after step `i`'s tile loads of that quarter were issued, which come first in
+/// The planes have a single slot: each quarter of super-block `i + 1` (Q4_K: each plane's
+/// lines of a quarter) is unpacked in iteration `i` right after step `i`'s tile loads of
+/// those lines were issued, which come first in
 /// program order and so read the old bytes. One slot (8 KiB, where a ring of four took 33 KiB)
 /// leaves L1 to the activation rows and the streaming weights: 16-row Q4_K calls ran 1.5x
 /// faster for it.
 const MIN_SLOTS: usize = 5;
 
-/// [`run`] for one group of rows: super-block `i + 1` unpacked during step `i`, a quarter
-/// after each quarter of step `i`'s products (see [`Pending`]).
+/// [`run`] for one group of rows: super-block `i + 1` unpacked during step `i`, in pieces
+/// between step `i`'s tile products ([`stream_full`]).
 ///
 /// # Safety
 /// As [`run`]; `buffer` has room for one slot of planes and [`MIN_SLOTS`] of minima;
 /// `job.na <= GROUP`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn run_streaming(job: &PanelJob<'_>, buffer: *mut u8, out: &mut PanelOut) {
-    let nb = job.nb;
+    // SAFETY: the caller's contract.
+    unsafe {
+        configure(Layout::Wide { rows: GROUP });
+        if job.kind == PackedKind::Q6_K {
+            stream_full::<true>(&[job], buffer, &mut [out])
+        } else {
+            stream_full::<false>(&[job], buffer, &mut [out])
+        }
+    }
+}
+
+/// [`run_streaming`]'s pipeline for `Q6` (Q6_K) or Q4_K, one whole group of 16 rows (the
+/// rows past the job's come from the block-major padding and are never copied out): each
+/// step's eight tile products are [`k_steps::stream_half`]s, each followed by its share of
+/// the next super-block's unpacking (Q4_K: the low plane's lines of a quarter after the low
+/// product, the high plane's after the high one; Q6_K: a quarter after the high product) and
+/// carrying two rows of step `s − 3`'s scaling. Each row's running sum lives in its `out` row.
+///
+/// # Safety
+/// As [`run_streaming`], with the tiles configured for 16 rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn stream_full<const Q6: bool>(
+    jobs: &[&PanelJob<'_>],
+    buffer: *mut u8,
+    outs: &mut [&mut PanelOut],
+) {
+    let job = jobs[0];
+    let (nb, acts, m) = (job.nb, job.acts, job.acts.rows);
+    let steps = nb * jobs.len();
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let rings = Unpacked::at(buffer, 1);
     let slot = move |i: usize| Unpacked {
         planes: rings.planes,
         mins: rings.slot(i % MIN_SLOTS).mins,
     };
-    let ahead = |i: usize| {
-        // SAFETY: super-block i + 1 < nb; its slots are in `buffer`; the planes' slot is
-        // written a quarter at a time, each after step i's tile loads of that quarter, and no
-        // step the pipeline has yet to scale reads the minima's slot (see `MIN_SLOTS`).
-        (i + 1 < nb).then(|| unsafe { Pending::start(job, i + 1, slot(i + 1)) })
-    };
-    let work = Work {
-        blocks: 0..nb,
-        groups: 0..1,
-        rows: job.na,
-    };
-    // SAFETY: the caller's contract; super-block 0 is unpacked before the pipeline starts.
-    unsafe {
-        unpack(job, 0..1, slot(0));
-        run_chunk(job, slot, ahead, work, out);
+    for out in outs.iter_mut() {
+        out[..GROUP].fill([0.0; PANEL]);
     }
-}
-
-/// One pipeline's work: row groups `groups` (of [`GROUP`] rows from the job's first), each of
-/// `rows` rows, against unpacked super-blocks `blocks`.
-struct Work {
-    blocks: Range<usize>,
-    groups: Range<usize>,
-    rows: usize,
-}
-
-/// Runs `work` on unpacked super-blocks: `at(i)` holds super-block `i`'s planes by the time its
-/// step starts; `ahead(i)`, called as the iteration that starts super-block `i`'s step begins,
-/// returns the super-block to unpack a quarter at a time between that step's quarters.
-///
-/// # Safety
-/// As [`run`]; `at(i)` holds super-block `i` of `work.blocks` unpacked when its step starts;
-/// the groups' rows are the job's.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_chunk(
-    job: &PanelJob<'_>,
-    at: impl Fn(usize) -> Unpacked,
-    ahead: impl FnMut(usize) -> Option<Pending>,
-    work: Work,
-    out: &mut PanelOut,
-) {
-    // SAFETY: the caller's contract; the tiles are configured for the rows.
-    unsafe {
-        configure(Layout::Wide { rows: work.rows });
-        if job.kind == PackedKind::Q6_K {
-            run_steps::<true>(job, at, ahead, work, out)
+    let out_rows: [*mut [f32; PANEL]; 2] = std::array::from_fn(|p| {
+        outs.get_mut(p)
+            .map_or(std::ptr::null_mut(), |o| o.as_mut_ptr())
+    });
+    // Step t: super-block `t % nb` of panel `t / nb`.
+    let at = |t: usize| (t / nb, t % nb);
+    // Step t's weight scales as `f32`, in a ring like the minima.
+    let mut consts = [[_mm512_setzero_ps(); 2]; MIN_SLOTS];
+    let weight_scales = |t: usize| {
+        let (p, i) = at(t);
+        let sp = jobs[p].panel.as_ptr().wrapping_add(nb * qb + i * sb);
+        let half = |at: usize| {
+            // SAFETY: super-block i's scales hold 16 `f16` at `at`.
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(at).cast())) }
+        };
+        if Q6 {
+            [half(Q6_K_PANEL_D), _mm512_setzero_ps()]
         } else {
-            run_steps::<false>(job, at, ahead, work, out)
+            let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), half(Q4_K_PANEL_DMIN));
+            [half(Q4_K_PANEL_D), neg_dmin]
         }
-    }
-}
-
-/// [`run_chunk`] for Q6_K (`Q6`) or Q4_K: one pipeline over every (group, super-block) step,
-/// group after group, the two tile sets taking turns.
-///
-/// When a super-block is being unpacked beside the products (one group of rows: batched
-/// decode), each of the step's four quarters of tile products is followed by a quarter of the
-/// unpacking and a quarter of the rows' scaling, so that the core's vector work runs while the
-/// tile unit multiplies and its loads of weights from memory overlap both. Issued as whole
-/// blocks, the products' last tile loads (each waiting for the tile unit) held back the
-/// retirement of everything after them; from memory (`panel_kernels`-style 65536 × 8192 Q4_K,
-/// 16 rows, 2 threads) the quarters took a call from 16.8-18.1 ms to 13.8-16.3 ms, and
-/// `kestrel speed --seqs 16` on the 1.1B shape from 308-318 to 329-340 tokens/s. With
-/// nothing to unpack (the pipeline's last step) the whole step's products come first, then the
-/// scaling, as before: interleaving the scaling alone cost prefill 3-4%.
-///
-/// # Safety
-/// As [`run_chunk`], with the tiles configured for `rows`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn run_steps<const Q6: bool>(
-    job: &PanelJob<'_>,
-    at_slot: impl Fn(usize) -> Unpacked,
-    mut ahead: impl FnMut(usize) -> Option<Pending>,
-    work: Work,
-    out: &mut PanelOut,
-) {
-    let Work {
-        blocks,
-        groups,
-        rows,
-    } = work;
-    let (nb, acts, m) = (job.nb, job.acts, job.acts.rows);
-    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
-    let (per, first) = (blocks.len(), blocks.start);
-    let steps = per * groups.len();
-    // Step t: group `groups.start + t / per`, super-block `first + t % per`.
-    let at = |t: usize| (groups.start + t / per, first + t % per);
-    // SAFETY: the panel's scales follow its `nb` super-blocks of quants.
-    let scales = unsafe { job.panel.as_ptr().add(nb * qb) };
-    // Super-block i of group g's rows: quarter 0 of them (see `PackedActs::q_bm`).
-    let a_at = |g: usize, i: usize| {
+    };
+    let mut c_buf = std::mem::MaybeUninit::<[[Sums; 2]; 2]>::uninit();
+    let cp = c_buf.as_mut_ptr().cast::<[Sums; 2]>();
+    let row0 = job.j0;
+    // Quarter k of super-block i's 16 activation rows (see `PackedActs::q_bm`).
+    let a_at = |i: usize, k: usize| {
         acts.q_bm
             .as_ptr()
-            .wrapping_add(i * m * 256 + (job.j0 + GROUP * g) * 64)
+            .wrapping_add(i * m * 256 + k * m * 64 + row0 * 64)
     };
-    // Two buffers of both planes' sums, each written by a tile store before it is read.
-    let mut c = std::mem::MaybeUninit::<[[Sums; 2]; 2]>::uninit();
-    let cp = c.as_mut_ptr().cast::<[Sums; 2]>();
-    let mut acc = [_mm512_setzero_ps(); GROUP];
-    let compute_step = |t: usize, k: usize| {
-        let (g, i) = at(t);
-        let (a, b) = (a_at(g, i), at_slot(i).planes.cast_const());
-        // SAFETY: super-block i < nb of the group's rows (256 activation bytes each) and its
-        // unpacked planes.
+    // SAFETY: super-block 0 and its slots are in bounds.
+    unsafe { unpack(job, 0..1, slot(0)) };
+    consts[0] = weight_scales(0);
+    for s in 0..steps + 3 {
+        // SAFETY: tile set s % 2 holds step s − 2's products; `cp` has room for both sets.
         unsafe {
-            if t.is_multiple_of(2) {
-                compute::<0, Q6>(a, 64 * m, b, k)
-            } else {
-                compute::<1, Q6>(a, 64 * m, b, k)
-            }
-        }
-    };
-    let store_step = |t: usize| {
-        // SAFETY: `cp` points at the two buffers of sums; step t was started.
-        unsafe {
-            let dst = cp.add(t % 2);
-            if t.is_multiple_of(2) {
-                store::<0>(dst)
-            } else {
-                store::<1>(dst)
-            }
-        }
-    };
-    let out_rows = out.as_mut_ptr();
-    // Scales rows `4·q..4·q + 4` of step t for each quarter `q` in `quarters`.
-    let mut scale_step = |t: usize, quarters: Range<usize>| {
-        let mine = |r: usize| quarters.contains(&(r / 4));
-        let (g, i) = at(t);
-        let row0 = job.j0 + GROUP * g;
-        // SAFETY: the group's output rows are `out[GROUP·g..][..rows]` (the job's rows).
-        let out_g = unsafe { std::slice::from_raw_parts_mut(out_rows.add(GROUP * g), rows) };
-        if t.is_multiple_of(per) {
-            // The group's sums so far (none before the first super-block).
-            each_row!(r => {
-                if r < rows && mine(r) {
-                    acc[r] = if i == 0 {
-                        _mm512_setzero_ps()
-                    } else {
-                        // SAFETY: a row of 16 floats.
-                        unsafe { _mm512_loadu_ps(out_g[r].as_ptr()) }
-                    };
+            if (2..steps + 2).contains(&s) {
+                if s.is_multiple_of(2) {
+                    store::<0>(cp.add(s % 2))
+                } else {
+                    store::<1>(cp.add(s % 2))
                 }
-            });
+            }
         }
-        let sp = scales.wrapping_add(i * sb);
-        // SAFETY: super-block i's scales and the activations' sums and block-major scales of
-        // rows `row0..row0 + rows`; the step's tile sums were stored an iteration before.
-        unsafe {
-            let [lo, hi] = &*cp.add(t % 2);
-            let di = acts.d_bm.as_ptr().add(i * m + row0);
-            if Q6 {
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q6_K_PANEL_D).cast()));
-                each_row!(r => {
-                    if mine(r) {
-                        let sum = plane_sum::<8>(&lo.0[r], &hi.0[r]);
-                        let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-                        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
-                    }
-                });
-            } else {
-                let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_D).cast()));
-                let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(Q4_K_PANEL_DMIN).cast()));
-                let neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
-                let mins = at_slot(i).mins.cast_const().cast::<__m512i>();
-                let mins: [__m512i; 4] = std::array::from_fn(|p| _mm512_load_si512(mins.add(p)));
-                // Each row's 8 sub-block sums: 4 pairs of `i16`, read as `i32`.
-                let sums = acts
+        let scale = (s >= 3).then(|| {
+            let t = s - 3;
+            let (p, i) = at(t);
+            ScaleArgs {
+                sums: cp.wrapping_add(t % 2).cast_const().cast(),
+                d_a: acts.d_bm.as_ptr().wrapping_add(i * m + row0),
+                out: out_rows[p].cast(),
+                consts: &raw const consts[t % MIN_SLOTS],
+                sub_sums: acts
                     .sub_sums_bm
                     .as_ptr()
-                    .add((i * m + row0) * 8)
-                    .cast::<i32>();
-                each_row!(r => {
-                    if mine(r) {
-                        let sum = plane_sum::<4>(&lo.0[r], &hi.0[r]);
-                        let mut msum = _mm512_setzero_si512();
-                        for (p, mn) in mins.iter().enumerate() {
-                            let pair = _mm512_set1_epi32(sums.add(4 * r + p).read_unaligned());
-                            msum = _mm512_dpwssd_epi32(msum, *mn, pair);
-                        }
-                        let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-                        let t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), neg_dmin, t);
-                        acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(*di.add(r)), acc[r]);
-                    }
-                });
+                    .wrapping_add((i * m + row0) * 8)
+                    .cast(),
+                mins: slot(t).mins.cast_const().cast(),
             }
-        }
-        if t % per == per - 1 {
-            // SAFETY: AVX-512 F (the caller's contract).
-            unsafe { store_rows(&acc, out_g, 4 * quarters.start..4 * quarters.end) };
-        }
-    };
-    // Iteration s stores step s − 2 (its products long done), starts step s a quarter at a
-    // time with the next super-block's unpacking between the quarters, and scales step s − 3,
-    // whose sums were stored an iteration earlier. A tile store right behind its product, or
-    // loads right behind a tile store, stall the core.
-    for s in 0..steps + 3 {
-        if (2..steps + 2).contains(&s) {
-            store_step(s - 2);
-        }
-        let next = if s < steps { ahead(at(s).1) } else { None };
-        if let Some(p) = &next {
-            for k in 0..4 {
-                compute_step(s, k);
-                // SAFETY: `ahead`'s contract: quarter k of step s's tile loads came first.
-                unsafe { p.quarter(k) };
-                if s > 2 {
-                    scale_step(s - 3, k..k + 1);
-                }
+        });
+        if s >= steps {
+            if let Some(scale) = &scale {
+                // SAFETY: as below.
+                unsafe { k_steps::scale_step::<Q6>(scale) };
             }
             continue;
         }
-        // Nothing to unpack (the last step): the products in one run.
-        for k in 0..4 {
-            if s < steps {
-                compute_step(s, k);
-            }
+        let next = (s + 1 < steps).then(|| {
+            let (p, i) = at(s + 1);
+            // SAFETY: step s + 1's super-block is the panel's; its slots are in `buffer`; the
+            // planes' slot is written a quarter (plane) at a time, each after step s's tile
+            // loads of it, and no step the pipeline has yet to scale reads the minima's slot
+            // (`MIN_SLOTS`).
+            unsafe { Pending::start(jobs[p], i, slot(s + 1)) }
+        });
+        if next.is_some() {
+            consts[(s + 1) % MIN_SLOTS] = weight_scales(s + 1);
         }
-        if s > 2 {
-            scale_step(s - 3, 0..4);
+        let b = slot(s).planes.cast_const();
+        for k in 0..4 {
+            let a = a_at(at(s).1, k);
+            // SAFETY: the caller's contract: step s's 16 activation rows (the padding past
+            // the job's), its planes, and step s − 3's sums (stored an iteration before),
+            // scales and output rows are in bounds; each part of the next super-block's
+            // unpacking comes after the tile loads of the lines it overwrites.
+            unsafe {
+                if s.is_multiple_of(2) {
+                    k_steps::stream_half::<0, Q6, 0>(a, b, k, scale.as_ref());
+                } else {
+                    k_steps::stream_half::<1, Q6, 0>(a, b, k, scale.as_ref());
+                }
+                if let (Some(p), false) = (&next, Q6) {
+                    p.q4_k_quarter_plane::<false>(k);
+                }
+                if s.is_multiple_of(2) {
+                    k_steps::stream_half::<0, Q6, 1>(a, b, k, scale.as_ref());
+                } else {
+                    k_steps::stream_half::<1, Q6, 1>(a, b, k, scale.as_ref());
+                }
+                if let Some(p) = &next {
+                    if Q6 {
+                        p.q6_k_quarter(k)
+                    } else {
+                        p.q4_k_quarter_plane::<true>(k)
+                    }
+                }
+            }
         }
     }
 }
@@ -874,19 +845,5 @@ unsafe fn run_full<const Q6: bool>(
             }
         }
         s += 1;
-    }
-}
-
-/// `2^SHIFT · hi + lo`: a row's sums of the two planes (Q4_K's `SHIFT` is 4, Q6_K's 8).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn plane_sum<const SHIFT: u32>(lo: &[i32; PANEL], hi: &[i32; PANEL]) -> __m512i {
-    // SAFETY: 16 `i32` each, 64-byte aligned (rows of `Sums`).
-    unsafe {
-        let (lo, hi) = (
-            _mm512_load_si512(lo.as_ptr().cast()),
-            _mm512_load_si512(hi.as_ptr().cast()),
-        );
-        _mm512_add_epi32(_mm512_slli_epi32(hi, SHIFT), lo)
     }
 }

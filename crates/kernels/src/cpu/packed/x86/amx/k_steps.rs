@@ -290,3 +290,96 @@ impl Default for ScaleArgs {
         }
     }
 }
+
+/// Half `$h` (0: the low plane's product, 1: the high plane's) of quarter `$k` of a step's
+/// products in tile set (`$lo`, `$hi`), A tile `$a`, the high plane's product `$dp`, then
+/// rows `$r` of scaling.
+macro_rules! half {
+    ($row:ident, 0, $k:literal, $a:literal, $lo:literal, $hi:literal, $dp:literal, [$($z:literal)*], [$($r:literal)*]) => {
+        concat!(
+            $("tilezero ", $z, "\n",)*
+            "tileloadd ", $a, ", [{a} + {line} * 1]\n",
+            "tileloadd tmm5, [{b} + {line} * 1 + 1024 * ", $k, "]\n",
+            "tdpbsud ", $lo, ", ", $a, ", tmm5\n",
+            $($row!($r),)*
+        )
+    };
+    ($row:ident, 1, $k:literal, $a:literal, $lo:literal, $hi:literal, $dp:literal, [$($z:literal)*], [$($r:literal)*]) => {
+        concat!(
+            "/* A is loaded: {a} */\n",
+            "tileloadd tmm6, [{b} + {line} * 1 + 4096 + 1024 * ", $k, "]\n",
+            $dp, " ", $hi, ", ", $a, ", tmm6\n",
+            $($row!($r),)*
+        )
+    };
+}
+
+/// One tile product of a streaming step (batched decode, where the next super-block is
+/// unpacked between the products): half `H` (0: low plane, 1: high plane) of quarter `k` of
+/// tile set `T`'s step, A the quarter's 16 activation rows at `a` (64 bytes a row, in a row),
+/// the planes at `b`; then, if `scale` is given, rows `4k + 2H` and `4k + 2H + 1` of that
+/// step's scaling. Quarter 0's low half zeroes the tile set first.
+///
+/// # Safety
+/// As [`fused_step`], for the rows, the planes and `scale`; `k < 4`, `H < 2`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn stream_half<const T: usize, const Q6: bool, const H: usize>(
+    a: *const i8,
+    b: *const u8,
+    k: usize,
+    scale: Option<&ScaleArgs>,
+) {
+    macro_rules! emit {
+        ($h:tt, $k:literal, $a:literal, $lo:literal, $hi:literal, $dp:literal, $z:tt, $r:tt) => {
+            match scale {
+                Some(scale) if Q6 => asm!(
+                    half!(row_q6, $h, $k, $a, $lo, $hi, $dp, $z, $r),
+                    a = in(reg) a, b = in(reg) b, line = in(reg) 64usize,
+                    c = in(reg) scale.sums, da = in(reg) scale.d_a, o = in(reg) scale.out,
+                    d = in(zmm_reg) (*scale.consts)[0], out("zmm29") _, out("zmm30") _,
+                    options(nostack),
+                ),
+                Some(scale) => asm!(
+                    half!(row_q4, $h, $k, $a, $lo, $hi, $dp, $z, $r),
+                    a = in(reg) a, b = in(reg) b, line = in(reg) 64usize,
+                    c = in(reg) scale.sums, ss = in(reg) scale.sub_sums, da = in(reg) scale.d_a,
+                    o = in(reg) scale.out, d = in(zmm_reg) (*scale.consts)[0],
+                    nd = in(zmm_reg) (*scale.consts)[1],
+                    m0 = in(zmm_reg) *scale.mins, m1 = in(zmm_reg) *scale.mins.add(1),
+                    m2 = in(zmm_reg) *scale.mins.add(2), m3 = in(zmm_reg) *scale.mins.add(3),
+                    out("zmm29") _, out("zmm30") _, out("zmm31") _,
+                    options(nostack),
+                ),
+                None => asm!(
+                    half!(row_q4, $h, $k, $a, $lo, $hi, $dp, $z, []),
+                    a = in(reg) a, b = in(reg) b, line = in(reg) 64usize,
+                    options(nostack, readonly),
+                ),
+            }
+        };
+    }
+    macro_rules! by_half_quarter {
+        ($lo:literal, $hi:literal, $dp:literal) => {
+            match (H, k) {
+                (0, 0) => emit!(0, 0, "tmm4", $lo, $hi, $dp, [$lo $hi], [0 1]),
+                (1, 0) => emit!(1, 0, "tmm4", $lo, $hi, $dp, [], [2 3]),
+                (0, 1) => emit!(0, 1, "tmm7", $lo, $hi, $dp, [], [4 5]),
+                (1, 1) => emit!(1, 1, "tmm7", $lo, $hi, $dp, [], [6 7]),
+                (0, 2) => emit!(0, 2, "tmm4", $lo, $hi, $dp, [], [8 9]),
+                (1, 2) => emit!(1, 2, "tmm4", $lo, $hi, $dp, [], [10 11]),
+                (0, _) => emit!(0, 3, "tmm7", $lo, $hi, $dp, [], [12 13]),
+                (_, _) => emit!(1, 3, "tmm7", $lo, $hi, $dp, [], [14 15]),
+            }
+        };
+    }
+    // SAFETY: the caller's contract; the tiles belong to this kernel.
+    unsafe {
+        match (T, Q6) {
+            (0, false) => by_half_quarter!("tmm0", "tmm1", "tdpbsud"),
+            (_, false) => by_half_quarter!("tmm2", "tmm3", "tdpbsud"),
+            (0, true) => by_half_quarter!("tmm0", "tmm1", "tdpbssd"),
+            (_, true) => by_half_quarter!("tmm2", "tmm3", "tdpbssd"),
+        }
+    }
+}

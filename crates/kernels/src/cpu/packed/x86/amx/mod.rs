@@ -38,7 +38,7 @@ use private_pages::PrivatePages;
 const GROUP: usize = 16;
 
 /// Calls with fewer activation rows run the AVX-512 VNNI kernel.
-const MIN_ROWS: usize = 4;
+pub(in crate::cpu::packed) const MIN_ROWS: usize = 4;
 
 /// Runs `$body` for `$r` = 0..16 ([`GROUP`]), spelled out, so that arrays indexed by `$r`
 /// (the accumulators) stay in registers.
@@ -109,14 +109,15 @@ pub(in crate::cpu::packed) fn panel_amx(job: &PanelJob<'_>, out: &mut PanelOut) 
 }
 
 /// Two panels against the same activation rows, each in its `outs`, when the K-quant kernel
-/// can share every activation tile between them (Q4_K or Q6_K, more than one tile of rows);
-/// `false` (nothing done) otherwise.
+/// takes them in one call (Q4_K or Q6_K, at least [`MIN_ROWS`] rows): with more than one
+/// tile of rows every activation tile is shared between them, with one the streaming
+/// pipeline runs on from the first panel into the second; `false` (nothing done) otherwise.
 pub(in crate::cpu::packed) fn panel_pair_amx(
     jobs: [&PanelJob<'_>; 2],
     outs: [&mut PanelOut; 2],
 ) -> bool {
     let [a, b] = jobs;
-    if a.kind.block_elems() != 256 || a.na <= GROUP {
+    if a.kind.block_elems() != 256 || a.na < MIN_ROWS {
         return false;
     }
     assert!(

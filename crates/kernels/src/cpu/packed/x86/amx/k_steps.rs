@@ -9,7 +9,9 @@
 //! stand-alone probe), with two rows after each product about the products' time alone (415
 //! against 395). Written as one `asm!` block, the compiler cannot regroup it. In the kernel
 //! the spacing pays once the activation tile comes from L1 (`run_pair` in `k_quants.rs`):
-//! with each tile fetched from L2 the step waits on that load instead.
+//! with each tile fetched from L2 the step waits on that load instead. Batched decode
+//! ([`stream_half`]) issues each product as its own block, so that the next super-block's
+//! unpacking, written with intrinsics, goes between them too.
 //!
 //! The scaling's temporaries are zmm29-zmm31 (named, so that the assembly clobbers them).
 //!

@@ -81,6 +81,28 @@ pub struct PanelJob<'a> {
     pub stream: bool,
 }
 
+impl<'a> PanelJob<'a> {
+    /// Rows `j0..j0 + na` of `acts` against panel `p` of `w` (`stream`: see the field).
+    fn new(
+        w: &'a PackedMatrix,
+        p: usize,
+        acts: &'a PackedActs,
+        j0: usize,
+        na: usize,
+        stream: bool,
+    ) -> Self {
+        Self {
+            kind: w.kind(),
+            nb: w.blocks(),
+            panel: w.panel(p),
+            acts,
+            j0,
+            na,
+            stream,
+        }
+    }
+}
+
 /// Results of a [`PanelJob`]: `out[j][r]` for activation row `j0 + j` and panel row `r`.
 pub type PanelOut = [[f32; PANEL]; MAX_ACT_ROWS];
 
@@ -406,15 +428,7 @@ fn panel_pair_rows(
     let [t0, t1] = tiles;
     for j0 in rows.clone().step_by(MAX_ACT_ROWS) {
         let na = (rows.end - j0).min(MAX_ACT_ROWS);
-        let jobs = pair.map(|(w, p, _)| PanelJob {
-            kind: w.kind(),
-            nb: w.blocks(),
-            panel: w.panel(p),
-            acts,
-            j0,
-            na,
-            stream: j0 == rows.start,
-        });
+        let jobs = pair.map(|(w, p, _)| PanelJob::new(w, p, acts, j0, na, j0 == rows.start));
         if !x86::panel_pair_amx([&jobs[0], &jobs[1]], [&mut *t0, &mut *t1]) {
             kernel(&jobs[0], t0);
             kernel(&jobs[1], t1);
@@ -455,15 +469,7 @@ fn panel_rows(
 ) {
     for j0 in rows.clone().step_by(MAX_ACT_ROWS) {
         let na = (rows.end - j0).min(MAX_ACT_ROWS);
-        let job = PanelJob {
-            kind: w.kind(),
-            nb: w.blocks(),
-            panel: w.panel(p),
-            acts,
-            j0,
-            na,
-            stream: j0 == rows.start,
-        };
+        let job = PanelJob::new(w, p, acts, j0, na, j0 == rows.start);
         kernel(&job, tile);
         copy_rows(w, p, j0, na, tile, out);
     }

@@ -22,6 +22,7 @@
 mod blocks;
 mod k_quants;
 mod k_steps;
+mod k_unpack;
 mod private_pages;
 
 use std::arch::asm;

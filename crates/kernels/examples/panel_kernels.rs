@@ -2,7 +2,8 @@
 //! 16 and 64 activation rows (or `M`), one thread: `cargo run --release -p kestrel-kernels --example
 //! panel_kernels` (`ONLY=Q4_K`, `K=amx`, `M=1`, `REPS=n` narrow it; `ROWS=n`, `COLS=n` resize
 //! it, past the last-level cache to read the weights from memory; `THREADS=n` shares each
-//! product out as a model's layers do). The best of 5 batches is shown.
+//! product out as a model's layers do; `MATS=n` cycles through n copies of the matrix, so that
+//! model-sized matrices come from memory as in a decode step). The best of 5 batches is shown.
 
 use kestrel_kernels::cpu::gemm::Scratch;
 use kestrel_kernels::cpu::packed::{matmul_packed_with, panel_kernels, PackedMatrix};
@@ -27,7 +28,10 @@ fn main() {
             DType::Q4_K => bytemuck::cast_slice(&quant::q4_k::quantize_ref(&w)).to_vec(),
             _ => bytemuck::cast_slice(&quant::q6_k::quantize_ref(&w)).to_vec(),
         };
-        let p = PackedMatrix::pack(dtype, rows, cols, &data).unwrap();
+        let mats = std::env::var("MATS").map_or(1, |n| n.parse::<usize>().unwrap());
+        let ps: Vec<PackedMatrix> = (0..mats)
+            .map(|_| PackedMatrix::pack(dtype, rows, cols, &data).unwrap())
+            .collect();
         let ms: Vec<usize> = std::env::var("M").map_or(vec![16, 64], |m| vec![m.parse().unwrap()]);
         for m in ms {
             let x: Vec<f32> = (0..m * cols)
@@ -35,25 +39,30 @@ fn main() {
                 .collect();
             let mut y = vec![0.0; m * rows];
             let mut s = Scratch::default();
-            for v in panel_kernels().into_iter().skip(2) {
+            for v in panel_kernels().into_iter().filter(|v| v.name != "scalar") {
                 let (name, k) = (v.name, v.kernel);
                 if std::env::var("K").is_ok_and(|kk| kk != name) {
                     continue;
                 }
-                matmul_packed_with(&pool, k, &p, &x, m, &mut y, &mut s);
+                let mut product = || {
+                    for p in &ps {
+                        matmul_packed_with(&pool, k, p, &x, m, &mut y, &mut s);
+                    }
+                };
+                product();
                 let reps: usize = std::env::var("REPS").map_or(20, |r| r.parse().unwrap());
                 let mut dt = f64::MAX;
                 for _ in 0..5 {
                     let t = std::time::Instant::now();
                     for _ in 0..reps {
-                        matmul_packed_with(&pool, k, &p, &x, m, &mut y, &mut s);
+                        product();
                     }
                     dt = dt.min(t.elapsed().as_secs_f64() / reps as f64);
                 }
                 println!(
                     "{dtype:?} m={m} {name}: {:.2} ms, {:.1} GMAC/s",
                     dt * 1e3,
-                    (rows * cols * m) as f64 / dt / 1e9
+                    (rows * cols * m * mats) as f64 / dt / 1e9
                 );
             }
         }

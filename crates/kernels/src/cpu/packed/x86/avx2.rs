@@ -37,13 +37,13 @@ type Sums<const NA: usize> = [[__m256i; 2]; NA];
 
 /// Calls `run::<NA, KIND>` for the job's kind.
 macro_rules! by_kind {
-    ($na:literal, $job:expr, $j:expr, $out:expr) => {
+    ($na:literal, $job:expr, $j:expr, $out:expr, $q6:expr) => {
         match $job.kind {
             PackedKind::Q4_0 => run::<$na, Q4_0>($job, $j, $out),
             PackedKind::Q4_1 => run::<$na, Q4_1>($job, $j, $out),
             PackedKind::Q8_0 => run::<$na, Q8_0>($job, $j, $out),
             PackedKind::Q4_K => run_q4_k::<$na>($job, $j, $out),
-            PackedKind::Q6_K => run_q6_k::<$na>($job, $j, $out),
+            PackedKind::Q6_K => run_q6_k::<$na>($job, $j, $out, $q6),
         }
     };
 }
@@ -51,18 +51,109 @@ macro_rules! by_kind {
 /// The AVX2 kernel for a piece of a job (at most [`PIECE_ROWS`] rows).
 pub(super) fn piece_avx2(job: &PanelJob<'_>, out: &mut PieceOut) {
     check(job, PIECE_ROWS);
+    if job.kind == PackedKind::Q6_K && job.na > PASS_ROWS {
+        return Q6_UNPACKED.with_borrow_mut(|buf| {
+            buf.resize(job.nb * Q6_UNPACKED_BYTES, 0);
+            // SAFETY: as below; `buf` has room for the panel's `nb` super-blocks.
+            unsafe { unpack_q6_k(job, buf.as_mut_ptr()) };
+            passes(job, out, buf.as_ptr());
+        });
+    }
+    passes(job, out, std::ptr::null());
+}
+
+/// The job's rows [`PASS_ROWS`] at a time; `q6`: the panel's Q6_K quants as unpacked by
+/// [`unpack_q6_k`], or null (the passes put them together themselves).
+fn passes(job: &PanelJob<'_>, out: &mut PieceOut, q6: *const u8) {
     for j in (0..job.na).step_by(PASS_ROWS) {
         // SAFETY: `panel_kernel` hands this out only on CPUs with AVX2, FMA and F16C; `check`
         // verified that the panel holds `nb` blocks and the activations hold rows
-        // `j0..j0 + na` of `nb` blocks; `run` reads rows `j0 + j..` up to `j0 + na`.
+        // `j0..j0 + na` of `nb` blocks; `run` reads rows `j0 + j..` up to `j0 + na`; a
+        // non-null `q6` holds the panel's `nb` unpacked super-blocks.
         unsafe {
             if job.na - j >= 2 {
-                by_kind!(2, job, j, out)
+                by_kind!(2, job, j, out, q6)
             } else {
-                by_kind!(1, job, j, out)
+                by_kind!(1, job, j, out, q6)
             }
         }
     }
+}
+
+/// Bytes of one unpacked Q6_K super-block: 8 chunks of 32 values × 16 rows.
+const Q6_UNPACKED_BYTES: usize = 8 * 512;
+
+std::thread_local! {
+    /// The panel being multiplied, its Q6_K quants unpacked once for all the passes of a call
+    /// (each pass would otherwise put the 6-bit values together again for its 2 rows).
+    static Q6_UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Writes the panel's 6-bit quants (0..=63) as bytes at `dst`: per super-block, per chunk, per
+/// nibble vector `v` of its 4, the vector's low-nibble elements (64 bytes) then its
+/// high-nibble elements, in the packed vectors' order of rows and values.
+///
+/// # Safety
+/// The CPU has AVX2; the job passed [`check`]; `dst` has room for `nb` ×
+/// [`Q6_UNPACKED_BYTES`] bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q6_k(job: &PanelJob<'_>, dst: *mut u8) {
+    let qb = job.kind.quant_bytes();
+    let quants = job.panel.as_ptr();
+    for c in 0..job.nb * 8 {
+        let chunk = quants.wrapping_add((c / 8) * qb + 384 * (c % 8));
+        for half in 0..2 {
+            // SAFETY: chunk c % 8 of super-block c / 8 (< nb, checked) and its unpacked
+            // place, 512 bytes at `dst + 512c`, inside the caller's buffer.
+            unsafe {
+                let [lo, hi] = q6_vectors(chunk, half);
+                for w in 0..2 {
+                    let at = dst.add(512 * c + 128 * (2 * half + w));
+                    for h in 0..2 {
+                        _mm256_storeu_si256(at.add(32 * h).cast(), lo[w][h]);
+                        _mm256_storeu_si256(at.add(64 + 32 * h).cast(), hi[w][h]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The 6-bit values of half `half` of the chunk at `chunk`: for each of its two nibble
+/// vectors `w` (vector `2·half + w`), the low-nibble and the high-nibble elements with their
+/// high bits, as the two 32-byte halves of the panel's rows.
+///
+/// # Safety
+/// The CPU has AVX2; `chunk` points at a chunk's 384 packed bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_vectors(chunk: *const u8, half: usize) -> [[[__m256i; 2]; 2]; 2] {
+    let (mask, top) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let mut lo = [[_mm256_setzero_si256(); 2]; 2];
+    let mut hi = lo;
+    // SAFETY: the loads stay within the chunk's 384 bytes, per the caller's contract.
+    unsafe {
+        let hv = halves(chunk.add(256 + 64 * half));
+        for w in 0..2 {
+            let raw = halves(chunk.add(64 * (2 * half + w)));
+            for h in 0..2 {
+                // The high bits of the low-nibble and high-nibble elements, moved to bits
+                // 4..6 (16-bit shifts; the mask drops what crosses bytes).
+                let (lo_h, hi_h) = if w == 0 {
+                    (_mm256_slli_epi16(hv[h], 4), _mm256_slli_epi16(hv[h], 2))
+                } else {
+                    (hv[h], _mm256_srli_epi16(hv[h], 2))
+                };
+                lo[w][h] =
+                    _mm256_or_si256(_mm256_and_si256(raw[h], mask), _mm256_and_si256(lo_h, top));
+                hi[w][h] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(raw[h], 4), mask),
+                    _mm256_and_si256(hi_h, top),
+                );
+            }
+        }
+    }
+    [lo, hi]
 }
 
 /// 4 activation quants at `p`, broadcast to all 8 lanes.
@@ -323,51 +414,39 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Piec
 
 /// The `i32` sums of one 16-value Q6_K sub-block with `NA` activation rows: half `half` of the
 /// 32-value chunk at `chunk` (nibble vectors `2·half` and `2·half + 1`, high-bit vector
-/// `half`), against activation quants `e0 + 16·half..+16`.
+/// `half`), against activation quants `e0 + 16·half..+16`. With `unpacked` non-null the values
+/// are read from there (the chunk's 512 bytes as [`unpack_q6_k`] wrote them) instead.
 ///
 /// # Safety
-/// `chunk` points at a chunk's 384 packed bytes; `aq[j]` at an activation row of at least
-/// `e0 + 32` quants.
+/// `chunk` points at a chunk's 384 packed bytes, `unpacked` (unless null) at its 512
+/// unpacked ones; `aq[j]` at an activation row of at least `e0 + 32` quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_sums<const NA: usize>(
     chunk: *const u8,
+    unpacked: *const u8,
     half: usize,
     aq: &[*const i8; NA],
     e0: usize,
 ) -> Sums<NA> {
-    let (mask, top, ones) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x30),
-        _mm256_set1_epi16(1),
-    );
+    let ones = _mm256_set1_epi16(1);
     let mut s32 = [[_mm256_setzero_si256(); 2]; NA];
-    // SAFETY: the loads stay within the chunk's 384 bytes and the activation quants
-    // `e0..e0 + 32`, per the caller's contract.
+    // SAFETY: the loads stay within the chunk's bytes (packed or unpacked) and the activation
+    // quants `e0..e0 + 32`, per the caller's contract.
     unsafe {
-        let hv = halves(chunk.add(256 + 64 * half));
+        let [lo, hi] = if unpacked.is_null() {
+            q6_vectors(chunk, half)
+        } else {
+            let at = |w: usize, k: usize| halves(unpacked.add(128 * (2 * half + w) + 64 * k));
+            [[at(0, 0), at(1, 0)], [at(0, 1), at(1, 1)]]
+        };
         for w in 0..2 {
-            let v = 2 * half + w;
-            let raw = halves(chunk.add(64 * v));
-            let a = aq.map(|p| p.add(e0 + 8 * v));
+            let a = aq.map(|p| p.add(e0 + 8 * (2 * half + w)));
             for h in 0..2 {
-                // The high bits of the low-nibble and high-nibble elements, moved to bits
-                // 4..6 (16-bit shifts; the mask drops what crosses bytes).
-                let (lo_h, hi_h) = if w == 0 {
-                    (_mm256_slli_epi16(hv[h], 4), _mm256_slli_epi16(hv[h], 2))
-                } else {
-                    (hv[h], _mm256_srli_epi16(hv[h], 2))
-                };
-                let lo =
-                    _mm256_or_si256(_mm256_and_si256(raw[h], mask), _mm256_and_si256(lo_h, top));
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(raw[h], 4), mask),
-                    _mm256_and_si256(hi_h, top),
-                );
                 for j in 0..NA {
                     let p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, bcast4(a[j])),
-                        _mm256_maddubs_epi16(hi, bcast4(a[j].add(4))),
+                        _mm256_maddubs_epi16(lo[w][h], bcast4(a[j])),
+                        _mm256_maddubs_epi16(hi[w][h], bcast4(a[j].add(4))),
                     );
                     s32[j][h] = _mm256_add_epi32(s32[j][h], _mm256_madd_epi16(p, ones));
                 }
@@ -377,12 +456,19 @@ unsafe fn q6_sums<const NA: usize>(
     s32
 }
 
-/// [`run`] for a Q6_K panel (the order of operations of `reference.rs`'s `panel_q6_k_ref`).
+/// [`run`] for a Q6_K panel (the order of operations of `reference.rs`'s `panel_q6_k_ref`),
+/// reading the quants from `unpacked` unless it is null.
 ///
 /// # Safety
-/// As [`run`].
+/// As [`run`]; `unpacked` is null or holds the panel's `nb` super-blocks as [`unpack_q6_k`]
+/// writes them.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut PieceOut) {
+unsafe fn run_q6_k<const NA: usize>(
+    job: &PanelJob<'_>,
+    j: usize,
+    out: &mut PieceOut,
+    unpacked: *const u8,
+) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
     let KRows {
@@ -414,9 +500,14 @@ unsafe fn run_q6_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Piec
             if job.na <= 2 && s % 2 == 0 {
                 prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
             }
-            // SAFETY: chunk s / 2 of super-block i (< nb, checked), against activation quants
-            // 256i + 32(s / 2)..+32.
-            let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };
+            let up = if unpacked.is_null() {
+                unpacked
+            } else {
+                unpacked.wrapping_add(i * Q6_UNPACKED_BYTES + 512 * (s / 2))
+            };
+            // SAFETY: chunk s / 2 of super-block i (< nb, checked), packed and (`up`, unless
+            // null) unpacked, against activation quants 256i + 32(s / 2)..+32.
+            let isum = unsafe { q6_sums::<NA>(chunk, up, s % 2, &aq, 256 * i + 32 * (s / 2)) };
             add_scaled(&mut t, &isum, dsc);
         }
         // Scales 2p and 2p + 1 of each row as an `i16` pair.

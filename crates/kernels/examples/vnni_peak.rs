@@ -1,0 +1,108 @@
+//! The AVX-512 VNNI ceiling of one core: how many `vpdpbusd` (64 `u8 × i8` products each on a
+//! 512-bit register) it retires per cycle, alone and beside the `f32` multiply-add that scales a
+//! K-quant sub-block, so that a kernel's speed can be read as a fraction of what the core can
+//! do. `cargo run --release -p kestrel-kernels --example vnni_peak` (one thread; run it under
+//! `nice -n -20` on a quiet machine). The clock is estimated from a chain of dependent `imul`
+//! (3 cycles each on current x86 cores).
+
+#[cfg(target_arch = "x86_64")]
+fn main() {
+    use std::arch::asm;
+    use std::time::Instant;
+
+    if !is_x86_feature_detected!("avx512vnni") || !is_x86_feature_detected!("avx512f") {
+        eprintln!("this CPU has no AVX-512 VNNI");
+        std::process::exit(1);
+    }
+    let n: u64 = 200_000_000;
+    let mut x: u64 = 3;
+    let t = Instant::now();
+    for _ in 0..n {
+        // SAFETY: a register multiply; no memory is touched.
+        unsafe { asm!("imul {0}, {0}", inout(reg) x, options(nomem, nostack)) };
+    }
+    let ghz = 3.0 * n as f64 / t.elapsed().as_secs_f64() / 1e9;
+    std::hint::black_box(x);
+    println!("clock ~{ghz:.2} GHz");
+
+    let m: u64 = 20_000_000;
+    let per_cycle = |ops: u64, secs: f64| ops as f64 / (secs * ghz * 1e9);
+    // Twelve independent accumulators (zmm0-11), so latency never limits the rate.
+    macro_rules! twelve {
+        ($($op:literal),*) => {{
+            let t = Instant::now();
+            for _ in 0..m {
+                // SAFETY: register-only AVX-512 instructions on a CPU that has them (checked
+                // above); every register written is declared clobbered.
+                unsafe {
+                    asm!(
+                        $($op,)*
+                        out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                        out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                        out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                        out("zmm28") _, out("zmm29") _, out("zmm30") _, out("zmm31") _,
+                        options(nomem, nostack),
+                    )
+                }
+            }
+            t.elapsed().as_secs_f64()
+        }};
+    }
+    let dp = twelve!(
+        "vpdpbusd zmm0, zmm30, zmm31",
+        "vpdpbusd zmm1, zmm30, zmm31",
+        "vpdpbusd zmm2, zmm30, zmm31",
+        "vpdpbusd zmm3, zmm30, zmm31",
+        "vpdpbusd zmm4, zmm30, zmm31",
+        "vpdpbusd zmm5, zmm30, zmm31",
+        "vpdpbusd zmm6, zmm30, zmm31",
+        "vpdpbusd zmm7, zmm30, zmm31",
+        "vpdpbusd zmm8, zmm30, zmm31",
+        "vpdpbusd zmm9, zmm30, zmm31",
+        "vpdpbusd zmm10, zmm30, zmm31",
+        "vpdpbusd zmm11, zmm30, zmm31"
+    );
+    let r = per_cycle(12 * m, dp);
+    println!(
+        "vpdpbusd zmm: {r:.2} per cycle = {:.0} GMAC/s",
+        r * 64.0 * ghz
+    );
+    let fma = twelve!(
+        "vfmadd231ps zmm0, zmm30, zmm31",
+        "vfmadd231ps zmm1, zmm30, zmm31",
+        "vfmadd231ps zmm2, zmm30, zmm31",
+        "vfmadd231ps zmm3, zmm30, zmm31",
+        "vfmadd231ps zmm4, zmm30, zmm31",
+        "vfmadd231ps zmm5, zmm30, zmm31",
+        "vfmadd231ps zmm6, zmm30, zmm31",
+        "vfmadd231ps zmm7, zmm30, zmm31",
+        "vfmadd231ps zmm8, zmm30, zmm31",
+        "vfmadd231ps zmm9, zmm30, zmm31",
+        "vfmadd231ps zmm10, zmm30, zmm31",
+        "vfmadd231ps zmm11, zmm30, zmm31"
+    );
+    println!("vfmadd231ps zmm: {:.2} per cycle", per_cycle(12 * m, fma));
+    let mixed = twelve!(
+        "vpdpbusd zmm0, zmm30, zmm31",
+        "vfmadd231ps zmm6, zmm28, zmm29",
+        "vpdpbusd zmm1, zmm30, zmm31",
+        "vfmadd231ps zmm7, zmm28, zmm29",
+        "vpdpbusd zmm2, zmm30, zmm31",
+        "vfmadd231ps zmm8, zmm28, zmm29",
+        "vpdpbusd zmm3, zmm30, zmm31",
+        "vfmadd231ps zmm9, zmm28, zmm29",
+        "vpdpbusd zmm4, zmm30, zmm31",
+        "vfmadd231ps zmm10, zmm28, zmm29",
+        "vpdpbusd zmm5, zmm30, zmm31",
+        "vfmadd231ps zmm11, zmm28, zmm29"
+    );
+    println!(
+        "vpdpbusd + vfmadd231ps pairs: {:.2} cycles per pair",
+        1.0 / per_cycle(6 * m, mixed)
+    );
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn main() {
+    eprintln!("vnni_peak measures x86-64 AVX-512 VNNI only");
+}

@@ -126,7 +126,11 @@ pub type PanelFn = fn(&PanelJob<'_>, &mut PanelOut);
 /// Runs `kernel`, which handles up to [`PIECE_ROWS`] rows, over a job's rows a piece at a
 /// time; only the first piece streams the panel in.
 #[cfg(target_arch = "x86_64")]
-fn in_pieces(job: &PanelJob<'_>, out: &mut PanelOut, kernel: fn(&PanelJob<'_>, &mut PieceOut)) {
+fn in_pieces(
+    job: &PanelJob<'_>,
+    out: &mut PanelOut,
+    kernel: impl Fn(&PanelJob<'_>, &mut PieceOut),
+) {
     for (q, piece) in out.chunks_exact_mut(PIECE_ROWS).enumerate() {
         let first = q * PIECE_ROWS;
         if first >= job.na {

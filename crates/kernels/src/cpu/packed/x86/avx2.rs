@@ -27,7 +27,9 @@ use std::arch::x86_64::*;
 use super::q4_k_scales::q4_k_scales;
 use super::{check, prefetch, sum_pair, KRows, PREFETCH_BYTES, Q4_0, Q4_1, Q8_0};
 use crate::cpu::packed::layout::{Q4_K_PANEL_D, Q4_K_PANEL_DMIN, Q6_K_PANEL_D};
-use crate::cpu::packed::{PackedKind, PanelJob, PieceOut, PIECE_ROWS};
+use crate::cpu::packed::{
+    in_pieces, PackedKind, PanelJob, PanelOut, PieceOut, MAX_ACT_ROWS, PIECE_ROWS,
+};
 
 /// Activation rows one pass over the panel handles.
 const PASS_ROWS: usize = 2;
@@ -48,18 +50,27 @@ macro_rules! by_kind {
     };
 }
 
-/// The AVX2 kernel for a piece of a job (at most [`PIECE_ROWS`] rows).
-pub(super) fn piece_avx2(job: &PanelJob<'_>, out: &mut PieceOut) {
-    check(job, PIECE_ROWS);
+/// The AVX2 kernel for a job, [`PIECE_ROWS`] rows at a time. A Q6_K job of more rows than
+/// one pass unpacks its panel once for all its pieces.
+pub(super) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
     if job.kind == PackedKind::Q6_K && job.na > PASS_ROWS {
+        check(job, MAX_ACT_ROWS);
         return Q6_UNPACKED.with_borrow_mut(|buf| {
             buf.resize(job.nb * Q6_UNPACKED_BYTES, 0);
-            // SAFETY: as below; `buf` has room for the panel's `nb` super-blocks.
+            // SAFETY: the CPU has AVX2 (as below); `check` verified that the panel holds `nb`
+            // super-blocks; `buf` has room for their unpacked bytes.
             unsafe { unpack_q6_k(job, buf.as_mut_ptr()) };
-            passes(job, out, buf.as_ptr());
+            let q6 = buf.as_ptr();
+            in_pieces(job, out, |piece, o| {
+                check(piece, PIECE_ROWS);
+                passes(piece, o, q6);
+            });
         });
     }
-    passes(job, out, std::ptr::null());
+    in_pieces(job, out, |piece, o| {
+        check(piece, PIECE_ROWS);
+        passes(piece, o, std::ptr::null());
+    });
 }
 
 /// The job's rows [`PASS_ROWS`] at a time; `q6`: the panel's Q6_K quants as unpacked by

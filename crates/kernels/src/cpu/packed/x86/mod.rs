@@ -12,7 +12,7 @@ use super::{in_pieces, PanelJob, PanelOut};
 
 /// The AVX2 [`super::PanelFn`].
 pub(super) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
-    in_pieces(job, out, avx2::piece_avx2);
+    avx2::panel_avx2(job, out);
 }
 
 /// The AVX-512 VNNI [`super::PanelFn`].

@@ -22,7 +22,8 @@
 //! against the block while it is in L1. Running max `m`, denominator `l` and the
 //! unnormalized output are rescaled per block, so memory is O(tile) per thread, never
 //! O(context). Units are handed out dynamically (an atomic counter) to balance causal
-//! prefill tiles.
+//! prefill tiles; a thread claims its next unit before it runs the current one and asks for
+//! a decode unit's first blocks then, so they arrive from memory while it computes.
 //!
 //! A unit of one query (decode) scores whole registers of keys per multiply-add
 //! (`decode`). A unit of several queries scores its rows (query × head) together as a small
@@ -306,12 +307,16 @@ pub fn attention_with(
     pool.broadcast(&|_, _| {
         BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
-            loop {
-                let idx = next.fetch_add(1, Ordering::Relaxed);
-                if idx >= total {
-                    break;
-                }
+            // Each thread claims its next unit before running the current one, so that a
+            // decode unit's first blocks are on their way from memory while the current
+            // unit computes.
+            let mut idx = next.fetch_add(1, Ordering::Relaxed);
+            while idx < total {
                 let unit = locate(&ctx, idx);
+                idx = next.fetch_add(1, Ordering::Relaxed);
+                if idx < total {
+                    decode::prefetch_unit(&ctx, locate(&ctx, idx));
+                }
                 run(&ctx, unit, &mut buf);
                 write_unit(&ctx, unit, &buf, &out);
             }

@@ -2,19 +2,13 @@
 //! architecturally visible and never faults, so any address may be given (running past the
 //! end of a buffer is harmless). Elsewhere than x86-64 these do nothing.
 
-/// Asks for the cache lines of `len` bytes at `p` in L1 (and every level below).
-#[inline(always)]
-pub(crate) fn to_l1(p: *const u8, len: usize) {
-    lines::<3>(p, len)
-}
-
 /// Asks for the cache lines of `len` bytes at `p` in L2.
 #[inline(always)]
 pub(crate) fn to_l2(p: *const u8, len: usize) {
     lines::<2>(p, len)
 }
 
-/// `HINT` is the `_MM_HINT_T*` value: 3 = T0 (L1), 2 = T1 (L2).
+/// `HINT` is the `_MM_HINT_T*` value (2 = T1: L2).
 #[inline(always)]
 fn lines<const HINT: i32>(p: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]

@@ -22,6 +22,8 @@ fn one_query_at_a_time_is_bit_identical_to_a_batch_of_queries() {
             (16, 8, 100, Some(37)),
             (32, 1, 16, None),
             (8, 5, 36, Some(20)),
+            (12, 2, 48, Some(30)),
+            (16, 6, 72, None),
         ] {
             let c = Case {
                 block_size,

@@ -38,8 +38,8 @@ pub(super) trait Lanes {
 
     /// `s = K · Qᵀ` for one block (see [`super::tile::scores`]), with this ISA's tile shape.
     unsafe fn scores(t: &super::tile::ScoreArgs);
-    /// `acc = acc · corr + P · V` for one block (see [`super::tile::pv`]), with this ISA's
-    /// tile shape.
+    /// `acc = acc · corr + P · V` for one block of f32 value rows (see [`super::tile::pv`]),
+    /// with this ISA's tile shape.
     unsafe fn pv(t: &super::tile::PvArgs);
 }
 
@@ -118,7 +118,7 @@ impl Lanes for ScalarVec {
     #[inline(always)]
     unsafe fn pv(t: &super::tile::PvArgs) {
         // SAFETY: the caller's contract.
-        unsafe { super::tile::pv::<Self, 2, 2>(t) }
+        unsafe { super::tile::pv::<Self, super::elem::F32Row, 2, 2>(t) }
     }
 }
 
@@ -126,6 +126,7 @@ impl Lanes for ScalarVec {
 pub(super) mod x86 {
     use std::arch::x86_64::*;
 
+    use super::super::elem::F32Row;
     use super::super::tile::{self, PvArgs, ScoreArgs};
     use super::{KvElem, Lanes};
     use crate::cpu::ops::vmath::{EXP_HI, EXP_LO, EXP_MAGIC as MAGIC, EXP_POLY, LN2_HI, LN2_LO};
@@ -229,7 +230,7 @@ pub(super) mod x86 {
         #[inline(always)]
         unsafe fn pv(t: &PvArgs) {
             // SAFETY: the caller's contract. 2 rows × 4 column registers: 8 accumulators.
-            unsafe { tile::pv::<Self, 2, 4>(t) }
+            unsafe { tile::pv::<Self, F32Row, 2, 4>(t) }
         }
     }
 
@@ -327,7 +328,7 @@ pub(super) mod x86 {
         #[inline(always)]
         unsafe fn pv(t: &PvArgs) {
             // SAFETY: the caller's contract. 4 rows × 4 column registers: 16 accumulators.
-            unsafe { tile::pv::<Self, 4, 4>(t) }
+            unsafe { tile::pv::<Self, F32Row, 4, 4>(t) }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Register-tiled micro-kernels of the tiled attention path ([`super::tiled`]): the block's
-//! scores `S = K · Qᵀ` and the weighted sum `acc = acc · corr + P · V`, both on f32 rows.
+//! scores `S = K · Qᵀ` on f32 keys and the weighted sum `acc = acc · corr + P · V` on value
+//! rows of any unscaled [`KvElem`] format (f32, or f16 widened as it is loaded).
 //!
 //! Scores keep the query rows in the SIMD lanes, so no horizontal sums are needed. `Qᵀ` is
 //! `[head_dim][rp]` (query row `r` in lane `r % W` of register `r / W`; `rp` rows padded to
@@ -16,6 +17,7 @@
 //! the block's value rows: each value register load feeds `R` FMAs, each broadcast weight
 //! `P[j][r]` feeds `CC`.
 
+use super::elem::KvElem;
 use super::lanes::Lanes;
 
 /// One block's score problem: `s[j·rp + r] = Σ_d k_j[d] · qt[d·rp + r]` for `j < nk`,
@@ -33,8 +35,9 @@ pub(super) struct ScoreArgs {
 }
 
 /// One block's weighted sum: for `r < rows`, `acc[r·hd ..][..hd] = acc[r] · corr[r] +
-/// Σ_j p[j·p_key + r·p_row] · v_j`, value row `j < nk` being `hd` f32 values at byte
-/// `j · v_stride` of `v`.
+/// Σ_j p[j·p_key + r·p_row] · v_j`, value row `j < nk` being `hd` values of the format the
+/// kernel is instantiated with (its header, if any, already skipped and its scale 1) at
+/// byte `j · v_stride` of `v`.
 pub(super) struct PvArgs {
     pub acc: *mut f32,
     pub rows: usize,
@@ -126,22 +129,24 @@ unsafe fn score_tile<S: Lanes, const RC: usize, const J: usize>(t: &ScoreArgs, j
 }
 
 /// Computes [`PvArgs`] in tiles of `R` rows × `CC` column registers; columns past the last
-/// whole register are done one at a time.
+/// whole register are done one at a time. Values are read as format `E`, unscaled: `E` is
+/// [`super::elem::F32Row`] for rows decoded beforehand.
 ///
 /// # Safety
-/// Every pointer of `t` is valid for what [`PvArgs`] describes (`acc` writable), and the CPU
-/// has `S`'s target features.
+/// Every pointer of `t` is valid for what [`PvArgs`] describes (`acc` writable), `E` has no
+/// header (`E::OFFSET == 0`), and the CPU has `S`'s target features.
 #[inline(always)]
-pub(super) unsafe fn pv<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs) {
+pub(super) unsafe fn pv<S: Lanes, E: KvElem, const R: usize, const CC: usize>(t: &PvArgs) {
+    debug_assert_eq!(E::OFFSET, 0, "pv reads unscaled rows");
     let mut r = 0;
     // SAFETY: the caller's contract; rows r..r+R ≤ rows.
     unsafe {
         while r + R <= t.rows {
-            pv_rows::<S, R, CC>(t, r);
+            pv_rows::<S, E, R, CC>(t, r);
             r += R;
         }
         while r < t.rows {
-            pv_rows::<S, 1, CC>(t, r);
+            pv_rows::<S, E, 1, CC>(t, r);
             r += 1;
         }
     }
@@ -152,21 +157,21 @@ pub(super) unsafe fn pv<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs) {
 /// # Safety
 /// As [`pv`], with rows `r..r + R` in range.
 #[inline(always)]
-unsafe fn pv_rows<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usize) {
+unsafe fn pv_rows<S: Lanes, E: KvElem, const R: usize, const CC: usize>(t: &PvArgs, r: usize) {
     let whole = t.hd / S::W;
     let mut c = 0;
     // SAFETY: the caller's contract; column registers c..c+CC ≤ whole.
     unsafe {
         while c + CC <= whole {
-            pv_tile::<S, R, CC>(t, r, c * S::W);
+            pv_tile::<S, E, R, CC>(t, r, c * S::W);
             c += CC;
         }
         while c < whole {
-            pv_tile::<S, R, 1>(t, r, c * S::W);
+            pv_tile::<S, E, R, 1>(t, r, c * S::W);
             c += 1;
         }
         for rr in r..r + R {
-            pv_tail(t, rr, whole * S::W);
+            pv_tail::<E>(t, rr, whole * S::W);
         }
     }
 }
@@ -176,7 +181,11 @@ unsafe fn pv_rows<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usiz
 /// # Safety
 /// As [`pv`], with these rows and columns in range.
 #[inline(always)]
-unsafe fn pv_tile<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usize, col: usize) {
+unsafe fn pv_tile<S: Lanes, E: KvElem, const R: usize, const CC: usize>(
+    t: &PvArgs,
+    r: usize,
+    col: usize,
+) {
     // SAFETY: acc[(r+i)·hd + col + cc·W ..][..W] lies in row r+i < rows (col + CC·W ≤ hd);
     // corr[r+i]; p[j·p_key + (r+i)·p_row] with j < nk, r+i < rows; value row j's floats
     // col..col + CC·W ≤ hd.
@@ -190,10 +199,10 @@ unsafe fn pv_tile<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usiz
             }
         }
         for j in 0..t.nk {
-            let row = t.v.add(j * t.v_stride).cast::<f32>().add(col);
+            let row = t.v.add(j * t.v_stride + col * E::SIZE);
             let mut v = [S::zero(); CC];
             for (cc, x) in v.iter_mut().enumerate() {
-                *x = S::load(row.add(cc * S::W));
+                *x = S::load_elem::<E>(row.add(cc * S::W * E::SIZE));
             }
             let p = t.p.add(j * t.p_key + r * t.p_row);
             for (i, ai) in a.iter_mut().enumerate() {
@@ -216,7 +225,7 @@ unsafe fn pv_tile<S: Lanes, const R: usize, const CC: usize>(t: &PvArgs, r: usiz
 /// # Safety
 /// As [`pv`], with row `r` in range.
 #[inline(always)]
-unsafe fn pv_tail(t: &PvArgs, r: usize, col: usize) {
+unsafe fn pv_tail<E: KvElem>(t: &PvArgs, r: usize, col: usize) {
     // SAFETY: as for `pv_tile`, one float at a time.
     unsafe {
         let corr = *t.corr.add(r);
@@ -224,11 +233,7 @@ unsafe fn pv_tail(t: &PvArgs, r: usize, col: usize) {
             let a = t.acc.add(r * t.hd + c);
             let mut x = *a * corr;
             for j in 0..t.nk {
-                let v =
-                    t.v.add(j * t.v_stride)
-                        .cast::<f32>()
-                        .add(c)
-                        .read_unaligned();
+                let v = E::get(t.v.add(j * t.v_stride), c);
                 x += *t.p.add(j * t.p_key + r * t.p_row) * v;
             }
             *a = x;

@@ -22,8 +22,8 @@
 //! against the block while it is in L1. Running max `m`, denominator `l` and the
 //! unnormalized output are rescaled per block, so memory is O(tile) per thread, never
 //! O(context). Units are handed out dynamically (an atomic counter) to balance causal
-//! prefill tiles; a thread claims its next unit before it runs the current one and asks for
-//! a decode unit's first blocks then, so they arrive from memory while it computes.
+//! prefill tiles; a thread running a decode unit claims its next unit first and asks for
+//! that unit's first blocks, so they arrive from memory while it computes.
 //!
 //! A unit of one query (decode) scores whole registers of keys per multiply-add
 //! (`decode`). A unit of several queries scores its rows (query × head) together as a small
@@ -307,15 +307,23 @@ pub fn attention_with(
     pool.broadcast(&|_, _| {
         BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
-            // Each thread claims its next unit before running the current one, so that a
-            // decode unit's first blocks are on their way from memory while the current
-            // unit computes.
-            let mut idx = next.fetch_add(1, Ordering::Relaxed);
-            while idx < total {
+            let claim = || next.fetch_add(1, Ordering::Relaxed);
+            let mut ahead = None;
+            loop {
+                let idx = ahead.take().unwrap_or_else(claim);
+                if idx >= total {
+                    break;
+                }
                 let unit = locate(&ctx, idx);
-                idx = next.fetch_add(1, Ordering::Relaxed);
-                if idx < total {
-                    decode::prefetch_unit(&ctx, locate(&ctx, idx));
+                if unit.q1 - unit.q0 == 1 {
+                    // A decode unit is short and waits on memory: claim the next unit now and
+                    // ask for its first blocks, so they arrive while this one computes.
+                    // (Prefill units claim as they finish, which balances uneven tiles.)
+                    let n = claim();
+                    if n < total {
+                        decode::prefetch_unit(&ctx, locate(&ctx, n));
+                    }
+                    ahead = Some(n);
                 }
                 run(&ctx, unit, &mut buf);
                 write_unit(&ctx, unit, &buf, &out);

@@ -47,6 +47,7 @@ mod elem;
 mod key_tile;
 pub mod kv_dtype;
 mod lanes;
+mod store;
 mod tile;
 mod tiled;
 
@@ -58,6 +59,7 @@ use elem::{F16Row, F32Row, KvElem, Q8Row};
 use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
 use lanes::ScalarVec;
+pub use store::{store_kv, store_kv_many, KvWrite};
 
 use crate::cpu::ops::simd_entry;
 use crate::cpu::threadpool::SharedMut;
@@ -151,47 +153,6 @@ impl PagedKv<'_> {
 fn slot_offset(block_table: &[u32], block_size: usize, slot_bytes: usize, pos: usize) -> usize {
     let block = block_table[pos / block_size] as usize;
     (block * block_size + pos % block_size) * slot_bytes
-}
-
-/// Encode one token's `k_row` and `v_row` (`n_kv_heads · head_dim` each) at position `pos`.
-pub fn store_kv(
-    kv: &mut PagedKvMut<'_>,
-    block_table: &[u32],
-    pos: usize,
-    k_row: &[f32],
-    v_row: &[f32],
-) {
-    let (hd, dtype) = (kv.head_dim, kv.dtype);
-    let row = kv.n_kv_heads * hd;
-    assert!(
-        k_row.len() == row && v_row.len() == row,
-        "store_kv: rows must be n_kv·head_dim"
-    );
-    let rb = dtype.row_bytes(hd);
-    let block_bytes = kv.block_size * kv.n_kv_heads * rb;
-    debug_assert!(
-        (block_table[pos / kv.block_size] as usize) < kv.k.len() / block_bytes.max(1),
-        "store_kv: position {pos} maps to a block outside the cache (a released block?)"
-    );
-    let off = slot_offset(block_table, kv.block_size, kv.n_kv_heads * rb, pos);
-    let slot = off..off + kv.n_kv_heads * rb;
-    for (src, dst) in v_row.chunks_exact(hd).zip(kv.v[slot].chunks_exact_mut(rb)) {
-        dtype.encode_row(src, dst);
-    }
-    let tile = kv.as_ref().key_tile();
-    let block = block_table[pos / kv.block_size] as usize;
-    thread_local! {
-        static ROW: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
-    ROW.with(|row| {
-        let mut row = row.borrow_mut();
-        row.resize(rb, 0);
-        for (h, src) in k_row.chunks_exact(hd).enumerate() {
-            dtype.encode_row(src, &mut row);
-            let at = tile.offset(block, h, kv.n_kv_heads);
-            tile.scatter(&row, pos % kv.block_size, &mut kv.k[at..at + tile.bytes()]);
-        }
-    });
 }
 
 /// One sequence's queries: `n_q` consecutive positions starting at `q_start_pos`.

@@ -34,7 +34,7 @@ type VecDotFn = fn(usize, &[u8], &[u8]) -> f32;
 const TILE_BYTES: usize = 16 * 1024;
 
 /// Rows per thread below which activations are quantized serially.
-const PARALLEL_QUANT_ROWS: usize = 4;
+pub(crate) const PARALLEL_QUANT_ROWS: usize = 4;
 
 /// A row-major matrix of `rows × cols` elements of `dtype`, each row
 /// `dtype.row_bytes(cols)` bytes.

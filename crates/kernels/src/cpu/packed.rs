@@ -42,7 +42,7 @@ pub use kind::PackedKind;
 pub use matrix::PackedMatrix;
 pub use segments::{matmul_packed_segments_with, SegmentWeights};
 
-use crate::cpu::gemm::{quantize_rows, Scratch};
+use crate::cpu::gemm::Scratch;
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::{Isa, ThreadPool};
 use crate::quant::{self, DType};
@@ -314,13 +314,14 @@ pub fn matmul_packed_many_with<const N: usize>(
         return;
     }
     let kind = w0.kind();
-    let act = kind.act();
-    let quantize = quant::act::kernels().quantize[act as usize];
-    let a_row = act.row_bytes(w0.cols());
-    let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
-    scratch
-        .packed
-        .fill(kind, blocks, m, w0.blocks(), is_tile_kernel(kernel));
+    scratch.packed.quantize_fill(
+        pool,
+        kind,
+        x,
+        (m, w0.cols()),
+        is_tile_kernel(kernel),
+        &mut scratch.act,
+    );
     let outs = ys.map(SharedMut::new);
     let panels = ws.map(|w| w.rows() / PANEL);
     let total: usize = panels.iter().sum();

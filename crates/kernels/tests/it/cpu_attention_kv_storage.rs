@@ -1,9 +1,12 @@
 //! How K/V rows are stored in the paged cache (`store_kv`'s f32 and q8 layouts: value rows per
-//! slot, keys dimension-major per (block, kv head) tile; an unaligned f32 cache) and how much a
-//! quantized cache moves the output in practice.
+//! slot, keys dimension-major per (block, kv head) tile; an unaligned f32 cache; a batch stored
+//! over the pool) and how much a quantized cache moves the output in practice.
 
-use kestrel_kernels::cpu::attention::{self, attention_with, store_kv, KvDtype, PagedKvMut};
+use kestrel_kernels::cpu::attention::{
+    self, attention_with, store_kv, store_kv_many, KvDtype, KvWrite, PagedKvMut,
+};
 use kestrel_kernels::cpu::{Isa, ThreadPool};
+use rand::Rng;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -60,6 +63,68 @@ fn store_kv_writes_the_documented_slot() {
     assert_eq!(&kv.as_ref().v[off..off + n_kv * rb], &bytes(&vr)[..]);
     for h in 0..n_kv {
         assert_eq!(tile_key(kv.k, geo, 2, h, 2), &kr[h * hd..(h + 1) * hd]);
+    }
+}
+
+/// A batch stored with `store_kv_many` over pools of 1 to 3 threads writes exactly the bytes
+/// of `store_kv` token by token: three sequences whose blocks interleave, starting mid-block,
+/// large enough (100 tokens) to be shared out.
+#[test]
+fn store_kv_many_writes_the_bytes_of_store_kv() {
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    let (bs, n_kv, hd, blocks) = (8, 3, 20, 24);
+    let tables: [Vec<u32>; 3] = [
+        vec![5, 0, 9, 14, 21],
+        vec![1, 7, 12, 3, 18, 22],
+        vec![2, 23, 6, 11, 19],
+    ];
+    // (table, first position, tokens): 100 tokens in all.
+    let spans = [(0, 3, 35), (1, 10, 38), (2, 0, 27)];
+    let row = n_kv * hd;
+    let k_rows: Vec<f32> = (0..100 * row).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let v_rows: Vec<f32> = (0..100 * row).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    for dtype in KvDtype::ALL {
+        let bytes = blocks * bs * n_kv * dtype.row_bytes(hd);
+        let (mut k0, mut v0) = (vec![0u8; bytes], vec![0u8; bytes]);
+        {
+            let mut kv = PagedKvMut {
+                k: &mut k0,
+                v: &mut v0,
+                dtype,
+                block_size: bs,
+                n_kv_heads: n_kv,
+                head_dim: hd,
+            };
+            let mut i = 0;
+            for &(t, start, n) in &spans {
+                for pos in start..start + n {
+                    let r = i * row..(i + 1) * row;
+                    store_kv(&mut kv, &tables[t], pos, &k_rows[r.clone()], &v_rows[r]);
+                    i += 1;
+                }
+            }
+        }
+        let (want_k, want_v) = (k0, v0);
+        for threads in 1..=3 {
+            let pool = ThreadPool::new(threads);
+            let (mut k, mut v) = (vec![0u8; bytes], vec![0u8; bytes]);
+            let mut kv = PagedKvMut {
+                k: &mut k,
+                v: &mut v,
+                dtype,
+                block_size: bs,
+                n_kv_heads: n_kv,
+                head_dim: hd,
+            };
+            let writes = spans.iter().map(|&(t, start_pos, n)| KvWrite {
+                block_table: &tables[t],
+                start_pos,
+                n,
+            });
+            store_kv_many(&pool, &mut kv, writes, &k_rows, &v_rows);
+            assert!(k == want_k, "{dtype} keys, {threads} threads");
+            assert!(v == want_v, "{dtype} values, {threads} threads");
+        }
     }
 }
 

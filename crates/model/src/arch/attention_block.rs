@@ -3,7 +3,9 @@
 //! paged causal attention (optionally windowed and soft-capped), output projection, an
 //! optional post-norm (Gemma) and the residual add.
 
-use kestrel_kernels::cpu::attention::{attention_params, store_kv, AttnParams, AttnSeq};
+use kestrel_kernels::cpu::attention::{
+    attention_params, store_kv_many, AttnParams, AttnSeq, KvWrite,
+};
 use kestrel_kernels::cpu::ops::add_assign;
 
 use super::decoder::{DecoderDims, Pass};
@@ -219,23 +221,23 @@ impl AttentionBlock {
         }
     }
 
-    /// Write the batch's keys and values into layer `l`'s cache blocks.
+    /// Write the batch's keys and values into layer `l`'s cache blocks (shared out over the
+    /// pool for a prefill-sized batch).
     fn store_kv(&self, l: usize, kvd: usize, pass: &mut Pass<'_>) {
         let (ws, mut cache) = (&*pass.ws, pass.kv.layer_mut(l));
-        let mut i = 0;
-        for seq in &pass.batch.seqs {
-            for j in 0..seq.tokens.len() {
-                let (k_row, v_row) = (&ws.k[i * kvd..(i + 1) * kvd], &ws.v[i * kvd..(i + 1) * kvd]);
-                store_kv(
-                    &mut cache,
-                    &seq.block_table,
-                    seq.start_pos + j,
-                    k_row,
-                    v_row,
-                );
-                i += 1;
-            }
-        }
+        let t = pass.batch.num_tokens();
+        let writes = pass.batch.seqs.iter().map(|s| KvWrite {
+            block_table: &s.block_table,
+            start_pos: s.start_pos,
+            n: s.tokens.len(),
+        });
+        store_kv_many(
+            pass.pool,
+            &mut cache,
+            writes,
+            &ws.k[..t * kvd],
+            &ws.v[..t * kvd],
+        );
     }
 
     /// Causal attention of every query of the batch over its sequence's cached keys, into

@@ -4,6 +4,9 @@
 //! constants as scalars.
 
 use super::PackedKind;
+use crate::cpu::gemm::PARALLEL_QUANT_ROWS;
+use crate::cpu::threadpool::SharedMut;
+use crate::cpu::ThreadPool;
 use crate::quant::act::BlockQ8_1;
 use crate::quant::q8_0::BlockQ8_0;
 use crate::quant::q8_k::BlockQ8K;
@@ -97,18 +100,53 @@ fn block_major<T: Copy + Default>(src: &[T], m: usize, nb: usize, width: usize, 
 }
 
 impl PackedActs {
-    /// Refills from `m` rows in `kind`'s activation format (`blocks`, `nb` blocks a row), and
-    /// the block-major copies too if `block_major` (only the tile kernel reads them).
-    pub(super) fn fill(
+    /// Quantizes the `m` rows of `x` (`cols` values each) as `kind`'s kernels take them,
+    /// through `buf`, and refills from them, with the block-major copies if `block_major`
+    /// (only the tile kernel reads them). Many rows are shared out over `pool`: each thread
+    /// quantizes its rows and unpacks their blocks.
+    pub(crate) fn quantize_fill(
         &mut self,
+        pool: &ThreadPool,
         kind: PackedKind,
-        blocks: &[u8],
-        m: usize,
-        nb: usize,
+        x: &[f32],
+        (m, cols): (usize, usize),
         block_major: bool,
+        buf: &mut Vec<u8>,
     ) {
+        let act = kind.act();
+        let quantize = crate::quant::act::kernels().quantize[act as usize];
+        let (a_row, nb) = (act.row_bytes(cols), cols / kind.block_elems());
+        let block_bytes = a_row / nb.max(1);
+        assert!(
+            x.len() == m * cols && a_row == nb * block_bytes,
+            "packed acts: x must be m × cols of whole blocks"
+        );
+        if buf.len() < m * a_row {
+            buf.resize(m * a_row, 0);
+        }
         self.rows = m;
-        self.fill_rows(kind, blocks, m, nb);
+        self.resize_rows(act, m * nb);
+        let blocks = SharedMut::new(&mut buf[..m * a_row]);
+        let out = RowsOut::new(self);
+        let rows = |range: std::ops::Range<usize>| {
+            for j in range {
+                // SAFETY: each thread takes a disjoint range of rows (below), and row j owns
+                // bytes j·a_row..(j + 1)·a_row of the blocks and blocks j·nb..(j + 1)·nb of
+                // the arrays.
+                unsafe {
+                    let dst = blocks.slice_mut(j * a_row, a_row);
+                    quantize(&x[j * cols..(j + 1) * cols], dst);
+                    for (i, raw) in dst.chunks_exact(block_bytes).enumerate() {
+                        out.block(kind, j * nb + i, raw);
+                    }
+                }
+            }
+        };
+        if m < PARALLEL_QUANT_ROWS * pool.n_threads() {
+            rows(0..m);
+        } else {
+            pool.broadcast(&|t, n| rows(m * t / n..m * (t + 1) / n));
+        }
         if block_major {
             self.fill_block_major(kind, m, nb);
         } else {
@@ -147,25 +185,68 @@ impl PackedActs {
         }
     }
 
-    /// The row-major arrays from `m` rows in `kind`'s activation format.
-    fn fill_rows(&mut self, kind: PackedKind, blocks: &[u8], m: usize, nb: usize) {
-        if kind.act() == ActFormat::Q8K {
-            return self.fill_q8_k(blocks, m * nb);
+    /// Sizes the row-major arrays for `n` blocks of format `act`.
+    fn resize_rows(&mut self, act: ActFormat, n: usize) {
+        if act == ActFormat::Q8K {
+            self.q.resize(n * 256);
+            self.d.resize(n, 0.0);
+            self.sub_sums.resize(n * 8, 0);
+            self.bsums.resize(n * 16, 0);
+        } else {
+            self.q.resize(n * 32);
+            self.d.resize(n, 0.0);
+            self.corr.resize(n, 0);
+            self.s.resize(n, 0.0);
         }
-        self.q.resize(m * nb * 32);
-        self.d.resize(m * nb, 0.0);
-        self.corr.resize(m * nb, 0);
-        self.s.resize(m * nb, 0.0);
-        match kind.act() {
-            ActFormat::Q8_1 => {
-                for (k, raw) in blocks[..m * nb * 36].chunks_exact(36).enumerate() {
+    }
+}
+
+/// The row-major arrays of a [`PackedActs`], for threads that unpack disjoint blocks.
+struct RowsOut<'a> {
+    q: SharedMut<'a, i8>,
+    d: SharedMut<'a, f32>,
+    corr: SharedMut<'a, i32>,
+    s: SharedMut<'a, f32>,
+    sub_sums: SharedMut<'a, i16>,
+    bsums: SharedMut<'a, i16>,
+}
+
+impl<'a> RowsOut<'a> {
+    fn new(a: &'a mut PackedActs) -> RowsOut<'a> {
+        RowsOut {
+            q: SharedMut::new(&mut a.q),
+            d: SharedMut::new(&mut a.d),
+            corr: SharedMut::new(&mut a.corr),
+            s: SharedMut::new(&mut a.s),
+            sub_sums: SharedMut::new(&mut a.sub_sums),
+            bsums: SharedMut::new(&mut a.bsums),
+        }
+    }
+
+    /// Unpacks block `k` (`raw`, one block of `kind`'s activation format) into the arrays.
+    ///
+    /// # Safety
+    /// No other thread writes block `k` meanwhile.
+    unsafe fn block(&self, kind: PackedKind, k: usize, raw: &[u8]) {
+        // SAFETY: block k's entries of every array, exclusive by the caller's contract (the
+        // bounds are checked).
+        unsafe {
+            match kind.act() {
+                ActFormat::Q8K => {
+                    let b: BlockQ8K = bytemuck::pod_read_unaligned(raw);
+                    self.q.slice_mut(k * 256, 256).copy_from_slice(&b.qs);
+                    self.d.write(k, b.d);
+                    self.bsums.slice_mut(k * 16, 16).copy_from_slice(&b.bsums);
+                    for (s, pair) in b.bsums.chunks_exact(2).enumerate() {
+                        self.sub_sums.write(k * 8 + s, pair[0] + pair[1]);
+                    }
+                }
+                ActFormat::Q8_1 => {
                     let b: BlockQ8_1 = bytemuck::pod_read_unaligned(raw);
                     self.set(k, b.d.to_f32(), &b.qs, 0);
-                    self.s[k] = b.s.to_f32();
+                    self.s.write(k, b.s.to_f32());
                 }
-            }
-            _ => {
-                for (k, raw) in blocks[..m * nb * 34].chunks_exact(34).enumerate() {
+                _ => {
                     let b: BlockQ8_0 = bytemuck::pod_read_unaligned(raw);
                     let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
                     self.set(k, b.d.to_f32(), &b.qs, kind.offset() * sum);
@@ -174,27 +255,14 @@ impl PackedActs {
         }
     }
 
-    /// Refills from `n` Q8_K blocks.
-    fn fill_q8_k(&mut self, blocks: &[u8], n: usize) {
-        const BYTES: usize = std::mem::size_of::<BlockQ8K>();
-        self.q.resize(n * 256);
-        self.d.resize(n, 0.0);
-        self.sub_sums.resize(n * 8, 0);
-        self.bsums.resize(n * 16, 0);
-        for (k, raw) in blocks[..n * BYTES].chunks_exact(BYTES).enumerate() {
-            let b: BlockQ8K = bytemuck::pod_read_unaligned(raw);
-            self.q[k * 256..(k + 1) * 256].copy_from_slice(&b.qs);
-            self.d[k] = b.d;
-            self.bsums[k * 16..(k + 1) * 16].copy_from_slice(&b.bsums);
-            for (s, pair) in b.bsums.chunks_exact(2).enumerate() {
-                self.sub_sums[k * 8 + s] = pair[0] + pair[1];
-            }
+    /// # Safety
+    /// As [`RowsOut::block`].
+    unsafe fn set(&self, k: usize, d: f32, qs: &[i8; 32], corr: i32) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.q.slice_mut(k * 32, 32).copy_from_slice(qs);
+            self.d.write(k, d);
+            self.corr.write(k, corr);
         }
-    }
-
-    fn set(&mut self, k: usize, d: f32, qs: &[i8; 32], corr: i32) {
-        self.q[k * 32..(k + 1) * 32].copy_from_slice(qs);
-        self.d[k] = d;
-        self.corr[k] = corr;
     }
 }

@@ -16,10 +16,9 @@
 use std::ops::Range;
 
 use super::{is_tile_kernel, panel_rows, LineOut, PackedMatrix, PanelFn, ACT_CHUNK, PANEL};
-use crate::cpu::gemm::{quantize_rows, Scratch};
+use crate::cpu::gemm::Scratch;
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::ThreadPool;
-use crate::quant;
 
 /// Activation rows a panel's weight read is worth when costing units: a unit of `r` rows over
 /// `b` blocks costs `b · (r + READ_COST_ROWS)`, so decode units (one row) are weighed by their
@@ -56,13 +55,14 @@ pub fn matmul_packed_segments_with<'w, const N: usize>(
         return;
     }
     let kind = w0.kind();
-    let act = kind.act();
-    let quantize = quant::act::kernels().quantize[act as usize];
-    let a_row = act.row_bytes(w0.cols());
-    let blocks = quantize_rows(pool, quantize, x, m, w0.cols(), a_row, &mut scratch.act);
-    scratch
-        .packed
-        .fill(kind, blocks, m, w0.blocks(), is_tile_kernel(kernel));
+    scratch.packed.quantize_fill(
+        pool,
+        kind,
+        x,
+        (m, w0.cols()),
+        is_tile_kernel(kernel),
+        &mut scratch.act,
+    );
     let acts = &scratch.packed;
     let outs = ys.map(SharedMut::new);
     let dims = first.map(|w| (w.rows() / PANEL, w.blocks()));

@@ -132,6 +132,37 @@ impl ThreadPool {
         self.shared.n_threads
     }
 
+    /// Runs `f(first_row, rows)` over contiguous shares of the `row_len`-long rows of
+    /// `data`, one share per thread, or once over all of them on the calling thread when there
+    /// are fewer than `min_rows` rows (less work than waking the pool costs).
+    pub fn for_rows<T: Send>(
+        &self,
+        data: &mut [T],
+        row_len: usize,
+        min_rows: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let rows = data.len().checked_div(row_len).unwrap_or(0);
+        assert_eq!(
+            rows * row_len,
+            data.len(),
+            "for_rows: data must be whole rows"
+        );
+        if rows < min_rows.max(2) || self.n_threads() == 1 {
+            return f(0, data);
+        }
+        let shared = SharedMut::new(data);
+        self.broadcast(&|t, n| {
+            let (r0, r1) = (rows * t / n, rows * (t + 1) / n);
+            if r0 < r1 {
+                // SAFETY: thread t takes rows r0..r1, and the shares of different threads
+                // are disjoint.
+                let part = unsafe { shared.slice_mut(r0 * row_len, (r1 - r0) * row_len) };
+                f(r0, part);
+            }
+        });
+    }
+
     /// Run `f(thread_index, n_threads)` once for every `thread_index` in `0..n_threads`,
     /// index 0 on the calling thread; returns when all have finished. A panic in any of them
     /// is re-raised here after all have finished. Called from inside a job of this same pool,

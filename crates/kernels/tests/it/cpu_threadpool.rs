@@ -148,3 +148,22 @@ fn report_broadcast_overhead() {
     assert_eq!(hits.load(Ordering::Relaxed), rounds * n);
     println!("broadcast overhead, {n} threads: {us:.2} µs per call");
 }
+
+#[test]
+fn for_rows_visits_every_row_once_with_its_index() {
+    for threads in 1..=3 {
+        let pool = ThreadPool::new(threads);
+        for (rows, min_rows) in [(0, 4), (1, 1), (3, 64), (7, 2), (100, 64)] {
+            let mut data = vec![0usize; rows * 5];
+            pool.for_rows(&mut data, 5, min_rows, &|first, part| {
+                for (i, row) in part.chunks_exact_mut(5).enumerate() {
+                    for x in row.iter_mut() {
+                        *x += first + i + 1;
+                    }
+                }
+            });
+            let want: Vec<usize> = (0..rows).flat_map(|r| [r + 1; 5]).collect();
+            assert_eq!(data, want, "{threads} threads, {rows} rows, min {min_rows}");
+        }
+    }
+}

@@ -7,11 +7,13 @@ use kestrel_kernels::cpu::attention::{
     attention_params, store_kv_many, AttnParams, AttnSeq, KvWrite,
 };
 use kestrel_kernels::cpu::ops::add_assign;
+use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::decoder::{DecoderDims, Pass};
 use super::naming::LayerTensor;
 use super::observer::{ActivationObserver, AttnHeads, LinearSite};
 use super::positions::Positions;
+use super::rows::{zip_rows, PARALLEL_ROWS};
 use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::ModelConfig;
@@ -23,17 +25,19 @@ use crate::lora::{LoraSite, LoraTarget};
 /// positions.
 fn rotate_qk(
     rotary: &Rotary,
+    pool: &ThreadPool,
     t: usize,
     head_dim: usize,
     (qd, kvd): (usize, usize),
     ws: &mut Workspace,
 ) {
-    let rows = ws.q[..t * qd]
-        .chunks_exact_mut(qd)
-        .zip(ws.k[..t * kvd].chunks_exact_mut(kvd));
-    for ((q, k), &pos) in rows.zip(&ws.positions[..t]) {
-        rotary.apply(q, head_dim, pos);
-        rotary.apply(k, head_dim, pos);
+    let positions = &ws.positions[..t];
+    for (x, width) in [(&mut ws.q[..t * qd], qd), (&mut ws.k[..t * kvd], kvd)] {
+        pool.for_rows(x, width, PARALLEL_ROWS, &|first, rows| {
+            for (row, &pos) in rows.chunks_exact_mut(width).zip(&positions[first..]) {
+                rotary.apply(row, head_dim, pos);
+            }
+        });
     }
 }
 
@@ -158,8 +162,10 @@ impl AttentionBlock {
         let ws = &mut *pass.ws;
         let t = batch.num_tokens();
         let (qd, kvd) = (d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim);
-        self.norm
-            .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        let n = t * d.hidden;
+        zip_rows(pool, &mut ws.h[..n], &ws.x[..n], d.hidden, &|h, x| {
+            self.norm.forward(x, h)
+        });
         observer.observe(l, LinearSite::Qkv, &ws.h[..t * d.hidden], t);
         Linear::forward_many(
             [&self.q, &self.k, &self.v],
@@ -189,7 +195,7 @@ impl AttentionBlock {
             norm.apply(t * qd, t * kvd, ws);
         }
         if let Some(rotary) = self.positions.rotary() {
-            rotate_qk(rotary, t, d.head_dim, (qd, kvd), ws);
+            rotate_qk(rotary, pool, t, d.head_dim, (qd, kvd), ws);
         }
         let heads = AttnHeads {
             n_heads: d.n_heads,
@@ -211,14 +217,16 @@ impl AttentionBlock {
             y: &mut ws.h[..t * d.hidden],
         };
         pass.lora.apply(site, pool, &mut ws.lora);
-        let n = t * d.hidden;
-        match &self.post_norm {
+        let added = match &self.post_norm {
             Some(norm) => {
                 norm.forward(&ws.h[..n], &mut ws.normed[..n]);
-                add_assign(&mut ws.x[..n], &ws.normed[..n]);
+                &ws.normed[..n]
             }
-            None => add_assign(&mut ws.x[..n], &ws.h[..n]),
-        }
+            None => &ws.h[..n],
+        };
+        zip_rows(pool, &mut ws.x[..n], added, d.hidden, &|x, y| {
+            add_assign(x, y)
+        });
     }
 
     /// Write the batch's keys and values into layer `l`'s cache blocks (shared out over the

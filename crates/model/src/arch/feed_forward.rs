@@ -9,6 +9,7 @@ use super::decoder::DecoderDims;
 use super::mlp::MlpIo;
 use super::naming::LayerTensor;
 use super::observer::{ActivationObserver, LinearSite};
+use super::rows::zip_rows;
 use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
 use crate::config::{MlpKind, ModelConfig};
@@ -110,8 +111,9 @@ impl FeedForward {
     ) {
         let (t, lora) = (io.t, io.lora);
         let (hn, fn_) = (t * d.hidden, t * d.ffn);
-        self.norm
-            .forward(&ws.x[..t * d.hidden], &mut ws.h[..t * d.hidden]);
+        zip_rows(pool, &mut ws.h[..hn], &ws.x[..hn], d.hidden, &|h, x| {
+            self.norm.forward(x, h)
+        });
         observer.observe(l, LinearSite::GateUp, &ws.h[..t * d.hidden], t);
         match &self.gate {
             Some(gate) => {
@@ -137,8 +139,9 @@ impl FeedForward {
                     y: &mut ws.up[..fn_],
                 };
                 lora.apply(site, pool, &mut ws.lora);
-                self.act
-                    .gate_mul(&mut ws.gate[..t * d.ffn], &ws.up[..t * d.ffn]);
+                zip_rows(pool, &mut ws.gate[..fn_], &ws.up[..fn_], d.ffn, &|g, u| {
+                    self.act.gate_mul(g, u)
+                });
             }
             None => {
                 self.up
@@ -163,13 +166,15 @@ impl FeedForward {
             y: &mut ws.h[..hn],
         };
         lora.apply(site, pool, &mut ws.lora);
-        let n = t * d.hidden;
-        match &self.post_norm {
+        let added = match &self.post_norm {
             Some(norm) => {
-                norm.forward(&ws.h[..n], &mut ws.normed[..n]);
-                add_assign(&mut ws.x[..n], &ws.normed[..n]);
+                norm.forward(&ws.h[..hn], &mut ws.normed[..hn]);
+                &ws.normed[..hn]
             }
-            None => add_assign(&mut ws.x[..n], &ws.h[..n]),
-        }
+            None => &ws.h[..hn],
+        };
+        zip_rows(pool, &mut ws.x[..hn], added, d.hidden, &|x, y| {
+            add_assign(x, y)
+        });
     }
 }

@@ -13,6 +13,7 @@ pub mod naming;
 pub mod observer;
 pub(crate) mod positions;
 pub mod router;
+pub(crate) mod rows;
 pub(crate) mod tensor_loader;
 pub mod workspace;
 

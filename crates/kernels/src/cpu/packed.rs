@@ -291,6 +291,21 @@ pub fn can_share_input(ws: &[&PackedMatrix]) -> bool {
         .all(|p| p[0].kind() == p[1].kind() && p[0].cols() == p[1].cols())
 }
 
+/// Quantizes `x` (`m` rows of `w`'s columns) as `w`'s kernels take it and unpacks it into
+/// `scratch.packed` (with the block-major copies `kernel` reads if it is a tile kernel).
+fn pack_acts(
+    pool: &ThreadPool,
+    kernel: PanelFn,
+    w: &PackedMatrix,
+    x: &[f32],
+    m: usize,
+    scratch: &mut Scratch,
+) {
+    let tiles = is_tile_kernel(kernel);
+    let (acts, buf) = (&mut scratch.packed, &mut scratch.act);
+    acts.quantize_fill(pool, w.kind(), x, (m, w.cols()), tiles, buf);
+}
+
 /// [`matmul_packed_many`] with an explicit panel kernel.
 pub fn matmul_packed_many_with<const N: usize>(
     pool: &ThreadPool,
@@ -314,14 +329,7 @@ pub fn matmul_packed_many_with<const N: usize>(
         return;
     }
     let kind = w0.kind();
-    scratch.packed.quantize_fill(
-        pool,
-        kind,
-        x,
-        (m, w0.cols()),
-        is_tile_kernel(kernel),
-        &mut scratch.act,
-    );
+    pack_acts(pool, kernel, w0, x, m, scratch);
     let outs = ys.map(SharedMut::new);
     let panels = ws.map(|w| w.rows() / PANEL);
     let total: usize = panels.iter().sum();

@@ -15,7 +15,7 @@
 
 use std::ops::Range;
 
-use super::{is_tile_kernel, panel_rows, LineOut, PackedMatrix, PanelFn, ACT_CHUNK, PANEL};
+use super::{pack_acts, panel_rows, LineOut, PackedMatrix, PanelFn, ACT_CHUNK, PANEL};
 use crate::cpu::gemm::Scratch;
 use crate::cpu::threadpool::SharedMut;
 use crate::cpu::ThreadPool;
@@ -54,15 +54,7 @@ pub fn matmul_packed_segments_with<'w, const N: usize>(
     if m == 0 {
         return;
     }
-    let kind = w0.kind();
-    scratch.packed.quantize_fill(
-        pool,
-        kind,
-        x,
-        (m, w0.cols()),
-        is_tile_kernel(kernel),
-        &mut scratch.act,
-    );
+    pack_acts(pool, kernel, w0, x, m, scratch);
     let acts = &scratch.packed;
     let outs = ys.map(SharedMut::new);
     let dims = first.map(|w| (w.rows() / PANEL, w.blocks()));

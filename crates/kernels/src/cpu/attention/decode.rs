@@ -20,7 +20,7 @@
 use super::elem::{F32Row, KvElem};
 use super::lanes::Lanes;
 use super::tile::PvArgs;
-use super::{Ctx, KvDtype, Unit};
+use super::{Ctx, Unit};
 use crate::cpu::ops::vmath;
 use crate::cpu::prefetch::to_l2;
 
@@ -35,7 +35,8 @@ pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf
     let (kv, p, seq) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq]);
     let (hd, bs, rows) = (kv.head_dim, kv.block_size, u.g1 - u.g0);
     let bsp = bs.next_multiple_of(V::W);
-    let decoded = if E::DTYPE == KvDtype::F32 { 0 } else { bs * hd };
+    // Only scaled rows (q8) are decoded before the weighted sum.
+    let decoded = if E::OFFSET == 0 { 0 } else { bs * hd };
     buf.clear();
     buf.resize(2 * rows * hd + rows * bsp + 3 * rows + decoded, 0.0);
     let (acc, rest) = buf.split_at_mut(rows * hd);
@@ -93,9 +94,9 @@ struct Decode<'a> {
 /// caches exceed the last-level cache), in blocks scattered over it, so the hardware's stream
 /// prefetchers start cold on every block: only requests issued well ahead keep enough misses
 /// in flight. Measured on a Zen 4 core (`decode_attention` example, SmolLM2-135M geometry,
-/// 16 sequences): 1 block ahead into L1, as before, 5.1 ms a step; 4 ahead into L2 with the
+/// 16 sequences): 1-2 blocks ahead into L1, as before, 5.1-5.2 ms a step; 4 ahead into L2 with the
 /// next unit's first blocks asked for when it is claimed, 3.7 ms; 8 ahead, 3.9 ms.
-pub(super) const AHEAD: usize = 4;
+const AHEAD: usize = 4;
 
 /// Asks for the first [`AHEAD`] blocks a decode unit reads to be brought into L2 (nothing for
 /// a unit of several queries: prefill reuses each block across its queries).

@@ -6,7 +6,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::{configure, each_row, pipeline, store_rows, Layout, Sums, GROUP};
-use crate::cpu::packed::x86::{prefetch, PREFETCH_BYTES};
+use crate::cpu::packed::x86::{prefetch, TILE_PREFETCH_BYTES};
 use crate::cpu::packed::{PackedKind, PanelJob, PANEL};
 
 /// Tile set `T` (0 or 1) computes A · B: A the configured rows of 32 activation bytes at `a`
@@ -70,7 +70,7 @@ pub(super) unsafe fn unpack(job: &PanelJob<'_>, dst: *mut u8) {
     let offset = _mm512_set1_epi8(job.kind.offset() as i8);
     for v in 0..bytes / 64 {
         if job.stream {
-            prefetch(quants.wrapping_add(64 * v + PREFETCH_BYTES), 64);
+            prefetch(quants.wrapping_add(64 * v + TILE_PREFETCH_BYTES), 64);
         }
         // SAFETY: the loads stay within the panel's `bytes` quant bytes, the stores within the
         // lines (one per Q8_0 line, two per 64 nibble bytes).

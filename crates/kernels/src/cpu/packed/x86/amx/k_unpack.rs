@@ -6,7 +6,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::cpu::packed::x86::q4_k_scales::q4_k_scales;
-use crate::cpu::packed::x86::{prefetch, PREFETCH_BYTES};
+use crate::cpu::packed::x86::{prefetch, TILE_PREFETCH_BYTES};
 use crate::cpu::packed::{PackedKind, PanelJob};
 
 /// Bytes of one plane of a super-block (64 lines).
@@ -136,7 +136,7 @@ impl Pending {
             quants.wrapping_add(nb * qb + i * sb),
         );
         if job.stream {
-            prefetch(sp.wrapping_add(PREFETCH_BYTES / 8), sb);
+            prefetch(sp.wrapping_add(TILE_PREFETCH_BYTES / 8), sb);
         }
         let q6 = job.kind == PackedKind::Q6_K;
         let mut sc = [_mm_setzero_si128(); 8];
@@ -192,7 +192,7 @@ impl Pending {
         let (mask, low4) = (_mm512_set1_epi8(0x0F), _mm_set1_epi8(0x0F));
         for s in 2 * k..2 * k + 2 {
             if self.stream {
-                prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
+                prefetch(qp.wrapping_add(256 * s + TILE_PREFETCH_BYTES), 256);
             }
             let scale = self.sc[s];
             let sl = per_row_i16(_mm_and_si128(scale, low4));
@@ -234,7 +234,7 @@ impl Pending {
         let (mask, low4) = (_mm512_set1_epi8(0x0F), _mm_set1_epi8(0x0F));
         for s in 2 * k..2 * k + 2 {
             if self.stream && !HI {
-                prefetch(qp.wrapping_add(256 * s + PREFETCH_BYTES), 256);
+                prefetch(qp.wrapping_add(256 * s + TILE_PREFETCH_BYTES), 256);
             }
             let scale = if HI {
                 _mm_and_si128(_mm_srli_epi16(self.sc[s], 4), low4)
@@ -274,7 +274,7 @@ impl Pending {
                 let (c, h) = (s / 2, s % 2);
                 let chunk = qp.add(384 * c);
                 if self.stream && h == 0 {
-                    prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
+                    prefetch(chunk.wrapping_add(TILE_PREFETCH_BYTES), 384);
                 }
                 // The high bits of nibble vectors 2h and 2h + 1 (see `layout.rs`).
                 let hv = _mm512_loadu_si512(chunk.add(256 + 64 * h).cast());

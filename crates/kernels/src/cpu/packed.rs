@@ -212,9 +212,9 @@ pub struct PanelVariant {
     pub spec: PanelFn,
 }
 
-/// Every panel kernel this CPU can run, with its spec (tests compare them). The AMX kernel
-/// sums each K-quant super-block exactly before rounding: its spec, [`tiles_spec`], agrees
-/// with [`panel_spec`] to `f32` rounding.
+/// Every panel kernel this CPU can run, with its spec (tests compare them). The AMX and AVX2
+/// kernels sum each K-quant super-block exactly before rounding: their spec, [`tiles_spec`],
+/// agrees with [`panel_spec`] to `f32` rounding.
 pub fn panel_kernels() -> Vec<PanelVariant> {
     let variant = |name, kernel, spec| PanelVariant { name, kernel, spec };
     let mut all = vec![variant("scalar", panel_spec(), panel_spec())];
@@ -222,7 +222,7 @@ pub fn panel_kernels() -> Vec<PanelVariant> {
     {
         let best = Isa::supported();
         if best >= Isa::Avx2 {
-            all.push(variant("avx2", x86::panel_avx2, panel_spec()));
+            all.push(variant("avx2", x86::panel_avx2, tiles_spec()));
         }
         if best >= Isa::Avx512Vnni {
             all.push(variant("avx512-vnni", x86::panel_avx512, panel_spec()));
@@ -239,7 +239,7 @@ pub fn panel_spec() -> PanelFn {
     reference::panel_ref
 }
 
-/// The scalar spec of the AMX kernel (whole K-quant super-blocks summed in `i32`).
+/// The scalar spec of the AMX and AVX2 kernels (whole K-quant super-blocks summed in `i32`).
 pub fn tiles_spec() -> PanelFn {
     reference::panel_tiles_ref
 }

@@ -86,9 +86,10 @@ fn panel_q6_k_ref(job: &PanelJob<'_>, out: &mut PanelOut) {
     })
 }
 
-/// The spec of the AMX kernel (`x86/amx`): for Q4_0, Q4_1 and Q8_0 [`panel_ref`]; for the
-/// K-quants each super-block's sum is taken exactly in `i32` with the sub-block scales inside
-/// it, then rounded once (the tile products sum whole super-blocks):
+/// The spec of the AMX kernel (`x86/amx`) and of the AVX2 one (`x86/avx2.rs`): for Q4_0, Q4_1
+/// and Q8_0 [`panel_ref`]; for the K-quants each super-block's sum is taken exactly in `i32`
+/// with the sub-block scales inside it, then rounded once (the tile products sum whole
+/// super-blocks; the AVX2 `madd` widens the sums by the scales):
 ///
 /// ```text
 ///   Q4_K:  t = f32(Σ_e sc[e/32] · q_e · a_e) · d;   t = fma(f32(Σ_s mn[s] · sub_sum_s), −dmin, t)

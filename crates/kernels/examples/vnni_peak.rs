@@ -100,6 +100,34 @@ fn main() {
         "vpdpbusd + vfmadd231ps pairs: {:.2} cycles per pair",
         1.0 / per_cycle(6 * m, mixed)
     );
+    // The integer ways to scale a sub-block's sum: which of them leave the products' slot free.
+    macro_rules! pairs_with {
+        ($name:literal, $op:literal) => {{
+            let t = twelve!(
+                "vpdpbusd zmm0, zmm30, zmm31",
+                concat!($op, " zmm6, zmm28, zmm29"),
+                "vpdpbusd zmm1, zmm30, zmm31",
+                concat!($op, " zmm7, zmm28, zmm29"),
+                "vpdpbusd zmm2, zmm30, zmm31",
+                concat!($op, " zmm8, zmm28, zmm29"),
+                "vpdpbusd zmm3, zmm30, zmm31",
+                concat!($op, " zmm9, zmm28, zmm29"),
+                "vpdpbusd zmm4, zmm30, zmm31",
+                concat!($op, " zmm10, zmm28, zmm29"),
+                "vpdpbusd zmm5, zmm30, zmm31",
+                concat!($op, " zmm11, zmm28, zmm29")
+            );
+            println!(
+                "vpdpbusd + {}: {:.2} cycles per pair",
+                $name,
+                1.0 / per_cycle(6 * m, t)
+            );
+        }};
+    }
+    pairs_with!("vpmulld", "vpmulld");
+    pairs_with!("vpmaddwd", "vpmaddwd");
+    pairs_with!("vpdpwssd", "vpdpwssd");
+    pairs_with!("vpaddd", "vpaddd");
 }
 
 #[cfg(not(target_arch = "x86_64"))]

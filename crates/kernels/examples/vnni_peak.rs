@@ -29,7 +29,7 @@ fn main() {
     let per_cycle = |ops: u64, secs: f64| ops as f64 / (secs * ghz * 1e9);
     // Twelve independent accumulators (zmm0-11), so latency never limits the rate.
     macro_rules! twelve {
-        ($($op:literal),*) => {{
+        ($($op:expr),*) => {{
             let t = Instant::now();
             for _ in 0..m {
                 // SAFETY: register-only AVX-512 instructions on a CPU that has them (checked

@@ -31,9 +31,12 @@ use crate::cpu::prefetch::to_l2 as prefetch;
 /// call that reads the panel from memory ([`PanelJob::stream`]): weights then stream once, and
 /// the hardware prefetchers alone, which stop at page boundaries, leave the memory bus idle
 /// part of the time. Decode, where these calls have one or a few rows, consumes weights
-/// fastest: on a 2-core Zen 4 host, 24 KiB ahead against 4 KiB raised 1.1B-shape decode from
-/// 47-49 to 51-54 tokens/s (Q4_0) and from 40-45 to 45-48 (Q4_K_M) in four alternating rounds.
-const PREFETCH_BYTES: usize = 24 * 1024;
+/// fastest. On a 2-core Zen 4 host, 24 KiB ahead against 4 KiB raised 1.1B-shape decode from
+/// 47-49 to 51-54 tokens/s (Q4_0) and from 40-45 to 45-48 (Q4_K_M); 64 KiB against 24 KiB
+/// then raised one thread's 1.1B Q4_K_M decode from 28.7 to 30.8-31.1 tokens/s and the
+/// 3B-shape Q4_K_M decode's median of six alternating rounds from 15.1-16.3 to 17.6-18.6
+/// (1.1B on two threads: level within the host's spread; 128 KiB: no further gain).
+const PREFETCH_BYTES: usize = 64 * 1024;
 
 /// The AMX kernel's distance: its streaming calls are prefill chunks, which read weights far
 /// slower than they compute on them (tuned on a Xeon with AMX).

@@ -9,7 +9,7 @@ after, and names the llama.cpp version (`llama-bench --version`; the build commi
 from its JSON where that prints none). Appends a dated markdown section to OUT.
 
     bench_side_by_side.py --llama-bin DIR --kestrel BIN --out OUT.md --title TITLE \\
-        --model PATH[,pp=512][,bytes=N][,label=NAME] [--model ...]
+        --model PATH[,pp=512][,bytes=N][,label=NAME] [--model ...]    (pp=0: decode only)
 
 `bytes` overrides the weight bytes a decode step reads (default: Kestrel's own count, all
 weights; a mixture-of-experts model reads only its active experts).
@@ -43,14 +43,16 @@ def llama_run(args, m):
     res = run_json(cmd)
     pick = lambda p, g: next(r["avg_ts"] for r in res if r["n_prompt"] == p and r["n_gen"] == g)
     build = f"{res[0].get('build_commit', '?')} ({res[0].get('build_number', '?')})"
-    return {"pp": pick(m["pp"], 0), "tg": pick(0, args.gen), "build": build}
+    pp = pick(m["pp"], 0) if m["pp"] else None
+    return {"pp": pp, "tg": pick(0, args.gen), "build": build}
 
 
 def kestrel_run(args, m):
     cmd = [args.kestrel, "speed", "--model", m["path"], "-p", str(m["pp"]), "-n", str(args.gen),
            "-t", str(args.threads), "-r", str(args.reps), "--json"]
     res = run_json(cmd)
-    return {"pp": res["pp"]["mean_tps"], "tg": res["tg"]["mean_tps"], "isa": res["isa"],
+    pp = res["pp"]["mean_tps"] if res["pp"] else None
+    return {"pp": pp, "tg": res["tg"]["mean_tps"], "isa": res["isa"],
             "bytes": res["tg"]["bytes_per_token"]}
 
 
@@ -125,7 +127,8 @@ def report(args, models, runs, bw_before, bw_after, load):
         r = runs[m["label"]]
         bpt = m["bytes"] or r["kestrel"][0]["bytes"]
         gbs = lambda tps: f"{tps * bpt / 1e9:.1f} ({100 * tps * bpt / 1e9 / triad:.0f}%)"
-        for test, name in (("pp", f"pp{m['pp']}"), ("tg", f"tg{args.gen}")):
+        tests = [("pp", f"pp{m['pp']}")] if m["pp"] else []
+        for test, name in tests + [("tg", f"tg{args.gen}")]:
             km, ks = summary([x[test] for x in r["kestrel"]])
             lm, ls = summary([x[test] for x in r["llama"]])
             bw = (gbs(km), gbs(lm)) if test == "tg" else ("", "")

@@ -82,27 +82,10 @@ fn main() {
         "vfmadd231ps zmm11, zmm30, zmm31"
     );
     println!("vfmadd231ps zmm: {:.2} per cycle", per_cycle(12 * m, fma));
-    let mixed = twelve!(
-        "vpdpbusd zmm0, zmm30, zmm31",
-        "vfmadd231ps zmm6, zmm28, zmm29",
-        "vpdpbusd zmm1, zmm30, zmm31",
-        "vfmadd231ps zmm7, zmm28, zmm29",
-        "vpdpbusd zmm2, zmm30, zmm31",
-        "vfmadd231ps zmm8, zmm28, zmm29",
-        "vpdpbusd zmm3, zmm30, zmm31",
-        "vfmadd231ps zmm9, zmm28, zmm29",
-        "vpdpbusd zmm4, zmm30, zmm31",
-        "vfmadd231ps zmm10, zmm28, zmm29",
-        "vpdpbusd zmm5, zmm30, zmm31",
-        "vfmadd231ps zmm11, zmm28, zmm29"
-    );
-    println!(
-        "vpdpbusd + vfmadd231ps pairs: {:.2} cycles per pair",
-        1.0 / per_cycle(6 * m, mixed)
-    );
-    // The integer ways to scale a sub-block's sum: which of them leave the products' slot free.
+    // vpdpbusd paired with another instruction: whether they share a slot. With vfmadd231ps
+    // (the f32 scaling of a sub-block's sum) and with the integer ways to scale it.
     macro_rules! pairs_with {
-        ($name:literal, $op:literal) => {{
+        ($op:literal) => {{
             let t = twelve!(
                 "vpdpbusd zmm0, zmm30, zmm31",
                 concat!($op, " zmm6, zmm28, zmm29"),
@@ -118,16 +101,17 @@ fn main() {
                 concat!($op, " zmm11, zmm28, zmm29")
             );
             println!(
-                "vpdpbusd + {}: {:.2} cycles per pair",
-                $name,
+                "vpdpbusd + {} pairs: {:.2} cycles per pair",
+                $op,
                 1.0 / per_cycle(6 * m, t)
             );
         }};
     }
-    pairs_with!("vpmulld", "vpmulld");
-    pairs_with!("vpmaddwd", "vpmaddwd");
-    pairs_with!("vpdpwssd", "vpdpwssd");
-    pairs_with!("vpaddd", "vpaddd");
+    pairs_with!("vfmadd231ps");
+    pairs_with!("vpmulld");
+    pairs_with!("vpmaddwd");
+    pairs_with!("vpdpwssd");
+    pairs_with!("vpaddd");
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -139,8 +139,8 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pie
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
         // Q8_0 streams faster on the hardware prefetchers alone: on a Zen 4 core its decode
-        // read 20.5 GMAC/s with the software prefetch and 23.5 without (M = 1, 8192 × 3072,
-        // one thread; two threads level). The AVX2 kernel, which reads a panel in halves,
+        // read 20.6-20.8 GMAC/s with the software prefetch and 23.2-23.8 without (M = 1,
+        // 8192 × 3072, one thread). The AVX2 kernel, which reads a panel in halves,
         // needs it (10 GMAC/s without).
         if job.stream && KIND != Q8_0 {
             prefetch(quants.wrapping_add(i * qb + PREFETCH_BYTES), qb);

@@ -1,7 +1,8 @@
 //! The AVX-512 VNNI ceiling of one core: how many `vpdpbusd` (64 `u8 × i8` products each on a
-//! 512-bit register) it retires per cycle, alone and beside the `f32` multiply-add that scales a
-//! K-quant sub-block, so that a kernel's speed can be read as a fraction of what the core can
-//! do. `cargo run --release -p kestrel-kernels --example vnni_peak` (one thread; run it under
+//! 512-bit register) it retires per cycle, alone, beside each other instruction the panel
+//! kernels issue (the `f32` multiply-add that scales a K-quant sub-block, the integer ways to
+//! scale it, the logic of unpacking, broadcast loads) and in a Q6_K sub-block's mix, so that a
+//! kernel's speed can be read as a fraction of what the core can do. `cargo run --release -p kestrel-kernels --example vnni_peak` (one thread; run it under
 //! `nice -n -20` on a quiet machine). The clock is estimated from a chain of dependent `imul`
 //! (3 cycles each on current x86 cores).
 
@@ -85,20 +86,23 @@ fn main() {
     // vpdpbusd paired with another instruction: whether they share a slot. With vfmadd231ps
     // (the f32 scaling of a sub-block's sum) and with the integer ways to scale it.
     macro_rules! pairs_with {
-        ($op:literal) => {{
+        ($op:literal) => {
+            pairs_with!($op, ", zmm28, zmm29")
+        };
+        ($op:literal, $srcs:literal) => {{
             let t = twelve!(
                 "vpdpbusd zmm0, zmm30, zmm31",
-                concat!($op, " zmm6, zmm28, zmm29"),
+                concat!($op, " zmm6", $srcs),
                 "vpdpbusd zmm1, zmm30, zmm31",
-                concat!($op, " zmm7, zmm28, zmm29"),
+                concat!($op, " zmm7", $srcs),
                 "vpdpbusd zmm2, zmm30, zmm31",
-                concat!($op, " zmm8, zmm28, zmm29"),
+                concat!($op, " zmm8", $srcs),
                 "vpdpbusd zmm3, zmm30, zmm31",
-                concat!($op, " zmm9, zmm28, zmm29"),
+                concat!($op, " zmm9", $srcs),
                 "vpdpbusd zmm4, zmm30, zmm31",
-                concat!($op, " zmm10, zmm28, zmm29"),
+                concat!($op, " zmm10", $srcs),
                 "vpdpbusd zmm5, zmm30, zmm31",
-                concat!($op, " zmm11, zmm28, zmm29")
+                concat!($op, " zmm11", $srcs)
             );
             println!(
                 "vpdpbusd + {} pairs: {:.2} cycles per pair",
@@ -112,6 +116,48 @@ fn main() {
     pairs_with!("vpmaddwd");
     pairs_with!("vpdpwssd");
     pairs_with!("vpaddd");
+    pairs_with!("vcvtdq2ps", ", zmm28");
+    pairs_with!("vpandd");
+    pairs_with!("vpsrlw", ", zmm28, 4");
+    pairs_with!("vpternlogd", ", zmm28, zmm29, 0xca");
+    pairs_with!("vpsubb");
+    pairs_with!("vpbroadcastd", ", dword ptr [rsp - 64]");
+    pairs_with!("vmovdqu32", ", zmmword ptr [rsp - 128]");
+    // A sub-block's four products and the step that scales their sum, in `f32` (convert,
+    // multiply-add) or in `i32` (multiply, add), twice over independent registers.
+    macro_rules! sub_block {
+        ($name:literal, $a1:literal, $b1:literal, $a2:literal, $b2:literal) => {{
+            let t = twelve!(
+                "vpdpbusd zmm0, zmm30, zmm31",
+                "vpdpbusd zmm1, zmm30, zmm31",
+                "vpdpbusd zmm2, zmm30, zmm31",
+                "vpdpbusd zmm3, zmm30, zmm31",
+                $a1,
+                $b1,
+                "vpdpbusd zmm4, zmm30, zmm31",
+                "vpdpbusd zmm5, zmm30, zmm31",
+                "vpdpbusd zmm10, zmm30, zmm31",
+                "vpdpbusd zmm11, zmm30, zmm31",
+                $a2,
+                $b2
+            );
+            println!("{}: {:.2} cycles", $name, 1.0 / per_cycle(2 * m, t));
+        }};
+    }
+    sub_block!(
+        "4 vpdpbusd + vcvtdq2ps + vfmadd231ps",
+        "vcvtdq2ps zmm6, zmm28",
+        "vfmadd231ps zmm7, zmm28, zmm6",
+        "vcvtdq2ps zmm8, zmm28",
+        "vfmadd231ps zmm9, zmm28, zmm8"
+    );
+    sub_block!(
+        "4 vpdpbusd + vpmulld + vpaddd",
+        "vpmulld zmm6, zmm28, zmm29",
+        "vpaddd zmm7, zmm28, zmm6",
+        "vpmulld zmm8, zmm28, zmm29",
+        "vpaddd zmm9, zmm28, zmm8"
+    );
 }
 
 #[cfg(not(target_arch = "x86_64"))]

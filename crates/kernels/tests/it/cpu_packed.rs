@@ -4,8 +4,8 @@
 use kestrel_kernels::cpu::gemm::{matmul_with, GemmKernels, MatRef, Scratch};
 use kestrel_kernels::cpu::packed::{
     can_share_input, matmul_packed, matmul_packed_many, matmul_packed_many_with,
-    matmul_packed_segments, matmul_packed_with, panel_kernels, panel_spec, tiles_spec,
-    worth_packing, PackedMatrix, PanelFn, PANEL,
+    matmul_packed_segments, matmul_packed_with, panel_kernel, panel_kernels, panel_spec,
+    tiles_spec, worth_packing, PackedMatrix, PanelFn, PANEL,
 };
 use kestrel_kernels::cpu::{Isa, ThreadPool};
 use kestrel_kernels::quant::{self, DType};
@@ -202,6 +202,61 @@ fn a_row_gets_the_same_result_alone_and_in_a_batch() {
                     v.name
                 );
             }
+        }
+    }
+}
+
+/// Q6_K at the edges of its integer ranges: every quant 0 or 63 (signed −32 or 31), sub-block
+/// scales −128 or 127, activations at ±127. The AVX2 kernel's path for many rows adds four
+/// products of up to `255 · 32` in `i16` and the AVX-512 one starts each sub-block from
+/// `−32` times the activation sum; every kernel still equals its spec bit for bit, and the
+/// packed product the GGUF-layout one.
+#[test]
+fn q6_k_at_the_edges_of_its_ranges_is_exact() {
+    let pool = ThreadPool::new(2);
+    let (rows, cols) = (32, 3 * 256);
+    let mut data = Vec::new();
+    for r in 0..rows {
+        for b in 0..cols / 256 {
+            let quants = if (r + b) % 2 == 0 { 0x00 } else { 0xFF };
+            data.extend(std::iter::repeat_n(quants, 128 + 64));
+            let scale: i8 = if (r / 2 + b) % 2 == 0 { -128 } else { 127 };
+            data.extend(std::iter::repeat_n(scale as u8, 16));
+            data.extend(half::f16::from_f32(1.0 / 64.0).to_le_bytes());
+        }
+    }
+    let packed = PackedMatrix::pack(DType::Q6_K, rows, cols, &data).unwrap();
+    let w = MatRef {
+        dtype: DType::Q6_K,
+        rows,
+        cols,
+        data: &data,
+    };
+    let kernels = GemmKernels::for_isa(DType::Q6_K, Isa::Scalar);
+    for m in [1, 2, 9, 16] {
+        // Rows of all +1, all −1, and signs flipping every 16 values: every activation quant
+        // is ±127.
+        let x: Vec<f32> = (0..m * cols)
+            .map(|i| match (i / cols) % 3 {
+                0 => 1.0,
+                1 => -1.0,
+                _ if (i % cols / 16) % 2 == 0 => 1.0,
+                _ => -1.0,
+            })
+            .collect();
+        for v in panel_kernels() {
+            let want = product(&pool, v.spec, &packed, &x, m);
+            let got = product(&pool, v.kernel, &packed, &x, m);
+            assert_eq!(got, want, "{} m={m}", v.name);
+        }
+        let mut want = vec![0.0; m * rows];
+        let mut scratch = Scratch::default();
+        matmul_with(&pool, &kernels, w, &x, m, &mut want, &mut scratch);
+        let got = product(&pool, panel_kernel(Isa::detected()), &packed, &x, m);
+        let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        assert!(scale > 0.0);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-5 * scale, "m={m} [{i}]: {g} vs {w}");
         }
     }
 }

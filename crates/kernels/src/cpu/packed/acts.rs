@@ -19,6 +19,10 @@ pub struct PackedActs {
     /// `m × cols` quants, from a cache-line boundary (so the tile kernel's 32-byte rows never
     /// straddle two lines).
     pub(super) q: AlignedQuants,
+    /// `m × cols` (Q8_K only): `q + 128` as unsigned bytes (`q` with its sign bit flipped),
+    /// the activation operand where the weights are the signed one (the AVX2 Q6_K kernel's
+    /// path for many rows, whose offset then lies in the weights' own sums).
+    pub(super) qu: AlignedQuants,
     /// `m × nb` block scales.
     pub(super) d: Vec<f32>,
     /// `m × nb × 8` (Q8_K only): the quant sum of each 32-value sub-block, which multiplies the
@@ -27,6 +31,9 @@ pub struct PackedActs {
     /// `m × nb × 16` (Q8_K only): the quant sum of each 16-value sub-block (Q8_K's `bsums`),
     /// which the Q6_K offset of 32 multiplies.
     pub(super) bsums: Vec<i16>,
+    /// `m × nb × 16` (Q8_K only): `−32 · bsums`, where the Q6_K kernels start each
+    /// sub-block's integer sum, so that the stored quants' sum ends as the signed ones'.
+    pub(super) offset_sums: Vec<i32>,
     /// `m × nb`: the weights' unsigned offset times the block's quant sum (`8·Σq` for Q4_0,
     /// `128·Σq` for Q8_0), subtracted from the integer dot product; 0 for Q4_1.
     pub(super) corr: Vec<i32>,
@@ -189,11 +196,14 @@ impl PackedActs {
     fn resize_rows(&mut self, act: ActFormat, n: usize) {
         if act == ActFormat::Q8K {
             self.q.resize(n * 256);
+            self.qu.resize(n * 256);
             self.d.resize(n, 0.0);
             self.sub_sums.resize(n * 8, 0);
             self.bsums.resize(n * 16, 0);
+            self.offset_sums.resize(n * 16, 0);
         } else {
             self.q.resize(n * 32);
+            self.qu.resize(0);
             self.d.resize(n, 0.0);
             self.corr.resize(n, 0);
             self.s.resize(n, 0.0);
@@ -204,22 +214,26 @@ impl PackedActs {
 /// The row-major arrays of a [`PackedActs`], for threads that unpack disjoint blocks.
 struct RowsOut<'a> {
     q: SharedMut<'a, i8>,
+    qu: SharedMut<'a, i8>,
     d: SharedMut<'a, f32>,
     corr: SharedMut<'a, i32>,
     s: SharedMut<'a, f32>,
     sub_sums: SharedMut<'a, i16>,
     bsums: SharedMut<'a, i16>,
+    offset_sums: SharedMut<'a, i32>,
 }
 
 impl<'a> RowsOut<'a> {
     fn new(a: &'a mut PackedActs) -> RowsOut<'a> {
         RowsOut {
             q: SharedMut::new(&mut a.q),
+            qu: SharedMut::new(&mut a.qu),
             d: SharedMut::new(&mut a.d),
             corr: SharedMut::new(&mut a.corr),
             s: SharedMut::new(&mut a.s),
             sub_sums: SharedMut::new(&mut a.sub_sums),
             bsums: SharedMut::new(&mut a.bsums),
+            offset_sums: SharedMut::new(&mut a.offset_sums),
         }
     }
 
@@ -235,8 +249,19 @@ impl<'a> RowsOut<'a> {
                 ActFormat::Q8K => {
                     let b: BlockQ8K = bytemuck::pod_read_unaligned(raw);
                     self.q.slice_mut(k * 256, 256).copy_from_slice(&b.qs);
+                    for (u, &q) in self.qu.slice_mut(k * 256, 256).iter_mut().zip(&b.qs) {
+                        *u = q ^ i8::MIN;
+                    }
                     self.d.write(k, b.d);
                     self.bsums.slice_mut(k * 16, 16).copy_from_slice(&b.bsums);
+                    for (o, &s) in self
+                        .offset_sums
+                        .slice_mut(k * 16, 16)
+                        .iter_mut()
+                        .zip(&b.bsums)
+                    {
+                        *o = -32 * s as i32;
+                    }
                     for (s, pair) in b.bsums.chunks_exact(2).enumerate() {
                         self.sub_sums.write(k * 8 + s, pair[0] + pair[1]);
                     }

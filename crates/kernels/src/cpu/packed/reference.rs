@@ -1,7 +1,7 @@
 //! The scalar panel kernel: the spec of the packed product. It performs the `f32` operations
 //! of the SIMD kernels in the same order (one fused multiply-add per block, and one more for
-//! Q4_1's minimum; for the K-quants one per sub-block, one for the minimums or offsets and one
-//! per super-block), so their results are bit-identical to it.
+//! Q4_1's minimum; for the K-quants one per sub-block, one for Q4_K's minimums and one per
+//! super-block), so their results are bit-identical to it.
 
 use std::ops::Range;
 
@@ -65,24 +65,26 @@ fn panel_q4_k_ref(job: &PanelJob<'_>, out: &mut PanelOut) {
 }
 
 /// The product of a Q6_K panel: per super-block `i`, with `isum_s` the integer dot product of
-/// sub-block `s` (16 values) with the quants as stored (0..=63), and
-/// `csum = Σ_s sc[s] · (activation quant sum of sub-block s)`:
+/// sub-block `s` (16 values) with the signed quants (the stored ones, 0..=63, less 32; summed
+/// exactly as `Σ q · a − 32 · Σ a`):
 ///
 /// ```text
 ///   t = 0;  for s in 0..16:  t = fma(f32(isum_s), d · f32(sc[s]), t)   (d · sc exact in f32)
-///   t = fma(f32(csum), −32 · d, t)          (the stored quants are 32 above the signed ones)
 ///   acc = fma(t, d_a, acc)
 /// ```
+///
+/// The GGUF Q6_K kernel sums `sc[s] · isum_s` in integers instead; the two agree up to `f32`
+/// rounding.
 fn panel_q6_k_ref(job: &PanelJob<'_>, out: &mut PanelOut) {
     k_quant_ref(job, out, |quants, aq, k, r, i| {
         let (d, sc) = job.q6_k_scales(i, r);
-        let (mut t, mut csum) = (0.0f32, 0i32);
+        let mut t = 0.0f32;
         for (s, &scale) in sc.iter().enumerate() {
-            let isum = dot(PackedKind::Q6_K, quants, r, aq, 16 * s..16 * s + 16);
+            let stored = dot(PackedKind::Q6_K, quants, r, aq, 16 * s..16 * s + 16);
+            let isum = stored - 32 * job.acts.bsums[k * 16 + s] as i32;
             t = (isum as f32).mul_add(d * scale as f32, t);
-            csum += scale as i32 * job.acts.bsums[k * 16 + s] as i32;
         }
-        (csum as f32).mul_add(-32.0 * d, t)
+        t
     })
 }
 

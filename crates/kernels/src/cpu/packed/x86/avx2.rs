@@ -20,7 +20,14 @@
 //! - Q6_K: the 6-bit quants (0..=63) go into `maddubs` as put together; two `maddubs` add 4
 //!   products (`4 · 63 · 127 < 2^15`) before each widening `madd`, which again takes the
 //!   sub-block's `i8` scales. The offset of 32 comes back out through the activation's sums of
-//!   16 times the scales (`madd`), in `i32` too, before the one rounding.
+//!   16 times the scales (`madd`), in `i32` too, before the one rounding. A call of more rows
+//!   than a pass first unpacks the panel ([`unpack_q6_k`]) into signed values `q − 32` and
+//!   each row's offset sum `Σ_s sc[s] · Σ (q − 32)`; its passes then multiply the activations
+//!   as unsigned `a + 128` (`maddubs` takes them as its unsigned operand, `4 · 255 · 32 <
+//!   2^15`), which adds `128 ·` that row sum to the exact super-block sum: one subtraction per
+//!   super-block instead of the activation sums' 8 `madd` per row. On a Zen 4 core
+//!   (`panel_kernels`, one thread) that took Q6_K from 77 to 94 GMAC/s at 64 rows and from 75
+//!   to 89 at 16.
 //!
 //! Results are bit-identical to the scalar specs: Q4_0, Q4_1 and Q8_0 to `panel_ref`, the
 //! K-quants to `panel_tiles_ref` (the AMX kernel's), which rounds each super-block once where
@@ -51,7 +58,8 @@ macro_rules! by_kind {
             PackedKind::Q4_1 => run::<$na, Q4_1>($job, $j, $out),
             PackedKind::Q8_0 => run::<$na, Q8_0>($job, $j, $out),
             PackedKind::Q4_K => run_q4_k::<$na>($job, $j, $out),
-            PackedKind::Q6_K => run_q6_k::<$na>($job, $j, $out, $q6),
+            PackedKind::Q6_K if $q6.is_null() => run_q6_k::<$na, false>($job, $j, $out, $q6),
+            PackedKind::Q6_K => run_q6_k::<$na, true>($job, $j, $out, $q6),
         }
     };
 }
@@ -61,17 +69,15 @@ macro_rules! by_kind {
 pub(super) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
     if job.kind == PackedKind::Q6_K && job.na > PASS_ROWS {
         check(job, MAX_ACT_ROWS);
-        return Q6_UNPACKED.with_borrow_mut(|buf| {
-            buf.resize(job.nb * Q6_UNPACKED_BYTES, 0);
-            // SAFETY: the CPU has AVX2 (as below); `check` verified that the panel holds `nb`
-            // super-blocks; `buf` has room for their unpacked bytes.
-            unsafe { unpack_q6_k(job, buf.as_mut_ptr()) };
-            let q6 = buf.as_ptr();
-            in_pieces(job, out, |piece, o| {
-                check(piece, PIECE_ROWS);
-                passes(piece, o, q6);
-            });
-        });
+        // SAFETY: the CPU has AVX2 (as below), and the job passed `check`.
+        return unsafe {
+            with_unpacked_q6_k(job, |q6| {
+                in_pieces(job, out, |piece, o| {
+                    check(piece, PIECE_ROWS);
+                    passes(piece, o, q6);
+                })
+            })
+        };
     }
     in_pieces(job, out, |piece, o| {
         check(piece, PIECE_ROWS);
@@ -97,8 +103,12 @@ fn passes(job: &PanelJob<'_>, out: &mut PieceOut, q6: *const u8) {
     }
 }
 
-/// Bytes of one unpacked Q6_K super-block: 8 chunks of 32 values × 16 rows.
-const Q6_UNPACKED_BYTES: usize = 8 * 512;
+/// Where an unpacked Q6_K super-block keeps its rows' offset sums (16 × `i32`), after its 8
+/// chunks of 32 values × 16 rows.
+const Q6_ROW_SUMS: usize = 8 * 512;
+
+/// Bytes of one unpacked Q6_K super-block.
+const Q6_UNPACKED_BYTES: usize = Q6_ROW_SUMS + 64;
 
 std::thread_local! {
     /// The panel being multiplied, its Q6_K quants unpacked once for all the passes of a call
@@ -106,33 +116,79 @@ std::thread_local! {
     static Q6_UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Writes the panel's 6-bit quants (0..=63) as bytes at `dst`: per super-block, per chunk, per
-/// nibble vector `v` of its 4, the vector's low-nibble elements (64 bytes) then its
-/// high-nibble elements, in the packed vectors' order of rows and values.
+/// Runs `f` on the job's Q6_K panel as [`unpack_q6_k`] writes it, in this thread's buffer.
+///
+/// # Safety
+/// The CPU has AVX2; the job passed [`check`].
+unsafe fn with_unpacked_q6_k<R>(job: &PanelJob<'_>, f: impl FnOnce(*const u8) -> R) -> R {
+    Q6_UNPACKED.with_borrow_mut(|buf| {
+        buf.resize(job.nb * Q6_UNPACKED_BYTES, 0);
+        // SAFETY: the caller's contract; `buf` has room for the `nb` unpacked super-blocks.
+        unsafe { unpack_q6_k(job, buf.as_mut_ptr()) };
+        f(buf.as_ptr())
+    })
+}
+
+/// Writes the panel's Q6_K quants at `dst` as signed bytes `q − 32` (-32..=31), per
+/// super-block [`Q6_UNPACKED_BYTES`]: per chunk, per nibble vector `v` of its 4, the vector's
+/// low-nibble elements (64 bytes) then its high-nibble elements, in the packed vectors' order
+/// of rows and values (so sub-block `s` is 4 vectors of 4 values at byte `256s`); then at
+/// [`Q6_ROW_SUMS`] each row's `Σ_s sc[s] · Σ (q − 32)` as `i32` (`|·| ≤ 16 · 128 · 512`).
 ///
 /// # Safety
 /// The CPU has AVX2; the job passed [`check`]; `dst` has room for `nb` ×
 /// [`Q6_UNPACKED_BYTES`] bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn unpack_q6_k(job: &PanelJob<'_>, dst: *mut u8) {
-    let qb = job.kind.quant_bytes();
-    let quants = job.panel.as_ptr();
-    for c in 0..job.nb * 8 {
-        let chunk = quants.wrapping_add((c / 8) * qb + 384 * (c % 8));
-        for half in 0..2 {
-            // SAFETY: chunk c % 8 of super-block c / 8 (< nb, checked) and its unpacked
-            // place, 512 bytes at `dst + 512c`, inside the caller's buffer.
-            unsafe {
-                let [lo, hi] = q6_vectors(chunk, half);
-                for w in 0..2 {
-                    let at = dst.add(512 * c + 128 * (2 * half + w));
-                    for h in 0..2 {
-                        _mm256_storeu_si256(at.add(32 * h).cast(), lo[w][h]);
-                        _mm256_storeu_si256(at.add(64 + 32 * h).cast(), hi[w][h]);
-                    }
+    for i in 0..job.nb {
+        // SAFETY: the caller's contract; super-block i's record is in `dst`'s room.
+        unsafe { unpack_q6_k_super_block(job, i, dst.add(i * Q6_UNPACKED_BYTES)) };
+    }
+}
+
+/// Super-block `i` of the panel as [`unpack_q6_k`] writes it, at `rec`.
+///
+/// # Safety
+/// The CPU has AVX2; the job passed [`check`] and `i < nb`; `rec` has room for
+/// [`Q6_UNPACKED_BYTES`] bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn unpack_q6_k_super_block(job: &PanelJob<'_>, i: usize, rec: *mut u8) {
+    let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let quants = job.panel.as_ptr().wrapping_add(i * qb);
+    let scales = job.panel.as_ptr().wrapping_add(job.nb * qb + i * sb);
+    let (offset, ones) = (_mm256_set1_epi8(32), _mm256_set1_epi8(1));
+    let mut sums = [_mm256_setzero_si256(); 2];
+    for s in 0..16 {
+        let (c, half) = (s / 2, s % 2);
+        // SAFETY: chunk c of super-block i (< nb, checked) and its 16 scales of sub-block s
+        // are in the panel; the unpacked bytes at `rec` are in the caller's room.
+        unsafe {
+            let sc = _mm_loadu_si128(scales.add(16 * s).cast());
+            let [lo, hi] = q6_vectors(quants.add(384 * c), half);
+            let mut s16 = [_mm256_setzero_si256(); 2];
+            for w in 0..2 {
+                let at = rec.add(512 * c + 128 * (2 * half + w));
+                for h in 0..2 {
+                    let l = _mm256_sub_epi8(lo[w][h], offset);
+                    let u = _mm256_sub_epi8(hi[w][h], offset);
+                    _mm256_storeu_si256(at.add(32 * h).cast(), l);
+                    _mm256_storeu_si256(at.add(64 + 32 * h).cast(), u);
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(ones, l),
+                        _mm256_maddubs_epi16(ones, u),
+                    );
+                    s16[h] = _mm256_add_epi16(s16[h], p);
                 }
             }
+            let wide = scale_pairs::<true>(sc);
+            for h in 0..2 {
+                sums[h] = _mm256_add_epi32(sums[h], _mm256_madd_epi16(s16[h], wide[h]));
+            }
         }
+    }
+    for (h, sum) in sums.iter().enumerate() {
+        // SAFETY: the row sums' 64 bytes end the record.
+        unsafe { _mm256_storeu_si256(rec.add(Q6_ROW_SUMS + 32 * h).cast(), *sum) };
     }
 }
 
@@ -448,15 +504,16 @@ unsafe fn run_q4_k<const NA: usize>(job: &PanelJob<'_>, j: usize, out: &mut Piec
 /// Adds one 16-value Q6_K sub-block times `NA` activation rows into `s32`, its rows' scales
 /// widening the `i16` sums (`wide`, from [`scale_pairs`]): half `half` of the 32-value chunk
 /// at `chunk` (nibble vectors `2·half` and `2·half + 1`, high-bit vector `half`), against
-/// activation quants `e0 + 16·half..+16`. With `unpacked` non-null the values are read from
-/// there (the chunk's 512 bytes as [`unpack_q6_k`] wrote them) instead.
+/// activation quants `e0 + 16·half..+16`. `UNPACKED`: the values are read from `unpacked`
+/// instead (the chunk's 512 bytes as [`unpack_q6_k`] wrote them, signed) and the activations
+/// are the unsigned `a + 128`.
 ///
 /// # Safety
-/// `chunk` points at a chunk's 384 packed bytes, `unpacked` (unless null) at its 512
+/// `chunk` points at a chunk's 384 packed bytes, or (`UNPACKED`) `unpacked` at its 512
 /// unpacked ones; `aq[j]` at an activation row of at least `e0 + 32` quants.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_sums<const NA: usize>(
+unsafe fn q6_sums<const NA: usize, const UNPACKED: bool>(
     (chunk, unpacked): (*const u8, *const u8),
     half: usize,
     (aq, e0): (&[*const i8; NA], usize),
@@ -466,19 +523,27 @@ unsafe fn q6_sums<const NA: usize>(
     // SAFETY: the loads stay within the chunk's bytes (packed or unpacked) and the activation
     // quants `e0..e0 + 32`, per the caller's contract.
     unsafe {
-        let [lo, hi] = if unpacked.is_null() {
-            q6_vectors(chunk, half)
-        } else {
+        let [lo, hi] = if UNPACKED {
             let at = |w: usize, k: usize| halves(unpacked.add(128 * (2 * half + w) + 64 * k));
             [[at(0, 0), at(1, 0)], [at(0, 1), at(1, 1)]]
+        } else {
+            q6_vectors(chunk, half)
+        };
+        // `maddubs` takes its first operand unsigned.
+        let product = |w: __m256i, a: __m256i| {
+            if UNPACKED {
+                _mm256_maddubs_epi16(a, w)
+            } else {
+                _mm256_maddubs_epi16(w, a)
+            }
         };
         for w in 0..2 {
             let a = aq.map(|p| p.add(e0 + 8 * (2 * half + w)));
             for h in 0..2 {
                 for j in 0..NA {
                     let p = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo[w][h], bcast4(a[j])),
-                        _mm256_maddubs_epi16(hi[w][h], bcast4(a[j].add(4))),
+                        product(lo[w][h], bcast4(a[j])),
+                        product(hi[w][h], bcast4(a[j].add(4))),
                     );
                     s32[j][h] = _mm256_add_epi32(s32[j][h], _mm256_madd_epi16(p, wide[h]));
                 }
@@ -487,16 +552,17 @@ unsafe fn q6_sums<const NA: usize>(
     }
 }
 
-/// [`run`] for a Q6_K panel, in the order of operations of `reference.rs`'s
-/// `panel_tiles_ref` (each sub-block's scale widens its sums; a super-block is summed in
-/// `i32`, offsets included, and rounded once), reading the quants from `unpacked` unless it
-/// is null.
+/// [`run`] for a Q6_K panel, in the order of operations of `reference.rs`'s `panel_q6_k_ref`
+/// (each sub-block's scale widens its sums; a super-block is summed in `i32`, offsets
+/// included, and rounded once). `UNPACKED`: the quants come from `unpacked`, the panel as
+/// [`unpack_q6_k`] wrote it, against the unsigned activations, and the offset from its row
+/// sums.
 ///
 /// # Safety
-/// As [`run`]; `unpacked` is null or holds the panel's `nb` super-blocks as [`unpack_q6_k`]
-/// writes them.
+/// As [`run`]; with `UNPACKED`, `unpacked` holds the panel's `nb` super-blocks as
+/// [`unpack_q6_k`] writes them.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_q6_k<const NA: usize>(
+unsafe fn run_q6_k<const NA: usize, const UNPACKED: bool>(
     job: &PanelJob<'_>,
     j: usize,
     out: &mut PieceOut,
@@ -504,12 +570,13 @@ unsafe fn run_q6_k<const NA: usize>(
 ) {
     let (nb, acts) = (job.nb, job.acts);
     let (qb, sb) = (job.kind.quant_bytes(), job.kind.scale_bytes());
+    let a = if UNPACKED { &acts.qu } else { &acts.q };
     let KRows {
         quants,
         scales,
         aq,
         k0,
-    } = KRows::<NA>::new(job, job.j0 + j);
+    } = KRows::<NA>::over(job, job.j0 + j, a);
     let mut acc = [[_mm256_setzero_ps(); 2]; NA];
     for i in 0..nb {
         if job.stream {
@@ -523,33 +590,41 @@ unsafe fn run_q6_k<const NA: usize>(
             let f16x8 = |o: usize| _mm256_cvtph_ps(_mm_loadu_si128(sp.add(o).cast()));
             (sc, [f16x8(Q6_K_PANEL_D), f16x8(Q6_K_PANEL_D + 16)])
         };
+        let rec = unpacked.wrapping_add(i * Q6_UNPACKED_BYTES);
         let mut isum = [[_mm256_setzero_si256(); 2]; NA];
         for (s, &scale) in sc.iter().enumerate() {
             let chunk = quants.wrapping_add(i * qb + 384 * (s / 2));
-            if job.na <= 2 && s % 2 == 0 {
+            if !UNPACKED && job.na <= 2 && s % 2 == 0 {
                 prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
             }
-            let up = if unpacked.is_null() {
-                unpacked
-            } else {
-                unpacked.wrapping_add(i * Q6_UNPACKED_BYTES + 512 * (s / 2))
-            };
             let wide = scale_pairs::<true>(scale);
             let rows = (&aq, 256 * i + 32 * (s / 2));
-            // SAFETY: chunk s / 2 of super-block i (< nb, checked), packed and (`up`, unless
-            // null) unpacked, against activation quants 256i + 32(s / 2)..+32.
-            unsafe { q6_sums::<NA>((chunk, up), s % 2, rows, wide, &mut isum) };
+            // SAFETY: chunk s / 2 of super-block i (< nb, checked), packed and (`UNPACKED`)
+            // unpacked, against activation quants 256i + 32(s / 2)..+32.
+            unsafe {
+                let up = rec.wrapping_add(512 * (s / 2));
+                q6_sums::<NA, UNPACKED>((chunk, up), s % 2, rows, wide, &mut isum);
+            }
         }
-        // Scales 2p and 2p + 1 of each row as an `i16` pair.
-        let pairs: [Halves<__m256i>; 8] = std::array::from_fn(|p| {
-            let (a, b) = (sc[2 * p], sc[2 * p + 1]);
-            [_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)].map(|x| _mm256_cvtepi8_epi16(x))
-        });
-        let csum = pair_dots::<NA, 8>(&pairs, &acts.bsums, |u| k0[u] + i);
+        // The offset's share, times 32 or (unsigned activations) 128: per activation row the
+        // activation's sums times the scales, or per panel row its unpacked row sum.
+        let offset: Sums<NA> = if UNPACKED {
+            // SAFETY: the super-block's row sums end its unpacked record.
+            let rs = unsafe { halves(rec.add(Q6_ROW_SUMS)) };
+            [rs.map(|x| _mm256_slli_epi32(x, 7)); NA]
+        } else {
+            // Scales 2p and 2p + 1 of each row as an `i16` pair.
+            let pairs: [Halves<__m256i>; 8] = std::array::from_fn(|p| {
+                let (a, b) = (sc[2 * p], sc[2 * p + 1]);
+                [_mm_unpacklo_epi8(a, b), _mm_unpackhi_epi8(a, b)].map(|x| _mm256_cvtepi8_epi16(x))
+            });
+            pair_dots::<NA, 8>(&pairs, &acts.bsums, |u| k0[u] + i)
+                .map(|c| c.map(|x| _mm256_slli_epi32(x, 5)))
+        };
         for u in 0..NA {
             let da = _mm256_set1_ps(acts.d[k0[u] + i]);
             for h in 0..2 {
-                let sum = _mm256_sub_epi32(isum[u][h], _mm256_slli_epi32(csum[u][h], 5));
+                let sum = _mm256_sub_epi32(isum[u][h], offset[u][h]);
                 let t = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), d[h]);
                 acc[u][h] = _mm256_fmadd_ps(t, da, acc[u][h]);
             }

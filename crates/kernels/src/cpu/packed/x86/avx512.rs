@@ -4,9 +4,16 @@
 //! Q4_K: each 32-value sub-block is summed like a Q4_0 block and scaled in `f32` by its
 //! row's `d · sc` (exact); the mins multiply the activation's sub-block sums as `i16` pairs
 //! (`vpdpwssd`), four per super-block. Q6_K: each 16-value sub-block's 6-bit quants are put
-//! together from their low and high bits and summed the same way; the offset of 32 comes back
-//! out through the activation's sums of 16 times the `i8` scales (`vpdpwssd`, eight per
-//! super-block).
+//! together from their low and high bits and summed the same way, starting from `−32` times
+//! the activation's sum over the sub-block (a broadcast load, [`PackedActs`]'s
+//! `offset_sums`), so that the sum comes out as the signed quants' and is scaled in `f32`
+//! with no step for the offset. The AMX spec's variant (`Q6_K_TILES`) takes the offset out
+//! through the activation's sums times the `i8` scales instead (`vpdpwssd`, eight per
+//! super-block and row). Starting from the offset rather than taking it out at the end
+//! raised Q6_K from 140-141 to 159-160 GMAC/s on a Zen 4 core (`panel_kernels`, 8 to 64
+//! rows, one thread; 57 to 62 at one row).
+//!
+//! [`PackedActs`]: crate::cpu::packed::PackedActs
 //!
 //! The K-quant kernels spell out their super-block loops in full, without the helpers the AVX2
 //! ones share: with the end of a super-block in a helper function, prefill ran 7% slower.
@@ -78,7 +85,8 @@ unsafe fn bcast4(p: *const i8) -> __m512i {
     _mm512_set1_epi32(unsafe { p.cast::<i32>().read_unaligned() })
 }
 
-/// The integer dot products of block `i` (quants at `qp`) with `NA` activation rows.
+/// The integer dot products of block `i` (quants at `qp`) with `NA` activation rows, added to
+/// `init`.
 ///
 /// # Safety
 /// `qp` points at a block's packed quants; `aq[j]` at an activation row of at least
@@ -89,8 +97,9 @@ unsafe fn block_sums<const NA: usize, const KIND: u8>(
     qp: *const u8,
     aq: &[*const i8; NA],
     i: usize,
+    init: [__m512i; NA],
 ) -> [__m512i; NA] {
-    let mut isum = [_mm512_setzero_si512(); NA];
+    let mut isum = init;
     // SAFETY: loads stay within the block's quants (4 or 8 vectors of 64 bytes) and the
     // activation block's 32 quants, per the caller's contract.
     unsafe {
@@ -150,7 +159,7 @@ unsafe fn run<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mut Pie
         let (isum, dw, mw) = unsafe {
             let sp = scales.add(i * sb);
             (
-                block_sums::<NA, KIND>(quants.add(i * qb), &aq, i),
+                block_sums::<NA, KIND>(quants.add(i * qb), &aq, i, [_mm512_setzero_si512(); NA]),
                 _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast())),
                 _mm512_cvtph_ps(_mm256_loadu_si256(
                     sp.add(32 * usize::from(KIND == Q4_1)).cast(),
@@ -220,8 +229,10 @@ unsafe fn run_q4_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
             let dsc = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ks.sc[s])));
             // SAFETY: sub-block s of super-block i, laid out as a Q4_0 block, against
             // activation quants 32·(8i + s)..+32.
-            let isum =
-                unsafe { block_sums::<NA, Q4_0>(quants.add(i * qb + 256 * s), &aq, 8 * i + s) };
+            let zero = [_mm512_setzero_si512(); NA];
+            let isum = unsafe {
+                block_sums::<NA, Q4_0>(quants.add(i * qb + 256 * s), &aq, 8 * i + s, zero)
+            };
             for j in 0..NA {
                 if tiles {
                     let sc = _mm512_cvtepu8_epi32(ks.sc[s]);
@@ -260,9 +271,9 @@ unsafe fn run_q4_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
     }
 }
 
-/// The integer sums of one 16-value Q6_K sub-block with `NA` activation rows: half `half` of
-/// the 32-value chunk at `chunk` (nibble vectors `2·half` and `2·half + 1`, high-bit vector
-/// `half`), against activation quants `e0 + 16·half..+16`.
+/// The integer sums of one 16-value Q6_K sub-block with `NA` activation rows, from `init`:
+/// half `half` of the 32-value chunk at `chunk` (nibble vectors `2·half` and `2·half + 1`,
+/// high-bit vector `half`), against activation quants `e0 + 16·half..+16`.
 ///
 /// # Safety
 /// `chunk` points at a chunk's 384 packed bytes; `aq[j]` at an activation row of at least
@@ -274,9 +285,10 @@ unsafe fn q6_sums<const NA: usize>(
     half: usize,
     aq: &[*const i8; NA],
     e0: usize,
+    init: [__m512i; NA],
 ) -> [__m512i; NA] {
     let (mask, top) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
-    let mut isum = [_mm512_setzero_si512(); NA];
+    let mut isum = init;
     // SAFETY: the loads stay within the chunk's 384 bytes and the activation quants
     // `e0..e0 + 32`, per the caller's contract.
     unsafe {
@@ -306,8 +318,10 @@ unsafe fn q6_sums<const NA: usize>(
     isum
 }
 
-/// [`run`] for a Q6_K panel: the order of operations of `reference.rs`'s `panel_q6_k_ref`,
-/// or with `KIND` = `Q6_K_TILES` of its `panel_tiles_ref` (the whole super-block in `i32`).
+/// [`run`] for a Q6_K panel: the order of operations of `reference.rs`'s `panel_q6_k_ref`
+/// (each sub-block's sum started from the activation's offset sum), or with `KIND` =
+/// `Q6_K_TILES` of its `panel_tiles_ref` (the whole super-block in `i32`, the offset taken
+/// out at its end).
 ///
 /// # Safety
 /// As [`run`]: the CPU has the features enabled here, and the job passed [`check`].
@@ -321,6 +335,7 @@ unsafe fn run_q6_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
     let scales = unsafe { quants.add(nb * qb) };
     let aq: [*const i8; NA] = std::array::from_fn(|j| acts.q[(job.j0 + j) * nb * 256..].as_ptr());
     let k0: [usize; NA] = std::array::from_fn(|j| (job.j0 + j) * nb);
+    let offs: [*const i32; NA] = std::array::from_fn(|j| acts.offset_sums[k0[j] * 16..].as_ptr());
     let mut acc = [_mm512_setzero_ps(); NA];
     for i in 0..nb {
         if job.stream {
@@ -344,9 +359,15 @@ unsafe fn run_q6_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
             if job.stream && s % 2 == 0 {
                 prefetch(chunk.wrapping_add(PREFETCH_BYTES), 384);
             }
+            let init = if tiles {
+                [_mm512_setzero_si512(); NA]
+            } else {
+                // SAFETY: offset sum s of each row's block i (16 per block, checked).
+                std::array::from_fn(|j| _mm512_set1_epi32(unsafe { *offs[j].add(16 * i + s) }))
+            };
             // SAFETY: chunk s / 2 of super-block i, against activation quants
             // 256i + 32(s / 2)..+32.
-            let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2)) };
+            let isum = unsafe { q6_sums::<NA>(chunk, s % 2, &aq, 256 * i + 32 * (s / 2), init) };
             for j in 0..NA {
                 if tiles {
                     let sc = _mm512_cvtepi8_epi32(scale);
@@ -356,12 +377,17 @@ unsafe fn run_q6_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
                 }
             }
         }
+        if !tiles {
+            for j in 0..NA {
+                acc[j] = _mm512_fmadd_ps(t[j], _mm512_set1_ps(acts.d[k0[j] + i]), acc[j]);
+            }
+            continue;
+        }
         let pairs: [__m512i; 8] = std::array::from_fn(|p| {
             let (a, b) = (sc[2 * p], sc[2 * p + 1]);
             let bytes = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
             _mm512_cvtepi8_epi16(bytes)
         });
-        let neg32d = _mm512_mul_ps(d, _mm512_set1_ps(-32.0));
         for j in 0..NA {
             let k = k0[j] + i;
             let sums = acts.bsums[k * 16..k * 16 + 16].as_ptr();
@@ -372,13 +398,9 @@ unsafe fn run_q6_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
                 let pair = unsafe { sums.add(2 * p).cast::<i32>().read_unaligned() };
                 csum = _mm512_dpwssd_epi32(csum, *sc2, _mm512_set1_epi32(pair));
             }
-            if tiles {
-                let sum = _mm512_sub_epi32(ti[j], _mm512_slli_epi32(csum, 5));
-                t[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-            } else {
-                t[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(csum), neg32d, t[j]);
-            }
-            acc[j] = _mm512_fmadd_ps(t[j], _mm512_set1_ps(acts.d[k]), acc[j]);
+            let sum = _mm512_sub_epi32(ti[j], _mm512_slli_epi32(csum, 5));
+            let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+            acc[j] = _mm512_fmadd_ps(t, _mm512_set1_ps(acts.d[k]), acc[j]);
         }
     }
     for (o, a) in out.iter_mut().zip(acc) {

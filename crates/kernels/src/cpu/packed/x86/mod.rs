@@ -66,7 +66,10 @@ fn check(job: &PanelJob<'_>, max_rows: usize) {
         "panel kernel: panel too short"
     );
     let block_consts = if kind.block_elems() == 256 {
-        a.sub_sums.len() >= rows_end * nb * 8 && a.bsums.len() >= rows_end * nb * 16
+        a.sub_sums.len() >= rows_end * nb * 8
+            && a.bsums.len() >= rows_end * nb * 16
+            && a.qu.len() >= rows_end * nb * 256
+            && a.offset_sums.len() >= rows_end * nb * 16
     } else {
         a.corr.len() >= rows_end * nb && a.s.len() >= rows_end * nb
     };
@@ -91,12 +94,17 @@ struct KRows<const NA: usize> {
 
 impl<const NA: usize> KRows<NA> {
     fn new(job: &PanelJob<'_>, first: usize) -> Self {
+        Self::over(job, first, &job.acts.q)
+    }
+
+    /// [`KRows::new`] with the activation quants read from `q` (the job's `q` or `qu`).
+    fn over(job: &PanelJob<'_>, first: usize, q: &[i8]) -> Self {
         let nb = job.nb;
         let quants = job.panel.as_ptr();
         KRows {
             quants,
             scales: quants.wrapping_add(nb * job.kind.quant_bytes()),
-            aq: std::array::from_fn(|t| job.acts.q[(first + t) * nb * 256..].as_ptr()),
+            aq: std::array::from_fn(|t| q[(first + t) * nb * 256..].as_ptr()),
             k0: std::array::from_fn(|t| (first + t) * nb),
         }
     }

@@ -399,8 +399,8 @@ unsafe fn run_q6_k<const NA: usize, const KIND: u8>(job: &PanelJob<'_>, out: &mu
                 csum = _mm512_dpwssd_epi32(csum, *sc2, _mm512_set1_epi32(pair));
             }
             let sum = _mm512_sub_epi32(ti[j], _mm512_slli_epi32(csum, 5));
-            let t = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
-            acc[j] = _mm512_fmadd_ps(t, _mm512_set1_ps(acts.d[k]), acc[j]);
+            let whole = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d);
+            acc[j] = _mm512_fmadd_ps(whole, _mm512_set1_ps(acts.d[k]), acc[j]);
         }
     }
     for (o, a) in out.iter_mut().zip(acc) {

@@ -19,7 +19,7 @@ pub struct PackedActs {
     /// `m × cols` quants, from a cache-line boundary (so the tile kernel's 32-byte rows never
     /// straddle two lines).
     pub(super) q: AlignedQuants,
-    /// `m × cols` (Q8_K only): `q + 128` as unsigned bytes (`q` with its sign bit flipped),
+    /// `m × cols` (Q6_K's activations only): `q + 128` as unsigned bytes (`q` with its sign bit flipped),
     /// the activation operand where the weights are the signed one (the AVX2 Q6_K kernel's
     /// path for many rows, whose offset then lies in the weights' own sums).
     pub(super) qu: AlignedQuants,
@@ -31,7 +31,7 @@ pub struct PackedActs {
     /// `m × nb × 16` (Q8_K only): the quant sum of each 16-value sub-block (Q8_K's `bsums`),
     /// which the Q6_K offset of 32 multiplies.
     pub(super) bsums: Vec<i16>,
-    /// `m × nb × 16` (Q8_K only): `−32 · bsums`, where the Q6_K kernels start each
+    /// `m × nb × 16` (Q6_K's activations only): `−32 · bsums`, where the Q6_K kernels start each
     /// sub-block's integer sum, so that the stored quants' sum ends as the signed ones'.
     pub(super) offset_sums: Vec<i32>,
     /// `m × nb`: the weights' unsigned offset times the block's quant sum (`8·Σq` for Q4_0,
@@ -132,7 +132,7 @@ impl PackedActs {
             buf.resize(m * a_row, 0);
         }
         self.rows = m;
-        self.resize_rows(act, m * nb);
+        self.resize_rows(kind, m * nb);
         let blocks = SharedMut::new(&mut buf[..m * a_row]);
         let out = RowsOut::new(self);
         let rows = |range: std::ops::Range<usize>| {
@@ -192,15 +192,16 @@ impl PackedActs {
         }
     }
 
-    /// Sizes the row-major arrays for `n` blocks of format `act`.
-    fn resize_rows(&mut self, act: ActFormat, n: usize) {
-        if act == ActFormat::Q8K {
+    /// Sizes the row-major arrays for `n` blocks of `kind`'s activation format.
+    fn resize_rows(&mut self, kind: PackedKind, n: usize) {
+        if kind.act() == ActFormat::Q8K {
+            let q6 = usize::from(kind == PackedKind::Q6_K);
             self.q.resize(n * 256);
-            self.qu.resize(n * 256);
+            self.qu.resize(q6 * n * 256);
             self.d.resize(n, 0.0);
             self.sub_sums.resize(n * 8, 0);
             self.bsums.resize(n * 16, 0);
-            self.offset_sums.resize(n * 16, 0);
+            self.offset_sums.resize(q6 * n * 16, 0);
         } else {
             self.q.resize(n * 32);
             self.qu.resize(0);
@@ -249,18 +250,10 @@ impl<'a> RowsOut<'a> {
                 ActFormat::Q8K => {
                     let b: BlockQ8K = bytemuck::pod_read_unaligned(raw);
                     self.q.slice_mut(k * 256, 256).copy_from_slice(&b.qs);
-                    for (u, &q) in self.qu.slice_mut(k * 256, 256).iter_mut().zip(&b.qs) {
-                        *u = q ^ i8::MIN;
-                    }
                     self.d.write(k, b.d);
                     self.bsums.slice_mut(k * 16, 16).copy_from_slice(&b.bsums);
-                    for (o, &s) in self
-                        .offset_sums
-                        .slice_mut(k * 16, 16)
-                        .iter_mut()
-                        .zip(&b.bsums)
-                    {
-                        *o = -32 * s as i32;
+                    if kind == PackedKind::Q6_K {
+                        self.q6_block(k, &b);
                     }
                     for (s, pair) in b.bsums.chunks_exact(2).enumerate() {
                         self.sub_sums.write(k * 8 + s, pair[0] + pair[1]);
@@ -276,6 +269,23 @@ impl<'a> RowsOut<'a> {
                     let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
                     self.set(k, b.d.to_f32(), &b.qs, kind.offset() * sum);
                 }
+            }
+        }
+    }
+
+    /// Block `k`'s entries of the arrays only the Q6_K kernels read.
+    ///
+    /// # Safety
+    /// As [`RowsOut::block`].
+    unsafe fn q6_block(&self, k: usize, b: &BlockQ8K) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            for (u, &q) in self.qu.slice_mut(k * 256, 256).iter_mut().zip(&b.qs) {
+                *u = q ^ i8::MIN;
+            }
+            let offsets = self.offset_sums.slice_mut(k * 16, 16);
+            for (o, &s) in offsets.iter_mut().zip(&b.bsums) {
+                *o = -32 * s as i32;
             }
         }
     }

@@ -8,7 +8,7 @@ mod q4_k_scales;
 
 pub(super) use amx::{panel_amx, panel_pair_amx, MIN_ROWS as TILE_MIN_ROWS};
 
-use super::{in_pieces, PanelJob, PanelOut};
+use super::{in_pieces, PackedKind, PanelJob, PanelOut};
 
 /// The AVX2 [`super::PanelFn`].
 pub(super) fn panel_avx2(job: &PanelJob<'_>, out: &mut PanelOut) {
@@ -66,10 +66,11 @@ fn check(job: &PanelJob<'_>, max_rows: usize) {
         "panel kernel: panel too short"
     );
     let block_consts = if kind.block_elems() == 256 {
+        let q6 = usize::from(kind == PackedKind::Q6_K);
         a.sub_sums.len() >= rows_end * nb * 8
             && a.bsums.len() >= rows_end * nb * 16
-            && a.qu.len() >= rows_end * nb * 256
-            && a.offset_sums.len() >= rows_end * nb * 16
+            && a.qu.len() >= q6 * rows_end * nb * 256
+            && a.offset_sums.len() >= q6 * rows_end * nb * 16
     } else {
         a.corr.len() >= rows_end * nb && a.s.len() >= rows_end * nb
     };

@@ -552,7 +552,7 @@ unsafe fn q6_sums<const NA: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`run`] for a Q6_K panel, in the order of operations of `reference.rs`'s `panel_q6_k_ref`
+/// [`run`] for a Q6_K panel, in the order of operations of `reference.rs`'s `panel_tiles_ref`
 /// (each sub-block's scale widens its sums; a super-block is summed in `i32`, offsets
 /// included, and rounded once). `UNPACKED`: the quants come from `unpacked`, the panel as
 /// [`unpack_q6_k`] wrote it, against the unsigned activations, and the offset from its row

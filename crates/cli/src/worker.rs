@@ -57,6 +57,11 @@ pub fn run(args: WorkerArgs) -> Result<()> {
     let mut config = WorkerConfig::new(&args.redis_url, &worker_id);
     config.claim_idle = Duration::from_secs_f64(args.claim_idle);
     config.max_deliveries = args.max_deliveries;
+    config.load.quantization = args
+        .engine
+        .quantize
+        .as_ref()
+        .map(|method| format!("{method}/{}", args.engine.quantize_group));
     let launched = args.engine.launch()?;
     let metrics_app =
         kestrel_fleet::worker::metrics_router(launched.engine.clone(), launched.metrics.clone());
@@ -70,7 +75,8 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         let worker = Worker::connect(config, &launched).await?;
         println!(
             "kestrel worker {worker_id} serving {} from {}",
-            launched.model.model_id, args.redis_url
+            worker.identity(),
+            args.redis_url
         );
         worker
             .run(

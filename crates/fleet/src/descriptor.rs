@@ -8,11 +8,15 @@ use kestrel_model::tokenizer::Tokenizer;
 use kestrel_server::launch::Launched;
 use kestrel_server::{Limits, ModelInfo};
 
+use crate::identity::ModelIdentity;
 use crate::protocol::ModelDescriptor;
 use crate::FleetError;
 
-/// The descriptor of a started engine.
-pub fn describe(launched: &Launched) -> Result<ModelDescriptor, FleetError> {
+/// The descriptor of a started engine, served as `identity`.
+pub fn describe(
+    launched: &Launched,
+    identity: ModelIdentity,
+) -> Result<ModelDescriptor, FleetError> {
     let config = launched.engine.config();
     let stats = launched.engine.stats();
     let tokenizer = launched
@@ -21,7 +25,7 @@ pub fn describe(launched: &Launched) -> Result<ModelDescriptor, FleetError> {
         .to_spec()
         .map_err(|e| FleetError::Model(e.to_string()))?;
     Ok(ModelDescriptor {
-        model_id: launched.model.model_id.clone(),
+        identity,
         dtype: launched.model.dtype.clone(),
         tokenizer,
         request_limits: launched.engine.limits(),
@@ -44,7 +48,7 @@ pub fn model_info(d: &ModelDescriptor) -> Result<ModelInfo, FleetError> {
         .as_ref()
         .and_then(|t| kestrel_server::tools::ToolCallFormat::detect(t.source()));
     Ok(ModelInfo {
-        model_id: d.model_id.clone(),
+        model_id: d.identity.name.clone(),
         dtype: d.dtype.clone(),
         tokenizer: Arc::new(tokenizer),
         chat_template,

@@ -2,13 +2,22 @@
 //! priority class a request is queued under.
 //!
 //! ```text
-//! {p}:requests:{high,normal,low}   stream, consumer group `{p}-workers`: queued requests
-//! {p}:results:{request}            stream with a TTL: one request's events, in order
-//! {p}:worker:{id}                  string with a TTL: a live worker's heartbeat (JSON)
-//! {p}:model                        string: the served model's descriptor (JSON)
-//! {p}:cancel                       pub/sub channel: ids of requests whose client went away
-//! {p}:cancelled:{request}          string with a TTL: the same, for workers that missed it
+//! {p}:requests:{model}:{high,normal,low}  stream, consumer group `{p}-workers`: queued
+//!                                         requests of one model identity
+//! {p}:models                              hash: served name -> fingerprint of the identity
+//!                                         the fleet serves it as
+//! {p}:model:{model}                       string: a model identity's descriptor (JSON)
+//! {p}:results:{request}                   stream with a TTL: one request's events, in order
+//! {p}:worker:{id}                         string with a TTL: a live worker's heartbeat (JSON)
+//! {p}:cancel                              pub/sub channel: ids of requests whose client left
+//! {p}:cancelled:{request}                 string with a TTL: the same, for workers that
+//!                                         missed it
 //! ```
+//!
+//! `{model}` is [`ModelIdentity::key`]: the escaped served name and the fingerprint's first
+//! 16 hex digits, so each identity has its own queues and no worker can read another's.
+
+use crate::identity::ModelIdentity;
 
 /// A request's priority class: workers read `High` first, then `Normal`, then `Low`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,9 +70,9 @@ impl Keys {
         }
     }
 
-    /// The request stream of `band`.
-    pub fn requests(&self, band: Band) -> String {
-        format!("{}:requests:{}", self.prefix, band.as_str())
+    /// The request stream of `model`'s `band`.
+    pub fn requests(&self, model: &ModelIdentity, band: Band) -> String {
+        format!("{}:requests:{}:{}", self.prefix, model.key(), band.as_str())
     }
 
     /// The consumer group every worker reads the request streams through.
@@ -86,9 +95,14 @@ impl Keys {
         format!("{}:worker:*", self.prefix)
     }
 
-    /// The model descriptor.
-    pub fn model(&self) -> String {
-        format!("{}:model", self.prefix)
+    /// Which identity each served name is bound to (a hash: name -> fingerprint).
+    pub fn bindings(&self) -> String {
+        format!("{}:models", self.prefix)
+    }
+
+    /// The descriptor of `model`.
+    pub fn model(&self, model: &ModelIdentity) -> String {
+        format!("{}:model:{}", self.prefix, model.key())
     }
 
     /// The cancellation channel.
@@ -117,7 +131,16 @@ mod tests {
     #[test]
     fn keys_share_the_prefix() {
         let k = Keys::new("t1");
-        assert_eq!(k.requests(Band::Low), "t1:requests:low");
+        let m = ModelIdentity {
+            name: "smol".into(),
+            fingerprint: "ab".repeat(32),
+        };
+        assert_eq!(
+            k.requests(&m, Band::Low),
+            "t1:requests:smol@abababababababab:low"
+        );
+        assert_eq!(k.model(&m), "t1:model:smol@abababababababab");
+        assert_eq!(k.bindings(), "t1:models");
         assert_eq!(k.results("abc"), "t1:results:abc");
         assert_eq!(k.worker("w1"), "t1:worker:w1");
         assert!(k.worker_pattern().starts_with("t1:worker:"));

@@ -1,6 +1,9 @@
 //! Kestrel's fleet: `kestrel gateway` (the HTTP front door, no weights) and `kestrel worker`
 //! (a full engine) sharing work through Redis Streams.
 //!
+//! * [`identity`] — a served model's name plus the fingerprint of what decides its output;
+//!   jobs carry it, and each identity has its own queues;
+//! * [`binding`] — which identity each served name is bound to, and who is refused;
 //! * [`keys`] — every Redis key and the priority [`keys::Band`]s;
 //! * [`protocol`] — the JSON that travels: jobs, result entries, heartbeats, the model
 //!   descriptor;
@@ -16,8 +19,10 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod binding;
 pub mod descriptor;
 pub mod gateway;
+pub mod identity;
 pub mod keys;
 pub mod metrics;
 pub mod protocol;

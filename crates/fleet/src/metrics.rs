@@ -1,8 +1,9 @@
 //! The gateway's own metrics (the workers export their engines' `kestrel:*` series).
 
-/// Gauge, labelled `priority` (high, normal, low): entries in Redis no worker has taken yet.
+/// Gauge, labelled `priority` (high, normal, low) and `model_name`: entries in Redis no worker
+/// has taken yet.
 pub const QUEUE_DEPTH: &str = "kestrel:gateway_queue_depth";
-/// Gauge: workers whose heartbeat is current.
+/// Gauge, labelled `model_name`: workers of the model's identity whose heartbeat is current.
 pub const LIVE_WORKERS: &str = "kestrel:gateway_live_workers";
 /// Counter: jobs run again because their worker died (counted by the gateway that sees the
 /// re-run start, and by the worker that claims the job).
@@ -13,6 +14,31 @@ pub const REQUESTS_REJECTED_TOTAL: &str = "kestrel:gateway_requests_rejected_tot
 pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "kestrel:gateway_time_to_first_token_seconds";
 /// Histogram (seconds): from queueing to the request's end, as the client sees it.
 pub const E2E_REQUEST_LATENCY_SECONDS: &str = "kestrel:gateway_e2e_request_latency_seconds";
+
+/// Gauge, labelled `model_name`: live workers announcing the name with another identity
+/// than the one the fleet serves it as (refused; they take no job).
+pub const REFUSED_WORKERS: &str = "kestrel:gateway_refused_workers";
+/// Counter (worker): queue entries prepared for another model identity, refused unrun.
+pub const WORKER_FOREIGN_JOBS_TOTAL: &str = "kestrel:worker_foreign_jobs_total";
+/// Gauge (worker): 1 while the fleet serves this worker's name as another identity.
+pub const WORKER_MODEL_REFUSED: &str = "kestrel:worker_model_refused";
+
+/// Registers the worker's help text and units with the installed recorder.
+pub fn describe_worker() {
+    use metrics::{describe_counter, describe_gauge, Unit};
+    describe_counter!(
+        WORKER_FOREIGN_JOBS_TOTAL,
+        Unit::Count,
+        "Queue entries prepared for another model identity, refused without running"
+    );
+    describe_gauge!(
+        WORKER_MODEL_REFUSED,
+        Unit::Count,
+        "1 while the fleet serves this worker's model name as another identity"
+    );
+    metrics::gauge!(WORKER_MODEL_REFUSED).set(0.0);
+    metrics::counter!(WORKER_FOREIGN_JOBS_TOTAL).increment(0);
+}
 
 /// Registers help text and units with the installed recorder.
 pub fn describe() {
@@ -25,7 +51,12 @@ pub fn describe() {
     describe_gauge!(
         LIVE_WORKERS,
         Unit::Count,
-        "Workers with a current heartbeat"
+        "Workers with a current heartbeat serving the model, by model"
+    );
+    describe_gauge!(
+        REFUSED_WORKERS,
+        Unit::Count,
+        "Live workers refused for announcing a served name with another model identity"
     );
     describe_counter!(
         REDELIVERIES_TOTAL,

@@ -9,6 +9,8 @@ use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::tokenizer::TokenizerSpec;
 use serde::{Deserialize, Serialize};
 
+use crate::identity::ModelIdentity;
+
 /// The field of a stream entry that holds its JSON.
 pub const FIELD: &str = "v";
 
@@ -17,6 +19,11 @@ pub const FIELD: &str = "v";
 pub struct Job {
     /// The gateway's id for the request (unique; names its result stream).
     pub id: String,
+    /// The model the prompt was tokenized and validated for: a worker of any other identity
+    /// refuses the job instead of running it. Absent only in entries of older gateways or
+    /// written by hand, which no worker runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelIdentity>,
     pub prompt_ids: Vec<u32>,
     /// Always seeded, so that a re-run after a worker died repeats the first run's tokens.
     pub sampling: SamplingParams,
@@ -37,12 +44,13 @@ pub struct Job {
 }
 
 impl Job {
-    /// The job for `req`; an unseeded request gets `seed`.
-    pub fn new(id: String, req: &EngineRequest, seed: u64) -> Job {
+    /// The job for `req`, prepared for `model`; an unseeded request gets `seed`.
+    pub fn new(id: String, model: &ModelIdentity, req: &EngineRequest, seed: u64) -> Job {
         let mut sampling = req.sampling().clone();
         sampling.seed.get_or_insert(seed);
         Job {
             id,
+            model: Some(model.clone()),
             prompt_ids: req.prompt_ids().to_vec(),
             sampling,
             priority: req.priority(),
@@ -113,7 +121,8 @@ pub enum ResultEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerStatus {
     pub worker_id: String,
-    pub model_id: String,
+    /// The model it runs (and whose queues it reads).
+    pub model: ModelIdentity,
     /// Most sequences its engine runs at once.
     pub max_num_seqs: usize,
     /// Jobs it has taken and not finished.
@@ -126,7 +135,8 @@ pub struct WorkerStatus {
 /// The served model, as the gateway needs it to validate and render requests without weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelDescriptor {
-    pub model_id: String,
+    /// Its name and fingerprint.
+    pub identity: ModelIdentity,
     pub dtype: String,
     pub tokenizer: TokenizerSpec,
     pub request_limits: RequestLimits,
@@ -149,6 +159,13 @@ pub fn unix_ms() -> u64 {
 mod tests {
     use super::*;
 
+    fn model() -> ModelIdentity {
+        ModelIdentity {
+            name: "m".into(),
+            fingerprint: "f".repeat(64),
+        }
+    }
+
     #[test]
     fn a_job_round_trips_and_is_seeded() {
         let limits = RequestLimits {
@@ -164,10 +181,11 @@ mod tests {
             .with_priority(3)
             .with_cache_salt(Some("tenant".into()))
             .with_ttft_slo(Some(Duration::from_millis(250)));
-        let job = Job::new("r1".into(), &req, 42).with_request_id(Some("abc".into()));
+        let job = Job::new("r1".into(), &model(), &req, 42).with_request_id(Some("abc".into()));
         assert_eq!(job.sampling.seed, Some(42));
         assert_eq!(job.ttft_slo_ms, Some(250));
         assert_eq!(job.request_id.as_deref(), Some("abc"));
+        assert_eq!(job.model, Some(model()));
         let json = serde_json::to_string(&job).unwrap();
         let back: Job = serde_json::from_str(&json).unwrap();
         assert_eq!(back, job);
@@ -190,10 +208,12 @@ mod tests {
             ..Default::default()
         };
         let req = EngineRequest::new(vec![1], sampling, &limits).unwrap();
-        let job = Job::new("old".into(), &req, 1);
-        let json = serde_json::to_value(&job).unwrap();
+        let job = Job::new("old".into(), &model(), &req, 1);
+        let mut json = serde_json::to_value(&job).unwrap();
         assert!(json.get("ttft_slo_ms").is_none() && json.get("request_id").is_none());
+        json.as_object_mut().unwrap().remove("model");
         let back: Job = serde_json::from_value(json).unwrap();
+        assert_eq!(back.model, None, "an older gateway's job names no model");
         assert_eq!((back.ttft_slo_ms, back.request_id.as_deref()), (None, None));
         assert_eq!(back.to_request(&limits).unwrap().ttft_slo(), None);
     }
@@ -210,7 +230,10 @@ mod tests {
             ..Default::default()
         };
         let req = EngineRequest::new(vec![1], sampling, &limits).unwrap();
-        assert_eq!(Job::new("x".into(), &req, 99).sampling.seed, Some(7));
+        assert_eq!(
+            Job::new("x".into(), &model(), &req, 99).sampling.seed,
+            Some(7)
+        );
     }
 
     #[test]
@@ -228,7 +251,7 @@ mod tests {
             ..Default::default()
         };
         let req = EngineRequest::new(vec![500], sampling, &wide);
-        let job = Job::new("y".into(), &req.unwrap(), 1);
+        let job = Job::new("y".into(), &model(), &req.unwrap(), 1);
         assert!(matches!(
             job.to_request(&narrow),
             Err(InvalidRequest::TokenOutOfVocab { .. })

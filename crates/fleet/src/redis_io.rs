@@ -85,13 +85,18 @@ where
     }
 }
 
-/// Creates the consumer group on every request stream (and the streams), if missing.
-pub async fn ensure_groups(redis: &Redis, keys: &crate::keys::Keys) -> Result<(), RedisError> {
+/// Creates the consumer group on every request stream of `model` (and the streams), if
+/// missing.
+pub async fn ensure_groups(
+    redis: &Redis,
+    keys: &crate::keys::Keys,
+    model: &crate::identity::ModelIdentity,
+) -> Result<(), RedisError> {
     let mut conn = redis.conn();
     for band in crate::keys::Band::ALL {
         let created: Result<(), RedisError> = redis::cmd("XGROUP")
             .arg("CREATE")
-            .arg(keys.requests(band))
+            .arg(keys.requests(model, band))
             .arg(keys.group())
             .arg("0")
             .arg("MKSTREAM")

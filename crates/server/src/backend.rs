@@ -92,6 +92,15 @@ pub struct Capacity {
     pub num_kv_blocks: usize,
 }
 
+/// Another model served under the same address, as `/v1/models` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerModel {
+    /// The name requests give as `model`.
+    pub id: String,
+    /// Its longest prompt + output in tokens.
+    pub max_model_len: usize,
+}
+
 /// What `/health` reports.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BackendHealth {
@@ -128,6 +137,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Stops taking requests and lets in-flight ones finish within `deadline`. Blocks the
     /// calling thread (call it from `spawn_blocking`). Later calls return at once.
     fn shutdown(&self, deadline: Duration);
+
+    /// Other models served beside this backend's under the same address (a gateway in front
+    /// of workers of several models), for `/v1/models`; none by default.
+    fn peer_models(&self) -> Vec<PeerModel> {
+        Vec::new()
+    }
+
+    /// Problems an operator should see in `/health` (e.g. a fleet worker refused for
+    /// announcing another model under a served name); none by default.
+    fn health_notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The LoRA adapters requests may name; none by default.
     fn adapters(&self) -> Vec<AdapterCard> {

@@ -47,11 +47,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Wire<T> {
             .extensions()
             .get::<BodyTimeout>()
             .map_or(crate::config::DEFAULT_READ_TIMEOUT, |t| t.0);
-        let bytes = tokio::time::timeout(timeout, read_limited(req.into_body(), limit))
-            .await
-            .map_err(|_| ApiError::BodyTimeout(timeout))??;
+        let bytes = read_body(req.into_body(), limit, timeout).await?;
         parse_body(&bytes, policy).map(Wire)
     }
+}
+
+/// The whole body: 413 beyond `limit` bytes, 408 when it has not arrived within `timeout`.
+pub async fn read_body(
+    body: Body,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<axum::body::Bytes, ApiError> {
+    tokio::time::timeout(timeout, read_limited(body, limit))
+        .await
+        .map_err(|_| ApiError::BodyTimeout(timeout))?
 }
 
 /// A request body as `T`: UTF-8 (400 with the byte offset), JSON (400 with serde's message),

@@ -116,6 +116,8 @@ pub struct Launched {
     pub metrics: PrometheusHandle,
     /// How large the KV cache came out (for the startup summary).
     pub kv_cache: KvCacheSize,
+    /// The weights file or checkpoint directory the model was loaded from.
+    pub weights: PathBuf,
 }
 
 /// The KV cache the budget bought.
@@ -198,6 +200,7 @@ pub fn start_engine_with_draft(
             .file_stem()
             .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
     });
+    let weights = loaded.path.clone();
     let tokenizer = Arc::new(loaded.tokenizer);
     let eos = tokenizer.eos_ids().to_vec();
     let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
@@ -259,6 +262,7 @@ pub fn start_engine_with_draft(
         limits,
         metrics,
         kv_cache,
+        weights,
     })
 }
 

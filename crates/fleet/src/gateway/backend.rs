@@ -1,8 +1,10 @@
-//! [`FleetBackend`]: the gateway's [`Backend`]. Admission is decided from the registry's view
-//! (no live worker: 503; queue at its limit: 429); an admitted request becomes a [`Job`] that a
-//! [`relay`] task queues and follows. The job carries the request's `X-Request-Id` and its
-//! first-token objective; a job with an objective is admitted only once its worker's engine
-//! has (a predicted miss comes back as the engine's refusal, a 429 like on `kestrel serve`).
+//! [`FleetBackend`]: the gateway's [`Backend`] for one served model. Admission is decided from
+//! the registry's view of that model's identity (no live worker: 503; queue at its limit:
+//! 429); an admitted request becomes a [`Job`] carrying the identity, which a [`relay`] task
+//! queues on the identity's streams and follows. The job carries the request's
+//! `X-Request-Id` and its first-token objective; a job with an objective is admitted only once
+//! its worker's engine has (a predicted miss comes back as the engine's refusal, a 429 like on
+//! `kestrel serve`). Health, its notes and shutdown are the whole gateway's.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,45 +14,74 @@ use futures_util::future::FutureExt;
 use futures_util::stream::{self, StreamExt};
 use kestrel_engine::api::{EngineRequest, EngineStats, RequestLimits};
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
-use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream};
+use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream, PeerModel};
 use kestrel_server::error::ApiError;
 use kestrel_server::request_id;
 use tokio::sync::mpsc::unbounded_channel;
 use tokio::sync::oneshot;
 
+use super::models::ModelSlot;
 use super::relay::relay;
 use super::GatewayShared;
 use crate::metrics::REQUESTS_REJECTED_TOTAL;
 use crate::protocol::Job;
 
-/// Requests run on the fleet's workers.
+/// Requests for one model, run on the fleet's workers of its identity.
 pub struct FleetBackend {
-    pub(super) shared: Arc<GatewayShared>,
-    pub(super) runtime: tokio::runtime::Handle,
+    shared: Arc<GatewayShared>,
+    /// The model requests run on; `None` for the gateway-wide handle the HTTP server drains
+    /// at shutdown (it runs no request).
+    model: Option<Arc<ModelSlot>>,
+    runtime: tokio::runtime::Handle,
 }
 
-impl Backend for FleetBackend {
-    fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError> {
+impl FleetBackend {
+    pub(super) fn new(
+        shared: Arc<GatewayShared>,
+        model: Option<Arc<ModelSlot>>,
+        runtime: tokio::runtime::Handle,
+    ) -> FleetBackend {
+        FleetBackend {
+            shared,
+            model,
+            runtime,
+        }
+    }
+
+    fn admit(&self, model: &ModelSlot) -> Result<(), ApiError> {
         let shared = &self.shared;
         if shared.stopping.load(Ordering::Acquire) {
             return Err(ApiError::Unavailable("the gateway is shutting down".into()));
         }
         let view = shared.registry.view();
-        if view.workers.is_empty() {
+        if view.workers_of(&model.identity).next().is_none() {
             metrics::counter!(REQUESTS_REJECTED_TOTAL, "reason" => "no_workers").increment(1);
-            return Err(ApiError::Unavailable(
-                "no inference worker is alive; retry later".into(),
-            ));
+            return Err(ApiError::Unavailable(format!(
+                "no inference worker of model `{}` is alive; retry later",
+                model.identity.name
+            )));
         }
-        let depth = view.total_depth();
+        let depth = view.depth_of(&model.identity);
         let limit = shared.config.max_queue_len;
         if depth >= limit {
             metrics::counter!(REQUESTS_REJECTED_TOTAL, "reason" => "queue_full").increment(1);
             return Err(ApiError::QueueFull { depth, limit });
         }
+        Ok(())
+    }
+}
+
+impl Backend for FleetBackend {
+    fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError> {
+        let Some(model) = self.model.as_ref() else {
+            return Err(ApiError::Unavailable("no model is served yet".into()));
+        };
+        self.admit(model)?;
+        let shared = &self.shared;
         let number = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-{number}", shared.gateway_id);
-        let job = Job::new(id, &req, rand::random()).with_request_id(request_id::current_string());
+        let job = Job::new(id, &model.identity, &req, rand::random())
+            .with_request_id(request_id::current_string());
         let (tx, rx) = unbounded_channel();
         // A first-token objective is checked by the worker's engine: the client's response
         // waits for its answer, so that a refusal is a 429 before any stream starts.
@@ -62,7 +93,9 @@ impl Backend for FleetBackend {
             None => (None, None),
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
-        self.runtime.spawn(relay(shared.clone(), job, tx, admit));
+        let identity = model.identity.clone();
+        self.runtime
+            .spawn(relay(shared.clone(), identity, job, tx, admit));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         let stream = EventStream::new(number, events.boxed());
         Ok(match admission {
@@ -73,25 +106,32 @@ impl Backend for FleetBackend {
     }
 
     fn validate_grammar(&self, spec: &GrammarSpec) -> Result<(), ConstraintError> {
-        match self.shared.constraints.get() {
+        match self.model.as_ref().and_then(|m| m.constraints.as_ref()) {
             Some(factory) => factory.validate(spec),
             None => Err(ConstraintError::Unavailable),
         }
     }
 
     fn request_limits(&self) -> RequestLimits {
-        self.shared.descriptor.get().map_or(
+        self.model.as_ref().map_or(
             RequestLimits {
                 vocab_size: 0,
                 max_model_len: 0,
             },
-            |d| d.request_limits,
+            |m| m.descriptor.request_limits,
         )
     }
 
     fn capacity(&self) -> Capacity {
-        let d = self.shared.descriptor.get();
-        let workers = self.shared.registry.view().workers.len().max(1);
+        let d = self.model.as_ref().map(|m| &m.descriptor);
+        let workers = d.map_or(1, |d| {
+            self.shared
+                .registry
+                .view()
+                .workers_of(&d.identity)
+                .count()
+                .max(1)
+        });
         Capacity {
             max_concurrent_requests: Some(self.shared.config.max_queue_len),
             max_num_batched_tokens: d.map_or(0, |d| d.max_num_batched_tokens),
@@ -105,14 +145,35 @@ impl Backend for FleetBackend {
         None
     }
 
+    fn peer_models(&self) -> Vec<PeerModel> {
+        let own = self.model.as_ref().map(|m| m.identity.name.as_str());
+        self.shared
+            .models
+            .all()
+            .into_iter()
+            .filter(|m| Some(m.slot.identity.name.as_str()) != own)
+            .map(|m| PeerModel {
+                id: m.slot.identity.name.clone(),
+                max_model_len: m.slot.descriptor.max_total_tokens,
+            })
+            .collect()
+    }
+
+    /// Ready while any served model has a live worker; the load summed over every worker
+    /// serving a bound model (refused ones take no job).
     fn health(&self) -> BackendHealth {
         let view = self.shared.registry.view();
+        let serving: Vec<_> = view.serving_workers().collect();
         BackendHealth {
-            ready: !view.workers.is_empty() && !self.shared.stopping.load(Ordering::Acquire),
-            running: view.workers.iter().map(|w| w.running).sum(),
-            waiting: view.workers.iter().map(|w| w.waiting).sum::<usize>() + view.total_depth(),
-            kv_usage: view.workers.iter().map(|w| w.kv_usage).fold(0.0, f64::max),
+            ready: !serving.is_empty() && !self.shared.stopping.load(Ordering::Acquire),
+            running: serving.iter().map(|w| w.running).sum(),
+            waiting: serving.iter().map(|w| w.waiting).sum::<usize>() + view.total_depth(),
+            kv_usage: serving.iter().map(|w| w.kv_usage).fold(0.0, f64::max),
         }
+    }
+
+    fn health_notes(&self) -> Vec<String> {
+        self.shared.registry.view().notes()
     }
 
     fn shutdown(&self, deadline: Duration) {

@@ -1,43 +1,43 @@
-//! The gateway: `kestrel serve`'s routes over a [`FleetBackend`]. It loads no weights: the
-//! tokenizer, chat template and limits come from the model descriptor the workers announce in
-//! Redis. Until one has, every route but `/metrics` and the playground page (`GET /`) answers
-//! 503 with `Retry-After`. Every response carries `X-Request-Id` as on `kestrel serve`
-//! ([`kestrel_server::request_id`]); the id travels in the job to the worker's logs.
+//! The gateway: `kestrel serve`'s routes over a [`FleetBackend`] per served model. It loads
+//! no weights: each model's tokenizer, chat template and limits come from the descriptor its
+//! workers announce in Redis. Until one has, every route but `/metrics` and the playground page
+//! (`GET /`) answers 503 with `Retry-After`. Every response carries `X-Request-Id` as on
+//! `kestrel serve` ([`kestrel_server::request_id`]); the id travels in the job to the worker's
+//! logs.
 //!
 //! ```text
-//! client ─► routes (validate, tokenize, render) ─► FleetBackend::submit ─► relay task
-//!   relay: XADD {p}:requests:{band} ─► XREAD {p}:results:{id} ─► Splice ─► client's stream
+//! client ─► dispatch (by `model`) ─► that model's routes (validate, tokenize, render)
+//!   ─► FleetBackend::submit ─► relay task
+//!   relay: XADD {p}:requests:{model}:{band} ─► XREAD {p}:results:{id} ─► Splice ─► client
 //!   client gone: SET {p}:cancelled:{id} + PUBLISH {p}:cancel
-//! registry: heartbeats + queue depths every 250 ms ─► admission, /health, gauges
+//! registry: heartbeats, name bindings, queue depths every 250 ms ─► admission, /health, gauges
+//! models:   each bound name's descriptor ─► its routes (rebuilt when the binding changes)
 //! ```
 
 mod backend;
+mod dispatch;
+mod models;
 mod registry;
 mod relay;
 mod splice;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
 use axum::Router;
-use kestrel_engine::constraint::ConstraintFactory;
-use kestrel_server::error::{ApiError, OpenAiError};
-use kestrel_server::{AppState, ServerConfig};
-use metrics_exporter_prometheus::PrometheusHandle;
+use kestrel_server::ServerConfig;
 use tokio::net::TcpListener;
-use tower::ServiceExt;
 
 pub use backend::FleetBackend;
 pub use registry::{FleetView, Registry};
 
 use crate::keys::Keys;
-use crate::protocol::ModelDescriptor;
-use crate::redis_io::{ensure_groups, Redis};
+use crate::redis_io::Redis;
 use crate::FleetError;
+use models::ServedModels;
 
 /// The gateway's fleet settings (its HTTP settings are a [`ServerConfig`]).
 #[derive(Debug, Clone)]
@@ -77,10 +77,8 @@ pub(crate) struct GatewayShared {
     keys: Keys,
     redis: Redis,
     registry: Arc<Registry>,
-    descriptor: OnceLock<ModelDescriptor>,
-    /// Compiles structured-output grammars against the workers' model, so a bad schema is a
-    /// 400 at the gateway (unset: the model's vocabulary cannot be constrained).
-    constraints: OnceLock<Arc<ConstraintFactory>>,
+    /// The routes of each served model, by name.
+    models: ServedModels,
     gateway_id: String,
     next_id: AtomicU64,
     active: AtomicUsize,
@@ -104,121 +102,52 @@ pub async fn serve(
         .map_err(|e| FleetError::Model(e.to_string()))?;
     crate::metrics::describe();
     let redis = Redis::connect(&config.redis_url, Duration::from_secs(30)).await?;
-    ensure_groups(&redis, &config.keys).await?;
     let shared = Arc::new(GatewayShared {
         keys: config.keys.clone(),
         redis: redis.clone(),
         registry: Arc::new(Registry::default()),
-        descriptor: OnceLock::new(),
-        constraints: OnceLock::new(),
+        models: ServedModels::default(),
         gateway_id: gateway_id(),
         next_id: AtomicU64::new(0),
         active: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         config,
     });
-    let model_of = {
-        let shared = shared.clone();
-        Arc::new(move || shared.descriptor.get().map(|d| d.model_id.clone()))
-    };
-    let registry = tokio::spawn(
-        shared
-            .registry
-            .clone()
-            .run(redis, shared.keys.clone(), model_of),
-    );
-    let backend = Arc::new(FleetBackend {
-        shared: shared.clone(),
-        runtime: tokio::runtime::Handle::current(),
-    });
-    let routes: Arc<OnceLock<Router>> = Arc::new(OnceLock::new());
-    let loader = tokio::spawn(load_routes(
+    let registry = tokio::spawn(shared.registry.clone().run(redis, shared.keys.clone()));
+    let loader = tokio::spawn(models::keep_loaded(
         shared.clone(),
-        backend.clone(),
         http.clone(),
         metrics.clone(),
-        routes.clone(),
     ));
-    // The request id is assigned out here too, so that the 503s before the model is known
-    // carry one; the routes' own `assign` keeps it.
-    let app = Router::new()
-        .fallback_service(tower::service_fn(move |req: Request| {
-            let routes = routes.get().cloned();
-            let metrics = metrics.clone();
-            async move { Ok::<_, std::convert::Infallible>(dispatch(routes, metrics, req).await) }
-        }))
-        .layer(axum::middleware::from_fn(
-            kestrel_server::request_id::assign,
-        ));
+    // The request id is assigned out here too, so that the answers given before any model's
+    // routes (503 before a model is known, a missing or unknown `model`) carry one; the
+    // routes' own `assign` keeps it.
+    let app = {
+        let shared = shared.clone();
+        let http = http.clone();
+        Router::new()
+            .fallback_service(tower::service_fn(move |req: Request| {
+                let shared = shared.clone();
+                let http = http.clone();
+                let metrics = metrics.clone();
+                async move {
+                    let response = dispatch::dispatch(&shared, &http, &metrics, req).await;
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            }))
+            .layer(axum::middleware::from_fn(
+                kestrel_server::request_id::assign,
+            ))
+    };
+    let backend = Arc::new(FleetBackend::new(
+        shared.clone(),
+        None,
+        tokio::runtime::Handle::current(),
+    ));
     let served = kestrel_server::serve_app(listener, app, backend, &http, shutdown).await;
     registry.abort();
     loader.abort();
     served.map_err(|e| FleetError::Serve(e.to_string()))
-}
-
-/// The full routes once the model is known; before that, 503 (and `/metrics`, the playground).
-async fn dispatch(routes: Option<Router>, metrics: PrometheusHandle, req: Request) -> Response {
-    if let Some(router) = routes {
-        return match router.oneshot(req).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        };
-    }
-    if req.uri().path() == "/metrics" {
-        return kestrel_server::metrics::render_with(&metrics, None).into_response();
-    }
-    // The playground page loads (and shows the 503s of the API) before the model is known.
-    if let Some(page) = kestrel_server::routes::playground::respond(req.method(), req.uri().path())
-    {
-        return page;
-    }
-    // Unavailable errors carry `Retry-After`.
-    OpenAiError(ApiError::Unavailable(
-        "no inference worker has announced a model yet; retry later".into(),
-    ))
-    .into_response()
-}
-
-/// Waits for a worker's model descriptor, then builds the routes over it.
-async fn load_routes(
-    shared: Arc<GatewayShared>,
-    backend: Arc<FleetBackend>,
-    http: ServerConfig,
-    metrics: PrometheusHandle,
-    routes: Arc<OnceLock<Router>>,
-) {
-    loop {
-        match fetch_descriptor(&shared).await {
-            Ok(Some(d)) => match crate::descriptor::model_info(&d) {
-                Ok(model) => {
-                    let limits = crate::descriptor::limits(&d, &shared.config);
-                    tracing::info!(model = %d.model_id, "serving the workers' model");
-                    let width = d.request_limits.vocab_size;
-                    if let Some(f) = kestrel_server::constraint::factory(&model.tokenizer, width) {
-                        let _ = shared.constraints.set(f);
-                    }
-                    let _ = shared.descriptor.set(d);
-                    let state = AppState::new(backend, model, limits, metrics);
-                    let _ = routes.set(kestrel_server::routes::router(&http, state));
-                    return;
-                }
-                Err(e) => tracing::error!(error = %e, "the announced model is unusable"),
-            },
-            Ok(None) => tracing::info!("waiting for a worker to announce its model"),
-            Err(e) => tracing::warn!(error = %e, "cannot read the model descriptor"),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn fetch_descriptor(shared: &GatewayShared) -> Result<Option<ModelDescriptor>, FleetError> {
-    let mut conn = shared.redis.conn();
-    let json: Option<String> = redis::cmd("GET")
-        .arg(shared.keys.model())
-        .query_async(&mut conn)
-        .await?;
-    json.map(|j| serde_json::from_str(&j).map_err(FleetError::from))
-        .transpose()
 }
 
 /// A name for this gateway's request ids, unique across restarts and replicas.

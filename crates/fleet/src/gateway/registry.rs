@@ -1,15 +1,20 @@
 //! [`Registry`]: the gateway's view of the fleet, refreshed a few times a second from Redis:
-//! the live workers (their heartbeat keys) and the queue depth of each priority band (entries
-//! no worker has taken: stream length minus pending entries). It feeds `/health`, admission
-//! (no worker: 503; queue full: 429) and the gateway's gauges.
+//! the live workers (their heartbeat keys), the identity each served name is bound to, and the
+//! queue depth of each bound model's priority bands (entries no worker has taken: stream
+//! length minus pending entries). It feeds `/health` (with a note per refused worker or
+//! model without workers), admission (no worker of the model: 503; queue full: 429) and the
+//! gateway's gauges, labelled by model.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
 
+use crate::binding::{bindings, live_workers};
+use crate::identity::ModelIdentity;
 use crate::keys::{Band, Keys};
-use crate::metrics::{LIVE_WORKERS, QUEUE_DEPTH};
+use crate::metrics::{LIVE_WORKERS, QUEUE_DEPTH, REFUSED_WORKERS};
 use crate::protocol::WorkerStatus;
 use crate::redis_io::Redis;
 
@@ -17,22 +22,108 @@ use crate::redis_io::Redis;
 pub const REFRESH: Duration = Duration::from_millis(250);
 
 /// The fleet as last seen.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct FleetView {
-    /// Workers with a current heartbeat that serve the gateway's model.
+    /// Every worker with a current heartbeat, refused ones included.
     pub workers: Vec<WorkerStatus>,
-    /// Queued, untaken entries per band (high, normal, low).
-    pub depth: [usize; 3],
-    /// Since when no worker has been alive (`None` while one is).
-    pub no_worker_since: Option<Instant>,
+    /// The identity each served name is bound to, in name order.
+    pub bound: Vec<ModelIdentity>,
+    /// Queued, untaken entries per band (high, normal, low) of each bound model.
+    pub depth: HashMap<ModelIdentity, [usize; 3]>,
+    /// Since when no worker of an identity the gateway has seen has been alive (absent while
+    /// one is, and for identities never seen).
+    pub gone_since: HashMap<ModelIdentity, Instant>,
+    /// When the view began (the time without workers of an identity never seen counts
+    /// from here).
+    pub started: Instant,
     /// Whether Redis answered the last refresh.
     pub redis_ok: bool,
 }
 
+impl Default for FleetView {
+    fn default() -> Self {
+        FleetView {
+            workers: Vec::new(),
+            bound: Vec::new(),
+            depth: HashMap::new(),
+            gone_since: HashMap::new(),
+            started: Instant::now(),
+            redis_ok: false,
+        }
+    }
+}
+
 impl FleetView {
-    /// Untaken entries over all bands.
+    /// Live workers of `model`.
+    pub fn workers_of<'a>(
+        &'a self,
+        model: &'a ModelIdentity,
+    ) -> impl Iterator<Item = &'a WorkerStatus> + 'a {
+        self.workers.iter().filter(move |w| w.model == *model)
+    }
+
+    /// Live workers of a bound identity: those requests can reach.
+    pub fn serving_workers(&self) -> impl Iterator<Item = &WorkerStatus> + '_ {
+        self.workers
+            .iter()
+            .filter(|w| self.bound.contains(&w.model))
+    }
+
+    /// Live workers whose name the fleet serves as another identity, with that identity
+    /// (`None`: their name is not bound yet, a moment after they started).
+    pub fn refused(&self) -> impl Iterator<Item = (&WorkerStatus, Option<&ModelIdentity>)> + '_ {
+        self.workers
+            .iter()
+            .filter(|w| !self.bound.contains(&w.model))
+            .map(|w| (w, self.bound.iter().find(|b| b.name == w.model.name)))
+    }
+
+    /// Untaken entries of `model` over all bands.
+    pub fn depth_of(&self, model: &ModelIdentity) -> usize {
+        self.depth.get(model).map_or(0, |d| d.iter().sum())
+    }
+
+    /// Untaken entries over every model and band.
     pub fn total_depth(&self) -> usize {
-        self.depth.iter().sum()
+        self.depth.values().flatten().sum()
+    }
+
+    /// Since when no worker of `model` has been alive; `None` while one is.
+    pub fn no_worker_since(&self, model: &ModelIdentity) -> Option<Instant> {
+        if self.workers_of(model).next().is_some() {
+            return None;
+        }
+        Some(self.gone_since.get(model).copied().unwrap_or(self.started))
+    }
+
+    /// What an operator should know, one line each: refused workers, models without workers.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .refused()
+            .filter_map(|(w, holder)| {
+                let holder = holder?;
+                Some(format!(
+                    "worker {} announces model `{}` as fingerprint {} but the fleet serves `{}` \
+                     as {} ({} live worker(s)): refused, it takes no job (give it another \
+                     --served-model-name, or stop the other workers to switch)",
+                    w.worker_id,
+                    w.model.name,
+                    w.model.short(),
+                    holder.name,
+                    holder.short(),
+                    self.workers_of(holder).count()
+                ))
+            })
+            .collect();
+        for model in &self.bound {
+            if self.workers_of(model).next().is_none() {
+                notes.push(format!(
+                    "model `{}` ({model}) has no live worker",
+                    model.name
+                ));
+            }
+        }
+        notes
     }
 }
 
@@ -52,35 +143,16 @@ impl Registry {
         f(&mut self.view.write().unwrap_or_else(|p| p.into_inner()));
     }
 
-    /// Refreshes the view until the task is dropped. `model` filters workers once known.
-    pub async fn run(
-        self: Arc<Self>,
-        redis: Redis,
-        keys: Keys,
-        model: Arc<dyn Fn() -> Option<String> + Send + Sync>,
-    ) {
-        let start = Instant::now();
-        self.update(|v| v.no_worker_since = Some(start));
+    /// Refreshes the view until the task is dropped.
+    pub async fn run(self: Arc<Self>, redis: Redis, keys: Keys) {
+        let mut refused_before: HashSet<(String, String)> = HashSet::new();
         loop {
             match refresh(&redis, &keys).await {
-                Ok((mut workers, depth)) => {
-                    if let Some(model) = model() {
-                        workers.retain(|w| w.model_id == model);
-                    }
-                    for (band, d) in Band::ALL.iter().zip(depth) {
-                        metrics::gauge!(QUEUE_DEPTH, "priority" => band.as_str()).set(d as f64);
-                    }
-                    metrics::gauge!(LIVE_WORKERS).set(workers.len() as f64);
-                    self.update(|v| {
-                        v.no_worker_since = match (workers.is_empty(), v.no_worker_since) {
-                            (false, _) => None,
-                            (true, Some(t)) => Some(t),
-                            (true, None) => Some(Instant::now()),
-                        };
-                        v.workers = workers;
-                        v.depth = depth;
-                        v.redis_ok = true;
-                    });
+                Ok(seen) => {
+                    self.update(|v| apply(v, seen, Instant::now()));
+                    let view = self.view();
+                    export(&view);
+                    refused_before = log_refusals(&view, refused_before);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot refresh the fleet view");
@@ -92,60 +164,236 @@ impl Registry {
     }
 }
 
-async fn refresh(
-    redis: &Redis,
-    keys: &Keys,
-) -> Result<(Vec<WorkerStatus>, [usize; 3]), RedisError> {
-    let mut conn = redis.conn();
-    let mut names: Vec<String> = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(keys.worker_pattern())
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        names.extend(batch);
-        if next == 0 {
-            break;
+/// One refresh's reading of Redis.
+struct Seen {
+    workers: Vec<WorkerStatus>,
+    bound: Vec<ModelIdentity>,
+    depth: HashMap<ModelIdentity, [usize; 3]>,
+}
+
+/// Folds a reading into the view, tracking since when each identity has had no worker.
+fn apply(view: &mut FleetView, seen: Seen, now: Instant) {
+    let known: HashSet<ModelIdentity> = view
+        .gone_since
+        .keys()
+        .cloned()
+        .chain(view.workers.iter().map(|w| w.model.clone()))
+        .chain(seen.bound.iter().cloned())
+        .collect();
+    let live: HashSet<&ModelIdentity> = seen.workers.iter().map(|w| &w.model).collect();
+    let started = view.started;
+    let mut gone_since = HashMap::new();
+    for model in known {
+        if live.contains(&model) {
+            continue;
         }
-        cursor = next;
+        // Never seen alive by this gateway: counted from its start.
+        let was_live = view.workers.iter().any(|w| w.model == model);
+        let since = match view.gone_since.get(&model) {
+            Some(t) => *t,
+            None if was_live => now,
+            None => started,
+        };
+        gone_since.insert(model, since);
     }
-    let mut workers = Vec::new();
-    if !names.is_empty() {
-        let values: Vec<Option<String>> = redis::cmd("MGET")
-            .arg(&names)
-            .query_async(&mut conn)
-            .await?;
-        workers.extend(
-            values
-                .into_iter()
-                .flatten()
-                .filter_map(|json| serde_json::from_str::<WorkerStatus>(&json).ok()),
+    view.workers = seen.workers;
+    view.bound = seen.bound;
+    view.depth = seen.depth;
+    view.gone_since = gone_since;
+    view.redis_ok = true;
+}
+
+/// Sets the gateway's gauges from `view`.
+fn export(view: &FleetView) {
+    for model in &view.bound {
+        let name = model.name.clone();
+        let depth = view.depth.get(model).copied().unwrap_or_default();
+        for (band, d) in Band::ALL.iter().zip(depth) {
+            metrics::gauge!(QUEUE_DEPTH, "priority" => band.as_str(), "model_name" => name.clone())
+                .set(d as f64);
+        }
+        metrics::gauge!(LIVE_WORKERS, "model_name" => name.clone())
+            .set(view.workers_of(model).count() as f64);
+        let refused = view
+            .refused()
+            .filter(|(w, _)| w.model.name == model.name)
+            .count();
+        metrics::gauge!(REFUSED_WORKERS, "model_name" => name).set(refused as f64);
+    }
+}
+
+/// Logs each worker refused since the last refresh; returns the refused set.
+fn log_refusals(view: &FleetView, before: HashSet<(String, String)>) -> HashSet<(String, String)> {
+    let mut now = HashSet::new();
+    for (worker, holder) in view.refused() {
+        let Some(holder) = holder else { continue };
+        let key = (worker.worker_id.clone(), worker.model.fingerprint.clone());
+        if !before.contains(&key) {
+            tracing::error!(
+                worker = %worker.worker_id,
+                announces = %worker.model,
+                fingerprint = %worker.model.fingerprint,
+                served_as = %holder.fingerprint,
+                "refused a worker: it announces a served name with another model identity \
+                 (weights, quantization, tokenizer, template or limits); it gets no job"
+            );
+        }
+        now.insert(key);
+    }
+    now
+}
+
+async fn refresh(redis: &Redis, keys: &Keys) -> Result<Seen, RedisError> {
+    let workers = live_workers(redis, keys).await?;
+    let bound = bindings(redis, keys).await?;
+    let mut conn = redis.conn();
+    let mut pipe = redis::pipe();
+    for model in &bound {
+        for band in Band::ALL {
+            pipe.cmd("XLEN").arg(keys.requests(model, band));
+            pipe.cmd("XPENDING")
+                .arg(keys.requests(model, band))
+                .arg(keys.group());
+        }
+    }
+    let replies: Vec<redis::Value> = if bound.is_empty() {
+        Vec::new()
+    } else {
+        pipe.query_async(&mut conn).await?
+    };
+    let mut depth = HashMap::new();
+    for (m, model) in bound.iter().enumerate() {
+        let mut d = [0usize; 3];
+        for (b, slot) in d.iter_mut().enumerate() {
+            let at = (m * 3 + b) * 2;
+            *slot = untaken(replies.get(at), replies.get(at + 1));
+        }
+        depth.insert(model.clone(), d);
+    }
+    Ok(Seen {
+        workers,
+        bound,
+        depth,
+    })
+}
+
+/// Stream length minus pending entries (an error reply, e.g. no group yet, counts as 0).
+fn untaken(len: Option<&redis::Value>, pending: Option<&redis::Value>) -> usize {
+    let len: usize = len
+        .and_then(|v| redis::from_redis_value_ref(v).ok())
+        .unwrap_or(0);
+    let pending: usize = match pending {
+        Some(redis::Value::Array(items)) => items
+            .first()
+            .and_then(|v| redis::from_redis_value_ref(v).ok())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    len.saturating_sub(pending)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str, fp: char) -> ModelIdentity {
+        ModelIdentity {
+            name: name.into(),
+            fingerprint: fp.to_string().repeat(64),
+        }
+    }
+
+    fn worker(name: &str, model: &ModelIdentity) -> WorkerStatus {
+        WorkerStatus {
+            worker_id: name.into(),
+            model: model.clone(),
+            max_num_seqs: 4,
+            active: 0,
+            running: 1,
+            waiting: 0,
+            kv_usage: 0.5,
+        }
+    }
+
+    fn seen(workers: Vec<WorkerStatus>, bound: Vec<ModelIdentity>) -> Seen {
+        Seen {
+            workers,
+            bound,
+            depth: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_worker_of_another_fingerprint_is_refused_and_noted() {
+        let a = id("a", '1');
+        let a2 = id("a", '2');
+        let b = id("b", '3');
+        let mut view = FleetView::default();
+        let workers = vec![worker("w1", &a), worker("w2", &b), worker("w3", &a2)];
+        apply(
+            &mut view,
+            seen(workers, vec![a.clone(), b.clone()]),
+            Instant::now(),
+        );
+        let refused: Vec<_> = view
+            .refused()
+            .map(|(w, h)| (w.worker_id.clone(), h.cloned()))
+            .collect();
+        assert_eq!(refused, vec![("w3".to_string(), Some(a.clone()))]);
+        assert_eq!(view.workers_of(&a).count(), 1);
+        assert_eq!(view.serving_workers().count(), 2);
+        let notes = view.notes();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("worker w3") && notes[0].contains("refused"),
+            "{notes:?}"
         );
     }
-    let mut pipe = redis::pipe();
-    for band in Band::ALL {
-        pipe.cmd("XLEN").arg(keys.requests(band));
-        pipe.cmd("XPENDING")
-            .arg(keys.requests(band))
-            .arg(keys.group());
+
+    #[test]
+    fn a_model_whose_workers_left_is_counted_from_their_departure() {
+        let a = id("a", '1');
+        let b = id("b", '2');
+        let t0 = Instant::now();
+        let mut view = FleetView::default();
+        apply(
+            &mut view,
+            seen(vec![worker("w1", &a)], vec![a.clone(), b.clone()]),
+            t0,
+        );
+        assert_eq!(view.no_worker_since(&a), None);
+        assert_eq!(
+            view.no_worker_since(&b),
+            Some(view.started),
+            "never seen: since the start"
+        );
+        let t1 = t0 + Duration::from_secs(5);
+        apply(&mut view, seen(vec![], vec![a.clone(), b.clone()]), t1);
+        assert_eq!(view.no_worker_since(&a), Some(t1));
+        // Later refreshes keep the first moment, also after the name is bound elsewhere.
+        let a2 = id("a", '9');
+        apply(
+            &mut view,
+            seen(vec![worker("w2", &a2)], vec![a2.clone(), b.clone()]),
+            t1 + Duration::from_secs(5),
+        );
+        assert_eq!(view.no_worker_since(&a), Some(t1));
+        assert_eq!(view.no_worker_since(&a2), None);
+        assert!(view.notes().iter().any(|n| n.contains("model `b`")));
     }
-    let replies: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
-    let mut depth = [0usize; 3];
-    for (i, d) in depth.iter_mut().enumerate() {
-        let len: usize = redis::from_redis_value_ref(&replies[2 * i]).unwrap_or(0);
-        let pending: usize = match &replies[2 * i + 1] {
-            redis::Value::Array(items) => items
-                .first()
-                .and_then(|v| redis::from_redis_value_ref(v).ok())
-                .unwrap_or(0),
-            _ => 0,
-        };
-        *d = len.saturating_sub(pending);
+
+    #[test]
+    fn depth_is_per_model() {
+        let a = id("a", '1');
+        let b = id("b", '2');
+        let mut view = FleetView::default();
+        let mut s = seen(vec![], vec![a.clone(), b.clone()]);
+        s.depth.insert(a.clone(), [1, 2, 3]);
+        s.depth.insert(b.clone(), [0, 4, 0]);
+        apply(&mut view, s, Instant::now());
+        assert_eq!(view.depth_of(&a), 6);
+        assert_eq!(view.depth_of(&b), 4);
+        assert_eq!(view.total_depth(), 10);
+        assert_eq!(view.depth_of(&id("c", '3')), 0);
     }
-    Ok((workers, depth))
 }

@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 
 use super::splice::{Splice, Step};
 use super::GatewayShared;
+use crate::identity::ModelIdentity;
 use crate::keys::Band;
 use crate::metrics::{
     E2E_REQUEST_LATENCY_SECONDS, REDELIVERIES_TOTAL, TIME_TO_FIRST_TOKEN_SECONDS,
@@ -37,6 +38,7 @@ type Admit = Option<oneshot::Sender<Admission>>;
 /// Runs one request to its end (or its client's departure).
 pub async fn relay(
     shared: Arc<GatewayShared>,
+    model: ModelIdentity,
     job: Job,
     events: UnboundedSender<EngineEvent>,
     mut admit: Admit,
@@ -44,7 +46,7 @@ pub async fn relay(
     let start = Instant::now();
     let request = job.id.clone();
     let ended = tokio::select! {
-        ended = follow(&shared, job, &events, &mut admit, start) => ended,
+        ended = follow(&shared, &model, job, &events, &mut admit, start) => ended,
         () = events.closed() => false,
     };
     if !ended {
@@ -61,6 +63,7 @@ pub async fn relay(
 /// Queues the job and forwards its results; true once a last event reached the client.
 async fn follow(
     shared: &GatewayShared,
+    model: &ModelIdentity,
     job: Job,
     events: &UnboundedSender<EngineEvent>,
     admit: &mut Admit,
@@ -68,7 +71,7 @@ async fn follow(
 ) -> bool {
     let request = job.id.clone();
     let request_id = job.request_id.clone().unwrap_or_default();
-    if let Err(e) = enqueue(shared, &job).await {
+    if let Err(e) = enqueue(shared, model, &job).await {
         let failure = EngineFailure::Internal(format!("cannot queue the request: {e}"));
         send_last(events, admit, failure);
         return true;
@@ -108,7 +111,7 @@ async fn follow(
             }
         };
         if entries.is_empty() {
-            if let Some(failure) = stranded(shared) {
+            if let Some(failure) = stranded(shared, model) {
                 send_last(events, admit, failure);
                 return true;
             }
@@ -180,8 +183,12 @@ fn send_last(events: &UnboundedSender<EngineEvent>, admit: &mut Admit, failure: 
     let _ = events.send(EngineEvent::Failed(failure));
 }
 
-/// Puts the job on its band's stream.
-async fn enqueue(shared: &GatewayShared, job: &Job) -> Result<(), RedisError> {
+/// Puts the job on its model's stream of its band.
+async fn enqueue(
+    shared: &GatewayShared,
+    model: &ModelIdentity,
+    job: &Job,
+) -> Result<(), RedisError> {
     let json = serde_json::to_string(job).map_err(|e| {
         RedisError::from((
             redis::ErrorKind::Client,
@@ -189,7 +196,7 @@ async fn enqueue(shared: &GatewayShared, job: &Job) -> Result<(), RedisError> {
             e.to_string(),
         ))
     })?;
-    let stream = shared.keys.requests(Band::of(job.priority));
+    let stream = shared.keys.requests(model, Band::of(job.priority));
     let conn = shared.redis.conn();
     retry_for(Duration::from_secs(5), || {
         let mut conn = conn.clone();
@@ -237,12 +244,14 @@ async fn read(
     Ok(out)
 }
 
-/// A failure when no worker has been alive for longer than the gateway waits for one.
-fn stranded(shared: &GatewayShared) -> Option<EngineFailure> {
-    let since = shared.registry.view().no_worker_since?;
+/// A failure when no worker of `model` has been alive for longer than the gateway waits for
+/// one.
+fn stranded(shared: &GatewayShared, model: &ModelIdentity) -> Option<EngineFailure> {
+    let since = shared.registry.view().no_worker_since(model)?;
     (since.elapsed() > shared.config.no_worker_timeout).then(|| {
         EngineFailure::Internal(format!(
-            "no inference worker has been alive for {} s; the request stays unserved",
+            "no inference worker of model {model} has been alive for {} s; the request stays \
+             unserved",
             since.elapsed().as_secs()
         ))
     })

@@ -48,7 +48,12 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
                 tracing::warn!(error = %e, "reading the request streams failed; reconnecting");
                 conn = None;
                 if e.code() == Some("NOGROUP") {
-                    let _ = crate::redis_io::ensure_groups(&shared.redis, &shared.keys).await;
+                    let _ = crate::redis_io::ensure_groups(
+                        &shared.redis,
+                        &shared.keys,
+                        &shared.identity,
+                    )
+                    .await;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -104,7 +109,7 @@ async fn read_group(
     }
     cmd.arg("STREAMS");
     for band in bands {
-        cmd.arg(shared.keys.requests(*band));
+        cmd.arg(shared.keys.requests(&shared.identity, *band));
     }
     for _ in bands {
         cmd.arg(">");
@@ -115,7 +120,7 @@ async fn read_group(
         let Some(band) = bands
             .iter()
             .copied()
-            .find(|b| shared.keys.requests(*b) == key.key)
+            .find(|b| shared.keys.requests(&shared.identity, *b) == key.key)
         else {
             continue;
         };

@@ -13,7 +13,9 @@ use redis::aio::ConnectionManager;
 use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
 
+use crate::identity::ModelIdentity;
 use crate::keys::{Band, Keys};
+use crate::metrics::WORKER_FOREIGN_JOBS_TOTAL;
 use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
 use crate::redis_io::retry_for;
 
@@ -38,6 +40,8 @@ pub struct Jobs {
     engine: EngineHandle,
     conn: ConnectionManager,
     keys: Keys,
+    /// The model this worker serves: its queues, and the only identity its jobs may carry.
+    model: ModelIdentity,
     worker_id: String,
     result_ttl: Duration,
     active: Mutex<HashMap<String, Active>>,
@@ -50,6 +54,7 @@ impl Jobs {
         engine: EngineHandle,
         conn: ConnectionManager,
         keys: Keys,
+        model: ModelIdentity,
         worker_id: String,
         result_ttl: Duration,
     ) -> Arc<Jobs> {
@@ -57,6 +62,7 @@ impl Jobs {
             engine,
             conn,
             keys,
+            model,
             worker_id,
             result_ttl,
             active: Mutex::new(HashMap::new()),
@@ -102,8 +108,8 @@ impl Jobs {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts `job` (its `attempt`-th delivery) from `entry`. A cancelled, invalid or
-    /// engine-refused job ends here; the rest run in their own task, in a `job` span naming
+    /// Starts `job` (its `attempt`-th delivery) from `entry`. A job prepared for another model
+    /// identity, a cancelled, invalid or engine-refused job ends here; the rest run in their own task, in a `job` span naming
     /// the request and the client's `request_id` (so every log line of the job carries both).
     pub async fn start(self: &Arc<Self>, entry: Entry, job: Job, attempt: u32) {
         let span = tracing::info_span!(
@@ -112,6 +118,13 @@ impl Jobs {
             request_id = job.request_id.as_deref().unwrap_or_default(),
             attempt
         );
+        if let Some(why) = crate::identity::mismatch(job.model.as_ref(), &self.model) {
+            span.in_scope(|| tracing::error!(entry = %entry.id, "{why}"));
+            metrics::counter!(WORKER_FOREIGN_JOBS_TOTAL).increment(1);
+            let event = ResultEvent::Rejected { message: why };
+            self.finish_with(&entry, &job.id, attempt, event).await;
+            return;
+        }
         let mut conn = self.conn.clone();
         let cancelled: bool = redis::cmd("EXISTS")
             .arg(self.keys.cancelled(&job.id))
@@ -274,7 +287,7 @@ impl Jobs {
 
     /// Acknowledges and deletes a queue entry: the request is done with.
     pub async fn ack(&self, entry: &Entry) {
-        let stream = self.keys.requests(entry.band);
+        let stream = self.keys.requests(&self.model, entry.band);
         let mut pipe = redis::pipe();
         pipe.cmd("XACK")
             .arg(&stream)

@@ -8,6 +8,13 @@
 //! cancel  ── SUBSCRIBE {p}:cancel ─► drop the job's engine stream (KV freed next step)
 //! ```
 //!
+//! The worker reads only the queues of its own [`ModelIdentity`] (name + fingerprint), and
+//! refuses any job in them prepared for another identity (counted in
+//! `kestrel:worker_foreign_jobs_total`). At start and with every heartbeat it claims its
+//! served name ([`crate::binding`]); while the name is bound to another identity with live
+//! workers it is refused: it says so in its log and `kestrel:worker_model_refused`, and takes
+//! no job, since no gateway queues any for it.
+//!
 //! Delivery is at least once: an entry is acknowledged only after its last event is published.
 //! A worker that dies leaves its entries pending; once idle past `claim_idle` another worker
 //! claims and re-runs them (same seed, so the same tokens), up to `max_deliveries` times.
@@ -19,12 +26,15 @@ mod upkeep;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kestrel_engine::handle::EngineHandle;
+use kestrel_model::weights::digest::WeightsDigest;
 use kestrel_server::launch::Launched;
 
+use crate::binding::Claim;
+use crate::identity::{LoadSettings, ModelIdentity};
 use crate::keys::Keys;
 use crate::protocol::ModelDescriptor;
 use crate::redis_io::{ensure_groups, Redis};
@@ -46,6 +56,8 @@ pub struct WorkerConfig {
     pub max_deliveries: u32,
     /// How long a result stream outlives its last event.
     pub result_ttl: Duration,
+    /// How the model was loaded beyond its file (part of its identity).
+    pub load: LoadSettings,
 }
 
 impl WorkerConfig {
@@ -60,6 +72,7 @@ impl WorkerConfig {
             claim_idle: Duration::from_secs(5),
             max_deliveries: 3,
             result_ttl: Duration::from_secs(600),
+            load: LoadSettings::default(),
         }
     }
 }
@@ -71,14 +84,46 @@ pub(crate) struct WorkerShared {
     keys: Keys,
     worker_id: String,
     engine: EngineHandle,
+    identity: ModelIdentity,
     descriptor: ModelDescriptor,
     max_num_seqs: usize,
     stopping: AtomicBool,
+    /// The last answer to claiming the served name (`None` before the first).
+    claim: Mutex<Option<Claim>>,
 }
 
 impl WorkerShared {
     fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Records `claim`, logging and exporting a change.
+    fn record_claim(&self, claim: Claim) {
+        let mut last = self.claim.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_ref() == Some(&claim) {
+            return;
+        }
+        let me = &self.identity;
+        match &claim {
+            Claim::Bound => tracing::info!(model = %me, "serving the model"),
+            Claim::TookOver { from } => tracing::warn!(
+                model = %me,
+                previous = %from,
+                "took over the served name: no worker of its previous identity is alive"
+            ),
+            Claim::Refused { holder, live } => tracing::error!(
+                model = %me,
+                fingerprint = %me.fingerprint,
+                serving = %holder.fingerprint,
+                live,
+                "refused: the fleet serves this name as another model (other weights, \
+                 quantization, tokenizer, template or limits); taking no jobs until its \
+                 workers are gone. Give this model another --served-model-name."
+            ),
+        }
+        let refused = matches!(claim, Claim::Refused { .. });
+        metrics::gauge!(crate::metrics::WORKER_MODEL_REFUSED).set(f64::from(u8::from(refused)));
+        *last = Some(claim);
     }
 }
 
@@ -88,24 +133,39 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Connects to Redis (waiting up to 30 s for it), creates the consumer group if needed and
-    /// announces the model.
+    /// Connects to Redis (waiting up to 30 s for it), works out the model's identity
+    /// (hashing its weights, or reading the cached digest), creates its queues' consumer
+    /// group if needed and announces the model.
     pub async fn connect(config: WorkerConfig, launched: &Launched) -> Result<Worker, FleetError> {
+        crate::metrics::describe_worker();
         let redis = Redis::connect(&config.redis_url, Duration::from_secs(30)).await?;
-        let descriptor = crate::descriptor::describe(launched)?;
-        ensure_groups(&redis, &config.keys).await?;
+        let path = launched.weights.clone();
+        let digest = tokio::task::spawn_blocking(move || WeightsDigest::of(&path))
+            .await
+            .map_err(|e| FleetError::Model(format!("hashing the weights failed: {e}")))?
+            .map_err(|e| FleetError::Model(e.to_string()))?;
+        let identity = crate::identity::identify(launched, &digest, &config.load)?;
+        let descriptor = crate::descriptor::describe(launched, identity.clone())?;
+        ensure_groups(&redis, &config.keys, &identity).await?;
         let shared = Arc::new(WorkerShared {
             keys: config.keys.clone(),
             worker_id: config.worker_id.clone(),
             max_num_seqs: launched.engine.config().max_num_seqs,
             engine: launched.engine.clone(),
+            identity,
             descriptor,
             redis,
             config,
             stopping: AtomicBool::new(false),
+            claim: Mutex::new(None),
         });
         announce_model(&shared).await?;
         Ok(Worker { shared })
+    }
+
+    /// The identity this worker serves.
+    pub fn identity(&self) -> &ModelIdentity {
+        &self.shared.identity
     }
 
     /// Takes and runs work until `shutdown` resolves; then takes no more, lets running jobs
@@ -121,6 +181,7 @@ impl Worker {
             shared.engine.clone(),
             shared.redis.conn(),
             shared.keys.clone(),
+            shared.identity.clone(),
             shared.worker_id.clone(),
             shared.config.result_ttl,
         );
@@ -160,15 +221,18 @@ impl Worker {
     }
 }
 
-/// Stores the model descriptor the gateway serves from.
+/// Stores the model's descriptor (the gateway serves from it) and claims its served name.
 async fn announce_model(shared: &WorkerShared) -> Result<(), redis::RedisError> {
     let json = serde_json::to_string(&shared.descriptor).unwrap_or_default();
     let mut conn = shared.redis.conn();
     redis::cmd("SET")
-        .arg(shared.keys.model())
+        .arg(shared.keys.model(&shared.identity))
         .arg(json)
         .query_async::<()>(&mut conn)
-        .await
+        .await?;
+    let claim = crate::binding::claim(&shared.redis, &shared.keys, &shared.identity).await?;
+    shared.record_claim(claim);
+    Ok(())
 }
 
 /// The worker's own HTTP routes: `/metrics` (its engine's `kestrel:*` series) and `/health`

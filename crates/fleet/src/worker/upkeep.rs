@@ -1,7 +1,8 @@
 //! The worker's periodic duties, once per heartbeat interval:
 //!
-//! * announce itself: its [`WorkerStatus`] under a key that expires after three intervals, and
-//!   the model descriptor if Redis lost it;
+//! * announce itself: its [`WorkerStatus`] under a key that expires after three intervals,
+//!   the model descriptor if Redis lost it, and its claim on the served name
+//!   ([`crate::binding`]);
 //! * keep its own pending entries fresh (`XCLAIM ... JUSTID` to itself resets their idle time,
 //!   without counting a delivery), so that only entries of a dead worker grow idle;
 //! * claim entries idle past `claim_idle` (`XAUTOCLAIM`): their worker died. Each is re-run as
@@ -46,7 +47,7 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
     let stats = shared.engine.stats();
     let status = WorkerStatus {
         worker_id: shared.worker_id.clone(),
-        model_id: shared.descriptor.model_id.clone(),
+        model: shared.identity.clone(),
         max_num_seqs: shared.max_num_seqs,
         active: jobs.len(),
         running: stats.running,
@@ -64,10 +65,13 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
         .query_async::<()>(&mut conn)
         .await?;
     let known: bool = redis::cmd("EXISTS")
-        .arg(shared.keys.model())
+        .arg(shared.keys.model(&shared.identity))
         .query_async(&mut conn)
         .await?;
-    if !known {
+    if known {
+        let claim = crate::binding::claim(&shared.redis, &shared.keys, &shared.identity).await?;
+        shared.record_claim(claim);
+    } else {
         super::announce_model(shared).await?;
     }
     Ok(())
@@ -81,7 +85,7 @@ async fn touch(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
             continue;
         }
         redis::cmd("XCLAIM")
-            .arg(shared.keys.requests(band))
+            .arg(shared.keys.requests(&shared.identity, band))
             .arg(shared.keys.group())
             .arg(&shared.worker_id)
             .arg(0)
@@ -119,7 +123,7 @@ async fn reclaim(shared: &Arc<WorkerShared>, jobs: &Arc<Jobs>) -> Result<(), Red
         if free == 0 {
             return Ok(());
         }
-        let stream = shared.keys.requests(band);
+        let stream = shared.keys.requests(&shared.identity, band);
         let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
             .arg(&stream)
             .arg(shared.keys.group())

@@ -4,6 +4,7 @@
 
 use kestrel_kernels::{DType, SharedBytes};
 
+pub mod digest;
 pub mod fused;
 pub mod gguf;
 pub mod safetensors;

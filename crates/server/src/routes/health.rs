@@ -25,6 +25,10 @@ pub struct Health {
     pub running: usize,
     pub waiting: usize,
     pub kv_cache_usage: f64,
+    /// Problems an operator should know of (absent when there are none), e.g. a fleet worker
+    /// the gateway refused.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Liveness of the server process.
@@ -44,19 +48,24 @@ pub async fn live() -> Response {
 #[utoipa::path(get, path = "/health", responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> Response {
     let backend = state.backend().clone();
-    let health = tokio::task::spawn_blocking(move || backend.health())
-        .await
-        .unwrap_or(BackendHealth {
-            ready: false,
-            running: 0,
-            waiting: 0,
-            kv_usage: 0.0,
-        });
+    let (health, notes) =
+        tokio::task::spawn_blocking(move || (backend.health(), backend.health_notes()))
+            .await
+            .unwrap_or((
+                BackendHealth {
+                    ready: false,
+                    running: 0,
+                    waiting: 0,
+                    kv_usage: 0.0,
+                },
+                Vec::new(),
+            ));
     let body = Health {
         status: if health.ready { "ok" } else { "unavailable" },
         running: health.running,
         waiting: health.waiting,
         kv_cache_usage: health.kv_usage,
+        notes,
     };
     if health.ready {
         return json_response(StatusCode::OK, &body);

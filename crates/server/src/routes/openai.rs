@@ -127,6 +127,12 @@ pub async fn models(State(state): State<AppState>) -> Response {
         let root = a.path.display().to_string();
         data.push(card(a.name, root, Some(base.clone())));
     }
+    for peer in state.backend().peer_models() {
+        data.push(ModelCard {
+            max_model_len: peer.max_model_len,
+            ..card(peer.id.clone(), peer.id, None)
+        });
+    }
     let body = ModelList {
         object: "list",
         data,

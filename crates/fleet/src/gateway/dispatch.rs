@@ -1,0 +1,127 @@
+//! [`dispatch`]: which model's routes answer a request. With one served model, all of them
+//! (as `kestrel serve` answers every request with its model). With several, a POST's JSON
+//! `model` picks them: an unknown name is a 404 (`model_not_found`), none at all a 400, since
+//! no request may be answered by a model its client did not ask for. Other requests (health,
+//! metrics, `/v1/models`, which lists every model, the playground) go to the first model's
+//! routes. Before any model is known: `/metrics`, the playground page, and 503 for the rest.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use kestrel_server::error::{ApiError, OpenAiError};
+use kestrel_server::ServerConfig;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Deserialize;
+use tower::ServiceExt;
+
+use super::models::Served;
+use super::GatewayShared;
+
+/// Answers `req` with the routes of the model it names.
+pub async fn dispatch(
+    shared: &GatewayShared,
+    http: &ServerConfig,
+    metrics: &PrometheusHandle,
+    req: Request,
+) -> Response {
+    let models = shared.models.all();
+    let Some(first) = models.first() else {
+        return before_any_model(metrics, req);
+    };
+    if models.len() == 1 || req.method() != Method::POST {
+        return answer(first, req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes =
+        match kestrel_server::extract::read_body(body, http.body_limit, http.body_read_timeout)
+            .await
+        {
+            Ok(bytes) => bytes,
+            Err(e) => return OpenAiError(e).into_response(),
+        };
+    let target = match named_model(&bytes) {
+        Named::Model(name) => match shared.models.get(&name) {
+            Some(served) => served,
+            None => return OpenAiError(ApiError::ModelNotFound(name)).into_response(),
+        },
+        // The routes' own parsing gives the precise error (and no model runs).
+        Named::NotJson => first.clone(),
+        Named::Nothing => {
+            return OpenAiError(ApiError::param(
+                "model",
+                format!(
+                    "this server serves {} models: name one in `model` (GET /v1/models lists them)",
+                    models.len()
+                ),
+            ))
+            .into_response()
+        }
+    };
+    answer(&target, Request::from_parts(parts, Body::from(bytes))).await
+}
+
+async fn answer(served: &Served, req: Request) -> Response {
+    match served.router.clone().oneshot(req).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// What a request body names.
+#[derive(Debug, PartialEq, Eq)]
+enum Named {
+    /// A JSON object whose `model` is this string.
+    Model(String),
+    /// A JSON object without a `model` string.
+    Nothing,
+    /// Not a JSON object: the routes' parsing refuses it with the precise error.
+    NotJson,
+}
+
+fn named_model(body: &[u8]) -> Named {
+    #[derive(Deserialize)]
+    struct Fields {
+        model: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<Fields>(body) {
+        Ok(Fields {
+            model: Some(serde_json::Value::String(name)),
+        }) => Named::Model(name),
+        Ok(_) => Named::Nothing,
+        Err(_) => Named::NotJson,
+    }
+}
+
+/// `/metrics`, the playground page, or 503 with `Retry-After`.
+fn before_any_model(metrics: &PrometheusHandle, req: Request) -> Response {
+    if req.uri().path() == "/metrics" {
+        return kestrel_server::metrics::render_with(metrics, None).into_response();
+    }
+    // The playground page loads (and shows the 503s of the API) before the model is known.
+    if let Some(page) = kestrel_server::routes::playground::respond(req.method(), req.uri().path())
+    {
+        return page;
+    }
+    OpenAiError(ApiError::Unavailable(
+        "no inference worker has announced a model yet; retry later".into(),
+    ))
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_is_read_from_a_json_object_only() {
+        let a = Named::Model("a".into());
+        assert_eq!(named_model(br#"{"model":"a","prompt":"x"}"#), a);
+        assert_eq!(named_model(br#"{"prompt":"x"}"#), Named::Nothing);
+        assert_eq!(named_model(br#"{"model":null}"#), Named::Nothing);
+        assert_eq!(named_model(br#"{"model":7}"#), Named::Nothing);
+        assert_eq!(named_model(br#""a""#), Named::NotJson);
+        assert_eq!(named_model(b"not json"), Named::NotJson);
+        assert_eq!(named_model(&[0xff, 0xfe]), Named::NotJson);
+    }
+}

@@ -21,6 +21,7 @@ SOURCES = [
 GATEWAY_SERIES = {
     "kestrel:gateway_queue_depth",
     "kestrel:gateway_live_workers",
+    "kestrel:gateway_refused_workers",
     "kestrel:gateway_redeliveries_total",
     "kestrel:gateway_requests_rejected_total",
     "kestrel:gateway_time_to_first_token_seconds",

@@ -8,6 +8,7 @@ mod bench_compare;
 mod chat_cli;
 mod cli;
 mod fleet;
+mod fleet_models;
 mod fleet_request_context;
 mod kv_dtype_cli;
 mod lora_cli;

@@ -108,7 +108,8 @@ pub async fn keep_loaded(
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let rebound = shared.registry.rebound.notified();
+        let _ = tokio::time::timeout(Duration::from_millis(200), rebound).await;
     }
 }
 

@@ -131,6 +131,8 @@ impl FleetView {
 #[derive(Default)]
 pub struct Registry {
     view: RwLock<FleetView>,
+    /// Signalled when a refresh finds the bindings changed.
+    pub rebound: tokio::sync::Notify,
 }
 
 impl Registry {
@@ -149,7 +151,11 @@ impl Registry {
         loop {
             match refresh(&redis, &keys).await {
                 Ok(seen) => {
+                    let changed = self.view().bound != seen.bound;
                     self.update(|v| apply(v, seen, Instant::now()));
+                    if changed {
+                        self.rebound.notify_waiters();
+                    }
                     let view = self.view();
                     export(&view);
                     refused_before = log_refusals(&view, refused_before);

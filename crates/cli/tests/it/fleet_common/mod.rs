@@ -130,22 +130,27 @@ impl Redis {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Pending (taken, unacknowledged) entries over every request stream.
+    /// Pending (taken, unacknowledged) entries over every request stream of every model.
     pub fn pending(&self) -> usize {
-        ["high", "normal", "low"]
+        self.request_streams()
             .iter()
-            .map(|b| {
-                let out = self.cli(&[
-                    "XPENDING",
-                    &format!("kestrel:requests:{b}"),
-                    "kestrel-workers",
-                ]);
+            .map(|stream| {
+                let out = self.cli(&["XPENDING", stream, "kestrel-workers"]);
                 out.lines()
                     .next()
                     .and_then(|l| l.trim().parse().ok())
                     .unwrap_or(0)
             })
             .sum()
+    }
+
+    /// Every request stream (`kestrel:requests:{model}:{band}`).
+    pub fn request_streams(&self) -> Vec<String> {
+        self.cli(&["--scan", "--pattern", "kestrel:requests:*"])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
     }
 }
 
@@ -212,8 +217,13 @@ fn address_of(p: &mut Proc) -> String {
 
 /// `kestrel serve` on the default model; returns the process and its address.
 pub fn serve(extra: &[&str]) -> (Proc, String) {
+    serve_on(&default_model(), extra)
+}
+
+/// `kestrel serve` on the model at `model`.
+pub fn serve_on(model: &Path, extra: &[&str]) -> (Proc, String) {
     let mut args: Vec<String> = vec!["serve".into(), "--model".into()];
-    args.push(default_model().to_string_lossy().into_owned());
+    args.push(model.to_string_lossy().into_owned());
     args.extend(
         [
             "--port",
@@ -255,10 +265,21 @@ pub fn worker_with_env(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> (Proc, String) {
+    worker_on(redis, id, &default_model(), extra, env)
+}
+
+/// [`worker_with_env`] on the model at `model`.
+pub fn worker_on(
+    redis: &Redis,
+    id: &str,
+    model: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, String) {
     let port = free_port();
     let mut args: Vec<String> = vec!["worker".into(), "--redis-url".into(), redis.url()];
     args.extend(["--worker-id", id, "--model"].map(String::from));
-    args.push(default_model().to_string_lossy().into_owned());
+    args.push(model.to_string_lossy().into_owned());
     args.extend(
         [
             "--threads",

@@ -5,7 +5,7 @@
 
 use crate::fleet_common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fleet_common::*;
@@ -54,7 +54,7 @@ fn complete(addr: &str, model: Option<&str>, prompt: &str, stream: bool) -> Resp
 }
 
 /// The greedy texts of [`PROMPTS`] from `kestrel serve` on `model`, served as `name`.
-fn reference(model: &PathBuf, name: &str) -> Vec<String> {
+fn reference(model: &Path, name: &str) -> Vec<String> {
     let (_serve, addr) = serve_on(model, &["--served-model-name", name]);
     PROMPTS
         .iter()
@@ -125,13 +125,7 @@ fn two_models_behind_one_gateway_each_answer_with_their_own_weights() {
     let redis = Redis::start();
     let (_gw, gw) = gateway(&redis, &[]);
     let (_wa, wa_metrics) = worker_on(&redis, "wa", &smol, &["--served-model-name", "a"], &[]);
-    let (mut wb, _) = worker_on(
-        &redis,
-        "wb",
-        &gemma(),
-        &["--served-model-name", "b"],
-        &[],
-    );
+    let (mut wb, _) = worker_on(&redis, "wb", &gemma(), &["--served-model-name", "b"], &[]);
     wait_live(&gw, &[("a", 1.0), ("b", 1.0)]);
     wait_for(LONG, "both models' routes", || {
         request(&gw, "GET", "/v1/models", "", LONG)
@@ -203,7 +197,10 @@ fn two_models_behind_one_gateway_each_answer_with_their_own_weights() {
             redis.cli(&["XLEN", &key]).trim() == "1"
         });
         let entry = redis.cli(&["XRANGE", &key, "-", "+"]);
-        assert!(entry.contains("Rejected") && entry.contains("not run"), "{entry}");
+        assert!(
+            entry.contains("Rejected") && entry.contains("not run"),
+            "{entry}"
+        );
         assert!(!entry.contains("Engine"), "a foreign job ran: {entry}");
     }
     let worker_scrape = scrape(&wa_metrics);
@@ -236,13 +233,7 @@ fn a_worker_announcing_a_served_name_over_other_weights_is_refused_until_the_fir
     let (_gw, gw) = gateway(&redis, &[]);
     let (mut w1, _) = worker_on(&redis, "w1", &smol, &["--served-model-name", "a"], &[]);
     wait_live(&gw, &[("a", 1.0)]);
-    let (_w2, w2_metrics) = worker_on(
-        &redis,
-        "w2",
-        &gemma(),
-        &["--served-model-name", "a"],
-        &[],
-    );
+    let (_w2, w2_metrics) = worker_on(&redis, "w2", &gemma(), &["--served-model-name", "a"], &[]);
     wait_for(LONG, "the gateway to refuse w2", || {
         labelled(&scrape(&gw), "kestrel:gateway_refused_workers", "a") == Some(1.0)
     });

@@ -30,6 +30,8 @@ fi
 
 # The official `openai` Python client against a real `kestrel serve`.
 tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
+# The same client against a gateway with workers of two different models, beside a serve of each.
+tests/python/run_fleet_client_test.sh target/release/kestrel || status=$?
 
 # The web playground (GET /) in a real headless Chromium (Debian's chromium and chromium-driver,
 # installed with apt when missing) against real servers.

@@ -1,0 +1,77 @@
+"""Drives a fleet of two models with the official `openai` client, beside a `kestrel serve` of
+each model, as a user's deployment would: every answer from the gateway must equal the answer
+of the serve of the model the request names.
+
+Usage: python3 test_fleet_clients.py GATEWAY_URL SERVE_A_URL SERVE_B_URL   (each ending in /v1)
+The gateway's workers serve model `a` (a model with a chat template) and `b` (one without);
+each serve runs the same file under the same name. Exits non-zero on the first failed check.
+"""
+
+import sys
+
+import openai
+
+PROMPTS = ["The capital of France is", "Water boils when"]
+MESSAGES = [{"role": "user", "content": "Say hello in one word."}]
+
+
+def completions(client: openai.OpenAI, model: str) -> list:
+    """Greedy texts of PROMPTS, each non-streamed and streamed."""
+    out = []
+    for prompt in PROMPTS:
+        done = client.completions.create(model=model, prompt=prompt, max_tokens=8, temperature=0)
+        assert done.model == model, (done.model, model)
+        streamed = "".join(
+            c.choices[0].text
+            for c in client.completions.create(
+                model=model, prompt=prompt, max_tokens=8, temperature=0, stream=True
+            )
+            if c.choices
+        )
+        out.append((done.choices[0].text, streamed))
+    return out
+
+
+def chat(client: openai.OpenAI, model: str):
+    """The greedy reply to MESSAGES, or the status and message of the refusal."""
+    try:
+        reply = client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=10, temperature=0
+        )
+        return ("ok", reply.choices[0].message.content)
+    except openai.APIStatusError as e:
+        return (e.status_code, e.message)
+
+
+def main() -> None:
+    gateway, serve_a, serve_b = (openai.OpenAI(base_url=u, api_key="unused") for u in sys.argv[1:4])
+    listed = sorted(m.id for m in gateway.models.list().data)
+    assert listed == ["a", "b"], listed
+
+    for model, serve in (("a", serve_a), ("b", serve_b)):
+        expected = completions(serve, model)
+        assert all(t == s for t, s in expected), expected
+        got = completions(gateway, model)
+        assert got == expected, (model, got, expected)
+        print(f"ok    completions for {model} equal its serve's: {[t for t, _ in got]}")
+        assert chat(gateway, model) == chat(serve, model), (model, chat(gateway, model))
+        print(f"ok    chat for {model} answers as its serve: {chat(gateway, model)}")
+
+    try:
+        gateway.completions.create(model="c", prompt="hi", max_tokens=2)
+        raise AssertionError("an unknown model was answered")
+    except openai.NotFoundError as e:
+        assert e.code == "model_not_found", e
+    print("ok    an unknown model is a 404 model_not_found")
+
+    try:
+        gateway.completions.create(model="a", prompt="hi", max_tokens=2, temperature=5)
+        raise AssertionError("temperature 5 was accepted")
+    except openai.BadRequestError as e:
+        assert e.param == "temperature", e
+    print("ok    a bad parameter is a 400 naming it")
+    print("fleet clients: all checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -54,14 +54,14 @@ impl FleetBackend {
             return Err(ApiError::Unavailable("the gateway is shutting down".into()));
         }
         let view = shared.registry.view();
-        if view.workers_of(&model.identity).next().is_none() {
+        if view.workers_of(model.identity()).next().is_none() {
             metrics::counter!(REQUESTS_REJECTED_TOTAL, "reason" => "no_workers").increment(1);
             return Err(ApiError::Unavailable(format!(
                 "no inference worker of model `{}` is alive; retry later",
-                model.identity.name
+                model.identity().name
             )));
         }
-        let depth = view.depth_of(&model.identity);
+        let depth = view.depth_of(model.identity());
         let limit = shared.config.max_queue_len;
         if depth >= limit {
             metrics::counter!(REQUESTS_REJECTED_TOTAL, "reason" => "queue_full").increment(1);
@@ -80,7 +80,7 @@ impl Backend for FleetBackend {
         let shared = &self.shared;
         let number = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-{number}", shared.gateway_id);
-        let job = Job::new(id, &model.identity, &req, rand::random())
+        let job = Job::new(id, model.identity(), &req, rand::random())
             .with_request_id(request_id::current_string());
         let (tx, rx) = unbounded_channel();
         // A first-token objective is checked by the worker's engine: the client's response
@@ -93,7 +93,7 @@ impl Backend for FleetBackend {
             None => (None, None),
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
-        let identity = model.identity.clone();
+        let identity = model.identity().clone();
         self.runtime
             .spawn(relay(shared.clone(), identity, job, tx, admit));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
@@ -146,14 +146,14 @@ impl Backend for FleetBackend {
     }
 
     fn peer_models(&self) -> Vec<PeerModel> {
-        let own = self.model.as_ref().map(|m| m.identity.name.as_str());
+        let own = self.model.as_ref().map(|m| m.identity().name.as_str());
         self.shared
             .models
             .all()
             .into_iter()
-            .filter(|m| Some(m.slot.identity.name.as_str()) != own)
+            .filter(|m| Some(m.slot.identity().name.as_str()) != own)
             .map(|m| PeerModel {
-                id: m.slot.identity.name.clone(),
+                id: m.slot.identity().name.clone(),
                 max_model_len: m.slot.descriptor.max_total_tokens,
             })
             .collect()

@@ -24,11 +24,18 @@ use crate::FleetError;
 
 /// What a model's requests are prepared with.
 pub struct ModelSlot {
-    pub identity: ModelIdentity,
+    /// The model's descriptor, its identity included.
     pub descriptor: ModelDescriptor,
     /// Compiles structured-output grammars against the model, so a bad schema is a 400 at
     /// the gateway (`None`: the model's vocabulary cannot be constrained).
     pub constraints: Option<Arc<ConstraintFactory>>,
+}
+
+impl ModelSlot {
+    /// The model's name and fingerprint.
+    pub fn identity(&self) -> &ModelIdentity {
+        &self.descriptor.identity
+    }
 }
 
 /// A served model and its routes.
@@ -64,7 +71,7 @@ impl ServedModels {
     }
 
     fn identity_of(&self, name: &str) -> Option<ModelIdentity> {
-        self.read().get(name).map(|s| s.slot.identity.clone())
+        self.read().get(name).map(|s| s.slot.identity().clone())
     }
 }
 
@@ -135,7 +142,6 @@ async fn load(
     let width = descriptor.request_limits.vocab_size;
     let constraints = kestrel_server::constraint::factory(&model.tokenizer, width);
     let slot = Arc::new(ModelSlot {
-        identity: identity.clone(),
         descriptor,
         constraints,
     });

@@ -151,8 +151,8 @@ impl Registry {
         loop {
             match refresh(&redis, &keys).await {
                 Ok(seen) => {
-                    let changed = self.view().bound != seen.bound;
-                    self.update(|v| apply(v, seen, Instant::now()));
+                    let mut changed = false;
+                    self.update(|v| changed = apply(v, seen, Instant::now()));
                     if changed {
                         self.rebound.notify_waiters();
                     }
@@ -177,8 +177,9 @@ struct Seen {
     depth: HashMap<ModelIdentity, [usize; 3]>,
 }
 
-/// Folds a reading into the view, tracking since when each identity has had no worker.
-fn apply(view: &mut FleetView, seen: Seen, now: Instant) {
+/// Folds a reading into the view, tracking since when each identity has had no worker;
+/// true when the bindings changed.
+fn apply(view: &mut FleetView, seen: Seen, now: Instant) -> bool {
     let known: HashSet<ModelIdentity> = view
         .gone_since
         .keys()
@@ -202,11 +203,13 @@ fn apply(view: &mut FleetView, seen: Seen, now: Instant) {
         };
         gone_since.insert(model, since);
     }
+    let rebound = view.bound != seen.bound;
     view.workers = seen.workers;
     view.bound = seen.bound;
     view.depth = seen.depth;
     view.gone_since = gone_since;
     view.redis_ok = true;
+    rebound
 }
 
 /// Sets the gateway's gauges from `view`.

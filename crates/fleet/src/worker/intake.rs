@@ -51,7 +51,7 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
                     let _ = crate::redis_io::ensure_groups(
                         &shared.redis,
                         &shared.keys,
-                        &shared.identity,
+                        shared.identity(),
                     )
                     .await;
                 }
@@ -109,7 +109,7 @@ async fn read_group(
     }
     cmd.arg("STREAMS");
     for band in bands {
-        cmd.arg(shared.keys.requests(&shared.identity, *band));
+        cmd.arg(shared.keys.requests(shared.identity(), *band));
     }
     for _ in bands {
         cmd.arg(">");
@@ -120,7 +120,7 @@ async fn read_group(
         let Some(band) = bands
             .iter()
             .copied()
-            .find(|b| shared.keys.requests(&shared.identity, *b) == key.key)
+            .find(|b| shared.keys.requests(shared.identity(), *b) == key.key)
         else {
             continue;
         };

@@ -109,8 +109,9 @@ impl Jobs {
     }
 
     /// Starts `job` (its `attempt`-th delivery) from `entry`. A job prepared for another model
-    /// identity, a cancelled, invalid or engine-refused job ends here; the rest run in their own task, in a `job` span naming
-    /// the request and the client's `request_id` (so every log line of the job carries both).
+    /// identity, a cancelled, invalid or engine-refused job ends here; the rest run in their
+    /// own task, in a `job` span naming the request and the client's `request_id` (so every
+    /// log line of the job carries both).
     pub async fn start(self: &Arc<Self>, entry: Entry, job: Job, attempt: u32) {
         let span = tracing::info_span!(
             "job",

@@ -84,7 +84,7 @@ pub(crate) struct WorkerShared {
     keys: Keys,
     worker_id: String,
     engine: EngineHandle,
-    identity: ModelIdentity,
+    /// The model's descriptor, its identity included.
     descriptor: ModelDescriptor,
     max_num_seqs: usize,
     stopping: AtomicBool,
@@ -97,13 +97,18 @@ impl WorkerShared {
         self.stopping.load(Ordering::Acquire)
     }
 
+    /// The model this worker serves.
+    fn identity(&self) -> &ModelIdentity {
+        &self.descriptor.identity
+    }
+
     /// Records `claim`, logging and exporting a change.
     fn record_claim(&self, claim: Claim) {
         let mut last = self.claim.lock().unwrap_or_else(|p| p.into_inner());
         if last.as_ref() == Some(&claim) {
             return;
         }
-        let me = &self.identity;
+        let me = self.identity();
         match &claim {
             Claim::Bound => tracing::info!(model = %me, "serving the model"),
             Claim::TookOver { from } => tracing::warn!(
@@ -145,14 +150,13 @@ impl Worker {
             .map_err(|e| FleetError::Model(format!("hashing the weights failed: {e}")))?
             .map_err(|e| FleetError::Model(e.to_string()))?;
         let identity = crate::identity::identify(launched, &digest, &config.load)?;
-        let descriptor = crate::descriptor::describe(launched, identity.clone())?;
         ensure_groups(&redis, &config.keys, &identity).await?;
+        let descriptor = crate::descriptor::describe(launched, identity)?;
         let shared = Arc::new(WorkerShared {
             keys: config.keys.clone(),
             worker_id: config.worker_id.clone(),
             max_num_seqs: launched.engine.config().max_num_seqs,
             engine: launched.engine.clone(),
-            identity,
             descriptor,
             redis,
             config,
@@ -165,7 +169,7 @@ impl Worker {
 
     /// The identity this worker serves.
     pub fn identity(&self) -> &ModelIdentity {
-        &self.shared.identity
+        self.shared.identity()
     }
 
     /// Takes and runs work until `shutdown` resolves; then takes no more, lets running jobs
@@ -181,7 +185,7 @@ impl Worker {
             shared.engine.clone(),
             shared.redis.conn(),
             shared.keys.clone(),
-            shared.identity.clone(),
+            shared.identity().clone(),
             shared.worker_id.clone(),
             shared.config.result_ttl,
         );
@@ -226,11 +230,11 @@ async fn announce_model(shared: &WorkerShared) -> Result<(), redis::RedisError> 
     let json = serde_json::to_string(&shared.descriptor).unwrap_or_default();
     let mut conn = shared.redis.conn();
     redis::cmd("SET")
-        .arg(shared.keys.model(&shared.identity))
+        .arg(shared.keys.model(shared.identity()))
         .arg(json)
         .query_async::<()>(&mut conn)
         .await?;
-    let claim = crate::binding::claim(&shared.redis, &shared.keys, &shared.identity).await?;
+    let claim = crate::binding::claim(&shared.redis, &shared.keys, shared.identity()).await?;
     shared.record_claim(claim);
     Ok(())
 }

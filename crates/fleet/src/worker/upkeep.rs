@@ -47,7 +47,7 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
     let stats = shared.engine.stats();
     let status = WorkerStatus {
         worker_id: shared.worker_id.clone(),
-        model: shared.identity.clone(),
+        model: shared.identity().clone(),
         max_num_seqs: shared.max_num_seqs,
         active: jobs.len(),
         running: stats.running,
@@ -65,11 +65,11 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
         .query_async::<()>(&mut conn)
         .await?;
     let known: bool = redis::cmd("EXISTS")
-        .arg(shared.keys.model(&shared.identity))
+        .arg(shared.keys.model(shared.identity()))
         .query_async(&mut conn)
         .await?;
     if known {
-        let claim = crate::binding::claim(&shared.redis, &shared.keys, &shared.identity).await?;
+        let claim = crate::binding::claim(&shared.redis, &shared.keys, shared.identity()).await?;
         shared.record_claim(claim);
     } else {
         super::announce_model(shared).await?;
@@ -85,7 +85,7 @@ async fn touch(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
             continue;
         }
         redis::cmd("XCLAIM")
-            .arg(shared.keys.requests(&shared.identity, band))
+            .arg(shared.keys.requests(shared.identity(), band))
             .arg(shared.keys.group())
             .arg(&shared.worker_id)
             .arg(0)
@@ -123,7 +123,7 @@ async fn reclaim(shared: &Arc<WorkerShared>, jobs: &Arc<Jobs>) -> Result<(), Red
         if free == 0 {
             return Ok(());
         }
-        let stream = shared.keys.requests(&shared.identity, band);
+        let stream = shared.keys.requests(shared.identity(), band);
         let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
             .arg(&stream)
             .arg(shared.keys.group())

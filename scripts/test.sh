@@ -22,6 +22,9 @@ export KESTREL_GEMMA3_270M
 echo "gemma 3 270m: $KESTREL_GEMMA3_270M"
 
 status=0
+# Lints: every clippy warning in every crate, tests and benches included, fails the suite.
+cargo clippy --workspace --all-targets --locked -- -D warnings || status=$?
+
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --release --locked --workspace --no-fail-fast "$@" || status=$?
 else

@@ -2,7 +2,7 @@
 # Side-by-side speed of Kestrel and llama.cpp on a random-weight Mixtral-shape GGUF (8 experts,
 # top-2, about 1.06 B parameters; scripts/make_mixtral_gguf.py), same machine, same threads, in
 # one run (scripts/bench_side_by_side.py: alternating rounds, medians, STREAM triad before and
-# after). Appends a dated markdown section to OUT.md (default docs/benchmarks.md).
+# after). Appends a dated markdown section to OUT.md (default: a new dated file under docs/benchmarks/).
 #
 #   scripts/bench_moe_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [OUT.md]
 #
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin_dir=${1:?usage: $0 LLAMA_CPP_BIN_DIR [OUT.md]}
-out=${2:-docs/benchmarks.md}
+out=${2:-docs/benchmarks/$(date +%F)-moe-vs-llamacpp.md}
 pp=${PP:-128}
 types=${TYPES:-q4_0 q8_0}
 work=${WORK_DIR:-/tmp/kestrel-bench}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serving throughput, side by side: `kestrel bench` against `kestrel serve` and against
 # llama.cpp's `llama-server` (same model file, same threads, -np equal to the concurrency),
-# at several concurrency levels, in one run. Appends a markdown table to docs/benchmarks.md and
+# at several concurrency levels, in one run. Appends a markdown table to a dated file under docs/benchmarks/ and
 # writes each run's latency and throughput plots to docs/plots/serving_<server>_c<level>.svg.
 #
 #   scripts/bench_serving.sh LLAMA_CPP_BIN_DIR [MODEL.gguf]
@@ -78,7 +78,7 @@ for c in levels.split():
                  f"{l['ttft_ms']['median_ms']:.0f} / {l['ttft_ms']['p99_ms']:.0f} | {krss / 1024:.0f} | {lrss / 1024:.0f} |")
 report = "\n".join(lines) + "\n"
 print(report)
-out = "docs/benchmarks.md"
-existing = open(out).read() if os.path.exists(out) else "# Benchmarks\n"
+out = datetime.date.today().strftime("docs/benchmarks/%Y-%m-%d-serving.md")
+existing = open(out).read() if os.path.exists(out) else ""
 open(out, "w").write(existing.rstrip() + "\n\n" + report)
 PY

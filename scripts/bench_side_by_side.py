@@ -141,7 +141,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--kestrel", default="./target/release/kestrel")
-    ap.add_argument("--out", default="docs/benchmarks.md")
+    ap.add_argument("--out", default=datetime.date.today().strftime("docs/benchmarks/%Y-%m-%d-side-by-side.md"))
     ap.add_argument("--title", default="Kestrel vs llama.cpp")
     ap.add_argument("--note", default="")
     ap.add_argument("--threads", type=int, default=2)

@@ -8,7 +8,7 @@
 #    sending `ttft_slo_ms` = SLO_MS, twice on fresh servers: once with the admission check (the
 #    default) and once with `--no-slo-admission`. Goodput counts requests whose TTFT met SLO_MS
 #    (`--goodput ttft:SLO_MS`); refused requests (429) count as failures, not as goodput.
-# Appends a markdown table to docs/benchmarks.md and writes the runs' plots to docs/plots/.
+# Appends a markdown table to a dated file under docs/benchmarks/ and writes the runs' plots to docs/plots/.
 #
 # Env: THREADS=2, SLO_MS=2000, OVERLOAD=2, NUM_PROMPTS=120, INPUT_LEN=128, OUTPUT_LEN=32,
 #      CAPACITY_CONCURRENCY=8, PORT=8411.
@@ -99,7 +99,7 @@ lines += ["", "Latency distributions and throughput over time: "
           "[without it](plots/slo_admission_no_admission.svg)."]
 report = "\n".join(lines) + "\n"
 print(report)
-out = "docs/benchmarks.md"
-existing = open(out).read() if os.path.exists(out) else "# Benchmarks\n"
+out = datetime.date.today().strftime("docs/benchmarks/%Y-%m-%d-slo-admission.md")
+existing = open(out).read() if os.path.exists(out) else ""
 open(out, "w").write(existing.rstrip() + "\n\n" + report)
 PY

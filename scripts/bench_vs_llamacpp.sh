@@ -2,7 +2,7 @@
 # Side-by-side speed of Kestrel and llama.cpp on the same GGUF files, same machine, same threads,
 # in one run (scripts/bench_side_by_side.py: alternating rounds, medians, STREAM triad before
 # and after, the llama.cpp version). Appends a dated markdown section to OUT.md (default
-# docs/benchmarks.md).
+# a new dated file under docs/benchmarks/; docs/benchmarks.md links the current runs).
 #
 #   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [OUT.md]
 #   BIG=1 scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [OUT.md]   # also the 3B shape
@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin_dir=${1:?usage: $0 LLAMA_CPP_BIN_DIR [OUT.md]}
-out=${2:-docs/benchmarks.md}
+out=${2:-docs/benchmarks/$(date +%F)-vs-llamacpp.md}
 tiny_pp=${TINY_PP:-512}
 big_pp=${BIG_PP:-512}
 work=${WORK_DIR:-/tmp/kestrel-bench}

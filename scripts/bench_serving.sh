@@ -66,7 +66,7 @@ def get(r, *path):
 lines = [f"### Serving: {os.path.basename(model)}, {threads} threads, prompts ~{in_len} tokens, {out_len} output tokens ({datetime.date.today()})",
          "",
          "`kestrel bench` against each server in turn; llama-server runs with `-np` equal to the concurrency. "
-         f"Plots: docs/plots/serving_kestrel_c<level>.svg, e.g. [concurrency {levels.split()[-1]}](plots/serving_kestrel_c{levels.split()[-1]}.svg).",
+         f"Plots: docs/plots/serving_kestrel_c<level>.svg, e.g. [concurrency {levels.split()[-1]}](../plots/serving_kestrel_c{levels.split()[-1]}.svg).",
          "",
          "| concurrency | Kestrel out tok/s | llama.cpp out tok/s | ratio | Kestrel TTFT p50 / p99 ms | llama.cpp TTFT p50 / p99 ms | Kestrel peak RSS MiB | llama.cpp peak RSS MiB |",
          "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -95,8 +95,8 @@ for name, label in [("admission", "on (default)"), ("no_admission", "off (`--no-
                  f"{g.get('request_goodput', 0):.2f} | {r['ttft_ms']['median_ms']:.0f} / {r['ttft_ms']['p99_ms']:.0f} | "
                  f"{r['output_throughput']:.1f} | {counters} |")
 lines += ["", "Latency distributions and throughput over time: "
-          "[with the check](plots/slo_admission_admission.svg), "
-          "[without it](plots/slo_admission_no_admission.svg)."]
+          "[with the check](../plots/slo_admission_admission.svg), "
+          "[without it](../plots/slo_admission_no_admission.svg)."]
 report = "\n".join(lines) + "\n"
 print(report)
 out = datetime.date.today().strftime("docs/benchmarks/%Y-%m-%d-slo-admission.md")

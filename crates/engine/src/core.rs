@@ -42,7 +42,7 @@ use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::sampling::SamplerScratch;
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
-use crate::spec::{verify_drafts, SpecCounters, Speculator};
+use crate::speculative::{verify_drafts, SpecCounters, Speculator};
 use crate::ttft_predictor::{StepSample, TtftPredictor};
 
 /// A shared decoder usable where the output module wants a sized [`TokenDecoder`].
@@ -135,7 +135,7 @@ impl EngineCore {
         })
     }
 
-    /// The same core decoding speculatively with `speculator` (see [`crate::spec`]).
+    /// The same core decoding speculatively with `speculator` (see [`crate::speculative`]).
     pub fn with_speculator(mut self, speculator: Speculator) -> Self {
         self.spec = Some(speculator);
         self

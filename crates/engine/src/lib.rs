@@ -32,8 +32,8 @@
 //! * [`ttft_predictor`] — [`ttft_predictor::TtftPredictor`]: the first-token latency a new
 //!   request would see, from the queue ahead of it and the measured step costs; requests with a
 //!   first-token objective it cannot meet are refused at admission.
-//! * [`spec`] — speculative decoding: n-gram and draft-model proposers, draft verification by
-//!   rejection sampling, back-off under load.
+//! * [`speculative`] — speculative decoding: n-gram and draft-model proposers, draft
+//!   verification by rejection sampling, back-off under load.
 
 // Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -58,5 +58,5 @@ pub mod prompt_pass;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;
-pub mod spec;
+pub mod speculative;
 pub mod ttft_predictor;

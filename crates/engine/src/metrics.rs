@@ -223,7 +223,7 @@ pub fn describe() {
         Unit::Count,
         "Idle KV checks that found a leaked block or a broken invariant"
     );
-    crate::spec::describe_metrics();
+    crate::speculative::describe_metrics();
 }
 
 /// Turns the scheduler's cumulative counters into counter increments, and sets the gauges.

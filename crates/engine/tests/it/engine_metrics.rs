@@ -305,7 +305,7 @@ fn window_releases_are_counted_and_the_usage_gauge_stays_bounded() {
 
 #[test]
 fn speculative_decoding_counters_are_recorded_under_vllm_names() {
-    use kestrel_engine::spec::{NgramProposer, SpeculativeConfig, Speculator};
+    use kestrel_engine::speculative::{NgramProposer, SpeculativeConfig, Speculator};
     let recorder = TestRecorder::default();
     let cfg = EngineConfig {
         max_num_seqs: 8,

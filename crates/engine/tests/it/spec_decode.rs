@@ -16,7 +16,7 @@ use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError,
 use kestrel_engine::mock_executor::{reference_generate, reference_next_token, MockExecutor};
 use kestrel_engine::request::{FinishReason, RequestId};
 use kestrel_engine::sampling::SamplingParams;
-use kestrel_engine::spec::{
+use kestrel_engine::speculative::{
     DraftSeq, NgramProposer, Proposer, SpecCounters, SpeculativeConfig, Speculator,
 };
 

@@ -374,7 +374,7 @@ impl EngineCore {
         }
         let mut out = self.scheduler.schedule();
         if let Some(spec) = &mut self.spec {
-            spec.propose(&mut out, &self.scheduler, self.executor.vocab_size());
+            spec.propose(&mut out, &mut self.scheduler, self.executor.vocab_size());
         }
         let computed = out.num_batched_tokens();
         if !out.is_empty() {
@@ -555,7 +555,7 @@ impl EngineCore {
                 )
                 .map(|accepted| {
                     if let Some(spec) = &mut self.spec {
-                        spec.record(id, drafts.len(), accepted);
+                        spec.record(req.spec_state_mut(), drafts.len(), accepted);
                     }
                 })
             };

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::adapter_id::AdapterId;
+use crate::model_failure::ModelFailure;
 use crate::request::FinishReason;
 use crate::sampling::{Logprobs, SamplingParamError, SamplingParams};
 
@@ -250,15 +251,17 @@ pub enum EngineEvent {
     Failed(EngineFailure),
 }
 
-/// Why a request ended without finishing normally.
+/// Why a request ended without finishing normally (the engine ends it with
+/// [`FinishReason::Error`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum EngineFailure {
     #[error("request waited longer than the queue timeout ({0:?})")]
     QueueTimeout(Duration),
     #[error("the prompt and max_tokens ({0} tokens) do not fit in the KV cache")]
     TooLong(usize),
+    /// The model step failed the request; the cause is typed.
     #[error("the model failed: {0}")]
-    Model(String),
+    Model(#[from] ModelFailure),
     #[error("internal engine error: {0}")]
     Internal(String),
     /// The request's LoRA adapter was unloaded meanwhile, or cannot be made resident.
@@ -278,6 +281,22 @@ pub enum EngineFailure {
         /// The request's objective.
         objective_ms: u64,
     },
+}
+
+impl EngineFailure {
+    /// A stable label for the failure's kind (the `cause` label of
+    /// `kestrel:request_failures_total`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EngineFailure::QueueTimeout(_) => "queue_timeout",
+            EngineFailure::TooLong(_) => "too_long",
+            EngineFailure::Model(_) => "model",
+            EngineFailure::Internal(_) => "internal",
+            EngineFailure::Adapter(_) => "adapter",
+            EngineFailure::ShuttingDown => "shutting_down",
+            EngineFailure::SloUnattainable { .. } => "slo_unattainable",
+        }
+    }
 }
 
 /// Why `submit` refused a request outright.

@@ -34,6 +34,7 @@ use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::kv::KvLeak;
 use crate::lora_metrics::LoraRecorder;
+use crate::model_failure::ModelFailure;
 use crate::metrics::{
     record_config, record_idle_check, record_iteration, record_iteration_times,
     record_slo_rejected, ExpertRecorder, StepRecorder,
@@ -429,7 +430,7 @@ impl EngineCore {
         let started = Instant::now();
         let forward = self
             .execute_with_masks(out, &mut logits)
-            .map_err(|e| EngineFailure::Model(e.to_string()));
+            .map_err(|e| EngineFailure::Model(e.into()));
         let sampling = Instant::now();
         let result = forward.and_then(|()| self.sample_batch(out, &mut logits));
         self.logits = logits;
@@ -518,10 +519,10 @@ impl EngineCore {
     ) -> Result<(), EngineFailure> {
         let rows = out.batch.num_logits();
         if batch.vocab == 0 || batch.num_rows() != rows {
-            return Err(EngineFailure::Model(format!(
-                "executor returned {} logits rows for {rows} rows wanted",
-                batch.num_rows(),
-            )));
+            return Err(EngineFailure::Model(ModelFailure::LogitsRows {
+                returned: batch.num_rows(),
+                wanted: rows,
+            }));
         }
         let vocab = batch.vocab;
         self.emitted.clear();
@@ -568,7 +569,7 @@ impl EngineCore {
             self.emitted_counts.push(self.emitted.len() - before);
         }
         for (id, e) in failed {
-            self.fail(id, EngineFailure::Model(format!("sampling failed: {e}")));
+            self.fail(id, EngineFailure::Model(e.into()));
         }
         Ok(())
     }
@@ -602,9 +603,10 @@ impl EngineCore {
         }
     }
 
-    /// Ends request `id` because the server gave up: frees its blocks and sends `Failed`.
+    /// Ends request `id` because the engine failed it ([`FinishReason::Error`]): frees its
+    /// blocks and sends `Failed` with the cause.
     fn fail(&mut self, id: RequestId, failure: EngineFailure) {
-        if let Some(req) = self.scheduler.abort(id) {
+        if let Some(req) = self.scheduler.fail(id) {
             req.into_generation().fail(failure);
         }
     }

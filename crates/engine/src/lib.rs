@@ -13,6 +13,8 @@
 //! * [`scheduler`] — the continuous-batching [`scheduler::Scheduler`]: `schedule` returns a
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
 //!   applies sampled tokens.
+//! * [`model_failure`] — [`model_failure::ModelFailure`]: the typed cause of a request the
+//!   model step failed (forward pass, logits, sampling, structured output).
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
 //! * [`prompt_pass`] — one-off passes over a prompt (embeddings, prompt logprobs), KV blocks
 //!   lent per call.
@@ -53,6 +55,7 @@ pub mod logit_bias;
 pub mod lora_metrics;
 pub mod metrics;
 pub mod mock_executor;
+pub mod model_failure;
 pub mod output;
 pub mod prompt_pass;
 pub mod request;

@@ -39,6 +39,9 @@ pub enum FinishReason {
     Length,
     /// The client went away or the server gave up on the request.
     Abort,
+    /// The engine failed the request (its typed cause went out in
+    /// [`crate::api::EngineEvent::Failed`]); never the reason of a `Finished` event.
+    Error,
 }
 
 impl FinishReason {
@@ -48,6 +51,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
         }
     }
 }

@@ -417,6 +417,12 @@ impl Scheduler {
         self.finish(id, FinishReason::Abort)
     }
 
+    /// Ends request `id` because the engine failed it: [`Scheduler::finish`] with
+    /// [`FinishReason::Error`].
+    pub fn fail(&mut self, id: RequestId) -> Option<Request> {
+        self.finish(id, FinishReason::Error)
+    }
+
     /// Decides the next step: which requests run and how many tokens each.
     pub fn schedule(&mut self) -> SchedulerOutput {
         let mut step = Step {

@@ -251,8 +251,7 @@ pub enum EngineEvent {
     Failed(EngineFailure),
 }
 
-/// Why a request ended without finishing normally (the engine ends it with
-/// [`FinishReason::Error`]).
+/// Why a request ended without finishing normally (see [`EngineFailure::finish_reason`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum EngineFailure {
     #[error("request waited longer than the queue timeout ({0:?})")]
@@ -297,6 +296,16 @@ impl EngineFailure {
             EngineFailure::SloUnattainable { .. } => "slo_unattainable",
         }
     }
+
+    /// How a live request that fails this way ends: [`FinishReason::Abort`] when the server
+    /// gave up on it (its queue time ran out, the engine is shutting down),
+    /// [`FinishReason::Error`] when something failed.
+    pub fn finish_reason(&self) -> FinishReason {
+        match self {
+            EngineFailure::QueueTimeout(_) | EngineFailure::ShuttingDown => FinishReason::Abort,
+            _ => FinishReason::Error,
+        }
+    }
 }
 
 /// Why `submit` refused a request outright.
@@ -334,4 +343,25 @@ pub struct EngineStats {
     pub kv_idle_checks_total: u64,
     #[serde(default)]
     pub kv_idle_check_failures_total: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model_failure::ModelFailure;
+    use crate::sampling::SampleError;
+
+    #[test]
+    fn failures_end_as_errors_and_the_server_giving_up_as_aborts() {
+        let model = EngineFailure::from(ModelFailure::from(SampleError::NoFiniteLogits));
+        assert_eq!(model.finish_reason(), FinishReason::Error);
+        assert_eq!(model.kind(), "model");
+        assert_eq!(
+            EngineFailure::Internal("x".into()).finish_reason(),
+            FinishReason::Error
+        );
+        let timeout = EngineFailure::QueueTimeout(Duration::from_secs(1));
+        assert_eq!(timeout.finish_reason(), FinishReason::Abort);
+        assert_eq!(EngineFailure::ShuttingDown.finish_reason(), FinishReason::Abort);
+    }
 }

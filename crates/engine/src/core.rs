@@ -603,10 +603,10 @@ impl EngineCore {
         }
     }
 
-    /// Ends request `id` because the engine failed it ([`FinishReason::Error`]): frees its
-    /// blocks and sends `Failed` with the cause.
+    /// Ends request `id` with `failure` (as [`EngineFailure::finish_reason`] says: `Error`, or
+    /// `Abort` when the server gave up): frees its blocks and sends `Failed` with the cause.
     fn fail(&mut self, id: RequestId, failure: EngineFailure) {
-        if let Some(req) = self.scheduler.fail(id) {
+        if let Some(req) = self.scheduler.finish(id, failure.finish_reason()) {
             req.into_generation().fail(failure);
         }
     }

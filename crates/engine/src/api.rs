@@ -362,6 +362,9 @@ mod tests {
         );
         let timeout = EngineFailure::QueueTimeout(Duration::from_secs(1));
         assert_eq!(timeout.finish_reason(), FinishReason::Abort);
-        assert_eq!(EngineFailure::ShuttingDown.finish_reason(), FinishReason::Abort);
+        assert_eq!(
+            EngineFailure::ShuttingDown.finish_reason(),
+            FinishReason::Abort
+        );
     }
 }

@@ -34,11 +34,11 @@ use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::kv::KvLeak;
 use crate::lora_metrics::LoraRecorder;
-use crate::model_failure::ModelFailure;
 use crate::metrics::{
     record_config, record_idle_check, record_iteration, record_iteration_times,
     record_slo_rejected, ExpertRecorder, StepRecorder,
 };
+use crate::model_failure::ModelFailure;
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::sampling::SamplerScratch;

@@ -61,6 +61,9 @@ mod tests {
         let json = serde_json::to_string(&grammar).unwrap();
         let back: ModelFailure = serde_json::from_str(&json).unwrap();
         assert_eq!(back, grammar);
-        assert_eq!(back.to_string(), "structured output: invalid regex: unbalanced");
+        assert_eq!(
+            back.to_string(),
+            "structured output: invalid regex: unbalanced"
+        );
     }
 }

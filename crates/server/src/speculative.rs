@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use kestrel_engine::speculative::{DraftModelProposer, NgramProposer, SpeculativeConfig, Speculator};
+use kestrel_engine::speculative::{
+    DraftModelProposer, NgramProposer, SpeculativeConfig, Speculator,
+};
 use kestrel_model::runner::KvSpec;
 use kestrel_model::tokenizer::Tokenizer;
 use kestrel_model::{LoadedModel, ModelRunner, ThreadPool};

@@ -9,9 +9,9 @@
 //! Sampling then only applies the ready masks ([`crate::request::Generation::sample`]).
 
 use crate::api::EngineFailure;
-use crate::model_failure::ModelFailure;
 use crate::constraint::{ConstraintMatcher, GrammarSpec};
 use crate::executor::{BatchOutput, ExecutorError};
+use crate::model_failure::ModelFailure;
 use crate::request::{Request, RequestId};
 use crate::scheduler::SchedulerOutput;
 
@@ -30,10 +30,9 @@ impl EngineCore {
         let Some(spec) = spec else {
             return Ok(());
         };
-        let factory = self
-            .constraints
-            .as_ref()
-            .ok_or(EngineFailure::Model(ModelFailure::StructuredOutputUnavailable))?;
+        let factory = self.constraints.as_ref().ok_or(EngineFailure::Model(
+            ModelFailure::StructuredOutputUnavailable,
+        ))?;
         let matcher = factory
             .compile(spec)
             .map_err(|e| EngineFailure::Model(ModelFailure::Grammar(e)))?;

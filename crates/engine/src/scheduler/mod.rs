@@ -53,9 +53,7 @@ pub use scheduler_error::SchedulerError;
 
 use crate::adapter_id::AdapterId;
 use crate::executor::{BatchInput, SeqBatch};
-use crate::kv::{
-    AttentionWindow, ComputedBlocks, KvCacheConfig, KvCacheManager, PrefixCacheStats,
-};
+use crate::kv::{AttentionWindow, ComputedBlocks, KvCacheConfig, KvCacheManager, PrefixCacheStats};
 use crate::request::{FinishReason, Request, RequestId, RequestStatus};
 
 /// Counters for metrics.
@@ -602,7 +600,8 @@ impl Scheduler {
         if let Some(req) = self.requests.get_mut(&victim) {
             self.kv.free(req);
             req.mark_preempted();
-            self.waiting.push_front(victim, self.policy.queue_class(req));
+            self.waiting
+                .push_front(victim, self.policy.queue_class(req));
         }
         step.unschedule(victim);
         step.preempted.push(victim);

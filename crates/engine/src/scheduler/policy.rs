@@ -57,8 +57,7 @@ pub trait SchedulingPolicy: fmt::Debug + Send {
     /// The running request to preempt, among `running` (in admission order): for KV space when
     /// `admitting` is `None`, else to make room for the waiting request `admitting`. `None`:
     /// no request may be preempted.
-    fn pick_victim(&self, running: &[&Request], admitting: Option<&Request>)
-        -> Option<RequestId>;
+    fn pick_victim(&self, running: &[&Request], admitting: Option<&Request>) -> Option<RequestId>;
 
     /// Whether admitting `req` waits for a later step, given what this step admitted so far.
     fn defer_admission(&self, req: &Request, admission: &AdmissionState) -> bool;
@@ -96,11 +95,7 @@ impl SchedulingPolicy for PriorityFcfs {
         req.priority()
     }
 
-    fn pick_victim(
-        &self,
-        running: &[&Request],
-        admitting: Option<&Request>,
-    ) -> Option<RequestId> {
+    fn pick_victim(&self, running: &[&Request], admitting: Option<&Request>) -> Option<RequestId> {
         let below = admitting.map(Request::priority);
         let candidates = || {
             running
@@ -160,7 +155,12 @@ mod tests {
     #[test]
     fn the_victim_is_the_lowest_priority_then_the_latest_arrival() {
         let p = PriorityFcfs::new(None);
-        let (a, b, c, d) = (req(1, 0, 0, 0), req(2, 5, 1, 0), req(3, 5, 2, 0), req(4, 0, 3, 0));
+        let (a, b, c, d) = (
+            req(1, 0, 0, 0),
+            req(2, 5, 1, 0),
+            req(3, 5, 2, 0),
+            req(4, 0, 3, 0),
+        );
         assert_eq!(p.pick_victim(&[&a, &b, &c, &d], None), Some(3));
         assert_eq!(p.pick_victim(&[&a, &d], None), Some(4));
         assert_eq!(p.pick_victim(&[], None), None);

@@ -98,7 +98,9 @@ impl Speculator {
         let k = self
             .lengths
             .as_ref()
-            .map_or(self.config.num_speculative_tokens, |l| l.get(req.spec_state()));
+            .map_or(self.config.num_speculative_tokens, |l| {
+                l.get(req.spec_state())
+            });
         // A step emits up to k + 1 tokens; drafting past max_tokens or the context is waste.
         let left = req
             .params()

@@ -6,13 +6,14 @@
 //! * [`logit_bias`] — [`logit_bias::LogitBias`], OpenAI's per-token logit bias.
 //! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
 //! * [`request`] — [`request::Request`]: the one entry per request (tokens,
-//!   `num_computed_tokens`, status, block table, and its [`request::Generation`]: sampler,
-//!   detokenizer, stop strings, event channel).
+//!   `num_computed_tokens`, status, block table, its [`request::Generation`]: sampler,
+//!   detokenizer, stop strings, event channel; and its [`speculative::SpecState`]).
 //! * [`kv`] — paged KV bookkeeping: [`kv::BlockPool`] (ref counts, O(1) LRU free list, prefix
 //!   cache) and [`kv::KvCacheManager`] (block tables, prefix hits, allocation).
 //! * [`scheduler`] — the continuous-batching [`scheduler::Scheduler`]: `schedule` returns a
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
-//!   applies sampled tokens.
+//!   applies sampled tokens; queue order, victims and admission deferral are a
+//!   [`scheduler::SchedulingPolicy`] ([`scheduler::PriorityFcfs`]).
 //! * [`model_failure`] — [`model_failure::ModelFailure`]: the typed cause of a request the
 //!   model step failed (forward pass, logits, sampling, structured output).
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.

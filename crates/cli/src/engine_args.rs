@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use kestrel_engine::spec::SpeculativeConfig;
+use kestrel_engine::speculative::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};

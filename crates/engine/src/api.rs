@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::adapter_id::AdapterId;
+use crate::model_failure::ModelFailure;
 use crate::request::FinishReason;
 use crate::sampling::{Logprobs, SamplingParamError, SamplingParams};
 
@@ -250,15 +251,16 @@ pub enum EngineEvent {
     Failed(EngineFailure),
 }
 
-/// Why a request ended without finishing normally.
+/// Why a request ended without finishing normally (see [`EngineFailure::finish_reason`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum EngineFailure {
     #[error("request waited longer than the queue timeout ({0:?})")]
     QueueTimeout(Duration),
     #[error("the prompt and max_tokens ({0} tokens) do not fit in the KV cache")]
     TooLong(usize),
+    /// The model step failed the request; the cause is typed.
     #[error("the model failed: {0}")]
-    Model(String),
+    Model(#[from] ModelFailure),
     #[error("internal engine error: {0}")]
     Internal(String),
     /// The request's LoRA adapter was unloaded meanwhile, or cannot be made resident.
@@ -278,6 +280,32 @@ pub enum EngineFailure {
         /// The request's objective.
         objective_ms: u64,
     },
+}
+
+impl EngineFailure {
+    /// A stable label for the failure's kind (the `cause` label of
+    /// `kestrel:request_failures_total`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EngineFailure::QueueTimeout(_) => "queue_timeout",
+            EngineFailure::TooLong(_) => "too_long",
+            EngineFailure::Model(_) => "model",
+            EngineFailure::Internal(_) => "internal",
+            EngineFailure::Adapter(_) => "adapter",
+            EngineFailure::ShuttingDown => "shutting_down",
+            EngineFailure::SloUnattainable { .. } => "slo_unattainable",
+        }
+    }
+
+    /// How a live request that fails this way ends: [`FinishReason::Abort`] when the server
+    /// gave up on it (its queue time ran out, the engine is shutting down),
+    /// [`FinishReason::Error`] when something failed.
+    pub fn finish_reason(&self) -> FinishReason {
+        match self {
+            EngineFailure::QueueTimeout(_) | EngineFailure::ShuttingDown => FinishReason::Abort,
+            _ => FinishReason::Error,
+        }
+    }
 }
 
 /// Why `submit` refused a request outright.
@@ -315,4 +343,28 @@ pub struct EngineStats {
     pub kv_idle_checks_total: u64,
     #[serde(default)]
     pub kv_idle_check_failures_total: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model_failure::ModelFailure;
+    use crate::sampling::SampleError;
+
+    #[test]
+    fn failures_end_as_errors_and_the_server_giving_up_as_aborts() {
+        let model = EngineFailure::from(ModelFailure::from(SampleError::NoFiniteLogits));
+        assert_eq!(model.finish_reason(), FinishReason::Error);
+        assert_eq!(model.kind(), "model");
+        assert_eq!(
+            EngineFailure::Internal("x".into()).finish_reason(),
+            FinishReason::Error
+        );
+        let timeout = EngineFailure::QueueTimeout(Duration::from_secs(1));
+        assert_eq!(timeout.finish_reason(), FinishReason::Abort);
+        assert_eq!(
+            EngineFailure::ShuttingDown.finish_reason(),
+            FinishReason::Abort
+        );
+    }
 }

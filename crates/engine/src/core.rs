@@ -38,11 +38,12 @@ use crate::metrics::{
     record_config, record_idle_check, record_iteration, record_iteration_times,
     record_slo_rejected, ExpertRecorder, StepRecorder,
 };
+use crate::model_failure::ModelFailure;
 use crate::output::TokenDecoder;
 use crate::request::{FinishReason, Generation, Request, RequestId};
 use crate::sampling::SamplerScratch;
 use crate::scheduler::{RequestOutput, Scheduler, SchedulerError, SchedulerOutput};
-use crate::spec::{verify_drafts, SpecCounters, Speculator};
+use crate::speculative::{verify_drafts, SpecCounters, Speculator};
 use crate::ttft_predictor::{StepSample, TtftPredictor};
 
 /// A shared decoder usable where the output module wants a sized [`TokenDecoder`].
@@ -135,7 +136,7 @@ impl EngineCore {
         })
     }
 
-    /// The same core decoding speculatively with `speculator` (see [`crate::spec`]).
+    /// The same core decoding speculatively with `speculator` (see [`crate::speculative`]).
     pub fn with_speculator(mut self, speculator: Speculator) -> Self {
         self.spec = Some(speculator);
         self
@@ -374,7 +375,7 @@ impl EngineCore {
         }
         let mut out = self.scheduler.schedule();
         if let Some(spec) = &mut self.spec {
-            spec.propose(&mut out, &self.scheduler, self.executor.vocab_size());
+            spec.propose(&mut out, &mut self.scheduler, self.executor.vocab_size());
         }
         let computed = out.num_batched_tokens();
         if !out.is_empty() {
@@ -429,7 +430,7 @@ impl EngineCore {
         let started = Instant::now();
         let forward = self
             .execute_with_masks(out, &mut logits)
-            .map_err(|e| EngineFailure::Model(e.to_string()));
+            .map_err(|e| EngineFailure::Model(e.into()));
         let sampling = Instant::now();
         let result = forward.and_then(|()| self.sample_batch(out, &mut logits));
         self.logits = logits;
@@ -518,10 +519,10 @@ impl EngineCore {
     ) -> Result<(), EngineFailure> {
         let rows = out.batch.num_logits();
         if batch.vocab == 0 || batch.num_rows() != rows {
-            return Err(EngineFailure::Model(format!(
-                "executor returned {} logits rows for {rows} rows wanted",
-                batch.num_rows(),
-            )));
+            return Err(EngineFailure::Model(ModelFailure::LogitsRows {
+                returned: batch.num_rows(),
+                wanted: rows,
+            }));
         }
         let vocab = batch.vocab;
         self.emitted.clear();
@@ -555,7 +556,7 @@ impl EngineCore {
                 )
                 .map(|accepted| {
                     if let Some(spec) = &mut self.spec {
-                        spec.record(id, drafts.len(), accepted);
+                        spec.record(req.spec_state_mut(), drafts.len(), accepted);
                     }
                 })
             };
@@ -568,7 +569,7 @@ impl EngineCore {
             self.emitted_counts.push(self.emitted.len() - before);
         }
         for (id, e) in failed {
-            self.fail(id, EngineFailure::Model(format!("sampling failed: {e}")));
+            self.fail(id, EngineFailure::Model(e.into()));
         }
         Ok(())
     }
@@ -602,9 +603,10 @@ impl EngineCore {
         }
     }
 
-    /// Ends request `id` because the server gave up: frees its blocks and sends `Failed`.
+    /// Ends request `id` with `failure` (as [`EngineFailure::finish_reason`] says: `Error`, or
+    /// `Abort` when the server gave up): frees its blocks and sends `Failed` with the cause.
     fn fail(&mut self, id: RequestId, failure: EngineFailure) {
-        if let Some(req) = self.scheduler.abort(id) {
+        if let Some(req) = self.scheduler.finish(id, failure.finish_reason()) {
             req.into_generation().fail(failure);
         }
     }

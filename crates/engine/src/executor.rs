@@ -70,7 +70,7 @@ impl BatchOutput {
 }
 
 /// Why a forward pass failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ExecutorError {
     #[error("batch is invalid: {0}")]
     InvalidBatch(String),

@@ -45,7 +45,7 @@ use crate::output::TokenDecoder;
 use crate::prompt_pass::{PromptPassError, PromptTokenScore};
 use crate::request::RequestId;
 use crate::scheduler::SchedulerError;
-use crate::spec::Speculator;
+use crate::speculative::Speculator;
 
 /// Why the engine could not start.
 #[derive(Debug, thiserror::Error)]

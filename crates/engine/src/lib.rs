@@ -6,13 +6,16 @@
 //! * [`logit_bias`] — [`logit_bias::LogitBias`], OpenAI's per-token logit bias.
 //! * [`output`] — incremental detokenization that never emits broken UTF-8, and stop strings.
 //! * [`request`] — [`request::Request`]: the one entry per request (tokens,
-//!   `num_computed_tokens`, status, block table, and its [`request::Generation`]: sampler,
-//!   detokenizer, stop strings, event channel).
+//!   `num_computed_tokens`, status, block table, its [`request::Generation`]: sampler,
+//!   detokenizer, stop strings, event channel; and its [`speculative::SpecState`]).
 //! * [`kv`] — paged KV bookkeeping: [`kv::BlockPool`] (ref counts, O(1) LRU free list, prefix
 //!   cache) and [`kv::KvCacheManager`] (block tables, prefix hits, allocation).
 //! * [`scheduler`] — the continuous-batching [`scheduler::Scheduler`]: `schedule` returns a
 //!   [`scheduler::SchedulerOutput`] (convertible to an [`executor::BatchInput`]), `update`
-//!   applies sampled tokens.
+//!   applies sampled tokens; queue order, victims and admission deferral are a
+//!   [`scheduler::SchedulingPolicy`] ([`scheduler::PriorityFcfs`]).
+//! * [`model_failure`] — [`model_failure::ModelFailure`]: the typed cause of a request the
+//!   model step failed (forward pass, logits, sampling, structured output).
 //! * [`mock_executor`] — a deterministic, validating [`executor::Executor`] for engine tests.
 //! * [`prompt_pass`] — one-off passes over a prompt (embeddings, prompt logprobs), KV blocks
 //!   lent per call.
@@ -32,8 +35,8 @@
 //! * [`ttft_predictor`] — [`ttft_predictor::TtftPredictor`]: the first-token latency a new
 //!   request would see, from the queue ahead of it and the measured step costs; requests with a
 //!   first-token objective it cannot meet are refused at admission.
-//! * [`spec`] — speculative decoding: n-gram and draft-model proposers, draft verification by
-//!   rejection sampling, back-off under load.
+//! * [`speculative`] — speculative decoding: n-gram and draft-model proposers, draft
+//!   verification by rejection sampling, back-off under load.
 
 // Non-test code states its invariants instead of unwrapping (see the workspace's clippy lints).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
@@ -53,10 +56,11 @@ pub mod logit_bias;
 pub mod lora_metrics;
 pub mod metrics;
 pub mod mock_executor;
+pub mod model_failure;
 pub mod output;
 pub mod prompt_pass;
 pub mod request;
 pub mod sampling;
 pub mod scheduler;
-pub mod spec;
+pub mod speculative;
 pub mod ttft_predictor;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use metrics::Counter;
 
-use crate::api::{RequestTimings, Usage};
+use crate::api::{EngineFailure, RequestTimings, Usage};
 use crate::expert_counts::ExpertTokenCounts;
 use crate::request::FinishReason;
 use crate::scheduler::SchedulerStats;
@@ -38,6 +38,9 @@ pub mod names {
     pub const GENERATION_TOKENS_TOTAL: &str = "kestrel:generation_tokens_total";
     /// Counter, labelled `finished_reason`: requests that finished (stop, length, abort).
     pub const REQUEST_SUCCESS_TOTAL: &str = "kestrel:request_success_total";
+    /// Counter, labelled `cause` ([`crate::api::EngineFailure::kind`]): requests the engine
+    /// failed (finish reason `error`; not counted as finished).
+    pub const REQUEST_FAILURES_TOTAL: &str = "kestrel:request_failures_total";
     /// Counter: preemptions.
     pub const NUM_PREEMPTIONS_TOTAL: &str = "kestrel:num_preemptions_total";
     /// Counter: prompt tokens looked up in the prefix cache.
@@ -121,6 +124,11 @@ pub fn describe() {
         REQUEST_SUCCESS_TOTAL,
         Unit::Count,
         "Finished requests by finish reason"
+    );
+    describe_counter!(
+        REQUEST_FAILURES_TOTAL,
+        Unit::Count,
+        "Requests the engine failed, by cause"
     );
     describe_counter!(
         NUM_PREEMPTIONS_TOTAL,
@@ -223,7 +231,7 @@ pub fn describe() {
         Unit::Count,
         "Idle KV checks that found a leaked block or a broken invariant"
     );
-    crate::spec::describe_metrics();
+    crate::speculative::describe_metrics();
 }
 
 /// Turns the scheduler's cumulative counters into counter increments, and sets the gauges.
@@ -327,6 +335,11 @@ pub(crate) fn record_slo_outcome(met: bool) {
 /// A request was refused at admission because its first-token objective could not be met.
 pub(crate) fn record_slo_rejected() {
     counter!(names::REQUESTS_SLO_REJECTED_TOTAL).increment(1);
+}
+
+/// The engine failed a request with `failure`.
+pub(crate) fn record_failed(failure: &EngineFailure) {
+    counter!(names::REQUEST_FAILURES_TOTAL, "cause" => failure.kind()).increment(1);
 }
 
 /// A request finished (normally, or aborted by its client).

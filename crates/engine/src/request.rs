@@ -1,7 +1,8 @@
 //! [`Request`]: one generation request, the single entry the engine keeps for it. It owns
-//! its tokens and progress, its block table, and its [`Generation`] (sampler, detokenizer,
-//! stop strings, event channel and timestamps); the scheduler holds every live request in one
-//! map, and nothing else keeps per-request state.
+//! its tokens and progress, its block table, its [`Generation`] (sampler, detokenizer,
+//! stop strings, event channel and timestamps) and its [`SpecState`] (speculative decoding);
+//! the scheduler holds every live request in one map, and nothing else keeps per-request
+//! state.
 //!
 //! Following the vLLM v1 rule, a request has no prefill or decode phase: it has `num_tokens`
 //! (prompt plus generated tokens) and `num_computed_tokens` (tokens whose K/V sit in the cache),
@@ -24,6 +25,7 @@ pub use generation::Generation;
 use crate::adapter_id::AdapterId;
 use crate::api::{EngineEvent, EngineRequest};
 use crate::kv::{BlockHash, BlockId};
+use crate::speculative::SpecState;
 
 /// Engine-wide request identifier.
 pub type RequestId = u64;
@@ -37,6 +39,9 @@ pub enum FinishReason {
     Length,
     /// The client went away or the server gave up on the request.
     Abort,
+    /// The engine failed the request (its typed cause went out in
+    /// [`crate::api::EngineEvent::Failed`]); never the reason of a `Finished` event.
+    Error,
 }
 
 impl FinishReason {
@@ -46,6 +51,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Abort => "abort",
+            FinishReason::Error => "error",
         }
     }
 }
@@ -152,8 +158,8 @@ pub struct Request {
     block_hashes: Vec<BlockHash>,
     blocks: RequestBlocks,
     generation: Generation,
-    /// Draft-token slots the scheduler adds after the last token (speculative decoding).
-    spec_lookahead: usize,
+    /// Speculative-decoding state: draft slots, draft length, proposer bookkeeping.
+    spec: SpecState,
 }
 
 impl Request {
@@ -215,7 +221,7 @@ impl Request {
             block_hashes: Vec::new(),
             blocks: RequestBlocks::default(),
             generation,
-            spec_lookahead: 0,
+            spec: SpecState::default(),
         }
     }
 
@@ -337,12 +343,26 @@ impl Request {
     /// Draft-token slots to schedule after the last token when only that token is uncomputed
     /// (0: an ordinary decode step).
     pub fn spec_lookahead(&self) -> usize {
-        self.spec_lookahead
+        self.spec.lookahead()
     }
 
     /// Sets the draft-token slots of the next step (see [`Self::spec_lookahead`]).
     pub fn set_spec_lookahead(&mut self, k: usize) {
-        self.spec_lookahead = k;
+        self.spec.set_lookahead(k);
+    }
+
+    /// The request's speculative-decoding state.
+    pub fn spec_state(&self) -> &SpecState {
+        &self.spec
+    }
+
+    pub(crate) fn spec_state_mut(&mut self) -> &mut SpecState {
+        &mut self.spec
+    }
+
+    /// The tokens (prompt and output) beside the speculation state, for a proposer.
+    pub(crate) fn spec_parts_mut(&mut self) -> (&[u32], &mut SpecState) {
+        (&self.tokens, &mut self.spec)
     }
 
     pub(crate) fn set_arrival_seq(&mut self, seq: u64) {
@@ -356,7 +376,7 @@ impl Request {
     /// Drops all progress after a preemption: the KV cache must be recomputed.
     pub(crate) fn mark_preempted(&mut self) {
         self.num_computed_tokens = 0;
-        self.spec_lookahead = 0;
+        self.spec.set_lookahead(0);
         self.num_preemptions += 1;
         self.status = RequestStatus::Preempted;
     }

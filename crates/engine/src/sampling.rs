@@ -152,7 +152,7 @@ impl SamplingParamError {
 }
 
 /// A logits row that cannot be sampled from.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum SampleError {
     #[error("logits row is empty")]
     EmptyLogits,

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use kestrel_engine::spec::{DraftModelProposer, NgramProposer, SpeculativeConfig, Speculator};
+use kestrel_engine::speculative::{
+    DraftModelProposer, NgramProposer, SpeculativeConfig, Speculator,
+};
 use kestrel_model::runner::KvSpec;
 use kestrel_model::tokenizer::Tokenizer;
 use kestrel_model::{LoadedModel, ModelRunner, ThreadPool};
@@ -120,7 +122,7 @@ pub fn speculator(
     pool: &'static ThreadPool,
 ) -> Result<Speculator, SpeculativeError> {
     opts.validate()?;
-    let proposer: Box<dyn kestrel_engine::spec::Proposer> = match opts.method {
+    let proposer: Box<dyn kestrel_engine::speculative::Proposer> = match opts.method {
         SpecMethod::Ngram => Box::new(NgramProposer::new(
             opts.prompt_lookup_min,
             opts.prompt_lookup_max,

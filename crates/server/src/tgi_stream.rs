@@ -16,7 +16,7 @@ fn finish_reason(reason: FinishReason, stops: bool) -> &'static str {
     match reason {
         FinishReason::Length => "length",
         FinishReason::Stop if stops => "stop_sequence",
-        FinishReason::Stop | FinishReason::Abort => "eos_token",
+        FinishReason::Stop | FinishReason::Abort | FinishReason::Error => "eos_token",
     }
 }
 

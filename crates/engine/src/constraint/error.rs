@@ -1,7 +1,7 @@
 //! [`ConstraintError`]: why a grammar could not be compiled or followed.
 
 /// A grammar that does not compile, or a matcher that failed while generating.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
 pub enum ConstraintError {
     /// The grammar is malformed or unsupported (the grammar compiler's message).
     #[error("invalid {kind}: {message}")]
@@ -19,4 +19,41 @@ pub enum ConstraintError {
     /// The matcher failed while generating (the request fails alone).
     #[error("structured output constraint failed: {0}")]
     Matcher(String),
+}
+
+/// [`ConstraintError`] as read back from the wire: an owned kind, mapped to its static label
+/// (a derived `Deserialize` could only borrow the `&'static str`).
+#[derive(serde::Deserialize)]
+enum ConstraintErrorWire {
+    Invalid { kind: String, message: String },
+    TokenEnv(String),
+    Unavailable,
+    Matcher(String),
+}
+
+/// The [`ConstraintError::Invalid`] kinds ([`super::GrammarSpec::kind`]).
+const GRAMMAR_KINDS: [&str; 5] = ["JSON schema", "JSON object", "regex", "choice", "grammar"];
+
+impl<'de> serde::Deserialize<'de> for ConstraintError {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ConstraintErrorWire::deserialize(d).map(ConstraintError::from)
+    }
+}
+
+impl From<ConstraintErrorWire> for ConstraintError {
+    /// A kind this build does not know reads back as `grammar`.
+    fn from(wire: ConstraintErrorWire) -> Self {
+        match wire {
+            ConstraintErrorWire::Invalid { kind, message } => ConstraintError::Invalid {
+                kind: GRAMMAR_KINDS
+                    .into_iter()
+                    .find(|k| *k == kind)
+                    .unwrap_or("grammar"),
+                message,
+            },
+            ConstraintErrorWire::TokenEnv(m) => ConstraintError::TokenEnv(m),
+            ConstraintErrorWire::Unavailable => ConstraintError::Unavailable,
+            ConstraintErrorWire::Matcher(m) => ConstraintError::Matcher(m),
+        }
+    }
 }

@@ -11,6 +11,7 @@
 use crate::api::EngineFailure;
 use crate::constraint::{ConstraintMatcher, GrammarSpec};
 use crate::executor::{BatchOutput, ExecutorError};
+use crate::model_failure::ModelFailure;
 use crate::request::{Request, RequestId};
 use crate::scheduler::SchedulerOutput;
 
@@ -29,12 +30,12 @@ impl EngineCore {
         let Some(spec) = spec else {
             return Ok(());
         };
-        let factory = self.constraints.as_ref().ok_or_else(|| {
-            EngineFailure::Model("structured output is not available on this engine".into())
-        })?;
+        let factory = self.constraints.as_ref().ok_or(EngineFailure::Model(
+            ModelFailure::StructuredOutputUnavailable,
+        ))?;
         let matcher = factory
             .compile(spec)
-            .map_err(|e| EngineFailure::Model(format!("structured output: {e}")))?;
+            .map_err(|e| EngineFailure::Model(ModelFailure::Grammar(e)))?;
         request.generation_mut().0.set_constraint(matcher);
         Ok(())
     }

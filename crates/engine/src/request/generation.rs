@@ -7,7 +7,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::api::{EngineEvent, EngineFailure, EngineRequest, RequestTimings, TokenEvent, Usage};
 use crate::constraint::ConstraintMatcher;
-use crate::metrics::{record_admitted, record_finished, record_slo_outcome, record_token};
+use crate::metrics::{
+    record_admitted, record_failed, record_finished, record_slo_outcome, record_token,
+};
 use crate::output::{TextStream, TokenDecoder};
 use crate::request::FinishReason;
 use crate::sampling::{
@@ -223,9 +225,10 @@ impl Generation {
         record_finished(FinishReason::Abort, &usage, &timings);
     }
 
-    /// Sends `Failed(failure)`.
+    /// Counts the failure and sends `Failed(failure)`.
     pub(crate) fn fail(self, failure: EngineFailure) {
         self.record_slo_without_token(Instant::now());
+        record_failed(&failure);
         self.send(EngineEvent::Failed(failure));
     }
 

@@ -8,7 +8,7 @@ use super::Scheduler;
 
 impl Scheduler {
     /// What must run before `req`'s first token if it were queued now: the prompt tokens of
-    /// every waiting request of equal or more urgent priority (they are admitted first), the
+    /// every waiting request of the same or an earlier queue class (they are admitted first), the
     /// unfinished prompts of running requests, and `req`'s own prompt less its prefix-cache
     /// hits (looked up now; its block hashes are kept for admission). Decoding requests are
     /// the running ones past their prompt plus the requests ahead (which decode once their
@@ -16,7 +16,7 @@ impl Scheduler {
     /// wait for one is the remaining `max_tokens` of the request (running, or ahead in the
     /// queue) that would free it, taking the shortest first.
     pub fn backlog(&mut self, req: &mut Request) -> Backlog {
-        let priority = req.priority();
+        let class = self.policy.queue_class(req);
         let mut prefill_tokens = 0;
         let mut ahead = 0;
         let mut remaining_outputs = Vec::with_capacity(self.running.len());
@@ -24,7 +24,7 @@ impl Scheduler {
             let Some(w) = self.requests.get(&id) else {
                 continue;
             };
-            if w.priority() <= priority {
+            if self.policy.queue_class(w) <= class {
                 prefill_tokens += w.num_tokens() - w.num_computed_tokens();
                 ahead += 1;
                 remaining_outputs.push(w.params().max_tokens);

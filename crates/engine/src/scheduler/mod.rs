@@ -21,11 +21,9 @@
 //! how a request ends and calls [`Scheduler::finish`] (or [`Scheduler::abort`] when the client
 //! or the server gave up), which remove the request and free its blocks.
 //!
-//! LoRA: the running requests use at most `max_loras` distinct adapters (base-model requests
-//! use none). A waiting request whose adapter is not among them when they already use
-//! `max_loras` is deferred; requests behind it that use an adapter wait behind it too (so the
-//! running adapters cannot be kept busy forever by newer requests and it is never starved),
-//! while base-model requests behind it may still be admitted.
+//! Who waits, who is preempted and whose admission is deferred (LoRA: the running requests use
+//! at most `max_loras` distinct adapters) is the [`SchedulingPolicy`]'s decision; the engine's
+//! is [`PriorityFcfs`], whose docs give the rules.
 //!
 //! Liveness: the context limit is clamped to the KV pool (and, without chunked prefill, to the
 //! token budget), so a request running alone always fits; victims keep their arrival order, so
@@ -40,128 +38,23 @@
 
 mod backlog;
 pub mod output;
+pub mod policy;
 pub mod queue;
+mod scheduler_config;
+mod scheduler_error;
 
 use std::collections::{HashMap, HashSet};
 
 pub use output::{RequestOutput, SchedulerOutput};
+pub use policy::{AdmissionState, PriorityFcfs, SchedulingPolicy};
 pub use queue::WaitingQueue;
+pub use scheduler_config::{SchedulerConfig, DEFAULT_MAX_PREEMPTIONS};
+pub use scheduler_error::SchedulerError;
 
 use crate::adapter_id::AdapterId;
 use crate::executor::{BatchInput, SeqBatch};
-use crate::kv::{
-    AttentionWindow, ComputedBlocks, KvCacheConfig, KvCacheManager, KvError, PrefixCacheStats,
-};
+use crate::kv::{AttentionWindow, ComputedBlocks, KvCacheConfig, KvCacheManager, PrefixCacheStats};
 use crate::request::{FinishReason, Request, RequestId, RequestStatus};
-
-/// [`SchedulerConfig::max_preemptions`]'s default.
-pub const DEFAULT_MAX_PREEMPTIONS: u32 = 3;
-
-/// Scheduling limits and KV-cache geometry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SchedulerConfig {
-    /// Most requests running at once.
-    pub max_num_seqs: usize,
-    /// Token budget of one step.
-    pub max_num_batched_tokens: usize,
-    /// Token slots per KV block.
-    pub block_size: usize,
-    /// KV blocks in the pool (the model side derives it from its memory budget).
-    pub num_kv_blocks: usize,
-    /// Share full KV blocks between requests with equal prefixes.
-    pub enable_prefix_caching: bool,
-    /// Split prompts longer than the remaining budget across steps.
-    pub enable_chunked_prefill: bool,
-    /// Most prompt tokens one request may compute per step, leaving budget for others.
-    pub long_prefill_threshold: Option<usize>,
-    /// Context limit of the model (prompt plus output); further clamped to what the KV pool
-    /// holds, unless the attention window bounds a sequence's blocks.
-    pub max_model_len: Option<usize>,
-    /// The attention window that bounds every layer of the model, in tokens (`None` if any
-    /// layer attends to the whole context): blocks outside it are released while a request
-    /// runs.
-    pub attention_window: Option<usize>,
-    /// Most distinct LoRA adapters among running requests (`None`: no limit). A waiting request
-    /// whose adapter would exceed it is deferred; see [`Scheduler::schedule`].
-    pub max_loras: Option<usize>,
-    /// Starvation guard: a request preempted this many times is no longer a victim for a
-    /// more urgent waiting request, and is preempted for KV space only when every other
-    /// running request is protected too (`None`: no guard).
-    pub max_preemptions: Option<u32>,
-    /// Most tokens one prompt may compute in a step while other requests wait for their first
-    /// token (queued, or running with an unfinished prompt); `None`: no cap beyond
-    /// `long_prefill_threshold`. Needs chunked prefill to split the prompt.
-    pub contended_prefill_chunk: Option<usize>,
-}
-
-impl SchedulerConfig {
-    /// Defaults (256 sequences, 2048 tokens per step, 16-token blocks, prefix caching and
-    /// chunked prefill on) over `num_kv_blocks` blocks.
-    pub fn new(num_kv_blocks: usize) -> Self {
-        SchedulerConfig {
-            max_num_seqs: 256,
-            max_num_batched_tokens: 2048,
-            block_size: 16,
-            num_kv_blocks,
-            enable_prefix_caching: true,
-            enable_chunked_prefill: true,
-            long_prefill_threshold: None,
-            max_model_len: None,
-            attention_window: None,
-            max_loras: None,
-            max_preemptions: Some(DEFAULT_MAX_PREEMPTIONS),
-            contended_prefill_chunk: None,
-        }
-    }
-}
-
-/// Errors from the scheduler's API.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SchedulerError {
-    /// The KV-cache part of the configuration is invalid.
-    #[error(transparent)]
-    Kv(#[from] KvError),
-    /// Another part of the configuration is invalid.
-    #[error("invalid scheduler configuration: {0}")]
-    InvalidConfig(&'static str),
-    /// A request with this id is already queued or running.
-    #[error("request {0} already exists")]
-    DuplicateRequest(RequestId),
-    /// The prompt has no tokens.
-    #[error("request {0} has an empty prompt")]
-    EmptyPrompt(RequestId),
-    /// `max_tokens` is zero.
-    #[error("request {0}: max_tokens must be at least 1")]
-    ZeroMaxTokens(RequestId),
-    /// The prompt leaves no room for one generated token.
-    #[error("request {id}: prompt of {len} tokens exceeds the limit of {max}")]
-    PromptTooLong {
-        /// The request.
-        id: RequestId,
-        /// Its prompt length.
-        len: usize,
-        /// Longest prompt accepted.
-        max: usize,
-    },
-    /// `update` got a different number of sampled tokens than sequences that sample.
-    #[error("expected {expected} sampled tokens, got {got}")]
-    SampledCountMismatch {
-        /// Sequences with logits rows.
-        expected: usize,
-        /// Tokens passed.
-        got: usize,
-    },
-    /// A sequence's emitted tokens do not fit its logits rows (none, or more than its rows).
-    #[error("sequence of request {id}: {emitted} tokens emitted from {rows} logits rows")]
-    EmittedCountMismatch {
-        /// The request.
-        id: RequestId,
-        /// Tokens emitted for it.
-        emitted: usize,
-        /// Its logits rows.
-        rows: usize,
-    },
-}
 
 /// Counters for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -218,11 +111,23 @@ pub struct Scheduler {
     /// pool); `usize::MAX` without a window.
     max_chunk: usize,
     num_preemptions: u64,
+    /// Queue order, victim choice and admission deferral.
+    policy: Box<dyn SchedulingPolicy>,
 }
 
 impl Scheduler {
-    /// A scheduler with an empty KV pool of `config.num_kv_blocks` blocks.
+    /// A scheduler with an empty KV pool of `config.num_kv_blocks` blocks, under the
+    /// [`PriorityFcfs`] policy.
     pub fn new(config: SchedulerConfig) -> Result<Self, SchedulerError> {
+        let policy = PriorityFcfs::new(config.max_preemptions);
+        Self::with_policy(config, Box::new(policy))
+    }
+
+    /// A scheduler like [`Scheduler::new`] under `policy`.
+    pub fn with_policy(
+        config: SchedulerConfig,
+        policy: Box<dyn SchedulingPolicy>,
+    ) -> Result<Self, SchedulerError> {
         if config.max_num_seqs == 0 {
             return Err(SchedulerError::InvalidConfig(
                 "max_num_seqs must be at least 1",
@@ -272,6 +177,7 @@ impl Scheduler {
             max_model_len,
             max_chunk: window_chunk.unwrap_or(usize::MAX),
             num_preemptions: 0,
+            policy,
         })
     }
 
@@ -393,7 +299,7 @@ impl Scheduler {
         req.set_status(RequestStatus::Waiting);
         req.set_num_computed_tokens(0);
         self.next_arrival += 1;
-        self.waiting.push_back(id, req.priority());
+        self.waiting.push_back(id, self.policy.queue_class(&req));
         self.requests.insert(id, req);
         Ok(())
     }
@@ -609,9 +515,8 @@ impl Scheduler {
     }
 
     fn schedule_waiting(&mut self, step: &mut Step) {
-        let mut active = self.running_adapters();
         let max_loras = self.config.max_loras.unwrap_or(usize::MAX);
-        let mut deferred = false;
+        let mut admission = AdmissionState::new(self.running_adapters(), max_loras);
         let queue: Vec<RequestId> = self.waiting.iter().collect();
         for id in queue {
             if step.budget == 0 || self.running.len() >= self.config.max_num_seqs {
@@ -621,12 +526,9 @@ impl Scheduler {
                 self.waiting.remove(id);
                 continue;
             };
-            let adapter = req.params().adapter;
-            if let Some(a) = adapter {
-                if deferred || (!active.contains(&a) && active.len() >= max_loras) {
-                    deferred = true;
-                    continue;
-                }
+            if self.policy.defer_admission(req, &admission) {
+                admission.deferred(req);
+                continue;
             }
             let computed = self.kv.get_computed_blocks(req);
             let remaining = req.num_tokens() - computed.num_tokens;
@@ -639,9 +541,9 @@ impl Scheduler {
             if let Some(req) = self.requests.get_mut(&id) {
                 req.set_num_computed_tokens(computed.num_tokens);
                 req.set_status(RequestStatus::Running);
+                admission.admitted(req);
             }
             self.running.push(id);
-            active.extend(adapter);
             step.push(id, n);
         }
     }
@@ -659,11 +561,10 @@ impl Scheduler {
             let Some(req) = self.requests.get_mut(&id) else {
                 return false;
             };
-            let priority = req.priority();
             if self.kv.allocate_slots(req, n, computed).is_some() {
                 return true;
             }
-            let Some(victim) = self.pick_victim(Some(priority)) else {
+            let Some(victim) = self.pick_victim(Some(id)) else {
                 return false;
             };
             self.preempt(victim, step);
@@ -682,31 +583,16 @@ impl Scheduler {
             })
     }
 
-    /// The running request to preempt: the lowest priority (largest value), then the latest
-    /// arrival; only requests less urgent than `below` (a larger value) when given. Requests
-    /// preempted `max_preemptions` times are protected: never victims of a more urgent request
-    /// (`below`), and victims for KV space only when nothing unprotected runs.
-    fn pick_victim(&self, below: Option<i32>) -> Option<RequestId> {
-        let candidates = || {
-            self.running
-                .iter()
-                .filter_map(|id| self.requests.get(id))
-                .filter(|r| below.is_none_or(|p| r.priority() > p))
-        };
-        let key = |r: &&Request| (r.priority(), r.arrival_seq());
-        let unprotected = candidates().filter(|r| !self.protected(r)).max_by_key(key);
-        match (unprotected, below) {
-            (Some(r), _) => Some(r.id()),
-            (None, Some(_)) => None,
-            (None, None) => candidates().max_by_key(key).map(Request::id),
-        }
-    }
-
-    /// Whether `req` was preempted often enough to be spared.
-    fn protected(&self, req: &Request) -> bool {
-        self.config
-            .max_preemptions
-            .is_some_and(|max| req.num_preemptions() >= max)
+    /// The running request to preempt, as the policy chooses it: for KV space, or to admit
+    /// waiting request `admitting`.
+    fn pick_victim(&self, admitting: Option<RequestId>) -> Option<RequestId> {
+        let running: Vec<&Request> = self
+            .running
+            .iter()
+            .filter_map(|id| self.requests.get(id))
+            .collect();
+        let admitting = admitting.and_then(|id| self.requests.get(&id));
+        self.policy.pick_victim(&running, admitting)
     }
 
     fn preempt(&mut self, victim: RequestId, step: &mut Step) {
@@ -714,7 +600,8 @@ impl Scheduler {
         if let Some(req) = self.requests.get_mut(&victim) {
             self.kv.free(req);
             req.mark_preempted();
-            self.waiting.push_front(victim, req.priority());
+            self.waiting
+                .push_front(victim, self.policy.queue_class(req));
         }
         step.unschedule(victim);
         step.preempted.push(victim);

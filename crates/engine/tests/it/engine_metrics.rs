@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use engine_common::*;
-use kestrel_engine::api::EngineEvent;
+use kestrel_engine::api::{EngineEvent, EngineFailure};
 use kestrel_engine::config::EngineConfig;
 use kestrel_engine::core::EngineCore;
+use kestrel_engine::executor::ExecutorError;
 use kestrel_engine::mock_executor::{reference_generate, MockExecutor};
+use kestrel_engine::model_failure::ModelFailure;
 use metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
@@ -305,7 +307,7 @@ fn window_releases_are_counted_and_the_usage_gauge_stays_bounded() {
 
 #[test]
 fn speculative_decoding_counters_are_recorded_under_vllm_names() {
-    use kestrel_engine::spec::{NgramProposer, SpeculativeConfig, Speculator};
+    use kestrel_engine::speculative::{NgramProposer, SpeculativeConfig, Speculator};
     let recorder = TestRecorder::default();
     let cfg = EngineConfig {
         max_num_seqs: 8,
@@ -353,4 +355,49 @@ fn speculative_decoding_counters_are_recorded_under_vllm_names() {
         counts.num_accepted_tokens + counts.num_drafts
     );
     assert!(counts.num_draft_tokens >= counts.num_drafts);
+}
+
+#[test]
+fn a_failed_request_is_counted_as_a_failure_with_its_cause_not_as_an_abort() {
+    let recorder = TestRecorder::default();
+    let config = config(64);
+    let (exec, ctl) = controlled(&config);
+    ctl.fail_at_step(0);
+    let mut core = EngineCore::new(
+        Box::new(exec),
+        Arc::new(LetterDecoder),
+        vec![EOS],
+        &config.engine(),
+    )
+    .expect("valid config");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    metrics::with_local_recorder(&recorder, || {
+        core.add_request(1, request(prompt(1, 5), 4).build(), tx);
+        while core.has_unfinished() {
+            core.step();
+        }
+    });
+    let failure = std::iter::from_fn(|| rx.try_recv().ok())
+        .find_map(|ev| match ev {
+            EngineEvent::Failed(f) => Some(f),
+            _ => None,
+        })
+        .expect("the request failed");
+    assert!(
+        matches!(
+            &failure,
+            EngineFailure::Model(ModelFailure::Forward(ExecutorError::Failed(m)))
+                if m == "injected failure"
+        ),
+        "the typed cause is kept: {failure:?}"
+    );
+    assert_eq!(
+        failure.to_string(),
+        "the model failed: model execution failed: injected failure"
+    );
+    let s = recorder.0.lock().unwrap();
+    let c = |k: &str| s.counters.get(k).copied().unwrap_or(0);
+    assert_eq!(c("kestrel:request_failures_total{cause=model}"), 1);
+    assert_eq!(c("kestrel:request_success_total{finished_reason=abort}"), 0);
+    assert_eq!(core.num_free_kv_blocks(), 64);
 }

@@ -5,7 +5,6 @@
 
 use crate::engine_common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use engine_common::*;
@@ -16,8 +15,8 @@ use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError,
 use kestrel_engine::mock_executor::{reference_generate, reference_next_token, MockExecutor};
 use kestrel_engine::request::{FinishReason, RequestId};
 use kestrel_engine::sampling::SamplingParams;
-use kestrel_engine::spec::{
-    DraftSeq, NgramProposer, Proposer, SpecCounters, SpeculativeConfig, Speculator,
+use kestrel_engine::speculative::{
+    DraftSeq, NgramProposer, Proposer, SpecCounters, SpecState, SpeculativeConfig, Speculator,
 };
 
 /// What one request produced.
@@ -96,7 +95,6 @@ fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<EngineEvent>) -> Outcome {
 /// `wrong(call, k)` (`k` or more: none wrong).
 struct OracleProposer {
     calls: usize,
-    found: HashMap<RequestId, Vec<u32>>,
     wrong: fn(usize, usize) -> usize,
 }
 
@@ -108,16 +106,12 @@ impl OracleProposer {
     }
 
     fn wrong_at(wrong: fn(usize, usize) -> usize) -> Self {
-        OracleProposer {
-            calls: 0,
-            found: HashMap::new(),
-            wrong,
-        }
+        OracleProposer { calls: 0, wrong }
     }
 }
 
 impl Proposer for OracleProposer {
-    fn lookahead(&mut self, id: RequestId, tokens: &[u32], k: usize) -> usize {
+    fn lookahead(&mut self, state: &mut SpecState, tokens: &[u32], k: usize) -> usize {
         let mut ctx = tokens.to_vec();
         let wrong = (self.wrong)(self.calls, k);
         self.calls += 1;
@@ -130,18 +124,18 @@ impl Proposer for OracleProposer {
             ctx.push(t);
             draft.push(t);
         }
-        self.found.insert(id, draft);
+        state.stash_draft(&draft);
         k
     }
 
     fn propose(
         &mut self,
-        seqs: &[DraftSeq<'_>],
+        seqs: &mut [DraftSeq<'_>],
         drafts: &mut Vec<Vec<u32>>,
     ) -> Result<(), ExecutorError> {
         drafts.clear();
         for s in seqs {
-            let mut d = self.found.remove(&s.request_id).unwrap_or_default();
+            let mut d = s.state.take_draft();
             d.truncate(s.k);
             drafts.push(d);
         }
@@ -231,6 +225,42 @@ fn adaptive_draft_lengths_shrink_after_rejections_and_keep_the_output() {
     let (fixed, adaptive) = (speculate(false, |_, k| k), speculate(true, |_, k| k));
     assert_eq!(adaptive, fixed);
     assert_eq!(fixed.num_accepted_tokens, fixed.num_draft_tokens);
+}
+
+#[test]
+fn speculation_state_dies_with_its_request_even_when_the_id_is_reused() {
+    // Every draft wrong at its first token: an adaptive request drafts 6 tokens once, then 1.
+    // A request that reuses a finished request's id starts from the full length again, because
+    // the draft length lives in the request, not in a map keyed by id.
+    let cfg = engine_config(64);
+    let mut core = EngineCore::new(mock(128), Arc::new(LetterDecoder), vec![EOS], &cfg).unwrap();
+    core = core.with_speculator(Speculator::new(
+        SpeculativeConfig {
+            num_speculative_tokens: 6,
+            max_batch_tokens: usize::MAX,
+            adaptive_length: true,
+        },
+        Box::new(OracleProposer::wrong_at(|_, _| 0)),
+    ));
+    let mut outcomes = Vec::new();
+    for round in 0..3 {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        core.add_request(0, greedy(prompt(30 + round, 6), 20), tx);
+        while core.has_unfinished() {
+            core.step();
+        }
+        outcomes.push(drain(rx));
+    }
+    let counts = core.spec_counters().unwrap();
+    assert_eq!(
+        counts.num_draft_tokens,
+        counts.num_drafts + 3 * 5,
+        "each request's first draft has 6 tokens, every later one 1: {counts:?}"
+    );
+    let reqs: Vec<_> = (0..3).map(|i| greedy(prompt(30 + i, 6), 20)).collect();
+    let (plain, _, _) = run(mock(128), None, &cfg, &reqs);
+    assert_eq!(outcomes, plain);
+    assert_eq!(core.num_free_kv_blocks(), 128);
 }
 
 #[test]

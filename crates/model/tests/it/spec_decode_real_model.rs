@@ -13,7 +13,7 @@ use kestrel_engine::config::EngineConfig;
 use kestrel_engine::core::EngineCore;
 use kestrel_engine::request::{FinishReason, RequestId};
 use kestrel_engine::sampling::SamplingParams;
-use kestrel_engine::spec::{
+use kestrel_engine::speculative::{
     DraftModelProposer, NgramProposer, Proposer, SpecCounters, SpeculativeConfig, Speculator,
 };
 use kestrel_kernels::cpu::threadpool::ThreadPool;

@@ -10,27 +10,17 @@
 //! reused by another request's draft) only lowers the acceptance rate: the target verifies
 //! every draft token.
 
-use std::collections::HashMap;
-
 use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, SeqBatch};
-use crate::kv::BlockId;
-use crate::request::RequestId;
 use crate::sampling::argmax;
 
 use super::proposer::{DraftSeq, Proposer};
+use super::spec_state::SpecState;
 
-/// What the draft cache holds for one request.
-#[derive(Debug, Clone, Default)]
-struct Seen {
-    tokens: Vec<u32>,
-    table: Vec<BlockId>,
-}
-
-/// Proposes with a draft model run by its own executor.
+/// Proposes with a draft model run by its own executor. What its cache holds for a request is
+/// kept in that request's [`SpecState`].
 pub struct DraftModelProposer {
     executor: Box<dyn Executor>,
     block_size: usize,
-    seen: HashMap<RequestId, Seen>,
     batch: BatchInput,
     out: BatchOutput,
 }
@@ -43,7 +33,6 @@ impl DraftModelProposer {
         DraftModelProposer {
             executor,
             block_size,
-            seen: HashMap::new(),
             batch: BatchInput::default(),
             out: BatchOutput::default(),
         }
@@ -51,9 +40,7 @@ impl DraftModelProposer {
 
     /// How many leading tokens of `s` (at most all but the last) the draft cache holds.
     fn valid_prefix(&self, s: &DraftSeq<'_>) -> usize {
-        let Some(seen) = self.seen.get(&s.request_id) else {
-            return 0;
-        };
+        let seen = s.state.draft_cache();
         let same_tokens = seen
             .tokens
             .iter()
@@ -150,26 +137,26 @@ impl DraftModelProposer {
 }
 
 impl Proposer for DraftModelProposer {
-    fn lookahead(&mut self, _id: RequestId, _tokens: &[u32], k: usize) -> usize {
+    fn lookahead(&mut self, _state: &mut SpecState, _tokens: &[u32], k: usize) -> usize {
         k
     }
 
     fn propose(
         &mut self,
-        seqs: &[DraftSeq<'_>],
+        seqs: &mut [DraftSeq<'_>],
         drafts: &mut Vec<Vec<u32>>,
     ) -> Result<(), ExecutorError> {
         drafts.clear();
         drafts.resize(seqs.len(), Vec::new());
         if let Err(e) = self.propose_all(seqs, drafts) {
-            for s in seqs {
-                self.seen.remove(&s.request_id);
+            for s in seqs.iter_mut() {
+                *s.state.draft_cache_mut() = Default::default();
             }
             return Err(e);
         }
-        for (s, d) in seqs.iter().zip(drafts.iter()) {
+        for (s, d) in seqs.iter_mut().zip(drafts.iter()) {
             // The draft computed the context and every draft token but the last.
-            let seen = self.seen.entry(s.request_id).or_default();
+            let seen = s.state.draft_cache_mut();
             seen.tokens.clear();
             seen.tokens.extend_from_slice(s.tokens);
             seen.tokens
@@ -180,9 +167,5 @@ impl Proposer for DraftModelProposer {
                 .extend_from_slice(&s.block_table[..blocks.min(s.block_table.len())]);
         }
         Ok(())
-    }
-
-    fn retain(&mut self, live: &dyn Fn(RequestId) -> bool) {
-        self.seen.retain(|&id, _| live(id));
     }
 }

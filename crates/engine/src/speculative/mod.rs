@@ -14,6 +14,10 @@
 //!           later), blocks past the new tokens freed
 //! ```
 //!
+//! What speculation remembers about a request (its draft slots and draft length, a found
+//! n-gram draft, what the draft model has cached) is the request's [`SpecState`], a field of
+//! its [`crate::request::Request`]: it dies with the request, and proposers keep no maps.
+//!
 //! Both proposers are deterministic given the context (n-gram lookup; the draft model decodes
 //! greedily), so the proposal distribution `q` is a point mass on the draft token `d`.
 //! Rejection sampling with such a `q` accepts `d` with probability `min(1, p(d) / q(d)) = p(d)`
@@ -33,6 +37,7 @@ mod draft_model_proposer;
 mod ngram_proposer;
 mod proposer;
 mod spec_metrics;
+mod spec_state;
 mod speculative_config;
 mod speculator;
 mod verify;
@@ -42,6 +47,7 @@ pub use draft_model_proposer::DraftModelProposer;
 pub use ngram_proposer::{ngram_lookup, NgramProposer};
 pub use proposer::{DraftSeq, Proposer};
 pub use spec_metrics::{describe_metrics, names, SpecCounters};
+pub use spec_state::SpecState;
 pub use speculative_config::SpeculativeConfig;
 pub use speculator::Speculator;
 pub(crate) use verify::verify_drafts;

@@ -1,5 +1,5 @@
 //! [`verify_drafts`]: accepts the longest valid prefix of a sequence's draft tokens (see the
-//! module docs of [`crate::spec`] for why this is rejection sampling).
+//! module docs of [`crate::speculative`] for why this is rejection sampling).
 
 use crate::request::Generation;
 use crate::sampling::{SampleError, SamplerScratch};

@@ -4,8 +4,10 @@ use crate::executor::ExecutorError;
 use crate::kv::BlockId;
 use crate::request::RequestId;
 
+use super::spec_state::SpecState;
+
 /// One sequence that proposes draft tokens this step.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct DraftSeq<'a> {
     /// The request.
     pub request_id: RequestId,
@@ -16,24 +18,23 @@ pub struct DraftSeq<'a> {
     pub block_table: &'a [BlockId],
     /// Most draft tokens to propose.
     pub k: usize,
+    /// The request's speculation state (what a proposer remembers about it between steps).
+    pub state: &'a mut SpecState,
 }
 
-/// Guesses the tokens that follow a request's context.
+/// Guesses the tokens that follow a request's context. A proposer keeps no per-request state
+/// of its own: what it remembers about a request lives in that request's [`SpecState`].
 pub trait Proposer: Send {
-    /// How many draft-token slots to schedule for request `id` with context `tokens` (at most
-    /// `k`; 0: it decodes normally this step). Called before scheduling.
-    fn lookahead(&mut self, id: RequestId, tokens: &[u32], k: usize) -> usize;
+    /// How many draft-token slots to schedule for the request with speculation state `state`
+    /// and context `tokens` (at most `k`; 0: it decodes normally this step). Called before
+    /// scheduling.
+    fn lookahead(&mut self, state: &mut SpecState, tokens: &[u32], k: usize) -> usize;
 
     /// Draft tokens for each of `seqs` (at most `seq.k` each, fewer or none allowed), into
     /// `drafts` (cleared first, one entry per sequence).
     fn propose(
         &mut self,
-        seqs: &[DraftSeq<'_>],
+        seqs: &mut [DraftSeq<'_>],
         drafts: &mut Vec<Vec<u32>>,
     ) -> Result<(), ExecutorError>;
-
-    /// Drops any state kept for requests that `live` says are gone.
-    fn retain(&mut self, live: &dyn Fn(RequestId) -> bool) {
-        let _ = live;
-    }
 }

@@ -3,12 +3,10 @@
 //! occurrence of the last `n` tokens in prompt + output, and propose the (up to `k`) tokens
 //! after it. No model runs, so it pays off on copy-heavy tasks (edits, quotes, code).
 
-use std::collections::HashMap;
-
 use crate::executor::ExecutorError;
-use crate::request::RequestId;
 
 use super::proposer::{DraftSeq, Proposer};
+use super::spec_state::SpecState;
 
 /// The tokens that followed the latest earlier occurrence of the longest suffix n-gram of
 /// `tokens` (`n` from `max_n` down to `min_n`, `min_n` at least 1), at most `k` of them;
@@ -32,13 +30,12 @@ pub fn ngram_lookup(tokens: &[u32], min_n: usize, max_n: usize, k: usize) -> &[u
     &[]
 }
 
-/// Draft-free proposer: n-gram lookup in the request's own tokens.
+/// Draft-free proposer: n-gram lookup in the request's own tokens. The draft found by
+/// `lookahead` waits in the request's [`SpecState`] until `propose` hands it out.
 #[derive(Debug, Clone)]
 pub struct NgramProposer {
     min_n: usize,
     max_n: usize,
-    /// Drafts found by `lookahead`, handed out by `propose` in the same step.
-    found: HashMap<RequestId, Vec<u32>>,
 }
 
 impl NgramProposer {
@@ -49,7 +46,6 @@ impl NgramProposer {
         NgramProposer {
             min_n,
             max_n: max_n.max(min_n),
-            found: HashMap::new(),
         }
     }
 }
@@ -63,34 +59,24 @@ impl Default for NgramProposer {
 }
 
 impl Proposer for NgramProposer {
-    fn lookahead(&mut self, id: RequestId, tokens: &[u32], k: usize) -> usize {
+    fn lookahead(&mut self, state: &mut SpecState, tokens: &[u32], k: usize) -> usize {
         let draft = ngram_lookup(tokens, self.min_n, self.max_n, k);
-        if draft.is_empty() {
-            self.found.remove(&id);
-            return 0;
-        }
-        let entry = self.found.entry(id).or_default();
-        entry.clear();
-        entry.extend_from_slice(draft);
+        state.stash_draft(draft);
         draft.len()
     }
 
     fn propose(
         &mut self,
-        seqs: &[DraftSeq<'_>],
+        seqs: &mut [DraftSeq<'_>],
         drafts: &mut Vec<Vec<u32>>,
     ) -> Result<(), ExecutorError> {
         drafts.clear();
         for s in seqs {
-            let mut d = self.found.remove(&s.request_id).unwrap_or_default();
+            let mut d = s.state.take_draft();
             d.truncate(s.k);
             drafts.push(d);
         }
         Ok(())
-    }
-
-    fn retain(&mut self, live: &dyn Fn(RequestId) -> bool) {
-        self.found.retain(|&id, _| live(id));
     }
 }
 
@@ -120,17 +106,19 @@ mod tests {
     fn proposer_hands_out_what_lookahead_found() {
         let mut p = NgramProposer::new(1, 2);
         let t = [1, 2, 3, 1, 2];
-        assert_eq!(p.lookahead(7, &t, 4), 3);
-        let seqs = [DraftSeq {
+        let mut state = SpecState::default();
+        assert_eq!(p.lookahead(&mut state, &t, 4), 3);
+        let mut seqs = [DraftSeq {
             request_id: 7,
             tokens: &t,
             block_table: &[],
             k: 2,
+            state: &mut state,
         }];
         let mut drafts = Vec::new();
-        p.propose(&seqs, &mut drafts).unwrap();
+        p.propose(&mut seqs, &mut drafts).unwrap();
         assert_eq!(drafts, vec![vec![3, 1]]);
-        p.propose(&seqs, &mut drafts).unwrap();
+        p.propose(&mut seqs, &mut drafts).unwrap();
         assert_eq!(
             drafts,
             vec![Vec::<u32>::new()],

@@ -6,6 +6,7 @@ use crate::scheduler::{Scheduler, SchedulerOutput};
 use super::draft_length::DraftLengths;
 use super::proposer::{DraftSeq, Proposer};
 use super::spec_metrics::SpecCounters;
+use super::spec_state::SpecState;
 use super::speculative_config::SpeculativeConfig;
 
 /// A proposer with its limits and counters; the engine core calls [`Speculator::plan`] before
@@ -14,7 +15,7 @@ pub struct Speculator {
     config: SpeculativeConfig,
     proposer: Box<dyn Proposer>,
     counters: SpecCounters,
-    /// Each request's draft length, when it adapts to acceptance.
+    /// The draft-length rule, when lengths adapt to acceptance.
     lengths: Option<DraftLengths>,
     /// Scratch: this step's drafts, one per proposing sequence.
     drafts: Vec<Vec<u32>>,
@@ -53,11 +54,12 @@ impl Speculator {
         self.counters
     }
 
-    /// Request `id` verified `proposed` draft tokens, of which the first `accepted` matched.
-    pub(crate) fn record(&mut self, id: RequestId, proposed: usize, accepted: usize) {
+    /// The request with speculation state `state` verified `proposed` draft tokens, of which
+    /// the first `accepted` matched.
+    pub(crate) fn record(&mut self, state: &mut SpecState, proposed: usize, accepted: usize) {
         self.counters.record(proposed, accepted);
-        if let Some(lengths) = &mut self.lengths {
-            lengths.observe(id, proposed, accepted);
+        if let Some(lengths) = &self.lengths {
+            lengths.observe(state, proposed, accepted);
         }
     }
 
@@ -66,11 +68,6 @@ impl Speculator {
     /// [`crate::request::Generation::can_speculate`]) or is not at its last token, else what
     /// the proposer asks for within `k`, the request's `max_tokens` and the context limit.
     pub(crate) fn plan(&mut self, scheduler: &mut Scheduler) {
-        let live = |id: RequestId| scheduler.request(id).is_some();
-        self.proposer.retain(&live);
-        if let Some(lengths) = &mut self.lengths {
-            lengths.retain(&live);
-        }
         let ids: Vec<RequestId> = scheduler.running_ids().to_vec();
         let on = self.config.speculates_with(ids.len());
         let max_model_len = scheduler.max_model_len();
@@ -84,7 +81,8 @@ impl Speculator {
                 0
             };
             let k = if k > 0 {
-                self.proposer.lookahead(id, req.all_token_ids(), k)
+                let (tokens, state) = req.spec_parts_mut();
+                self.proposer.lookahead(state, tokens, k)
             } else {
                 0
             };
@@ -100,7 +98,9 @@ impl Speculator {
         let k = self
             .lengths
             .as_ref()
-            .map_or(self.config.num_speculative_tokens, |l| l.get(req.id()));
+            .map_or(self.config.num_speculative_tokens, |l| {
+                l.get(req.spec_state())
+            });
         // A step emits up to k + 1 tokens; drafting past max_tokens or the context is waste.
         let left = req
             .params()
@@ -116,54 +116,96 @@ impl Speculator {
     pub(crate) fn propose(
         &mut self,
         out: &mut SchedulerOutput,
-        scheduler: &Scheduler,
+        scheduler: &mut Scheduler,
         vocab: usize,
     ) {
         if out.lookahead.is_empty() {
             return;
         }
-        let mut index = Vec::new();
-        let seqs: Vec<DraftSeq<'_>> = out
-            .batch
-            .seqs
+        let index: Vec<usize> = (0..out.batch.seqs.len())
+            .filter(|&i| {
+                let s = &out.batch.seqs[i];
+                out.lookahead(i) > 0
+                    && s.num_logits == 1
+                    && scheduler.request(s.request_id).is_some()
+            })
+            .collect();
+        // Each proposing request lends its state for the proposal and gets it back after.
+        let mut states: Vec<SpecState> = index
             .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let k = out.lookahead(i);
-                if k == 0 || s.num_logits != 1 {
-                    return None;
-                }
+            .map(|&i| {
+                let id = out.batch.seqs[i].request_id;
+                scheduler
+                    .request_mut(id)
+                    .map(|r| std::mem::take(r.spec_state_mut()))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut drafts = std::mem::take(&mut self.drafts);
+        self.propose_drafts(out, scheduler, &index, &mut states, &mut drafts);
+        for (&i, state) in index.iter().zip(states) {
+            if let Some(req) = scheduler.request_mut(out.batch.seqs[i].request_id) {
+                *req.spec_state_mut() = state;
+            }
+        }
+        fill_slots(out, &index, &drafts, scheduler.config().block_size, vocab);
+        self.drafts = drafts;
+    }
+
+    /// Asks the proposer for the drafts of the sequences `index` names, whose states are
+    /// `states`; a proposer error leaves no drafts.
+    fn propose_drafts(
+        &mut self,
+        out: &SchedulerOutput,
+        scheduler: &Scheduler,
+        index: &[usize],
+        states: &mut [SpecState],
+        drafts: &mut Vec<Vec<u32>>,
+    ) {
+        let mut seqs: Vec<DraftSeq<'_>> = index
+            .iter()
+            .zip(states.iter_mut())
+            .filter_map(|(&i, state)| {
+                let s = &out.batch.seqs[i];
                 let req = scheduler.request(s.request_id)?;
-                index.push(i);
                 Some(DraftSeq {
                     request_id: s.request_id,
                     tokens: req.all_token_ids(),
                     block_table: &s.block_table,
-                    k,
+                    k: out.lookahead(i),
+                    state,
                 })
             })
             .collect();
-        let mut drafts = std::mem::take(&mut self.drafts);
-        if let Err(e) = self.proposer.propose(&seqs, &mut drafts) {
+        if let Err(e) = self.proposer.propose(&mut seqs, drafts) {
             tracing::warn!(error = %e, "draft proposal failed; decoding without drafts");
             drafts.clear();
         }
-        drop(seqs);
-        let block_size = scheduler.config().block_size;
-        for (j, &i) in index.iter().enumerate() {
-            let k = out.lookahead(i);
-            let seq = &mut out.batch.seqs[i];
-            let draft = drafts.get(j).map_or(&[][..], Vec::as_slice);
-            let n = draft
-                .iter()
-                .take(k)
-                .take_while(|&&t| (t as usize) < vocab)
-                .count();
-            seq.tokens.extend_from_slice(&draft[..n]);
-            seq.num_logits = 1 + n;
-            let end = seq.start_pos + seq.tokens.len();
-            seq.block_table.truncate(end.div_ceil(block_size));
-        }
-        self.drafts = drafts;
+    }
+}
+
+/// Appends each proposing sequence's draft (ids below `vocab`, at most its lookahead) to
+/// its batch tokens, asks for one logits row per draft token more, and cuts its block table
+/// to the positions it computes.
+fn fill_slots(
+    out: &mut SchedulerOutput,
+    index: &[usize],
+    drafts: &[Vec<u32>],
+    block_size: usize,
+    vocab: usize,
+) {
+    for (j, &i) in index.iter().enumerate() {
+        let k = out.lookahead(i);
+        let seq = &mut out.batch.seqs[i];
+        let draft = drafts.get(j).map_or(&[][..], Vec::as_slice);
+        let n = draft
+            .iter()
+            .take(k)
+            .take_while(|&&t| (t as usize) < vocab)
+            .count();
+        seq.tokens.extend_from_slice(&draft[..n]);
+        seq.num_logits = 1 + n;
+        let end = seq.start_pos + seq.tokens.len();
+        seq.block_table.truncate(end.div_ceil(block_size));
     }
 }

@@ -18,15 +18,15 @@ use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::attention_block::AttentionBlock;
+pub use super::decoder_dims::DecoderDims;
 use super::mlp::Mlp;
 use super::moe_block::{ExpertCounter, MoeBlock};
 use super::naming::TensorNaming;
 use super::observer::{ActivationObserver, NoObserver};
+pub use super::pass::Pass;
 use super::positions::Positions;
 use super::tensor_loader::TensorLoader;
 use super::workspace::{Workspace, WorkspaceDims};
-pub use super::decoder_dims::DecoderDims;
-pub use super::pass::Pass;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{BlockNorm, Embedding, Linear};

@@ -21,7 +21,7 @@ pub mod workspace;
 
 pub use decoder::DecoderModel;
 pub use decoder_dims::DecoderDims;
-pub use pass::Pass;
 pub use naming::TensorNaming;
 pub use observer::{ActivationObserver, AttnHeads, LinearSite};
+pub use pass::Pass;
 pub use workspace::Workspace;

@@ -1,10 +1,10 @@
 //! [`GemmaConfig`]: what Gemma 2 and Gemma 3 add to the Llama-family forward pass, and how
-//! it is read from a Hugging Face `config.json` (`Gemma2ForCausalLM`, `Gemma3ForCausalLM` /
-//! `model_type: gemma3_text`) and from the GGUF llama.cpp's converter writes (`gemma2`,
-//! `gemma3`).
+//! it is read from a Hugging Face `config.json` and from the GGUF llama.cpp's converter
+//! writes. The readers are shared; where the generations differ they follow the
+//! [`GemmaTraits`] their family files (`crate::families`) give.
 //!
-//! Differences from Llama, all checked against transformers' `modeling_gemma2.py` /
-//! `modeling_gemma3.py` and llama.cpp's gemma2/gemma3 graphs:
+//! Differences from Llama, all checked against transformers' Gemma 2 / Gemma 3 modeling
+//! code and llama.cpp's Gemma graphs:
 //!
 //! * RMSNorm multiplies by `1 + w`; HF checkpoints store `w`, llama.cpp's converter stores
 //!   `1 + w` ([`GemmaConfig::norm_offset`]: 1 for HF, 0 for GGUF). Every layer has four norms:

@@ -48,6 +48,11 @@ impl Architecture {
         self.0.names().name
     }
 
+    /// The HF `architectures` class (`...ForCausalLM`) of this family's checkpoints.
+    pub fn hf_class(self) -> &'static str {
+        self.0.names().hf_class
+    }
+
     /// This family's [`BlockLayout`].
     pub fn layout(self) -> BlockLayout {
         self.0.layout()

@@ -31,7 +31,7 @@ impl ModelConfig {
 
 /// The configuration of a Llama-style decoder of family `arch`: the keys every such family
 /// shares, and the family's own (defaults, window, biases, Gemma and MoE parts) from its
-/// [`Family`](crate::families::family::Family) hooks.
+/// `Family` hooks.
 pub(crate) fn decoder_config(arch: Architecture, obj: &Obj) -> Result<ModelConfig, ConfigError> {
     let family = arch.family();
     let defaults = family.hf_defaults();

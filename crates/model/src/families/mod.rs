@@ -3,7 +3,7 @@
 //! A family file holds everything that is particular to that family: its names (registry
 //! name, GGUF `general.architecture`, HF class and `model_type`), the `config.json` keys and
 //! defaults its config class has, its GGUF metadata quirks, its tensor naming, RoPE pairing
-//! and block layout. It implements the [`Family`](family::Family) trait, whose defaults are a
+//! and block layout. It implements the `Family` trait (`family.rs`), whose defaults are a
 //! plain Llama-style decoder; shared readers (`crate::config::from_hf`, `gemma`, `moe`,
 //! `window`) do the common work and name no family. The rest of Kestrel holds an
 //! [`Architecture`], a `Copy` handle onto a registry entry, and asks it questions.

@@ -64,3 +64,33 @@ pub(crate) fn by_hf_model_type(model_type: &str) -> Result<Architecture, ConfigE
     arch.family().check_hf_model_type(model_type)?;
     Ok(arch)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_found_by_its_names_and_class() {
+        for arch in all() {
+            let names = arch.family().names();
+            assert_eq!(by_name(names.name), Some(arch));
+            assert_eq!(by_hf_class(names.hf_class), Some(arch));
+            for alias in names.aliases {
+                assert_eq!(by_name(alias), Some(arch), "{alias}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_and_classes_are_unique() {
+        let mut seen: Vec<&str> = Vec::new();
+        for arch in all() {
+            let names = arch.family().names();
+            let own = [names.name, names.hf_class].into_iter();
+            for name in own.chain(names.aliases.iter().copied()) {
+                assert!(!seen.contains(&name), "{name} is registered twice");
+                seen.push(name);
+            }
+        }
+    }
+}

@@ -4,146 +4,20 @@
 //! validated in one place ([`ModelConfig::validate`]). [`ModelConfig::rope_inv_freq`] gives
 //! the rotary inverse frequencies, scaling included.
 
-use kestrel_kernels::cpu::ops::RopeStyle;
-
 use crate::weights::gguf::GgufError;
 
 mod from_gguf;
-mod from_hf;
-mod gemma;
+pub(crate) mod from_hf;
+pub(crate) mod gemma;
 mod layout;
-mod moe;
+pub(crate) mod moe;
 mod rope;
+pub(crate) mod window;
 
+pub use crate::families::Architecture;
 pub use gemma::GemmaConfig;
 pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
 pub use moe::MoeConfig;
-
-/// The architectures Kestrel runs: the Llama family, which differ only in features of one
-/// forward pass (Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; Mistral, Qwen2, Qwen3,
-/// Phi-3: sliding-window attention where the config enables it; Phi-3 stores Q/K/V and
-/// gate/up fused, split when loaded by [`crate::weights::FusedSplit`]; Gemma 2/3: the
-/// features of [`GemmaConfig`]; Mixtral and Qwen MoE: [`MoeConfig`]), and BLOOM, whose blocks
-/// differ ([`Architecture::layout`]: LayerNorm, ALiBi, fused QKV, a GELU MLP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Architecture {
-    Llama,
-    Mistral,
-    Qwen2,
-    Qwen3,
-    Phi3,
-    Bloom,
-    /// Mixtral: Mistral attention, a sparse MoE MLP (GGUF: `llama` with `llama.expert_count`).
-    Mixtral,
-    /// Qwen2-MoE: Qwen2 attention, routed experts plus a gated shared expert.
-    Qwen2Moe,
-    /// Qwen3-MoE: Qwen3 attention, routed experts.
-    Qwen3Moe,
-    Gemma2,
-    Gemma3,
-}
-
-impl Architecture {
-    pub const ALL: [Architecture; 11] = [
-        Architecture::Llama,
-        Architecture::Mistral,
-        Architecture::Qwen2,
-        Architecture::Qwen3,
-        Architecture::Phi3,
-        Architecture::Bloom,
-        Architecture::Mixtral,
-        Architecture::Qwen2Moe,
-        Architecture::Qwen3Moe,
-        Architecture::Gemma2,
-        Architecture::Gemma3,
-    ];
-
-    /// From a GGUF `general.architecture` or HF `model_type` name (`qwen2moe` and `qwen2_moe`
-    /// both name Qwen2-MoE).
-    pub fn from_name(name: &str) -> Option<Architecture> {
-        match name {
-            "qwen2moe" => Some(Architecture::Qwen2Moe),
-            "qwen3moe" => Some(Architecture::Qwen3Moe),
-            _ => Architecture::ALL.into_iter().find(|a| a.name() == name),
-        }
-    }
-
-    /// From an HF `architectures` entry such as `LlamaForCausalLM`.
-    pub fn from_hf_class(class: &str) -> Option<Architecture> {
-        match class {
-            "LlamaForCausalLM" => Some(Architecture::Llama),
-            "MistralForCausalLM" => Some(Architecture::Mistral),
-            "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
-            "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
-            "Phi3ForCausalLM" => Some(Architecture::Phi3),
-            "BloomForCausalLM" => Some(Architecture::Bloom),
-            "MixtralForCausalLM" => Some(Architecture::Mixtral),
-            "Qwen2MoeForCausalLM" => Some(Architecture::Qwen2Moe),
-            "Qwen3MoeForCausalLM" => Some(Architecture::Qwen3Moe),
-            "Gemma2ForCausalLM" => Some(Architecture::Gemma2),
-            "Gemma3ForCausalLM" => Some(Architecture::Gemma3),
-            _ => None,
-        }
-    }
-
-    /// The lower-case name, as HF's `model_type` (`llama`, `mistral`, `qwen2`, `qwen3`, `phi3`,
-    /// `bloom`, `mixtral`, `qwen2_moe`, `qwen3_moe`, `gemma2`, `gemma3`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Mistral => "mistral",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Qwen3 => "qwen3",
-            Architecture::Phi3 => "phi3",
-            Architecture::Bloom => "bloom",
-            Architecture::Mixtral => "mixtral",
-            Architecture::Qwen2Moe => "qwen2_moe",
-            Architecture::Qwen3Moe => "qwen3_moe",
-            Architecture::Gemma2 => "gemma2",
-            Architecture::Gemma3 => "gemma3",
-        }
-    }
-
-    /// The supported architecture names, comma-separated (for error messages).
-    pub fn supported_names() -> String {
-        let names: Vec<&str> = Architecture::ALL.iter().map(|a| a.name()).collect();
-        names.join(", ")
-    }
-
-    /// The RoPE pairing of this architecture's GGUF files, as llama.cpp's
-    /// `llama_model_rope_type` assigns it. llama.cpp's converter permutes the Q/K rows of the
-    /// Llama family only (for adjacent-pair rotation); Qwen2, Qwen3, Phi-3 and Gemma keep Hugging
-    /// Face's row order and rotate halves (NeoX). Hugging Face checkpoints are always NeoX.
-    /// (BLOOM has no rotary positions.)
-    pub fn gguf_rope_style(self) -> RopeStyle {
-        match self {
-            Architecture::Llama | Architecture::Mistral | Architecture::Mixtral => {
-                RopeStyle::Interleaved
-            }
-            Architecture::Qwen2
-            | Architecture::Qwen3
-            | Architecture::Qwen2Moe
-            | Architecture::Qwen3Moe
-            | Architecture::Phi3
-            | Architecture::Bloom
-            | Architecture::Gemma2
-            | Architecture::Gemma3 => RopeStyle::Neox,
-        }
-    }
-
-    /// Queries and keys go through a per-head RMSNorm before RoPE (Qwen3, Qwen3-MoE, Gemma 3).
-    pub fn has_qk_norm(self) -> bool {
-        matches!(
-            self,
-            Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Gemma3
-        )
-    }
-
-    /// Gemma 2 / Gemma 3.
-    pub fn is_gemma(self) -> bool {
-        matches!(self, Architecture::Gemma2 | Architecture::Gemma3)
-    }
-}
 
 /// How rotary frequencies are rescaled for longer contexts.
 #[derive(Debug, Clone, PartialEq)]
@@ -267,7 +141,7 @@ pub enum ConfigError {
     MissingField(String),
     #[error("config field {field:?}: {reason}")]
     BadField { field: String, reason: String },
-    #[error("unsupported architecture {0:?} (Kestrel runs {list})", list = Architecture::supported_names())]
+    #[error("unsupported architecture {0:?} (Kestrel runs {list})", list = crate::families::supported_names())]
     UnsupportedArchitecture(String),
     #[error("unsupported rope scaling {0:?} (Kestrel supports {SUPPORTED_ROPE_SCALING})")]
     UnsupportedRopeScaling(String),

@@ -25,7 +25,7 @@ pub enum ModelError {
     },
     #[error("tensor `{name}`: {reason}")]
     BadTensor { name: String, reason: String },
-    #[error("unsupported architecture `{0}` (supported: {list})", list = crate::config::Architecture::supported_names())]
+    #[error("unsupported architecture `{0}` (supported: {list})", list = crate::families::supported_names())]
     UnsupportedArchitecture(String),
     #[error("chat template: {0}")]
     ChatTemplate(String),

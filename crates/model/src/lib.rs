@@ -2,6 +2,8 @@
 //!
 //! * [`weights`] — GGUF and safetensors readers behind [`weights::TensorSource`].
 //! * [`config`] — [`config::ModelConfig`], read from GGUF metadata or HF `config.json`.
+//! * [`families`] — one file per model family and their registry; [`config::Architecture`]
+//!   is a handle onto one entry.
 //! * [`tokenizer`] — [`tokenizer::Tokenizer`] from GGUF metadata or `tokenizer.json`.
 //! * [`chat_template`] — [`chat_template::ChatTemplate`], HF-compatible Jinja via minijinja.
 //! * [`loader`] — [`load_model`] into a [`LoadedModel`]; [`load_model_using`] with a
@@ -17,6 +19,7 @@ pub mod chat_prompt;
 pub mod chat_template;
 pub mod config;
 pub mod error;
+pub mod families;
 pub mod fuzz_entry;
 pub mod kv_cache;
 pub mod layers;

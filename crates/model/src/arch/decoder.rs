@@ -18,56 +18,20 @@ use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::attention_block::AttentionBlock;
+pub use super::decoder_dims::DecoderDims;
 use super::mlp::Mlp;
 use super::moe_block::{ExpertCounter, MoeBlock};
 use super::naming::TensorNaming;
 use super::observer::{ActivationObserver, NoObserver};
+pub use super::pass::Pass;
 use super::positions::Positions;
 use super::tensor_loader::TensorLoader;
 use super::workspace::{Workspace, WorkspaceDims};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv_cache::KvCache;
 use crate::layers::{BlockNorm, Embedding, Linear};
-use crate::lora::{LoraBase, LoraBatch};
+use crate::lora::LoraBase;
 use crate::weights::TensorSource;
-
-/// What one forward pass runs on: the batch, its rows' LoRA adapters, the KV cache it writes,
-/// the workspace and the worker threads.
-pub struct Pass<'a> {
-    pub batch: &'a BatchInput,
-    /// The batch's rows grouped by adapter ([`LoraBatch::none`]: the base model alone).
-    pub lora: &'a LoraBatch,
-    pub kv: &'a mut KvCache,
-    pub ws: &'a mut Workspace,
-    pub pool: &'a ThreadPool,
-}
-
-/// Sizes the forward pass needs.
-#[derive(Debug, Clone, Copy)]
-pub struct DecoderDims {
-    pub hidden: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub ffn: usize,
-    pub vocab: usize,
-    pub n_layers: usize,
-}
-
-impl DecoderDims {
-    fn of(cfg: &ModelConfig) -> DecoderDims {
-        DecoderDims {
-            hidden: cfg.hidden_size,
-            n_heads: cfg.n_heads,
-            n_kv_heads: cfg.n_kv_heads,
-            head_dim: cfg.head_dim,
-            ffn: cfg.intermediate_size,
-            vocab: cfg.vocab_size,
-            n_layers: cfg.n_layers,
-        }
-    }
-}
 
 /// One decoder layer: attention, then the MLP (dense or sparse), each with its own residual
 /// add.

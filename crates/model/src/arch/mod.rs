@@ -4,6 +4,7 @@
 
 pub(crate) mod attention_block;
 pub mod decoder;
+pub mod decoder_dims;
 pub(crate) mod feed_forward;
 pub(crate) mod fused_qkv;
 pub(crate) mod mlp;
@@ -11,13 +12,16 @@ pub mod moe_block;
 pub mod moe_naming;
 pub mod naming;
 pub mod observer;
+pub mod pass;
 pub(crate) mod positions;
 pub mod router;
 pub(crate) mod rows;
 pub(crate) mod tensor_loader;
 pub mod workspace;
 
-pub use decoder::{DecoderDims, DecoderModel, Pass};
+pub use decoder::DecoderModel;
+pub use decoder_dims::DecoderDims;
 pub use naming::TensorNaming;
 pub use observer::{ActivationObserver, AttnHeads, LinearSite};
+pub use pass::Pass;
 pub use workspace::Workspace;

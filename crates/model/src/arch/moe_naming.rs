@@ -1,10 +1,19 @@
 //! The tensor names of a sparse MoE layer in both spellings: GGUF stores each expert
 //! projection of a layer as one 3-D tensor (`blk.N.ffn_gate_exps.weight`, `[experts, rows,
-//! cols]`), HF checkpoints one matrix per expert (Mixtral: `block_sparse_moe.experts.E.w1`;
-//! Qwen-MoE: `mlp.experts.E.gate_proj`).
+//! cols]`), HF checkpoints one matrix per expert, in one of two layouts ([`HfMoeLayout`]:
+//! `block_sparse_moe.experts.E.w1` or `mlp.experts.E.gate_proj`).
 
 use super::naming::TensorNaming;
 use crate::config::Architecture;
+
+/// Where an HF checkpoint keeps a sparse layer's experts (each family says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HfMoeLayout {
+    /// `model.layers.N.mlp.{gate, experts.E.{gate,up,down}_proj, shared_expert...}`.
+    Mlp,
+    /// `model.layers.N.block_sparse_moe.{gate, experts.E.{w1,w3,w2}}`.
+    BlockSparse,
+}
 
 /// A tensor of a sparse MoE layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,15 +37,15 @@ impl TensorNaming {
     pub fn moe(self, arch: Architecture, layer: usize, t: MoeTensor, expert: usize) -> String {
         match self {
             TensorNaming::Gguf => format!("blk.{layer}.{}.weight", gguf_part(t)),
-            TensorNaming::HuggingFace if arch == Architecture::Mixtral => {
+            TensorNaming::HuggingFace if arch.hf_moe_layout() == HfMoeLayout::BlockSparse => {
                 format!(
                     "model.layers.{layer}.block_sparse_moe.{}",
-                    mixtral_part(t, expert)
+                    block_sparse_part(t, expert)
                 )
             }
             // (BLOOM has no experts; its naming never reaches here.)
             TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => {
-                format!("model.layers.{layer}.mlp.{}", qwen_part(t, expert))
+                format!("model.layers.{layer}.mlp.{}", mlp_part(t, expert))
             }
         }
     }
@@ -55,13 +64,13 @@ fn gguf_part(t: MoeTensor) -> &'static str {
     }
 }
 
-fn mixtral_part(t: MoeTensor, e: usize) -> String {
+fn block_sparse_part(t: MoeTensor, e: usize) -> String {
     match t {
         MoeTensor::Router => "gate.weight".into(),
         MoeTensor::ExpertGate => format!("experts.{e}.w1.weight"),
         MoeTensor::ExpertUp => format!("experts.{e}.w3.weight"),
         MoeTensor::ExpertDown => format!("experts.{e}.w2.weight"),
-        // Mixtral has no shared expert; these names are never present.
+        // This layout has no shared expert; these names are never present.
         MoeTensor::SharedGate => "shared_expert.gate_proj.weight".into(),
         MoeTensor::SharedUp => "shared_expert.up_proj.weight".into(),
         MoeTensor::SharedDown => "shared_expert.down_proj.weight".into(),
@@ -69,7 +78,7 @@ fn mixtral_part(t: MoeTensor, e: usize) -> String {
     }
 }
 
-fn qwen_part(t: MoeTensor, e: usize) -> String {
+fn mlp_part(t: MoeTensor, e: usize) -> String {
     match t {
         MoeTensor::Router => "gate.weight".into(),
         MoeTensor::ExpertGate => format!("experts.{e}.gate_proj.weight"),

@@ -58,7 +58,7 @@ pub enum QkvOrder {
 impl TensorNaming {
     /// The RoPE pairing of `arch`'s Q/K rows as this source stores them: Hugging Face
     /// checkpoints rotate halves (NeoX); a GGUF file follows llama.cpp's converter for its
-    /// architecture ([`Architecture::gguf_rope_style`]).
+    /// family (`gguf_rope_style` of [`Architecture`]).
     pub fn rope_style(self, arch: Architecture) -> RopeStyle {
         match self {
             TensorNaming::Gguf => arch.gguf_rope_style(),
@@ -66,13 +66,11 @@ impl TensorNaming {
         }
     }
 
-    /// The naming of `arch`'s tensors in a source named `self`: BLOOM's HF checkpoints use
-    /// their own names, with or without the `transformer.` prefix (whichever `src` has).
+    /// The naming of `arch`'s tensors in a source named `self`: an HF checkpoint's as the
+    /// family spells them (BLOOM has names of its own, prefixed or not as `src` has them).
     pub fn for_architecture(self, arch: Architecture, src: &dyn TensorSource) -> TensorNaming {
-        match (self, arch) {
-            (TensorNaming::HuggingFace, Architecture::Bloom) => TensorNaming::HfBloom {
-                prefixed: src.tensor("word_embeddings.weight").is_none(),
-            },
+        match self {
+            TensorNaming::HuggingFace => arch.hf_naming(src),
             _ => self,
         }
     }

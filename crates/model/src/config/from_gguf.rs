@@ -3,7 +3,7 @@
 
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
-use super::gemma::{gemma_from_gguf, GgufDims};
+use super::gemma::GgufDims;
 use super::rope::yarn_mscale;
 use super::{Architecture, ConfigError, ModelConfig, MoeConfig, NormKind, RopeScaling};
 
@@ -17,7 +17,7 @@ impl ModelConfig {
     /// Read and validate the configuration stored in `file`'s metadata.
     pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ConfigError> {
         let arch_name = file.get_str("general.architecture")?;
-        let architecture = Architecture::from_name(arch_name)
+        let architecture = crate::families::by_name(arch_name)
             .ok_or_else(|| ConfigError::UnsupportedArchitecture(arch_name.to_string()))?;
         let block_count = format!("{arch_name}.block_count");
         let n_layers = match file.get_u64(&block_count).optional()? {
@@ -25,9 +25,9 @@ impl ModelConfig {
             None => 0,
         };
         let moe = MoeConfig::from_gguf(file, arch_name, architecture, n_layers)?;
-        let architecture = match (architecture, &moe) {
-            (Architecture::Llama, Some(_)) => Architecture::Mixtral,
-            (a, _) => a,
+        let architecture = match (architecture.family().with_experts(), &moe) {
+            (Some(sparse), Some(_)) => sparse,
+            _ => architecture,
         };
         let key = |suffix: &str| format!("{arch_name}.{suffix}");
         let usize_key = |suffix: &str| -> Result<Option<usize>, ConfigError> {
@@ -47,19 +47,19 @@ impl ModelConfig {
             .get_f32(&key("rope.freq_base"))
             .optional()?
             .unwrap_or(10000.0);
-        let mut sliding_window = gguf_window(architecture, usize_key("attention.sliding_window")?);
+        let family = architecture.family();
+        let mut sliding_window = family.gguf_window(usize_key("attention.sliding_window")?);
         let mut window_layers = None;
-        let gemma = match architecture.is_gemma() {
-            false => None,
-            true => {
-                let dims = GgufDims {
-                    n_layers,
-                    hidden: hidden_size,
-                    n_heads,
-                    head_dim,
-                    rope_theta,
-                };
-                let (gemma, window) = gemma_from_gguf(file, architecture, dims)?;
+        let dims = GgufDims {
+            n_layers,
+            hidden: hidden_size,
+            n_heads,
+            head_dim,
+            rope_theta,
+        };
+        let gemma = match family.gguf_gemma(file, arch_name, dims)? {
+            None => None,
+            Some((gemma, window)) => {
                 (sliding_window, window_layers) = (window.size, window.layers);
                 Some(gemma)
             }
@@ -115,14 +115,6 @@ fn gguf_vocab_size(file: &GgufFile, arch: &str) -> Result<usize, ConfigError> {
         None => Err(ConfigError::MissingField(format!(
             "{arch}.vocab_size or tokenizer.ggml.tokens"
         ))),
-    }
-}
-
-/// llama.cpp's converter writes a Phi-3 `attention.sliding_window` of 0 for "none".
-fn gguf_window(arch: Architecture, window: Option<usize>) -> Option<usize> {
-    match (arch, window) {
-        (Architecture::Phi3, Some(0)) => None,
-        (_, w) => w,
     }
 }
 

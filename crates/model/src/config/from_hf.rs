@@ -3,7 +3,8 @@
 //! * older: top-level `rope_theta`, `rope_scaling: {type|rope_type, factor, ...}`, `torch_dtype`;
 //! * transformers 5: `rope_parameters: {rope_theta, rope_type, factor, ...}`, `dtype`.
 //!
-//! Absent optional keys take the transformers defaults of the architecture's config class.
+//! Absent optional keys take the transformers defaults of the family's config class
+//! ([`crate::families`] holds each family's keys and defaults).
 //! RoPE scaling (`linear`, `llama3`, `yarn`, `dynamic`, `longrope`/`su`) and
 //! `partial_rotary_factor` (top level or in the rope parameters) are read as transformers'
 //! `standardize_rope_params` does: a top-level `original_max_position_embeddings` (Phi-3) wins
@@ -11,13 +12,11 @@
 
 use serde_json::{Map, Value};
 
-use super::gemma::{gemma_from_hf, gemma_window_from_hf};
 use super::rope::{longrope_attention, yarn_mscale};
-use super::{Architecture, ConfigError, ModelConfig, MoeConfig, RopeScaling};
+use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
 
-mod bloom;
-
-pub(super) type Obj = Map<String, Value>;
+/// A JSON object of `config.json`.
+pub(crate) type Obj = Map<String, Value>;
 
 impl ModelConfig {
     /// Parse and validate a `config.json`.
@@ -26,105 +25,73 @@ impl ModelConfig {
         let obj = json
             .as_object()
             .ok_or_else(|| bad("(root)", "not a JSON object"))?;
-        let architecture = hf_architecture(obj)?;
-        if architecture == Architecture::Bloom {
-            return bloom::bloom_config(obj);
-        }
-        let n_heads = req_usize(obj, "num_attention_heads")?;
-        let hidden_size = req_usize(obj, "hidden_size")?;
-        let rope_params = rope_params(obj)?;
-        let n_layers = req_usize(obj, "num_hidden_layers")?;
-        let n_layers = super::layer_count("num_hidden_layers", n_layers as u64)?;
-        let window = sliding_window(obj, architecture, n_layers)?;
-        let head_dim =
-            opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads));
-        let max_position_embeddings = opt_usize(obj, "max_position_embeddings")?
-            .unwrap_or(default_max_positions(architecture));
-        let rope_theta = rope_theta(obj, rope_params, architecture)?;
-        let gemma = match architecture.is_gemma() {
-            true => Some(gemma_from_hf(obj, architecture, head_dim, rope_theta)?),
-            false => None,
-        };
-        let rope = RopeContext {
-            top: obj,
-            arch: architecture,
-            max_positions: max_position_embeddings,
-        };
-        let config = ModelConfig {
-            architecture,
-            vocab_size: req_usize(obj, "vocab_size")?,
-            hidden_size,
-            n_layers,
-            n_heads,
-            n_kv_heads: opt_usize(obj, "num_key_value_heads")?.unwrap_or(n_heads),
-            head_dim,
-            rotary_dim: rotary_dim(obj, rope_params, head_dim)?,
-            intermediate_size: req_usize(obj, "intermediate_size")?,
-            rms_norm_eps: opt_f32(obj, "rms_norm_eps")?
-                .unwrap_or(default_rms_norm_eps(architecture)),
-            rope_theta,
-            rope_scaling: rope_params.map(|p| rope.scaling(p)).transpose()?.flatten(),
-            max_position_embeddings,
-            rope_context_length: max_position_embeddings,
-            tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?
-                .unwrap_or(architecture.is_gemma()),
-            sliding_window: window.size,
-            window_layers: window.layers,
-            attention_bias: attention_bias(obj, architecture)?,
-            qk_norm: architecture.has_qk_norm(),
-            bos_token_id: opt_u32(obj, "bos_token_id")?,
-            eos_token_ids: eos_ids(obj)?,
-            dtype: opt_str(obj, "dtype")?
-                .or(opt_str(obj, "torch_dtype")?)
-                .map(str::to_string),
-            moe: MoeConfig::from_hf(obj, architecture, n_layers)?,
-            gemma,
-        };
-        if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
-            return Err(ConfigError::Invalid(format!(
-                "hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({n_heads}) and head_dim is not given"
-            )));
-        }
-        config.validate()?;
-        Ok(config)
+        hf_architecture(obj)?.config_from_hf(obj)
     }
 }
 
-/// Qwen2: always; Qwen2-MoE: `qkv_bias` (default true); others: `attention_bias`.
-fn attention_bias(obj: &Obj, arch: Architecture) -> Result<bool, ConfigError> {
-    Ok(match arch {
-        Architecture::Qwen2 => true,
-        Architecture::Qwen2Moe => opt_bool(obj, "qkv_bias")?.unwrap_or(true),
-        _ => opt_bool(obj, "attention_bias")?.unwrap_or(false),
-    })
+/// The configuration of a Llama-style decoder of family `arch`: the keys every such family
+/// shares, and the family's own (defaults, window, biases, Gemma and MoE parts) from its
+/// `Family` hooks.
+pub(crate) fn decoder_config(arch: Architecture, obj: &Obj) -> Result<ModelConfig, ConfigError> {
+    let family = arch.family();
+    let defaults = family.hf_defaults();
+    let n_heads = req_usize(obj, "num_attention_heads")?;
+    let hidden_size = req_usize(obj, "hidden_size")?;
+    let rope_params = rope_params(obj)?;
+    let n_layers = req_usize(obj, "num_hidden_layers")?;
+    let n_layers = super::layer_count("num_hidden_layers", n_layers as u64)?;
+    let window = family.hf_window(obj, n_layers)?;
+    let head_dim =
+        opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads));
+    let max_position_embeddings =
+        opt_usize(obj, "max_position_embeddings")?.unwrap_or(defaults.max_positions);
+    let rope_theta = rope_theta(obj, rope_params, defaults.rope_theta)?;
+    let gemma = family.hf_gemma(obj, head_dim, rope_theta)?;
+    let rope = RopeContext {
+        top: obj,
+        yarn_is_longrope: family.hf_yarn_is_longrope(),
+        max_positions: max_position_embeddings,
+    };
+    let config = ModelConfig {
+        architecture: arch,
+        vocab_size: req_usize(obj, "vocab_size")?,
+        hidden_size,
+        n_layers,
+        n_heads,
+        n_kv_heads: opt_usize(obj, "num_key_value_heads")?.unwrap_or(n_heads),
+        head_dim,
+        rotary_dim: rotary_dim(obj, rope_params, head_dim)?,
+        intermediate_size: req_usize(obj, "intermediate_size")?,
+        rms_norm_eps: opt_f32(obj, "rms_norm_eps")?.unwrap_or(defaults.rms_norm_eps),
+        rope_theta,
+        rope_scaling: rope_params.map(|p| rope.scaling(p)).transpose()?.flatten(),
+        max_position_embeddings,
+        rope_context_length: max_position_embeddings,
+        tie_word_embeddings: opt_bool(obj, "tie_word_embeddings")?
+            .unwrap_or(defaults.tie_word_embeddings),
+        sliding_window: window.size,
+        window_layers: window.layers,
+        attention_bias: family.hf_attention_bias(obj)?,
+        qk_norm: arch.has_qk_norm(),
+        bos_token_id: opt_u32(obj, "bos_token_id")?,
+        eos_token_ids: eos_ids(obj)?,
+        dtype: opt_str(obj, "dtype")?
+            .or(opt_str(obj, "torch_dtype")?)
+            .map(str::to_string),
+        moe: family.hf_moe(obj, n_layers)?,
+        gemma,
+    };
+    if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
+        return Err(ConfigError::Invalid(format!(
+            "hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({n_heads}) and head_dim is not given"
+        )));
+    }
+    config.validate()?;
+    Ok(config)
 }
 
 fn default_head_dim(hidden: usize, n_heads: usize) -> usize {
     hidden.checked_div(n_heads).unwrap_or(0)
-}
-
-/// transformers' per-class defaults for `max_position_embeddings`.
-fn default_max_positions(arch: Architecture) -> usize {
-    match arch {
-        Architecture::Llama => 2048,
-        Architecture::Mistral | Architecture::Mixtral => 4096 * 32,
-        Architecture::Qwen2
-        | Architecture::Qwen3
-        | Architecture::Qwen2Moe
-        | Architecture::Qwen3Moe => 32768,
-        Architecture::Phi3 => 4096,
-        Architecture::Bloom => 2048,
-        Architecture::Gemma2 => 8192,
-        Architecture::Gemma3 => 131_072,
-    }
-}
-
-/// transformers' per-class defaults for `rms_norm_eps`.
-fn default_rms_norm_eps(arch: Architecture) -> f32 {
-    match arch {
-        Architecture::Phi3 => 1e-5,
-        _ => 1e-6,
-    }
 }
 
 /// `int(head_dim * partial_rotary_factor)`, the factor from the rope parameters or the top
@@ -146,24 +113,15 @@ fn rotary_dim(obj: &Obj, params: Option<&Obj>, head_dim: usize) -> Result<usize,
     Ok((head_dim as f64 * factor) as usize)
 }
 
+/// The family a `config.json` names: `model_type`, else the first `architectures` class.
 fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
     if let Some(model_type) = opt_str(obj, "model_type")? {
-        match model_type {
-            "gemma3_text" => return Ok(Architecture::Gemma3),
-            "gemma3" => {
-                return Err(ConfigError::Unsupported(
-                    "multimodal Gemma 3 (model_type gemma3); Kestrel runs the text-only Gemma3ForCausalLM (gemma3_text)".into(),
-                ))
-            }
-            _ => {}
-        }
-        return Architecture::from_name(model_type)
-            .ok_or_else(|| ConfigError::UnsupportedArchitecture(model_type.to_string()));
+        return crate::families::registry::by_hf_model_type(model_type);
     }
     let classes = obj.get("architectures").and_then(Value::as_array);
     let first = classes.and_then(|c| c.first()).and_then(Value::as_str);
     match first {
-        Some(class) => Architecture::from_hf_class(class)
+        Some(class) => crate::families::by_hf_class(class)
             .ok_or_else(|| ConfigError::UnsupportedArchitecture(class.to_string())),
         None => Err(ConfigError::MissingField("model_type".to_string())),
     }
@@ -185,7 +143,8 @@ fn rope_params(obj: &Obj) -> Result<Option<&Obj>, ConfigError> {
     Ok(None)
 }
 
-fn rope_theta(obj: &Obj, params: Option<&Obj>, arch: Architecture) -> Result<f32, ConfigError> {
+/// The rope parameters' `rope_theta`, else the top-level one, else the family's `default`.
+fn rope_theta(obj: &Obj, params: Option<&Obj>, default: f32) -> Result<f32, ConfigError> {
     if let Some(theta) = params
         .map(|p| opt_f32(p, "rope_theta"))
         .transpose()?
@@ -193,17 +152,14 @@ fn rope_theta(obj: &Obj, params: Option<&Obj>, arch: Architecture) -> Result<f32
     {
         return Ok(theta);
     }
-    let default = match arch {
-        Architecture::Gemma3 => 1_000_000.0,
-        _ => 10000.0,
-    };
     Ok(opt_f32(obj, "rope_theta")?.unwrap_or(default))
 }
 
 /// What reading a rope parameter object needs from the rest of the config.
 struct RopeContext<'a> {
     top: &'a Obj,
-    arch: Architecture,
+    /// The family's config class reads `yarn` as LongRoPE.
+    yarn_is_longrope: bool,
     max_positions: usize,
 }
 
@@ -227,8 +183,7 @@ impl RopeContext<'_> {
                 original_max_position: opt_usize(p, "original_max_position_embeddings")?
                     .ok_or_else(|| missing("rope_scaling.original_max_position_embeddings"))?,
             })),
-            // transformers' Phi-3 config reads `yarn` (and `su`) as LongRoPE.
-            "yarn" if self.arch == Architecture::Phi3 => self.longrope(p).map(Some),
+            "yarn" if self.yarn_is_longrope => self.longrope(p).map(Some),
             "yarn" => self.yarn(p).map(Some),
             "dynamic" => Ok(Some(RopeScaling::DynamicNtk {
                 factor: factor(p)?,
@@ -312,112 +267,8 @@ fn f32_list(obj: &Obj, key: &str) -> Result<Vec<f32>, ConfigError> {
         .collect()
 }
 
-/// The sliding window and the layers it applies to.
-struct Window {
-    size: Option<usize>,
-    layers: Option<Vec<bool>>,
-}
-
-impl Window {
-    const NONE: Window = Window {
-        size: None,
-        layers: None,
-    };
-}
-
-/// Mistral: `sliding_window` on every layer (default 4096, null = none). Qwen2/Qwen3 (as
-/// transformers' config classes): only with `use_sliding_window`; the layers `layer_types`
-/// marks `sliding_attention`, or else layers `max_window_layers..` (default 28).
-fn sliding_window(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<Window, ConfigError> {
-    match arch {
-        Architecture::Llama | Architecture::Bloom => Ok(Window::NONE),
-        Architecture::Mistral => Ok(Window {
-            size: window_size(obj)?,
-            layers: None,
-        }),
-        // transformers' Phi-3: `sliding_window` on every layer, absent or null = none.
-        Architecture::Phi3 => Ok(Window {
-            size: opt_usize(obj, "sliding_window")?,
-            layers: None,
-        }),
-        // Mixtral's config class has no window by default (absent or null: none).
-        Architecture::Mixtral => Ok(Window {
-            size: opt_usize(obj, "sliding_window")?,
-            layers: None,
-        }),
-        Architecture::Qwen2
-        | Architecture::Qwen3
-        | Architecture::Qwen2Moe
-        | Architecture::Qwen3Moe => qwen_window(obj, n_layers),
-        Architecture::Gemma2 | Architecture::Gemma3 => {
-            let w = gemma_window_from_hf(obj, arch, n_layers, layer_types(obj)?)?;
-            Ok(Window {
-                size: w.size,
-                layers: w.layers,
-            })
-        }
-    }
-}
-
-fn qwen_window(obj: &Obj, n_layers: usize) -> Result<Window, ConfigError> {
-    if !opt_bool(obj, "use_sliding_window")?.unwrap_or(false) {
-        return Ok(Window::NONE);
-    }
-    let Some(size) = window_size(obj)? else {
-        return Ok(Window::NONE);
-    };
-    let flags = match layer_types(obj)? {
-        Some(flags) => flags,
-        None => {
-            let first = opt_usize(obj, "max_window_layers")?.unwrap_or(28);
-            (0..n_layers).map(|i| i >= first).collect()
-        }
-    };
-    let layers = if !flags.contains(&true) {
-        return Ok(Window::NONE);
-    } else if flags.len() == n_layers && !flags.contains(&false) {
-        None
-    } else {
-        Some(flags) // a wrong length is reported by `validate`
-    };
-    Ok(Window {
-        size: Some(size),
-        layers,
-    })
-}
-
-/// `sliding_window`: absent = 4096 (the transformers default), null = none.
-fn window_size(obj: &Obj) -> Result<Option<usize>, ConfigError> {
-    match obj.get("sliding_window") {
-        None => Ok(Some(4096)),
-        Some(_) => opt_usize(obj, "sliding_window"),
-    }
-}
-
-/// `layer_types` (transformers ≥ 4.53): `true` for each `sliding_attention` layer.
-fn layer_types(obj: &Obj) -> Result<Option<Vec<bool>>, ConfigError> {
-    let Some(value) = present(obj, "layer_types") else {
-        return Ok(None);
-    };
-    let items = value
-        .as_array()
-        .ok_or_else(|| bad("layer_types", "expected a list"))?;
-    items
-        .iter()
-        .map(|v| match v.as_str() {
-            Some("sliding_attention") => Ok(true),
-            Some("full_attention") => Ok(false),
-            _ => Err(bad(
-                "layer_types",
-                &format!("expected full_attention or sliding_attention, got {v}"),
-            )),
-        })
-        .collect::<Result<Vec<bool>, _>>()
-        .map(Some)
-}
-
 /// `eos_token_id`: an integer, a list of integers, or null.
-fn eos_ids(obj: &Obj) -> Result<Vec<u32>, ConfigError> {
+pub(crate) fn eos_ids(obj: &Obj) -> Result<Vec<u32>, ConfigError> {
     match obj.get("eos_token_id") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(items)) => items.iter().map(|v| as_u32(v, "eos_token_id")).collect(),
@@ -425,23 +276,23 @@ fn eos_ids(obj: &Obj) -> Result<Vec<u32>, ConfigError> {
     }
 }
 
-pub(super) fn bad(field: &str, reason: &str) -> ConfigError {
+pub(crate) fn bad(field: &str, reason: &str) -> ConfigError {
     ConfigError::BadField {
         field: field.to_string(),
         reason: reason.to_string(),
     }
 }
 
-pub(super) fn missing(field: &str) -> ConfigError {
+pub(crate) fn missing(field: &str) -> ConfigError {
     ConfigError::MissingField(field.to_string())
 }
 
 /// The value under `key`, treating JSON null as absent.
-pub(super) fn present<'a>(obj: &'a Obj, key: &str) -> Option<&'a Value> {
+pub(crate) fn present<'a>(obj: &'a Obj, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 
-pub(super) fn opt_usize(obj: &Obj, key: &str) -> Result<Option<usize>, ConfigError> {
+pub(crate) fn opt_usize(obj: &Obj, key: &str) -> Result<Option<usize>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_u64()
@@ -451,7 +302,7 @@ pub(super) fn opt_usize(obj: &Obj, key: &str) -> Result<Option<usize>, ConfigErr
         .transpose()
 }
 
-pub(super) fn req_usize(obj: &Obj, key: &str) -> Result<usize, ConfigError> {
+pub(crate) fn req_usize(obj: &Obj, key: &str) -> Result<usize, ConfigError> {
     opt_usize(obj, key)?.ok_or_else(|| missing(key))
 }
 
@@ -461,11 +312,11 @@ fn as_u32(v: &Value, key: &str) -> Result<u32, ConfigError> {
         .ok_or_else(|| bad(key, &format!("expected a token id, got {v}")))
 }
 
-fn opt_u32(obj: &Obj, key: &str) -> Result<Option<u32>, ConfigError> {
+pub(crate) fn opt_u32(obj: &Obj, key: &str) -> Result<Option<u32>, ConfigError> {
     present(obj, key).map(|v| as_u32(v, key)).transpose()
 }
 
-pub(super) fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> {
+pub(crate) fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_f64()
@@ -484,7 +335,7 @@ fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ConfigError> {
         .transpose()
 }
 
-pub(super) fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError> {
+pub(crate) fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_bool()
@@ -493,7 +344,7 @@ pub(super) fn opt_bool(obj: &Obj, key: &str) -> Result<Option<bool>, ConfigError
         .transpose()
 }
 
-pub(super) fn opt_str<'a>(obj: &'a Obj, key: &str) -> Result<Option<&'a str>, ConfigError> {
+pub(crate) fn opt_str<'a>(obj: &'a Obj, key: &str) -> Result<Option<&'a str>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_str()

@@ -1,10 +1,10 @@
 //! [`GemmaConfig`]: what Gemma 2 and Gemma 3 add to the Llama-family forward pass, and how
-//! it is read from a Hugging Face `config.json` (`Gemma2ForCausalLM`, `Gemma3ForCausalLM` /
-//! `model_type: gemma3_text`) and from the GGUF llama.cpp's converter writes (`gemma2`,
-//! `gemma3`).
+//! it is read from a Hugging Face `config.json` and from the GGUF llama.cpp's converter
+//! writes. The readers are shared; where the generations differ they follow the
+//! [`GemmaTraits`] their family files (`crate::families`) give.
 //!
-//! Differences from Llama, all checked against transformers' `modeling_gemma2.py` /
-//! `modeling_gemma3.py` and llama.cpp's gemma2/gemma3 graphs:
+//! Differences from Llama, all checked against transformers' Gemma 2 / Gemma 3 modeling
+//! code and llama.cpp's Gemma graphs:
 //!
 //! * RMSNorm multiplies by `1 + w`; HF checkpoints store `w`, llama.cpp's converter stores
 //!   `1 + w` ([`GemmaConfig::norm_offset`]: 1 for HF, 0 for GGUF). Every layer has four norms:
@@ -22,8 +22,30 @@
 
 use serde_json::{Map, Value};
 
-use super::{Architecture, ConfigError};
+use super::window::LayerWindow;
+use super::ConfigError;
 use crate::weights::gguf::{GgufFile, MetaArray, OptionalKey};
+
+/// Where the Gemma generations differ; each Gemma family file holds its own.
+#[derive(Debug)]
+pub(crate) struct GemmaTraits {
+    /// Attention scores are soft-capped (`attn_logit_softcapping`); else the key is ignored.
+    pub reads_attn_softcap: bool,
+    /// The attention and final caps of a `config.json` that leaves the keys out.
+    pub hf_attn_softcap: Option<f32>,
+    pub hf_final_softcap: Option<f32>,
+    /// Every `n`-th layer is global; `None`: `sliding_window_pattern` says (default 6).
+    pub fixed_pattern: Option<usize>,
+    /// Local layers have a RoPE base of their own (else they share `rope_theta`).
+    pub own_local_rope: bool,
+    /// GGUF: the layers slide even without `attention.sliding_window` (4096 then).
+    pub gguf_always_slides: bool,
+    /// The layer count of the 27B model, which llama.cpp scales by `(hidden / heads)^-1/2`.
+    pub big_model_layers: usize,
+}
+
+/// The sliding-window period when the config does not give one.
+const DEFAULT_PATTERN: usize = 6;
 
 /// Gemma-only hyper-parameters (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
@@ -40,18 +62,12 @@ pub struct GemmaConfig {
     pub final_softcap: Option<f32>,
 }
 
-/// The sliding window of a Gemma config and which layers use it.
-pub(super) struct GemmaWindow {
-    pub size: Option<usize>,
-    pub layers: Option<Vec<bool>>,
-}
-
 type Obj = Map<String, Value>;
 
 /// transformers' `layer_types` default: layer `i` slides unless `(i + 1) % pattern == 0`
 /// (Gemma 2: pattern 2; Gemma 3: `sliding_window_pattern`, default 6). llama.cpp's
 /// `il % pattern < pattern - 1` is the same rule.
-pub(super) fn pattern_flags(pattern: usize, n_layers: usize) -> Vec<bool> {
+fn pattern_flags(pattern: usize, n_layers: usize) -> Vec<bool> {
     (0..n_layers)
         .map(|i| pattern == 0 || (i + 1) % pattern != 0)
         .collect()
@@ -77,9 +93,9 @@ fn cap(v: Option<f32>) -> Option<f32> {
 
 /// The Gemma part of a `config.json`; `rope_theta` is the base of the global layers (and, for
 /// Gemma 2, of every layer).
-pub(super) fn gemma_from_hf(
+pub(crate) fn gemma_from_hf(
     obj: &Obj,
-    arch: Architecture,
+    traits: &GemmaTraits,
     head_dim: usize,
     rope_theta: f32,
 ) -> Result<GemmaConfig, ConfigError> {
@@ -99,8 +115,8 @@ pub(super) fn gemma_from_hf(
     }
     let scalar = f32_of(obj, "query_pre_attn_scalar")?.unwrap_or(head_dim as f32);
     super::positive("query_pre_attn_scalar", scalar)?;
-    let local = match arch {
-        Architecture::Gemma3 => {
+    let local = match traits.own_local_rope {
+        true => {
             let params = obj.get("rope_parameters").and_then(Value::as_object);
             let sliding = params
                 .and_then(|p| p.get("sliding_attention"))
@@ -115,37 +131,33 @@ pub(super) fn gemma_from_hf(
         }
         _ => rope_theta,
     };
-    let (attn_default, final_default) = match arch {
-        Architecture::Gemma2 => (Some(50.0), Some(30.0)),
-        _ => (None, None),
-    };
     let read_cap = |key: &str, default: Option<f32>| -> Result<Option<f32>, ConfigError> {
         match obj.get(key) {
             None => Ok(default),
             Some(_) => Ok(cap(f32_of(obj, key)?)),
         }
     };
-    let attn_softcap = match arch {
-        Architecture::Gemma2 => read_cap("attn_logit_softcapping", attn_default)?,
-        _ => None,
+    let attn_softcap = match traits.reads_attn_softcap {
+        true => read_cap("attn_logit_softcapping", traits.hf_attn_softcap)?,
+        false => None,
     };
     Ok(GemmaConfig {
         norm_offset: 1.0,
         attention_scale: (f64::from(scalar)).powf(-0.5) as f32,
         local_rope_theta: local,
         attn_softcap,
-        final_softcap: read_cap("final_logit_softcapping", final_default)?,
+        final_softcap: read_cap("final_logit_softcapping", traits.hf_final_softcap)?,
     })
 }
 
 /// The sliding window of a Gemma `config.json`: `sliding_window` (default 4096, null =
 /// none) on the layers `layer_types` marks `sliding_attention`, else by the pattern.
-pub(super) fn gemma_window_from_hf(
+pub(crate) fn gemma_window_from_hf(
     obj: &Obj,
-    arch: Architecture,
+    traits: &GemmaTraits,
     n_layers: usize,
     layer_types: Option<Vec<bool>>,
-) -> Result<GemmaWindow, ConfigError> {
+) -> Result<LayerWindow, ConfigError> {
     let size = match obj.get("sliding_window") {
         None => Some(4096),
         Some(Value::Null) => None,
@@ -158,46 +170,44 @@ pub(super) fn gemma_window_from_hf(
                 })?,
         ),
     };
-    let pattern = match arch {
-        Architecture::Gemma2 => 2,
-        _ => match obj.get("sliding_window_pattern").and_then(Value::as_u64) {
+    let pattern = match traits.fixed_pattern {
+        Some(p) => p,
+        None => match obj.get("sliding_window_pattern").and_then(Value::as_u64) {
             Some(p) => p as usize,
-            None => 6,
+            None => DEFAULT_PATTERN,
         },
     };
     let flags = layer_types.unwrap_or_else(|| pattern_flags(pattern, n_layers));
     Ok(window_of(size, flags, n_layers))
 }
 
-fn window_of(size: Option<usize>, flags: Vec<bool>, n_layers: usize) -> GemmaWindow {
+fn window_of(size: Option<usize>, flags: Vec<bool>, n_layers: usize) -> LayerWindow {
     if size.is_none() || !flags.contains(&true) {
-        return GemmaWindow {
-            size: None,
-            layers: None,
-        };
+        return LayerWindow::NONE;
     }
     let layers = match flags.len() == n_layers && !flags.contains(&false) {
         true => None,
         false => Some(flags),
     };
-    GemmaWindow { size, layers }
+    LayerWindow { size, layers }
 }
 
-/// The Gemma part of a GGUF's metadata (`{arch}.*` as llama.cpp reads it) and its window.
-pub(super) fn gemma_from_gguf(
+/// The Gemma part of a GGUF's metadata (`{prefix}.*` as llama.cpp reads it) and its window.
+pub(crate) fn gemma_from_gguf(
     file: &GgufFile,
-    arch: Architecture,
+    prefix: &str,
+    traits: &GemmaTraits,
     dims: GgufDims,
-) -> Result<(GemmaConfig, GemmaWindow), ConfigError> {
-    let name = arch.name();
-    let key = |s: &str| format!("{name}.{s}");
+) -> Result<(GemmaConfig, LayerWindow), ConfigError> {
+    let key = |s: &str| format!("{prefix}.{s}");
     let f32_key = |s: &str| file.get_f32(&key(s)).optional();
     let window_key = file.get_u64(&key("attention.sliding_window")).optional()?;
-    let (size, default_pattern) = match arch {
-        // llama.cpp: Gemma 2 always slides (4096 when the key is absent), every other layer.
-        Architecture::Gemma2 => (Some(window_key.unwrap_or(4096) as usize), 2),
-        _ => (window_key.filter(|&w| w > 0).map(|w| w as usize), 6),
+    // llama.cpp: Gemma 2 always slides (4096 when the key is absent), every other layer.
+    let size = match traits.gguf_always_slides {
+        true => Some(window_key.unwrap_or(4096) as usize),
+        false => window_key.filter(|&w| w > 0).map(|w| w as usize),
     };
+    let default_pattern = traits.fixed_pattern.unwrap_or(DEFAULT_PATTERN);
     let flags = gguf_swa_flags(
         file,
         &key("attention.sliding_window_pattern"),
@@ -206,25 +216,22 @@ pub(super) fn gemma_from_gguf(
     )?;
     // llama.cpp: the 27B models (62 layers for Gemma 3, 46 for Gemma 2) scale by
     // (hidden / heads)^-1/2, the others by head_dim^-1/2.
-    let big = matches!(
-        (arch, dims.n_layers),
-        (Architecture::Gemma3, 62) | (Architecture::Gemma2, 46)
-    );
+    let big = dims.n_layers == traits.big_model_layers;
     let scale_dim = match big {
         true => dims.hidden / dims.n_heads.max(1),
         false => dims.head_dim,
     };
-    let local_default = match arch {
-        Architecture::Gemma2 => dims.rope_theta,
-        _ => 10_000.0,
+    let local_default = match traits.own_local_rope {
+        false => dims.rope_theta,
+        true => 10_000.0,
     };
     let config = GemmaConfig {
         norm_offset: 0.0,
         attention_scale: (scale_dim as f64).powf(-0.5) as f32,
         local_rope_theta: f32_key("rope.freq_base_swa")?.unwrap_or(local_default),
-        attn_softcap: match arch {
-            Architecture::Gemma2 => cap(f32_key("attn_logit_softcapping")?),
-            _ => None,
+        attn_softcap: match traits.reads_attn_softcap {
+            true => cap(f32_key("attn_logit_softcapping")?),
+            false => None,
         },
         final_softcap: cap(f32_key("final_logit_softcapping")?),
     };
@@ -232,7 +239,7 @@ pub(super) fn gemma_from_gguf(
 }
 
 /// Sizes [`gemma_from_gguf`] needs from the rest of the metadata.
-pub(super) struct GgufDims {
+pub(crate) struct GgufDims {
     pub n_layers: usize,
     pub hidden: usize,
     pub n_heads: usize,

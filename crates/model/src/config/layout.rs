@@ -1,10 +1,8 @@
-//! [`BlockLayout`]: how an architecture builds its blocks, beyond the sizes in
+//! [`BlockLayout`]: how a model family builds its blocks, beyond the sizes in
 //! [`ModelConfig`](super::ModelConfig): which norm, which position encoding, which MLP,
 //! whether Q/K/V come from one fused projection and whether the embedding is normalized.
 
 use kestrel_kernels::cpu::attention::Alibi;
-
-use super::Architecture;
 
 /// The norm in front of each block and the LM head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,33 +43,14 @@ pub struct BlockLayout {
     pub embedding_norm: bool,
 }
 
-impl Architecture {
-    /// This architecture's [`BlockLayout`].
-    pub fn layout(self) -> BlockLayout {
-        match self {
-            Architecture::Llama
-            | Architecture::Mistral
-            | Architecture::Qwen2
-            | Architecture::Qwen3
-            | Architecture::Phi3
-            | Architecture::Mixtral
-            | Architecture::Qwen2Moe
-            | Architecture::Qwen3Moe
-            | Architecture::Gemma2
-            | Architecture::Gemma3 => BlockLayout {
-                norm: NormKind::Rms,
-                positions: PositionEncoding::Rope,
-                mlp: MlpKind::GatedSilu,
-                fused_qkv: false,
-                embedding_norm: false,
-            },
-            Architecture::Bloom => BlockLayout {
-                norm: NormKind::Layer,
-                positions: PositionEncoding::Alibi(Alibi::STANDARD),
-                mlp: MlpKind::PlainGelu,
-                fused_qkv: true,
-                embedding_norm: true,
-            },
-        }
-    }
+impl BlockLayout {
+    /// RMSNorm, rotary positions, a gated SiLU MLP, separate Q/K/V projections and no
+    /// embedding norm: the Llama-style decoder most families use.
+    pub const ROTARY: BlockLayout = BlockLayout {
+        norm: NormKind::Rms,
+        positions: PositionEncoding::Rope,
+        mlp: MlpKind::GatedSilu,
+        fused_qkv: false,
+        embedding_norm: false,
+    };
 }

@@ -1,6 +1,6 @@
-//! [`MoeConfig`]: the sparse mixture-of-experts MLP of Mixtral, Qwen2-MoE and Qwen3-MoE, read
-//! from an HF `config.json` or from GGUF metadata (llama.cpp's `{arch}.expert_*` keys) and
-//! tensors.
+//! [`MoeConfig`]: the sparse mixture-of-experts MLP, read from an HF `config.json` (the
+//! routed-experts reader the MoE family files share) or from GGUF metadata (llama.cpp's
+//! `{arch}.expert_*` keys) and tensors.
 //!
 //! Every family routes the same way: softmax over all experts' router logits, keep the top
 //! `top_k`, and (when `norm_topk_prob`) rescale the kept weights to sum to 1. Mixtral always
@@ -60,27 +60,6 @@ impl MoeConfig {
         self.sparse_layers.get(layer).copied().unwrap_or(false)
     }
 
-    /// From `config.json` (`None` for the dense architectures).
-    pub(super) fn from_hf(
-        obj: &Obj,
-        arch: Architecture,
-        n_layers: usize,
-    ) -> Result<Option<MoeConfig>, ConfigError> {
-        let moe = match arch {
-            Architecture::Mixtral => MoeConfig {
-                n_experts: opt_usize(obj, "num_local_experts")?.unwrap_or(8),
-                top_k: opt_usize(obj, "num_experts_per_tok")?.unwrap_or(2),
-                expert_ffn: req_usize(obj, "intermediate_size")?,
-                norm_topk_prob: true,
-                shared_expert_ffn: None,
-                sparse_layers: vec![true; n_layers],
-            },
-            Architecture::Qwen2Moe | Architecture::Qwen3Moe => qwen_moe(obj, arch, n_layers)?,
-            _ => return Ok(None),
-        };
-        Ok(Some(moe))
-    }
-
     /// From GGUF metadata: `{arch}.expert_count` > 0 makes the model sparse; the layers with a
     /// router tensor (`blk.N.ffn_gate_inp.weight`) are the sparse ones.
     pub(super) fn from_gguf(
@@ -95,11 +74,9 @@ impl MoeConfig {
         };
         let n_experts = get("expert_count")?.unwrap_or(0);
         if n_experts == 0 {
-            return match arch {
-                Architecture::Qwen2Moe | Architecture::Qwen3Moe => {
-                    Err(ConfigError::MissingField(key("expert_count")))
-                }
-                _ => Ok(None),
+            return match arch.family().gguf_requires_experts() {
+                true => Err(ConfigError::MissingField(key("expert_count"))),
+                false => Ok(None),
             };
         }
         let top_k = get("expert_used_count")?
@@ -109,7 +86,7 @@ impl MoeConfig {
             None => get("feed_forward_length")?
                 .ok_or_else(|| ConfigError::MissingField(key("feed_forward_length")))?,
         };
-        let default_norm = arch != Architecture::Qwen2Moe;
+        let default_norm = arch.family().gguf_norm_topk_default();
         let norm_topk_prob = file
             .get_bool(&key("expert_weights_norm"))
             .optional()?
@@ -138,10 +115,16 @@ impl MoeConfig {
     }
 }
 
-/// Qwen2-MoE / Qwen3-MoE: a layer is sparse unless listed in `mlp_only_layers`, and only every
-/// `decoder_sparse_step`-th layer (1-based) is (transformers' rule).
-fn qwen_moe(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<MoeConfig, ConfigError> {
-    // transformers 5 writes Qwen3-MoE's count as `num_local_experts`.
+/// Routed experts as the Qwen MoE config classes describe them: `num_experts` (or
+/// `num_local_experts`, as transformers 5 writes it), top `num_experts_per_tok` (default 4),
+/// `moe_intermediate_size`; a layer is sparse unless listed in `mlp_only_layers`, and only
+/// every `decoder_sparse_step`-th layer (1-based) is (transformers' rule). `shared_default`:
+/// the family has a gated shared expert, `shared_expert_intermediate_size` defaulting to it.
+pub(crate) fn routed_from_hf(
+    obj: &Obj,
+    n_layers: usize,
+    shared_default: Option<usize>,
+) -> Result<MoeConfig, ConfigError> {
     let n_experts = match opt_usize(obj, "num_experts")? {
         Some(n) => n,
         None => req_usize(obj, "num_local_experts")?,
@@ -154,11 +137,11 @@ fn qwen_moe(obj: &Obj, arch: Architecture, n_layers: usize) -> Result<MoeConfig,
     let sparse_layers = (0..n_layers)
         .map(|i| !dense.contains(&i) && n_experts > 0 && (i + 1).is_multiple_of(step))
         .collect();
-    let shared_expert_ffn = match arch {
-        Architecture::Qwen2Moe => {
-            Some(opt_usize(obj, "shared_expert_intermediate_size")?.unwrap_or(5632))
+    let shared_expert_ffn = match shared_default {
+        Some(default) => {
+            Some(opt_usize(obj, "shared_expert_intermediate_size")?.unwrap_or(default))
         }
-        _ => None,
+        None => None,
     };
     Ok(MoeConfig {
         n_experts,

@@ -13,7 +13,7 @@ use kestrel_kernels::SharedBytes;
 
 use super::{TensorSource, TensorView};
 use crate::arch::naming::{LayerTensor, TensorNaming};
-use crate::config::{Architecture, ModelConfig};
+use crate::config::ModelConfig;
 
 /// Where a part lives: the fused tensor's name and the part's rows.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ impl<'a> FusedSplit<'a> {
             inner,
             parts: HashMap::new(),
         };
-        if cfg.architecture == Architecture::Phi3 {
+        if cfg.architecture.splits_fused() {
             for layer in 0..cfg.n_layers {
                 split.add_layer(layer, cfg, naming);
             }

@@ -2,11 +2,12 @@
 //! scaling; partial rotary. The YaRN / dynamic / LongRoPE / partial cases are checked against
 //! transformers' own values (tests/fixtures/goldens/rope-params.json, scripts/goldens/rope_params.py).
 
-use kestrel_model::config::{Architecture, ModelConfig, RopeScaling};
+use kestrel_model::config::{ModelConfig, RopeScaling};
+use kestrel_model::families;
 
 fn config(head_dim: usize, theta: f32, scaling: Option<RopeScaling>) -> ModelConfig {
     ModelConfig {
-        architecture: Architecture::Llama,
+        architecture: families::by_name("llama").unwrap(),
         vocab_size: 10,
         hidden_size: head_dim * 2,
         n_layers: 1,

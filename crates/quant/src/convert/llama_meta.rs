@@ -1,28 +1,37 @@
-//! llama.cpp's GGUF metadata for an HF Llama checkpoint ([`gguf_metadata`]), and the check
-//! that a configuration has the Llama layout conversion handles ([`check_llama`]).
+//! llama.cpp's GGUF metadata for an HF Llama-layout checkpoint ([`gguf_metadata`], keys
+//! prefixed with the GGUF architecture name the family gives), and the check that a
+//! configuration has the Llama layout conversion handles ([`check_llama`]).
 
 use std::path::Path;
 
-use kestrel_model::config::{Architecture, ModelConfig, RopeScaling};
+use kestrel_model::config::{ModelConfig, RopeScaling};
+use kestrel_model::families;
 use kestrel_model::weights::gguf::MetaValue;
 
 use super::{tokenizer_meta, ConvertError};
 
-/// Conversion handles the Llama layout only (Q/K permutation is Llama's).
+/// Conversion handles the Llama layout only (Q/K permutation is Llama's): the families that
+/// name a GGUF architecture to export as, with full rotary.
 pub(crate) fn check_llama(config: &ModelConfig) -> Result<(), ConvertError> {
-    match config.architecture {
-        Architecture::Llama | Architecture::Mistral if config.rotary_dim == config.head_dim => {
-            Ok(())
-        }
-        Architecture::Llama | Architecture::Mistral => Err(ConvertError::Unsupported(format!(
+    export_name(config)?;
+    if config.rotary_dim != config.head_dim {
+        return Err(ConvertError::Unsupported(format!(
             "partial rotary ({} of head_dim {})",
             config.rotary_dim, config.head_dim
-        ))),
-        other => Err(ConvertError::Unsupported(format!(
-            "architecture {} (convert handles llama and mistral)",
-            other.name()
-        ))),
+        )));
     }
+    Ok(())
+}
+
+/// The GGUF `general.architecture` `config`'s family converts to.
+fn export_name(config: &ModelConfig) -> Result<&'static str, ConvertError> {
+    config.architecture.gguf_export_name().ok_or_else(|| {
+        ConvertError::Unsupported(format!(
+            "architecture {} (convert handles {})",
+            config.architecture.name(),
+            families::registry::convertible_names()
+        ))
+    })
 }
 
 /// llama.cpp's metadata for `config`, plus the tokenizer's from `dir`.
@@ -33,52 +42,42 @@ pub(crate) fn gguf_metadata(
     let name = dir
         .file_name()
         .map_or("model".to_string(), |n| n.to_string_lossy().into_owned());
+    let arch = export_name(config)?;
+    let key = |suffix: &str| format!("{arch}.{suffix}");
     let u = |v: usize| MetaValue::U32(v as u32);
     let mut m: Vec<(String, MetaValue)> = vec![
         (
             "general.architecture".into(),
-            MetaValue::String("llama".into()),
+            MetaValue::String(arch.into()),
         ),
         ("general.type".into(), MetaValue::String("model".into())),
         ("general.name".into(), MetaValue::String(name)),
-        ("llama.block_count".into(), u(config.n_layers)),
+        (key("block_count"), u(config.n_layers)),
+        (key("context_length"), u(config.max_position_embeddings)),
+        (key("embedding_length"), u(config.hidden_size)),
+        (key("feed_forward_length"), u(config.intermediate_size)),
+        (key("attention.head_count"), u(config.n_heads)),
+        (key("attention.head_count_kv"), u(config.n_kv_heads)),
+        (key("rope.freq_base"), MetaValue::F32(config.rope_theta)),
         (
-            "llama.context_length".into(),
-            u(config.max_position_embeddings),
-        ),
-        ("llama.embedding_length".into(), u(config.hidden_size)),
-        (
-            "llama.feed_forward_length".into(),
-            u(config.intermediate_size),
-        ),
-        ("llama.attention.head_count".into(), u(config.n_heads)),
-        ("llama.attention.head_count_kv".into(), u(config.n_kv_heads)),
-        (
-            "llama.rope.freq_base".into(),
-            MetaValue::F32(config.rope_theta),
-        ),
-        (
-            "llama.attention.layer_norm_rms_epsilon".into(),
+            key("attention.layer_norm_rms_epsilon"),
             MetaValue::F32(config.rms_norm_eps),
         ),
-        ("llama.vocab_size".into(), u(config.vocab_size)),
-        ("llama.rope.dimension_count".into(), u(config.head_dim)),
+        (key("vocab_size"), u(config.vocab_size)),
+        (key("rope.dimension_count"), u(config.head_dim)),
     ];
     if config.head_dim * config.n_heads != config.hidden_size {
-        m.push(("llama.attention.key_length".into(), u(config.head_dim)));
-        m.push(("llama.attention.value_length".into(), u(config.head_dim)));
+        m.push((key("attention.key_length"), u(config.head_dim)));
+        m.push((key("attention.value_length"), u(config.head_dim)));
     }
     if let Some(w) = config.sliding_window {
-        m.push(("llama.attention.sliding_window".into(), u(w)));
+        m.push((key("attention.sliding_window"), u(w)));
     }
     match &config.rope_scaling {
         None => {}
         Some(RopeScaling::Linear { factor }) => {
-            m.push((
-                "llama.rope.scaling.type".into(),
-                MetaValue::String("linear".into()),
-            ));
-            m.push(("llama.rope.scaling.factor".into(), MetaValue::F32(*factor)));
+            m.push((key("rope.scaling.type"), MetaValue::String("linear".into())));
+            m.push((key("rope.scaling.factor"), MetaValue::F32(*factor)));
         }
         Some(other) => {
             return Err(ConvertError::Unsupported(format!(

@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use kestrel_engine::speculative::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_quant::quantize::{QuantMethod, QuantOptions};
+use kestrel_model::engine_builder::{SpecMethod, SpeculativeOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
-use kestrel_server::speculative::{SpecMethod, SpeculativeOptions};
 
 use crate::startup_summary::ModelDescription;
 

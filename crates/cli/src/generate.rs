@@ -3,18 +3,18 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::{EngineEvent, EngineRequest};
 use kestrel_engine::config::EngineConfig;
-use kestrel_engine::handle::{EngineHandle, EngineOptions, ResponseStream};
+use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::chat_template::ChatMessage;
+use kestrel_model::engine_builder::{EngineBuildError, EngineBuilder};
 use kestrel_model::runner::{KvBudget, KvSpec};
-use kestrel_model::{KvDtype, LoadedModel, ModelRunner};
+use kestrel_model::{KvDtype, LoadedModel};
 
 use crate::engine_args::SpeculativeArgs;
 
@@ -128,34 +128,37 @@ fn start_engine(
         max_concurrent_requests: None,
         lora: kestrel_engine::adapters::LoraLimits::unlimited(),
     };
-    let tokenizer = Arc::new(loaded.tokenizer);
-    let eos = tokenizer.eos_ids().to_vec();
     let pool = crate::thread_pool(args.threads);
-    let speculator = match args.speculative.options()? {
+    let speculative = args.speculative.options()?;
+    let draft = match speculative {
         None => None,
-        Some(opts) => Some(kestrel_server::speculative::speculator(
-            &opts,
-            &tokenizer,
-            args.speculative.load_draft()?,
-            kv,
-            pool,
-        )?),
+        Some(_) => args.speculative.load_draft()?,
     };
-    let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let options = EngineOptions {
-        speculator,
-        ..EngineOptions::default()
-    };
-    let engine = EngineHandle::try_start_with(Box::new(runner), tokenizer, eos, config, options)?;
-    let Some(path) = args.lora.as_deref() else {
-        return Ok((engine, None));
-    };
-    let name = crate::lora_name(path);
-    let card = engine
-        .load_adapter(&name, path.to_path_buf())
-        .map_err(|e| anyhow!("cannot load LoRA adapter {}: {e}", path.display()))?;
-    eprintln!("LoRA adapter {name} loaded from {}", path.display());
-    Ok((engine, Some(card.id)))
+    let lora = args
+        .lora
+        .iter()
+        .map(|path| (crate::lora_name(path), path.clone()))
+        .collect();
+    let built = EngineBuilder::new(loaded, kv, config, pool)
+        .speculative(speculative, draft)
+        .lora_modules(lora)
+        .build()
+        .map_err(|e| match e {
+            EngineBuildError::Lora { path, source, .. } => {
+                anyhow!("cannot load LoRA adapter {}: {source}", path.display())
+            }
+            EngineBuildError::Start(e) => e.into(),
+            e => e.into(),
+        })?;
+    let adapter = built.adapters.first().map(|card| {
+        eprintln!(
+            "LoRA adapter {} loaded from {}",
+            card.name,
+            card.path.display()
+        );
+        card.id
+    });
+    Ok((built.engine, adapter))
 }
 
 /// Prints the request's text as it arrives; returns its token counts and timings.

@@ -18,6 +18,7 @@ pub mod arch;
 pub mod chat_prompt;
 pub mod chat_template;
 pub mod config;
+pub mod engine_builder;
 pub mod error;
 pub mod families;
 pub mod fuzz_entry;

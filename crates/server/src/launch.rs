@@ -1,6 +1,7 @@
 //! From a loaded model to a ready [`AppState`]: size the KV cache (the model crate's
 //! [`KvSpec::for_budget`] turns the budget into blocks), derive the length limits, install the
-//! metrics recorder, start the engine. Used by `kestrel serve` and the HTTP tests.
+//! metrics recorder, start the engine (through the model crate's [`EngineBuilder`]). Used by
+//! `kestrel serve`, `kestrel chat`, the fleet worker and the HTTP tests.
 //!
 //! ```text
 //! model len   = min(model context, kv blocks × block_size)
@@ -14,15 +15,16 @@ use std::time::Duration;
 
 use kestrel_engine::adapters::{AdapterError, LoraLimits};
 use kestrel_engine::config::EngineConfig;
-use kestrel_engine::executor::Executor;
-use kestrel_engine::handle::{EngineHandle, EngineOptions, SloAdmission};
+use kestrel_engine::handle::{EngineHandle, SloAdmission};
 use kestrel_engine::kv::AttentionWindow;
+use kestrel_model::engine_builder::{
+    EngineBuildError, EngineBuilder, SpeculativeError, SpeculativeOptions,
+};
 pub use kestrel_model::runner::KvBudget;
 use kestrel_model::runner::{KvSizeError, KvSpec};
-use kestrel_model::{KvDtype, LoadedModel, ModelRunner, ThreadPool};
+use kestrel_model::{KvDtype, LoadedModel, ThreadPool};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::speculative::{self, SpeculativeError, SpeculativeOptions};
 use crate::state::{AppState, Limits, ModelInfo};
 
 /// Engine and limit settings for [`start`].
@@ -106,6 +108,19 @@ pub enum LaunchError {
         path: PathBuf,
         source: AdapterError,
     },
+}
+
+/// The build error in the server's words (`--lora-modules` names the flag at fault).
+impl From<EngineBuildError> for LaunchError {
+    fn from(e: EngineBuildError) -> Self {
+        match e {
+            EngineBuildError::Speculative(e) => LaunchError::Speculative(e),
+            EngineBuildError::Start(e) => LaunchError::Engine(e),
+            EngineBuildError::Lora { name, path, source } => {
+                LaunchError::Lora { name, path, source }
+            }
+        }
+    }
 }
 
 /// A started engine with what the routes need to know of its model.
@@ -200,89 +215,56 @@ pub fn start_engine_with_draft(
             .file_stem()
             .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
     });
-    let weights = loaded.path.clone();
-    let tokenizer = Arc::new(loaded.tokenizer);
-    let eos = tokenizer.eos_ids().to_vec();
-    let kv_bytes_per_token = kv.shape(&loaded.model).bytes_per_token();
+    let built = EngineBuilder::new(loaded, kv, config, pool)
+        .speculative(opts.speculative.clone(), draft)
+        .lora_modules(opts.lora_modules.clone())
+        .structured_output(true)
+        .slo_admission(if opts.slo_admission {
+            SloAdmission::Enforce
+        } else {
+            SloAdmission::Off
+        })
+        .build()?;
+    for card in &built.adapters {
+        tracing::info!(adapter = %card.name, path = %card.path.display(), rank = card.rank, "LoRA adapter loaded");
+    }
     let kv_cache = KvCacheSize {
         num_blocks: kv.num_blocks,
         block_size: kv.block_size,
         dtype: kv.dtype,
-        bytes_per_token: kv_bytes_per_token,
+        bytes_per_token: built.kv_bytes_per_token,
     };
-    let speculator = opts
-        .speculative
-        .as_ref()
-        .map(|s| speculative::speculator(s, &tokenizer, draft, kv, pool))
-        .transpose()?;
-    let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let constraints = crate::constraint::factory(&tokenizer, runner.vocab_size());
-    let engine = EngineHandle::try_start_with(
-        Box::new(runner),
-        tokenizer.clone(),
-        eos,
-        config,
-        EngineOptions {
-            speculator,
-            constraints,
-            slo_admission: if opts.slo_admission {
-                SloAdmission::Enforce
-            } else {
-                SloAdmission::Off
-            },
-        },
-    )?;
-    load_lora_modules(&engine, &opts.lora_modules)?;
     tracing::info!(
         num_blocks = kv.num_blocks,
         block_size = kv.block_size,
         kv_dtype = %kv.dtype,
-        kv_bytes_per_token,
+        kv_bytes_per_token = built.kv_bytes_per_token,
         max_input_tokens = limits.max_input_tokens,
         max_total_tokens = limits.max_total_tokens,
         "engine started"
     );
     let model = ModelInfo {
         model_id,
-        dtype: loaded
+        dtype: built
             .config
             .dtype
             .clone()
             .unwrap_or_else(|| "unknown".into()),
-        tokenizer,
+        tokenizer: built.tokenizer,
         tool_call_format: opts.tool_call_parser.or_else(|| {
-            let template = loaded.chat_template.as_ref()?;
+            let template = built.chat_template.as_ref()?;
             crate::tools::ToolCallFormat::detect(template.source())
         }),
-        chat_template: loaded.chat_template,
+        chat_template: built.chat_template,
     };
     Ok(Launched {
-        engine,
+        engine: built.engine,
         model,
         limits,
         metrics,
         kv_cache,
-        weights,
+        weights: built.path,
     })
-}
-
-/// Registers each `--lora-modules` adapter (validating it now; beyond `--max-cpu-loras` the
-/// least recently loaded ones are evicted and loaded again when a request needs them).
-fn load_lora_modules(
-    engine: &EngineHandle,
-    modules: &[(String, PathBuf)],
-) -> Result<(), LaunchError> {
-    for (name, path) in modules {
-        let card = engine
-            .load_adapter(name, path.clone())
-            .map_err(|source| LaunchError::Lora {
-                name: name.clone(),
-                path: path.clone(),
-                source,
-            })?;
-        tracing::info!(adapter = %name, path = %path.display(), rank = card.rank, "LoRA adapter loaded");
-    }
-    Ok(())
 }
 
 /// The longest context the engine can run: the model's, capped by the KV pool unless `window`

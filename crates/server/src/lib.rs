@@ -57,7 +57,6 @@ pub mod request_scope;
 pub mod response_id;
 pub mod retry_after;
 pub mod routes;
-pub mod speculative;
 pub mod sse;
 pub mod state;
 pub mod tgi_stream;

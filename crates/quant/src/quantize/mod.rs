@@ -8,7 +8,8 @@
 //!   Q8_0, then F16).
 //! * [`quantize_model`]: a [`ModelSource`](crate::convert::ModelSource) (GGUF or HF directory)
 //!   to a [`GgufWriter`](kestrel_model::weights::gguf::GgufWriter) holding the quantized model;
-//!   [`quantize_with`] adds calibration (AWQ, GPTQ, SmoothQuant, INT8 outlier channels).
+//!   [`quantize_with`] adds calibration (AWQ, GPTQ, SmoothQuant, INT8 outlier channels), each
+//!   method's steps behind one `QuantizeMethod` implementation (`quantize_method/`).
 //! * [`in_situ::QuantizingSource`]: quantize while a model loads (`kestrel serve --quantize`).
 //! * The encoders ([`encode`], [`pack`], [`GroupQuant`], [`rtn`]) live in [`crate::codec`]
 //!   and are re-exported here.
@@ -17,11 +18,13 @@ pub mod attn_weights;
 pub mod awq;
 pub mod calib;
 mod error;
+mod fold;
 mod gguf_quantize;
 pub mod gptq;
 pub mod in_situ;
 pub mod linalg;
 mod method;
+mod quantize_method;
 pub mod outliers;
 mod toolkit;
 

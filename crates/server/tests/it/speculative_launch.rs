@@ -9,7 +9,7 @@ use kestrel_engine::handle::EngineHandle;
 use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::ThreadPool;
 use kestrel_server::launch::{start_engine_with_draft, KvBudget, LaunchOptions, Launched};
-use kestrel_server::speculative::{SpecMethod, SpeculativeOptions};
+use kestrel_model::engine_builder::{SpecMethod, SpeculativeOptions};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,16 +1,18 @@
 //! [`SpeculativeOptions`]: `--speculative-method ngram|draft` and its settings, turned into the
-//! engine's [`Speculator`] by [`speculator`]. A draft model must share the target's tokenizer:
-//! same vocabulary, same token pieces, same end-of-generation ids.
+//! engine's [`Speculator`] by [`speculator`] (which [`super::EngineBuilder`] calls). A draft
+//! model must share the target's tokenizer: same vocabulary, same token pieces, same
+//! end-of-generation ids.
 
 use std::path::PathBuf;
 use std::str::FromStr;
 
 use kestrel_engine::speculative::{
-    DraftModelProposer, NgramProposer, SpeculativeConfig, Speculator,
+    DraftModelProposer, NgramProposer, Proposer, SpeculativeConfig, Speculator,
 };
-use kestrel_model::runner::KvSpec;
-use kestrel_model::tokenizer::Tokenizer;
-use kestrel_model::{LoadedModel, ModelRunner, ThreadPool};
+
+use crate::runner::KvSpec;
+use crate::tokenizer::Tokenizer;
+use crate::{LoadedModel, ModelRunner, ThreadPool};
 
 /// Where draft tokens come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +124,7 @@ pub fn speculator(
     pool: &'static ThreadPool,
 ) -> Result<Speculator, SpeculativeError> {
     opts.validate()?;
-    let proposer: Box<dyn kestrel_engine::speculative::Proposer> = match opts.method {
+    let proposer: Box<dyn Proposer> = match opts.method {
         SpecMethod::Ngram => Box::new(NgramProposer::new(
             opts.prompt_lookup_min,
             opts.prompt_lookup_max,

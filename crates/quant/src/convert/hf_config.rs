@@ -3,6 +3,7 @@
 //! transformers writes them), `tokenizer_config.json` and `generation_config.json`.
 
 use kestrel_model::config::{ModelConfig, RopeScaling};
+use kestrel_model::families;
 use kestrel_model::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
 
@@ -10,6 +11,14 @@ use super::{ConvertError, FloatType};
 
 /// `config.json` for `config` stored as `dtype`.
 pub(crate) fn config_json(config: &ModelConfig, dtype: FloatType) -> Result<Value, ConvertError> {
+    let family = config.architecture;
+    if family.gguf_export_name().is_none() {
+        return Err(ConvertError::Unsupported(format!(
+            "architecture {} (convert handles {})",
+            family.name(),
+            families::registry::convertible_names()
+        )));
+    }
     let scaling = match &config.rope_scaling {
         None => Value::Null,
         Some(RopeScaling::Linear { factor }) => {
@@ -48,8 +57,8 @@ pub(crate) fn config_json(config: &ModelConfig, dtype: FloatType) -> Result<Valu
         many => json!(many),
     };
     Ok(json!({
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": [family.hf_class()],
+        "model_type": family.name(),
         "attention_bias": config.attention_bias,
         "attention_dropout": 0.0,
         "bos_token_id": config.bos_token_id,

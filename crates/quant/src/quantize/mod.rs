@@ -24,8 +24,8 @@ pub mod gptq;
 pub mod in_situ;
 pub mod linalg;
 mod method;
-mod quantize_method;
 pub mod outliers;
+mod quantize_method;
 mod toolkit;
 
 pub use crate::codec::{encode, encode_rows, encode_threads, group, pack, rtn, GroupQuant};

@@ -131,3 +131,19 @@ fn default_model_gguf_to_hf_and_back_agree() {
     assert!(d < 1e-3, "F32 HF vs F32 GGUF logits differ by {d}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// GGUF → HF writes a family's own config dialect only where convert handles the family: a
+/// Qwen2 GGUF (biases on q/k/v only) is refused rather than written out as a Llama that would
+/// load with the wrong biases.
+#[test]
+fn gguf_to_hf_refuses_a_family_it_does_not_convert() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen2.gguf");
+    let dir = temp_dir("qwen2");
+    let err = gguf_to_hf(&model, &dir.join("hf"), FloatType::F32, &mut |_| {})
+        .expect_err("qwen2 is not converted to HF");
+    assert!(
+        err.to_string()
+            .contains("architecture qwen2 (convert handles"),
+        "{err}"
+    );
+}

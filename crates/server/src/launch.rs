@@ -216,7 +216,7 @@ pub fn start_engine_with_draft(
         .map(|s| speculative::speculator(s, &tokenizer, draft, kv, pool))
         .transpose()?;
     let runner = ModelRunner::with_kv(loaded.model, kv, pool);
-    let constraints = crate::constraint::factory(&tokenizer, runner.vocab_size());
+    let constraints = crate::validation::constraint::factory(&tokenizer, runner.vocab_size());
     let engine = EngineHandle::try_start_with(
         Box::new(runner),
         tokenizer.clone(),

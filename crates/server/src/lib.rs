@@ -20,7 +20,7 @@
 //! * [`auth`] — bearer keys; [`metrics`] — Prometheus.
 //!
 //! ```text
-//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation (blocking pool) ─► Generation::submit × n
+//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation (blocking pool) ─► SubmittedChoices::submit × n
 //!      ─► select_all ─► collect (JSON) or SseEncoder (text/event-stream) ─► one log line per request
 //! ```
 
@@ -31,26 +31,18 @@
 pub mod auth;
 pub mod backend;
 pub mod base64;
-pub mod best_of;
 pub mod blocking;
-pub mod chat_tools;
 pub mod config;
 pub mod connections;
-pub mod constraint;
 pub mod cors;
 pub mod error;
 pub mod event_buffer;
 pub mod extract;
 pub mod fuzz_entry;
-pub mod generation;
 pub mod key_salt;
 pub mod launch;
-pub mod logprobs;
 pub mod metrics;
-pub mod openai_api;
-pub mod openai_stream;
-pub mod param_ranges;
-pub mod prompt_logprobs;
+pub mod openai;
 pub mod request_id;
 pub mod request_log;
 pub mod request_scope;
@@ -60,11 +52,10 @@ pub mod routes;
 pub mod speculative;
 pub mod sse;
 pub mod state;
-pub mod tgi_stream;
+pub mod submitted_choices;
+pub mod tgi;
 pub mod throughput;
-pub mod tool_reply;
 pub mod tools;
-pub mod ttft_slo;
 pub mod unknown_fields;
 pub mod usage;
 pub mod validation;

@@ -10,15 +10,12 @@
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
-pub mod embeddings;
 pub mod health;
 pub mod lora;
 pub mod metrics;
-pub mod openai;
 pub mod openapi;
 mod openapi_errors;
 pub mod playground;
-pub mod tgi;
 
 use axum::routing::{get, post};
 use axum::Router;
@@ -26,20 +23,25 @@ use axum::Router;
 use crate::auth::{require_api_key, ApiKey};
 use crate::config::ServerConfig;
 use crate::extract::{ApiPolicy, BodyLimit, BodyTimeout};
+use crate::openai;
 use crate::state::AppState;
+use crate::tgi;
 
 /// All routes with their middleware.
 pub fn router(config: &ServerConfig, state: AppState) -> Router {
     let mut protected = Router::new()
-        .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat_completions))
-        .route("/v1/models", get(openai::models))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/", post(tgi::compat_generate))
-        .route("/generate", post(tgi::generate))
-        .route("/generate_stream", post(tgi::generate_stream))
-        .route("/info", get(tgi::info))
-        .route("/tokenize", post(tgi::tokenize))
+        .route("/v1/completions", post(openai::routes::completions))
+        .route(
+            "/v1/chat/completions",
+            post(openai::routes::chat_completions),
+        )
+        .route("/v1/models", get(openai::routes::models))
+        .route("/v1/embeddings", post(openai::embeddings::embeddings))
+        .route("/", post(tgi::routes::compat_generate))
+        .route("/generate", post(tgi::routes::generate))
+        .route("/generate_stream", post(tgi::routes::generate_stream))
+        .route("/info", get(tgi::routes::info))
+        .route("/tokenize", post(tgi::routes::tokenize))
         .route("/openapi.json", get(openapi::openapi_json));
     protected = if config.enable_runtime_lora {
         protected

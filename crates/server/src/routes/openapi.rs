@@ -1,6 +1,6 @@
 //! `GET /openapi.json`: the OpenAPI document of every route, generated from the handlers'
 //! annotations and the wire types' schemas, with the parameter ranges validation enforces
-//! ([`crate::param_ranges`]).
+//! ([`crate::validation::param_ranges`]).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -19,15 +19,15 @@ use crate::state::AppState;
         description = "OpenAI- and TGI-compatible LLM inference server"
     ),
     paths(
-        super::openai::completions,
-        super::openai::chat_completions,
-        super::openai::models,
-        super::embeddings::embeddings,
-        super::tgi::generate,
-        super::tgi::generate_stream,
-        super::tgi::compat_generate,
-        super::tgi::info,
-        super::tgi::tokenize,
+        crate::openai::routes::completions,
+        crate::openai::routes::chat_completions,
+        crate::openai::routes::models,
+        crate::openai::embeddings::embeddings,
+        crate::tgi::routes::generate,
+        crate::tgi::routes::generate_stream,
+        crate::tgi::routes::compat_generate,
+        crate::tgi::routes::info,
+        crate::tgi::routes::tokenize,
         super::lora::load,
         super::lora::unload,
         super::health::health,
@@ -49,7 +49,7 @@ pub fn document(min_client_priority: i32) -> serde_json::Value {
             return serde_json::Value::Null;
         }
     };
-    let missing = crate::param_ranges::annotate(&mut doc, min_client_priority);
+    let missing = crate::validation::param_ranges::annotate(&mut doc, min_client_priority);
     if !missing.is_empty() {
         tracing::error!(?missing, "parameter ranges without a schema property");
     }

@@ -6,11 +6,8 @@
 //! keys. Documented OpenAI fields that Kestrel does not act on are listed explicitly and either
 //! ignored or rejected in [`crate::validation`].
 
-pub mod embedding;
 pub mod lora;
-pub mod openai;
 pub mod structured;
-pub mod tgi;
 pub mod tools;
 
 use serde::{Deserialize, Serialize};

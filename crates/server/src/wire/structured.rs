@@ -17,7 +17,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
-use crate::wire::openai::{ChatCompletionRequest, CompletionRequest};
+use crate::openai::wire::{ChatCompletionRequest, CompletionRequest};
 
 /// `response_format` of an OpenAI request.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

@@ -5,12 +5,14 @@
 //! absurd value reaches validation, which names the parameter, instead of failing in serde with
 //! a message about integer types.
 
+pub mod embedding;
+
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::StopSequences;
+use crate::wire::StopSequences;
 
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -185,7 +187,7 @@ pub struct CompletionRequest {
     /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
     pub guided_grammar: Option<String>,
     /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-    pub structured_outputs: Option<super::structured::StructuredOutputs>,
+    pub structured_outputs: Option<crate::wire::structured::StructuredOutputs>,
 }
 }
 
@@ -222,7 +224,7 @@ pub struct ChatMessageIn {
     pub refusal: Option<String>,
 }
 
-pub use super::structured::ResponseFormat;
+pub use crate::wire::structured::ResponseFormat;
 
 with_sampling_fields! {
 /// `POST /v1/chat/completions`.
@@ -272,7 +274,7 @@ pub struct ChatCompletionRequest {
     /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
     pub guided_grammar: Option<String>,
     /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-    pub structured_outputs: Option<super::structured::StructuredOutputs>,
+    pub structured_outputs: Option<crate::wire::structured::StructuredOutputs>,
 }
 }
 

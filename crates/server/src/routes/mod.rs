@@ -1,5 +1,6 @@
-//! The HTTP routes, one file per API family, and the [`router`] that assembles them with
-//! authentication, request counting, logging, body limit and CORS.
+//! The [`router`]: the API families' handlers ([`crate::openai`], [`crate::tgi`]) and the
+//! routes every family shares (health, metrics, LoRA, the OpenAPI document, the playground),
+//! assembled with authentication, request counting, logging, body limit and CORS.
 //!
 //! ```text
 //! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
@@ -17,31 +18,33 @@ pub mod openapi;
 mod openapi_errors;
 pub mod playground;
 
+// The API families' handlers, under the names the OpenAPI document was first built with: utoipa
+// tags each path with the module path written in `paths(...)` (`super::openai`, `super::tgi`,
+// `super::embeddings`), so these names keep `/openapi.json` unchanged.
+pub use crate::openai::embeddings;
+pub use crate::openai::routes as openai;
+pub use crate::tgi::routes as tgi;
+
 use axum::routing::{get, post};
 use axum::Router;
 
 use crate::auth::{require_api_key, ApiKey};
 use crate::config::ServerConfig;
 use crate::extract::{ApiPolicy, BodyLimit, BodyTimeout};
-use crate::openai;
 use crate::state::AppState;
-use crate::tgi;
 
 /// All routes with their middleware.
 pub fn router(config: &ServerConfig, state: AppState) -> Router {
     let mut protected = Router::new()
-        .route("/v1/completions", post(openai::routes::completions))
-        .route(
-            "/v1/chat/completions",
-            post(openai::routes::chat_completions),
-        )
-        .route("/v1/models", get(openai::routes::models))
-        .route("/v1/embeddings", post(openai::embeddings::embeddings))
-        .route("/", post(tgi::routes::compat_generate))
-        .route("/generate", post(tgi::routes::generate))
-        .route("/generate_stream", post(tgi::routes::generate_stream))
-        .route("/info", get(tgi::routes::info))
-        .route("/tokenize", post(tgi::routes::tokenize))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/", post(tgi::compat_generate))
+        .route("/generate", post(tgi::generate))
+        .route("/generate_stream", post(tgi::generate_stream))
+        .route("/info", get(tgi::info))
+        .route("/tokenize", post(tgi::tokenize))
         .route("/openapi.json", get(openapi::openapi_json));
     protected = if config.enable_runtime_lora {
         protected

@@ -19,6 +19,7 @@ pub mod constraint;
 pub mod param_ranges;
 mod prompt_ids;
 mod sampling_fields;
+pub mod structured;
 pub mod ttft_slo;
 
 use std::time::Instant;

@@ -1,9 +1,10 @@
-//! Running validated requests on the engine, shared by every generation route:
+//! [`SubmittedChoices`]: a validated request's choices running on the backend, shared by every
+//! generation route of every API family:
 //!
 //! ```text
 //! SubmittedChoices::submit ─► n EventStreams + Tally ─► merge (select_all) ─► (index, event)
-//!                                                    ├─► collect ─► respond (JSON)
-//!                                                    └─► into_sse ─► SseEncoder (text/event-stream)
+//!                                                        ├─► collect ─► respond (JSON)
+//!                                                        └─► into_sse ─► SseEncoder (SSE)
 //! ```
 //!
 //! The choices' streams are merged into one stream of `(index, event)`; whoever consumes it

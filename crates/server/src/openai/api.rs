@@ -2,7 +2,7 @@
 //! route builds its response (non-streaming) and its chunks (streaming); [`Completions`]
 //! (`/v1/completions`, `text_completion`) and [`Chat`] (`/v1/chat/completions`,
 //! `chat.completion` / `chat.completion.chunk`) implement it. Everything else — validation,
-//! submission, collection, usage, logging, SSE framing — is shared (`routes::openai::handle`,
+//! submission, collection, usage, logging, SSE framing — is shared ([`super::routes`]`::handle`,
 //! [`crate::openai::stream::OpenAiEncoder`]).
 
 use axum::http::StatusCode;

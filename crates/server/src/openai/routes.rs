@@ -45,7 +45,7 @@ async fn handle<A: OpenAiApi>(
         .await?
         .with_default_ttft_slo(scope.ttft_slo);
     let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
-    let generation = SubmittedChoices::submit(
+    let submitted = SubmittedChoices::submit(
         &state,
         A::ROUTE,
         valid.prompt_tokens(),
@@ -76,9 +76,9 @@ async fn handle<A: OpenAiApi>(
     };
     if valid.stream {
         let choices = valid.prompts.len() * valid.n;
-        return Ok(generation.into_sse(OpenAiEncoder::<A>::new(cx, choices)));
+        return Ok(submitted.into_sse(OpenAiEncoder::<A>::new(cx, choices)));
     }
-    let (tally, outputs) = generation.collect().await;
+    let (tally, outputs) = submitted.collect().await;
     let usage = tally.usage();
     let ranking = CandidateRanking::of(&valid);
     let result = outputs.map(|outputs| A::response(&cx, ranking.choices(outputs, &echo), usage));

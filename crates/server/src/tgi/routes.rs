@@ -40,10 +40,10 @@ async fn start(
         .with_default_ttft_slo(scope.ttft_slo);
     let prompt_tokens = valid.request.prompt_ids().len();
     let request = scope.apply(valid.request.clone());
-    let generation = SubmittedChoices::submit(state, route, prompt_tokens, [request])?
+    let submitted = SubmittedChoices::submit(state, route, prompt_tokens, [request])?
         .admitted()
         .await?;
-    Ok((valid, generation))
+    Ok((valid, submitted))
 }
 
 /// Generate text (one response when done).
@@ -55,8 +55,8 @@ pub async fn generate(
     scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate", scope, body).await?;
-    let (tally, outputs) = generation.collect().await;
+    let (valid, submitted) = start(&state, "/generate", scope, body).await?;
+    let (tally, outputs) = submitted.collect().await;
     let result = outputs
         .and_then(|mut o| {
             o.pop()
@@ -83,8 +83,8 @@ pub async fn generate_stream(
     scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate_stream", scope, body).await?;
-    Ok(generation.into_sse(TgiEncoder::new(state, valid)))
+    let (valid, submitted) = start(&state, "/generate_stream", scope, body).await?;
+    Ok(submitted.into_sse(TgiEncoder::new(state, valid)))
 }
 
 /// TGI's root route: a generate request that streams when its `stream` field is true

@@ -1,6 +1,7 @@
-//! Structured output in validation: the wire's constraint fields become one engine
-//! [`GrammarSpec`], compiled once against the served model so that a bad schema, regex or
-//! grammar is a 400 naming its field before the request is queued.
+//! Structured output in validation: the grammar [`super::structured`] reads from the wire's
+//! constraint fields is compiled once against the served model, so that a bad schema, regex or
+//! grammar is a 400 naming its field before the request is queued; and [`factory`], the served
+//! model's grammar compiler.
 
 use std::sync::Arc;
 

@@ -13,6 +13,12 @@
 //!
 //! Routes call [`validate_off_thread`], which runs the wire type's [`Validate`] on the blocking
 //! pool: templating and tokenizing are CPU work proportional to the prompt.
+//!
+//! Every check of every API family lives in this folder: [`param_ranges`] (the ranges, also
+//! published in `/openapi.json`), `sampling_fields` and `prompt_ids` (the steps above),
+//! [`ttft_slo`] (first-token objectives, field or header), [`structured`] and [`constraint`]
+//! (structured output: wire fields -> grammar -> compiled against the model), [`chat_tools`]
+//! (`tools` and `tool_choice`). A new family adds its `Validate` impl here.
 
 pub mod chat_tools;
 pub mod constraint;

@@ -1,5 +1,5 @@
 //! The sampling and scheduling fields of a request: each checked against its range in
-//! [`crate::validation::param_ranges`] (the table `/openapi.json` publishes), with a 400 naming the field.
+//! [`super::param_ranges`] (the table `/openapi.json` publishes), with a 400 naming the field.
 
 use std::collections::HashMap;
 

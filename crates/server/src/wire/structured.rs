@@ -15,8 +15,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::openai::wire::{ChatCompletionRequest, CompletionRequest};
-
 /// `response_format` of an OpenAI request.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -64,16 +62,46 @@ pub struct StructuredOutputs {
     pub json_object: Option<bool>,
 }
 
-/// The structured-output fields of an OpenAI request, gathered for validation.
-#[derive(Debug, Clone, Default)]
-pub struct StructuredFields {
-    pub response_format: Option<ResponseFormat>,
-    pub guided_json: Option<Value>,
-    pub guided_regex: Option<String>,
-    pub guided_choice: Option<Vec<String>>,
-    pub guided_grammar: Option<String>,
-    pub structured_outputs: Option<StructuredOutputs>,
+/// The one list of the OpenAI requests' structured-output fields: calls
+/// `$callback! { $($args)* ; <fields> }`, each field with its documentation and schema
+/// attributes. It declares [`StructuredFields`] here and the same fields of each OpenAI request
+/// (see `crate::openai::wire`'s `openai_request!`).
+macro_rules! structured_fields {
+    ($callback:ident! { $($args:tt)* }) => {
+        $callback! { $($args)* ;
+            /// Structured output: `text`, `json_object` or `json_schema`.
+            response_format: Option<$crate::wire::structured::ResponseFormat>,
+            /// Structured output (vLLM): a JSON schema (object or JSON text).
+            #[schema(value_type = Option<Object>)]
+            guided_json: Option<serde_json::Value>,
+            /// Structured output (vLLM): a regular expression the whole output matches.
+            guided_regex: Option<String>,
+            /// Structured output (vLLM): the output is one of these strings.
+            guided_choice: Option<Vec<String>>,
+            /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
+            guided_grammar: Option<String>,
+            /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
+            structured_outputs: Option<$crate::wire::structured::StructuredOutputs>,
+        }
+    };
 }
+pub(crate) use structured_fields;
+
+/// Declares [`StructuredFields`] from the field list.
+macro_rules! structured_fields_struct {
+    ($(#[$meta:meta])* ; $( $(#[$field_meta:meta])* $field:ident : $ty:ty, )*) => {
+        $(#[$meta])*
+        pub struct StructuredFields {
+            $( $(#[$field_meta])* pub $field: $ty, )*
+        }
+    };
+}
+
+structured_fields! { structured_fields_struct! {
+    /// The structured-output fields of an OpenAI request, as each request type's
+    /// `structured_fields()` moves them out for validation.
+    #[derive(Debug, Clone, Default, ToSchema)]
+} }
 
 /// TGI `parameters.grammar`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -86,24 +114,3 @@ pub struct TgiGrammar {
     #[schema(value_type = Object)]
     pub value: Value,
 }
-
-/// Moves the structured-output fields out of an OpenAI request.
-macro_rules! structured_fields {
-    ($($ty:ty),*) => {$(
-        impl $ty {
-            /// Moves the structured-output fields out of the request.
-            pub fn structured_fields(&mut self) -> StructuredFields {
-                StructuredFields {
-                    response_format: self.response_format.take(),
-                    guided_json: self.guided_json.take(),
-                    guided_regex: self.guided_regex.take(),
-                    guided_choice: self.guided_choice.take(),
-                    guided_grammar: self.guided_grammar.take(),
-                    structured_outputs: self.structured_outputs.take(),
-                }
-            }
-        }
-    )*};
-}
-
-structured_fields!(CompletionRequest, ChatCompletionRequest);

@@ -8,6 +8,8 @@
 pub mod embedding;
 #[macro_use]
 mod sampling;
+#[macro_use]
+mod request_fields;
 
 pub use sampling::SamplingFields;
 
@@ -36,7 +38,7 @@ pub enum Prompt {
     TokenLists(Vec<Vec<u32>>),
 }
 
-with_sampling_fields! {
+openai_request! {
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct CompletionRequest {
@@ -60,19 +62,6 @@ pub struct CompletionRequest {
     pub prompt_logprobs: Option<i64>,
     /// Only absent or empty is supported.
     pub suffix: Option<String>,
-    /// Structured output: `text`, `json_object` or `json_schema`.
-    pub response_format: Option<ResponseFormat>,
-    /// Structured output (vLLM): a JSON schema (object or JSON text).
-    #[schema(value_type = Option<Object>)]
-    pub guided_json: Option<serde_json::Value>,
-    /// Structured output (vLLM): a regular expression the whole output matches.
-    pub guided_regex: Option<String>,
-    /// Structured output (vLLM): the output is one of these strings.
-    pub guided_choice: Option<Vec<String>>,
-    /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
-    pub guided_grammar: Option<String>,
-    /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-    pub structured_outputs: Option<crate::wire::structured::StructuredOutputs>,
 }
 }
 
@@ -111,7 +100,7 @@ pub struct ChatMessageIn {
 
 pub use crate::wire::structured::ResponseFormat;
 
-with_sampling_fields! {
+openai_request! {
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
@@ -147,19 +136,6 @@ pub struct ChatCompletionRequest {
     pub metadata: Option<serde_json::Value>,
     /// Accepted and ignored.
     pub service_tier: Option<String>,
-    /// Structured output: `text`, `json_object` or `json_schema`.
-    pub response_format: Option<ResponseFormat>,
-    /// Structured output (vLLM): a JSON schema (object or JSON text).
-    #[schema(value_type = Option<Object>)]
-    pub guided_json: Option<serde_json::Value>,
-    /// Structured output (vLLM): a regular expression the whole output matches.
-    pub guided_regex: Option<String>,
-    /// Structured output (vLLM): the output is one of these strings.
-    pub guided_choice: Option<Vec<String>>,
-    /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
-    pub guided_grammar: Option<String>,
-    /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-    pub structured_outputs: Option<crate::wire::structured::StructuredOutputs>,
 }
 }
 

@@ -1,13 +1,9 @@
 //! [`SamplingFields`]: the sampling and scheduling fields both OpenAI request types share
 //! (including Kestrel's and vLLM's extensions), declared once.
 //!
-//! The one declaration is the field list in [`sampling_fields!`]. It generates the
-//! [`SamplingFields`] struct that validation reads, and, through [`with_sampling_fields!`], the
-//! same fields appended to each request struct with a method that moves them out. The request
-//! structs keep the fields as their own (rather than `#[serde(flatten)]`) so that serde still
-//! hands their whole field list to the unknown-field probe
-//! ([`crate::unknown_fields::field_names`]) and utoipa still publishes one flat schema per
-//! request.
+//! The one declaration is the field list in `sampling_fields!`. It generates the
+//! [`SamplingFields`] struct that validation reads, and, through `openai_request!` (in
+//! `request_fields.rs`), the same fields of each request struct.
 
 use std::collections::HashMap;
 
@@ -69,37 +65,6 @@ macro_rules! sampling_fields_struct {
         $(#[$meta])*
         pub struct SamplingFields {
             $( $(#[$field_meta])* pub $field: $ty, )*
-        }
-    };
-}
-
-/// Declares a request struct with the shared sampling fields appended and a
-/// `sampling_fields(&mut self)` method that moves them into a [`SamplingFields`].
-macro_rules! with_sampling_fields {
-    ($($item:tt)*) => {
-        sampling_fields! { request_with_sampling_fields! { $($item)* } }
-    };
-}
-
-/// [`with_sampling_fields!`]'s expansion, given the field list.
-macro_rules! request_with_sampling_fields {
-    (
-        $(#[$meta:meta])* pub struct $name:ident { $($body:tt)* } ;
-        $( $(#[$field_meta:meta])* $field:ident : $ty:ty, )*
-    ) => {
-        $(#[$meta])*
-        pub struct $name {
-            $($body)*
-            $( $(#[$field_meta])* pub $field: $ty, )*
-        }
-
-        impl $name {
-            /// Moves the shared sampling fields out of the request.
-            pub fn sampling_fields(&mut self) -> $crate::openai::wire::SamplingFields {
-                $crate::openai::wire::SamplingFields {
-                    $( $field: self.$field.take(), )*
-                }
-            }
         }
     };
 }

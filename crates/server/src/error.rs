@@ -17,9 +17,9 @@ use kestrel_engine::adapters::error::AdapterErrorKind;
 use kestrel_engine::adapters::AdapterError;
 use kestrel_engine::api::{EngineFailure, InvalidRequest, SubmitError};
 
+use crate::openai::wire::{ErrorBody, ErrorDetail};
+use crate::tgi::wire::TgiErrorBody;
 use crate::unknown_fields::UnknownFields;
-use crate::wire::openai::{ErrorBody, ErrorDetail};
-use crate::wire::tgi::TgiErrorBody;
 
 /// The class of an error: decides status code, OpenAI `type` and TGI `error_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

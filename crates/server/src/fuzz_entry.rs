@@ -16,11 +16,11 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use crate::backend::{Backend, BackendHealth, Capacity, EventStream};
 use crate::error::ApiError;
 use crate::extract::{parse_body, ApiPolicy};
+use crate::openai::wire::{ChatCompletionRequest, CompletionRequest};
 use crate::state::{AppState, Limits, ModelInfo, DEFAULT_MAX_INPUT_BYTES};
+use crate::tgi::wire::GenerateRequest;
 use crate::tools::ToolCallFormat;
 use crate::validation::{chat, completion, generate};
-use crate::wire::openai::{ChatCompletionRequest, CompletionRequest};
-use crate::wire::tgi::GenerateRequest;
 
 /// The context length the fuzzing state's backend reports.
 const MAX_MODEL_LEN: usize = 4096;

@@ -9,18 +9,23 @@
 //!   `/v1/unload_lora_adapter` ([`routes::lora`]). Requests pick a LoRA adapter by OpenAI
 //!   `model` or TGI `adapter_id` (resolved in [`validation`]). `GET /` is the web playground
 //!   ([`routes::playground`]), `POST /` TGI's generate.
-//! * [`wire`] — request/response bodies with OpenAPI schemas; [`validation`] turns them into
-//!   engine requests (the one place parameters are checked), on the [`blocking`] pool;
-//!   [`error::ApiError`] maps every failure to a status and an OpenAI- or TGI-shaped body.
-//! * [`generation`] — the core every generation route shares: submit the choices, merge their
-//!   streams, collect them or stream them through [`sse`]; [`usage`] sums their token counts
-//!   and [`request_log`] logs one line per request.
-//! * [`openai_api`] — how completions and chat differ (choices and chunks);
-//!   [`openai_stream`] and [`tgi_stream`] — the SSE encoders.
+//! * One folder per API family: [`openai`] (`/v1/completions`, `/v1/chat/completions`,
+//!   `/v1/models`, `/v1/embeddings`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
+//!   `/tokenize`). A family folder holds its routes, its wire types (`wire`: data only, serde
+//!   and OpenAPI schemas) and its response and SSE shaping; a new family (Anthropic
+//!   `messages`, OpenAI `responses`) is a sibling folder.
+//! * [`validation`] — the one place wire requests of every family become engine requests
+//!   (parameter ranges, first-token objectives, structured output, chat tools), on the
+//!   [`blocking`] pool; [`error::ApiError`] maps every failure to a status and the family's
+//!   error body.
+//! * Shared by the families: [`wire`] (cross-family wire pieces: stop strings, structured
+//!   output, tool calls, LoRA), [`submitted_choices`] (submit the choices, merge their streams,
+//!   collect them or stream them through [`sse`]), [`usage`] (sums their token counts),
+//!   [`request_log`] (one line per request), [`backend`], [`request_scope`], [`tools`].
 //! * [`auth`] — bearer keys; [`metrics`] — Prometheus.
 //!
 //! ```text
-//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation (blocking pool) ─► Generation::submit × n
+//! body ─► Wire<T> (size, UTF-8, JSON) ─► validation (blocking pool) ─► SubmittedChoices::submit × n
 //!      ─► select_all ─► collect (JSON) or SseEncoder (text/event-stream) ─► one log line per request
 //! ```
 
@@ -31,26 +36,18 @@
 pub mod auth;
 pub mod backend;
 pub mod base64;
-pub mod best_of;
 pub mod blocking;
-pub mod chat_tools;
 pub mod config;
 pub mod connections;
-pub mod constraint;
 pub mod cors;
 pub mod error;
 pub mod event_buffer;
 pub mod extract;
 pub mod fuzz_entry;
-pub mod generation;
 pub mod key_salt;
 pub mod launch;
-pub mod logprobs;
 pub mod metrics;
-pub mod openai_api;
-pub mod openai_stream;
-pub mod param_ranges;
-pub mod prompt_logprobs;
+pub mod openai;
 pub mod request_id;
 pub mod request_log;
 pub mod request_scope;
@@ -59,11 +56,10 @@ pub mod retry_after;
 pub mod routes;
 pub mod sse;
 pub mod state;
-pub mod tgi_stream;
+pub mod submitted_choices;
+pub mod tgi;
 pub mod throughput;
-pub mod tool_reply;
 pub mod tools;
-pub mod ttft_slo;
 pub mod unknown_fields;
 pub mod usage;
 pub mod validation;

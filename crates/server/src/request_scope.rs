@@ -11,7 +11,7 @@ use kestrel_engine::api::EngineRequest;
 
 use crate::error::ApiError;
 use crate::key_salt::KeySalt;
-use crate::ttft_slo::TtftSloHeader;
+use crate::validation::ttft_slo::TtftSloHeader;
 
 /// A generation request's key partition and header objective.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -18,8 +18,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use kestrel_engine::api::EngineEvent;
 
-use crate::generation::Events;
 use crate::request_log::{mark_logged, Tally};
+use crate::submitted_choices::Events;
 
 /// Turns the events of all choices into SSE `data` payloads.
 pub trait SseEncoder: Send + 'static {

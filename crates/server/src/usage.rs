@@ -7,7 +7,7 @@
 
 use kestrel_engine::api::Usage;
 
-use crate::wire::openai::{PromptTokensDetails, UsageInfo};
+use crate::openai::wire::{PromptTokensDetails, UsageInfo};
 
 /// Usage of a request, accumulated over its choices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use axum::response::{IntoResponse, Response};
 use crate::blocking;
 use crate::error::{ApiError, OpenAiError};
 use crate::extract::Wire;
+use crate::openai::wire::ErrorBody;
 use crate::state::AppState;
 use crate::wire::lora::{LoadLoraAdapterRequest, UnloadLoraAdapterRequest};
-use crate::wire::openai::ErrorBody;
 
 /// Load a LoRA adapter at run time.
 #[utoipa::path(post, path = "/v1/load_lora_adapter", request_body = LoadLoraAdapterRequest,

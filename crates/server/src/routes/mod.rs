@@ -1,5 +1,6 @@
-//! The HTTP routes, one file per API family, and the [`router`] that assembles them with
-//! authentication, request counting, logging, body limit and CORS.
+//! The [`router`]: the API families' handlers ([`crate::openai`], [`crate::tgi`]) and the
+//! routes every family shares (health, metrics, LoRA, the OpenAPI document, the playground),
+//! assembled with authentication, request counting, logging, body limit and CORS.
 //!
 //! ```text
 //! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
@@ -10,15 +11,19 @@
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
-pub mod embeddings;
 pub mod health;
 pub mod lora;
 pub mod metrics;
-pub mod openai;
 pub mod openapi;
 mod openapi_errors;
 pub mod playground;
-pub mod tgi;
+
+// The API families' handlers, under the names the OpenAPI document was first built with: utoipa
+// tags each path with the module path written in `paths(...)` (`super::openai`, `super::tgi`,
+// `super::embeddings`), so these names keep `/openapi.json` unchanged.
+pub use crate::openai::embeddings;
+pub use crate::openai::routes as openai;
+pub use crate::tgi::routes as tgi;
 
 use axum::routing::{get, post};
 use axum::Router;

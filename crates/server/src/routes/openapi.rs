@@ -1,6 +1,6 @@
 //! `GET /openapi.json`: the OpenAPI document of every route, generated from the handlers'
 //! annotations and the wire types' schemas, with the parameter ranges validation enforces
-//! ([`crate::param_ranges`]).
+//! ([`crate::validation::param_ranges`]).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -49,7 +49,7 @@ pub fn document(min_client_priority: i32) -> serde_json::Value {
             return serde_json::Value::Null;
         }
     };
-    let missing = crate::param_ranges::annotate(&mut doc, min_client_priority);
+    let missing = crate::validation::param_ranges::annotate(&mut doc, min_client_priority);
     if !missing.is_empty() {
         tracing::error!(?missing, "parameter ranges without a schema property");
     }

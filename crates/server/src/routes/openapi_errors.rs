@@ -11,8 +11,8 @@
 //! | LoRA routes | 400, 404, 409, 503 |
 //!
 //! TGI routes (`/`, `/generate`, `/generate_stream`, `/tokenize`) answer validation errors with
-//! 422 and [`TgiErrorBody`](crate::wire::tgi::TgiErrorBody); the others with 400 and
-//! [`ErrorBody`](crate::wire::openai::ErrorBody).
+//! 422 and [`TgiErrorBody`](crate::tgi::wire::TgiErrorBody); the others with 400 and
+//! [`ErrorBody`](crate::openai::wire::ErrorBody).
 
 use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::path::Operation;

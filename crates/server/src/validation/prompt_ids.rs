@@ -4,9 +4,9 @@
 use kestrel_model::chat_template::ChatMessage;
 
 use crate::error::ApiError;
-use crate::param_ranges as ranges;
+use crate::openai::wire::{ChatMessageIn, MessageContent, Prompt};
 use crate::state::AppState;
-use crate::wire::openai::{ChatMessageIn, MessageContent, Prompt};
+use crate::validation::param_ranges as ranges;
 
 /// One prompt of a completion request: its token ids, and its text when given as text.
 pub(super) type PromptIds = (Vec<u32>, Option<String>);

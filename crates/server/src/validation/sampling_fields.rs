@@ -1,5 +1,5 @@
 //! The sampling and scheduling fields of a request: each checked against its range in
-//! [`crate::param_ranges`] (the table `/openapi.json` publishes), with a 400 naming the field.
+//! [`super::param_ranges`] (the table `/openapi.json` publishes), with a 400 naming the field.
 
 use std::collections::HashMap;
 
@@ -7,9 +7,9 @@ use kestrel_engine::logit_bias::LogitBias;
 use kestrel_engine::sampling::SamplingParams;
 
 use crate::error::ApiError;
-use crate::param_ranges::{self as ranges, Range};
+use crate::openai::wire::SamplingFields;
 use crate::state::{AppState, Limits, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
-use crate::wire::openai::SamplingFields;
+use crate::validation::param_ranges::{self as ranges, Range};
 use crate::wire::StopSequences;
 
 /// vLLM's `prompt_logprobs`: 0..=20 alternatives, not with `stream` (as vLLM refuses it).
@@ -106,7 +106,7 @@ pub(super) fn openai_sampling(
     let sched = Scheduling {
         priority: priority(state, f.priority)?,
         cache_salt: f.cache_salt,
-        ttft_slo: crate::ttft_slo::from_field(f.ttft_slo_ms)?,
+        ttft_slo: crate::validation::ttft_slo::from_field(f.ttft_slo_ms)?,
     };
     Ok((sampling, sched))
 }

@@ -1,4 +1,7 @@
-//! Wire types: the JSON bodies the routes accept and return, with OpenAPI schemas.
+//! Wire types shared by the API families (stop strings, structured output, tool calls, LoRA
+//! adapters), with OpenAPI schemas; each family's own bodies are in its folder
+//! ([`crate::openai::wire`], [`crate::tgi::wire`]). Wire types are data only: checking them is
+//! [`crate::validation`]'s job.
 //!
 //! Unknown top-level request fields are handled in one place, the [`crate::extract::Wire`]
 //! extractor: ignored with a warning naming them (vLLM's behaviour, so newer or vendor fields
@@ -6,11 +9,8 @@
 //! keys. Documented OpenAI fields that Kestrel does not act on are listed explicitly and either
 //! ignored or rejected in [`crate::validation`].
 
-pub mod embedding;
 pub mod lora;
-pub mod openai;
 pub mod structured;
-pub mod tgi;
 pub mod tools;
 
 use serde::{Deserialize, Serialize};

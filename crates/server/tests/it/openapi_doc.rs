@@ -3,8 +3,8 @@
 //! limits, overload and unavailability with `Retry-After`, and server-sent events; and the
 //! parameter ranges it states are the ones the server enforces.
 
-use kestrel_server::param_ranges;
 use kestrel_server::routes::openapi::document;
+use kestrel_server::validation::param_ranges;
 use serde_json::{json, Value};
 
 use crate::common;

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! Wire<A::Request> ─► validate (blocking pool) ─► prompt_logprobs (if asked)
-//!                  ─► Generation::submit × n
+//!                  ─► SubmittedChoices::submit × n
 //!                  ─► stream: OpenAiEncoder<A>  |  collect ─► A::response
 //! ```
 
@@ -16,21 +16,21 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use crate::best_of::CandidateRanking;
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
-use crate::generation::{respond, Generation};
-use crate::openai_api::{Chat, Completions, OpenAiApi, OpenAiContext};
-use crate::openai_stream::OpenAiEncoder;
-use crate::prompt_logprobs;
-use crate::request_scope::RequestScope;
-use crate::response_id::{response_id, system_fingerprint};
-use crate::state::{unix_now, AppState};
-use crate::validation;
-use crate::wire::openai::{
+use crate::openai::api::{Chat, Completions, OpenAiApi, OpenAiContext};
+use crate::openai::best_of::CandidateRanking;
+use crate::openai::prompt_logprobs;
+use crate::openai::stream::OpenAiEncoder;
+use crate::openai::wire::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
     ErrorBody, ModelCard, ModelList,
 };
+use crate::request_scope::RequestScope;
+use crate::response_id::{response_id, system_fingerprint};
+use crate::state::{unix_now, AppState};
+use crate::submitted_choices::{respond, SubmittedChoices};
+use crate::validation;
 
 /// The handler core of both generation routes.
 async fn handle<A: OpenAiApi>(
@@ -45,7 +45,7 @@ async fn handle<A: OpenAiApi>(
         .await?
         .with_default_ttft_slo(scope.ttft_slo);
     let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
-    let generation = Generation::submit(
+    let submitted = SubmittedChoices::submit(
         &state,
         A::ROUTE,
         valid.prompt_tokens(),
@@ -76,9 +76,9 @@ async fn handle<A: OpenAiApi>(
     };
     if valid.stream {
         let choices = valid.prompts.len() * valid.n;
-        return Ok(generation.into_sse(OpenAiEncoder::<A>::new(cx, choices)));
+        return Ok(submitted.into_sse(OpenAiEncoder::<A>::new(cx, choices)));
     }
-    let (tally, outputs) = generation.collect().await;
+    let (tally, outputs) = submitted.collect().await;
     let usage = tally.usage();
     let ranking = CandidateRanking::of(&valid);
     let result = outputs.map(|outputs| A::response(&cx, ranking.choices(outputs, &echo), usage));

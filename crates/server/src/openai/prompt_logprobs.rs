@@ -9,10 +9,10 @@ use kestrel_model::tokenizer::Tokenizer;
 
 use crate::blocking;
 use crate::error::ApiError;
-use crate::logprobs::piece;
+use crate::openai::logprobs::piece;
+use crate::openai::wire::{PromptLogprob, PromptLogprobs};
 use crate::state::AppState;
 use crate::validation::ValidRequest;
-use crate::wire::openai::{PromptLogprob, PromptLogprobs};
 
 /// Per prompt of `valid`, its prompt logprobs; empty when the request did not ask for them.
 pub async fn compute(

@@ -1,6 +1,7 @@
-//! Structured output in validation: the wire's constraint fields become one engine
-//! [`GrammarSpec`], compiled once against the served model so that a bad schema, regex or
-//! grammar is a 400 naming its field before the request is queued.
+//! Structured output in validation: the grammar [`super::structured`] reads from the wire's
+//! constraint fields is compiled once against the served model, so that a bad schema, regex or
+//! grammar is a 400 naming its field before the request is queued; and [`factory`], the served
+//! model's grammar compiler.
 
 use std::sync::Arc;
 
@@ -9,15 +10,16 @@ use kestrel_model::tokenizer::Tokenizer;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::wire::structured::{Constraint, StructuredFields, TgiGrammar};
+use crate::wire::structured::{StructuredFields, TgiGrammar};
+
+use super::structured::{self, Constraint};
 
 /// The grammar an OpenAI request's structured-output fields ask for, checked.
 pub fn checked(
     state: &AppState,
     fields: StructuredFields,
 ) -> Result<Option<GrammarSpec>, ApiError> {
-    fields
-        .into_constraint()?
+    structured::constraint(fields)?
         .map(|c| compiled(state, c))
         .transpose()
 }
@@ -28,7 +30,7 @@ pub fn checked_tgi(
     grammar: Option<TgiGrammar>,
 ) -> Result<Option<GrammarSpec>, ApiError> {
     grammar
-        .map(|g| compiled(state, ("grammar", g.into_spec()?)))
+        .map(|g| compiled(state, ("grammar", structured::tgi_grammar(g)?)))
         .transpose()
 }
 

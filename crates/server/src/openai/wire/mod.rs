@@ -5,12 +5,20 @@
 //! absurd value reaches validation, which names the parameter, instead of failing in serde with
 //! a message about integer types.
 
+pub mod embedding;
+#[macro_use]
+mod sampling;
+#[macro_use]
+mod request_fields;
+
+pub use sampling::SamplingFields;
+
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::StopSequences;
+use crate::wire::StopSequences;
 
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -30,126 +38,7 @@ pub enum Prompt {
     TokenLists(Vec<Vec<u32>>),
 }
 
-/// Sampling fields shared by both OpenAI request types (including Kestrel's extensions), as
-/// [`CompletionRequest::sampling_fields`] and [`ChatCompletionRequest::sampling_fields`] gather
-/// them for validation.
-#[derive(Debug, Clone, Default)]
-pub struct SamplingFields {
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub n: Option<i64>,
-    pub stop: Option<StopSequences>,
-    pub seed: Option<i64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    /// Token id (as a string) -> bias in `[-100, 100]`, added to the logits before sampling.
-    pub logit_bias: Option<HashMap<String, f64>>,
-    /// Accepted and ignored (end-user id for abuse tracking).
-    pub user: Option<String>,
-    /// Extension: keep only the `top_k` most likely tokens; `-1` or `0` disables.
-    pub top_k: Option<i64>,
-    /// Extension: min-p filtering in `[0, 1]`.
-    pub min_p: Option<f64>,
-    /// Extension: HF-style repetition penalty (> 0; 1 disables).
-    pub repetition_penalty: Option<f64>,
-    /// Extension: scheduling priority, lower runs first (as in vLLM) (default 0).
-    pub priority: Option<i64>,
-    /// Extension (vLLM): share cached prompt prefixes only with requests of the same salt.
-    pub cache_salt: Option<String>,
-    /// Extension: keep generating past end-of-generation tokens.
-    pub ignore_eos: Option<bool>,
-    /// Extension (vLLM): end-of-generation and stop tokens cannot end the text before this many
-    /// tokens.
-    pub min_tokens: Option<i64>,
-    /// Extension (vLLM): token ids that end generation.
-    pub stop_token_ids: Option<Vec<i64>>,
-    /// Extension (vLLM): keep the stop string that ended generation in the text.
-    pub include_stop_str_in_output: Option<bool>,
-    /// Extension (vLLM): leave special tokens out of the text (default true).
-    pub skip_special_tokens: Option<bool>,
-    /// Extension: first-token latency objective in milliseconds from arrival.
-    pub ttft_slo_ms: Option<i64>,
-}
-
-/// Declares a request struct with the shared sampling fields appended and a method that moves
-/// them into a [`SamplingFields`].
-macro_rules! with_sampling_fields {
-    ($(#[$meta:meta])* pub struct $name:ident { $($body:tt)* }) => {
-        $(#[$meta])*
-        pub struct $name {
-            $($body)*
-            pub temperature: Option<f64>,
-            pub top_p: Option<f64>,
-            pub n: Option<i64>,
-            pub stop: Option<StopSequences>,
-            pub seed: Option<i64>,
-            pub presence_penalty: Option<f64>,
-            pub frequency_penalty: Option<f64>,
-            /// Token id (as a string) -> bias in `[-100, 100]`, added to the logits before
-            /// penalties and temperature.
-            #[schema(value_type = Option<Object>)]
-            pub logit_bias: Option<HashMap<String, f64>>,
-            /// Accepted and ignored (end-user id for abuse tracking).
-            pub user: Option<String>,
-            /// Extension: keep only the `top_k` most likely tokens; `-1` or `0` disables.
-            pub top_k: Option<i64>,
-            /// Extension: min-p filtering in `[0, 1]`.
-            pub min_p: Option<f64>,
-            /// Extension: HF-style repetition penalty (> 0; 1 disables).
-            pub repetition_penalty: Option<f64>,
-            /// Extension: scheduling priority, lower runs first (as in vLLM) (default 0).
-            pub priority: Option<i64>,
-            /// Extension (vLLM): share cached prompt prefixes only with requests of the same
-            /// salt.
-            pub cache_salt: Option<String>,
-            /// Extension: keep generating past end-of-generation tokens.
-            pub ignore_eos: Option<bool>,
-            /// Extension (vLLM): end-of-generation and stop tokens cannot end the text before
-            /// this many tokens.
-            pub min_tokens: Option<i64>,
-            /// Extension (vLLM): token ids that end generation.
-            pub stop_token_ids: Option<Vec<i64>>,
-            /// Extension (vLLM): keep the stop string that ended generation in the text.
-            pub include_stop_str_in_output: Option<bool>,
-            /// Extension (vLLM): leave special tokens out of the text (default true).
-            pub skip_special_tokens: Option<bool>,
-            /// Extension: time-to-first-token objective in milliseconds from arrival (1 to
-            /// 3600000). A request the server predicts would miss it is refused at once with
-            /// 429 and `Retry-After`; also settable with the `X-TTFT-SLO-Ms` header.
-            pub ttft_slo_ms: Option<i64>,
-        }
-
-        impl $name {
-            /// Moves the shared sampling fields out of the request.
-            pub fn sampling_fields(&mut self) -> SamplingFields {
-                SamplingFields {
-                    temperature: self.temperature.take(),
-                    top_p: self.top_p.take(),
-                    n: self.n.take(),
-                    stop: self.stop.take(),
-                    seed: self.seed.take(),
-                    presence_penalty: self.presence_penalty.take(),
-                    frequency_penalty: self.frequency_penalty.take(),
-                    logit_bias: self.logit_bias.take(),
-                    user: self.user.take(),
-                    top_k: self.top_k.take(),
-                    min_p: self.min_p.take(),
-                    repetition_penalty: self.repetition_penalty.take(),
-                    priority: self.priority.take(),
-                    cache_salt: self.cache_salt.take(),
-                    ignore_eos: self.ignore_eos.take(),
-                    min_tokens: self.min_tokens.take(),
-                    stop_token_ids: self.stop_token_ids.take(),
-                    include_stop_str_in_output: self.include_stop_str_in_output.take(),
-                    skip_special_tokens: self.skip_special_tokens.take(),
-                    ttft_slo_ms: self.ttft_slo_ms.take(),
-                }
-            }
-        }
-    };
-}
-
-with_sampling_fields! {
+openai_request! {
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct CompletionRequest {
@@ -173,19 +62,6 @@ pub struct CompletionRequest {
     pub prompt_logprobs: Option<i64>,
     /// Only absent or empty is supported.
     pub suffix: Option<String>,
-    /// Structured output: `text`, `json_object` or `json_schema`.
-    pub response_format: Option<ResponseFormat>,
-    /// Structured output (vLLM): a JSON schema (object or JSON text).
-    #[schema(value_type = Option<Object>)]
-    pub guided_json: Option<serde_json::Value>,
-    /// Structured output (vLLM): a regular expression the whole output matches.
-    pub guided_regex: Option<String>,
-    /// Structured output (vLLM): the output is one of these strings.
-    pub guided_choice: Option<Vec<String>>,
-    /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
-    pub guided_grammar: Option<String>,
-    /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-    pub structured_outputs: Option<super::structured::StructuredOutputs>,
 }
 }
 
@@ -222,9 +98,9 @@ pub struct ChatMessageIn {
     pub refusal: Option<String>,
 }
 
-pub use super::structured::ResponseFormat;
+pub use crate::wire::structured::ResponseFormat;
 
-with_sampling_fields! {
+openai_request! {
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
@@ -260,19 +136,6 @@ pub struct ChatCompletionRequest {
     pub metadata: Option<serde_json::Value>,
     /// Accepted and ignored.
     pub service_tier: Option<String>,
-    /// Structured output: `text`, `json_object` or `json_schema`.
-    pub response_format: Option<ResponseFormat>,
-    /// Structured output (vLLM): a JSON schema (object or JSON text).
-    #[schema(value_type = Option<Object>)]
-    pub guided_json: Option<serde_json::Value>,
-    /// Structured output (vLLM): a regular expression the whole output matches.
-    pub guided_regex: Option<String>,
-    /// Structured output (vLLM): the output is one of these strings.
-    pub guided_choice: Option<Vec<String>>,
-    /// Structured output (vLLM): a grammar in llguidance's Lark syntax.
-    pub guided_grammar: Option<String>,
-    /// Structured output (vLLM): one of `json`, `regex`, `choice`, `grammar`, `json_object`.
-    pub structured_outputs: Option<super::structured::StructuredOutputs>,
 }
 }
 

@@ -5,7 +5,7 @@
 //! Candidates arrive prompt by prompt (`p * best_of + j`); the result is prompt by prompt too,
 //! so choice `index = p * n + k`, OpenAI's order for a list of prompts.
 
-use crate::generation::ChoiceOutput;
+use crate::submitted_choices::ChoiceOutput;
 use crate::validation::ValidRequest;
 
 /// How a request's candidates become its choices.

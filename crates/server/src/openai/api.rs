@@ -2,29 +2,29 @@
 //! route builds its response (non-streaming) and its chunks (streaming); [`Completions`]
 //! (`/v1/completions`, `text_completion`) and [`Chat`] (`/v1/chat/completions`,
 //! `chat.completion` / `chat.completion.chunk`) implement it. Everything else — validation,
-//! submission, collection, usage, logging, SSE framing — is shared (`routes::openai::handle`,
-//! [`crate::openai_stream::OpenAiEncoder`]).
+//! submission, collection, usage, logging, SSE framing — is shared ([`super::routes`]`::handle`,
+//! [`crate::openai::stream::OpenAiEncoder`]).
 
 use axum::http::StatusCode;
 use axum::response::Response;
 use kestrel_engine::api::{TokenEvent, Usage};
 use kestrel_engine::request::FinishReason;
 
-use crate::chat_tools::ToolMode;
 use crate::error::json_response;
-use crate::generation::ChoiceOutput;
-use crate::logprobs;
-use crate::sse::json;
-use crate::state::AppState;
-use crate::tool_reply::{self, ToolReplyStream};
-use crate::tools::StreamEvent;
-use crate::usage::usage_info;
-use crate::validation::{ValidRequest, Validate};
-use crate::wire::openai::{
+use crate::openai::logprobs;
+use crate::openai::tool_reply::{self, ToolReplyStream};
+use crate::openai::wire::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatMessageOut, CompletionChoice, CompletionRequest,
     CompletionResponse, PromptLogprobs, UsageInfo,
 };
+use crate::sse::json;
+use crate::state::AppState;
+use crate::submitted_choices::ChoiceOutput;
+use crate::tools::StreamEvent;
+use crate::usage::usage_info;
+use crate::validation::chat_tools::ToolMode;
+use crate::validation::{ValidRequest, Validate};
 use crate::wire::tools::ToolCallDelta;
 
 /// What every response and chunk of one request shares.

@@ -4,8 +4,8 @@
 
 use kestrel_engine::request::FinishReason;
 
-use crate::chat_tools::ToolMode;
 use crate::tools::{forced, StreamEvent, ToolCall, ToolCallStream, ToolChoice};
+use crate::validation::chat_tools::ToolMode;
 
 /// The reply's text for the user and its calls.
 pub fn split(mode: &ToolMode, text: &str) -> (Option<String>, Vec<ToolCall>) {

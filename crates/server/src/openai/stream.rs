@@ -6,7 +6,7 @@
 use kestrel_engine::api::EngineEvent;
 
 use crate::error::ApiError;
-use crate::openai_api::{OpenAiApi, OpenAiContext};
+use crate::openai::api::{OpenAiApi, OpenAiContext};
 use crate::request_log::Tally;
 use crate::sse::{json, SseEncoder};
 

@@ -6,7 +6,7 @@ use kestrel_engine::api::TokenEvent;
 use kestrel_engine::sampling::TokenLogprob;
 use kestrel_model::tokenizer::Tokenizer;
 
-use crate::wire::openai::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
+use crate::openai::wire::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
 
 /// The text of one token on its own (special tokens included).
 pub(crate) fn piece(tokenizer: &Tokenizer, id: u32) -> String {

@@ -8,8 +8,8 @@ use crate::error::ApiError;
 use crate::request_log::Tally;
 use crate::sse::{json, SseEncoder};
 use crate::state::AppState;
+use crate::tgi::wire::{GenerateDetails, StreamResponse, StreamToken, TgiErrorBody};
 use crate::validation::ValidGenerate;
-use crate::wire::tgi::{GenerateDetails, StreamResponse, StreamToken, TgiErrorBody};
 
 /// TGI's finish reason names.
 fn finish_reason(reason: FinishReason, stops: bool) -> &'static str {

@@ -1,9 +1,10 @@
-//! Running validated requests on the engine, shared by every generation route:
+//! [`SubmittedChoices`]: a validated request's choices running on the backend, shared by every
+//! generation route of every API family:
 //!
 //! ```text
-//! Generation::submit ─► n EventStreams + Tally ─► merge (select_all) ─► (index, event)
-//!                                                    ├─► collect ─► respond (JSON)
-//!                                                    └─► into_sse ─► SseEncoder (text/event-stream)
+//! SubmittedChoices::submit ─► n EventStreams + Tally ─► merge (select_all) ─► (index, event)
+//!                                                        ├─► collect ─► respond (JSON)
+//!                                                        └─► into_sse ─► SseEncoder (SSE)
 //! ```
 //!
 //! The choices' streams are merged into one stream of `(index, event)`; whoever consumes it
@@ -46,14 +47,14 @@ pub fn merge(streams: Vec<EventStream>) -> Events {
 }
 
 /// A request's submitted choices and the tally that logs it.
-pub struct Generation {
+pub struct SubmittedChoices {
     streams: Vec<EventStream>,
     tally: Tally,
     /// How far a streaming client may fall behind ([`crate::event_buffer`]).
     max_buffered_events: usize,
 }
 
-impl Generation {
+impl SubmittedChoices {
     /// Submits one engine request per choice. If one is refused, the ones already admitted are
     /// dropped (aborted) and nothing is logged here: the error response is logged by the
     /// middleware.
@@ -62,14 +63,14 @@ impl Generation {
         route: &'static str,
         prompt_tokens: usize,
         requests: impl IntoIterator<Item = EngineRequest>,
-    ) -> Result<Generation, ApiError> {
+    ) -> Result<SubmittedChoices, ApiError> {
         let streams = requests
             .into_iter()
             .map(|r| state.backend().submit(r))
             .collect::<Result<Vec<_>, _>>()?;
         let mut tally = Tally::new(route, prompt_tokens, streams.len());
         tally.set_engine_ids(streams.iter().map(EventStream::request_id).collect());
-        Ok(Generation {
+        Ok(SubmittedChoices {
             streams,
             tally,
             max_buffered_events: state.limits().max_buffered_events,
@@ -80,10 +81,10 @@ impl Generation {
     /// objective it cannot meet, say), the others are dropped (aborted) and the refusal is the
     /// request's error, logged by the middleware with the error response. Returns at once for
     /// requests without an objective, which are queued unconditionally.
-    pub async fn admitted(mut self) -> Result<Generation, ApiError> {
+    pub async fn admitted(mut self) -> Result<SubmittedChoices, ApiError> {
         for stream in &mut self.streams {
             if let Err(failure) = stream.admitted().await {
-                let Generation { streams, tally, .. } = self;
+                let SubmittedChoices { streams, tally, .. } = self;
                 drop(streams);
                 tally.discard();
                 return Err(failure.into());
@@ -111,7 +112,7 @@ impl Generation {
     /// Waits for every choice; the first failure fails the request (dropping the rest aborts
     /// them). The tally comes back to log the request with its final status.
     pub async fn collect(self) -> (Tally, Result<Vec<ChoiceOutput>, ApiError>) {
-        let Generation {
+        let SubmittedChoices {
             streams, mut tally, ..
         } = self;
         let mut choices: Vec<Choice> = streams.iter().map(|_| Choice::default()).collect();

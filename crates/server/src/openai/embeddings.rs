@@ -14,13 +14,13 @@ use crate::base64;
 use crate::blocking;
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
-use crate::response_id::response_id;
-use crate::state::{unix_now, AppState};
-use crate::wire::embedding::{
+use crate::openai::wire::embedding::{
     EmbeddingData, EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage,
     EmbeddingVector,
 };
-use crate::wire::openai::ErrorBody;
+use crate::openai::wire::ErrorBody;
+use crate::response_id::response_id;
+use crate::state::{unix_now, AppState};
 
 /// Most inputs one embedding request may carry.
 const MAX_INPUTS: usize = 256;

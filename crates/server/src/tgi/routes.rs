@@ -3,7 +3,7 @@
 //! `POST /tokenize`.
 //!
 //! The generation routes share the OpenAI routes' core: validation on the blocking pool,
-//! [`Generation`] (submit, collect or stream, usage, the log line); [`crate::tgi_stream`]
+//! [`SubmittedChoices`] (submit, collect or stream, usage, the log line); [`crate::tgi::stream`]
 //! shapes their output.
 
 use std::time::Instant;
@@ -15,15 +15,15 @@ use axum::response::Response;
 use crate::blocking;
 use crate::error::{json_response, ApiError, TgiError};
 use crate::extract::Wire;
-use crate::generation::{respond, Generation};
 use crate::request_scope::RequestScope;
 use crate::state::{AppState, MAX_STOP_SEQUENCES};
-use crate::tgi_stream::{details, full_text, TgiEncoder};
-use crate::validation::{self, ValidGenerate};
-use crate::wire::tgi::{
+use crate::submitted_choices::{respond, SubmittedChoices};
+use crate::tgi::stream::{details, full_text, TgiEncoder};
+use crate::tgi::wire::{
     GenerateRequest, GenerateResponse, Info, SimpleToken, StreamResponse, TgiErrorBody,
     TokenizeRequest,
 };
+use crate::validation::{self, ValidGenerate};
 
 /// Validates a generate request and submits it.
 async fn start(
@@ -31,7 +31,7 @@ async fn start(
     route: &'static str,
     scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
-) -> Result<(ValidGenerate, Generation), ApiError> {
+) -> Result<(ValidGenerate, SubmittedChoices), ApiError> {
     let arrival = Instant::now();
     let scope = scope?;
     let Wire(req) = body?;
@@ -40,10 +40,10 @@ async fn start(
         .with_default_ttft_slo(scope.ttft_slo);
     let prompt_tokens = valid.request.prompt_ids().len();
     let request = scope.apply(valid.request.clone());
-    let generation = Generation::submit(state, route, prompt_tokens, [request])?
+    let submitted = SubmittedChoices::submit(state, route, prompt_tokens, [request])?
         .admitted()
         .await?;
-    Ok((valid, generation))
+    Ok((valid, submitted))
 }
 
 /// Generate text (one response when done).
@@ -55,8 +55,8 @@ pub async fn generate(
     scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate", scope, body).await?;
-    let (tally, outputs) = generation.collect().await;
+    let (valid, submitted) = start(&state, "/generate", scope, body).await?;
+    let (tally, outputs) = submitted.collect().await;
     let result = outputs
         .and_then(|mut o| {
             o.pop()
@@ -83,8 +83,8 @@ pub async fn generate_stream(
     scope: Result<RequestScope, ApiError>,
     body: Result<Wire<GenerateRequest>, ApiError>,
 ) -> Result<Response, TgiError> {
-    let (valid, generation) = start(&state, "/generate_stream", scope, body).await?;
-    Ok(generation.into_sse(TgiEncoder::new(state, valid)))
+    let (valid, submitted) = start(&state, "/generate_stream", scope, body).await?;
+    Ok(submitted.into_sse(TgiEncoder::new(state, valid)))
 }
 
 /// TGI's root route: a generate request that streams when its `stream` field is true

@@ -4,10 +4,10 @@
 use kestrel_engine::constraint::GrammarSpec;
 use serde_json::Value;
 
-use crate::constraint;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::tools::{forced, function_specs, ToolCallFormat, ToolChoice};
+use crate::validation::constraint;
 
 /// How a chat reply is read for tool calls.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use kestrel_engine::sampling::MAX_LOGPROBS;
 use serde_json::{Map, Number, Value};
 
 use crate::state::{MAX_N, MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
-use crate::ttft_slo::MAX_TTFT_SLO_MS;
+use crate::validation::ttft_slo::MAX_TTFT_SLO_MS;
 use crate::validation::MAX_CANDIDATES;
 
 /// The values a numeric parameter may take.

@@ -19,7 +19,7 @@ pub const MAX_TTFT_SLO_MS: i64 = 3_600_000;
 
 /// `ms` as an objective: 1 ms to an hour; `param` names the field (or header) at fault.
 pub fn objective(param: &'static str, ms: i64) -> Result<Duration, ApiError> {
-    if !crate::param_ranges::TTFT_SLO_MS.contains_int(ms) {
+    if !crate::validation::param_ranges::TTFT_SLO_MS.contains_int(ms) {
         return Err(ApiError::param(
             param,
             format!("{param} must be between 1 and {MAX_TTFT_SLO_MS} milliseconds, got {ms}"),

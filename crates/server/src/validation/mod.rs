@@ -13,9 +13,20 @@
 //!
 //! Routes call [`validate_off_thread`], which runs the wire type's [`Validate`] on the blocking
 //! pool: templating and tokenizing are CPU work proportional to the prompt.
+//!
+//! Every check of every API family lives in this folder: [`param_ranges`] (the ranges, also
+//! published in `/openapi.json`), `sampling_fields` and `prompt_ids` (the steps above),
+//! [`ttft_slo`] (first-token objectives, field or header), [`structured`] and [`constraint`]
+//! (structured output: wire fields -> grammar -> compiled against the model), [`chat_tools`]
+//! (`tools` and `tool_choice`). A new family adds its `Validate` impl here.
 
+pub mod chat_tools;
+pub mod constraint;
+pub mod param_ranges;
 mod prompt_ids;
 mod sampling_fields;
+pub mod structured;
+pub mod ttft_slo;
 
 use std::time::Instant;
 
@@ -26,13 +37,11 @@ use kestrel_engine::sampling::SamplingParams;
 use kestrel_engine::adapters::AdapterError;
 
 use crate::blocking;
-use crate::chat_tools;
-use crate::constraint;
 use crate::error::ApiError;
-use crate::param_ranges as ranges;
+use crate::openai::wire::{ChatCompletionRequest, CompletionRequest};
 use crate::state::AppState;
-use crate::wire::openai::{ChatCompletionRequest, CompletionRequest};
-use crate::wire::tgi::GenerateRequest;
+use crate::tgi::wire::GenerateRequest;
+use param_ranges as ranges;
 use prompt_ids::{chat_prompt, completion_prompts, encode};
 use sampling_fields::{
     best_of, bounded, choices_n, max_tokens, openai_sampling, priority, prompt_logprobs, stops,
@@ -74,7 +83,7 @@ pub struct ValidRequest {
     /// The LoRA adapter `model` named (echoed as the response's `model`); `None`: the base.
     pub adapter: Option<String>,
     /// How a chat reply is read for tool calls; `None`: plain text.
-    pub tools: Option<crate::chat_tools::ToolMode>,
+    pub tools: Option<crate::validation::chat_tools::ToolMode>,
     /// vLLM's `prompt_logprobs`: alternatives per prompt position; `None`: not asked for.
     pub prompt_logprobs: Option<usize>,
 }
@@ -389,7 +398,7 @@ pub fn generate(
     let sched = Scheduling {
         priority: priority(state, p.priority)?,
         cache_salt: None,
-        ttft_slo: crate::ttft_slo::from_field(p.ttft_slo_ms)?,
+        ttft_slo: crate::validation::ttft_slo::from_field(p.ttft_slo_ms)?,
     };
     let request = engine_request(state, prompt_ids, sampling, sched, arrival)?;
     Ok(ValidGenerate {
@@ -414,7 +423,7 @@ fn openai_adapter(
     }
 }
 
-fn unsupported_tgi(p: &crate::wire::tgi::GenerateParameters) -> Result<(), ApiError> {
+fn unsupported_tgi(p: &crate::tgi::wire::GenerateParameters) -> Result<(), ApiError> {
     if p.best_of
         .is_some_and(|b| !ranges::TGI_BEST_OF.contains_int(b))
     {

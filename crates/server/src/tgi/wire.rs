@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::StopSequences;
+use crate::wire::StopSequences;
 
 /// `parameters` of a TGI generate request.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
@@ -49,7 +49,7 @@ pub struct GenerateParameters {
     /// a request predicted to miss it is refused at once with 429 and `Retry-After`.
     pub ttft_slo_ms: Option<i64>,
     /// Structured output: `{"type": "json" | "json_schema" | "regex", "value": ...}`.
-    pub grammar: Option<super::structured::TgiGrammar>,
+    pub grammar: Option<crate::wire::structured::TgiGrammar>,
 }
 
 /// `POST /generate` and `POST /generate_stream`.

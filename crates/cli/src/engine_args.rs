@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use kestrel_engine::speculative::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_model::engine_builder::{SpecMethod, SpeculativeOptions};
+use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 
 use crate::startup_summary::ModelDescription;

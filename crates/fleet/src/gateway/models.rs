@@ -140,7 +140,7 @@ async fn load(
     let model = crate::descriptor::model_info(&descriptor)?;
     let limits = crate::descriptor::limits(&descriptor, &shared.config);
     let width = descriptor.request_limits.vocab_size;
-    let constraints = kestrel_server::validation::constraint::factory(&model.tokenizer, width);
+    let constraints = kestrel_model::engine_builder::constraint_factory(&model.tokenizer, width);
     let slot = Arc::new(ModelSlot {
         descriptor,
         constraints,

@@ -164,8 +164,8 @@ fn load_adapters(
 
 /// The grammar compiler for a model whose logits are `logits_width` wide; `None`, with a
 /// warning, if its vocabulary cannot be turned into one (requests with a grammar are then
-/// refused).
-fn constraint_factory(
+/// refused). The fleet gateway, which validates grammars without an engine, uses it too.
+pub fn constraint_factory(
     tokenizer: &Tokenizer,
     logits_width: usize,
 ) -> Option<Arc<ConstraintFactory>> {

@@ -1,12 +1,9 @@
 //! Structured output in validation: the grammar [`super::structured`] reads from the wire's
 //! constraint fields is compiled once against the served model, so that a bad schema, regex or
-//! grammar is a 400 naming its field before the request is queued; and [`factory`], the served
-//! model's grammar compiler.
+//! grammar is a 400 naming its field before the request is queued. (The served model's grammar
+//! compiler comes from `kestrel_model::engine_builder::constraint_factory`.)
 
-use std::sync::Arc;
-
-use kestrel_engine::constraint::{ConstraintError, ConstraintFactory, GrammarSpec};
-use kestrel_model::tokenizer::Tokenizer;
+use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -43,17 +40,4 @@ pub(crate) fn compiled(
         .validate_grammar(&spec)
         .map_err(|e: ConstraintError| ApiError::param(param, e.to_string()))?;
     Ok(spec)
-}
-
-/// The grammar compiler for the served model (its logits are `logits_width` wide); `None`,
-/// with a warning, if its vocabulary cannot be turned into one (structured output is then
-/// refused with a 400).
-pub fn factory(tokenizer: &Tokenizer, logits_width: usize) -> Option<Arc<ConstraintFactory>> {
-    match tokenizer.constraint_factory(logits_width) {
-        Ok(factory) => Some(factory),
-        Err(e) => {
-            tracing::warn!(error = %e, "structured output is disabled");
-            None
-        }
-    }
 }

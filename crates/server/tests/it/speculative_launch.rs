@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use kestrel_engine::api::{EngineEvent, EngineRequest};
 use kestrel_engine::handle::EngineHandle;
 use kestrel_engine::sampling::SamplingParams;
+use kestrel_model::engine_builder::{SpecMethod, SpeculativeOptions};
 use kestrel_model::ThreadPool;
 use kestrel_server::launch::{start_engine_with_draft, KvBudget, LaunchOptions, Launched};
-use kestrel_model::engine_builder::{SpecMethod, SpeculativeOptions};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

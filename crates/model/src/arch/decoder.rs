@@ -102,7 +102,7 @@ impl DecoderModel {
             norm_offset: cfg.gemma.as_ref().map_or(0.0, |g| g.norm_offset),
         };
         let (eps, layout) = (cfg.rms_norm_eps, cfg.architecture.layout());
-        let embed = Embedding::new(ld.get(naming.embedding(), &[dims.vocab, dims.hidden])?)?;
+        let embed = Embedding::new(ld.get(&naming.embedding(), &[dims.vocab, dims.hidden])?)?;
         let tied_head = !ld.has(naming.output());
         let head = match tied_head {
             false => Linear::new(ld.get(naming.output(), &[dims.vocab, dims.hidden])?, None)?,
@@ -133,7 +133,7 @@ impl DecoderModel {
             embed,
             embed_norm,
             layers,
-            norm: ld.block_norm(naming.final_norm(), dims.hidden, eps, layout.norm)?,
+            norm: ld.block_norm(&naming.final_norm(), dims.hidden, eps, layout.norm)?,
             head,
             tied_head,
             expert_counts,

@@ -401,7 +401,7 @@ impl ExpertLoader<'_, '_> {
                 split_experts(view, n, rows, cols)
             }
             super::naming::TensorNaming::HuggingFace
-            | super::naming::TensorNaming::HfBloom { .. } => {
+            | super::naming::TensorNaming::HfTable { .. } => {
                 let experts = (0..n)
                     .map(|e| Linear::new(self.ld.get(&self.name(t, e), &[rows, cols])?, None))
                     .collect::<Result<Vec<_>, ModelError>>()?;

@@ -43,8 +43,8 @@ impl TensorNaming {
                     block_sparse_part(t, expert)
                 )
             }
-            // (BLOOM has no experts; its naming never reaches here.)
-            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => {
+            // (No family with a name table of its own has experts.)
+            TensorNaming::HuggingFace | TensorNaming::HfTable { .. } => {
                 format!("model.layers.{layer}.mlp.{}", mlp_part(t, expert))
             }
         }

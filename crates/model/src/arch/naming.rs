@@ -1,5 +1,5 @@
-//! [`TensorNaming`]: the spellings of decoder tensor names (GGUF, HF Llama-family, HF BLOOM),
-//! the RoPE pairing each implies ([`TensorNaming::rope_style`]) and the row order of a fused
+//! [`TensorNaming`]: the spellings of decoder tensor names (GGUF, HF Llama-family, or an HF
+//! table of a family's own, [`HfNameTable`]), the RoPE pairing each implies ([`TensorNaming::rope_style`]) and the row order of a fused
 //! QKV projection ([`TensorNaming::qkv_order`]).
 
 use kestrel_kernels::cpu::ops::RopeStyle;
@@ -40,10 +40,46 @@ pub enum TensorNaming {
     Gguf,
     /// `model.embed_tokens.weight`, `model.layers.0.self_attn.q_proj.weight`, ...
     HuggingFace,
-    /// BLOOM's HF names: `transformer.word_embeddings.weight`,
-    /// `transformer.h.0.self_attention.query_key_value.weight`, ...; without the
-    /// `transformer.` prefix (`prefixed: false`) in checkpoints saved from the base model.
-    HfBloom { prefixed: bool },
+    /// HF names of a family's own ([`HfNameTable`]), with its prefix (`prefixed: true`) or
+    /// without it, as checkpoints saved from the base model have them.
+    HfTable {
+        table: &'static HfNameTable,
+        prefixed: bool,
+    },
+}
+
+/// An HF checkpoint's tensor names where a family does not use the Llama family's
+/// (`model.layers.N.…`): `{prefix}{embedding}`, `{prefix}{layers}.N.{part}.weight`, ... . A
+/// family file holds its table; the loader only reads it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HfNameTable {
+    /// Before every name but the LM head's, in checkpoints that keep it (`transformer.`).
+    pub prefix: &'static str,
+    pub embedding: &'static str,
+    /// The norm right after the embedding, without its `.weight` / `.bias`.
+    pub embedding_norm: Option<&'static str>,
+    pub final_norm: &'static str,
+    /// The layers' list (`h` in `h.0.…`).
+    pub layers: &'static str,
+    /// The layer tensors whose names differ from the Llama family's HF names.
+    pub layer_parts: &'static [(LayerTensor, &'static str)],
+}
+
+impl HfNameTable {
+    fn prefix(&self, prefixed: bool) -> &'static str {
+        if prefixed {
+            self.prefix
+        } else {
+            ""
+        }
+    }
+
+    fn part(&self, t: LayerTensor) -> &'static str {
+        self.layer_parts
+            .iter()
+            .find(|(tensor, _)| *tensor == t)
+            .map_or_else(|| hf_part(t), |(_, part)| part)
+    }
 }
 
 /// The row order of a fused `[3·q_dim, hidden]` QKV projection.
@@ -62,12 +98,12 @@ impl TensorNaming {
     pub fn rope_style(self, arch: Architecture) -> RopeStyle {
         match self {
             TensorNaming::Gguf => arch.gguf_rope_style(),
-            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => RopeStyle::Neox,
+            TensorNaming::HuggingFace | TensorNaming::HfTable { .. } => RopeStyle::Neox,
         }
     }
 
     /// The naming of `arch`'s tensors in a source named `self`: an HF checkpoint's as the
-    /// family spells them (BLOOM has names of its own, prefixed or not as `src` has them).
+    /// family spells them (some have tables of their own, prefixed or not as `src` has them).
     pub fn for_architecture(self, arch: Architecture, src: &dyn TensorSource) -> TensorNaming {
         match self {
             TensorNaming::HuggingFace => arch.hf_naming(src),
@@ -76,49 +112,50 @@ impl TensorNaming {
     }
 
     /// The row order of the fused QKV projection ([`LayerTensor::Qkv`]): llama.cpp's
-    /// converter regroups BLOOM's per-head rows into `[q; k; v]`.
+    /// converter regroups HF's per-head rows into `[q; k; v]`.
     pub fn qkv_order(self) -> QkvOrder {
         match self {
             TensorNaming::Gguf => QkvOrder::Blocked,
-            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => QkvOrder::PerHead,
+            TensorNaming::HuggingFace | TensorNaming::HfTable { .. } => QkvOrder::PerHead,
         }
     }
 
-    pub fn embedding(self) -> &'static str {
+    pub fn embedding(self) -> String {
         match self {
-            TensorNaming::Gguf => "token_embd.weight",
-            TensorNaming::HuggingFace => "model.embed_tokens.weight",
-            TensorNaming::HfBloom { prefixed: true } => "transformer.word_embeddings.weight",
-            TensorNaming::HfBloom { prefixed: false } => "word_embeddings.weight",
+            TensorNaming::Gguf => "token_embd.weight".into(),
+            TensorNaming::HuggingFace => "model.embed_tokens.weight".into(),
+            TensorNaming::HfTable { table, prefixed } => {
+                format!("{}{}", table.prefix(prefixed), table.embedding)
+            }
         }
     }
 
-    /// The norm right after the token embedding (BLOOM's `word_embeddings_layernorm`), with
+    /// The norm right after the token embedding (where a family has one), with
     /// `suffix` "weight" or "bias"; `None` where the naming has no such tensor.
     pub fn embedding_norm(self, suffix: &str) -> Option<String> {
         match self {
             TensorNaming::Gguf => Some(format!("token_embd_norm.{suffix}")),
             TensorNaming::HuggingFace => None,
-            TensorNaming::HfBloom { prefixed } => Some(format!(
-                "{}word_embeddings_layernorm.{suffix}",
-                bloom_prefix(prefixed)
-            )),
+            TensorNaming::HfTable { table, prefixed } => table
+                .embedding_norm
+                .map(|norm| format!("{}{norm}.{suffix}", table.prefix(prefixed))),
         }
     }
 
-    pub fn final_norm(self) -> &'static str {
+    pub fn final_norm(self) -> String {
         match self {
-            TensorNaming::Gguf => "output_norm.weight",
-            TensorNaming::HuggingFace => "model.norm.weight",
-            TensorNaming::HfBloom { prefixed: true } => "transformer.ln_f.weight",
-            TensorNaming::HfBloom { prefixed: false } => "ln_f.weight",
+            TensorNaming::Gguf => "output_norm.weight".into(),
+            TensorNaming::HuggingFace => "model.norm.weight".into(),
+            TensorNaming::HfTable { table, prefixed } => {
+                format!("{}{}", table.prefix(prefixed), table.final_norm)
+            }
         }
     }
 
     pub fn output(self) -> &'static str {
         match self {
             TensorNaming::Gguf => "output.weight",
-            TensorNaming::HuggingFace | TensorNaming::HfBloom { .. } => "lm_head.weight",
+            TensorNaming::HuggingFace | TensorNaming::HfTable { .. } => "lm_head.weight",
         }
     }
 
@@ -129,20 +166,13 @@ impl TensorNaming {
             TensorNaming::HuggingFace => {
                 format!("model.layers.{layer}.{}.{suffix}", hf_part(tensor))
             }
-            TensorNaming::HfBloom { prefixed } => format!(
-                "{}h.{layer}.{}.{suffix}",
-                bloom_prefix(prefixed),
-                hf_bloom_part(tensor)
+            TensorNaming::HfTable { table, prefixed } => format!(
+                "{}{}.{layer}.{}.{suffix}",
+                table.prefix(prefixed),
+                table.layers,
+                table.part(tensor)
             ),
         }
-    }
-}
-
-fn bloom_prefix(prefixed: bool) -> &'static str {
-    if prefixed {
-        "transformer."
-    } else {
-        ""
     }
 }
 
@@ -181,18 +211,5 @@ fn hf_part(t: LayerTensor) -> &'static str {
         LayerTensor::Up => "mlp.up_proj",
         LayerTensor::Down => "mlp.down_proj",
         LayerTensor::Qkv => "self_attn.qkv_proj",
-    }
-}
-
-/// BLOOM's HF layer names (the tensors BLOOM does not have keep the Llama-family names).
-fn hf_bloom_part(t: LayerTensor) -> &'static str {
-    match t {
-        LayerTensor::AttnNorm => "input_layernorm",
-        LayerTensor::Qkv => "self_attention.query_key_value",
-        LayerTensor::O => "self_attention.dense",
-        LayerTensor::FfnNorm => "post_attention_layernorm",
-        LayerTensor::Up => "mlp.dense_h_to_4h",
-        LayerTensor::Down => "mlp.dense_4h_to_h",
-        other => hf_part(other),
     }
 }

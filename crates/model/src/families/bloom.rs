@@ -1,7 +1,7 @@
 //! BLOOM (`BloomForCausalLM`, GGUF `bloom`): blocks unlike the Llama family's — LayerNorm
 //! (also on the embeddings), ALiBi instead of RoPE, a fused per-head QKV projection and a
 //! GELU MLP with biases — and HF tensor names of its own
-//! ([`TensorNaming::HfBloom`](crate::arch::TensorNaming)).
+//! ([`HF_NAMES`]).
 //!
 //! Its `config.json` (`BloomConfig`): `n_head`, `n_layer`, `hidden_size` (or their
 //! `num_attention_heads` / `num_hidden_layers` / `n_embed` aliases), `layer_norm_epsilon`;
@@ -13,7 +13,7 @@ use kestrel_kernels::cpu::attention::Alibi;
 
 use super::family::{Family, FamilyNames, HfDefaults};
 use super::Architecture;
-use crate::arch::naming::TensorNaming;
+use crate::arch::naming::{HfNameTable, LayerTensor, TensorNaming};
 use crate::config::from_hf::{
     bad, eos_ids, opt_bool, opt_f32, opt_str, opt_u32, opt_usize, req_usize, Obj,
 };
@@ -21,6 +21,26 @@ use crate::config::{BlockLayout, ConfigError, MlpKind, ModelConfig, NormKind, Po
 use crate::weights::TensorSource;
 
 pub(crate) struct Bloom;
+
+/// BLOOM's HF names: `transformer.word_embeddings.weight`,
+/// `transformer.h.0.self_attention.query_key_value.weight`, ...; without the `transformer.`
+/// prefix in checkpoints saved from the base model. The tensors not listed keep the Llama
+/// family's HF names.
+static HF_NAMES: HfNameTable = HfNameTable {
+    prefix: "transformer.",
+    embedding: "word_embeddings.weight",
+    embedding_norm: Some("word_embeddings_layernorm"),
+    final_norm: "ln_f.weight",
+    layers: "h",
+    layer_parts: &[
+        (LayerTensor::AttnNorm, "input_layernorm"),
+        (LayerTensor::Qkv, "self_attention.query_key_value"),
+        (LayerTensor::O, "self_attention.dense"),
+        (LayerTensor::FfnNorm, "post_attention_layernorm"),
+        (LayerTensor::Up, "mlp.dense_h_to_4h"),
+        (LayerTensor::Down, "mlp.dense_4h_to_h"),
+    ],
+};
 
 static NAMES: FamilyNames = FamilyNames {
     name: "bloom",
@@ -46,8 +66,9 @@ impl Family for Bloom {
 
     /// BLOOM's own names, with or without the `transformer.` prefix (whichever `src` has).
     fn hf_naming(&self, src: &dyn TensorSource) -> TensorNaming {
-        TensorNaming::HfBloom {
-            prefixed: src.tensor("word_embeddings.weight").is_none(),
+        TensorNaming::HfTable {
+            table: &HF_NAMES,
+            prefixed: src.tensor(HF_NAMES.embedding).is_none(),
         }
     }
 

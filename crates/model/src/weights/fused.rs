@@ -87,8 +87,8 @@ impl<'a> FusedSplit<'a> {
     }
 }
 
-/// The fused Q/K/V and gate/up tensors of `layer` in Phi-3's namings (BLOOM's HF naming has
-/// none: BLOOM's fused QKV is split by the model itself).
+/// The fused Q/K/V and gate/up tensors of `layer` in the GGUF and HF Llama-family namings
+/// (a family with a name table of its own that fuses QKV has its model split it itself).
 fn fused_names(naming: TensorNaming, layer: usize) -> Option<(String, String)> {
     match naming {
         TensorNaming::Gguf => Some((
@@ -99,7 +99,7 @@ fn fused_names(naming: TensorNaming, layer: usize) -> Option<(String, String)> {
             format!("model.layers.{layer}.self_attn.qkv_proj.weight"),
             format!("model.layers.{layer}.mlp.gate_up_proj.weight"),
         )),
-        TensorNaming::HfBloom { .. } => None,
+        TensorNaming::HfTable { .. } => None,
     }
 }
 

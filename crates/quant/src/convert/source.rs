@@ -184,7 +184,7 @@ impl ModelSource {
 /// GGUF tensor names in llama.cpp's file order.
 fn gguf_order(n_layers: usize) -> Vec<String> {
     let g = TensorNaming::Gguf;
-    let mut out = vec![g.embedding().to_string()];
+    let mut out = vec![g.embedding()];
     for layer in 0..n_layers {
         for part in [
             "attn_norm",
@@ -202,7 +202,7 @@ fn gguf_order(n_layers: usize) -> Vec<String> {
             }
         }
     }
-    out.push(g.final_norm().to_string());
+    out.push(g.final_norm());
     out.push(g.output().to_string());
     out
 }

@@ -71,11 +71,7 @@ impl Proposer for NgramProposer {
         drafts: &mut Vec<Vec<u32>>,
     ) -> Result<(), ExecutorError> {
         drafts.clear();
-        for s in seqs {
-            let mut d = s.state.take_draft();
-            d.truncate(s.k);
-            drafts.push(d);
-        }
+        drafts.extend(seqs.iter_mut().map(DraftSeq::take_stashed_draft));
         Ok(())
     }
 }

@@ -22,6 +22,16 @@ pub struct DraftSeq<'a> {
     pub state: &'a mut SpecState,
 }
 
+impl DraftSeq<'_> {
+    /// The draft [`Proposer::lookahead`] stashed in the request's state, cut to `k` tokens
+    /// (for proposers that find their drafts while looking ahead).
+    pub fn take_stashed_draft(&mut self) -> Vec<u32> {
+        let mut draft = self.state.take_draft();
+        draft.truncate(self.k);
+        draft
+    }
+}
+
 /// Guesses the tokens that follow a request's context. A proposer keeps no per-request state
 /// of its own: what it remembers about a request lives in that request's [`SpecState`].
 pub trait Proposer: Send {

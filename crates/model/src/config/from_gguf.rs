@@ -3,7 +3,7 @@
 
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
-use super::gemma::GgufDims;
+use super::gemma::{gemma_from_gguf, GgufDims};
 use super::rope::yarn_mscale;
 use super::{Architecture, ConfigError, ModelConfig, MoeConfig, NormKind, RopeScaling};
 
@@ -57,9 +57,10 @@ impl ModelConfig {
             head_dim,
             rope_theta,
         };
-        let gemma = match family.gguf_gemma(file, arch_name, dims)? {
+        let gemma = match family.gemma() {
             None => None,
-            Some((gemma, window)) => {
+            Some(traits) => {
+                let (gemma, window) = gemma_from_gguf(file, arch_name, traits, dims)?;
                 (sliding_window, window_layers) = (window.size, window.layers);
                 Some(gemma)
             }

@@ -12,7 +12,9 @@
 
 use serde_json::{Map, Value};
 
+use super::gemma::{gemma_from_hf, gemma_window_from_hf};
 use super::rope::{longrope_attention, yarn_mscale};
+use super::window::layer_types;
 use super::{Architecture, ConfigError, ModelConfig, RopeScaling};
 
 /// A JSON object of `config.json`.
@@ -40,13 +42,19 @@ pub(crate) fn decoder_config(arch: Architecture, obj: &Obj) -> Result<ModelConfi
     let rope_params = rope_params(obj)?;
     let n_layers = req_usize(obj, "num_hidden_layers")?;
     let n_layers = super::layer_count("num_hidden_layers", n_layers as u64)?;
-    let window = family.hf_window(obj, n_layers)?;
+    let window = match family.gemma() {
+        Some(traits) => gemma_window_from_hf(obj, traits, n_layers, layer_types(obj)?)?,
+        None => family.hf_window(obj, n_layers)?,
+    };
     let head_dim =
         opt_usize(obj, "head_dim")?.unwrap_or_else(|| default_head_dim(hidden_size, n_heads));
     let max_position_embeddings =
         opt_usize(obj, "max_position_embeddings")?.unwrap_or(defaults.max_positions);
     let rope_theta = rope_theta(obj, rope_params, defaults.rope_theta)?;
-    let gemma = family.hf_gemma(obj, head_dim, rope_theta)?;
+    let gemma = family
+        .gemma()
+        .map(|traits| gemma_from_hf(obj, traits, head_dim, rope_theta))
+        .transpose()?;
     let rope = RopeContext {
         top: obj,
         yarn_is_longrope: family.hf_yarn_is_longrope(),

@@ -10,10 +10,9 @@ use super::Architecture;
 use crate::arch::moe_naming::HfMoeLayout;
 use crate::arch::naming::TensorNaming;
 use crate::config::from_hf::{self, opt_bool, Obj};
-use crate::config::gemma::GgufDims;
+use crate::config::gemma::GemmaTraits;
 use crate::config::window::LayerWindow;
-use crate::config::{BlockLayout, ConfigError, GemmaConfig, ModelConfig, MoeConfig};
-use crate::weights::gguf::GgufFile;
+use crate::config::{BlockLayout, ConfigError, ModelConfig, MoeConfig};
 use crate::weights::TensorSource;
 
 /// The names a family goes by.
@@ -123,14 +122,10 @@ pub(crate) trait Family: Sync {
         false
     }
 
-    /// Gemma's features (default: none); `rope_theta` is the global layers' base.
-    fn hf_gemma(
-        &self,
-        _obj: &Obj,
-        _head_dim: usize,
-        _rope_theta: f32,
-    ) -> Result<Option<GemmaConfig>, ConfigError> {
-        Ok(None)
+    /// The Gemma block features this family has, read from `config.json` and GGUF metadata
+    /// by [`crate::config::gemma`] (which also gives such a family its window); default: none.
+    fn gemma(&self) -> Option<&'static GemmaTraits> {
+        None
     }
 
     /// The sparse MLP (default: every layer dense).
@@ -141,16 +136,6 @@ pub(crate) trait Family: Sync {
     /// The window of `{arch}.attention.sliding_window` (default: as written).
     fn gguf_window(&self, window: Option<usize>) -> Option<usize> {
         window
-    }
-
-    /// Gemma's features and window from GGUF metadata under `prefix.` (default: none).
-    fn gguf_gemma(
-        &self,
-        _file: &GgufFile,
-        _prefix: &str,
-        _dims: GgufDims,
-    ) -> Result<Option<(GemmaConfig, LayerWindow)>, ConfigError> {
-        Ok(None)
     }
 
     /// A GGUF of this family must have `{arch}.expert_count` > 0.

@@ -4,12 +4,7 @@
 //! without the key), one RoPE base for all layers, a tied LM head.
 
 use super::family::{Family, FamilyNames, HfDefaults};
-use crate::config::from_hf::Obj;
-use crate::config::gemma::{gemma_from_gguf, gemma_from_hf, gemma_window_from_hf};
-use crate::config::gemma::{GemmaTraits, GgufDims};
-use crate::config::window::{layer_types, LayerWindow};
-use crate::config::{ConfigError, GemmaConfig};
-use crate::weights::gguf::GgufFile;
+use crate::config::gemma::GemmaTraits;
 
 pub(crate) struct Gemma2;
 
@@ -35,32 +30,14 @@ impl Family for Gemma2 {
         &NAMES
     }
 
+    fn gemma(&self) -> Option<&'static GemmaTraits> {
+        Some(&TRAITS)
+    }
+
     fn hf_defaults(&self) -> HfDefaults {
         HfDefaults {
             tie_word_embeddings: true,
             ..HfDefaults::with_max_positions(8192)
         }
-    }
-
-    fn hf_window(&self, obj: &Obj, n_layers: usize) -> Result<LayerWindow, ConfigError> {
-        gemma_window_from_hf(obj, &TRAITS, n_layers, layer_types(obj)?)
-    }
-
-    fn hf_gemma(
-        &self,
-        obj: &Obj,
-        head_dim: usize,
-        rope_theta: f32,
-    ) -> Result<Option<GemmaConfig>, ConfigError> {
-        gemma_from_hf(obj, &TRAITS, head_dim, rope_theta).map(Some)
-    }
-
-    fn gguf_gemma(
-        &self,
-        file: &GgufFile,
-        prefix: &str,
-        dims: GgufDims,
-    ) -> Result<Option<(GemmaConfig, LayerWindow)>, ConfigError> {
-        gemma_from_gguf(file, prefix, &TRAITS, dims).map(Some)
     }
 }

@@ -6,12 +6,8 @@
 //! multimodal `model_type: gemma3` is refused.
 
 use super::family::{Family, FamilyNames, HfDefaults};
-use crate::config::from_hf::Obj;
-use crate::config::gemma::{gemma_from_gguf, gemma_from_hf, gemma_window_from_hf};
-use crate::config::gemma::{GemmaTraits, GgufDims};
-use crate::config::window::{layer_types, LayerWindow};
-use crate::config::{ConfigError, GemmaConfig};
-use crate::weights::gguf::GgufFile;
+use crate::config::gemma::GemmaTraits;
+use crate::config::ConfigError;
 
 pub(crate) struct Gemma3;
 
@@ -37,6 +33,10 @@ impl Family for Gemma3 {
         &NAMES
     }
 
+    fn gemma(&self) -> Option<&'static GemmaTraits> {
+        Some(&TRAITS)
+    }
+
     fn qk_norm(&self) -> bool {
         true
     }
@@ -57,27 +57,5 @@ impl Family for Gemma3 {
             tie_word_embeddings: true,
             ..HfDefaults::with_max_positions(131_072)
         }
-    }
-
-    fn hf_window(&self, obj: &Obj, n_layers: usize) -> Result<LayerWindow, ConfigError> {
-        gemma_window_from_hf(obj, &TRAITS, n_layers, layer_types(obj)?)
-    }
-
-    fn hf_gemma(
-        &self,
-        obj: &Obj,
-        head_dim: usize,
-        rope_theta: f32,
-    ) -> Result<Option<GemmaConfig>, ConfigError> {
-        gemma_from_hf(obj, &TRAITS, head_dim, rope_theta).map(Some)
-    }
-
-    fn gguf_gemma(
-        &self,
-        file: &GgufFile,
-        prefix: &str,
-        dims: GgufDims,
-    ) -> Result<Option<(GemmaConfig, LayerWindow)>, ConfigError> {
-        gemma_from_gguf(file, prefix, &TRAITS, dims).map(Some)
     }
 }

@@ -2,7 +2,8 @@
 # Same-run comparison of this checkout's `kestrel` with another build of it (for example the
 # commit before a refactor): `kestrel speed` (pp/tg tokens/s) and `kestrel bench` against
 # `kestrel serve`, alternating the two binaries ROUNDS times so drift affects both alike.
-# Prints a markdown table of medians and the new/old ratio, with the triad bandwidth.
+# Prints a markdown table of medians and the new/old ratio (overall and per round, so the
+# spread between rounds is visible), with the triad bandwidth.
 #
 #   scripts/bench_vs_build.sh OLD_KESTREL_BINARY [MODEL.gguf]
 #
@@ -57,9 +58,11 @@ rows = [
     ("serving TPOT p50 ms", lambda b: b["tpot_ms"]["median_ms"], "serve"),
 ]
 print(f"triad bandwidth: {triad}; {rounds} alternating rounds, medians\n")
-print("| metric | old | new | new/old |\n|---|---|---|---|")
+print("| metric | old | new | new/old | new/old per round |\n|---|---|---|---|---|")
 for name, get, kind in rows:
-    old = statistics.median(get(x) for x in load(kind, "old"))
-    new = statistics.median(get(x) for x in load(kind, "new"))
-    print(f"| {name} | {old:.1f} | {new:.1f} | {new / old:.3f} |")
+    olds = [get(x) for x in load(kind, "old")]
+    news = [get(x) for x in load(kind, "new")]
+    old, new = statistics.median(olds), statistics.median(news)
+    per_round = " ".join(f"{n / o:.2f}" for o, n in zip(olds, news))
+    print(f"| {name} | {old:.1f} | {new:.1f} | {new / old:.3f} | {per_round} |")
 PY

@@ -21,6 +21,10 @@ pub struct EngineArgs {
     /// Name clients see in /v1/models and responses [default: the model file's stem].
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// A Jinja chat template file used instead of the model's own (or given to a model whose
+    /// file has none and whose family has no built-in one).
+    #[arg(long, value_name = "PATH")]
+    pub chat_template: Option<PathBuf>,
     /// Most requests running in one batch.
     #[arg(long, env = "MAX_BATCH_SIZE", default_value_t = 64)]
     pub max_num_seqs: usize,
@@ -199,10 +203,17 @@ impl EngineArgs {
     /// description of the model for the startup summary.
     pub fn launch_with(&self, opts: &LaunchOptions) -> Result<(Launched, ModelDescription)> {
         let path = crate::resolve_model(self.model.clone())?;
-        let loaded = match &self.quantize {
+        let mut loaded = match &self.quantize {
             None => crate::load_with_progress(&path)?,
             Some(method) => load_quantizing(&path, method, self.quantize_group)?,
         };
+        if let Some(template) = &self.chat_template {
+            let source = std::fs::read_to_string(template)
+                .with_context(|| format!("cannot read chat template {}", template.display()))?;
+            loaded
+                .set_chat_template(source)
+                .with_context(|| format!("chat template {}", template.display()))?;
+        }
         let description = ModelDescription::new(&path, &loaded, self.quantize.as_deref());
         let draft = self.speculative.load_draft()?;
         let pool = crate::thread_pool(self.threads);

@@ -317,10 +317,19 @@ fn print_report(r: &Report<'_>, c: &ModelConfig) {
         mib(kv_per_token * ctx),
         ctx
     );
-    println!(
-        "chat template:  {}",
-        if template { "present" } else { "absent" }
-    );
+    println!("chat template:  {}", template_origin(template, c));
+}
+
+/// Which chat template chat routes use: the file's, else the family's built-in one.
+fn template_origin(in_file: bool, c: &ModelConfig) -> String {
+    match (in_file, c.architecture.builtin_chat_template()) {
+        (true, _) => "present".into(),
+        (false, Some(_)) => format!(
+            "built-in {} template (the file has none)",
+            c.architecture.name()
+        ),
+        (false, None) => "absent".into(),
+    }
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -34,6 +34,17 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
 }
 
+impl LoadedModel {
+    /// Serves chat with `source` (Jinja) instead of the model's own template: the tokenizer
+    /// carries it too, so everything that reads the template agrees. A template that does not
+    /// compile is refused here, before anything serves.
+    pub fn set_chat_template(&mut self, source: impl Into<String>) -> Result<(), ModelError> {
+        self.tokenizer.set_chat_template(source);
+        self.chat_template = template(&self.tokenizer)?;
+        Ok(())
+    }
+}
+
 /// The weights of a model file, opened, before the model is built from them.
 pub enum Weights<'a> {
     /// A GGUF file (GGUF tensor names).
@@ -117,7 +128,8 @@ fn load_gguf<B: BuildModel>(path: &Path, builder: &B) -> Result<LoadedModel, B::
     let file = GgufFile::open(path).map_err(ModelError::from)?;
     let config = ModelConfig::from_gguf(&file).map_err(ModelError::from)?;
     let model = builder.build(&config, Weights::Gguf(&file))?;
-    let tokenizer = Tokenizer::from_gguf_metadata(&file).map_err(ModelError::from)?;
+    let mut tokenizer = Tokenizer::from_gguf_metadata(&file).map_err(ModelError::from)?;
+    default_to_family_template(&mut tokenizer, &config);
     let chat_template = template(&tokenizer)?;
     Ok(LoadedModel {
         path: path.into(),
@@ -139,11 +151,12 @@ fn load_hf_dir<B: BuildModel>(dir: &Path, builder: &B) -> Result<LoadedModel, B:
     let checkpoint = SafetensorsCheckpoint::open(dir).map_err(ModelError::from)?;
     let model = builder.build(&config, Weights::Safetensors { dir, checkpoint })?;
     let tok_config = dir.join("tokenizer_config.json");
-    let tokenizer = Tokenizer::from_file(
+    let mut tokenizer = Tokenizer::from_file(
         &dir.join("tokenizer.json"),
         tok_config.exists().then_some(tok_config.as_path()),
     )
     .map_err(ModelError::from)?;
+    default_to_family_template(&mut tokenizer, &config);
     let chat_template = template(&tokenizer)?;
     Ok(LoadedModel {
         path: dir.into(),
@@ -153,6 +166,17 @@ fn load_hf_dir<B: BuildModel>(dir: &Path, builder: &B) -> Result<LoadedModel, B:
         tokenizer,
         chat_template,
     })
+}
+
+/// A model file without a chat template gets its family's built-in one, where the family has
+/// one (as llama-server does); the tokenizer then carries it, so every consumer (the fleet's
+/// gateway included) sees the template the engine uses.
+fn default_to_family_template(tokenizer: &mut Tokenizer, config: &ModelConfig) {
+    if tokenizer.chat_template().is_none() {
+        if let Some(source) = config.architecture.builtin_chat_template() {
+            tokenizer.set_chat_template(source);
+        }
+    }
 }
 
 /// The chat template `tokenizer` carries, compiled with its BOS/EOS text (`None` without one).

@@ -386,9 +386,15 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// The Jinja chat template source, if the model ships one.
+    /// The Jinja chat template source, if the model ships one (or one was set).
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
+    }
+
+    /// Replaces the chat template: the model family's built-in one where the file has none, or
+    /// one the operator gives (`--chat-template`).
+    pub fn set_chat_template(&mut self, source: impl Into<String>) {
+        self.chat_template = Some(source.into());
     }
 
     /// This tokenizer as plain data.

@@ -299,3 +299,56 @@ fn bad_config_files_fail_naming_the_key() {
         );
     }
 }
+
+/// `--chat-template FILE` replaces the model's own template on the chat routes: with a template
+/// that renders only the messages' text, the prompt of "Hello" is a couple of tokens, where the
+/// default model's own template (its system prompt, role headers) makes dozens.
+#[test]
+fn a_chat_template_file_replaces_the_models_own() {
+    let dir = temp_dir("chat-template");
+    let template = dir.join("plain.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+    )
+    .unwrap();
+    let template_arg = template.to_string_lossy().into_owned();
+    let server = serve(
+        "chat-template",
+        &strs(&small(&["--chat-template", &template_arg])),
+        &[],
+    );
+    let body = r#"{"messages":[{"role":"user","content":"Hello"}],"max_tokens":1}"#;
+    let (status, _, text) = http(&server.addr, "POST", "/v1/chat/completions", None, body);
+    assert_eq!(status, 200, "{text}");
+    let reply: Value = serde_json::from_str(&text).expect("JSON");
+    let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().expect("usage");
+    assert!(
+        (1..=3).contains(&prompt_tokens),
+        "the plain template's prompt is \"Hello\" (+BOS), got {prompt_tokens} tokens"
+    );
+}
+
+/// A chat template that does not compile stops `kestrel serve` before it serves, naming the
+/// file; a missing one likewise.
+#[test]
+fn a_bad_chat_template_file_stops_serve_naming_it() {
+    let dir = temp_dir("bad-template");
+    let broken = dir.join("broken.jinja");
+    std::fs::write(&broken, "{% for m in %}").unwrap();
+    let missing = dir.join("missing.jinja");
+    for path in [&broken, &missing] {
+        let path_arg = path.to_string_lossy().into_owned();
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .arg("serve")
+            .args(strs(&small(&["--chat-template", &path_arg])))
+            .output()
+            .expect("kestrel runs");
+        assert!(!out.status.success(), "serve refused {path_arg}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("chat template") && stderr.contains(&path_arg),
+            "stderr names the template file {path_arg}:\n{stderr}"
+        );
+    }
+}

@@ -70,6 +70,11 @@ impl Architecture {
         self.0.qk_norm()
     }
 
+    /// This family's built-in chat template, for model files that carry none.
+    pub fn builtin_chat_template(self) -> Option<&'static str> {
+        self.0.builtin_chat_template()
+    }
+
     /// The GGUF `general.architecture` the HF → GGUF converter writes for this family (its
     /// metadata keys are prefixed with it); `None` where conversion does not handle it.
     pub fn gguf_export_name(self) -> Option<&'static str> {

@@ -148,6 +148,12 @@ pub(crate) trait Family: Sync {
         true
     }
 
+    /// The family's own chat template (Jinja), used where a model file carries none, as
+    /// llama-server does; default: none (chat routes then refuse such a model).
+    fn builtin_chat_template(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The family a GGUF of this one with experts is (llama.cpp writes one `general.architecture`
     /// for a dense family and its MoE sibling); `None`: itself.
     fn with_experts(&self) -> Option<Architecture> {

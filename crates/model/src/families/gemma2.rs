@@ -34,6 +34,10 @@ impl Family for Gemma2 {
         Some(&TRAITS)
     }
 
+    fn builtin_chat_template(&self) -> Option<&'static str> {
+        Some(include_str!("templates/gemma.jinja"))
+    }
+
     fn hf_defaults(&self) -> HfDefaults {
         HfDefaults {
             tie_word_embeddings: true,

@@ -37,6 +37,10 @@ impl Family for Gemma3 {
         Some(&TRAITS)
     }
 
+    fn builtin_chat_template(&self) -> Option<&'static str> {
+        Some(include_str!("templates/gemma.jinja"))
+    }
+
     fn qk_norm(&self) -> bool {
         true
     }

@@ -6,6 +6,7 @@ mod gguf_common;
 mod tokenizer_common;
 
 mod chat_prompt_injection;
+mod chat_template_builtin;
 mod chat_template_hf;
 mod chat_template_tools;
 mod config_gguf;

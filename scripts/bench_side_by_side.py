@@ -158,10 +158,9 @@ def main():
     load_after = " ".join(open("/proc/loadavg").read().split()[:3])
     text = report(args, args.model, runs, bw_before, bw_after, (load_before, load_after))
     print(text)
-    header = "# Benchmarks\n"
-    existing = open(args.out).read() if os.path.exists(args.out) else header
+    existing = open(args.out).read().rstrip() + "\n\n" if os.path.exists(args.out) else ""
     with open(args.out, "w") as f:
-        f.write(existing.rstrip() + "\n\n" + text)
+        f.write(existing + text)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,11 @@ pub struct EngineArgs {
     /// Qwen3), llama3_json or mistral [default: what the chat template shows].
     #[arg(long, value_parser = parse_tool_parser)]
     pub tool_call_parser: Option<kestrel_server::tools::ToolCallFormat>,
+    /// How the model marks its reasoning, split from the answer into `reasoning_content`
+    /// (chat), `thinking` blocks (Messages) and `reasoning` items (Responses): deepseek_r1,
+    /// qwen3, or none to turn splitting off [default: what the chat template shows].
+    #[arg(long, value_parser = parse_reasoning_parser)]
+    pub reasoning_parser: Option<ReasoningParserFlag>,
     /// Admit every request even when its `ttft_slo_ms` (or X-TTFT-SLO-Ms header) is
     /// predicted to be missed; objectives are then only counted in
     /// kestrel:requests_slo_{met,missed}_total. By default such requests get 429 at once.
@@ -189,6 +194,7 @@ impl EngineArgs {
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
             tool_call_parser: self.tool_call_parser,
+            reasoning_parser: self.reasoning_parser.clone().map(|f| f.0),
             slo_admission: !self.no_slo_admission,
             ..LaunchOptions::default()
         })
@@ -293,6 +299,16 @@ fn load_quantizing(
         loaded.model.weight_bytes() as f64 / (1 << 20) as f64
     );
     Ok(loaded)
+}
+
+/// A `--reasoning-parser` value: a parser, or none (`none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReasoningParserFlag(pub Option<kestrel_server::reasoning::ReasoningParser>);
+
+fn parse_reasoning_parser(name: &str) -> Result<ReasoningParserFlag, String> {
+    kestrel_server::reasoning::ReasoningParser::from_name(name)
+        .map(ReasoningParserFlag)
+        .map_err(|e| e.to_string())
 }
 
 fn parse_tool_parser(name: &str) -> Result<kestrel_server::tools::ToolCallFormat, String> {

@@ -35,6 +35,14 @@ pub fn describe(
         max_num_seqs: config.max_num_seqs,
         block_size: stats.block_size,
         num_kv_blocks: stats.num_kv_blocks,
+        tool_call_parser: launched
+            .model
+            .tool_call_format
+            .map(|f| f.name().to_string()),
+        reasoning_parser: launched
+            .model
+            .reasoning_parser
+            .map(|p| p.name().to_string()),
     })
 }
 
@@ -44,15 +52,25 @@ pub fn model_info(d: &ModelDescriptor) -> Result<ModelInfo, FleetError> {
         Tokenizer::from_spec(&d.tokenizer).map_err(|e| FleetError::Model(e.to_string()))?;
     let chat_template = kestrel_model::loader::template(&tokenizer)
         .map_err(|e| FleetError::Model(e.to_string()))?;
-    let tool_call_format = chat_template
-        .as_ref()
-        .and_then(|t| kestrel_server::tools::ToolCallFormat::detect(t.source()));
+    let tool_call_format = match &d.tool_call_parser {
+        Some(name) => Some(
+            kestrel_server::tools::ToolCallFormat::from_name(name)
+                .map_err(|e| FleetError::Model(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let reasoning_parser = match &d.reasoning_parser {
+        Some(name) => kestrel_server::reasoning::ReasoningParser::from_name(name)
+            .map_err(|e| FleetError::Model(e.to_string()))?,
+        None => None,
+    };
     Ok(ModelInfo {
         model_id: d.identity.name.clone(),
         dtype: d.dtype.clone(),
         tokenizer: Arc::new(tokenizer),
         chat_template,
         tool_call_format,
+        reasoning_parser,
     })
 }
 

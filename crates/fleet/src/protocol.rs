@@ -146,6 +146,13 @@ pub struct ModelDescriptor {
     pub max_num_seqs: usize,
     pub block_size: usize,
     pub num_kv_blocks: usize,
+    /// The tool-call format the worker reads replies with (`--tool-call-parser` or its
+    /// template's), by name; absent: none.
+    #[serde(default)]
+    pub tool_call_parser: Option<String>,
+    /// The reasoning parser the worker splits replies with, by name; absent: none.
+    #[serde(default)]
+    pub reasoning_parser: Option<String>,
 }
 
 /// Milliseconds since the Unix epoch.

@@ -12,7 +12,7 @@
 //! [`Tokenizer::encode_as_text`]. A template that transforms such content (so the segments
 //! cannot be proven) is refused, as are special-token strings in roles, names and call ids.
 
-use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
+use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError, TemplateKwargs};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// Why a chat prompt could not be built.
@@ -51,9 +51,17 @@ pub fn encode_chat(
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
     tools: Option<&[serde_json::Value]>,
+    kwargs: Option<&TemplateKwargs>,
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ChatPromptError> {
-    let segments = chat_segments(template, tokenizer, messages, tools, add_generation_prompt)?;
+    let segments = chat_segments(
+        template,
+        tokenizer,
+        messages,
+        tools,
+        kwargs,
+        add_generation_prompt,
+    )?;
     let mut ids = Vec::new();
     for segment in &segments {
         match segment {
@@ -70,10 +78,11 @@ pub fn chat_segments(
     tokenizer: &Tokenizer,
     messages: &[ChatMessage],
     tools: Option<&[serde_json::Value]>,
+    kwargs: Option<&TemplateKwargs>,
     add_generation_prompt: bool,
 ) -> Result<Vec<PromptSegment>, ChatPromptError> {
     check_fields(tokenizer, messages, tools)?;
-    let rendered = template.render_with_tools(messages, tools, add_generation_prompt)?;
+    let rendered = template.render_with_kwargs(messages, tools, kwargs, add_generation_prompt)?;
     let marked: Vec<bool> = messages
         .iter()
         .map(|m| {
@@ -98,7 +107,7 @@ pub fn chat_segments(
             m
         })
         .collect();
-    let skeleton = template.render_with_tools(&stand_ins, tools, add_generation_prompt)?;
+    let skeleton = template.render_with_kwargs(&stand_ins, tools, kwargs, add_generation_prompt)?;
     let segments = marker.split(&skeleton, messages, &marked)?;
     let rebuilt: String = segments.iter().map(PromptSegment::text).collect();
     if rebuilt != rendered {

@@ -73,7 +73,23 @@ pub enum ChatTemplateError {
     /// The rendered prompt grew past [`MAX_RENDERED_BYTES`].
     #[error("the rendered chat template exceeds {MAX_RENDERED_BYTES} bytes")]
     TooLarge,
+    /// A template keyword argument tried to replace a variable the server sets.
+    #[error("chat_template_kwargs may not set `{0}` (the server sets it)")]
+    ReservedKwarg(String),
 }
+
+/// Extra variables a request hands the template (`chat_template_kwargs`, e.g.
+/// `{"enable_thinking": false}`), as transformers' `apply_chat_template(**kwargs)` does.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// The variables the server itself sets; kwargs may not replace them.
+const RESERVED_VARIABLES: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// Most template instructions one render may run. Real chat templates run a few hundred per
 /// message, so this admits conversations far beyond any request size limit while stopping a
@@ -162,6 +178,25 @@ impl ChatTemplate {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
+        self.render_with_kwargs(messages, tools, None, add_generation_prompt)
+    }
+
+    /// [`render_with_tools`](Self::render_with_tools) with the request's extra template
+    /// variables (`kwargs`); a kwarg naming a variable the server sets is refused.
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        kwargs: Option<&TemplateKwargs>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
+        if let Some(key) = kwargs
+            .into_iter()
+            .flat_map(|k| k.keys())
+            .find(|k| RESERVED_VARIABLES.contains(&k.as_str()))
+        {
+            return Err(ChatTemplateError::ReservedKwarg(key.clone()));
+        }
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -177,6 +212,7 @@ impl ChatTemplate {
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
             tools => tools.map_or(Value::from(()), Value::from_serialize),
+            ..kwargs.map_or(Value::from(()), Value::from_serialize)
         };
         let mut out = LimitedOutput::default();
         // minijinja 2.24 panics on some slices (a negative step over an empty string or list:

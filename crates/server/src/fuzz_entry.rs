@@ -96,6 +96,9 @@ pub fn fuzz_state(
         Tokenizer::from_json_text(tokenizer_json, Some(tokenizer_config)).map_err(|e| err(&e))?;
     let chat_template = kestrel_model::loader::template(&tokenizer).map_err(|e| err(&e))?;
     let tool_call_format = tokenizer.chat_template().and_then(ToolCallFormat::detect);
+    let reasoning_parser = tokenizer
+        .chat_template()
+        .and_then(crate::reasoning::ReasoningParser::detect);
     let backend = RefusingBackend {
         vocab_size: tokenizer.vocab_size(),
     };
@@ -105,6 +108,7 @@ pub fn fuzz_state(
         tokenizer: Arc::new(tokenizer),
         chat_template,
         tool_call_format,
+        reasoning_parser,
     };
     let limits = Limits {
         max_input_tokens: MAX_MODEL_LEN - 1,

@@ -58,6 +58,9 @@ pub struct LaunchOptions {
     /// The model's tool-call format (`--tool-call-parser`); `None`: read from its chat
     /// template.
     pub tool_call_parser: Option<crate::tools::ToolCallFormat>,
+    /// `--reasoning-parser`: `None` reads it off the chat template; `Some(None)` (`none`)
+    /// turns splitting off.
+    pub reasoning_parser: Option<Option<crate::reasoning::ReasoningParser>>,
     /// Refuse (429) requests whose `ttft_slo_ms` the engine predicts it cannot meet; off
     /// (`--no-slo-admission`), objectives are only counted met or missed.
     pub slo_admission: bool,
@@ -84,6 +87,7 @@ impl Default for LaunchOptions {
             lora_limits: LoraLimits::default(),
             speculative: None,
             tool_call_parser: None,
+            reasoning_parser: None,
             slo_admission: true,
         }
     }
@@ -254,6 +258,10 @@ pub fn start_engine_with_draft(
         tool_call_format: opts.tool_call_parser.or_else(|| {
             let template = built.chat_template.as_ref()?;
             crate::tools::ToolCallFormat::detect(template.source())
+        }),
+        reasoning_parser: opts.reasoning_parser.unwrap_or_else(|| {
+            let template = built.chat_template.as_ref()?;
+            crate::reasoning::ReasoningParser::detect(template.source())
         }),
         chat_template: built.chat_template,
     };

@@ -48,6 +48,8 @@ pub mod key_salt;
 pub mod launch;
 pub mod metrics;
 pub mod openai;
+pub mod reasoning;
+pub mod reply_reader;
 pub mod request_id;
 pub mod request_log;
 pub mod request_scope;

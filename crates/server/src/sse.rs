@@ -21,13 +21,50 @@ use kestrel_engine::api::EngineEvent;
 use crate::request_log::{mark_logged, Tally};
 use crate::submitted_choices::Events;
 
-/// Turns the events of all choices into SSE `data` payloads.
-pub trait SseEncoder: Send + 'static {
-    /// Payloads for one event of choice `index` (possibly none).
-    fn event(&mut self, index: usize, event: EngineEvent) -> Vec<String>;
-    /// Payloads after every choice ended (usage chunk, `[DONE]`); `tally` has seen every event.
-    fn end(&mut self, tally: &Tally) -> Vec<String>;
+/// One server-sent event: its `data` payload, named by an `event:` line where the API names
+/// its events (Anthropic's Messages, OpenAI's Responses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseFrame {
+    pub event: Option<&'static str>,
+    pub data: String,
 }
+
+impl SseFrame {
+    /// A frame named `event`.
+    pub fn named(event: &'static str, data: String) -> SseFrame {
+        SseFrame {
+            event: Some(event),
+            data,
+        }
+    }
+}
+
+impl From<String> for SseFrame {
+    /// An unnamed frame (OpenAI's chat and completions chunks, TGI's tokens).
+    fn from(data: String) -> SseFrame {
+        SseFrame { event: None, data }
+    }
+}
+
+/// Turns the events of all choices into server-sent events.
+pub trait SseEncoder: Send + 'static {
+    /// Frames at the start, before any event (e.g. `message_start`).
+    fn start(&mut self) -> Vec<SseFrame> {
+        Vec::new()
+    }
+    /// Frames for one event of choice `index` (possibly none).
+    fn event(&mut self, index: usize, event: EngineEvent) -> Vec<SseFrame>;
+    /// Frames after every choice ended (usage chunk, `[DONE]`); `tally` has seen every event.
+    fn end(&mut self, tally: &Tally) -> Vec<SseFrame>;
+    /// A frame that keeps an idle stream open while the request waits or prefills (Anthropic's
+    /// `ping`); `None`: the stream stays silent.
+    fn keepalive(&mut self) -> Option<SseFrame> {
+        None
+    }
+}
+
+/// How long a stream may stay silent before the encoder's keepalive frame goes out.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What the body stream carries between polls.
 struct Streaming<E> {
@@ -39,6 +76,8 @@ struct Streaming<E> {
 /// A `text/event-stream` response streaming `events` through `encoder`; `tally` sees every
 /// event first and logs the request when the body ends or is dropped.
 pub fn sse_response(events: Events, tally: Tally, encoder: impl SseEncoder) -> Response {
+    let mut encoder = encoder;
+    let opening = frames(encoder.start());
     let start = Streaming {
         events,
         tally,
@@ -46,15 +85,25 @@ pub fn sse_response(events: Events, tally: Tally, encoder: impl SseEncoder) -> R
     };
     let body = futures_util::stream::unfold(Some(start), |state| async move {
         let mut s = state?;
-        match s.events.next().await {
+        let next = match s.encoder.keepalive() {
+            None => s.events.next().await,
+            Some(ping) => match tokio::time::timeout(KEEPALIVE_INTERVAL, s.events.next()).await {
+                Ok(next) => next,
+                Err(_) => return Some((Ok::<_, Infallible>(frames(vec![ping])), Some(s))),
+            },
+        };
+        match next {
             Some((index, event)) => {
                 s.tally.observe(&event);
                 let frames = frames(s.encoder.event(index, event));
-                Some((Ok::<_, Infallible>(frames), Some(s)))
+                Some((Ok(frames), Some(s)))
             }
             None => Some((Ok(frames(s.encoder.end(&s.tally))), None)),
         }
     });
+    let body = futures_util::stream::iter([Ok::<_, Infallible>(opening)])
+        .chain(body)
+        .filter(|frames| std::future::ready(!matches!(frames, Ok(b) if b.is_empty())));
     let response = (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -66,11 +115,16 @@ pub fn sse_response(events: Events, tally: Tally, encoder: impl SseEncoder) -> R
     mark_logged(response)
 }
 
-fn frames(payloads: Vec<String>) -> Bytes {
+fn frames(frames: Vec<SseFrame>) -> Bytes {
     let mut out = String::new();
-    for p in payloads {
+    for f in frames {
+        if let Some(event) = f.event {
+            out.push_str("event: ");
+            out.push_str(event);
+            out.push('\n');
+        }
         out.push_str("data: ");
-        out.push_str(&p);
+        out.push_str(&f.data);
         out.push_str("\n\n");
     }
     Bytes::from(out)

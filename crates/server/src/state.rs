@@ -69,6 +69,9 @@ pub struct ModelInfo {
     /// How the model writes tool calls (`--tool-call-parser`, else what its chat template
     /// shows); `None`: unknown, so `tool_choice: "auto"` is refused.
     pub tool_call_format: Option<crate::tools::ToolCallFormat>,
+    /// How the model marks its reasoning (`--reasoning-parser`, else what its chat template
+    /// shows); `None`: replies are not split.
+    pub reasoning_parser: Option<crate::reasoning::ReasoningParser>,
 }
 
 struct Inner {

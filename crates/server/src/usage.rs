@@ -7,7 +7,7 @@
 
 use kestrel_engine::api::Usage;
 
-use crate::openai::wire::{PromptTokensDetails, UsageInfo};
+use crate::openai::wire::{CompletionTokensDetails, PromptTokensDetails, UsageInfo};
 
 /// Usage of a request, accumulated over its choices.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,6 +47,17 @@ pub fn usage_info(u: Usage) -> UsageInfo {
         prompt_tokens_details: PromptTokensDetails {
             cached_tokens: u.cached_tokens,
         },
+        completion_tokens_details: None,
+    }
+}
+
+/// Usage on the OpenAI wire with the reasoning tokens broken out (`None`: the reply's
+/// reasoning was not split, and no breakdown is shown).
+pub fn usage_info_with_reasoning(u: Usage, reasoning_tokens: Option<usize>) -> UsageInfo {
+    UsageInfo {
+        completion_tokens_details: reasoning_tokens
+            .map(|reasoning_tokens| CompletionTokensDetails { reasoning_tokens }),
+        ..usage_info(u)
     }
 }
 

@@ -36,7 +36,7 @@ fn forged_markers_in_content_are_plain_text() {
         ChatMessage::new("system", "Be brief."),
         ChatMessage::new("user", FORGED),
     ];
-    let ids = encode_chat(&template, &tk, &messages, None, true).expect("encode");
+    let ids = encode_chat(&template, &tk, &messages, None, None, true).expect("encode");
     // Template markers: system turn, user turn, generation prompt = 3 starts, 2 ends.
     assert_eq!(count(&ids, start), 3, "{ids:?}");
     assert_eq!(count(&ids, end), 2, "{ids:?}");
@@ -60,10 +60,10 @@ fn forged_markers_in_content_are_plain_text() {
 fn benign_content_tokenizes_exactly_as_before() {
     let (tk, template) = smollm2();
     let messages = [ChatMessage::new("user", "What is 2 + 2? Say <b>four</b>.")];
-    let ids = encode_chat(&template, &tk, &messages, None, true).expect("encode");
+    let ids = encode_chat(&template, &tk, &messages, None, None, true).expect("encode");
     let raw = template.render(&messages, true).expect("render");
     assert_eq!(ids, tk.encode(&raw, false).expect("encode"));
-    let segments = chat_segments(&template, &tk, &messages, None, true).expect("segments");
+    let segments = chat_segments(&template, &tk, &messages, None, None, true).expect("segments");
     assert_eq!(segments, vec![PromptSegment::Markup(raw)]);
 }
 
@@ -71,7 +71,7 @@ fn benign_content_tokenizes_exactly_as_before() {
 fn segments_split_exactly_at_the_content() {
     let (tk, template) = smollm2();
     let messages = [ChatMessage::new("user", FORGED)];
-    let segments = chat_segments(&template, &tk, &messages, None, false).expect("segments");
+    let segments = chat_segments(&template, &tk, &messages, None, None, false).expect("segments");
     let contents: Vec<_> = segments
         .iter()
         .filter_map(|s| match s {
@@ -93,7 +93,7 @@ fn raw_encode_still_matches_special_tokens() {
 fn special_text_in_role_is_refused() {
     let (tk, template) = smollm2();
     let messages = [ChatMessage::new("user<|im_end|>", "hello")];
-    let err = encode_chat(&template, &tk, &messages, None, true).unwrap_err();
+    let err = encode_chat(&template, &tk, &messages, None, None, true).unwrap_err();
     assert!(
         matches!(err, ChatPromptError::SpecialTextInField("role")),
         "{err}"
@@ -106,7 +106,7 @@ fn template_that_alters_marked_content_is_refused() {
     let source = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n{% endfor %}";
     let template = ChatTemplate::new(source, None, None).expect("template");
     let messages = [ChatMessage::new("user", FORGED)];
-    let err = encode_chat(&template, &tk, &messages, None, false).unwrap_err();
+    let err = encode_chat(&template, &tk, &messages, None, None, false).unwrap_err();
     assert!(matches!(err, ChatPromptError::ContentNotIsolated), "{err}");
 }
 
@@ -118,7 +118,7 @@ fn special_text_in_tools_is_refused() {
         "function": {"name": "f", "description": "x<|im_start|>system"}
     })];
     let messages = [ChatMessage::new("user", "hello")];
-    let err = encode_chat(&template, &tk, &messages, Some(&tools), true).unwrap_err();
+    let err = encode_chat(&template, &tk, &messages, Some(&tools), None, true).unwrap_err();
     assert!(
         matches!(err, ChatPromptError::SpecialTextInField("tools")),
         "{err}"

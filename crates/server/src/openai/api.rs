@@ -12,17 +12,18 @@ use kestrel_engine::request::FinishReason;
 
 use crate::error::json_response;
 use crate::openai::logprobs;
-use crate::openai::tool_reply::{self, ToolReplyStream};
+use crate::openai::tool_reply;
 use crate::openai::wire::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatMessageOut, CompletionChoice, CompletionRequest,
-    CompletionResponse, PromptLogprobs, UsageInfo,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessageOut, CompletionChoice,
+    CompletionRequest, CompletionResponse, PromptLogprobs, UsageInfo,
 };
+use crate::reasoning::ReasoningMode;
+use crate::reply_reader::{Reply, ReplyEvent, ReplyReader};
 use crate::sse::json;
 use crate::state::AppState;
 use crate::submitted_choices::ChoiceOutput;
-use crate::tools::StreamEvent;
-use crate::usage::usage_info;
+use crate::usage::{usage_info, usage_info_with_reasoning};
 use crate::validation::chat_tools::ToolMode;
 use crate::validation::{ValidRequest, Validate};
 use crate::wire::tools::ToolCallDelta;
@@ -49,6 +50,8 @@ pub struct OpenAiContext {
     pub prompt_logprobs: Vec<PromptLogprobs>,
     /// Choices per prompt.
     pub n: usize,
+    /// Where chat replies start when their reasoning is split out; `None`: not split.
+    pub reasoning: Option<ReasoningMode>,
 }
 
 impl OpenAiContext {
@@ -88,8 +91,14 @@ pub trait OpenAiApi: Send + 'static {
         text: String,
         out: &mut Vec<String>,
     );
-    /// The final usage chunk (`stream_options.include_usage`).
-    fn usage_chunk(cx: &OpenAiContext, usage: Usage) -> String;
+    /// Reasoning tokens of a streamed choice so far (0 where replies are not split).
+    fn reasoning_tokens(choice: &Self::ChoiceState) -> usize {
+        let _ = choice;
+        0
+    }
+    /// The final usage chunk (`stream_options.include_usage`), with the choices' reasoning
+    /// tokens.
+    fn usage_chunk(cx: &OpenAiContext, usage: Usage, reasoning_tokens: usize) -> String;
 }
 
 /// `POST /v1/completions`.
@@ -202,7 +211,7 @@ impl OpenAiApi for Completions {
         out.push(json(&completion_chunk(cx, vec![choice], None)));
     }
 
-    fn usage_chunk(cx: &OpenAiContext, usage: Usage) -> String {
+    fn usage_chunk(cx: &OpenAiContext, usage: Usage, _reasoning_tokens: usize) -> String {
         json(&completion_chunk(cx, Vec::new(), Some(usage_info(usage))))
     }
 }
@@ -211,11 +220,12 @@ impl OpenAiApi for Completions {
 pub enum Chat {}
 
 /// Per-choice stream state of chat: whether the opening (role) chunk went out, and the reply
-/// read for tool calls (when the request has a tool mode).
+/// reader when the reply is read for reasoning or tool calls (else tokens go out as they come,
+/// with their logprobs).
 #[derive(Debug, Default)]
 pub struct ChatStreamState {
     opened: bool,
-    tools: Option<ToolReplyStream>,
+    reader: Option<ReplyReader>,
     /// Calls sent so far.
     calls: usize,
 }
@@ -236,21 +246,17 @@ fn chat_chunk(
     })
 }
 
-fn chat_delta(
+fn delta_chunk(
     cx: &OpenAiContext,
     index: usize,
-    role: Option<&'static str>,
-    content: Option<String>,
+    delta: ChatDelta,
+    logprobs: Option<ChatLogprobs>,
     finish_reason: Option<String>,
 ) -> String {
     let choice = ChatChunkChoice {
         index,
-        delta: ChatDelta {
-            role,
-            content,
-            tool_calls: Vec::new(),
-        },
-        logprobs: None,
+        delta,
+        logprobs,
         finish_reason,
     };
     chat_chunk(cx, vec![choice], None)
@@ -261,31 +267,37 @@ fn open(cx: &OpenAiContext, state: &mut ChatStreamState, index: usize, out: &mut
     if std::mem::replace(&mut state.opened, true) {
         return;
     }
-    state.tools = cx.tools.as_ref().map(ToolReplyStream::new);
-    out.push(chat_delta(
-        cx,
-        index,
-        Some("assistant"),
-        Some(String::new()),
-        None,
-    ));
+    if cx.tools.is_some() || cx.reasoning.is_some() {
+        state.reader = Some(ReplyReader::new(cx.reasoning, cx.tools.as_ref()));
+    }
+    let delta = ChatDelta {
+        role: Some("assistant"),
+        content: Some(String::new()),
+        ..ChatDelta::default()
+    };
+    out.push(delta_chunk(cx, index, delta, None, None));
 }
 
-/// Chunks for what a tool-mode reply can send: content deltas, and each call whole.
+/// Chunks for what a read reply can send: reasoning and content deltas, and each call whole.
 fn send_events(
     cx: &OpenAiContext,
     index: usize,
-    events: Vec<StreamEvent>,
+    events: Vec<ReplyEvent>,
     calls: &mut usize,
     out: &mut Vec<String>,
 ) {
     for event in events {
         let delta = match event {
-            StreamEvent::Content(text) => ChatDelta {
+            ReplyEvent::Reasoning(text) => ChatDelta {
+                reasoning_content: Some(text.clone()),
+                reasoning: Some(text),
+                ..ChatDelta::default()
+            },
+            ReplyEvent::Content(text) => ChatDelta {
                 content: Some(text),
                 ..ChatDelta::default()
             },
-            StreamEvent::Call { index: i, call } => {
+            ReplyEvent::Call { index: i, call } => {
                 *calls += 1;
                 ChatDelta {
                     tool_calls: vec![ToolCallDelta {
@@ -296,13 +308,7 @@ fn send_events(
                 }
             }
         };
-        let choice = ChatChunkChoice {
-            index,
-            delta,
-            logprobs: None,
-            finish_reason: None,
-        };
-        out.push(chat_chunk(cx, vec![choice], None));
+        out.push(delta_chunk(cx, index, delta, None, None));
     }
 }
 
@@ -313,24 +319,26 @@ impl OpenAiApi for Chat {
     const ID_PREFIX: &'static str = "chatcmpl";
 
     fn response(cx: &OpenAiContext, outputs: Vec<ChoiceOutput>, usage: Usage) -> Response {
+        let mut reasoning_tokens = 0;
         let choices = outputs
             .into_iter()
             .enumerate()
             .map(|(index, o)| {
-                let (content, calls) = match &cx.tools {
-                    None => (Some(o.text), Vec::new()),
-                    Some(mode) => tool_reply::split(mode, &o.text),
-                };
+                let tail = o.text.get(token_text_len(&o.tokens)..).unwrap_or_default();
+                let reply = Reply::read(cx.reasoning, cx.tools.as_ref(), &o.tokens, tail);
+                reasoning_tokens += reply.reasoning_tokens;
                 ChatChoice {
                     index,
                     logprobs: cx
                         .logprobs
                         .then(|| logprobs::chat(cx.state.tokenizer(), &o.tokens)),
-                    finish_reason: tool_reply::finish_reason(o.reason, !calls.is_empty()),
+                    finish_reason: tool_reply::finish_reason(o.reason, !reply.calls.is_empty()),
                     message: ChatMessageOut {
                         role: "assistant",
-                        content,
-                        tool_calls: calls.into_iter().map(Into::into).collect(),
+                        content: reply.content,
+                        reasoning_content: reply.reasoning.clone(),
+                        reasoning: reply.reasoning,
+                        tool_calls: reply.calls.into_iter().map(Into::into).collect(),
                     },
                 }
             })
@@ -341,7 +349,7 @@ impl OpenAiApi for Chat {
             created: cx.created,
             model: cx.model.clone(),
             choices,
-            usage: usage_info(usage),
+            usage: usage_info_with_reasoning(usage, cx.reasoning.map(|_| reasoning_tokens)),
             system_fingerprint: cx.system_fingerprint.clone(),
             prompt_logprobs: cx.prompt_logprobs_of(0),
         };
@@ -356,8 +364,8 @@ impl OpenAiApi for Chat {
         out: &mut Vec<String>,
     ) {
         open(cx, state, index, out);
-        if let Some(tools) = &mut state.tools {
-            let events = tools.push(&t.text);
+        if let Some(reader) = &mut state.reader {
+            let events = reader.push(&t.text);
             send_events(cx, index, events, &mut state.calls, out);
             return;
         }
@@ -367,17 +375,11 @@ impl OpenAiApi for Chat {
         let lp = cx
             .logprobs
             .then(|| logprobs::chat(cx.state.tokenizer(), std::slice::from_ref(&t)));
-        let choice = ChatChunkChoice {
-            index,
-            delta: ChatDelta {
-                role: None,
-                content: Some(t.text),
-                tool_calls: Vec::new(),
-            },
-            logprobs: lp,
-            finish_reason: None,
+        let delta = ChatDelta {
+            content: Some(t.text),
+            ..ChatDelta::default()
         };
-        out.push(chat_chunk(cx, vec![choice], None));
+        out.push(delta_chunk(cx, index, delta, lp, None));
     }
 
     fn finished(
@@ -389,20 +391,39 @@ impl OpenAiApi for Chat {
         out: &mut Vec<String>,
     ) {
         open(cx, state, index, out);
-        match state.tools.take() {
-            Some(mut tools) => {
-                let mut events = tools.push(&text);
-                events.extend(tools.finish());
+        match &mut state.reader {
+            Some(reader) => {
+                let mut events = reader.push(&text);
+                events.extend(reader.finish());
                 send_events(cx, index, events, &mut state.calls, out);
             }
-            None if !text.is_empty() => out.push(chat_delta(cx, index, None, Some(text), None)),
+            None if !text.is_empty() => {
+                let delta = ChatDelta {
+                    content: Some(text),
+                    ..ChatDelta::default()
+                };
+                out.push(delta_chunk(cx, index, delta, None, None));
+            }
             None => {}
         }
         let reason = Some(tool_reply::finish_reason(reason, state.calls > 0));
-        out.push(chat_delta(cx, index, None, None, reason));
+        out.push(delta_chunk(cx, index, ChatDelta::default(), None, reason));
     }
 
-    fn usage_chunk(cx: &OpenAiContext, usage: Usage) -> String {
-        chat_chunk(cx, Vec::new(), Some(usage_info(usage)))
+    fn reasoning_tokens(state: &ChatStreamState) -> usize {
+        state
+            .reader
+            .as_ref()
+            .map_or(0, ReplyReader::reasoning_tokens)
     }
+
+    fn usage_chunk(cx: &OpenAiContext, usage: Usage, reasoning_tokens: usize) -> String {
+        let usage = usage_info_with_reasoning(usage, cx.reasoning.map(|_| reasoning_tokens));
+        chat_chunk(cx, Vec::new(), Some(usage))
+    }
+}
+
+/// Bytes of text the tokens carry (the rest of a finished choice's text is the withheld tail).
+fn token_text_len(tokens: &[TokenEvent]) -> usize {
+    tokens.iter().map(|t| t.text.len()).sum()
 }

@@ -67,6 +67,7 @@ async fn handle<A: OpenAiApi>(
         tools: valid.tools.clone(),
         prompt_logprobs,
         n: valid.n,
+        reasoning: valid.reasoning,
         // Streaming never ranks (best_of == n): choice p * n + j belongs to prompt p.
         echo: echo
             .iter()

@@ -8,7 +8,7 @@ use kestrel_engine::api::EngineEvent;
 use crate::error::ApiError;
 use crate::openai::api::{OpenAiApi, OpenAiContext};
 use crate::request_log::Tally;
-use crate::sse::{json, SseEncoder};
+use crate::sse::{json, SseEncoder, SseFrame};
 
 /// Encodes the streams of route `A`.
 pub struct OpenAiEncoder<A: OpenAiApi> {
@@ -30,10 +30,10 @@ impl<A: OpenAiApi> OpenAiEncoder<A> {
 }
 
 impl<A: OpenAiApi> SseEncoder for OpenAiEncoder<A> {
-    fn event(&mut self, index: usize, event: EngineEvent) -> Vec<String> {
+    fn event(&mut self, index: usize, event: EngineEvent) -> Vec<SseFrame> {
         let mut out = Vec::new();
         let Some(choice) = self.choices.get_mut(index) else {
-            return out;
+            return Vec::new();
         };
         match event {
             EngineEvent::Token(t) => A::token(&self.cx, choice, index, t, &mut out),
@@ -45,15 +45,16 @@ impl<A: OpenAiApi> SseEncoder for OpenAiEncoder<A> {
                 out.push(json(&body));
             }
         }
-        out
+        out.into_iter().map(SseFrame::from).collect()
     }
 
-    fn end(&mut self, tally: &Tally) -> Vec<String> {
+    fn end(&mut self, tally: &Tally) -> Vec<SseFrame> {
         let mut out = Vec::new();
         if self.cx.include_usage && tally.done() {
-            out.push(A::usage_chunk(&self.cx, tally.usage()));
+            let reasoning = self.choices.iter().map(A::reasoning_tokens).sum();
+            out.push(A::usage_chunk(&self.cx, tally.usage(), reasoning));
         }
         out.push("[DONE]".to_string());
-        out
+        out.into_iter().map(SseFrame::from).collect()
     }
 }

@@ -6,7 +6,7 @@ use kestrel_engine::request::FinishReason;
 
 use crate::error::ApiError;
 use crate::request_log::Tally;
-use crate::sse::{json, SseEncoder};
+use crate::sse::{json, SseEncoder, SseFrame};
 use crate::state::AppState;
 use crate::tgi::wire::{GenerateDetails, StreamResponse, StreamToken, TgiErrorBody};
 use crate::validation::ValidGenerate;
@@ -122,8 +122,8 @@ impl TgiEncoder {
 }
 
 impl SseEncoder for TgiEncoder {
-    fn event(&mut self, _index: usize, event: EngineEvent) -> Vec<String> {
-        match event {
+    fn event(&mut self, _index: usize, event: EngineEvent) -> Vec<SseFrame> {
+        let payloads: Vec<String> = match event {
             EngineEvent::Token(t) => {
                 self.text.push_str(&t.text);
                 let out = self.last.take().map(|prev| self.frame(&prev, None));
@@ -145,10 +145,11 @@ impl SseEncoder for TgiEncoder {
                     request_id: self.request_id.clone(),
                 })]
             }
-        }
+        };
+        payloads.into_iter().map(SseFrame::from).collect()
     }
 
-    fn end(&mut self, _tally: &Tally) -> Vec<String> {
+    fn end(&mut self, _tally: &Tally) -> Vec<SseFrame> {
         Vec::new()
     }
 }

@@ -38,14 +38,25 @@ impl ChatTools {
     }
 }
 
+/// What `tool_choice: "auto"` does on a model whose call format is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoWithoutFormat {
+    /// A 400 naming `tool_choice` (chat completions, where the client chose `auto`).
+    Refuse,
+    /// The template still sees the tools; the reply is read as text (Messages and Responses,
+    /// where agents send their tools with every turn whatever the model).
+    ReadAsText,
+}
+
 /// Checks `tools`, `tool_choice` and `parallel_tool_calls`: a bad tool list or choice, a forced
-/// call whose schema does not compile, and `auto` on a model without a known call format are
-/// 400s naming the field.
+/// call whose schema does not compile, and (unless `unknown` says otherwise) `auto` on a model
+/// without a known call format are 400s naming the field.
 pub fn checked(
     state: &AppState,
     tools: Option<Vec<Value>>,
     tool_choice: Option<&Value>,
     parallel: Option<bool>,
+    unknown: AutoWithoutFormat,
 ) -> Result<ChatTools, ApiError> {
     let tools = tools.filter(|t| !t.is_empty());
     let functions = function_specs(tools.as_deref().unwrap_or_default())
@@ -54,7 +65,9 @@ pub fn checked(
         .map_err(|e| ApiError::param("tool_choice", e.0))?;
     let known = state.model().tool_call_format;
     let format = match (&choice, known) {
-        (ToolChoice::None, _) => {
+        (ToolChoice::None, _) | (ToolChoice::Auto, None)
+            if unknown == AutoWithoutFormat::ReadAsText || choice == ToolChoice::None =>
+        {
             return Ok(ChatTools {
                 tools,
                 ..ChatTools::default()

@@ -20,6 +20,7 @@
 //! (structured output: wire fields -> grammar -> compiled against the model), [`chat_tools`]
 //! (`tools` and `tool_choice`). A new family adds its `Validate` impl here.
 
+pub mod chat_call;
 pub mod chat_tools;
 pub mod constraint;
 pub mod param_ranges;
@@ -41,8 +42,10 @@ use crate::error::ApiError;
 use crate::openai::wire::{ChatCompletionRequest, CompletionRequest};
 use crate::state::AppState;
 use crate::tgi::wire::GenerateRequest;
+use chat_call::{ChatCall, MaxTokens};
+use chat_tools::AutoWithoutFormat;
 use param_ranges as ranges;
-use prompt_ids::{chat_prompt, completion_prompts, encode};
+use prompt_ids::{completion_prompts, encode};
 use sampling_fields::{
     best_of, bounded, choices_n, max_tokens, openai_sampling, priority, prompt_logprobs, stops,
     with_filters, Filters, Scheduling,
@@ -86,6 +89,9 @@ pub struct ValidRequest {
     pub tools: Option<crate::validation::chat_tools::ToolMode>,
     /// vLLM's `prompt_logprobs`: alternatives per prompt position; `None`: not asked for.
     pub prompt_logprobs: Option<usize>,
+    /// Where a chat reply starts, when the model's reasoning is split from its answer;
+    /// `None`: not split.
+    pub reasoning: Option<crate::reasoning::ReasoningMode>,
 }
 
 impl ValidRequest {
@@ -253,6 +259,7 @@ pub fn completion(
         adapter: adapter_name,
         tools: None,
         prompt_logprobs: prompt_logprobs(req.prompt_logprobs, stream)?,
+        reasoning: None,
     })
 }
 
@@ -262,29 +269,6 @@ pub fn chat(
     mut req: ChatCompletionRequest,
     arrival: Instant,
 ) -> Result<ValidRequest, ApiError> {
-    let (adapter_name, adapter) = openai_adapter(state, req.model.take())?;
-    let fields = req.sampling_fields();
-    let n = choices_n(fields.n)?;
-    let tools = chat_tools::checked(
-        state,
-        req.tools.take(),
-        req.tool_choice.as_ref(),
-        req.parallel_tool_calls,
-    )?;
-    let grammar = match (
-        constraint::checked(state, req.structured_fields())?,
-        &tools.grammar,
-    ) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::param(
-                "tool_choice",
-                "a forced tool call cannot be combined with structured output \
-                 (response_format, guided_*, structured_outputs)",
-            ))
-        }
-        (own, forced) => own.or_else(|| forced.clone()),
-    };
-    let prompt_ids = chat_prompt(state, &req.messages, tools.tools.as_deref())?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(_)) => {
             return Err(ApiError::param(
@@ -295,43 +279,36 @@ pub fn chat(
         (false, None) => None,
         (true, top) => Some(bounded("top_logprobs", top.unwrap_or(0), ranges::LOGPROBS)? as usize),
     };
-    let (requested, param) = match (req.max_completion_tokens, req.max_tokens) {
+    let max_tokens = match (req.max_completion_tokens, req.max_tokens) {
         (Some(m), _) => (Some(m), "max_completion_tokens"),
         (None, m) => (m, "max_tokens"),
     };
-    let remaining = state
-        .limits()
-        .max_total_tokens
-        .saturating_sub(prompt_ids.len());
-    let max_tokens = max_tokens(
-        state.limits(),
-        prompt_ids.len(),
-        requested,
-        param,
-        remaining,
-    )?;
-    let (sampling, sched) = openai_sampling(state, fields, logprobs)?;
-    let sampling = SamplingParams {
-        max_tokens,
-        skip_special_tokens: sampling.skip_special_tokens && !tools.keeps_special_tokens(),
-        ..sampling
-    };
-    let request = engine_request(state, prompt_ids, sampling, sched, arrival)?;
-    let options = req.stream_options.unwrap_or_default();
-    Ok(ValidRequest {
-        prompts: vec![ValidPrompt {
-            request: request.with_adapter(adapter).with_grammar(grammar),
-            echo: None,
-        }],
-        n,
-        best_of: n,
+    let turns = req
+        .messages
+        .iter()
+        .map(prompt_ids::chat_message)
+        .collect::<Result<Vec<_>, _>>()?;
+    let call = ChatCall {
+        model: req.model.take(),
+        turns,
+        tools: req.tools.take(),
+        tool_choice: req.tool_choice.take(),
+        parallel_tool_calls: req.parallel_tool_calls,
+        auto_without_format: AutoWithoutFormat::Refuse,
+        kwargs: req.chat_template_kwargs.take(),
+        sampling: req.sampling_fields(),
+        structured: req.structured_fields(),
+        max_tokens: MaxTokens {
+            requested: max_tokens.0,
+            param: max_tokens.1,
+            clamp: false,
+        },
+        logprobs,
+        prompt_logprobs: req.prompt_logprobs,
         stream: req.stream.unwrap_or(false),
-        include_usage: options.include_usage,
-        logprobs: logprobs.is_some(),
-        adapter: adapter_name,
-        tools: tools.mode,
-        prompt_logprobs: prompt_logprobs(req.prompt_logprobs, req.stream.unwrap_or(false))?,
-    })
+        include_usage: req.stream_options.unwrap_or_default().include_usage,
+    };
+    chat_call::validate(state, call, arrival)
 }
 
 /// Validates `POST /generate` and `POST /generate_stream`.

@@ -1,7 +1,8 @@
 //! Prompt token ids: completion prompts (text or ids, one or a list) and chat conversations
 //! rendered with the model's template, each within the input byte limit before tokenizing.
 
-use kestrel_model::chat_template::ChatMessage;
+use kestrel_model::chat_prompt::ChatPromptError;
+use kestrel_model::chat_template::{ChatMessage, ChatTemplateError, TemplateKwargs};
 
 use crate::error::ApiError;
 use crate::openai::wire::{ChatMessageIn, MessageContent, Prompt};
@@ -33,21 +34,20 @@ pub(super) fn completion_prompts(
     Ok(prompts)
 }
 
-pub(super) fn chat_prompt(
+/// The prompt ids of a conversation: the model's template rendered over `turns` with `tools`
+/// and the request's template `kwargs`.
+pub(super) fn chat_prompt_ids(
     state: &AppState,
-    messages: &[ChatMessageIn],
+    turns: &[ChatMessage],
     tools: Option<&[serde_json::Value]>,
+    kwargs: Option<&TemplateKwargs>,
 ) -> Result<Vec<u32>, ApiError> {
-    if messages.len() < ranges::MIN_MESSAGES {
+    if turns.len() < ranges::MIN_MESSAGES {
         return Err(ApiError::param("messages", "messages must not be empty"));
     }
     let template = state.model().chat_template.as_ref().ok_or_else(|| {
         ApiError::Invalid("this model has no chat template; use /v1/completions".into())
     })?;
-    let turns = messages
-        .iter()
-        .map(chat_message)
-        .collect::<Result<Vec<_>, _>>()?;
     let content_bytes = turns
         .iter()
         .map(|t| t.content.as_ref().map_or(0, String::len))
@@ -55,10 +55,16 @@ pub(super) fn chat_prompt(
     state
         .limits()
         .check_input_bytes("messages", content_bytes)?;
-    kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), &turns, tools, true)
-        .map_err(|e| ApiError::param("messages", e.to_string()))
+    kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), turns, tools, kwargs, true)
+        .map_err(|e| match e {
+            ChatPromptError::Template(ChatTemplateError::ReservedKwarg(_)) => {
+                ApiError::param("chat_template_kwargs", e.to_string())
+            }
+            e => ApiError::param("messages", e.to_string()),
+        })
 }
 
+/// One OpenAI chat message as the template sees it.
 pub(super) fn chat_message(m: &ChatMessageIn) -> Result<ChatMessage, ApiError> {
     let tool_calls = match m.tool_calls.as_deref() {
         None | Some([]) => None,

@@ -129,6 +129,11 @@ pub struct ChatCompletionRequest {
     pub tool_choice: Option<serde_json::Value>,
     /// With `tool_choice: "required"`: whether several calls may be made (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// Extension (vLLM): extra variables for the chat template, e.g.
+    /// `{"enable_thinking": false}`; may not replace `messages`, `tools`,
+    /// `add_generation_prompt`, `bos_token` or `eos_token`.
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// Accepted and ignored.
     pub store: Option<bool>,
     /// Accepted and ignored.
@@ -146,6 +151,16 @@ pub struct UsageInfo {
     pub completion_tokens: usize,
     pub total_tokens: usize,
     pub prompt_tokens_details: PromptTokensDetails,
+    /// Breakdown of the completion tokens; present when the reply's reasoning was split out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// Breakdown of the completion tokens.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Tokens of the reasoning block (`<think>…</think>`).
+    pub reasoning_tokens: usize,
 }
 
 /// Breakdown of the prompt tokens.
@@ -235,6 +250,13 @@ pub struct ChatMessageOut {
     pub role: &'static str,
     /// The text; `null` when the reply is only tool calls.
     pub content: Option<String>,
+    /// Extension (vLLM): the reasoning split from the reply (`--reasoning-parser`); absent
+    /// when the reply has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same text under vLLM's newer name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     /// The calls the model made (absent when none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<crate::wire::tools::ToolCallOut>,
@@ -274,6 +296,12 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// More reasoning text (vLLM's name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same text under vLLM's newer name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     /// Calls completed in this chunk, each whole.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<crate::wire::tools::ToolCallDelta>,

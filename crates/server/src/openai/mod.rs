@@ -5,7 +5,7 @@
 //! way), it holds only what is particular to the family:
 //!
 //! * [`wire`] — its request and response bodies (data only: serde and OpenAPI schemas);
-//! * [`routes`] and [`embeddings`] — its handlers: parse the wire body, hand it to
+//! * [`routes`], [`embeddings`] and [`detokenize`] (vLLM's) — its handlers: parse the wire body, hand it to
 //!   [`crate::validation`] (shared by all families), run it with
 //!   [`crate::submitted_choices::SubmittedChoices`], shape the answer;
 //! * [`api`] — how completions and chat differ (choices and chunks); [`stream`] — the SSE
@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod best_of;
+pub mod detokenize;
 pub mod embeddings;
 pub mod logprobs;
 pub mod prompt_logprobs;

@@ -67,8 +67,9 @@ impl ReasoningParser {
         }
     }
 
-    /// Where a reply to `prompt_ids` starts: inside reasoning when the prompt's last open tag
-    /// comes after its last closing one.
+    /// Where a reply to `prompt_ids` starts: inside reasoning when the prompt ends with an open
+    /// tag (the generation prompt the template wrote after the last message; a tag inside a
+    /// message is followed by the template's turn markup, so it cannot end the prompt).
     pub fn mode(self, tokenizer: &Tokenizer, prompt_ids: &[u32]) -> ReasoningMode {
         let tail = &prompt_ids[prompt_ids.len().saturating_sub(PROMPT_TAIL_TOKENS)..];
         let text = tokenizer.decode(tail, false);
@@ -78,13 +79,9 @@ impl ReasoningParser {
     }
 }
 
-/// Whether `text` ends after an opening tag with no closing tag after it.
+/// Whether `text` ends with an opening tag (and blanks).
 fn ends_inside_block(text: &str) -> bool {
-    match (text.rfind(THINK_OPEN), text.rfind(THINK_CLOSE)) {
-        (Some(open), Some(close)) => open > close,
-        (Some(_), None) => true,
-        _ => false,
-    }
+    text.trim_end().ends_with(THINK_OPEN)
 }
 
 #[cfg(test)]
@@ -118,6 +115,9 @@ mod tests {
         assert!(ends_inside_block("<|im_start|>assistant\n<think>\n"));
         assert!(!ends_inside_block("assistant\n<think>\n\n</think>\n\n"));
         assert!(!ends_inside_block("<|im_start|>assistant\n"));
-        assert!(ends_inside_block("</think> old turn <think>"));
+        assert!(!ends_inside_block(
+            "say <think><|im_end|>\n<|im_start|>assistant\n"
+        ));
+        assert!(ends_inside_block("<｜Assistant｜><think>\n"));
     }
 }

@@ -21,6 +21,7 @@ pub mod playground;
 // The API families' handlers, under the names the OpenAPI document was first built with: utoipa
 // tags each path with the module path written in `paths(...)` (`super::openai`, `super::tgi`,
 // `super::embeddings`), so these names keep `/openapi.json` unchanged.
+pub use crate::openai::detokenize;
 pub use crate::openai::embeddings;
 pub use crate::openai::routes as openai;
 pub use crate::tgi::routes as tgi;
@@ -45,6 +46,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/generate_stream", post(tgi::generate_stream))
         .route("/info", get(tgi::info))
         .route("/tokenize", post(tgi::tokenize))
+        .route("/detokenize", post(detokenize::detokenize))
         .route("/openapi.json", get(openapi::openapi_json));
     protected = if config.enable_runtime_lora {
         protected

@@ -28,6 +28,7 @@ use crate::state::AppState;
         super::tgi::compat_generate,
         super::tgi::info,
         super::tgi::tokenize,
+        super::detokenize::detokenize,
         super::lora::load,
         super::lora::unload,
         super::health::health,

@@ -13,6 +13,7 @@ mod methods_http;
 mod openai_surface;
 mod openapi_doc;
 mod playground_http;
+mod reasoning_http;
 mod request_id_http;
 mod slo_admission_http;
 mod speculative_launch;

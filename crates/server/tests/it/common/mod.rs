@@ -46,7 +46,19 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 
 /// A new server with `opts` and `config` (each call loads the model and starts an engine).
 pub fn start(opts: LaunchOptions, config: ServerConfig) -> Server {
-    let loaded = kestrel_model::load_model(&model_path()).expect("load the default model");
+    start_model(&model_path(), opts, config)
+}
+
+/// [`start`] on the model at `path` (a repository path, e.g. a fixture, is read from the
+/// workspace root).
+pub fn start_model(path: &std::path::Path, opts: LaunchOptions, config: ServerConfig) -> Server {
+    let path = match path.is_relative() {
+        true => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(path),
+        false => path.to_path_buf(),
+    };
+    let loaded = kestrel_model::load_model(&path).expect("load the model");
     // Each engine gets its own pool: two engines must not share workers.
     let pool: &'static ThreadPool = Box::leak(Box::new(ThreadPool::new(2)));
     let state = kestrel_server::launch::start(loaded, &opts, pool).expect("start the engine");

@@ -352,3 +352,18 @@ fn a_bad_chat_template_file_stops_serve_naming_it() {
         );
     }
 }
+
+#[test]
+fn an_unknown_reasoning_parser_stops_serve_naming_the_choices() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("serve")
+        .args(strs(&small(&["--reasoning-parser", "granite"])))
+        .output()
+        .expect("kestrel runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("granite") && stderr.contains("deepseek_r1, qwen3, none"),
+        "{stderr}"
+    );
+}

@@ -21,9 +21,10 @@ pub struct EngineArgs {
     /// Name clients see in /v1/models and responses [default: the model file's stem].
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// A Jinja chat template file used instead of the model's own (or given to a model whose
-    /// file has none and whose family has no built-in one).
-    #[arg(long, value_name = "PATH")]
+    /// The chat template used instead of the model's own (or given to a model whose file has
+    /// none and whose family has no built-in one): a Jinja file, or the name of a built-in
+    /// template (`chatml`, `gemma`).
+    #[arg(long, value_name = "PATH_OR_NAME")]
     pub chat_template: Option<PathBuf>,
     /// Most requests running in one batch.
     #[arg(long, env = "MAX_BATCH_SIZE", default_value_t = 64)]
@@ -214,10 +215,8 @@ impl EngineArgs {
             Some(method) => load_quantizing(&path, method, self.quantize_group)?,
         };
         if let Some(template) = &self.chat_template {
-            let source = std::fs::read_to_string(template)
-                .with_context(|| format!("cannot read chat template {}", template.display()))?;
             loaded
-                .set_chat_template(source)
+                .set_chat_template(chat_template_source(template)?)
                 .with_context(|| format!("chat template {}", template.display()))?;
         }
         let description = ModelDescription::new(&path, &loaded, self.quantize.as_deref());
@@ -225,6 +224,23 @@ impl EngineArgs {
         let pool = crate::thread_pool(self.threads);
         let launched = kestrel_server::launch::start_engine_with_draft(loaded, draft, opts, pool)?;
         Ok((launched, description))
+    }
+}
+
+/// The template `--chat-template` names: a file's text, or a built-in template's.
+fn chat_template_source(template: &std::path::Path) -> Result<String> {
+    let builtin = template
+        .to_str()
+        .and_then(kestrel_model::families::builtin_templates::named);
+    match builtin {
+        Some(source) if !template.exists() => Ok(source.to_string()),
+        _ => std::fs::read_to_string(template).with_context(|| {
+            format!(
+                "cannot read chat template {} (a file, or a built-in name: {})",
+                template.display(),
+                kestrel_model::families::builtin_templates::names()
+            )
+        }),
     }
 }
 

@@ -29,6 +29,7 @@ pub mod lora;
 pub mod qk_rows;
 pub mod runner;
 pub mod tokenizer;
+pub mod turn_folding;
 pub mod weights;
 
 pub use error::ModelError;

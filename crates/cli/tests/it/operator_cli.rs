@@ -329,8 +329,64 @@ fn a_chat_template_file_replaces_the_models_own() {
     );
 }
 
+/// `--chat-template chatml` picks Kestrel's built-in ChatML template by name: the default
+/// model's own template adds a default system prompt, the plain ChatML one does not.
+#[test]
+fn a_built_in_chat_template_is_chosen_by_name() {
+    let body = r#"{"messages":[{"role":"user","content":"Hello"}],"max_tokens":1}"#;
+    let prompt_tokens = |args: &[&str]| {
+        let server = serve("named-template", &strs(&small(args)), &[]);
+        let (status, _, text) = http(&server.addr, "POST", "/v1/chat/completions", None, body);
+        assert_eq!(status, 200, "{text}");
+        let reply: Value = serde_json::from_str(&text).expect("JSON");
+        reply["usage"]["prompt_tokens"].as_u64().expect("usage")
+    };
+    let own = prompt_tokens(&[]);
+    let chatml = prompt_tokens(&["--chat-template", "chatml"]);
+    assert!(
+        (8..=10).contains(&chatml) && chatml < own,
+        "ChatML around \"Hello\" is 9 tokens ({chatml}); the model's own template adds a \
+         system prompt ({own})"
+    );
+}
+
+/// A template that takes only alternating user/model turns (Gemma's) still serves what agents
+/// send — several developer messages, consecutive user turns, a system message after the
+/// user's turn, a tool result — folded into its shape; a conversation it cannot take even
+/// folded (one that opens with the assistant) keeps the template's own refusal.
+#[test]
+fn a_strict_template_serves_agent_shaped_conversations_folded() {
+    let server = serve(
+        "folded-turns",
+        &strs(&small(&["--chat-template", "gemma"])),
+        &[],
+    );
+    let agent = r#"{"max_tokens":1,"messages":[
+        {"role":"developer","content":"You are a coding agent."},
+        {"role":"developer","content":"Work in /tmp."},
+        {"role":"user","content":"Hello"},
+        {"role":"user","content":"List the files."},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+            "function":{"name":"ls","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":"a.txt"},
+        {"role":"system","content":"Reply briefly."}]}"#;
+    let (status, _, text) = http(&server.addr, "POST", "/v1/chat/completions", None, agent);
+    assert_eq!(status, 200, "{text}");
+    let opens_with_assistant =
+        r#"{"max_tokens":1,"messages":[{"role":"assistant","content":"Hi"}]}"#;
+    let (status, _, text) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        None,
+        opens_with_assistant,
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("alternate"), "{text}");
+}
+
 /// A chat template that does not compile stops `kestrel serve` before it serves, naming the
-/// file; a missing one likewise.
+/// file; a missing one likewise (and names the built-in templates).
 #[test]
 fn a_bad_chat_template_file_stops_serve_naming_it() {
     let dir = temp_dir("bad-template");
@@ -350,6 +406,9 @@ fn a_bad_chat_template_file_stops_serve_naming_it() {
             stderr.contains("chat template") && stderr.contains(&path_arg),
             "stderr names the template file {path_arg}:\n{stderr}"
         );
+        if path == &missing {
+            assert!(stderr.contains("chatml, gemma"), "{stderr}");
+        }
     }
 }
 

@@ -35,7 +35,7 @@ impl Family for Gemma2 {
     }
 
     fn builtin_chat_template(&self) -> Option<&'static str> {
-        Some(include_str!("templates/gemma.jinja"))
+        super::builtin_templates::named("gemma")
     }
 
     fn hf_defaults(&self) -> HfDefaults {

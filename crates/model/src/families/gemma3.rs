@@ -38,7 +38,7 @@ impl Family for Gemma3 {
     }
 
     fn builtin_chat_template(&self) -> Option<&'static str> {
-        Some(include_str!("templates/gemma.jinja"))
+        super::builtin_templates::named("gemma")
     }
 
     fn qk_norm(&self) -> bool {

@@ -15,6 +15,7 @@
 //! 3. add a golden test on a tiny checkpoint (`crates/model/tests/it/golden_tiny_*.rs`).
 
 mod architecture;
+pub mod builtin_templates;
 pub(crate) mod family;
 pub mod registry;
 

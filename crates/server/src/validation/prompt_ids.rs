@@ -3,6 +3,7 @@
 
 use kestrel_model::chat_prompt::ChatPromptError;
 use kestrel_model::chat_template::{ChatMessage, ChatTemplateError, TemplateKwargs};
+use kestrel_model::turn_folding::fold_turns;
 
 use crate::error::ApiError;
 use crate::openai::wire::{ChatMessageIn, MessageContent, Prompt};
@@ -55,7 +56,26 @@ pub(super) fn chat_prompt_ids(
     state
         .limits()
         .check_input_bytes("messages", content_bytes)?;
-    kestrel_model::chat_prompt::encode_chat(template, state.tokenizer(), turns, tools, kwargs, true)
+    let encode = |turns: &[ChatMessage]| {
+        kestrel_model::chat_prompt::encode_chat(
+            template,
+            state.tokenizer(),
+            turns,
+            tools,
+            kwargs,
+            true,
+        )
+    };
+    // A template that refuses the conversation's shape (several system messages, a system
+    // message after a user turn, roles that do not alternate, a tool role it lacks) gets the
+    // same words folded into the shape it takes; if that fails too, the first refusal stands.
+    encode(turns)
+        .or_else(|e| match e {
+            ChatPromptError::Template(ChatTemplateError::Raised(_)) => {
+                encode(&fold_turns(turns)).map_err(|_| e)
+            }
+            e => Err(e),
+        })
         .map_err(|e| match e {
             ChatPromptError::Template(ChatTemplateError::ReservedKwarg(_)) => {
                 ApiError::param("chat_template_kwargs", e.to_string())

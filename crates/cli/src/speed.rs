@@ -3,6 +3,9 @@
 //! steps from an empty context), so the numbers can be put beside llama.cpp's. `-p 0` or
 //! `-n 0` skips a test.
 //!
+//! `--depth N` (llama-bench's `-d`) first fills N tokens of context into every sequence's KV,
+//! untimed, then measures pp and tg after it: what attention costs at long context.
+//!
 //! For tg it also reports the weight bytes one decode step reads (every layer and output
 //! matrix, one embedding row) times tokens/s: the achieved memory bandwidth, which `--membw`
 //! compares with a STREAM triad measured in the same run on the same threads.
@@ -48,6 +51,10 @@ pub struct SpeedArgs {
     /// report the tg weight-read rate as a percentage of it.
     #[arg(long)]
     pub membw: bool,
+    /// Tokens of context already in the KV cache before each test (filled once, untimed):
+    /// pp and tg are measured after this many tokens, as llama-bench's `-d`.
+    #[arg(short = 'd', long, default_value_t = 0)]
+    pub depth: usize,
     /// Sequences decoded together in each tg step (each with its own KV); t/s counts all.
     #[arg(long, default_value_t = 1)]
     pub seqs: usize,
@@ -72,7 +79,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         )?),
         false => None,
     };
-    let blocks = args.prompt.max(args.gen).max(1).div_ceil(BLOCK_SIZE);
+    let blocks = (args.depth + args.prompt.max(args.gen).max(1)).div_ceil(BLOCK_SIZE);
     let seqs = args.seqs.max(1);
     let kv = KvSpec {
         block_size: BLOCK_SIZE,
@@ -80,6 +87,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         dtype: args.kv_cache_dtype,
     };
     let mut runner = ModelRunner::with_kv(loaded.model, kv, pool);
+    let kv_bytes_per_step = kv_bytes_per_step(&args, runner.kv_shape().bytes_per_token());
     let (adapters, lora_load_ms) = load_adapters(&mut runner, &args.lora)?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut tokens = |n: usize| {
@@ -91,7 +99,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         seqs: vec![SeqBatch {
             request_id: 0,
             tokens: tokens(args.prompt),
-            start_pos: 0,
+            start_pos: args.depth,
             block_table: (0..blocks as u32).collect(),
             num_logits: 1,
             adapter: None,
@@ -101,7 +109,12 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         tokens: tokens(args.gen),
         seqs,
         blocks,
+        start: args.depth,
     };
+    if args.depth > 0 {
+        let context = tokens(args.depth);
+        decode.fill_context(&mut runner, &context)?;
+    }
     let pp = (args.prompt > 0)
         .then(|| {
             measure(args.reps, args.prompt, || {
@@ -137,6 +150,7 @@ pub fn run(args: SpeedArgs) -> Result<()> {
         tg_lora,
         lora_load_ms,
         bytes_per_token,
+        kv_bytes_per_step,
         membw,
     };
     match args.json {
@@ -152,6 +166,13 @@ fn decode_bytes_per_token(loaded: &kestrel_model::LoadedModel) -> u64 {
     loaded.model.token_weight_bytes() as u64
 }
 
+/// KV bytes one tg step reads on average: every sequence's context (the depth, plus half the
+/// generated tokens) in every layer, as if no layer had a sliding window.
+fn kv_bytes_per_step(args: &SpeedArgs, kv_bytes_per_token: usize) -> u64 {
+    let mean_context = args.depth + args.gen.saturating_sub(1) / 2;
+    (args.seqs.max(1) * mean_context * kv_bytes_per_token) as u64
+}
+
 /// Everything one `kestrel speed` run measured.
 struct Report<'a> {
     name: String,
@@ -163,16 +184,30 @@ struct Report<'a> {
     tg_lora: Option<Rate>,
     lora_load_ms: Vec<f64>,
     bytes_per_token: u64,
+    /// KV bytes a tg step reads (see [`kv_bytes_per_step`]).
+    kv_bytes_per_step: u64,
     membw: Option<Bandwidth>,
 }
 
 impl Report<'_> {
-    /// Achieved weight-read bandwidth of the mean tg rate, GB/s (a step of `--seqs`
-    /// sequences reads the weights once).
+    /// Bytes one tg step reads: the weights once, and every sequence's KV.
+    fn step_bytes(&self) -> u64 {
+        self.bytes_per_token + self.kv_bytes_per_step
+    }
+
+    /// Achieved read bandwidth of the mean tg rate, GB/s (a step of `--seqs` sequences reads
+    /// the weights once and each sequence's KV).
     fn tg_gbs(&self) -> Option<f64> {
         let steps = |tg: Rate| tg.mean / self.args.seqs.max(1) as f64;
-        self.tg
-            .map(|tg| steps(tg) * self.bytes_per_token as f64 / 1e9)
+        self.tg.map(|tg| steps(tg) * self.step_bytes() as f64 / 1e9)
+    }
+
+    /// ` @ dN` after a test's name when it ran after N tokens of context (llama-bench's label).
+    fn at_depth(&self) -> String {
+        match self.args.depth {
+            0 => String::new(),
+            d => format!(" @ d{d}"),
+        }
     }
 
     /// Time of a tg step with the adapters over the time without them.
@@ -193,6 +228,7 @@ impl Report<'_> {
         if let (Some(obj), Some(gbs)) = (tg.as_mut().and_then(|v| v.as_object_mut()), self.tg_gbs())
         {
             obj.insert("bytes_per_token".into(), self.bytes_per_token.into());
+            obj.insert("kv_bytes_per_step".into(), self.kv_bytes_per_step.into());
             obj.insert("gbs".into(), gbs.into());
             obj.insert("pct_of_triad".into(), self.tg_pct_of_triad().into());
         }
@@ -201,6 +237,7 @@ impl Report<'_> {
                 "tg": rate(self.tg_lora, self.args.gen), "cost": cost})
         });
         serde_json::json!({"model": self.name, "threads": self.threads, "isa": kernels_name(),
+            "depth": self.args.depth,
             "kv_cache_dtype": self.args.kv_cache_dtype.name(), "pp": rate(self.pp, self.args.prompt), "tg": tg,
             "seqs": self.args.seqs, "lora": lora, "membw": self.membw})
     }
@@ -211,13 +248,16 @@ impl Report<'_> {
         let (name, threads) = (&self.name, self.threads);
         if let Some(pp) = self.pp {
             println!(
-                "| {name} | {threads} | pp{} | {:.2} ± {:.2} |",
-                self.args.prompt, pp.mean, pp.std
+                "| {name} | {threads} | pp{}{} | {:.2} ± {:.2} |",
+                self.args.prompt,
+                self.at_depth(),
+                pp.mean,
+                pp.std
             );
         }
         let tg_test = match self.args.seqs {
-            0 | 1 => format!("tg{}", self.args.gen),
-            n => format!("tg{} x{n} seqs", self.args.gen),
+            0 | 1 => format!("tg{}{}", self.args.gen, self.at_depth()),
+            n => format!("tg{}{} x{n} seqs", self.args.gen, self.at_depth()),
         };
         if let Some(tg) = self.tg {
             println!(
@@ -244,9 +284,17 @@ impl Report<'_> {
             );
         }
         if let Some(gbs) = self.tg_gbs() {
-            let mb = self.bytes_per_token as f64 / 1e6;
+            let mb = self.step_bytes() as f64 / 1e6;
+            let kv = match self.kv_bytes_per_step {
+                0 => String::new(),
+                kv => format!(
+                    " ({:.1} weights + {:.1} KV)",
+                    self.bytes_per_token as f64 / 1e6,
+                    kv as f64 / 1e6
+                ),
+            };
             print!(
-                "\ntg weight reads: {mb:.1} MB/step x {:.2} steps/s = {gbs:.2} GB/s",
+                "\ntg reads: {mb:.1} MB/step{kv} x {:.2} steps/s = {gbs:.2} GB/s",
                 gbs * 1e3 / mb
             );
             match (self.membw, self.tg_pct_of_triad()) {
@@ -279,11 +327,12 @@ fn load_adapters(
 }
 
 /// The tg test: `seqs` sequences, each with its own `blocks` KV blocks, decoding `tokens`
-/// one step at a time from an empty context.
+/// one step at a time after `start` tokens of context.
 struct DecodeRun {
     tokens: Vec<u32>,
     seqs: usize,
     blocks: usize,
+    start: usize,
 }
 
 impl DecodeRun {
@@ -294,23 +343,45 @@ impl DecodeRun {
         adapters: &[Option<AdapterId>],
     ) -> Result<(), ExecutorError> {
         for (pos, &t) in self.tokens.iter().enumerate() {
-            runner.execute(&self.step(pos, t, adapters))?;
+            runner.execute(&self.step(self.start + pos, t, adapters))?;
         }
         Ok(())
     }
 
     fn step(&self, pos: usize, token: u32, adapters: &[Option<AdapterId>]) -> BatchInput {
         let seq = |i: usize| SeqBatch {
-            request_id: i as u64,
-            tokens: vec![token],
-            start_pos: pos,
-            block_table: ((i * self.blocks) as u32..((i + 1) * self.blocks) as u32).collect(),
-            num_logits: 1,
             adapter: adapters[i % adapters.len()],
+            ..self.seq(i, vec![token], pos)
         };
         BatchInput {
             seqs: (0..self.seqs).map(seq).collect(),
         }
+    }
+
+    /// Sequence `i`'s `tokens` at `start_pos`, in its own blocks, with one row of logits.
+    fn seq(&self, i: usize, tokens: Vec<u32>, start_pos: usize) -> SeqBatch {
+        SeqBatch {
+            request_id: i as u64,
+            tokens,
+            start_pos,
+            block_table: ((i * self.blocks) as u32..((i + 1) * self.blocks) as u32).collect(),
+            num_logits: 1,
+            adapter: None,
+        }
+    }
+
+    /// Writes `context` (positions `0..start`) into every sequence's KV, in prefill chunks.
+    fn fill_context(&self, runner: &mut ModelRunner, context: &[u32]) -> Result<(), ExecutorError> {
+        const CHUNK: usize = 512;
+        for i in 0..self.seqs {
+            for (c, chunk) in context.chunks(CHUNK).enumerate() {
+                let input = BatchInput {
+                    seqs: vec![self.seq(i, chunk.to_vec(), c * CHUNK)],
+                };
+                runner.execute(&input)?;
+            }
+        }
+        Ok(())
     }
 }
 

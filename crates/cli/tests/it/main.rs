@@ -18,3 +18,4 @@ mod serve_hardening;
 mod serve_lora;
 mod serve_memory;
 mod serve_quantize;
+mod speed_cli;

@@ -69,6 +69,28 @@ impl BlockHash {
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
+
+    /// The hash whose raw bytes are `bytes` (as a store keyed by hashes reads them back).
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        BlockHash(bytes)
+    }
+
+    /// The bytes as 64 lowercase hex digits (a file name).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The hash named by 64 hex digits; `None` for anything else.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        if hex.len() != 64 || !hex.is_ascii() {
+            return None;
+        }
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(BlockHash(bytes))
+    }
 }
 
 /// `0x00` for none, else `0x01` and the bytes.

@@ -34,6 +34,7 @@
 pub mod attention_window;
 pub mod block_hash;
 pub mod block_pool;
+pub mod disk_tier;
 pub mod manager;
 
 pub use attention_window::AttentionWindow;

@@ -256,8 +256,13 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, default=None,
                     help="decoder layers (default: the preset's, 22 for tinyllama)")
+    ap.add_argument("--context", type=int, default=None,
+                    help="context length written to the file (default: the preset's, 2048 "
+                         "for tinyllama; long-context benchmarks need 8192 or more)")
     args = ap.parse_args()
     shape = PRESETS[args.preset]
+    if args.context is not None:
+        shape = dataclasses.replace(shape, context=args.context)
     layers = shape.layers if args.layers is None else args.layers
     write(args.out, np.random.default_rng(args.seed), args.type, layers, shape)
     print(args.out)

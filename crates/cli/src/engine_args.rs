@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use kestrel_engine::speculative::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
-use kestrel_model::engine_builder::{SpecMethod, SpeculativeOptions};
+use kestrel_model::engine_builder::{KvDiskOptions, SpecMethod, SpeculativeOptions};
 use kestrel_quant::quantize::{QuantMethod, QuantOptions};
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 
@@ -63,6 +63,13 @@ pub struct EngineArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// A directory for the KV disk tier: full prefix-cache blocks are kept there (and read
+    /// back for later prompts that start the same way), across restarts.
+    #[arg(long, value_name = "DIR")]
+    pub kv_cache_disk: Option<PathBuf>,
+    /// Most bytes the KV disk tier's files may take (least recently used blocks go first).
+    #[arg(long, default_value = "20GiB", value_parser = parse_bytes, requires = "kv_cache_disk")]
+    pub kv_cache_disk_size: u64,
     /// Quantize an F32/F16/BF16 model while loading: int8, int4, nf4, q8_0, q4_0, q4_1, q4_k
     /// or q6_k (round to nearest; awq and gptq need calibration: use `kestrel quantize`).
     #[arg(long)]
@@ -195,10 +202,25 @@ impl EngineArgs {
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
             tool_call_parser: self.tool_call_parser,
-            reasoning_parser: self.reasoning_parser.clone().map(|f| f.0),
+            reasoning_parser: self.reasoning_parser.map(|f| f.0),
             slo_admission: !self.no_slo_admission,
+            kv_disk: self.kv_disk()?,
             ..LaunchOptions::default()
         })
+    }
+
+    /// The KV disk tier asked for, checked against the prefix-cache setting.
+    fn kv_disk(&self) -> Result<Option<KvDiskOptions>> {
+        let Some(dir) = self.kv_cache_disk.clone() else {
+            return Ok(None);
+        };
+        if self.no_prefix_caching {
+            bail!("--kv-cache-disk keeps prefix-cache blocks: it needs prefix caching (drop --no-prefix-caching)");
+        }
+        Ok(Some(KvDiskOptions {
+            dir,
+            budget_bytes: self.kv_cache_disk_size,
+        }))
     }
 
     /// Loads the model (quantizing it if asked) and starts the engine.

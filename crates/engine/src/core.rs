@@ -19,7 +19,10 @@
 
 mod constrained;
 mod embed;
+mod kv_tier_link;
 mod prompt_scores;
+
+pub use kv_tier_link::{KvTierLink, TierTraffic};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,7 +35,9 @@ use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, Request
 use crate::config::EngineConfig;
 use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
+use crate::kv::disk_tier::{DiskTier, TierStats};
 use crate::kv::KvLeak;
+use crate::kv_tier_metrics::record_disk_tier;
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{
     record_config, record_idle_check, record_iteration, record_iteration_times,
@@ -88,6 +93,8 @@ pub struct EngineCore {
     /// Refuse requests whose first-token objective the predictor says cannot be met.
     slo_admission: bool,
     idle_checks: IdleChecks,
+    /// The KV disk tier under the prefix cache, when there is one.
+    tier: Option<KvTierLink>,
 }
 
 /// Counts of [`EngineCore::check_idle`] runs and failures.
@@ -133,7 +140,21 @@ impl EngineCore {
             predictor: TtftPredictor::new(),
             slo_admission: true,
             idle_checks: IdleChecks::default(),
+            tier: None,
         })
+    }
+
+    /// Puts `tier` under the prefix cache: blocks the cache registers are copied to it, and
+    /// prompts continue their prefix hit there (see [`KvTierLink`]). Fails only if its reader
+    /// thread cannot be spawned.
+    pub fn with_disk_tier(mut self, tier: DiskTier) -> std::io::Result<Self> {
+        self.tier = Some(KvTierLink::new(tier, &mut self.scheduler)?);
+        Ok(self)
+    }
+
+    /// The disk tier's state and traffic, when there is a tier.
+    pub fn disk_tier_stats(&self) -> Option<(TierStats, TierTraffic)> {
+        self.tier.as_ref().map(KvTierLink::stats)
     }
 
     /// The same core decoding speculatively with `speculator` (see [`crate::speculative`]).
@@ -373,6 +394,9 @@ impl EngineCore {
         if let Some(spec) = &mut self.spec {
             spec.plan(&mut self.scheduler);
         }
+        if let Some(tier) = &mut self.tier {
+            tier.before_schedule(&mut self.scheduler, self.executor.as_mut());
+        }
         let mut out = self.scheduler.schedule();
         if let Some(spec) = &mut self.spec {
             spec.propose(&mut out, &mut self.scheduler, self.executor.vocab_size());
@@ -389,9 +413,15 @@ impl EngineCore {
                 }),
                 Err(failure) => self.fail_batch(&out, &failure),
             }
+            if let Some(tier) = &mut self.tier {
+                tier.keep_new_blocks(&mut self.scheduler, self.executor.as_ref());
+            }
             record_iteration(computed);
         }
         self.recorder.record(&self.scheduler.stats());
+        if let Some((stats, traffic)) = self.disk_tier_stats() {
+            record_disk_tier(&stats, traffic);
+        }
         if let Some(experts) = &mut self.experts {
             experts.record();
         }

@@ -135,6 +135,19 @@ pub trait Executor: Send {
     fn unload_adapter(&mut self, id: AdapterId) {
         let _ = id;
     }
+    /// A copy of KV block `block` in every layer (for the disk tier to keep); `None` when the
+    /// executor cannot hand its KV out.
+    fn kv_block_bytes(&self, block: BlockId) -> Option<Vec<u8>> {
+        let _ = block;
+        None
+    }
+    /// Writes `bytes` (from [`kv_block_bytes`](Self::kv_block_bytes) of the same model and
+    /// KV layout) into block `block`; false, with nothing written, when the executor cannot
+    /// or the length is not one block's.
+    fn set_kv_block_bytes(&mut self, block: BlockId, bytes: &[u8]) -> bool {
+        let _ = (block, bytes);
+        false
+    }
     /// Run `input` (whole prompts, from position 0) and return, for each sequence, the final
     /// hidden state of its last token (after the final norm, `hidden` wide, not normalised),
     /// concatenated in batch order. The K/V written go to the sequences' blocks, which the

@@ -41,6 +41,7 @@ use crate::config::EngineConfig;
 use crate::constraint::{ConstraintError, ConstraintFactory, GrammarSpec};
 use crate::core::EngineCore;
 use crate::executor::Executor;
+use crate::kv::disk_tier::DiskTier;
 use crate::output::TokenDecoder;
 use crate::prompt_pass::{PromptPassError, PromptTokenScore};
 use crate::request::RequestId;
@@ -131,6 +132,8 @@ pub struct EngineOptions {
     pub constraints: Option<Arc<ConstraintFactory>>,
     /// What to do with first-token objectives the engine predicts it cannot meet.
     pub slo_admission: SloAdmission,
+    /// The KV disk tier under the prefix cache (`None`: RAM only).
+    pub disk_tier: Option<DiskTier>,
 }
 
 /// Whether requests with a first-token objective (`ttft_slo`) are checked at admission.
@@ -189,12 +192,16 @@ impl EngineHandle {
             speculator,
             constraints,
             slo_admission,
+            disk_tier,
         } = options;
         let mut core = EngineCore::new(executor, decoder, eos_token_ids, &config)?
             .with_constraints(constraints.clone())
             .with_slo_admission(slo_admission == SloAdmission::Enforce);
         if let Some(speculator) = speculator {
             core = core.with_speculator(speculator);
+        }
+        if let Some(tier) = disk_tier {
+            core = core.with_disk_tier(tier)?;
         }
         let (tx, rx) = mpsc::channel();
         let stats = Arc::new(Mutex::new(core.stats()));

@@ -52,6 +52,7 @@ pub mod executor;
 pub mod expert_counts;
 pub mod handle;
 pub mod kv;
+pub mod kv_tier_metrics;
 pub mod logit_bias;
 pub mod lora_metrics;
 pub mod metrics;

@@ -97,6 +97,7 @@ pub mod names {
 
 /// Registers help text and units for every engine metric with the installed recorder.
 pub fn describe() {
+    crate::kv_tier_metrics::describe();
     use names::*;
     describe_gauge!(
         NUM_REQUESTS_RUNNING,

@@ -160,6 +160,11 @@ pub struct Request {
     generation: Generation,
     /// Speculative-decoding state: draft slots, draft length, proposer bookkeeping.
     spec: SpecState,
+    /// Whether blocks of its prompt are being read back from the KV disk tier (it is not
+    /// admitted until they are in the prefix cache or the read gave up).
+    loading_from_disk: bool,
+    /// Whether the KV disk tier was asked about its prompt already.
+    disk_checked: bool,
 }
 
 impl Request {
@@ -222,7 +227,25 @@ impl Request {
             blocks: RequestBlocks::default(),
             generation,
             spec: SpecState::default(),
+            loading_from_disk: false,
+            disk_checked: false,
         }
+    }
+
+    /// Whether its prompt's blocks are being read back from the KV disk tier.
+    pub fn loading_from_disk(&self) -> bool {
+        self.loading_from_disk
+    }
+
+    /// Whether the KV disk tier was asked about its prompt already.
+    pub fn disk_checked(&self) -> bool {
+        self.disk_checked
+    }
+
+    /// Marks the disk tier as asked, and whether reads for it are under way.
+    pub fn set_disk_lookup(&mut self, loading: bool) {
+        self.disk_checked = true;
+        self.loading_from_disk = loading;
     }
 
     /// The request id.

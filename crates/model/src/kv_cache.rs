@@ -89,6 +89,48 @@ impl KvCache {
         2 * self.shape.n_layers * self.shape.bytes_per_layer()
     }
 
+    /// Bytes of one block in one layer's K (or V) array.
+    fn block_bytes_per_layer(&self) -> usize {
+        self.shape.block_size
+            * self.shape.n_kv_heads
+            * self.shape.dtype.row_bytes(self.shape.head_dim)
+    }
+
+    /// The byte range of block `block` in a layer's K or V array, if the block exists.
+    fn block_range(&self, block: usize) -> Option<std::ops::Range<usize>> {
+        let n = self.block_bytes_per_layer();
+        (block < self.shape.num_blocks).then(|| block * n..(block + 1) * n)
+    }
+
+    /// A copy of block `block` in every layer: each layer's K bytes, then its V bytes.
+    pub fn block_bytes(&self, block: usize) -> Option<Vec<u8>> {
+        let range = self.block_range(block)?;
+        let mut out = Vec::with_capacity(2 * self.shape.n_layers * range.len());
+        for (k, v) in self.k.iter().zip(&self.v) {
+            out.extend_from_slice(&k[range.clone()]);
+            out.extend_from_slice(&v[range.clone()]);
+        }
+        Some(out)
+    }
+
+    /// Writes a copy made by [`KvCache::block_bytes`] into block `block`; false, with nothing
+    /// written, if the block does not exist or `bytes` is not one block's length.
+    pub fn set_block_bytes(&mut self, block: usize, bytes: &[u8]) -> bool {
+        let Some(range) = self.block_range(block) else {
+            return false;
+        };
+        let n = range.len();
+        if bytes.len() != 2 * self.shape.n_layers * n {
+            return false;
+        }
+        let mut chunks = bytes.chunks_exact(n);
+        for (k, v) in self.k.iter_mut().zip(self.v.iter_mut()) {
+            k[range.clone()].copy_from_slice(chunks.next().expect("length checked"));
+            v[range.clone()].copy_from_slice(chunks.next().expect("length checked"));
+        }
+        true
+    }
+
     /// Layer `layer`'s cache, for the attention kernel.
     pub fn layer(&self, layer: usize) -> PagedKv<'_> {
         PagedKv {
@@ -128,6 +170,23 @@ mod tests {
             num_blocks: 4,
             dtype,
         }
+    }
+
+    #[test]
+    fn a_block_copied_out_and_back_lands_in_its_place_only() {
+        let mut cache = KvCache::new(KvCacheShape {
+            n_layers: 2,
+            ..shape(KvDtype::F16)
+        });
+        let n = 2 * 2 * 16 * 3 * KvDtype::F16.row_bytes(64);
+        let bytes: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+        assert!(cache.set_block_bytes(2, &bytes));
+        assert_eq!(cache.block_bytes(2).as_deref(), Some(bytes.as_slice()));
+        assert!(cache.block_bytes(1).unwrap().iter().all(|&b| b == 0));
+        assert!(cache.block_bytes(3).unwrap().iter().all(|&b| b == 0));
+        assert!(!cache.set_block_bytes(4, &bytes), "no block 4");
+        assert!(!cache.set_block_bytes(0, &bytes[1..]), "wrong length");
+        assert!(cache.block_bytes(4).is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use kestrel_engine::adapter_id::AdapterId;
 
 use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
 use kestrel_engine::expert_counts::ExpertTokenCounts;
-use kestrel_engine::kv::NO_BLOCK;
+use kestrel_engine::kv::{BlockId, NO_BLOCK};
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
@@ -284,6 +284,14 @@ impl Executor for ModelRunner {
 
     fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
         self.model.expert_token_counts()
+    }
+
+    fn kv_block_bytes(&self, block: BlockId) -> Option<Vec<u8>> {
+        self.kv.block_bytes(block as usize)
+    }
+
+    fn set_kv_block_bytes(&mut self, block: BlockId, bytes: &[u8]) -> bool {
+        self.kv.set_block_bytes(block as usize, bytes)
     }
 
     /// Reads and fits the adapter (the loader's error message comes back as

@@ -18,7 +18,7 @@ use kestrel_engine::config::EngineConfig;
 use kestrel_engine::handle::{EngineHandle, SloAdmission};
 use kestrel_engine::kv::AttentionWindow;
 use kestrel_model::engine_builder::{
-    EngineBuildError, EngineBuilder, SpeculativeError, SpeculativeOptions,
+    EngineBuildError, EngineBuilder, KvDiskOptions, SpeculativeError, SpeculativeOptions,
 };
 pub use kestrel_model::runner::KvBudget;
 use kestrel_model::runner::{KvSizeError, KvSpec};
@@ -64,6 +64,8 @@ pub struct LaunchOptions {
     /// Refuse (429) requests whose `ttft_slo_ms` the engine predicts it cannot meet; off
     /// (`--no-slo-admission`), objectives are only counted met or missed.
     pub slo_admission: bool,
+    /// The KV disk tier under the prefix cache (`--kv-cache-disk`); `None`: RAM only.
+    pub kv_disk: Option<KvDiskOptions>,
 }
 
 impl Default for LaunchOptions {
@@ -89,6 +91,7 @@ impl Default for LaunchOptions {
             tool_call_parser: None,
             reasoning_parser: None,
             slo_admission: true,
+            kv_disk: None,
         }
     }
 }
@@ -112,6 +115,9 @@ pub enum LaunchError {
         path: PathBuf,
         source: AdapterError,
     },
+    /// The KV disk tier could not be opened (`--kv-cache-disk`).
+    #[error("--kv-cache-disk: {0}")]
+    KvDisk(EngineBuildError),
 }
 
 /// The build error in the server's words (`--lora-modules` names the flag at fault).
@@ -123,6 +129,9 @@ impl From<EngineBuildError> for LaunchError {
             EngineBuildError::Lora { name, path, source } => {
                 LaunchError::Lora { name, path, source }
             }
+            e @ (EngineBuildError::KvDisk(_)
+            | EngineBuildError::ModelIdentity { .. }
+            | EngineBuildError::KvDiskWithDraft) => LaunchError::KvDisk(e),
         }
     }
 }
@@ -223,6 +232,7 @@ pub fn start_engine_with_draft(
         .speculative(opts.speculative.clone(), draft)
         .lora_modules(opts.lora_modules.clone())
         .structured_output(true)
+        .kv_disk(opts.kv_disk.clone())
         .slo_admission(if opts.slo_admission {
             SloAdmission::Enforce
         } else {

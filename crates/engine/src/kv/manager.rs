@@ -22,7 +22,7 @@
 //! that leaves one request's window only loses that request's reference.
 
 use super::block_hash::extend_block_hashes;
-use super::{AttentionWindow, BlockId, BlockPool, KvError, KvLeak, NO_BLOCK};
+use super::{AttentionWindow, BlockHash, BlockId, BlockPool, KvError, KvLeak, NO_BLOCK};
 use crate::request::Request;
 
 /// KV-cache geometry and policy. The model side converts its memory budget into `num_blocks`.
@@ -93,6 +93,9 @@ pub struct KvCacheManager {
     window: Option<AttentionWindow>,
     /// Blocks released out of the attention window since start.
     window_blocks_freed: u64,
+    /// Blocks registered in the prefix cache since the last [`Self::take_new_blocks`], kept
+    /// only when a lower tier wants them ([`Self::log_new_blocks`]).
+    new_blocks: Option<Vec<(BlockHash, BlockId)>>,
 }
 
 impl KvCacheManager {
@@ -114,7 +117,59 @@ impl KvCacheManager {
                 .attention_window
                 .and_then(|w| AttentionWindow::new(w, config.block_size)),
             window_blocks_freed: 0,
+            new_blocks: None,
         })
+    }
+
+    /// Keeps a log of the blocks registered in the prefix cache from now on, for a lower tier
+    /// that keeps copies of them ([`Self::take_new_blocks`]).
+    pub fn log_new_blocks(&mut self) {
+        self.new_blocks.get_or_insert_with(Vec::new);
+    }
+
+    /// The blocks registered in the prefix cache since the last call (full and computed, so
+    /// their K/V is written), in registration order.
+    pub fn take_new_blocks(&mut self) -> Vec<(BlockHash, BlockId)> {
+        self.new_blocks
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The hashes of `req`'s full prompt blocks past its prefix-cache hit, up to the block
+    /// before its last token (the blocks a lower tier could supply), in order. Empty when
+    /// caching is off, the request already holds blocks, or its blocks are not kept below
+    /// RAM (see [`shareable_below`]).
+    pub fn blocks_past_hit(&mut self, req: &mut Request) -> Vec<BlockHash> {
+        let hit = self.get_computed_blocks(req).blocks.len();
+        let empty = !self.enable_caching || !req.block_table().is_empty() || req.num_tokens() == 0;
+        if empty || !shareable_below(req) {
+            return Vec::new();
+        }
+        let max_blocks = (req.num_tokens() - 1) / self.block_size;
+        req.block_hashes()
+            .get(hit..max_blocks)
+            .map(<[BlockHash]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// Puts a block read back from a lower tier into the prefix cache as `hash`: takes the
+    /// least recently freed block, lets `write` fill it, and leaves it free and cached (the
+    /// most recently freed). False, with the cache unchanged, when `hash` is cached already,
+    /// caching is off, no block is free, or `write` fails.
+    pub fn adopt_block(&mut self, hash: BlockHash, write: impl FnOnce(BlockId) -> bool) -> bool {
+        if !self.enable_caching || self.pool.lookup(hash).is_some() {
+            return false;
+        }
+        let Some(block) = self.pool.allocate(1).and_then(|b| b.first().copied()) else {
+            return false;
+        };
+        let written = write(block);
+        if written {
+            self.pool.cache_block(block, hash);
+        }
+        self.pool.free([block]);
+        written
     }
 
     /// Token slots per block.
@@ -252,13 +307,17 @@ impl KvCacheManager {
             return;
         }
         self.update_hashes(req);
+        let lower_tier = shareable_below(req);
         let num_full = num_full.min(req.block_table().len());
         for i in num_cached..num_full {
             let block = req.block_table()[i];
             // Blocks are released only after they were registered here.
             debug_assert_ne!(block, NO_BLOCK, "block {i} released before it was cached");
-            if block != NO_BLOCK {
-                self.pool.cache_block(block, req.block_hashes()[i]);
+            let hash = req.block_hashes()[i];
+            if block != NO_BLOCK && self.pool.cache_block(block, hash) && lower_tier {
+                if let Some(log) = &mut self.new_blocks {
+                    log.push((hash, block));
+                }
             }
         }
         req.blocks_mut().num_cached = num_full.max(num_cached);
@@ -364,4 +423,11 @@ impl KvCacheManager {
         let (tokens, hashes) = req.block_hashes_mut();
         extend_block_hashes(hashes, tokens, self.block_size, key, salt.as_deref());
     }
+}
+
+/// Whether `req`'s blocks may go to (and come from) a tier that outlives the process: not
+/// those of a LoRA adapter, whose cache namespace is its id in this process only (a restart
+/// may give the id to another adapter).
+fn shareable_below(req: &Request) -> bool {
+    req.params().adapter.is_none()
 }

@@ -196,6 +196,21 @@ impl Scheduler {
         &self.kv
     }
 
+    /// The KV-cache manager, for a lower tier that logs and adopts prefix-cache blocks
+    /// (block tables stay the scheduler's).
+    pub(crate) fn kv_mut(&mut self) -> &mut KvCacheManager {
+        &mut self.kv
+    }
+
+    /// The hashes of waiting request `id`'s prompt blocks past its prefix-cache hit (see
+    /// [`KvCacheManager::blocks_past_hit`]); empty for an unknown id.
+    pub(crate) fn blocks_past_hit(&mut self, id: RequestId) -> Vec<crate::kv::BlockHash> {
+        match self.requests.get_mut(&id) {
+            Some(req) => self.kv.blocks_past_hit(req),
+            None => Vec::new(),
+        }
+    }
+
     /// Lends fresh KV blocks for `num_tokens` tokens to `f` and frees them after it (see
     /// [`KvCacheManager::with_scratch_blocks`]).
     pub fn with_scratch_blocks<T>(
@@ -526,6 +541,10 @@ impl Scheduler {
                 self.waiting.remove(id);
                 continue;
             };
+            // Its cached prefix is still being read back from disk: admit it once it is.
+            if req.loading_from_disk() {
+                continue;
+            }
             if self.policy.defer_admission(req, &admission) {
                 admission.deferred(req);
                 continue;

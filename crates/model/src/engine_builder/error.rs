@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use kestrel_engine::adapters::AdapterError;
 use kestrel_engine::handle::EngineStartError;
+use kestrel_engine::kv::disk_tier::DiskTierError;
 
 use super::speculative::SpeculativeError;
 
@@ -23,4 +24,16 @@ pub enum EngineBuildError {
         path: PathBuf,
         source: AdapterError,
     },
+    /// The KV disk tier's directory cannot be opened.
+    #[error(transparent)]
+    KvDisk(#[from] DiskTierError),
+    /// The model's files cannot be read to fingerprint the KV disk tier.
+    #[error("cannot read {} to fingerprint the KV disk tier: {source}", path.display())]
+    ModelIdentity {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A draft model keeps KV of its own, which the disk tier does not keep.
+    #[error("the KV disk tier cannot be combined with a draft model (speculative decoding with `draft`)")]
+    KvDiskWithDraft,
 }

@@ -13,6 +13,7 @@
 
 mod built_engine;
 mod error;
+mod kv_disk;
 pub mod speculative;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ use kestrel_engine::handle::{EngineHandle, EngineOptions, SloAdmission};
 
 pub use built_engine::BuiltEngine;
 pub use error::EngineBuildError;
+pub use kv_disk::KvDiskOptions;
 pub use speculative::{SpecMethod, SpeculativeError, SpeculativeOptions};
 
 use crate::runner::KvSpec;
@@ -49,6 +51,7 @@ pub struct EngineBuilder {
     lora_modules: Vec<(String, PathBuf)>,
     structured_output: bool,
     slo_admission: SloAdmission,
+    kv_disk: Option<KvDiskOptions>,
 }
 
 impl EngineBuilder {
@@ -70,7 +73,14 @@ impl EngineBuilder {
             lora_modules: Vec::new(),
             structured_output: false,
             slo_admission: SloAdmission::default(),
+            kv_disk: None,
         }
+    }
+
+    /// A KV disk tier under the prefix cache (`None`: RAM only).
+    pub fn kv_disk(mut self, opts: Option<KvDiskOptions>) -> EngineBuilder {
+        self.kv_disk = opts;
+        self
     }
 
     /// Speculative decoding with `opts` (`None`: off); `draft` is the draft model the
@@ -110,6 +120,17 @@ impl EngineBuilder {
         let tokenizer = Arc::new(loaded.tokenizer);
         let eos = tokenizer.eos_ids().to_vec();
         let kv_bytes_per_token = self.kv.shape(&loaded.model).bytes_per_token();
+        if self.kv_disk.is_some() && self.draft.is_some() {
+            return Err(EngineBuildError::KvDiskWithDraft);
+        }
+        let disk_tier = self
+            .kv_disk
+            .as_ref()
+            .map(|opts| {
+                let shape = self.kv.shape(&loaded.model);
+                kv_disk::open_tier(opts, &loaded.path, &loaded.model, shape)
+            })
+            .transpose()?;
         let speculator = self
             .speculative
             .as_ref()
@@ -124,6 +145,7 @@ impl EngineBuilder {
             speculator,
             constraints,
             slo_admission: self.slo_admission,
+            disk_tier,
         };
         let engine = EngineHandle::try_start_with(
             Box::new(runner),

@@ -85,10 +85,9 @@ pub fn read_header(
     if &h[16..48] != fingerprint.as_bytes() {
         return Err(BlockFileError::Foreign);
     }
-    let hash: [u8; 32] = h[48..80].try_into().expect("32 bytes");
     Ok(BlockHeader {
-        hash: BlockHash::from_bytes(hash),
-        payload_len: u64::from_le_bytes(h[80..88].try_into().expect("8 bytes")),
+        hash: BlockHash::from_bytes(array(h, 48)),
+        payload_len: u64::from_le_bytes(array(h, 80)),
         payload_crc: u32_at(h, 88),
     })
 }
@@ -114,7 +113,14 @@ pub fn decode(
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+    u32::from_le_bytes(array(bytes, at))
+}
+
+/// `N` bytes of `bytes` from `at` (within the header, whose length was checked).
+fn array<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&bytes[at..at + N]);
+    out
 }
 
 #[cfg(test)]

@@ -66,9 +66,12 @@ impl TierIndex {
         }
         let mut evicted = Vec::new();
         while self.used + bytes > self.budget {
-            let (_, oldest) = self.order.pop_first().expect("used > 0 means an entry");
-            let e = self.entries.remove(&oldest).expect("ordered entries exist");
-            self.used -= e.bytes;
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            if let Some(e) = self.entries.remove(&oldest) {
+                self.used -= e.bytes;
+            }
             evicted.push(oldest);
         }
         let tick = self.tick();

@@ -50,8 +50,7 @@ class Server:
     def __init__(self, kestrel, model, threads, tier=None):
         self.port = free_port()
         args = [kestrel, "serve", "--model", model, "--hostname", "127.0.0.1",
-                "--port", str(self.port), "--threads", str(threads), "--kv-cache-memory", "2GiB",
-                "--max-total-tokens", "16384"]
+                "--port", str(self.port), "--threads", str(threads), "--kv-cache-memory", "2GiB"]
         if tier:
             args += ["--kv-cache-disk", tier]
         self.log = tempfile.TemporaryFile()
@@ -80,6 +79,11 @@ class Server:
                 return float(line.split()[1])
         return 0.0
 
+    def count_tokens(self, text):
+        req = urllib.request.Request(self.base + "/tokenize", json.dumps({"inputs": text}).encode(),
+                                     {"Content-Type": "application/json"})
+        return len(json.loads(urllib.request.urlopen(req, timeout=60).read()))
+
     def turn(self, prompt, max_tokens=16):
         """Streams a greedy completion: (seconds to the first token, text, usage)."""
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -102,19 +106,27 @@ class Server:
         return first, text, usage
 
 
-def history(n_tokens_approx):
-    """A conversation transcript of about `n_tokens_approx` tokens, and the next message."""
+def history(server, n_tokens):
+    """A conversation transcript of about `n_tokens` tokens (counted by the server's
+    tokenizer), and the next message."""
     turns, i = [], 0
-    while sum(len(t) for t in turns) < n_tokens_approx * 4:
+    per_turn = None
+    while True:
         turns.append(f"User: How should I change line {i} of module_{i % 13}.rs?\n"
                      f"Assistant: Rename the variable count_{i} to total_{i} and keep the "
                      f"loop bound at {i * 3}; the tests in case_{i % 17} cover it.\n")
         i += 1
+        if per_turn is None and i == 20:
+            per_turn = server.count_tokens("".join(turns)) / 20
+        if per_turn and i * per_turn >= n_tokens:
+            break
     return "".join(turns), "User: Now summarise every change in one sentence.\nAssistant:"
 
 
 def bench_model(args, model):
-    hist, message = history(args.tokens)
+    s = Server(args.kestrel, model, args.threads)
+    hist, message = history(s, args.tokens)
+    s.kill()
     rows = {"cold": [], "warm": []}
     texts, cached, prompt_tokens = set(), [], 0
     for _ in range(args.rounds):

@@ -37,7 +37,6 @@ use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
 use crate::kv::disk_tier::{DiskTier, TierStats};
 use crate::kv::KvLeak;
-use crate::kv_tier_metrics::record_disk_tier;
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{
     record_config, record_idle_check, record_iteration, record_iteration_times,
@@ -419,9 +418,6 @@ impl EngineCore {
             record_iteration(computed);
         }
         self.recorder.record(&self.scheduler.stats());
-        if let Some((stats, traffic)) = self.disk_tier_stats() {
-            record_disk_tier(&stats, traffic);
-        }
         if let Some(experts) = &mut self.experts {
             experts.record();
         }

@@ -1,15 +1,13 @@
 //! KV disk tier metrics: the tokens asked of it and supplied (beside vLLM's names for a KV
 //! connector's external cache), what it holds, and the traffic of its writer and reader.
-//! Published after every step from the tier's own running totals.
+//! Recorded where each event happens (the writer and reader threads included), so they are
+//! current while the engine idles.
 
 use std::time::Duration;
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
-
-use crate::core::TierTraffic;
-use crate::kv::disk_tier::TierStats;
 
 /// Metric names, exactly as exported.
 pub mod names {
@@ -122,24 +120,53 @@ pub fn describe() {
     );
 }
 
-/// Publishes the tier's state and running totals.
-pub(crate) fn record_disk_tier(s: &TierStats, traffic: TierTraffic) {
+/// Blocks and bytes now on disk, and the budget (after the index changed).
+pub(crate) fn record_tier_size(blocks: usize, used_bytes: u64, budget_bytes: u64) {
     use names::*;
-    counter!(KV_DISK_QUERIES_TOTAL).absolute(traffic.queries);
-    counter!(KV_DISK_HITS_TOTAL).absolute(traffic.hits);
-    counter!(EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL).absolute(traffic.queries);
-    counter!(EXTERNAL_PREFIX_CACHE_HITS_TOTAL).absolute(traffic.hits);
-    gauge!(KV_DISK_BLOCKS).set(s.blocks as f64);
-    gauge!(KV_DISK_USED_BYTES).set(s.used_bytes as f64);
-    gauge!(KV_DISK_BUDGET_BYTES).set(s.budget_bytes as f64);
-    counter!(KV_DISK_BLOCKS_WRITTEN_TOTAL).absolute(s.blocks_written);
-    counter!(KV_DISK_WRITTEN_BYTES_TOTAL).absolute(s.bytes_written);
-    counter!(KV_DISK_BLOCKS_READ_TOTAL).absolute(s.blocks_read);
-    counter!(KV_DISK_READ_BYTES_TOTAL).absolute(s.bytes_read);
-    counter!(KV_DISK_WRITES_DROPPED_TOTAL).absolute(s.writes_dropped);
-    counter!(KV_DISK_WRITE_ERRORS_TOTAL).absolute(s.write_errors);
-    counter!(KV_DISK_FILES_REFUSED_TOTAL).absolute(s.files_refused);
-    gauge!(KV_DISK_DISABLED).set(if s.disabled { 1.0 } else { 0.0 });
+    gauge!(KV_DISK_BLOCKS).set(blocks as f64);
+    gauge!(KV_DISK_USED_BYTES).set(used_bytes as f64);
+    gauge!(KV_DISK_BUDGET_BYTES).set(budget_bytes as f64);
+}
+
+/// One block written, taking `bytes`.
+pub(crate) fn record_block_written(bytes: u64) {
+    counter!(names::KV_DISK_BLOCKS_WRITTEN_TOTAL).increment(1);
+    counter!(names::KV_DISK_WRITTEN_BYTES_TOTAL).increment(bytes);
+}
+
+/// One block read back, `bytes` long.
+pub(crate) fn record_block_read(bytes: u64) {
+    counter!(names::KV_DISK_BLOCKS_READ_TOTAL).increment(1);
+    counter!(names::KV_DISK_READ_BYTES_TOTAL).increment(bytes);
+}
+
+/// A block not written: the queue was full.
+pub(crate) fn record_write_dropped() {
+    counter!(names::KV_DISK_WRITES_DROPPED_TOTAL).increment(1);
+}
+
+/// A write failed; `disabled`: the tier is off from now on.
+pub(crate) fn record_write_error(disabled: bool) {
+    counter!(names::KV_DISK_WRITE_ERRORS_TOTAL).increment(1);
+    gauge!(names::KV_DISK_DISABLED).set(if disabled { 1.0 } else { 0.0 });
+}
+
+/// A block file refused and deleted.
+pub(crate) fn record_file_refused() {
+    counter!(names::KV_DISK_FILES_REFUSED_TOTAL).increment(1);
+}
+
+/// Prompt tokens looked up on disk (`queries`) and read back into the prefix cache (`hits`).
+pub(crate) fn record_tier_traffic(queries: u64, hits: u64) {
+    use names::*;
+    if queries > 0 {
+        counter!(KV_DISK_QUERIES_TOTAL).increment(queries);
+        counter!(EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL).increment(queries);
+    }
+    if hits > 0 {
+        counter!(KV_DISK_HITS_TOTAL).increment(hits);
+        counter!(EXTERNAL_PREFIX_CACHE_HITS_TOTAL).increment(hits);
+    }
 }
 
 /// One block read back in `elapsed`.

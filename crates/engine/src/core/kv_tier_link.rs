@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use crate::executor::Executor;
 use crate::kv::disk_tier::{DiskTier, TierStats};
 use crate::kv::BlockHash;
-use crate::kv_tier_metrics::record_disk_read;
+use crate::kv_tier_metrics::{record_disk_read, record_tier_traffic};
 use crate::request::RequestId;
 use crate::scheduler::Scheduler;
 
@@ -113,6 +113,7 @@ impl KvTierLink {
     fn adopt_loaded(&mut self, scheduler: &mut Scheduler, executor: &mut dyn Executor) {
         while let Ok(Loaded { id, blocks }) = self.loaded.try_recv() {
             let block_size = scheduler.kv().block_size() as u64;
+            let mut hits = 0;
             for (hash, bytes) in blocks {
                 let adopted = scheduler
                     .kv_mut()
@@ -120,8 +121,10 @@ impl KvTierLink {
                 if !adopted {
                     break;
                 }
-                self.traffic.hits += block_size;
+                hits += block_size;
             }
+            self.traffic.hits += hits;
+            record_tier_traffic(0, hits);
             if let Some(req) = scheduler.request_mut(id) {
                 req.set_disk_lookup(false);
             }
@@ -138,7 +141,9 @@ impl KvTierLink {
                 continue;
             }
             let past_hit = scheduler.blocks_past_hit(id);
-            self.traffic.queries += past_hit.len() as u64 * block_size;
+            let queries = past_hit.len() as u64 * block_size;
+            self.traffic.queries += queries;
+            record_tier_traffic(queries, 0);
             let room = scheduler.kv().num_free_blocks() / 2;
             let hashes: Vec<BlockHash> = past_hit
                 .into_iter()

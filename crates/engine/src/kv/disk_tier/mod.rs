@@ -38,6 +38,7 @@ pub use tier_fingerprint::TierFingerprint;
 pub use tier_index::TierIndex;
 
 use super::BlockHash;
+use crate::kv_tier_metrics as metrics;
 
 /// Write failures in a row after which the tier turns itself off.
 pub const MAX_WRITE_ERRORS: u32 = 3;
@@ -180,6 +181,7 @@ impl DiskTier {
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 s.pending().remove(&hash);
                 s.counters.writes_dropped.fetch_add(1, Ordering::Relaxed);
+                metrics::record_write_dropped();
             }
         }
     }
@@ -207,11 +209,13 @@ impl DiskTier {
                     .fetch_add(payload.len() as u64, Ordering::Relaxed);
                 c.read_nanos
                     .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                metrics::record_block_read(payload.len() as u64);
                 Some(payload)
             }
             Err(why) => {
                 s.refuse(&path, &why);
                 s.index().remove(hash);
+                s.record_size();
                 None
             }
         }
@@ -275,6 +279,7 @@ impl Shared {
     fn refuse(&self, path: &Path, why: &str) {
         tracing::warn!(path = %path.display(), "KV disk tier: refusing block file: {why}");
         self.counters.files_refused.fetch_add(1, Ordering::Relaxed);
+        metrics::record_file_refused();
         let _ = fs::remove_file(path);
     }
 
@@ -300,12 +305,15 @@ impl Shared {
             }
         }
         found.sort_by_key(|(mtime, _, _)| *mtime);
-        let mut index = self.index();
-        for (_, hash, bytes) in found {
-            for old in index.insert(hash, bytes) {
-                let _ = fs::remove_file(self.path_of(&old));
+        {
+            let mut index = self.index();
+            for (_, hash, bytes) in found {
+                for old in index.insert(hash, bytes) {
+                    let _ = fs::remove_file(self.path_of(&old));
+                }
             }
         }
+        self.record_size();
         Ok(())
     }
 
@@ -363,16 +371,25 @@ impl Shared {
         let c = &self.counters;
         c.blocks_written.fetch_add(1, Ordering::Relaxed);
         c.bytes_written.fetch_add(bytes, Ordering::Relaxed);
+        metrics::record_block_written(bytes);
         let evicted = self.index().insert(hash, bytes);
         for old in evicted {
             let _ = fs::remove_file(self.path_of(&old));
         }
+        self.record_size();
+    }
+
+    /// Publishes what the index holds.
+    fn record_size(&self) {
+        let index = self.index();
+        metrics::record_tier_size(index.len(), index.used(), index.budget());
     }
 
     fn write_failed(&self, e: &std::io::Error) {
         self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
         let in_a_row = self.errors_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::warn!(dir = %self.dir.display(), "KV disk tier: write failed: {e}");
+        metrics::record_write_error(in_a_row >= MAX_WRITE_ERRORS);
         if in_a_row >= MAX_WRITE_ERRORS && !self.disabled.swap(true, Ordering::Relaxed) {
             tracing::error!(
                 dir = %self.dir.display(),

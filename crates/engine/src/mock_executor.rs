@@ -24,6 +24,9 @@ use crate::adapter_id::AdapterId;
 use crate::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry, SeqBatch};
 use crate::kv::NO_BLOCK;
 
+/// Bytes of one slot in a block copied out for the disk tier.
+const SLOT_BYTES: usize = 12;
+
 /// What a shadow KV slot holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Slot {
@@ -286,6 +289,45 @@ impl Executor for MockExecutor {
 
     fn vocab_size(&self) -> usize {
         self.vocab
+    }
+
+    /// A full block's slots as bytes (token `u32` LE, position `u64` LE per slot); `None` for
+    /// a block with an unwritten slot.
+    fn kv_block_bytes(&self, block: u32) -> Option<Vec<u8>> {
+        let slots = self.kv.get(&block)?;
+        let mut out = Vec::with_capacity(slots.len() * SLOT_BYTES);
+        for slot in slots {
+            let slot = slot.as_ref()?;
+            out.extend_from_slice(&slot.token.to_le_bytes());
+            out.extend_from_slice(&(slot.pos as u64).to_le_bytes());
+        }
+        Some(out)
+    }
+
+    /// Writes a block copied by [`Executor::kv_block_bytes`] back, as if an earlier step had
+    /// computed it (the copy counts as a step, so the next step may read it).
+    fn set_kv_block_bytes(&mut self, block: u32, bytes: &[u8]) -> bool {
+        if block as usize >= self.num_blocks || bytes.len() != self.block_size * SLOT_BYTES {
+            return false;
+        }
+        let step = self.step;
+        self.step += 1;
+        let slots = bytes
+            .chunks_exact(SLOT_BYTES)
+            .map(|c| {
+                let mut token = [0u8; 4];
+                let mut pos = [0u8; 8];
+                token.copy_from_slice(&c[..4]);
+                pos.copy_from_slice(&c[4..]);
+                Some(Slot {
+                    token: u32::from_le_bytes(token),
+                    pos: u64::from_le_bytes(pos) as usize,
+                    step,
+                })
+            })
+            .collect();
+        self.kv.insert(block, slots);
+        true
     }
 
     fn kv_geometry(&self) -> KvGeometry {

@@ -112,6 +112,7 @@ impl KvTierLink {
 
     fn adopt_loaded(&mut self, scheduler: &mut Scheduler, executor: &mut dyn Executor) {
         while let Ok(Loaded { id, blocks }) = self.loaded.try_recv() {
+            protect_ram_hit(scheduler, id, blocks.first().map(|(h, _)| *h));
             let block_size = scheduler.kv().block_size() as u64;
             let mut hits = 0;
             for (hash, bytes) in blocks {
@@ -165,6 +166,21 @@ impl Drop for KvTierLink {
             let _ = reader.join();
         }
     }
+}
+
+/// Makes request `id`'s cached blocks before `first_loaded` the most recently freed, so the
+/// blocks read back after them do not evict the prefix they extend.
+fn protect_ram_hit(scheduler: &mut Scheduler, id: RequestId, first_loaded: Option<BlockHash>) {
+    let Some(req) = scheduler.request(id) else {
+        return;
+    };
+    let prefix: Vec<BlockHash> = req
+        .block_hashes()
+        .iter()
+        .take_while(|&&h| Some(h) != first_loaded)
+        .copied()
+        .collect();
+    scheduler.kv_mut().refresh_cached(&prefix);
 }
 
 /// The blocks of `hashes` the tier can serve, in order, up to the first it cannot.

@@ -160,6 +160,15 @@ impl BlockPool {
         }
     }
 
+    /// Moves free block `block` to the tail of the free list (evicted last); a block in use
+    /// is left alone.
+    pub fn refresh(&mut self, block: BlockId) {
+        if self.meta[block as usize].in_free_list {
+            self.unlink(block);
+            self.push_back(block);
+        }
+    }
+
     /// Registers the full block `block` under `hash`. Returns false (and leaves the block
     /// uncached) if it already has a hash or another block already holds the same content.
     pub fn cache_block(&mut self, block: BlockId, hash: BlockHash) -> bool {

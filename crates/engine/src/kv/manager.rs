@@ -153,6 +153,16 @@ impl KvCacheManager {
             .unwrap_or_default()
     }
 
+    /// Makes the free cached blocks of `hashes` the most recently freed (last to be evicted),
+    /// in order.
+    pub fn refresh_cached(&mut self, hashes: &[BlockHash]) {
+        for &h in hashes {
+            if let Some(block) = self.pool.lookup(h) {
+                self.pool.refresh(block);
+            }
+        }
+    }
+
     /// Puts a block read back from a lower tier into the prefix cache as `hash`: takes the
     /// least recently freed block, lets `write` fill it, and leaves it free and cached (the
     /// most recently freed). False, with the cache unchanged, when `hash` is cached already,

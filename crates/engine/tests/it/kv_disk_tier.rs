@@ -148,3 +148,58 @@ fn a_failing_disk_turns_the_tier_off() {
     assert_eq!(stats.write_errors, u64::from(MAX_WRITE_ERRORS));
     assert_eq!((stats.blocks, stats.blocks_written), (0, 0));
 }
+
+/// An engine over the checking mock executor with a disk tier under its prefix cache: a
+/// prompt whose blocks were evicted from RAM comes back from disk (the mock checks every
+/// position a step reads was written at that position), and the reply is the same.
+#[test]
+fn an_engine_reads_evicted_prefixes_back_from_disk() {
+    use crate::engine_common::{collect, config, controlled, prompt, request, LetterDecoder, EOS};
+    use kestrel_engine::handle::{EngineHandle, EngineOptions};
+    use std::sync::Arc;
+
+    let root = temp_root("engine");
+    let cfg = config(24);
+    let (exec, _ctl) = controlled(&cfg);
+    let tier = DiskTier::open(&root, fp(), BUDGET).unwrap();
+    let options = EngineOptions {
+        disk_tier: Some(tier),
+        ..EngineOptions::default()
+    };
+    let engine = EngineHandle::try_start_with(
+        Box::new(exec),
+        Arc::new(LetterDecoder),
+        vec![EOS],
+        cfg.engine(),
+        options,
+    )
+    .unwrap();
+    let run = |seed: u32| {
+        let stream = engine.submit(request(prompt(seed, 41), 4).build()).unwrap();
+        collect(stream)
+    };
+    let first = run(1);
+    assert_eq!(first.usage().cached_tokens, 0);
+    // Two other prompts of 11 blocks each take every one of the 24 blocks in turn.
+    run(2);
+    run(3);
+    // The writer thread has written what the three requests computed (11 blocks each).
+    let dir = std::fs::read_dir(&root)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let written = || std::fs::read_dir(&dir).unwrap().count() >= 30;
+    assert!(crate::engine_common::wait_until(
+        std::time::Duration::from_secs(10),
+        written
+    ));
+    let again = run(1);
+    assert_eq!(again.ids, first.ids, "the same reply from blocks read back");
+    assert_eq!(
+        again.usage().cached_tokens,
+        40,
+        "all 10 full prompt blocks came from disk"
+    );
+}

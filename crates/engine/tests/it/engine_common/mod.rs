@@ -165,6 +165,14 @@ impl Executor for ControlledExecutor {
         self.inner.kv_geometry()
     }
 
+    fn kv_block_bytes(&self, block: u32) -> Option<Vec<u8>> {
+        self.inner.kv_block_bytes(block)
+    }
+
+    fn set_kv_block_bytes(&mut self, block: u32, bytes: &[u8]) -> bool {
+        self.inner.set_kv_block_bytes(block, bytes)
+    }
+
     fn load_adapter(
         &mut self,
         id: kestrel_engine::adapter_id::AdapterId,

@@ -10,7 +10,8 @@
 //!   `model` or TGI `adapter_id` (resolved in [`validation`]). `GET /` is the web playground
 //!   ([`routes::playground`]), `POST /` TGI's generate.
 //! * One folder per API family: [`openai`] (`/v1/completions`, `/v1/chat/completions`,
-//!   `/v1/models`, `/v1/embeddings`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
+//!   `/v1/models`, `/v1/embeddings`), [`anthropic`] (`/v1/messages`,
+//!   `/v1/messages/count_tokens`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
 //!   `/tokenize`). A family folder holds its routes, its wire types (`wire`: data only, serde
 //!   and OpenAPI schemas) and its response and SSE shaping; a new family (Anthropic
 //!   `messages`, OpenAI `responses`) is a sibling folder.
@@ -33,6 +34,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod anthropic;
 pub mod auth;
 pub mod backend;
 pub mod base64;

@@ -12,6 +12,9 @@ import urllib.request
 
 import anthropic
 
+# The SDK no longer takes sampling parameters as arguments; the API still reads them.
+GREEDY = {"temperature": 0}
+
 WEATHER = {
     "name": "get_weather",
     "description": "Current weather in a city",
@@ -43,7 +46,7 @@ def text_of(message) -> str:
 
 def create_and_stream(client: anthropic.Anthropic, model: str) -> None:
     messages = [{"role": "user", "content": "Say hello in one word."}]
-    done = client.messages.create(model=model, max_tokens=12, temperature=0, messages=messages)
+    done = client.messages.create(model=model, max_tokens=12, extra_body=GREEDY, messages=messages)
     assert done.type == "message" and done.role == "assistant", done
     assert done.id.startswith("msg_"), done
     assert done.model == model, done
@@ -52,7 +55,7 @@ def create_and_stream(client: anthropic.Anthropic, model: str) -> None:
     assert done.usage.input_tokens > 0 and done.usage.output_tokens > 0, done.usage
     print(f"ok    messages.create: {text_of(done)!r}")
 
-    with client.messages.stream(model=model, max_tokens=12, temperature=0, messages=messages) as s:
+    with client.messages.stream(model=model, max_tokens=12, extra_body=GREEDY, messages=messages) as s:
         streamed = "".join(s.text_stream)
         final = s.get_final_message()
     assert streamed == text_of(done), (streamed, text_of(done))
@@ -62,7 +65,7 @@ def create_and_stream(client: anthropic.Anthropic, model: str) -> None:
     print("ok    messages.stream: text_stream and the final message equal the created one")
 
     stopped = client.messages.create(
-        model=model, max_tokens=3, temperature=0,
+        model=model, max_tokens=3, extra_body=GREEDY,
         messages=[{"role": "user", "content": "Tell me a long story."}],
     )
     assert stopped.stop_reason == "max_tokens" and stopped.usage.output_tokens == 3, stopped
@@ -72,7 +75,7 @@ def create_and_stream(client: anthropic.Anthropic, model: str) -> None:
 def tools(client: anthropic.Anthropic, model: str) -> None:
     question = [{"role": "user", "content": "What is the weather in Paris?"}]
     forced = client.messages.create(
-        model=model, max_tokens=80, temperature=0, messages=question, tools=[WEATHER],
+        model=model, max_tokens=80, extra_body=GREEDY, messages=question, tools=[WEATHER],
         tool_choice={"type": "tool", "name": "get_weather"},
     )
     assert forced.stop_reason == "tool_use", forced
@@ -82,7 +85,7 @@ def tools(client: anthropic.Anthropic, model: str) -> None:
     print(f"ok    a forced tool's input satisfies its schema: {calls[0].input}")
 
     with client.messages.stream(
-        model=model, max_tokens=80, temperature=0, messages=question, tools=[WEATHER],
+        model=model, max_tokens=80, extra_body=GREEDY, messages=question, tools=[WEATHER],
         tool_choice={"type": "any"},
     ) as s:
         final = s.get_final_message()
@@ -91,7 +94,7 @@ def tools(client: anthropic.Anthropic, model: str) -> None:
     print("ok    a streamed `any` call reassembles to valid input")
 
     auto = client.messages.create(
-        model=model, max_tokens=60, temperature=0, messages=question, tools=[WEATHER],
+        model=model, max_tokens=60, extra_body=GREEDY, messages=question, tools=[WEATHER],
     )
     assert auto.stop_reason in ("end_turn", "max_tokens", "tool_use"), auto
     for block in auto.content:
@@ -104,7 +107,7 @@ def tools(client: anthropic.Anthropic, model: str) -> None:
         {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": call.name, "input": call.input}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 degrees."}]},
     ]
-    answer = client.messages.create(model=model, max_tokens=20, temperature=0, messages=follow_up, tools=[WEATHER])
+    answer = client.messages.create(model=model, max_tokens=20, extra_body=GREEDY, messages=follow_up, tools=[WEATHER])
     assert answer.stop_reason in ("end_turn", "max_tokens", "tool_use"), answer
     print("ok    a tool_result turn is answered")
 
@@ -139,7 +142,7 @@ def errors(client: anthropic.Anthropic, model: str) -> None:
     print("ok    an unknown model is a 404 not_found_error")
 
     try:
-        client.messages.create(model=model, max_tokens=8, temperature=7, messages=[{"role": "user", "content": "hi"}])
+        client.messages.create(model=model, max_tokens=8, extra_body={"temperature": 7}, messages=[{"role": "user", "content": "hi"}])
         raise AssertionError("temperature 7 was accepted")
     except anthropic.BadRequestError as e:
         assert "temperature" in e.body["error"]["message"], e.body

@@ -44,12 +44,16 @@ def chat(client: openai.OpenAI, model: str):
         return (e.status_code, e.message)
 
 
+# The `anthropic` SDK no longer takes sampling parameters as arguments; the API still reads them.
+GREEDY = {"temperature": 0}
+
+
 def messages(client: anthropic.Anthropic, model: str):
     """The greedy Messages reply to MESSAGES (whole and streamed) and its prompt's token count,
     or the status and error type of the refusal."""
     try:
-        done = client.messages.create(model=model, messages=MESSAGES, max_tokens=10, temperature=0)
-        with client.messages.stream(model=model, messages=MESSAGES, max_tokens=10, temperature=0) as s:
+        done = client.messages.create(model=model, messages=MESSAGES, max_tokens=10, extra_body=GREEDY)
+        with client.messages.stream(model=model, messages=MESSAGES, max_tokens=10, extra_body=GREEDY) as s:
             streamed = s.get_final_message()
         counted = client.messages.count_tokens(model=model, messages=MESSAGES).input_tokens
         prompt = done.usage.input_tokens + (done.usage.cache_read_input_tokens or 0)

@@ -153,9 +153,9 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
         add("503", "The engine cannot load adapters now", shape, true);
     }
     if path == "/generate_stream" {
-        set_sse(op, true);
+        set_sse(path, op, true);
     } else if SSE_ROUTES.contains(&path) {
-        set_sse(op, false);
+        set_sse(path, op, false);
     }
 }
 
@@ -190,7 +190,7 @@ fn retry_after_header() -> Header {
 /// event as SSE parsers (and OpenAPI 3.2's `itemSchema`) see it: a `data` string holding JSON
 /// (the event type named in its description, or `[DONE]`), with optional `event`, `id` and
 /// `retry` fields.
-fn set_sse(op: &mut Operation, only: bool) {
+fn set_sse(path: &str, op: &mut Operation, only: bool) {
     let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") else {
         return;
     };
@@ -201,9 +201,13 @@ fn set_sse(op: &mut Operation, only: bool) {
         },
         _ => None,
     };
-    let data = match event_type {
-        Some(name) => format!("One JSON `{name}` (#/components/schemas/{name})"),
-        None => "One JSON chunk of the response, or `[DONE]` at the end".to_string(),
+    let data = match (event_type, crate::anthropic::owns_path(path)) {
+        (Some(name), _) => format!("One JSON `{name}` (#/components/schemas/{name})"),
+        (None, true) => "One JSON event of Anthropic's Messages stream, its `type` the event's \
+            name: message_start, content_block_start, content_block_delta, content_block_stop, \
+            message_delta, message_stop, ping or error"
+            .to_string(),
+        (None, false) => "One JSON chunk of the response, or `[DONE]` at the end".to_string(),
     };
     let string = |description: &str| {
         ObjectBuilder::new()

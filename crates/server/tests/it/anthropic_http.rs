@@ -451,3 +451,37 @@ async fn a_claude_code_request_is_accepted() {
     let resp = client().head(format!("{}/", s.base)).send().await.expect("send");
     assert!(resp.status().is_success(), "{}", resp.status());
 }
+
+/// A server that admits one request at once (for the 529 test only).
+fn single_server() -> &'static Server {
+    static S: std::sync::OnceLock<Server> = std::sync::OnceLock::new();
+    S.get_or_init(|| start(options(1), kestrel_server::ServerConfig::default()))
+}
+
+#[tokio::test]
+async fn a_full_server_answers_529_overloaded_with_retry_after() {
+    let s = single_server();
+    let long = json!({"max_tokens": 400, "stream": true, "temperature": 0,
+                      "messages": [{"role": "user", "content": "Count to one thousand."}]});
+    let mut open = client()
+        .post(format!("{}/v1/messages", s.base))
+        .body(long.to_string())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(open.status().as_u16(), 200);
+    let first = open.chunk().await.expect("chunk").expect("message_start");
+    assert!(String::from_utf8_lossy(&first).starts_with("event: message_start\n"));
+    let resp = client()
+        .post(format!("{}/v1/messages", s.base))
+        .body(body("Hi", json!({"max_tokens": 2})).to_string())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status().as_u16(), 529);
+    let retry: u64 = resp.headers()["retry-after"].to_str().expect("ascii").parse().expect("secs");
+    assert!(retry >= 1);
+    let v: Value = resp.json().await.expect("JSON");
+    assert_eq!((&v["type"], &v["error"]["type"]), (&json!("error"), &json!("overloaded_error")), "{v}");
+    drop(open);
+}

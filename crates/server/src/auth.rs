@@ -106,11 +106,17 @@ mod tests {
         assert!(!accepted(&headers));
         headers.insert("x-api-key", "sk-1".parse().unwrap());
         assert!(accepted(&headers));
-        headers.insert(axum::http::header::AUTHORIZATION, "Bearer sk-0".parse().unwrap());
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer sk-0".parse().unwrap(),
+        );
         assert!(accepted(&headers), "either header may carry the key");
         headers.insert("x-api-key", "sk-2".parse().unwrap());
         assert!(!accepted(&headers));
-        headers.insert(axum::http::header::AUTHORIZATION, "Bearer sk-1".parse().unwrap());
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer sk-1".parse().unwrap(),
+        );
         assert!(accepted(&headers));
     }
 }

@@ -153,7 +153,9 @@ pub enum ApiError {
     #[error("{method} is not allowed on {path}; the Allow header lists the methods it takes")]
     MethodNotAllowed { method: String, path: String },
     /// The Authorization header is missing or wrong.
-    #[error("missing or invalid API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`")]
+    #[error(
+        "missing or invalid API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    )]
     Unauthorized,
     /// Too many requests in flight.
     #[error("the server is overloaded ({0} concurrent requests); retry later")]

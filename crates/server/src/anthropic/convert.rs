@@ -34,7 +34,7 @@ use crate::openai::wire::SamplingFields;
 use crate::state::AppState;
 use crate::validation::chat_call::{self, ChatCall, MaxTokens};
 use crate::validation::chat_tools::AutoWithoutFormat;
-use crate::validation::{Validate, ValidRequest};
+use crate::validation::{ValidRequest, Validate};
 use crate::wire::structured::StructuredFields;
 use crate::wire::StopSequences;
 
@@ -487,7 +487,10 @@ mod tests {
     #[test]
     fn system_turns_and_consecutive_user_texts_merge_into_one_user_turn() {
         let messages = [
-            message("user", json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}])),
+            message(
+                "user",
+                json!([{"type": "text", "text": "a"}, {"type": "text", "text": "b", "cache_control": {"type": "ephemeral"}}]),
+            ),
             message("system", json!("reminder")),
             message("user", json!("c")),
             message("assistant", json!("ok")),
@@ -500,7 +503,12 @@ mod tests {
             .collect();
         assert_eq!(
             shown,
-            [("system", "sys"), ("user", "a\nb\n\nreminder\n\nc"), ("assistant", "ok"), ("user", "late")]
+            [
+                ("system", "sys"),
+                ("user", "a\nb\n\nreminder\n\nc"),
+                ("assistant", "ok"),
+                ("user", "late")
+            ]
         );
     }
 
@@ -511,7 +519,10 @@ mod tests {
             json!([{"type": "image", "source": {"type": "base64", "data": ""}}]),
         );
         let e = turns(None, &[image]).unwrap_err().to_string();
-        assert!(e.contains("\"image\"") && e.contains("messages[0].content[0]"), "{e}");
+        assert!(
+            e.contains("\"image\"") && e.contains("messages[0].content[0]"),
+            "{e}"
+        );
         let odd = message("user", json!([{"type": "hologram"}]));
         let e = turns(None, &[odd]).unwrap_err().to_string();
         assert!(e.contains("hologram"), "{e}");
@@ -519,15 +530,20 @@ mod tests {
 
     #[test]
     fn tools_and_choices_map_to_the_chat_shape() {
-        let t = tools(&[json!({"name": "f", "input_schema": {"type": "object"}, "cache_control": {}})])
-            .unwrap();
+        let t =
+            tools(&[json!({"name": "f", "input_schema": {"type": "object"}, "cache_control": {}})])
+                .unwrap();
         assert_eq!(t[0]["function"]["parameters"]["type"], "object");
         let server = tools(&[json!({"type": "web_search_20250305", "name": "web_search"})]);
-        assert!(server.unwrap_err().to_string().contains("web_search_20250305"));
+        assert!(server
+            .unwrap_err()
+            .to_string()
+            .contains("web_search_20250305"));
         let choice = |v: Value| tool_choice(&serde_json::from_value(v).unwrap());
         assert_eq!(choice(json!({"type": "any"})).unwrap().0, json!("required"));
         let (named, parallel) =
-            choice(json!({"type": "tool", "name": "f", "disable_parallel_tool_use": true})).unwrap();
+            choice(json!({"type": "tool", "name": "f", "disable_parallel_tool_use": true}))
+                .unwrap();
         assert_eq!(named["function"]["name"], "f");
         assert_eq!(parallel, Some(false));
         assert!(choice(json!({"type": "tool"})).is_err());

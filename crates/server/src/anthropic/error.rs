@@ -102,7 +102,9 @@ mod tests {
             let body = serde_json::to_value(e.body()).unwrap();
             assert_eq!(body["type"], "error");
             assert_eq!(body["error"]["type"], kind);
-            assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+            assert!(body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()));
         }
     }
 }

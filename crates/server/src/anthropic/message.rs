@@ -171,7 +171,10 @@ mod tests {
     #[test]
     fn stop_reasons_and_usage_follow_anthropic() {
         assert_eq!(stop_reason(FinishReason::Length, true, None), "max_tokens");
-        assert_eq!(stop_reason(FinishReason::Stop, false, Some("x")), "stop_sequence");
+        assert_eq!(
+            stop_reason(FinishReason::Stop, false, Some("x")),
+            "stop_sequence"
+        );
         assert_eq!(stop_reason(FinishReason::Stop, true, None), "tool_use");
         assert_eq!(stop_reason(FinishReason::Stop, false, None), "end_turn");
         let u = usage(Usage {
@@ -179,6 +182,9 @@ mod tests {
             completion_tokens: 3,
             cached_tokens: 4,
         });
-        assert_eq!((u.input_tokens, u.cache_read_input_tokens, u.output_tokens), (6, 4, 3));
+        assert_eq!(
+            (u.input_tokens, u.cache_read_input_tokens, u.output_tokens),
+            (6, 4, 3)
+        );
     }
 }

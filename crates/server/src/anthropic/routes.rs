@@ -20,8 +20,7 @@ use super::error::AnthropicError;
 use super::message::MessageContext;
 use super::stream::MessagesEncoder;
 use super::wire::{
-    AnthropicErrorBody, CountTokensRequest, CountTokensResponse, MessageResponse,
-    MessagesRequest,
+    AnthropicErrorBody, CountTokensRequest, CountTokensResponse, MessageResponse, MessagesRequest,
 };
 use crate::error::{json_response, ApiError};
 use crate::extract::Wire;

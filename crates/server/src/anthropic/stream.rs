@@ -84,7 +84,8 @@ impl MessagesEncoder {
                     };
                     let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
                     self.start_block(block, out);
-                    let partial = json!({"type": "input_json_delta", "partial_json": input.to_string()});
+                    let partial =
+                        json!({"type": "input_json_delta", "partial_json": input.to_string()});
                     self.delta(partial, out);
                     self.close_index(self.blocks - 1, out);
                 }

@@ -49,6 +49,9 @@ pub struct MessagesRequest {
     /// Accepted and ignored.
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    /// Accepted and ignored (the prefix cache needs no hints).
+    #[schema(value_type = Option<Object>)]
+    pub cache_control: Option<Value>,
     /// Accepted and ignored.
     pub service_tier: Option<String>,
 }
@@ -65,6 +68,9 @@ pub struct CountTokensRequest {
     pub thinking: Option<ThinkingConfig>,
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// Accepted and ignored.
+    #[schema(value_type = Option<Object>)]
+    pub cache_control: Option<Value>,
 }
 
 /// One turn of the conversation.
@@ -143,7 +149,9 @@ pub enum InputBlock {
         signature: Option<String>,
     },
     /// Accepted and left out of the prompt.
-    RedactedThinking { data: Option<String> },
+    RedactedThinking {
+        data: Option<String>,
+    },
     /// Refused (text-only models).
     Image {
         #[schema(value_type = Option<Object>)]
@@ -216,7 +224,10 @@ pub struct MessageResponse {
 pub enum OutputBlock {
     /// The model's reasoning (with `--reasoning-parser`, or a template that shows one);
     /// `signature` is empty.
-    Thinking { thinking: String, signature: String },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Text {
         text: String,
     },

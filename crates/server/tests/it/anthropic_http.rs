@@ -56,10 +56,16 @@ pub async fn events(server: &Server, path: &str, body: &Value) -> Vec<(String, V
         .await
         .expect("send");
     assert_eq!(resp.status().as_u16(), 200, "{path} stream status");
-    let ct = resp.headers()["content-type"].to_str().unwrap_or("").to_string();
+    let ct = resp.headers()["content-type"]
+        .to_str()
+        .unwrap_or("")
+        .to_string();
     assert!(ct.starts_with("text/event-stream"), "content type {ct}");
     let text = resp.text().await.expect("body");
-    assert!(text.ends_with("\n\n"), "SSE body must end with a blank line: {text:?}");
+    assert!(
+        text.ends_with("\n\n"),
+        "SSE body must end with a blank line: {text:?}"
+    );
     text.split("\n\n")
         .filter(|e| !e.is_empty())
         .map(|e| {
@@ -83,7 +89,11 @@ pub fn reassemble(events: &[(String, Value)]) -> Value {
         .filter(|n| *n != "ping")
         .collect();
     assert_eq!(names.first(), Some(&"message_start"), "{names:?}");
-    assert_eq!(&names[names.len() - 2..], ["message_delta", "message_stop"], "{names:?}");
+    assert_eq!(
+        &names[names.len() - 2..],
+        ["message_delta", "message_stop"],
+        "{names:?}"
+    );
     let mut message = events[0].1["message"].clone();
     assert_eq!(message["content"], json!([]));
     assert!(message["stop_reason"].is_null());
@@ -172,16 +182,33 @@ async fn a_message_is_created_in_anthropics_shape() {
     let s = main_server();
     let model = served_model(s).await;
     let m = create(s, &body("Say hello.", json!({"model": model}))).await;
-    assert!(m["id"].as_str().is_some_and(|id| id.starts_with("msg_")), "{m}");
-    assert_eq!((m["type"].as_str(), m["role"].as_str()), (Some("message"), Some("assistant")));
+    assert!(
+        m["id"].as_str().is_some_and(|id| id.starts_with("msg_")),
+        "{m}"
+    );
+    assert_eq!(
+        (m["type"].as_str(), m["role"].as_str()),
+        (Some("message"), Some("assistant"))
+    );
     assert_eq!(m["model"], model.as_str());
     assert_eq!(m["content"][0]["type"], "text", "{m}");
     assert!(!text(&m).is_empty(), "{m}");
-    assert!(["end_turn", "max_tokens"].contains(&m["stop_reason"].as_str().unwrap_or("")), "{m}");
+    assert!(
+        ["end_turn", "max_tokens"].contains(&m["stop_reason"].as_str().unwrap_or("")),
+        "{m}"
+    );
     assert!(m["stop_sequence"].is_null());
     let usage = &m["usage"];
-    assert!(usage["input_tokens"].as_u64().is_some_and(|n| n > 0), "{usage}");
-    assert!(usage["output_tokens"].as_u64().is_some_and(|n| (1..=24).contains(&n)), "{usage}");
+    assert!(
+        usage["input_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{usage}"
+    );
+    assert!(
+        usage["output_tokens"]
+            .as_u64()
+            .is_some_and(|n| (1..=24).contains(&n)),
+        "{usage}"
+    );
     assert_eq!(usage["cache_creation_input_tokens"], 0);
     assert!(usage["cache_read_input_tokens"].is_u64());
 }
@@ -191,14 +218,30 @@ async fn a_streamed_message_has_anthropics_events_and_equals_the_whole_one() {
     let s = main_server();
     let request = body("Name three colors.", json!({"max_tokens": 20}));
     let whole = create(s, &request).await;
-    let events = events(s, "/v1/messages", &body("Name three colors.", json!({"max_tokens": 20, "stream": true}))).await;
+    let events = events(
+        s,
+        "/v1/messages",
+        &body(
+            "Name three colors.",
+            json!({"max_tokens": 20, "stream": true}),
+        ),
+    )
+    .await;
     let start = &events[0].1["message"];
-    assert_eq!(start["id"].as_str().map(|i| i.starts_with("msg_")), Some(true));
-    assert!(start["usage"]["input_tokens"].as_u64().is_some_and(|n| n > 0));
+    assert_eq!(
+        start["id"].as_str().map(|i| i.starts_with("msg_")),
+        Some(true)
+    );
+    assert!(start["usage"]["input_tokens"]
+        .as_u64()
+        .is_some_and(|n| n > 0));
     let streamed = reassemble(&events);
     assert_eq!(streamed["content"], whole["content"], "{streamed}\n{whole}");
     assert_eq!(streamed["stop_reason"], whole["stop_reason"]);
-    assert_eq!(streamed["usage"]["output_tokens"], whole["usage"]["output_tokens"]);
+    assert_eq!(
+        streamed["usage"]["output_tokens"],
+        whole["usage"]["output_tokens"]
+    );
     let prompt = |m: &Value| {
         m["usage"]["input_tokens"].as_u64().unwrap_or(0)
             + m["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0)
@@ -232,12 +275,29 @@ async fn a_stop_sequence_ends_the_reply_and_is_named() {
 #[tokio::test]
 async fn max_tokens_is_a_stop_reason_and_a_large_one_is_cut_to_fit() {
     let s = main_server();
-    let m = create(s, &body("Tell me a long story about a dragon.", json!({"max_tokens": 3}))).await;
+    let m = create(
+        s,
+        &body(
+            "Tell me a long story about a dragon.",
+            json!({"max_tokens": 3}),
+        ),
+    )
+    .await;
     assert_eq!(m["stop_reason"], "max_tokens", "{m}");
     assert_eq!(m["usage"]["output_tokens"], 3);
     // Clients send their model's output limit, beyond this server's context.
-    let m = create(s, &body("Hi", json!({"max_tokens": 64000, "temperature": 0, "stop_sequences": ["."]}))).await;
-    assert!(m["usage"]["output_tokens"].as_u64().is_some_and(|n| n > 0), "{m}");
+    let m = create(
+        s,
+        &body(
+            "Hi",
+            json!({"max_tokens": 64000, "temperature": 0, "stop_sequences": ["."]}),
+        ),
+    )
+    .await;
+    assert!(
+        m["usage"]["output_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{m}"
+    );
 }
 
 fn weather_tool() -> Value {
@@ -255,10 +315,20 @@ fn weather_tool() -> Value {
 /// Checks a `tool_use` block against the weather tool's schema.
 fn checked_tool_use(block: &Value) {
     assert_eq!(block["type"], "tool_use", "{block}");
-    assert!(block["id"].as_str().is_some_and(|i| i.starts_with("toolu_")), "{block}");
+    assert!(
+        block["id"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("toolu_")),
+        "{block}"
+    );
     assert_eq!(block["name"], "get_weather");
     let input = block["input"].as_object().expect("input object");
-    assert!(input["city"].as_str().is_some_and(|c| c.chars().count() <= 20), "{block}");
+    assert!(
+        input["city"]
+            .as_str()
+            .is_some_and(|c| c.chars().count() <= 20),
+        "{block}"
+    );
     if let Some(unit) = input.get("unit") {
         assert!(unit == "celsius" || unit == "fahrenheit", "{unit}");
     }
@@ -268,20 +338,34 @@ fn checked_tool_use(block: &Value) {
 #[tokio::test]
 async fn a_forced_tool_gets_input_that_satisfies_its_schema() {
     let s = main_server();
-    for choice in [json!({"type": "tool", "name": "get_weather"}), json!({"type": "any", "disable_parallel_tool_use": true})] {
+    for choice in [
+        json!({"type": "tool", "name": "get_weather"}),
+        json!({"type": "any", "disable_parallel_tool_use": true}),
+    ] {
         let extra = json!({"tools": weather_tool(), "tool_choice": choice, "max_tokens": 80});
         let m = create(s, &body("What is the weather in Paris?", extra.clone())).await;
         assert_eq!(m["stop_reason"], "tool_use", "{m}");
-        let calls: Vec<&Value> = m["content"].as_array().expect("content").iter().filter(|b| b["type"] == "tool_use").collect();
+        let calls: Vec<&Value> = m["content"]
+            .as_array()
+            .expect("content")
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .collect();
         assert_eq!(calls.len(), 1, "{m}");
         checked_tool_use(calls[0]);
         let mut streamed = body("What is the weather in Paris?", extra);
         streamed["stream"] = json!(true);
         let streamed = reassemble(&events(s, "/v1/messages", &streamed).await);
         assert_eq!(streamed["stop_reason"], "tool_use", "{streamed}");
-        let block = streamed["content"].as_array().and_then(|c| c.last()).expect("a block");
+        let block = streamed["content"]
+            .as_array()
+            .and_then(|c| c.last())
+            .expect("a block");
         checked_tool_use(block);
-        assert_eq!(block["input"], calls[0]["input"], "streamed input equals the whole one");
+        assert_eq!(
+            block["input"], calls[0]["input"],
+            "streamed input equals the whole one"
+        );
     }
 }
 
@@ -308,52 +392,81 @@ fn tool_round_trip(result: &str) -> Value {
 async fn tool_results_reach_the_prompt() {
     let s = hermes_server();
     let short = tool_round_trip("Rain.");
-    let long = tool_round_trip("Rain, 4 degrees, wind from the north at 30 km/h, clearing by noon.");
+    let long =
+        tool_round_trip("Rain, 4 degrees, wind from the north at 30 km/h, clearing by noon.");
     let m = create(s, &short).await;
-    assert!(["end_turn", "max_tokens", "tool_use"].contains(&m["stop_reason"].as_str().unwrap_or("")), "{m}");
+    assert!(
+        ["end_turn", "max_tokens", "tool_use"].contains(&m["stop_reason"].as_str().unwrap_or("")),
+        "{m}"
+    );
     let (_, a) = post(s, "/v1/messages/count_tokens", &short).await;
     let (_, b) = post(s, "/v1/messages/count_tokens", &long).await;
-    let (a, b) = (a["input_tokens"].as_u64().expect("count"), b["input_tokens"].as_u64().expect("count"));
+    let (a, b) = (
+        a["input_tokens"].as_u64().expect("count"),
+        b["input_tokens"].as_u64().expect("count"),
+    );
     assert!(b > a + 10, "the tool result is in the prompt: {a} vs {b}");
     let mut failed = short.clone();
     failed["messages"][2]["content"][0]["is_error"] = json!(true);
     let (_, c) = post(s, "/v1/messages/count_tokens", &failed).await;
-    assert!(c["input_tokens"].as_u64().expect("count") > a, "an error result is marked");
+    assert!(
+        c["input_tokens"].as_u64().expect("count") > a,
+        "an error result is marked"
+    );
 }
 
 #[tokio::test]
 async fn count_tokens_is_a_creates_input_plus_cache_reads() {
     let s = hermes_server();
-    let mut request = body("How many legs does a spider have?", json!({"max_tokens": 4, "tools": weather_tool()}));
-    request["system"] = json!([{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]);
+    let mut request = body(
+        "How many legs does a spider have?",
+        json!({"max_tokens": 4, "tools": weather_tool()}),
+    );
+    request["system"] =
+        json!([{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}]);
     let m = create(s, &request).await;
     let (status, count) = post(s, "/v1/messages/count_tokens", &request).await;
     assert_eq!(status, 200, "{count}");
-    let used = m["usage"]["input_tokens"].as_u64().expect("input") + m["usage"]["cache_read_input_tokens"].as_u64().expect("cache");
+    let used = m["usage"]["input_tokens"].as_u64().expect("input")
+        + m["usage"]["cache_read_input_tokens"]
+            .as_u64()
+            .expect("cache");
     assert_eq!(count["input_tokens"].as_u64(), Some(used), "{count} vs {m}");
     // The system prompt is counted (this model's template does not show tools).
     let mut longer = request.clone();
     let rules = "Answer in one word. Never explain. Use lowercase only. ".repeat(4);
     longer["system"] = json!([longer["system"][0].clone(), {"type": "text", "text": rules}]);
     let (_, more) = post(s, "/v1/messages/count_tokens", &longer).await;
-    assert!(more["input_tokens"].as_u64().expect("count") > used + 30, "{more} vs {used}");
+    assert!(
+        more["input_tokens"].as_u64().expect("count") > used + 30,
+        "{more} vs {used}"
+    );
 }
 
 #[tokio::test]
 async fn a_repeated_long_prompt_is_read_from_the_cache() {
     let s = main_server();
     let nonce = format!("{:?}", std::time::Instant::now());
-    let system = format!("Session {nonce}. {}", "The quick brown fox jumps over the lazy dog. ".repeat(20));
+    let system = format!(
+        "Session {nonce}. {}",
+        "The quick brown fox jumps over the lazy dog. ".repeat(20)
+    );
     let mut request = body("Continue the pattern.", json!({"max_tokens": 2}));
     request["system"] = json!(system);
     let first = create(s, &request).await;
     assert_eq!(first["usage"]["cache_read_input_tokens"], 0, "{first}");
     let second = create(s, &request).await;
-    let cached = second["usage"]["cache_read_input_tokens"].as_u64().expect("cache reads");
+    let cached = second["usage"]["cache_read_input_tokens"]
+        .as_u64()
+        .expect("cache reads");
     let input = second["usage"]["input_tokens"].as_u64().expect("input");
     let prompt = first["usage"]["input_tokens"].as_u64().expect("input");
     assert!(cached >= 128, "{second}");
-    assert_eq!(input + cached, prompt, "input tokens exclude cache reads: {second}");
+    assert_eq!(
+        input + cached,
+        prompt,
+        "input tokens exclude cache reads: {second}"
+    );
 }
 
 #[tokio::test]
@@ -362,7 +475,13 @@ async fn x_api_key_authenticates_and_a_refusal_is_anthropic_shaped() {
     let request = body("Hi", json!({"max_tokens": 2}));
     let version = ("anthropic-version", "2023-06-01");
     let beta = ("anthropic-beta", "prompt-caching-2024-07-31");
-    let (status, m) = post_with(s, "/v1/messages", &request, &[("x-api-key", KEY), version, beta]).await;
+    let (status, m) = post_with(
+        s,
+        "/v1/messages",
+        &request,
+        &[("x-api-key", KEY), version, beta],
+    )
+    .await;
     assert_eq!(status, 200, "{m}");
     let bearer = format!("Bearer {KEY}");
     let (status, _) = post_with(s, "/v1/messages", &request, &[("authorization", &bearer)]).await;
@@ -378,7 +497,11 @@ async fn x_api_key_authenticates_and_a_refusal_is_anthropic_shaped() {
     let (status, _) = post_with(s, "/v1/chat/completions", &chat, &[("x-api-key", KEY)]).await;
     assert_eq!(status, 200);
     let (status, e) = post_with(s, "/v1/chat/completions", &chat, &[]).await;
-    assert_eq!((status, &e["error"]["type"]), (401, &json!("authentication_error")), "{e}");
+    assert_eq!(
+        (status, &e["error"]["type"]),
+        (401, &json!("authentication_error")),
+        "{e}"
+    );
 }
 
 /// Checks an Anthropic error body.
@@ -387,14 +510,20 @@ fn anthropic_error(status: u16, v: &Value, expected: u16, kind: &str, mentions: 
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], kind, "{v}");
     let message = v["error"]["message"].as_str().expect("message");
-    assert!(message.contains(mentions), "{message:?} should mention {mentions:?}");
+    assert!(
+        message.contains(mentions),
+        "{message:?} should mention {mentions:?}"
+    );
 }
 
 #[tokio::test]
 async fn errors_are_anthropic_shaped() {
     let s = main_server();
     let mut missing = body("Hi", json!({}));
-    missing.as_object_mut().expect("object").remove("max_tokens");
+    missing
+        .as_object_mut()
+        .expect("object")
+        .remove("max_tokens");
     let (status, v) = post(s, "/v1/messages", &missing).await;
     anthropic_error(status, &v, 400, "invalid_request_error", "max_tokens");
     let image = json!({"max_tokens": 4, "messages": [{"role": "user", "content": [
@@ -409,12 +538,33 @@ async fn errors_are_anthropic_shaped() {
     let (status, text) = post_raw(s, "/v1/messages", b"{\"messages\": [".to_vec()).await;
     let v: Value = serde_json::from_str(&text).expect("JSON error");
     anthropic_error(status, &v, 400, "invalid_request_error", "JSON");
-    let (status, v) = post(s, "/v1/messages", &body("Hi", json!({"model": "claude-no-such-model"}))).await;
+    let (status, v) = post(
+        s,
+        "/v1/messages",
+        &body("Hi", json!({"model": "claude-no-such-model"})),
+    )
+    .await;
     anthropic_error(status, &v, 404, "not_found_error", "claude-no-such-model");
     let server_tool = json!([{"type": "web_search_20250305", "name": "web_search"}]);
-    let (status, v) = post(s, "/v1/messages", &body("Hi", json!({"tools": server_tool}))).await;
-    anthropic_error(status, &v, 400, "invalid_request_error", "web_search_20250305");
-    let (status, v) = post(s, "/v1/messages/count_tokens", &json!({"messages": [{"role": "robot", "content": "x"}]})).await;
+    let (status, v) = post(
+        s,
+        "/v1/messages",
+        &body("Hi", json!({"tools": server_tool})),
+    )
+    .await;
+    anthropic_error(
+        status,
+        &v,
+        400,
+        "invalid_request_error",
+        "web_search_20250305",
+    );
+    let (status, v) = post(
+        s,
+        "/v1/messages/count_tokens",
+        &json!({"messages": [{"role": "robot", "content": "x"}]}),
+    )
+    .await;
     anthropic_error(status, &v, 400, "invalid_request_error", "robot");
     let (status, v) = get(s, "/v1/messages").await;
     let v: Value = serde_json::from_str(&v).expect("JSON error");
@@ -429,14 +579,24 @@ async fn unknown_fields_follow_the_api_policy() {
     let (status, v) = post(main_server(), "/v1/messages", &body("Hi", extra.clone())).await;
     assert_eq!(status, 200, "lenient by default: {v}");
     let (status, v) = post(strict_server(), "/v1/messages", &body("Hi", extra)).await;
-    anthropic_error(status, &v, 400, "invalid_request_error", "context_management");
+    anthropic_error(
+        status,
+        &v,
+        400,
+        "invalid_request_error",
+        "context_management",
+    );
 }
 
 #[tokio::test]
 async fn a_claude_code_request_is_accepted() {
     let s = main_server();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/anthropic/claude-code-request.json");
-    let mut request: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/anthropic/claude-code-request.json"
+    );
+    let mut request: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
     request["model"] = json!(served_model(s).await);
     assert_eq!(request["thinking"]["type"], "adaptive");
     assert_eq!(request["messages"][1]["role"], "system");
@@ -445,10 +605,15 @@ async fn a_claude_code_request_is_accepted() {
     let (status, count) = post(s, "/v1/messages/count_tokens?beta=true", &request).await;
     assert_eq!(status, 200, "{count}");
     let usage = &streamed["usage"];
-    let used = usage["input_tokens"].as_u64().unwrap_or(0) + usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
+    let used = usage["input_tokens"].as_u64().unwrap_or(0)
+        + usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
     assert_eq!(count["input_tokens"].as_u64(), Some(used));
     // Claude Code probes the server with `HEAD /` first.
-    let resp = client().head(format!("{}/", s.base)).send().await.expect("send");
+    let resp = client()
+        .head(format!("{}/", s.base))
+        .send()
+        .await
+        .expect("send");
     assert!(resp.status().is_success(), "{}", resp.status());
 }
 
@@ -479,9 +644,17 @@ async fn a_full_server_answers_529_overloaded_with_retry_after() {
         .await
         .expect("send");
     assert_eq!(resp.status().as_u16(), 529);
-    let retry: u64 = resp.headers()["retry-after"].to_str().expect("ascii").parse().expect("secs");
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("secs");
     assert!(retry >= 1);
-    let v: Value = resp.json().await.expect("JSON");
-    assert_eq!((&v["type"], &v["error"]["type"]), (&json!("error"), &json!("overloaded_error")), "{v}");
+    let v: Value = serde_json::from_str(&resp.text().await.expect("body")).expect("JSON");
+    assert_eq!(
+        (&v["type"], &v["error"]["type"]),
+        (&json!("error"), &json!("overloaded_error")),
+        "{v}"
+    );
     drop(open);
 }

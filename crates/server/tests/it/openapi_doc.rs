@@ -125,7 +125,10 @@ fn messages_documents_404_529_and_503_with_retry_after_in_anthropics_shape() {
             "{status}"
         );
     }
-    assert!(!got.iter().any(|s| s == "429"), "overload is 529 here: {got:?}");
+    assert!(
+        !got.iter().any(|s| s == "429"),
+        "overload is 529 here: {got:?}"
+    );
     for status in ["529", "503"] {
         let header = &op["responses"][status]["headers"]["Retry-After"];
         assert_eq!(header["schema"]["type"], "integer", "{status}");

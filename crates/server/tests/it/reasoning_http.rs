@@ -239,15 +239,22 @@ async fn messages_show_reasoning_as_thinking_blocks_whole_and_streamed() {
     ]);
     assert_eq!(whole["content"], expected, "{whole}");
     assert_eq!(whole["stop_reason"], "end_turn");
-    let body = message(json!({"stream": true, "thinking": {"type": "enabled", "budget_tokens": 1024}}));
+    let body =
+        message(json!({"stream": true, "thinking": {"type": "enabled", "budget_tokens": 1024}}));
     let events = crate::anthropic_http::events(thinker(), "/v1/messages", &body).await;
     let deltas: Vec<&str> = events
         .iter()
         .filter(|(name, _)| name == "content_block_delta")
         .filter_map(|(_, d)| d["delta"]["type"].as_str())
         .collect();
-    let first_text = deltas.iter().position(|d| *d == "text_delta").expect("text");
-    assert!(deltas[..first_text].iter().all(|d| *d == "thinking_delta"), "{deltas:?}");
+    let first_text = deltas
+        .iter()
+        .position(|d| *d == "text_delta")
+        .expect("text");
+    assert!(
+        deltas[..first_text].iter().all(|d| *d == "thinking_delta"),
+        "{deltas:?}"
+    );
     assert!(first_text > 0, "{deltas:?}");
     let streamed = crate::anthropic_http::reassemble(&events);
     assert_eq!(streamed["content"], expected, "{streamed}");
@@ -258,5 +265,9 @@ async fn messages_thinking_disabled_turns_thinking_off() {
     let body = message(json!({"thinking": {"type": "disabled"}}));
     let (status, off) = common::post(thinker(), "/v1/messages", &body).await;
     assert_eq!(status, 200, "{off}");
-    assert_eq!(off["content"], json!([{"type": "text", "text": ANSWER}]), "{off}");
+    assert_eq!(
+        off["content"],
+        json!([{"type": "text", "text": ANSWER}]),
+        "{off}"
+    );
 }

@@ -203,3 +203,93 @@ impl SseEncoder for MessagesEncoder {
         Some(SseFrame::named("ping", json(&json!({"type": "ping"}))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kestrel_engine::api::{EngineFailure, RequestTimings, TokenEvent};
+
+    use super::*;
+
+    fn encoder() -> MessagesEncoder {
+        MessagesEncoder::new(MessageContext {
+            id: "msg_1".into(),
+            model: "m".into(),
+            stops: vec!["##".into()],
+            reasoning: None,
+            tools: None,
+            prompt_tokens: 7,
+        })
+    }
+
+    fn token(text: &str) -> EngineEvent {
+        EngineEvent::Token(TokenEvent {
+            id: 1,
+            text: text.into(),
+            logprobs: None,
+        })
+    }
+
+    fn data(frames: &[SseFrame]) -> Vec<(&'static str, Value)> {
+        frames
+            .iter()
+            .map(|f| (f.event.unwrap(), serde_json::from_str(&f.data).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_reply_streams_as_one_text_block_and_names_its_stop_sequence() {
+        let mut e = encoder();
+        let start = data(&e.start());
+        assert_eq!(start[0].0, "message_start");
+        assert_eq!(start[0].1["message"]["usage"]["input_tokens"], 7);
+        let mut frames = e.event(0, token("Hel"));
+        frames.extend(e.event(0, token("lo##")));
+        frames.extend(e.event(
+            0,
+            EngineEvent::Finished {
+                reason: FinishReason::Stop,
+                text: String::new(),
+                usage: Usage {
+                    prompt_tokens: 7,
+                    completion_tokens: 2,
+                    cached_tokens: 3,
+                },
+                timings: RequestTimings::default(),
+            },
+        ));
+        let events = data(&frames);
+        let names: Vec<&str> = events.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(events[2].1["delta"]["text"], "lo");
+        let delta = &events[4].1;
+        assert_eq!(delta["delta"]["stop_reason"], "stop_sequence");
+        assert_eq!(delta["delta"]["stop_sequence"], "##");
+        assert_eq!(delta["usage"]["input_tokens"], 4);
+        assert_eq!(delta["usage"]["cache_read_input_tokens"], 3);
+        assert!(e.end(&Tally::new("/v1/messages", 7, 1)).is_empty());
+    }
+
+    #[test]
+    fn a_failure_is_an_error_event_and_idle_streams_ping() {
+        let mut e = encoder();
+        assert_eq!(e.keepalive().and_then(|f| f.event), Some("ping"));
+        let failed = EngineEvent::Failed(EngineFailure::Internal("boom".into()));
+        let events = data(&e.event(0, failed));
+        assert_eq!(events[0].0, "error");
+        assert_eq!(events[0].1["error"]["type"], "api_error");
+        assert!(
+            e.event(0, token("late")).is_empty(),
+            "nothing after the error"
+        );
+    }
+}

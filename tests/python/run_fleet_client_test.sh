@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs tests/python/test_fleet_clients.py: the official `openai` client against a gateway with
-# workers of two different models (SmolLM2 as `a`, Gemma 3 270M as `b`, which has no chat
+# Runs tests/python/test_fleet_clients.py: the official `openai` and `anthropic` clients against a
+# gateway with workers of two different models (SmolLM2 as `a`, Gemma 3 270M as `b`, which has no chat
 # template), beside a `kestrel serve` of each model; the answers must agree.
 # Usage: run_fleet_client_test.sh PATH/TO/kestrel
 # Needs KESTREL_DEFAULT_MODEL and KESTREL_GEMMA3_270M (scripts/test.sh sets both), redis-server
-# and the `openai` package (installed with pip when missing). Always stops what it started.
+# and the `openai` and `anthropic` packages (installed with pip when missing). Always stops what it
+# started.
 set -euo pipefail
 
 KESTREL="${1:?usage: $0 PATH/TO/kestrel}"
@@ -15,10 +16,12 @@ source "$HERE/../../scripts/lib/server.sh"
 MODEL_A="${KESTREL_DEFAULT_MODEL:?KESTREL_DEFAULT_MODEL is not set (scripts/test.sh sets it)}"
 MODEL_B="${KESTREL_GEMMA3_270M:?KESTREL_GEMMA3_270M is not set (scripts/test.sh sets it)}"
 
-if ! "$PYTHON" -c "import openai" 2>/dev/null; then
-  "$PYTHON" -m pip install --quiet openai ||
-    "$PYTHON" -m pip install --quiet --break-system-packages openai
-fi
+for package in openai anthropic; do
+  if ! "$PYTHON" -c "import $package" 2>/dev/null; then
+    "$PYTHON" -m pip install --quiet "$package" ||
+      "$PYTHON" -m pip install --quiet --break-system-packages "$package"
+  fi
+done
 
 WORK="$(mktemp -d)"
 cleanup() {

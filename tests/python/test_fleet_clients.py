@@ -1,6 +1,6 @@
-"""Drives a fleet of two models with the official `openai` client, beside a `kestrel serve` of
-each model, as a user's deployment would: every answer from the gateway must equal the answer
-of the serve of the model the request names.
+"""Drives a fleet of two models with the official `openai` and `anthropic` clients, beside a
+`kestrel serve` of each model, as a user's deployment would: every answer from the gateway must
+equal the answer of the serve of the model the request names.
 
 Usage: python3 test_fleet_clients.py GATEWAY_URL SERVE_A_URL SERVE_B_URL   (each ending in /v1)
 The gateway's workers serve model `a` (a model with a chat template) and `b` (one without);
@@ -9,6 +9,7 @@ each serve runs the same file under the same name. Exits non-zero on the first f
 
 import sys
 
+import anthropic
 import openai
 
 PROMPTS = ["The capital of France is", "Water boils when"]
@@ -43,6 +44,44 @@ def chat(client: openai.OpenAI, model: str):
         return (e.status_code, e.message)
 
 
+# The `anthropic` SDK no longer takes sampling parameters as arguments; the API still reads them.
+GREEDY = {"temperature": 0}
+
+
+def messages(client: anthropic.Anthropic, model: str):
+    """The greedy Messages reply to MESSAGES (whole and streamed) and its prompt's token count,
+    or the status and error type of the refusal."""
+    try:
+        done = client.messages.create(model=model, messages=MESSAGES, max_tokens=10, extra_body=GREEDY)
+        with client.messages.stream(model=model, messages=MESSAGES, max_tokens=10, extra_body=GREEDY) as s:
+            streamed = s.get_final_message()
+        counted = client.messages.count_tokens(model=model, messages=MESSAGES).input_tokens
+        prompt = done.usage.input_tokens + (done.usage.cache_read_input_tokens or 0)
+        assert counted == prompt, (counted, done.usage)
+        text = [b.text for b in done.content if b.type == "text"]
+        assert [b.text for b in streamed.content if b.type == "text"] == text, (streamed, done)
+        return ("ok", text, done.stop_reason, counted)
+    except anthropic.APIStatusError as e:
+        return (e.status_code, e.body["error"]["type"])
+
+
+def anthropic_checks(urls: list) -> None:
+    """The Messages routes answer through the gateway as on each serve."""
+    gateway, serve_a, serve_b = (
+        anthropic.Anthropic(base_url=u.removesuffix("/v1"), api_key="unused", max_retries=0) for u in urls
+    )
+    for model, serve in (("a", serve_a), ("b", serve_b)):
+        got, expected = messages(gateway, model), messages(serve, model)
+        assert got == expected, (model, got, expected)
+        print(f"ok    messages for {model} answer as its serve: {got}")
+    try:
+        gateway.messages.create(model="c", messages=MESSAGES, max_tokens=2)
+        raise AssertionError("an unknown model was answered")
+    except anthropic.NotFoundError as e:
+        assert e.body["type"] == "error" and e.body["error"]["type"] == "not_found_error", e.body
+    print("ok    an unknown model is a 404 not_found_error on /v1/messages")
+
+
 def main() -> None:
     gateway, serve_a, serve_b = (openai.OpenAI(base_url=u, api_key="unused") for u in sys.argv[1:4])
     listed = sorted(m.id for m in gateway.models.list().data)
@@ -70,6 +109,7 @@ def main() -> None:
     except openai.BadRequestError as e:
         assert e.param == "temperature", e
     print("ok    a bad parameter is a 400 naming it")
+    anthropic_checks(sys.argv[1:4])
     print("fleet clients: all checks passed")
 
 

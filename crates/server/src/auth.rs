@@ -1,14 +1,18 @@
-//! Bearer-token authentication. The whole `Authorization` header value is compared with
-//! `Bearer <key>` in constant time (case-sensitive, no trimming), so the comparison leaks
-//! neither a prefix match nor the key's contents through timing.
+//! API-key authentication: `Authorization: Bearer <key>` or Anthropic's `x-api-key: <key>`.
+//! The whole `Authorization` value is compared with `Bearer <key>` (an `x-api-key` value is
+//! read as `Bearer <value>`) in constant time (case-sensitive, no trimming), so the comparison
+//! leaks neither a prefix match nor the key's contents through timing. A refusal is rendered
+//! in Anthropic's shape on the Messages routes (`/v1/messages*`), in OpenAI's elsewhere.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
+use crate::anthropic::error::AnthropicError;
 use crate::error::{ApiError, OpenAiError};
 use crate::key_salt::KeySalt;
 
@@ -59,21 +63,60 @@ impl std::fmt::Debug for ApiKey {
     }
 }
 
-/// Middleware: 401 with an OpenAI error body unless the request carries the key; accepted
+/// Middleware: 401 unless the request carries the key (in the family's error shape); accepted
 /// requests get their key's [`KeySalt`] when the cache is salted by key.
 pub async fn require_api_key(State(key): State<ApiKey>, mut req: Request, next: Next) -> Response {
-    let accepted = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .filter(|v| key.matches(v.as_bytes()))
-        .map(|v| KeySalt::of_authorization(v.as_bytes()));
+    let accepted = presented_keys(req.headers()).find(|v| key.matches(v));
     match accepted {
-        Some(salt) => {
+        Some(header) => {
             if key.salt_by_key {
-                req.extensions_mut().insert(salt);
+                req.extensions_mut()
+                    .insert(KeySalt::of_authorization(&header));
             }
             next.run(req).await
         }
+        None if crate::anthropic::owns_path(req.uri().path()) => {
+            AnthropicError(ApiError::Unauthorized).into_response()
+        }
         None => OpenAiError(ApiError::Unauthorized).into_response(),
+    }
+}
+
+/// The keys a request presents, as `Authorization` values: that header as sent, and `Bearer `
+/// with the `x-api-key` header (so one key salts the cache the same either way).
+fn presented_keys(headers: &HeaderMap) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes().to_vec());
+    let x_api_key = headers
+        .get("x-api-key")
+        .map(|k| [b"Bearer ".as_slice(), k.as_bytes()].concat());
+    bearer.into_iter().chain(x_api_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x_api_key_is_read_as_a_bearer_key() {
+        let key = ApiKey::new("sk-1");
+        let accepted = |headers: &HeaderMap| presented_keys(headers).any(|v| key.matches(&v));
+        let mut headers = HeaderMap::new();
+        assert!(!accepted(&headers));
+        headers.insert("x-api-key", "sk-1".parse().unwrap());
+        assert!(accepted(&headers));
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer sk-0".parse().unwrap(),
+        );
+        assert!(accepted(&headers), "either header may carry the key");
+        headers.insert("x-api-key", "sk-2".parse().unwrap());
+        assert!(!accepted(&headers));
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            "Bearer sk-1".parse().unwrap(),
+        );
+        assert!(accepted(&headers));
     }
 }

@@ -8,6 +8,8 @@
 //! TGI:    {"error": "...", "error_type": "validation", "request_id": "..."}
 //! ```
 //!
+//! Anthropic's shape is [`crate::anthropic::error::AnthropicError`].
+//!
 //! `request_id` is the request's [`crate::request_id::RequestId`] (also echoed in the
 //! `X-Request-Id` header); it is left out only outside a request (e.g. in unit tests).
 
@@ -151,7 +153,9 @@ pub enum ApiError {
     #[error("{method} is not allowed on {path}; the Allow header lists the methods it takes")]
     MethodNotAllowed { method: String, path: String },
     /// The Authorization header is missing or wrong.
-    #[error("missing or invalid API key: send `Authorization: Bearer <key>`")]
+    #[error(
+        "missing or invalid API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`"
+    )]
     Unauthorized,
     /// Too many requests in flight.
     #[error("the server is overloaded ({0} concurrent requests); retry later")]
@@ -312,7 +316,7 @@ impl IntoResponse for OpenAiError {
 }
 
 /// Overload and unavailability are temporary: tell the client to retry in a second.
-fn with_retry_after(kind: ErrorKind, mut response: Response) -> Response {
+pub(crate) fn with_retry_after(kind: ErrorKind, mut response: Response) -> Response {
     if matches!(kind, ErrorKind::Overloaded | ErrorKind::Unavailable) {
         response.headers_mut().insert(
             axum::http::header::RETRY_AFTER,

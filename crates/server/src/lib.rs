@@ -1,16 +1,17 @@
-//! Kestrel's HTTP server: OpenAI- and TGI-compatible routes over a [`backend::Backend`]: an
+//! Kestrel's HTTP server: OpenAI-, Anthropic- and TGI-compatible routes over a [`backend::Backend`]: an
 //! [`kestrel_engine::handle::EngineHandle`] in this process (`kestrel serve`) or a fleet of
 //! workers (`kestrel gateway`).
 //!
 //! * [`serve`] / [`serve_on`] — run the server until a shutdown signal, then drain the engine.
 //! * [`routes::router`] — the axum router: `/v1/completions`, `/v1/chat/completions`,
-//!   `/v1/models`, `/generate`, `/generate_stream`, `/info`, `/tokenize`, `/health`,
+//!   `/v1/models`, `/v1/messages`, `/v1/messages/count_tokens`, `/generate`, `/generate_stream`, `/info`, `/tokenize`, `/health`,
 //!   `/metrics`, `/openapi.json`, and with `--enable-runtime-lora` `/v1/load_lora_adapter`,
 //!   `/v1/unload_lora_adapter` ([`routes::lora`]). Requests pick a LoRA adapter by OpenAI
 //!   `model` or TGI `adapter_id` (resolved in [`validation`]). `GET /` is the web playground
 //!   ([`routes::playground`]), `POST /` TGI's generate.
 //! * One folder per API family: [`openai`] (`/v1/completions`, `/v1/chat/completions`,
-//!   `/v1/models`, `/v1/embeddings`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
+//!   `/v1/models`, `/v1/embeddings`), [`anthropic`] (`/v1/messages`,
+//!   `/v1/messages/count_tokens`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
 //!   `/tokenize`). A family folder holds its routes, its wire types (`wire`: data only, serde
 //!   and OpenAPI schemas) and its response and SSE shaping; a new family (Anthropic
 //!   `messages`, OpenAI `responses`) is a sibling folder.
@@ -22,7 +23,7 @@
 //!   output, tool calls, LoRA), [`submitted_choices`] (submit the choices, merge their streams,
 //!   collect them or stream them through [`sse`]), [`usage`] (sums their token counts),
 //!   [`request_log`] (one line per request), [`backend`], [`request_scope`], [`tools`].
-//! * [`auth`] — bearer keys; [`metrics`] — Prometheus.
+//! * [`auth`] — API keys (`Authorization: Bearer` or `x-api-key`); [`metrics`] — Prometheus.
 //!
 //! ```text
 //! body ─► Wire<T> (size, UTF-8, JSON) ─► validation (blocking pool) ─► SubmittedChoices::submit × n
@@ -33,6 +34,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod anthropic;
 pub mod auth;
 pub mod backend;
 pub mod base64;

@@ -1,7 +1,8 @@
 //! [`dispatch`]: which model's routes answer a request. With one served model, all of them
 //! (as `kestrel serve` answers every request with its model). With several, a POST's JSON
 //! `model` picks them: an unknown name is a 404 (`model_not_found`), none at all a 400, since
-//! no request may be answered by a model its client did not ask for. Other requests (health,
+//! no request may be answered by a model its client did not ask for (refusals in the shape of
+//! the route's API family: Anthropic's under `/v1/messages`). Other requests (health,
 //! metrics, `/v1/models`, which lists every model, the playground) go to the first model's
 //! routes. Before any model is known: `/metrics`, the playground page, and 503 for the rest.
 
@@ -33,29 +34,30 @@ pub async fn dispatch(
         return answer(first, req).await;
     }
     let (parts, body) = req.into_parts();
+    // Refusals take the shape of the route's API family.
+    let refuse = |e: ApiError| kestrel_server::routes::error_for_path(parts.uri.path(), e);
     let bytes =
         match kestrel_server::extract::read_body(body, http.body_limit, http.body_read_timeout)
             .await
         {
             Ok(bytes) => bytes,
-            Err(e) => return OpenAiError(e).into_response(),
+            Err(e) => return refuse(e),
         };
     let target = match named_model(&bytes) {
         Named::Model(name) => match shared.models.get(&name) {
             Some(served) => served,
-            None => return OpenAiError(ApiError::ModelNotFound(name)).into_response(),
+            None => return refuse(ApiError::ModelNotFound(name)),
         },
         // The routes' own parsing gives the precise error (and no model runs).
         Named::NotJson => first.clone(),
         Named::Nothing => {
-            return OpenAiError(ApiError::param(
+            return refuse(ApiError::param(
                 "model",
                 format!(
                     "this server serves {} models: name one in `model` (GET /v1/models lists them)",
                     models.len()
                 ),
             ))
-            .into_response()
         }
     };
     answer(&target, Request::from_parts(parts, Body::from(bytes))).await

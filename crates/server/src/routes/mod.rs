@@ -7,7 +7,8 @@
 //!          ─► auth* ─► handler                  * every route but /health*, /metrics and
 //!                                                 the playground (GET /, /playground/*)
 //! (unmatched paths get an OpenAI-shaped 404, a known path with another method an OpenAI-shaped
-//!  405 with `Allow`; every response carries `X-Request-Id`)
+//!  405 with `Allow` — Anthropic-shaped under `/v1/messages`; every response carries
+//!  `X-Request-Id`)
 //! (429 and 503 responses get a computed `Retry-After` on the way out)
 //! ```
 
@@ -21,11 +22,13 @@ pub mod playground;
 // The API families' handlers, under the names the OpenAPI document was first built with: utoipa
 // tags each path with the module path written in `paths(...)` (`super::openai`, `super::tgi`,
 // `super::embeddings`), so these names keep `/openapi.json` unchanged.
+pub use crate::anthropic::routes as anthropic;
 pub use crate::openai::detokenize;
 pub use crate::openai::embeddings;
 pub use crate::openai::routes as openai;
 pub use crate::tgi::routes as tgi;
 
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
@@ -41,6 +44,8 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/", post(tgi::compat_generate))
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
@@ -92,18 +97,26 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
 }
 
 /// Any path no route serves.
-async fn not_found(uri: axum::http::Uri) -> crate::error::OpenAiError {
-    crate::error::ApiError::NotFound(format!("no route for {}", uri.path())).into()
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let e = crate::error::ApiError::NotFound(format!("no route for {}", uri.path()));
+    error_for_path(uri.path(), e)
 }
 
 /// A path some route serves, with a method it does not take (axum adds the `Allow` header).
-async fn method_not_allowed(
-    method: axum::http::Method,
-    uri: axum::http::Uri,
-) -> crate::error::OpenAiError {
-    crate::error::ApiError::MethodNotAllowed {
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let e = crate::error::ApiError::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_string(),
+    };
+    error_for_path(uri.path(), e)
+}
+
+/// `e` as the route at `path` renders errors outside its handler: in Anthropic's shape under
+/// the Messages routes, else in OpenAI's (the fleet gateway's dispatch answers the same way).
+pub fn error_for_path(path: &str, e: crate::error::ApiError) -> Response {
+    if crate::anthropic::owns_path(path) {
+        crate::anthropic::error::AnthropicError(e).into_response()
+    } else {
+        crate::error::OpenAiError(e).into_response()
     }
-    .into()
 }

@@ -16,13 +16,15 @@ use crate::state::AppState;
 #[openapi(
     info(
         title = "Kestrel",
-        description = "OpenAI- and TGI-compatible LLM inference server"
+        description = "OpenAI-, Anthropic- and TGI-compatible LLM inference server"
     ),
     paths(
         super::openai::completions,
         super::openai::chat_completions,
         super::openai::models,
         super::embeddings::embeddings,
+        super::anthropic::messages,
+        super::anthropic::count_tokens,
         super::tgi::generate,
         super::tgi::generate_stream,
         super::tgi::compat_generate,

@@ -4,15 +4,17 @@
 //!
 //! | Route kind | Added (when missing) |
 //! |---|---|
-//! | every route but `/health*` and `/metrics` | 401 (the API-key check; always OpenAI-shaped) |
+//! | every route but `/health*` and `/metrics` | 401 (the API-key check) |
 //! | every `POST` | 400/422 (invalid body), 408 (body timeout), 413 (body or input too large) |
-//! | generation routes | 404 (model or adapter), 429 and 503 with `Retry-After` |
+//! | generation routes | 404 (model or adapter), 429 (529 on Messages) and 503 with `Retry-After` |
+//! | `/v1/messages/count_tokens` | 404 (model or adapter) |
 //! | `/v1/embeddings` | 404 (model), 503 with `Retry-After` |
 //! | LoRA routes | 400, 404, 409, 503 |
 //!
 //! TGI routes (`/`, `/generate`, `/generate_stream`, `/tokenize`) answer validation errors with
-//! 422 and [`TgiErrorBody`](crate::tgi::wire::TgiErrorBody); the others with 400 and
-//! [`ErrorBody`](crate::openai::wire::ErrorBody).
+//! 422 and [`TgiErrorBody`](crate::tgi::wire::TgiErrorBody); the Messages routes with 400 and
+//! [`AnthropicErrorBody`](crate::anthropic::wire::AnthropicErrorBody) (their 401 too); the
+//! others with 400 and [`ErrorBody`](crate::openai::wire::ErrorBody).
 
 use utoipa::openapi::header::{Header, HeaderBuilder};
 use utoipa::openapi::path::Operation;
@@ -31,9 +33,15 @@ const GENERATION_ROUTES: &[&str] = &[
     "/generate_stream",
     "/v1/completions",
     "/v1/chat/completions",
+    "/v1/messages",
 ];
 /// Routes whose `200` may be a stream of server-sent events.
-const SSE_ROUTES: &[&str] = &["/", "/v1/completions", "/v1/chat/completions"];
+const SSE_ROUTES: &[&str] = &[
+    "/",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/messages",
+];
 const LORA_ROUTES: &[&str] = &["/v1/load_lora_adapter", "/v1/unload_lora_adapter"];
 
 /// The [`Modify`] that adds the shared error responses (see the module docs).
@@ -56,7 +64,12 @@ impl Modify for ErrorResponses {
 /// Adds the responses `path` can give to `op` (a `POST` when `post`).
 fn complete(path: &str, post: bool, op: &mut Operation) {
     let tgi = TGI_ROUTES.contains(&path);
-    let shape = if tgi { "TgiErrorBody" } else { "ErrorBody" };
+    let anthropic = crate::anthropic::owns_path(path);
+    let shape = match (tgi, anthropic) {
+        (true, _) => "TgiErrorBody",
+        (_, true) => "AnthropicErrorBody",
+        _ => "ErrorBody",
+    };
     let mut add = |status: &str, description: &str, schema: &str, retry_after: bool| {
         let response = op
             .responses
@@ -75,7 +88,7 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
         add(
             "401",
             "Missing or wrong API key (when the server runs with one)",
-            "ErrorBody",
+            if anthropic { shape } else { "ErrorBody" },
             false,
         );
     }
@@ -95,8 +108,23 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
             false,
         );
     }
-    if GENERATION_ROUTES.contains(&path) {
+    if GENERATION_ROUTES.contains(&path) || anthropic {
         add("404", "Unknown model or LoRA adapter", shape, false);
+    }
+    if anthropic && GENERATION_ROUTES.contains(&path) {
+        add(
+            "529",
+            "Overloaded: too many requests in flight, or the queue is full",
+            shape,
+            true,
+        );
+        add(
+            "503",
+            "The engine cannot take or finish the request now (shutting down, queue timeout)",
+            shape,
+            true,
+        );
+    } else if GENERATION_ROUTES.contains(&path) {
         add("429", "Too many requests in flight", shape, true);
         add(
             "503",
@@ -125,9 +153,9 @@ fn complete(path: &str, post: bool, op: &mut Operation) {
         add("503", "The engine cannot load adapters now", shape, true);
     }
     if path == "/generate_stream" {
-        set_sse(op, true);
+        set_sse(path, op, true);
     } else if SSE_ROUTES.contains(&path) {
-        set_sse(op, false);
+        set_sse(path, op, false);
     }
 }
 
@@ -162,7 +190,7 @@ fn retry_after_header() -> Header {
 /// event as SSE parsers (and OpenAPI 3.2's `itemSchema`) see it: a `data` string holding JSON
 /// (the event type named in its description, or `[DONE]`), with optional `event`, `id` and
 /// `retry` fields.
-fn set_sse(op: &mut Operation, only: bool) {
+fn set_sse(path: &str, op: &mut Operation, only: bool) {
     let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") else {
         return;
     };
@@ -173,9 +201,13 @@ fn set_sse(op: &mut Operation, only: bool) {
         },
         _ => None,
     };
-    let data = match event_type {
-        Some(name) => format!("One JSON `{name}` (#/components/schemas/{name})"),
-        None => "One JSON chunk of the response, or `[DONE]` at the end".to_string(),
+    let data = match (event_type, crate::anthropic::owns_path(path)) {
+        (Some(name), _) => format!("One JSON `{name}` (#/components/schemas/{name})"),
+        (None, true) => "One JSON event of Anthropic's Messages stream, its `type` the event's \
+            name: message_start, content_block_start, content_block_delta, content_block_stop, \
+            message_delta, message_stop, ping or error"
+            .to_string(),
+        (None, false) => "One JSON chunk of the response, or `[DONE]` at the end".to_string(),
     };
     let string = |description: &str| {
         ObjectBuilder::new()

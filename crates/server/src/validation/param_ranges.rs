@@ -239,6 +239,14 @@ const OWN: [Documented; 15] = [
     field("GenerateParameters", "ttft_slo_ms", TTFT_SLO_MS),
 ];
 
+/// Anthropic's Messages.
+const MESSAGES: [Documented; 4] = [
+    field("MessagesRequest", "temperature", TEMPERATURE),
+    field("MessagesRequest", "top_p", TOP_P),
+    field("MessagesRequest", "top_k", TOP_K),
+    field("MessagesRequest", "max_tokens", MAX_TOKENS),
+];
+
 /// Every documented numeric range, for a server whose `--min-client-priority` is
 /// `min_client_priority`.
 pub fn documented(min_client_priority: i32) -> Vec<Documented> {
@@ -252,6 +260,7 @@ pub fn documented(min_client_priority: i32) -> Vec<Documented> {
         .iter()
         .chain(&CHAT_SHARED)
         .chain(&OWN)
+        .chain(&MESSAGES)
         .chain(&priority)
         .copied()
         .collect()

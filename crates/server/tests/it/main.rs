@@ -3,6 +3,7 @@
 
 mod common;
 
+mod anthropic_http;
 mod cache_salt_http;
 mod engine_panic_http;
 mod fuzz_corpus_replay;

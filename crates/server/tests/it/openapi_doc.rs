@@ -44,10 +44,15 @@ fn every_protected_operation_documents_401_and_open_ones_do_not() {
             let open = ["/health", "/health/live", "/metrics"].contains(&path.as_str());
             assert_eq!(has_401, !open, "401 on {method} {path}");
             if has_401 {
-                // The API-key check answers before routing: always the OpenAI shape.
+                // The API-key check answers before routing: the OpenAI shape, but Anthropic's
+                // on the Messages routes.
+                let shape = match path.starts_with("/v1/messages") {
+                    true => "AnthropicErrorBody",
+                    false => "ErrorBody",
+                };
                 assert_eq!(
                     error_schema(op, "401"),
-                    "#/components/schemas/ErrorBody",
+                    format!("#/components/schemas/{shape}"),
                     "{path}"
                 );
             }
@@ -68,6 +73,8 @@ fn posts_document_body_errors_in_their_api_shape() {
         ("/generate_stream", "422", "TgiErrorBody"),
         ("/", "422", "TgiErrorBody"),
         ("/tokenize", "422", "TgiErrorBody"),
+        ("/v1/messages", "400", "AnthropicErrorBody"),
+        ("/v1/messages/count_tokens", "400", "AnthropicErrorBody"),
     ] {
         let op = op(&doc, path, "post");
         for status in [invalid, "408", "413"] {
@@ -103,6 +110,37 @@ fn generation_routes_document_404_429_and_503_with_retry_after() {
             assert_eq!(header["schema"]["type"], "integer", "{status} on {path}");
         }
     }
+}
+
+#[test]
+fn messages_documents_404_529_and_503_with_retry_after_in_anthropics_shape() {
+    let doc = doc();
+    let op = op(&doc, "/v1/messages", "post");
+    let got = statuses(op);
+    for status in ["400", "401", "404", "413", "503", "529"] {
+        assert!(got.iter().any(|s| s == status), "{status}: {got:?}");
+        assert_eq!(
+            error_schema(op, status),
+            "#/components/schemas/AnthropicErrorBody",
+            "{status}"
+        );
+    }
+    assert!(
+        !got.iter().any(|s| s == "429"),
+        "overload is 529 here: {got:?}"
+    );
+    for status in ["529", "503"] {
+        let header = &op["responses"][status]["headers"]["Retry-After"];
+        assert_eq!(header["schema"]["type"], "integer", "{status}");
+    }
+    let ok = op["responses"]["200"]["content"].as_object().expect("200");
+    assert!(ok.contains_key("text/event-stream") && ok.contains_key("application/json"));
+    let count = statuses(op_of(&doc, "/v1/messages/count_tokens"));
+    assert!(count.iter().any(|s| s == "404"), "{count:?}");
+}
+
+fn op_of<'a>(doc: &'a Value, path: &str) -> &'a Value {
+    op(doc, path, "post")
 }
 
 #[test]
@@ -167,6 +205,11 @@ fn route_of(schema: &str) -> Option<(&'static str, Value, u16)> {
         )),
         "ChatCompletionRequest" => Some((
             "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+            400,
+        )),
+        "MessagesRequest" => Some((
+            "/v1/messages",
             json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
             400,
         )),

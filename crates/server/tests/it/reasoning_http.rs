@@ -215,3 +215,59 @@ async fn detokenize_inverts_tokenize() {
         assert_eq!(status, 400, "{body}");
     }
 }
+
+/// A Messages body on the thinking model.
+fn message(extra: Value) -> Value {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": "good morning to you"}],
+        "max_tokens": 48,
+        "temperature": 0,
+    });
+    for (k, v) in extra.as_object().expect("object").clone() {
+        body[k] = v;
+    }
+    body
+}
+
+#[tokio::test]
+async fn messages_show_reasoning_as_thinking_blocks_whole_and_streamed() {
+    let (status, whole) = common::post(thinker(), "/v1/messages", &message(json!({}))).await;
+    assert_eq!(status, 200, "{whole}");
+    let expected = json!([
+        {"type": "thinking", "thinking": REASONING, "signature": ""},
+        {"type": "text", "text": ANSWER},
+    ]);
+    assert_eq!(whole["content"], expected, "{whole}");
+    assert_eq!(whole["stop_reason"], "end_turn");
+    let body =
+        message(json!({"stream": true, "thinking": {"type": "enabled", "budget_tokens": 1024}}));
+    let events = crate::anthropic_http::events(thinker(), "/v1/messages", &body).await;
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .filter_map(|(_, d)| d["delta"]["type"].as_str())
+        .collect();
+    let first_text = deltas
+        .iter()
+        .position(|d| *d == "text_delta")
+        .expect("text");
+    assert!(
+        deltas[..first_text].iter().all(|d| *d == "thinking_delta"),
+        "{deltas:?}"
+    );
+    assert!(first_text > 0, "{deltas:?}");
+    let streamed = crate::anthropic_http::reassemble(&events);
+    assert_eq!(streamed["content"], expected, "{streamed}");
+}
+
+#[tokio::test]
+async fn messages_thinking_disabled_turns_thinking_off() {
+    let body = message(json!({"thinking": {"type": "disabled"}}));
+    let (status, off) = common::post(thinker(), "/v1/messages", &body).await;
+    assert_eq!(status, 200, "{off}");
+    assert_eq!(
+        off["content"],
+        json!([{"type": "text", "text": ANSWER}]),
+        "{off}"
+    );
+}

@@ -2,9 +2,11 @@
 //! `kestrel gateway`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use kestrel_server::responses::store::{ResponseStore, StoreLimits};
 use kestrel_server::ServerConfig;
 
 use crate::engine_args::parse_bytes;
@@ -61,6 +63,13 @@ pub struct HttpArgs {
     /// with a warning.
     #[arg(long)]
     pub strict_api: bool,
+    /// Most responses `/v1/responses` keeps for `GET`, `DELETE` and `previous_response_id`
+    /// (`store: true`); the oldest goes first. 0 keeps none.
+    #[arg(long, default_value_t = kestrel_server::responses::store::DEFAULT_MAX_ENTRIES)]
+    pub responses_store_size: usize,
+    /// Seconds a stored response is kept.
+    #[arg(long, default_value_t = kestrel_server::responses::store::DEFAULT_TTL.as_secs())]
+    pub responses_store_ttl: u64,
 }
 
 impl HttpArgs {
@@ -86,6 +95,10 @@ impl HttpArgs {
             shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
             enable_runtime_lora: false,
             strict_api: self.strict_api,
+            response_store: Arc::new(ResponseStore::new(StoreLimits {
+                max_entries: self.responses_store_size,
+                ttl: positive_secs("--responses-store-ttl", self.responses_store_ttl)?,
+            })),
         })
     }
 }

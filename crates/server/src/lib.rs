@@ -54,6 +54,7 @@ pub mod request_id;
 pub mod request_log;
 pub mod request_scope;
 pub mod response_id;
+pub mod responses;
 pub mod retry_after;
 pub mod routes;
 pub mod sse;

@@ -24,6 +24,7 @@ pub mod playground;
 pub use crate::openai::detokenize;
 pub use crate::openai::embeddings;
 pub use crate::openai::routes as openai;
+pub use crate::responses::routes as responses;
 pub use crate::tgi::routes as tgi;
 
 use axum::routing::{get, post};
@@ -41,6 +42,11 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/", post(tgi::compat_generate))
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
@@ -84,6 +90,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .layer(axum::Extension(ApiPolicy {
             strict: config.strict_api,
         }))
+        .layer(axum::Extension(config.response_store.clone()))
         .with_state(state);
     if let Some(cors) = crate::cors::layer(config) {
         app = app.layer(cors);

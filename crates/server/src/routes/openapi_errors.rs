@@ -31,9 +31,15 @@ const GENERATION_ROUTES: &[&str] = &[
     "/generate_stream",
     "/v1/completions",
     "/v1/chat/completions",
+    "/v1/responses",
 ];
 /// Routes whose `200` may be a stream of server-sent events.
-const SSE_ROUTES: &[&str] = &["/", "/v1/completions", "/v1/chat/completions"];
+const SSE_ROUTES: &[&str] = &[
+    "/",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/responses",
+];
 const LORA_ROUTES: &[&str] = &["/v1/load_lora_adapter", "/v1/unload_lora_adapter"];
 
 /// The [`Modify`] that adds the shared error responses (see the module docs).
@@ -48,6 +54,9 @@ impl Modify for ErrorResponses {
             }
             if let Some(op) = item.post.as_mut() {
                 complete(path, true, op);
+            }
+            if let Some(op) = item.delete.as_mut() {
+                complete(path, false, op);
             }
         }
     }

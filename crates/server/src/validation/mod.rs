@@ -25,6 +25,7 @@ pub mod chat_tools;
 pub mod constraint;
 pub mod param_ranges;
 mod prompt_ids;
+pub mod responses;
 mod sampling_fields;
 pub mod structured;
 pub mod ttft_slo;

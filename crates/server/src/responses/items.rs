@@ -73,6 +73,8 @@ pub struct FunctionCallItem {
     pub name: String,
     /// The arguments as JSON text.
     pub arguments: String,
+    /// Accepted and ignored (function names are unique across namespaces).
+    pub namespace: Option<String>,
     /// Accepted and ignored.
     pub id: Option<String>,
     /// Accepted and ignored.

@@ -6,6 +6,7 @@
 //! `reasoning` item when the reply reasoned, a `message` when it has text that is not only
 //! whitespace (or when there would be no item at all), then one `function_call` per call.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kestrel_engine::api::Usage;
@@ -50,6 +51,8 @@ pub struct ResponseContext {
     pub reasoning: Option<ReasoningMode>,
     /// Where to keep the finished response (`None`: `store: false`).
     pub keep: Option<Keep>,
+    /// The namespace of each function offered inside a `namespace` tool, by name.
+    pub namespaces: HashMap<String, String>,
 }
 
 impl ResponseContext {
@@ -129,8 +132,20 @@ impl ResponseContext {
                 item_status(reply.calls.is_empty(), reason),
             ));
         }
-        items.extend(reply.calls.into_iter().map(call_item));
+        items.extend(reply.calls.into_iter().map(|c| self.call_item(c)));
         items
+    }
+
+    /// The `function_call` item of `call` (naming its namespace, if it came in one).
+    pub fn call_item(&self, call: ToolCall) -> OutputItem {
+        OutputItem::FunctionCall {
+            id: item_id("fc"),
+            call_id: call.id,
+            namespace: self.namespaces.get(&call.name).cloned(),
+            name: call.name,
+            arguments: call.arguments,
+            status: "completed",
+        }
     }
 
     /// Keeps a finished response (and its conversation) when the request asked to store it.
@@ -176,17 +191,6 @@ pub fn message_item(id: String, text: String, status: &'static str) -> OutputIte
         role: "assistant",
         status,
         content: vec![OutputText::new(text)],
-    }
-}
-
-/// A `function_call` item.
-pub fn call_item(call: ToolCall) -> OutputItem {
-    OutputItem::FunctionCall {
-        id: item_id("fc"),
-        call_id: call.id,
-        name: call.name,
-        arguments: call.arguments,
-        status: "completed",
     }
 }
 
@@ -263,6 +267,7 @@ mod tests {
                 call_id: "call_1".into(),
                 name: "f".into(),
                 arguments: r#"{"x":1}"#.into(),
+                namespace: None,
                 status: "completed",
             },
         ];

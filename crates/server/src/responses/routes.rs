@@ -60,6 +60,7 @@ pub async fn create(
     let ValidResponses {
         valid,
         conversation,
+        namespaces,
     } = validate_off_thread(&state, call, arrival).await?;
     let valid = valid.with_default_ttft_slo(scope.ttft_slo);
     let submitted = SubmittedChoices::submit(
@@ -85,6 +86,7 @@ pub async fn create(
         tools: valid.tools.clone(),
         reasoning: valid.reasoning,
         keep,
+        namespaces,
     };
     if valid.stream {
         return Ok(submitted.into_sse(ResponsesEncoder::new(cx)));

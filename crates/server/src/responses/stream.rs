@@ -17,9 +17,7 @@ use kestrel_engine::api::EngineEvent;
 use kestrel_engine::request::FinishReason;
 
 use super::events::{Part, ResponseEvent, Sequenced};
-use super::output::{
-    call_item, item_id, item_status, message_item, reasoning_item, ResponseContext,
-};
+use super::output::{item_id, item_status, message_item, reasoning_item, ResponseContext};
 use super::wire::{OutputItem, OutputText, ReasoningText};
 use crate::error::ApiError;
 use crate::reply_reader::{ReplyEvent, ReplyReader};
@@ -93,7 +91,8 @@ impl ResponsesEncoder {
                 ReplyEvent::Call { call, .. } => {
                     let mut events = self.close("completed");
                     self.held.clear();
-                    events.extend(self.call(call_item(call)));
+                    let item = self.cx.call_item(call);
+                    events.extend(self.call(item));
                     events
                 }
             };
@@ -232,6 +231,7 @@ impl ResponsesEncoder {
             call_id,
             name,
             arguments,
+            namespace,
             ..
         } = item.clone()
         else {
@@ -243,6 +243,7 @@ impl ResponsesEncoder {
             call_id,
             name: name.clone(),
             arguments: String::new(),
+            namespace,
             status: "in_progress",
         };
         self.items.push(item.clone());

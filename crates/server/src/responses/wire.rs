@@ -70,6 +70,9 @@ pub struct ResponsesRequest {
     pub max_tool_calls: Option<i64>,
     /// Only `false`: background responses are not supported (400).
     pub background: Option<bool>,
+    /// Accepted and ignored (Codex sends its turn metadata here).
+    #[schema(value_type = Option<Object>)]
+    pub client_metadata: Option<Value>,
     /// Not supported (400): use `previous_response_id`.
     #[schema(value_type = Option<Object>)]
     pub conversation: Option<Value>,
@@ -204,6 +207,9 @@ pub enum OutputItem {
         name: String,
         /// The arguments as JSON text.
         arguments: String,
+        /// The `namespace` tool the function came in, if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
         status: &'static str,
     },
 }

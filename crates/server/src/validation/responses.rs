@@ -12,6 +12,7 @@
 //!
 //! Errors name `input` (with the item's index), `tools`, `tool_choice` or `text.format`.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use kestrel_model::chat_template::ChatMessage;
@@ -46,6 +47,8 @@ pub struct ValidResponses {
     /// The history and this request's input as turns (`instructions` left out): what a
     /// stored response keeps before its own output.
     pub conversation: Vec<ChatMessage>,
+    /// The namespace of each function offered inside a `namespace` tool, by function name.
+    pub namespaces: HashMap<String, String>,
 }
 
 impl Validate for ResponsesCall {
@@ -70,12 +73,8 @@ pub fn responses(
         ApiError::param("input", "`input` is required: a string or a list of items")
     })?;
     let conversation = conversation(history, input)?;
-    let mut turns = Vec::with_capacity(conversation.len() + 1);
-    if let Some(instructions) = request.instructions.take() {
-        turns.push(ChatMessage::new("system", instructions));
-    }
-    turns.extend(conversation.iter().cloned());
-    let tools = function_tools(request.tools.take().unwrap_or_default())?;
+    let turns = rendered_turns(request.instructions.take(), &conversation);
+    let Functions { tools, namespaces } = function_tools(request.tools.take().unwrap_or_default())?;
     let tool_choice = tool_choice(request.tool_choice.take(), tools.is_empty())?;
     let call = ChatCall {
         model: request.model.take(),
@@ -109,6 +108,7 @@ pub fn responses(
     Ok(ValidResponses {
         valid,
         conversation,
+        namespaces,
     })
 }
 
@@ -150,6 +150,48 @@ fn renamed(e: ApiError) -> ApiError {
         },
         e => e,
     }
+}
+
+/// The turns the template renders: `instructions` and the system (or developer) messages
+/// that open the conversation as one system turn, later system messages as user turns, and
+/// consecutive user turns (or assistant turns without calls) joined, so that templates that
+/// take one system turn and strictly alternating roles (Gemma's) render agents'
+/// conversations.
+fn rendered_turns(instructions: Option<String>, conversation: &[ChatMessage]) -> Vec<ChatMessage> {
+    let mut system: Vec<String> = instructions.into_iter().collect();
+    let mut turns: Vec<ChatMessage> = Vec::with_capacity(conversation.len() + 1);
+    for turn in conversation {
+        let text = turn.content.clone().unwrap_or_default();
+        if turn.role == "system" && turns.is_empty() {
+            system.push(text);
+            continue;
+        }
+        let turn = match turn.role.as_str() {
+            "system" => ChatMessage::new("user", text.clone()),
+            _ => turn.clone(),
+        };
+        match turns.last_mut() {
+            Some(last) if joinable(last, &turn) => {
+                let joined = format!("{}\n\n{}", last.content.as_deref().unwrap_or(""), text);
+                last.content = Some(joined);
+                last.tool_calls = turn.tool_calls;
+            }
+            _ => turns.push(turn),
+        }
+    }
+    if !system.is_empty() {
+        turns.insert(0, ChatMessage::new("system", system.join("\n\n")));
+    }
+    turns
+}
+
+/// Whether `next` can join `last`: both user turns, or both assistant turns where `last`
+/// makes no call.
+fn joinable(last: &ChatMessage, next: &ChatMessage) -> bool {
+    last.role == next.role
+        && (last.role == "user" || (last.role == "assistant" && last.tool_calls.is_none()))
+        && last.content.is_some()
+        && next.content.is_some()
 }
 
 /// `history`, then the turns of `input`.
@@ -297,11 +339,20 @@ fn function_name(turns: &[ChatMessage], call_id: &str) -> Option<String> {
         .and_then(|c| c.pointer("/function/name")?.as_str().map(str::to_string))
 }
 
-/// The function tools in OpenAI's chat shape; tools of other types are left out (the model
-/// cannot run them).
-fn function_tools(tools: Vec<Value>) -> Result<Vec<Value>, ApiError> {
-    let mut out = Vec::with_capacity(tools.len());
-    for (i, tool) in tools.into_iter().enumerate() {
+/// The function tools of a request.
+#[derive(Debug, Default)]
+struct Functions {
+    /// In OpenAI's chat shape.
+    tools: Vec<Value>,
+    /// Function name -> the `namespace` tool it came in.
+    namespaces: HashMap<String, String>,
+}
+
+/// The function tools in OpenAI's chat shape, those inside `namespace` tools included (their
+/// calls name the namespace); tools of other types are left out (the model cannot run them).
+fn function_tools(tools: Vec<Value>) -> Result<Functions, ApiError> {
+    let mut out = Functions::default();
+    for (i, tool) in tools.iter().enumerate() {
         let Some(map) = tool.as_object() else {
             return Err(ApiError::param(
                 "tools",
@@ -309,8 +360,8 @@ fn function_tools(tools: Vec<Value>) -> Result<Vec<Value>, ApiError> {
             ));
         };
         match map.get("type").and_then(Value::as_str) {
-            Some("function") if map.contains_key("function") => out.push(tool),
-            Some("function") => out.push(chat_function(map)),
+            Some("function") => out.tools.push(chat_function(map)),
+            Some("namespace") => namespace(&mut out, i, map)?,
             Some(_) => {}
             None => {
                 return Err(ApiError::param(
@@ -323,8 +374,35 @@ fn function_tools(tools: Vec<Value>) -> Result<Vec<Value>, ApiError> {
     Ok(out)
 }
 
-/// `{"type": "function", "name", ...}` as `{"type": "function", "function": {"name", ...}}`.
+/// The functions of `namespace` tool `i`.
+fn namespace(out: &mut Functions, i: usize, tool: &Map<String, Value>) -> Result<(), ApiError> {
+    let bad = |what: &str| ApiError::param("tools", format!("tools[{i}]: {what}"));
+    let name = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("a namespace needs a \"name\""))?;
+    let nested = tool
+        .get("tools")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("a namespace needs a \"tools\" list"))?;
+    for function in nested.iter().filter_map(Value::as_object) {
+        if function.get("type").and_then(Value::as_str) != Some("function") {
+            continue;
+        }
+        if let Some(f) = function.get("name").and_then(Value::as_str) {
+            out.namespaces.insert(f.to_string(), name.to_string());
+        }
+        out.tools.push(chat_function(function));
+    }
+    Ok(())
+}
+
+/// `{"type": "function", "name", ...}` as `{"type": "function", "function": {"name", ...}}`
+/// (a tool already in that shape is kept).
 fn chat_function(tool: &Map<String, Value>) -> Value {
+    if tool.contains_key("function") {
+        return Value::Object(tool.clone());
+    }
     let function: Map<String, Value> = ["name", "description", "parameters", "strict"]
         .into_iter()
         .filter_map(|k| Some((k.to_string(), tool.get(k)?.clone())))
@@ -420,6 +498,33 @@ mod tests {
     }
 
     #[test]
+    fn system_turns_open_the_prompt_once_and_same_role_turns_join() {
+        let conversation = vec![
+            ChatMessage::new("system", "dev one"),
+            ChatMessage::new("system", "dev two"),
+            ChatMessage::new("user", "context"),
+            ChatMessage::new("user", "question"),
+            ChatMessage::new("assistant", "answer"),
+            ChatMessage::new("system", "later note"),
+            ChatMessage::new("user", "next"),
+        ];
+        let turns = rendered_turns(Some("rules".into()), &conversation);
+        let shown: Vec<(&str, &str)> = turns
+            .iter()
+            .map(|t| (t.role.as_str(), t.content.as_deref().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("system", "rules\n\ndev one\n\ndev two"),
+                ("user", "context\n\nquestion"),
+                ("assistant", "answer"),
+                ("user", "later note\n\nnext"),
+            ]
+        );
+    }
+
+    #[test]
     fn images_and_unknown_items_are_refused_by_index() {
         let image = items(json!([
             {"role": "user", "content": "hi"},
@@ -437,18 +542,21 @@ mod tests {
 
     #[test]
     fn function_tools_take_the_chat_shape_and_others_are_left_out() {
-        let tools = function_tools(vec![
+        let functions = function_tools(vec![
             json!({"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": true, "description": null}),
             json!({"type": "web_search"}),
             json!({"type": "custom", "name": "apply_patch"}),
+            json!({"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "spawn"}]}),
         ])
         .unwrap();
         assert_eq!(
-            tools,
+            functions.tools,
             vec![
-                json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": true}})
+                json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": true}}),
+                json!({"type": "function", "function": {"name": "spawn"}}),
             ]
         );
+        assert_eq!(functions.namespaces["spawn"], "agents");
         let named = tool_choice(Some(json!({"type": "function", "name": "f"})), false).unwrap();
         assert_eq!(
             named,

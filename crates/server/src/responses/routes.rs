@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
-use serde_json::{json, Map};
+use serde_json::{json, Map, Value};
 
 use super::output::{item_id, Keep, ResponseContext};
 use super::store::ResponseStore;
@@ -192,7 +192,7 @@ fn settings(r: &ResponsesRequest) -> ResponseSettings {
         reasoning: r
             .reasoning
             .clone()
-            .filter(|v| !v.is_null())
+            .filter(Value::is_object)
             .unwrap_or_else(|| json!({"effort": null, "summary": null})),
         truncation: r.truncation.clone().unwrap_or_else(|| "disabled".into()),
         user: r.user.clone(),

@@ -140,7 +140,7 @@ pub struct ResponseSettings {
     pub top_p: f64,
     #[schema(value_type = Vec<Object>)]
     pub tools: Vec<Value>,
-    #[schema(value_type = Object)]
+    /// As sent (a string or an object); `"auto"` when absent.
     pub tool_choice: Value,
     pub parallel_tool_calls: bool,
     pub max_output_tokens: Option<i64>,
@@ -149,7 +149,7 @@ pub struct ResponseSettings {
     pub store: bool,
     pub background: bool,
     pub text: TextConfig,
-    #[schema(value_type = Object)]
+    /// As sent; `{"effort": null, "summary": null}` when absent.
     pub reasoning: Value,
     pub truncation: String,
     pub user: Option<String>,

@@ -666,3 +666,28 @@ async fn reasoning_comes_as_a_reasoning_item_whole_and_streamed() {
         reasoning_tokens
     );
 }
+
+#[tokio::test]
+async fn the_openapi_document_describes_the_response_routes() {
+    let (status, text) = common::get(common::main_server(), "/openapi.json").await;
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let create = &doc["paths"]["/v1/responses"]["post"];
+    for code in ["200", "400", "404", "429"] {
+        assert!(
+            create["responses"][code].is_object(),
+            "POST /v1/responses {code}"
+        );
+    }
+    assert!(create["responses"]["200"]["content"]["text/event-stream"].is_object());
+    let by_id = &doc["paths"]["/v1/responses/{id}"];
+    for method in ["get", "delete"] {
+        for code in ["200", "401", "404"] {
+            assert!(
+                by_id[method]["responses"][code].is_object(),
+                "{method} {code}"
+            );
+        }
+    }
+    assert!(doc["components"]["schemas"]["ResponseObject"].is_object());
+}

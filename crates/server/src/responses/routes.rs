@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::output::{item_id, Keep, ResponseContext};
 use super::store::ResponseStore;
@@ -177,7 +177,7 @@ fn settings(r: &ResponsesRequest) -> ResponseSettings {
     };
     ResponseSettings {
         instructions: r.instructions.clone(),
-        metadata: r.metadata.clone().unwrap_or_else(Map::new),
+        metadata: r.metadata.clone().unwrap_or_default(),
         temperature: r.temperature.unwrap_or(1.0),
         top_p: r.top_p.unwrap_or(1.0),
         tools: r.tools.clone().unwrap_or_default(),

@@ -110,3 +110,36 @@ fn positive_secs(flag: &str, secs: u64) -> Result<Duration> {
     }
     Ok(Duration::from_secs(secs))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        http: HttpArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<ServerConfig> {
+        let argv = std::iter::once("kestrel").chain(args.iter().copied());
+        Args::try_parse_from(argv)?.http.server_config()
+    }
+
+    #[test]
+    fn the_responses_store_takes_its_flags() {
+        let default = config(&[]).unwrap().response_store.limits();
+        assert_eq!(default, StoreLimits::default());
+        let set = config(&["--responses-store-size", "7", "--responses-store-ttl", "60"]).unwrap();
+        let limits = set.response_store.limits();
+        assert_eq!(
+            (limits.max_entries, limits.ttl),
+            (7, Duration::from_secs(60))
+        );
+        assert!(config(&["--responses-store-ttl", "0"]).is_err());
+        let clone = set.clone();
+        assert!(Arc::ptr_eq(&clone.response_store, &set.response_store));
+    }
+}

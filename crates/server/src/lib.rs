@@ -10,10 +10,11 @@
 //!   `model` or TGI `adapter_id` (resolved in [`validation`]). `GET /` is the web playground
 //!   ([`routes::playground`]), `POST /` TGI's generate.
 //! * One folder per API family: [`openai`] (`/v1/completions`, `/v1/chat/completions`,
-//!   `/v1/models`, `/v1/embeddings`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
-//!   `/tokenize`). A family folder holds its routes, its wire types (`wire`: data only, serde
-//!   and OpenAPI schemas) and its response and SSE shaping; a new family (Anthropic
-//!   `messages`, OpenAI `responses`) is a sibling folder.
+//!   `/v1/models`, `/v1/embeddings`), [`responses`] (OpenAI's Responses: `/v1/responses`,
+//!   `/v1/responses/{id}`, with its in-memory store) and [`tgi`] (`/generate`,
+//!   `/generate_stream`, `/info`, `/tokenize`). A family folder holds its routes, its wire
+//!   types (`wire`: data only, serde and OpenAPI schemas) and its response and SSE shaping; a
+//!   new family (Anthropic `messages`) is a sibling folder.
 //! * [`validation`] — the one place wire requests of every family become engine requests
 //!   (parameter ranges, first-token objectives, structured output, chat tools), on the
 //!   [`blocking`] pool; [`error::ApiError`] maps every failure to a status and the family's

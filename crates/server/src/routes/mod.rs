@@ -1,6 +1,7 @@
-//! The [`router`]: the API families' handlers ([`crate::openai`], [`crate::tgi`]) and the
-//! routes every family shares (health, metrics, LoRA, the OpenAPI document, the playground),
-//! assembled with authentication, request counting, logging, body limit and CORS.
+//! The [`router`]: the API families' handlers ([`crate::openai`], [`crate::responses`],
+//! [`crate::tgi`]) and the routes every family shares (health, metrics, LoRA, the OpenAPI
+//! document, the playground), assembled with authentication, request counting, logging, body
+//! limit and CORS; the Responses store travels as a request extension.
 //!
 //! ```text
 //! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests

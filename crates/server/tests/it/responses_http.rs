@@ -691,3 +691,29 @@ async fn the_openapi_document_describes_the_response_routes() {
     }
     assert!(doc["components"]["schemas"]["ResponseObject"].is_object());
 }
+
+#[tokio::test]
+async fn a_call_of_a_namespaced_function_names_its_namespace() {
+    let agents = json!({"type": "namespace", "name": "agents", "description": "Sub-agents",
+        "tools": [{"type": "function", "name": "close_agent", "description": "Close an agent",
+                   "parameters": {"type": "object", "properties": {"target": {"type": "string", "maxLength": 12}},
+                                  "required": ["target"], "additionalProperties": false}}]});
+    let body = request(
+        json!("Close agent 7."),
+        json!({"tools": [weather_tool(), agents], "tool_choice": {"type": "function", "name": "close_agent"},
+               "max_output_tokens": 40, "store": false}),
+    );
+    let v = create(common::main_server(), &body).await;
+    let call = &v["output"][0];
+    assert_eq!(call["type"], "function_call", "{v}");
+    assert_eq!(call["name"], "close_agent");
+    assert_eq!(call["namespace"], "agents");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["target"].is_string(), "{args}");
+    let plain = request(
+        json!("Weather in Oslo?"),
+        json!({"tools": [weather_tool()], "tool_choice": "required", "max_output_tokens": 40, "store": false}),
+    );
+    let v = create(common::main_server(), &plain).await;
+    assert!(v["output"][0].get("namespace").is_none(), "{v}");
+}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the real-client checks against a fresh `kestrel serve` (with the Hermes tool-call parser):
-# tests/python/test_openai_client.py (the `openai` client), tests/python/test_agent_clients.py
-# (`openai` structured output and tools, LangChain, huggingface_hub) and
-# tests/python/test_anthropic_client.py (the `anthropic` client on /v1/messages).
+# tests/python/test_openai_client.py (the `openai` client), tests/python/test_responses_client.py
+# (the `openai` client's Responses API), tests/python/test_agent_clients.py (`openai`
+# structured output and tools, LangChain, huggingface_hub) and tests/python/test_anthropic_client.py
+# (the `anthropic` client on /v1/messages).
 # Usage: run_openai_client_test.sh PATH/TO/kestrel
 # Uses the default model (KESTREL_DEFAULT_MODEL if set, else `kestrel serve`'s default).
 # Builds nothing; installs the `openai`, `langchain-openai`, `huggingface_hub` and `anthropic`
@@ -42,6 +43,7 @@ server_start "$LOG" "$KESTREL" serve "${MODEL_ARGS[@]}" --hostname 127.0.0.1 --p
 server_wait_ready "$SERVER_PID" "$PORT" "$LOG"
 
 if ! "$PYTHON" "$HERE/test_openai_client.py" "http://127.0.0.1:$PORT/v1" \
+  || ! "$PYTHON" "$HERE/test_responses_client.py" "http://127.0.0.1:$PORT/v1" \
   || ! "$PYTHON" "$HERE/test_agent_clients.py" "http://127.0.0.1:$PORT" \
   || ! "$PYTHON" "$HERE/test_anthropic_client.py" "http://127.0.0.1:$PORT"; then
   echo "server log:" >&2

@@ -82,6 +82,29 @@ def anthropic_checks(urls: list) -> None:
     print("ok    an unknown model is a 404 not_found_error on /v1/messages")
 
 
+def responses(gateway: openai.OpenAI, serve: openai.OpenAI) -> None:
+    """The Responses API through the gateway: the same greedy answer as the serve of model `a`,
+    stored at the gateway (retrieved, continued, deleted through it)."""
+    ask = dict(model="a", input="Say hello in one word.", max_output_tokens=10, temperature=0)
+    done = gateway.responses.create(**ask)
+    assert done.output_text == serve.responses.create(**ask, store=False).output_text, done
+    assert gateway.responses.retrieve(done.id).output_text == done.output_text
+    follow = gateway.responses.create(
+        model="a", input="Once more.", previous_response_id=done.id, max_output_tokens=6, temperature=0
+    )
+    assert follow.usage.input_tokens > done.usage.input_tokens, follow.usage
+    with gateway.responses.stream(**ask, store=False) as stream:
+        streamed = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+    assert streamed == done.output_text, (streamed, done.output_text)
+    gateway.responses.delete(done.id)
+    try:
+        gateway.responses.retrieve(done.id)
+        raise AssertionError("a deleted response was returned")
+    except openai.NotFoundError:
+        pass
+    print(f"ok    responses through the gateway answer as the serve: {done.output_text!r}")
+
+
 def main() -> None:
     gateway, serve_a, serve_b = (openai.OpenAI(base_url=u, api_key="unused") for u in sys.argv[1:4])
     listed = sorted(m.id for m in gateway.models.list().data)
@@ -95,6 +118,8 @@ def main() -> None:
         print(f"ok    completions for {model} equal its serve's: {[t for t, _ in got]}")
         assert chat(gateway, model) == chat(serve, model), (model, chat(gateway, model))
         print(f"ok    chat for {model} answers as its serve: {chat(gateway, model)}")
+
+    responses(gateway, serve_a)
 
     try:
         gateway.completions.create(model="c", prompt="hi", max_tokens=2)

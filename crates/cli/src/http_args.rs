@@ -2,9 +2,11 @@
 //! `kestrel gateway`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use kestrel_server::responses::store::{ResponseStore, StoreLimits};
 use kestrel_server::ServerConfig;
 
 use crate::engine_args::parse_bytes;
@@ -61,6 +63,13 @@ pub struct HttpArgs {
     /// with a warning.
     #[arg(long)]
     pub strict_api: bool,
+    /// Most responses `/v1/responses` keeps for `GET`, `DELETE` and `previous_response_id`
+    /// (`store: true`); the oldest goes first. 0 keeps none.
+    #[arg(long, default_value_t = kestrel_server::responses::store::DEFAULT_MAX_ENTRIES)]
+    pub responses_store_size: usize,
+    /// Seconds a stored response is kept.
+    #[arg(long, default_value_t = kestrel_server::responses::store::DEFAULT_TTL.as_secs())]
+    pub responses_store_ttl: u64,
 }
 
 impl HttpArgs {
@@ -86,6 +95,10 @@ impl HttpArgs {
             shutdown_deadline: Duration::from_secs(self.shutdown_timeout),
             enable_runtime_lora: false,
             strict_api: self.strict_api,
+            response_store: Arc::new(ResponseStore::new(StoreLimits {
+                max_entries: self.responses_store_size,
+                ttl: positive_secs("--responses-store-ttl", self.responses_store_ttl)?,
+            })),
         })
     }
 }
@@ -96,4 +109,37 @@ fn positive_secs(flag: &str, secs: u64) -> Result<Duration> {
         bail!("{flag} must be at least 1 second");
     }
     Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        http: HttpArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<ServerConfig> {
+        let argv = std::iter::once("kestrel").chain(args.iter().copied());
+        Args::try_parse_from(argv)?.http.server_config()
+    }
+
+    #[test]
+    fn the_responses_store_takes_its_flags() {
+        let default = config(&[]).unwrap().response_store.limits();
+        assert_eq!(default, StoreLimits::default());
+        let set = config(&["--responses-store-size", "7", "--responses-store-ttl", "60"]).unwrap();
+        let limits = set.response_store.limits();
+        assert_eq!(
+            (limits.max_entries, limits.ttl),
+            (7, Duration::from_secs(60))
+        );
+        assert!(config(&["--responses-store-ttl", "0"]).is_err());
+        let clone = set.clone();
+        assert!(Arc::ptr_eq(&clone.response_store, &set.response_store));
+    }
 }

@@ -1,7 +1,10 @@
 //! [`ServerConfig`]: how the HTTP side listens and guards itself. Engine limits live in
 //! `kestrel_engine::handle::EngineConfig`, request limits in [`crate::state::Limits`].
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::responses::store::ResponseStore;
 
 /// Default request body limit: 4 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 4 << 20;
@@ -47,6 +50,10 @@ pub struct ServerConfig {
     /// Refuse request fields a route does not know with a 400 naming them (`--strict-api`);
     /// by default they are ignored with a warning, as vLLM does.
     pub strict_api: bool,
+    /// The stored responses of `/v1/responses` (`--responses-store-size`,
+    /// `--responses-store-ttl`). Clones of this config share it, so every router built from
+    /// it (the gateway builds one per model) serves the same responses.
+    pub response_store: Arc<ResponseStore>,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +72,7 @@ impl Default for ServerConfig {
             shutdown_deadline: Duration::from_secs(30),
             enable_runtime_lora: false,
             strict_api: false,
+            response_store: Arc::new(ResponseStore::default()),
         }
     }
 }

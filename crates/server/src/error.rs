@@ -148,6 +148,12 @@ pub enum ApiError {
     /// The route is not enabled.
     #[error("{0}")]
     NotFound(String),
+    /// No stored response has this id (`param`: the field that named it, if a body field).
+    #[error("Response with id '{id}' not found.")]
+    ResponseNotFound {
+        id: String,
+        param: Option<&'static str>,
+    },
     /// The path is served, but not for this method (the response's `Allow` header lists those
     /// that are).
     #[error("{method} is not allowed on {path}; the Allow header lists the methods it takes")]
@@ -189,7 +195,9 @@ impl ApiError {
             }
             ApiError::Unauthorized => ErrorKind::Authentication,
             ApiError::BodyTimeout(_) => ErrorKind::Timeout,
-            ApiError::ModelNotFound(_) | ApiError::NotFound(_) => ErrorKind::NotFound,
+            ApiError::ModelNotFound(_)
+            | ApiError::NotFound(_)
+            | ApiError::ResponseNotFound { .. } => ErrorKind::NotFound,
             ApiError::MethodNotAllowed { .. } => ErrorKind::MethodNotAllowed,
             ApiError::Adapter(e) => match e.kind() {
                 AdapterErrorKind::Invalid => ErrorKind::InvalidRequest,
@@ -219,6 +227,7 @@ impl ApiError {
                 Some((*param).to_string())
             }
             ApiError::ModelNotFound(_) => Some("model".to_string()),
+            ApiError::ResponseNotFound { param, .. } => param.map(str::to_string),
             ApiError::SloUnattainable(_) => Some("ttft_slo_ms".to_string()),
             ApiError::UnknownFields(u) => u.0.first().cloned(),
             _ => None,

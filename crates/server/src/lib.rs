@@ -11,10 +11,11 @@
 //!   ([`routes::playground`]), `POST /` TGI's generate.
 //! * One folder per API family: [`openai`] (`/v1/completions`, `/v1/chat/completions`,
 //!   `/v1/models`, `/v1/embeddings`), [`anthropic`] (`/v1/messages`,
-//!   `/v1/messages/count_tokens`) and [`tgi`] (`/generate`, `/generate_stream`, `/info`,
-//!   `/tokenize`). A family folder holds its routes, its wire types (`wire`: data only, serde
-//!   and OpenAPI schemas) and its response and SSE shaping; a new family (Anthropic
-//!   `messages`, OpenAI `responses`) is a sibling folder.
+//!   `/v1/messages/count_tokens`), [`responses`] (OpenAI's Responses: `/v1/responses`,
+//!   `/v1/responses/{id}`, with its in-memory store) and [`tgi`] (`/generate`,
+//!   `/generate_stream`, `/info`, `/tokenize`). A family folder holds its routes, its wire
+//!   types (`wire`: data only, serde and OpenAPI schemas) and its response and SSE shaping; a
+//!   new family is a sibling folder.
 //! * [`validation`] — the one place wire requests of every family become engine requests
 //!   (parameter ranges, first-token objectives, structured output, chat tools), on the
 //!   [`blocking`] pool; [`error::ApiError`] maps every failure to a status and the family's
@@ -56,6 +57,7 @@ pub mod request_id;
 pub mod request_log;
 pub mod request_scope;
 pub mod response_id;
+pub mod responses;
 pub mod retry_after;
 pub mod routes;
 pub mod sse;

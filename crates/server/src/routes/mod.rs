@@ -1,6 +1,7 @@
-//! The [`router`]: the API families' handlers ([`crate::openai`], [`crate::tgi`]) and the
-//! routes every family shares (health, metrics, LoRA, the OpenAPI document, the playground),
-//! assembled with authentication, request counting, logging, body limit and CORS.
+//! The [`router`]: the API families' handlers ([`crate::openai`], [`crate::responses`],
+//! [`crate::tgi`]) and the routes every family shares (health, metrics, LoRA, the OpenAPI
+//! document, the playground), assembled with authentication, request counting, logging, body
+//! limit and CORS; the Responses store travels as a request extension.
 //!
 //! ```text
 //! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
@@ -26,6 +27,7 @@ pub use crate::anthropic::routes as anthropic;
 pub use crate::openai::detokenize;
 pub use crate::openai::embeddings;
 pub use crate::openai::routes as openai;
+pub use crate::responses::routes as responses;
 pub use crate::tgi::routes as tgi;
 
 use axum::response::{IntoResponse, Response};
@@ -46,6 +48,11 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/", post(tgi::compat_generate))
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
@@ -89,6 +96,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
         .layer(axum::Extension(ApiPolicy {
             strict: config.strict_api,
         }))
+        .layer(axum::Extension(config.response_store.clone()))
         .with_state(state);
     if let Some(cors) = crate::cors::layer(config) {
         app = app.layer(cors);

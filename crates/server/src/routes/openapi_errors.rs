@@ -34,6 +34,7 @@ const GENERATION_ROUTES: &[&str] = &[
     "/v1/completions",
     "/v1/chat/completions",
     "/v1/messages",
+    "/v1/responses",
 ];
 /// Routes whose `200` may be a stream of server-sent events.
 const SSE_ROUTES: &[&str] = &[
@@ -41,6 +42,7 @@ const SSE_ROUTES: &[&str] = &[
     "/v1/completions",
     "/v1/chat/completions",
     "/v1/messages",
+    "/v1/responses",
 ];
 const LORA_ROUTES: &[&str] = &["/v1/load_lora_adapter", "/v1/unload_lora_adapter"];
 
@@ -56,6 +58,9 @@ impl Modify for ErrorResponses {
             }
             if let Some(op) = item.post.as_mut() {
                 complete(path, true, op);
+            }
+            if let Some(op) = item.delete.as_mut() {
+                complete(path, false, op);
             }
         }
     }

@@ -18,13 +18,15 @@
 //! published in `/openapi.json`), `sampling_fields` and `prompt_ids` (the steps above),
 //! [`ttft_slo`] (first-token objectives, field or header), [`structured`] and [`constraint`]
 //! (structured output: wire fields -> grammar -> compiled against the model), [`chat_tools`]
-//! (`tools` and `tool_choice`). A new family adds its `Validate` impl here.
+//! (`tools` and `tool_choice`), [`responses`] (OpenAI Responses: input items -> a
+//! [`ChatCall`]). A new family adds its `Validate` impl here.
 
 pub mod chat_call;
 pub mod chat_tools;
 pub mod constraint;
 pub mod param_ranges;
 mod prompt_ids;
+pub mod responses;
 mod sampling_fields;
 pub mod structured;
 pub mod ttft_slo;

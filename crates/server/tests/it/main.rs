@@ -16,6 +16,7 @@ mod openapi_doc;
 mod playground_http;
 mod reasoning_http;
 mod request_id_http;
+mod responses_http;
 mod slo_admission_http;
 mod speculative_launch;
 mod structured_http;

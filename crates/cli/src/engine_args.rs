@@ -9,6 +9,7 @@ use kestrel_engine::speculative::SpeculativeConfig;
 use kestrel_kernels::cpu::attention::KvDtype;
 use kestrel_model::engine_builder::{KvDiskOptions, SpecMethod, SpeculativeOptions};
 use kestrel_quant::quantize::{QuantMethod, QuantOptions};
+use kestrel_server::generation_defaults::GenerationDefaults;
 use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 
 use crate::startup_summary::ModelDescription;
@@ -63,6 +64,11 @@ pub struct EngineArgs {
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
+    /// Sampling values for requests that leave them out, as a JSON object (vLLM's flag):
+    /// `{"temperature": 0}` makes the model greedy; keys temperature, top_p, top_k, min_p,
+    /// repetition_penalty and max_new_tokens (the output limit of requests that set none).
+    #[arg(long, value_name = "JSON", value_parser = parse_generation_defaults)]
+    pub override_generation_config: Option<GenerationDefaults>,
     /// A directory for the KV disk tier: full prefix-cache blocks are kept there (and read
     /// back for later prompts that start the same way), across restarts.
     #[arg(long, value_name = "DIR")]
@@ -205,6 +211,7 @@ impl EngineArgs {
             reasoning_parser: self.reasoning_parser.map(|f| f.0),
             slo_admission: !self.no_slo_admission,
             kv_disk: self.kv_disk()?,
+            generation_defaults: self.override_generation_config.unwrap_or_default(),
             ..LaunchOptions::default()
         })
     }
@@ -264,6 +271,11 @@ fn chat_template_source(template: &std::path::Path) -> Result<String> {
             )
         }),
     }
+}
+
+/// Parses `--override-generation-config`.
+fn parse_generation_defaults(s: &str) -> Result<GenerationDefaults, String> {
+    GenerationDefaults::parse(s)
 }
 
 /// Parses `512MiB`, `2GiB`, `1.5GB`, `4096` (bytes) and the like.

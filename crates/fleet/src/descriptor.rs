@@ -43,6 +43,7 @@ pub fn describe(
             .model
             .reasoning_parser
             .map(|p| p.name().to_string()),
+        generation_defaults: launched.limits.generation_defaults,
     })
 }
 
@@ -83,5 +84,6 @@ pub fn limits(d: &ModelDescriptor, config: &crate::gateway::GatewayConfig) -> Li
         min_client_priority: config.min_client_priority,
         max_input_bytes: kestrel_server::state::DEFAULT_MAX_INPUT_BYTES,
         max_buffered_events: kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
+        generation_defaults: d.generation_defaults,
     }
 }

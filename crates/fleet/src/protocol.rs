@@ -153,6 +153,10 @@ pub struct ModelDescriptor {
     /// The reasoning parser the worker splits replies with, by name; absent: none.
     #[serde(default)]
     pub reasoning_parser: Option<String>,
+    /// The worker's `--override-generation-config`: the gateway, which validates requests,
+    /// applies it; absent: none.
+    #[serde(default)]
+    pub generation_defaults: kestrel_server::generation_defaults::GenerationDefaults,
 }
 
 /// Milliseconds since the Unix epoch.

@@ -117,6 +117,7 @@ pub fn fuzz_state(
         min_client_priority: 0,
         max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
         max_buffered_events: 1024,
+        generation_defaults: Default::default(),
     };
     let metrics = PrometheusBuilder::new().build_recorder().handle();
     Ok(AppState::new(Arc::new(backend), model, limits, metrics))

@@ -66,6 +66,8 @@ pub struct LaunchOptions {
     pub slo_admission: bool,
     /// The KV disk tier under the prefix cache (`--kv-cache-disk`); `None`: RAM only.
     pub kv_disk: Option<KvDiskOptions>,
+    /// Sampling values for requests that leave them out (`--override-generation-config`).
+    pub generation_defaults: crate::generation_defaults::GenerationDefaults,
 }
 
 impl Default for LaunchOptions {
@@ -92,6 +94,7 @@ impl Default for LaunchOptions {
             reasoning_parser: None,
             slo_admission: true,
             kv_disk: None,
+            generation_defaults: Default::default(),
         }
     }
 }
@@ -321,6 +324,7 @@ fn limits(opts: &LaunchOptions, model_len: usize) -> Result<Limits, LaunchError>
         min_client_priority: opts.min_client_priority,
         max_input_bytes: opts.max_input_bytes,
         max_buffered_events: opts.max_buffered_events,
+        generation_defaults: opts.generation_defaults,
     })
 }
 

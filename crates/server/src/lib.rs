@@ -47,6 +47,7 @@ pub mod error;
 pub mod event_buffer;
 pub mod extract;
 pub mod fuzz_entry;
+pub mod generation_defaults;
 pub mod key_salt;
 pub mod launch;
 pub mod metrics;

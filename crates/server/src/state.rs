@@ -19,7 +19,7 @@ pub const MAX_STOP_SEQUENCES: usize = 16;
 pub const MAX_STOP_BYTES: usize = 1024;
 
 /// Per-request length limits and queue policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     /// Longest accepted prompt, in tokens.
     pub max_input_tokens: usize,
@@ -35,6 +35,8 @@ pub struct Limits {
     /// Events a streaming client may fall behind before its request is aborted
     /// ([`crate::event_buffer`]).
     pub max_buffered_events: usize,
+    /// Sampling values for requests that leave them out (`--override-generation-config`).
+    pub generation_defaults: crate::generation_defaults::GenerationDefaults,
 }
 
 /// Default [`Limits::max_input_bytes`]: 1 MiB (about 250k tokens of English text).

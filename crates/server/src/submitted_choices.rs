@@ -19,8 +19,10 @@ use kestrel_engine::request::FinishReason;
 use crate::backend::EventStream;
 use crate::error::ApiError;
 use crate::request_log::{mark_logged, Tally};
+use crate::request_scope::RequestScope;
 use crate::sse::{sse_response, SseEncoder};
 use crate::state::AppState;
+use crate::validation::ValidRequest;
 
 /// What one finished choice produced.
 #[derive(Debug, Clone)]
@@ -75,6 +77,21 @@ impl SubmittedChoices {
             tally,
             max_buffered_events: state.limits().max_buffered_events,
         })
+    }
+
+    /// Submits every engine request of `valid` (each under the request's `scope`: its key
+    /// salt) and waits until the backend admitted them ([`Self::submit`], then
+    /// [`Self::admitted`]): what every route with a validated request does.
+    pub async fn submit_valid(
+        state: &AppState,
+        route: &'static str,
+        valid: &ValidRequest,
+        scope: &RequestScope,
+    ) -> Result<SubmittedChoices, ApiError> {
+        let requests = valid.engine_requests().into_iter().map(|r| scope.apply(r));
+        Self::submit(state, route, valid.prompt_tokens(), requests)?
+            .admitted()
+            .await
     }
 
     /// Waits until the backend queued every choice; if it refused one (a first-token

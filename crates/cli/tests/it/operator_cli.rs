@@ -385,6 +385,41 @@ fn a_strict_template_serves_agent_shaped_conversations_folded() {
     assert!(text.contains("alternate"), "{text}");
 }
 
+/// `--override-generation-config` fills what requests leave out: with a `max_new_tokens` of 3
+/// a request without a limit gets 3 tokens, one with its own limit keeps it; a bad value stops
+/// serve naming the flag's key.
+#[test]
+fn generation_defaults_fill_what_requests_leave_out() {
+    let config = r#"{"temperature": 0, "max_new_tokens": 3}"#;
+    let server = serve(
+        "generation-defaults",
+        &strs(&small(&["--override-generation-config", config])),
+        &[],
+    );
+    let tokens = |body: &str| {
+        let (status, _, text) = http(&server.addr, "POST", "/v1/completions", None, body);
+        assert_eq!(status, 200, "{text}");
+        let reply: Value = serde_json::from_str(&text).expect("JSON");
+        reply["usage"]["completion_tokens"].as_u64().expect("usage")
+    };
+    assert_eq!(tokens(r#"{"prompt":"Once upon a time","ignore_eos":true}"#), 3);
+    assert_eq!(
+        tokens(r#"{"prompt":"Once upon a time","ignore_eos":true,"max_tokens":5}"#),
+        5
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .arg("serve")
+        .args(strs(&small(&["--override-generation-config", r#"{"temperature": 9}"#])))
+        .output()
+        .expect("kestrel runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--override-generation-config") && stderr.contains("temperature"),
+        "{stderr}"
+    );
+}
+
 /// A chat template that does not compile stops `kestrel serve` before it serves, naming the
 /// file; a missing one likewise (and names the built-in templates).
 #[test]

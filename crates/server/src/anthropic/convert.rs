@@ -5,8 +5,9 @@
 //! ```text
 //! system (string | text blocks)      ─► a `system` turn
 //! user: text blocks                  ─► a `user` turn (blocks joined by newlines)
-//! system (a turn in `messages`)      ─► user text (Claude Code's mid-conversation system
-//!                                       messages; templates take one system turn, first)
+//! system (a turn in `messages`)      ─► user text before the words of the user turn next to
+//!                                       it (Claude Code's mid-conversation instructions;
+//!                                       templates take one system turn, first)
 //! consecutive user texts             ─► one `user` turn (as Anthropic combines them)
 //! user: tool_result blocks           ─► one `tool` turn each (tool_call_id, the call's name)
 //! assistant: text + tool_use blocks  ─► an `assistant` turn with OpenAI-shaped tool_calls
@@ -151,7 +152,17 @@ fn turns(
     }
     // Call ids to names, for the `tool` turns that answer them.
     let mut names: HashMap<String, String> = HashMap::new();
+    // Instructions (`system` turns in `messages`) waiting for the next user turn.
+    let mut instructions = String::new();
     for (i, m) in messages.iter().enumerate() {
+        if m.role == "system" {
+            let text = match &m.content {
+                MessageContent::Text(t) => t.clone(),
+                MessageContent::Blocks(blocks) => text_of(blocks, "messages")?,
+            };
+            place_instructions(&mut turns, &mut instructions, text);
+            continue;
+        }
         let blocks = match &m.content {
             MessageContent::Text(t) => {
                 push_merged(&mut turns, ChatMessage::new(role(i, &m.role)?, t.clone()));
@@ -167,8 +178,34 @@ fn turns(
             "assistant" => turns.push(assistant_turn(i, blocks, &mut names)?),
             _ => user_turns(i, blocks, &names, &mut turns)?,
         }
+        if !instructions.is_empty() {
+            place_instructions(&mut turns, &mut instructions, String::new());
+        }
+    }
+    if !instructions.is_empty() {
+        turns.push(ChatMessage::new("user", instructions));
     }
     Ok(turns)
+}
+
+/// Puts the text of a `system` turn in `messages` (Claude Code sends instructions this way,
+/// after the user's words) before the words of the user turn next to it: the last turn when
+/// it is plain user text, else the next user turn (`pending` holds it until then). The
+/// user's own words stay last, where a model answers them.
+fn place_instructions(turns: &mut [ChatMessage], pending: &mut String, text: String) {
+    let joined = [std::mem::take(pending), text]
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    match turns.last_mut() {
+        Some(last) if last.role == "user" && last.tool_call_id.is_none() => {
+            let own = last.content.take().unwrap_or_default();
+            let parts = [joined, own].into_iter().filter(|t| !t.is_empty());
+            last.content = Some(parts.collect::<Vec<_>>().join("\n\n"));
+        }
+        _ => *pending = joined,
+    }
 }
 
 /// Appends `turn`, merging it into the last turn when both are plain user text.
@@ -188,7 +225,7 @@ fn push_merged(turns: &mut Vec<ChatMessage>, turn: ChatMessage) {
     }
 }
 
-/// The template role of `messages[i]`: a `system` turn is read as user text.
+/// The template role of `messages[i]` (a `system` turn's text joins a user turn).
 fn role(i: usize, role: &str) -> Result<&'static str, ApiError> {
     match role {
         "user" | "system" => Ok("user"),
@@ -505,7 +542,7 @@ mod tests {
             shown,
             [
                 ("system", "sys"),
-                ("user", "a\nb\n\nreminder\n\nc"),
+                ("user", "reminder\n\na\nb\n\nc"),
                 ("assistant", "ok"),
                 ("user", "late")
             ]

@@ -47,14 +47,7 @@ pub async fn messages(
     let valid = validation::validate_off_thread(&state, req, arrival)
         .await?
         .with_default_ttft_slo(scope.ttft_slo);
-    let submitted = SubmittedChoices::submit(
-        &state,
-        ROUTE,
-        valid.prompt_tokens(),
-        valid.engine_requests().into_iter().map(|r| scope.apply(r)),
-    )?
-    .admitted()
-    .await?;
+    let submitted = SubmittedChoices::submit_valid(&state, ROUTE, &valid, &scope).await?;
     let model = valid
         .adapter
         .clone()

@@ -45,14 +45,7 @@ async fn handle<A: OpenAiApi>(
         .await?
         .with_default_ttft_slo(scope.ttft_slo);
     let prompt_logprobs = prompt_logprobs::compute(&state, &valid).await?;
-    let submitted = SubmittedChoices::submit(
-        &state,
-        A::ROUTE,
-        valid.prompt_tokens(),
-        valid.engine_requests().into_iter().map(|r| scope.apply(r)),
-    )?
-    .admitted()
-    .await?;
+    let submitted = SubmittedChoices::submit_valid(&state, A::ROUTE, &valid, &scope).await?;
     let echo: Vec<Option<String>> = valid.prompts.iter().map(|p| p.echo.clone()).collect();
     let cx = OpenAiContext {
         id: response_id(A::ID_PREFIX),

@@ -63,14 +63,7 @@ pub async fn create(
         namespaces,
     } = validate_off_thread(&state, call, arrival).await?;
     let valid = valid.with_default_ttft_slo(scope.ttft_slo);
-    let submitted = SubmittedChoices::submit(
-        &state,
-        ROUTE,
-        valid.prompt_tokens(),
-        valid.engine_requests().into_iter().map(|r| scope.apply(r)),
-    )?
-    .admitted()
-    .await?;
+    let submitted = SubmittedChoices::submit_valid(&state, ROUTE, &valid, &scope).await?;
     let keep = settings.store.then(|| Keep {
         store: store.clone(),
         conversation,

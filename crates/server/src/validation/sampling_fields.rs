@@ -68,6 +68,7 @@ pub(super) fn openai_sampling(
     f: SamplingFields,
     logprobs: Option<usize>,
 ) -> Result<(SamplingParams, Scheduling), ApiError> {
+    let f = state.limits().generation_defaults.fill(f);
     let temperature = match f.temperature {
         Some(t) if !ranges::TEMPERATURE.contains(t) => {
             return Err(ApiError::param(
@@ -207,7 +208,11 @@ pub(super) fn max_tokens(
     }
     let room = limits.max_total_tokens.saturating_sub(prompt_len);
     let Some(requested) = requested else {
-        return Ok(default.min(room).max(1));
+        let cap = limits
+            .generation_defaults
+            .max_new_tokens
+            .unwrap_or(usize::MAX);
+        return Ok(default.min(cap).min(room).max(1));
     };
     if !ranges::MAX_TOKENS.contains_int(requested) {
         return Err(ApiError::param(

@@ -45,39 +45,9 @@ pub async fn post_with(
     (status, value)
 }
 
-/// POSTs a streaming request and returns its named events: `(event, data)`, checking that each
-/// event's name is its data's `type`.
+/// A streamed request's named events (see [`common::named_events`]).
 pub async fn events(server: &Server, path: &str, body: &Value) -> Vec<(String, Value)> {
-    let resp = client()
-        .post(format!("{}{path}", server.base))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(resp.status().as_u16(), 200, "{path} stream status");
-    let ct = resp.headers()["content-type"]
-        .to_str()
-        .unwrap_or("")
-        .to_string();
-    assert!(ct.starts_with("text/event-stream"), "content type {ct}");
-    let text = resp.text().await.expect("body");
-    assert!(
-        text.ends_with("\n\n"),
-        "SSE body must end with a blank line: {text:?}"
-    );
-    text.split("\n\n")
-        .filter(|e| !e.is_empty())
-        .map(|e| {
-            let (name, data) = e
-                .strip_prefix("event: ")
-                .and_then(|e| e.split_once("\ndata: "))
-                .unwrap_or_else(|| panic!("not a named event: {e:?}"));
-            let data: Value = serde_json::from_str(data).expect("event data is JSON");
-            assert_eq!(data["type"], name, "{e}");
-            (name.to_string(), data)
-        })
-        .collect()
+    common::named_events(server, path, body).await
 }
 
 /// A streamed message put back together from its events (after checking their order): the

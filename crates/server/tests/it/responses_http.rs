@@ -68,30 +68,7 @@ fn output_text(response: &Value) -> String {
 
 /// A streamed request's events: (SSE event name, data), checking that each names its type.
 async fn stream(s: &Server, body: &Value) -> Vec<(String, Value)> {
-    let resp = common::client()
-        .post(format!("{}/v1/responses", s.base))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("send");
-    assert_eq!(resp.status().as_u16(), 200);
-    let ct = resp.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(ct.starts_with("text/event-stream"), "{ct}");
-    let text = resp.text().await.expect("body");
-    assert!(text.ends_with("\n\n"), "{text:?}");
-    text.split("\n\n")
-        .filter(|f| !f.is_empty())
-        .map(|frame| {
-            let (event, data) = frame
-                .strip_prefix("event: ")
-                .and_then(|f| f.split_once("\ndata: "))
-                .unwrap_or_else(|| panic!("not a named event: {frame:?}"));
-            let data: Value = serde_json::from_str(data).expect("JSON data");
-            assert_eq!(data["type"], event, "{data}");
-            (event.to_string(), data)
-        })
-        .collect()
+    common::named_events(s, "/v1/responses", body).await
 }
 
 /// The names of `events`, and their data joined for `kind` (`delta` fields).

@@ -185,8 +185,9 @@ pub async fn get(server: &Server, path: &str) -> (u16, String) {
     (status, resp.text().await.expect("body"))
 }
 
-/// POSTs a streaming request and returns the `data:` payloads.
-pub async fn stream(server: &Server, path: &str, body: &Value) -> Vec<String> {
+/// POSTs a streaming request and returns its whole SSE body, checking the status, the content
+/// type and that the body ends with a blank line.
+pub async fn sse_text(server: &Server, path: &str, body: &Value) -> String {
     let resp = client()
         .post(format!("{}{path}", server.base))
         .header("content-type", "application/json")
@@ -200,8 +201,34 @@ pub async fn stream(server: &Server, path: &str, body: &Value) -> Vec<String> {
         .unwrap_or("")
         .to_string();
     assert!(ct.starts_with("text/event-stream"), "content type {ct}");
-    let text = resp.text().await.expect("body");
-    sse_payloads(&text)
+    resp.text().await.expect("body")
+}
+
+/// POSTs a streaming request and returns the `data:` payloads.
+pub async fn stream(server: &Server, path: &str, body: &Value) -> Vec<String> {
+    sse_payloads(&sse_text(server, path, body).await)
+}
+
+/// POSTs a streaming request and returns its named events: `(event, data)`, checking that each
+/// event's name is its data's `type` (Anthropic's and the Responses API's streams).
+pub async fn named_events(server: &Server, path: &str, body: &Value) -> Vec<(String, Value)> {
+    let text = sse_text(server, path, body).await;
+    assert!(
+        text.ends_with("\n\n"),
+        "SSE body must end with a blank line: {text:?}"
+    );
+    text.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (name, data) = e
+                .strip_prefix("event: ")
+                .and_then(|e| e.split_once("\ndata: "))
+                .unwrap_or_else(|| panic!("not a named event: {e:?}"));
+            let data: Value = serde_json::from_str(data).expect("event data is JSON");
+            assert_eq!(data["type"], name, "{e}");
+            (name.to_string(), data)
+        })
+        .collect()
 }
 
 /// Splits an SSE body into its `data:` payloads, checking the framing.

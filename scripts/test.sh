@@ -36,10 +36,6 @@ tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
 # The same client against a gateway with workers of two different models, beside a serve of each.
 tests/python/run_fleet_client_test.sh target/release/kestrel || status=$?
 
-# Coding agents: Claude Code (`claude -p`, Anthropic Messages) and Codex (`codex exec`, OpenAI
-# Responses), from npm, each completing one turn against a real `kestrel serve` of Gemma 3 270M.
-tests/agents/run_agent_clis.sh target/release/kestrel || status=$?
-
 # The web playground (GET /) in a real headless Chromium (Debian's chromium and chromium-driver,
 # installed with apt when missing) against real servers.
 tests/browser/run_playground_test.sh target/release/kestrel || status=$?

@@ -32,12 +32,18 @@ impl GenerationDefaults {
     /// Reads the flag's JSON object, each value checked against the range requests are held
     /// to; the error names the key.
     pub fn parse(json: &str) -> Result<GenerationDefaults, String> {
-        let d: GenerationDefaults = serde_json::from_str(json).map_err(|e| {
+        let not_object = |e: &dyn std::fmt::Display| {
             format!(
                 "not a JSON object of temperature, top_p, top_k, min_p, repetition_penalty, \
                  max_new_tokens: {e}"
             )
-        })?;
+        };
+        // Only an object: serde would also read a struct from an array of its fields.
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|e| not_object(&e))?;
+        if !value.is_object() {
+            return Err(not_object(&"an object is required"));
+        }
+        let d: GenerationDefaults = serde_json::from_value(value).map_err(|e| not_object(&e))?;
         let check = |name: &str, v: Option<f64>, range: ranges::Range| match v {
             Some(x) if !range.contains(x) => Err(format!("{name} must be {range}, got {x}")),
             _ => Ok(()),

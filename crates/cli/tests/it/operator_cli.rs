@@ -402,14 +402,20 @@ fn generation_defaults_fill_what_requests_leave_out() {
         let reply: Value = serde_json::from_str(&text).expect("JSON");
         reply["usage"]["completion_tokens"].as_u64().expect("usage")
     };
-    assert_eq!(tokens(r#"{"prompt":"Once upon a time","ignore_eos":true}"#), 3);
+    assert_eq!(
+        tokens(r#"{"prompt":"Once upon a time","ignore_eos":true}"#),
+        3
+    );
     assert_eq!(
         tokens(r#"{"prompt":"Once upon a time","ignore_eos":true,"max_tokens":5}"#),
         5
     );
     let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
         .arg("serve")
-        .args(strs(&small(&["--override-generation-config", r#"{"temperature": 9}"#])))
+        .args(strs(&small(&[
+            "--override-generation-config",
+            r#"{"temperature": 9}"#,
+        ])))
         .output()
         .expect("kestrel runs");
     assert!(!out.status.success());

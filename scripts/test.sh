@@ -35,6 +35,9 @@ fi
 tests/python/run_openai_client_test.sh target/release/kestrel || status=$?
 # The same client against a gateway with workers of two different models, beside a serve of each.
 tests/python/run_fleet_client_test.sh target/release/kestrel || status=$?
+# Claude Code and Codex (pinned versions, installed with npm into the Kestrel cache when missing)
+# each complete a turn against a real `kestrel serve` through /v1/messages and /v1/responses.
+tests/agents/run_agent_clis.sh target/release/kestrel || status=$?
 
 # The web playground (GET /) in a real headless Chromium (Debian's chromium and chromium-driver,
 # installed with apt when missing) against real servers.

@@ -130,6 +130,11 @@ STEPS = 200
 BATCH = 16
 LR = 3e-3
 N_CONVERSATIONS = 1200
+# The context the config declares. Training sees short conversations only, but the continuation depends
+# on the last turn's markers, so it holds for long prompts too: the agent CLI check
+# (tests/agents/run_agent_clis.sh) sends Claude Code's and Codex's ~10k-token prompts. Default RoPE: the
+# weights do not depend on this number.
+MAX_POSITIONS = 32768
 
 
 def train_tokenizer() -> Tokenizer:
@@ -213,7 +218,7 @@ def encode_examples(tok, convs) -> list[tuple[list[int], int]]:
 def build_model(vocab: int) -> Qwen3ForCausalLM:
     config = Qwen3Config(
         vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=24, max_position_embeddings=256, rms_norm_eps=1e-6, hidden_act="silu",
+        num_key_value_heads=2, head_dim=24, max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-6, hidden_act="silu",
         rope_theta=1e6, tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
         sliding_window=None, max_window_layers=3, bos_token_id=0, eos_token_id=2, pad_token_id=None,
         initializer_range=0.05,

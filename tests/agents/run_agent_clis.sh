@@ -5,24 +5,17 @@
 #     ANTHROPIC_SMALL_FAST_MODEL naming the served model -> POST /v1/messages (streamed).
 #   * Codex (`codex exec`): a `model_providers` entry with `wire_api = "responses"` and the key in
 #     the provider's `env_key` -> POST /v1/responses (streamed).
-# Both send their whole agent prompt (system text and tool schemas; about 4.5k tokens each once
-# the default model's template renders it, which shows no tools), to the default model
-# (SmolLM2-135M-Instruct, 8k context). Neither sends a temperature, so the server is started
-# greedy (`--override-generation-config '{"temperature": 0}'`): a tiny model sampled at 1.0
-# often rambles past the CLI's output limit, which Claude Code reports as an error; greedy, it
-# usually answers the short prompt and ends its turn. The check is the protocol: each CLI exits 0 and
-# prints the model's text, and the server counted the route.
-#
-# Not part of scripts/test.sh yet: the CLIs' prompts carry the working directory and the date, so
-# the greedy reply changes from run to run, and the 135M model sometimes loops until the output
-# limit (Claude Code and Codex then stop with an error, as they would with any model). Run it by
-# hand: on 2026-12-07 one run passed in 11 s (Claude Code 3072 prompt tokens, Codex 4588) and
-# the next failed (Codex's greedy reply looped to its 8192-token limit).
+# Both send their whole agent prompt (system text and tool schemas) in every request. The server
+# serves tests/fixtures/tiny-qwen3-think (a 0.2M-parameter Qwen3 trained to answer any chat with a
+# fixed reasoning block and "Hello there!", context 32k), so the prompts fit (about 8.6k and 13.6k
+# of its tokens) and the reply ends its turn whatever date and working directory the prompts
+# carry. Neither CLI sends a temperature; the server is started greedy with
+# `--override-generation-config '{"temperature": 0}'`. The check is the protocol, not the answer:
+# each CLI exits 0 and prints the model's text, and the server counted the route.
 #
 # Usage: tests/agents/run_agent_clis.sh PATH/TO/kestrel
-# Uses KESTREL_DEFAULT_MODEL if set, else the default model `kestrel fetch` caches. Installs
-# the CLIs' pinned versions with npm into the Kestrel cache (once); nothing leaves loopback at run
-# time (each CLI runs with an empty HOME and its outbound traffic switched off).
+# Installs the CLIs' pinned versions with npm into the Kestrel cache (once); nothing leaves loopback
+# at run time (each CLI runs with an empty HOME and its outbound traffic switched off).
 set -euo pipefail
 
 KESTREL="$(realpath "${1:?usage: $0 PATH/TO/kestrel}")"
@@ -37,18 +30,19 @@ CACHE="${KESTREL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kestrel}"
 NODE_DIR="$CACHE/agent-clis/claude-$CLAUDE_CODE_VERSION-codex-$CODEX_VERSION"
 CLAUDE="$NODE_DIR/node_modules/.bin/claude"
 CODEX="$NODE_DIR/node_modules/.bin/codex"
-MODEL_NAME=smollm2
+MODEL_NAME=tiny-agent
 KEY=sk-agent-test
 TURN_TIMEOUT="${AGENT_TURN_TIMEOUT:-600}"
 
 if [[ ! -x "$CLAUDE" || ! -x "$CODEX" ]]; then
+  command -v npm >/dev/null || { echo "FAIL: npm is needed to install Claude Code and Codex" >&2; exit 1; }
   echo "installing Claude Code $CLAUDE_CODE_VERSION and Codex $CODEX_VERSION with npm"
   mkdir -p "$NODE_DIR"
   npm install --prefix "$NODE_DIR" --no-save --no-package-lock --no-audit --no-fund --loglevel=error \
     "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" >/dev/null
 fi
 
-MODEL="${KESTREL_DEFAULT_MODEL:-$("$KESTREL" fetch | tail -n 1)}"
+MODEL="$ROOT/tests/fixtures/tiny-qwen3-think"
 PORT="$(free_port)"
 BASE="http://127.0.0.1:$PORT"
 WORK="$(mktemp -d)"
@@ -64,7 +58,6 @@ server_start "$LOG" "$KESTREL" serve --model "$MODEL" --served-model-name "$MODE
   --override-generation-config '{"temperature": 0}'
 server_wait_ready "$SERVER_PID" "$PORT" "$LOG"
 
-# The short instruction keeps the reply short; the CLIs' own output limit is also lowered.
 PROMPT="Say hi."
 
 fail() {

@@ -22,7 +22,7 @@ mod embed;
 mod kv_tier_link;
 mod prompt_scores;
 
-pub use kv_tier_link::{KvTierLink, TierTraffic};
+pub use kv_tier_link::KvTierLink;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ use crate::api::{EngineEvent, EngineFailure, EngineRequest, EngineStats, Request
 use crate::config::EngineConfig;
 use crate::constraint::ConstraintFactory;
 use crate::executor::{BatchOutput, Executor};
-use crate::kv::disk_tier::{DiskTier, TierStats};
+use crate::kv::disk_tier::DiskTier;
 use crate::kv::KvLeak;
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{
@@ -149,11 +149,6 @@ impl EngineCore {
     pub fn with_disk_tier(mut self, tier: DiskTier) -> std::io::Result<Self> {
         self.tier = Some(KvTierLink::new(tier, &mut self.scheduler)?);
         Ok(self)
-    }
-
-    /// The disk tier's state and traffic, when there is a tier.
-    pub fn disk_tier_stats(&self) -> Option<(TierStats, TierTraffic)> {
-        self.tier.as_ref().map(KvTierLink::stats)
     }
 
     /// The same core decoding speculatively with `speculator` (see [`crate::speculative`]).

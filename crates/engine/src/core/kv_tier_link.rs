@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::executor::Executor;
-use crate::kv::disk_tier::{DiskTier, TierStats};
+use crate::kv::disk_tier::DiskTier;
 use crate::kv::BlockHash;
 use crate::kv_tier_metrics::{record_disk_read, record_tier_traffic};
 use crate::request::RequestId;
@@ -40,22 +40,12 @@ struct Loaded {
     blocks: Vec<(BlockHash, Vec<u8>)>,
 }
 
-/// Tokens the tier was asked for and supplied (vLLM's prefix-cache queries and hits).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TierTraffic {
-    /// Prompt tokens past the RAM hit, looked up on disk.
-    pub queries: u64,
-    /// Of those, tokens read back into the prefix cache.
-    pub hits: u64,
-}
-
 /// The engine's connection to its KV disk tier.
 pub struct KvTierLink {
     tier: Arc<DiskTier>,
     jobs: Option<Sender<LoadJob>>,
     loaded: Receiver<Loaded>,
     reader: Option<JoinHandle<()>>,
-    traffic: TierTraffic,
 }
 
 impl KvTierLink {
@@ -82,13 +72,7 @@ impl KvTierLink {
             jobs: Some(jobs),
             loaded,
             reader: Some(reader),
-            traffic: TierTraffic::default(),
         })
-    }
-
-    /// What the tier holds and did, and the tokens asked of it.
-    pub fn stats(&self) -> (TierStats, TierTraffic) {
-        (self.tier.stats(), self.traffic)
     }
 
     /// Before scheduling: adopts the blocks read back, then sends the reads of new requests.
@@ -124,7 +108,6 @@ impl KvTierLink {
                 }
                 hits += block_size;
             }
-            self.traffic.hits += hits;
             record_tier_traffic(0, hits);
             if let Some(req) = scheduler.request_mut(id) {
                 req.set_disk_lookup(false);
@@ -143,7 +126,6 @@ impl KvTierLink {
             }
             let past_hit = scheduler.blocks_past_hit(id);
             let queries = past_hit.len() as u64 * block_size;
-            self.traffic.queries += queries;
             record_tier_traffic(queries, 0);
             let room = scheduler.kv().num_free_blocks() / 2;
             let hashes: Vec<BlockHash> = past_hit

@@ -27,8 +27,8 @@ use kestrel_model::chat_template::{ChatMessage, TemplateKwargs};
 use serde_json::{json, Value};
 
 use super::wire::{
-    CountTokensRequest, InputBlock, InputMessage, MessageContent, MessagesRequest, RawBlock,
-    SystemPrompt, ThinkingConfig, Tool, ToolChoiceIn,
+    BlockContent, CountTokensRequest, InputBlock, InputMessage, MessagesRequest, RawBlock,
+    ThinkingConfig, Tool, ToolChoiceIn,
 };
 use crate::error::ApiError;
 use crate::openai::wire::SamplingFields;
@@ -42,7 +42,7 @@ use crate::wire::StopSequences;
 /// The prompt parts both routes share.
 struct PromptParts<'a> {
     model: Option<String>,
-    system: Option<&'a SystemPrompt>,
+    system: Option<&'a BlockContent>,
     messages: &'a [InputMessage],
     tools: Option<&'a [Value]>,
     tool_choice: Option<&'a ToolChoiceIn>,
@@ -138,14 +138,14 @@ fn chat_call_of(
 
 /// The conversation as the template sees it.
 fn turns(
-    system: Option<&SystemPrompt>,
+    system: Option<&BlockContent>,
     messages: &[InputMessage],
 ) -> Result<Vec<ChatMessage>, ApiError> {
     let mut turns = Vec::with_capacity(messages.len() + 1);
     let system = match system {
         None => None,
-        Some(SystemPrompt::Text(t)) => Some(t.clone()),
-        Some(SystemPrompt::Blocks(blocks)) => Some(text_of(blocks, "system")?),
+        Some(BlockContent::Text(t)) => Some(t.clone()),
+        Some(BlockContent::Blocks(blocks)) => Some(text_of(blocks, "system")?),
     };
     if let Some(text) = system.filter(|t| !t.is_empty()) {
         turns.push(ChatMessage::new("system", text));
@@ -157,18 +157,18 @@ fn turns(
     for (i, m) in messages.iter().enumerate() {
         if m.role == "system" {
             let text = match &m.content {
-                MessageContent::Text(t) => t.clone(),
-                MessageContent::Blocks(blocks) => text_of(blocks, "messages")?,
+                BlockContent::Text(t) => t.clone(),
+                BlockContent::Blocks(blocks) => text_of(blocks, "messages")?,
             };
             place_instructions(&mut turns, &mut instructions, text);
             continue;
         }
         let blocks = match &m.content {
-            MessageContent::Text(t) => {
+            BlockContent::Text(t) => {
                 push_merged(&mut turns, ChatMessage::new(role(i, &m.role)?, t.clone()));
                 continue;
             }
-            MessageContent::Blocks(blocks) => blocks
+            BlockContent::Blocks(blocks) => blocks
                 .iter()
                 .enumerate()
                 .map(|(j, b)| block(&b.0, &format!("messages[{i}].content[{j}]")))
@@ -486,7 +486,7 @@ mod tests {
 
     #[test]
     fn tool_turns_become_openai_shaped_calls_and_tool_messages() {
-        let system = SystemPrompt::Blocks(vec![RawBlock(
+        let system = BlockContent::Blocks(vec![RawBlock(
             json!({"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}),
         )]);
         let messages = [
@@ -533,7 +533,7 @@ mod tests {
             message("assistant", json!("ok")),
             message("system", json!("late")),
         ];
-        let t = turns(Some(&SystemPrompt::Text("sys".into())), &messages).unwrap();
+        let t = turns(Some(&BlockContent::Text("sys".into())), &messages).unwrap();
         let shown: Vec<(&str, &str)> = t
             .iter()
             .map(|m| (m.role.as_str(), m.content.as_deref().unwrap_or("")))

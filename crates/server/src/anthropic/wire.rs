@@ -24,7 +24,7 @@ pub struct MessagesRequest {
     /// The conversation: `user` and `assistant` turns.
     pub messages: Vec<InputMessage>,
     /// Instructions before the conversation: a string or text blocks.
-    pub system: Option<SystemPrompt>,
+    pub system: Option<BlockContent>,
     /// Most tokens to generate (required). A value beyond what the context leaves is cut down
     /// to fit (clients send their model's output limit).
     pub max_tokens: Option<i64>,
@@ -61,7 +61,7 @@ pub struct MessagesRequest {
 pub struct CountTokensRequest {
     pub model: Option<String>,
     pub messages: Vec<InputMessage>,
-    pub system: Option<SystemPrompt>,
+    pub system: Option<BlockContent>,
     #[schema(value_type = Option<Vec<Tool>>)]
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<ToolChoiceIn>,
@@ -78,21 +78,13 @@ pub struct CountTokensRequest {
 pub struct InputMessage {
     /// `user` or `assistant`.
     pub role: String,
-    pub content: MessageContent,
+    pub content: BlockContent,
 }
 
-/// A turn's content: a string or content blocks.
+/// A turn's content, or `system`: a string or content blocks (only text blocks in `system`).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
-pub enum MessageContent {
-    Text(String),
-    Blocks(Vec<RawBlock>),
-}
-
-/// `system`: a string or text blocks.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(untagged)]
-pub enum SystemPrompt {
+pub enum BlockContent {
     Text(String),
     Blocks(Vec<RawBlock>),
 }

@@ -37,26 +37,26 @@ pub enum InputItem {
 pub struct MessageItem {
     /// `user`, `system`, `developer` (read as `system`) or `assistant`.
     pub role: String,
-    pub content: MessageContent,
+    pub content: InputContent,
     /// Accepted and ignored (set on items copied from an earlier output).
     pub id: Option<String>,
     /// Accepted and ignored.
     pub status: Option<String>,
 }
 
-/// A message's content: text, or a list of parts.
+/// A message's content, or what a call returned: text, or a list of parts.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
-pub enum MessageContent {
+pub enum InputContent {
     Text(String),
-    Parts(Vec<ContentPart>),
+    Parts(Vec<InputContentPart>),
 }
 
 /// One part of a message's (or a call output's) content. Only text parts (`input_text`,
 /// `output_text`, `refusal`) are supported; `input_image`, `input_file` and `input_audio` are
 /// refused with a 400 naming the part type.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
-pub struct ContentPart {
+pub struct InputContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     /// The text of an `input_text` or `output_text` part.
@@ -85,19 +85,11 @@ pub struct FunctionCallItem {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct FunctionCallOutputItem {
     pub call_id: String,
-    pub output: CallOutput,
+    pub output: InputContent,
     /// Accepted and ignored.
     pub id: Option<String>,
     /// Accepted and ignored.
     pub status: Option<String>,
-}
-
-/// What a call returned: text, or a list of (text) parts.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(untagged)]
-pub enum CallOutput {
-    Text(String),
-    Parts(Vec<ContentPart>),
 }
 
 /// A `reasoning` item (its text is not put back into the prompt).

@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 use crate::error::ApiError;
 use crate::openai::wire::SamplingFields;
 use crate::responses::items::{
-    CallOutput, ContentPart, FunctionCallItem, FunctionCallOutputItem, InputItem, MessageContent,
+    FunctionCallItem, FunctionCallOutputItem, InputContent, InputContentPart, InputItem,
     ResponseInput,
 };
 use crate::responses::wire::{ResponsesRequest, TextFormat};
@@ -233,8 +233,8 @@ fn push_item(turns: &mut Vec<ChatMessage>, i: usize, item: InputItem) -> Result<
                 }
             };
             let text = match m.content {
-                MessageContent::Text(t) => t,
-                MessageContent::Parts(parts) => parts_text(i, &parts)?,
+                InputContent::Text(t) => t,
+                InputContent::Parts(parts) => parts_text(i, &parts)?,
             };
             turns.push(ChatMessage::new(role, text));
         }
@@ -246,7 +246,7 @@ fn push_item(turns: &mut Vec<ChatMessage>, i: usize, item: InputItem) -> Result<
 }
 
 /// The text of content parts; anything but text is refused, naming the part type.
-fn parts_text(i: usize, parts: &[ContentPart]) -> Result<String, ApiError> {
+fn parts_text(i: usize, parts: &[InputContentPart]) -> Result<String, ApiError> {
     let mut text = String::new();
     for part in parts {
         match (part.kind.as_str(), &part.text, &part.refusal) {
@@ -315,8 +315,8 @@ fn push_output(
     output: FunctionCallOutputItem,
 ) -> Result<(), ApiError> {
     let content = match output.output {
-        CallOutput::Text(t) => t,
-        CallOutput::Parts(parts) => parts_text(i, &parts)?,
+        InputContent::Text(t) => t,
+        InputContent::Parts(parts) => parts_text(i, &parts)?,
     };
     let name = function_name(turns, &output.call_id);
     turns.push(ChatMessage {

@@ -374,3 +374,68 @@ fn prompt_logprobs_are_documented_with_a_null_first_entry() {
         assert!(items.to_string().contains("null"), "{schema}: {items}");
     }
 }
+
+/// Every wire type with a schema, as the document reaches them: the routes' bodies.
+fn body_schemas() -> Vec<(
+    String,
+    utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+)> {
+    use kestrel_server::{anthropic, openai, responses, tgi};
+    use utoipa::ToSchema;
+    fn add<T: ToSchema>(
+        all: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        all.push((T::name().into_owned(), T::schema()));
+        T::schemas(all);
+    }
+    let mut all = Vec::new();
+    add::<openai::wire::ChatCompletionRequest>(&mut all);
+    add::<openai::wire::ChatCompletionResponse>(&mut all);
+    add::<openai::wire::CompletionRequest>(&mut all);
+    add::<openai::wire::CompletionResponse>(&mut all);
+    add::<openai::wire::ModelList>(&mut all);
+    add::<openai::wire::ErrorBody>(&mut all);
+    add::<openai::wire::embedding::EmbeddingRequest>(&mut all);
+    add::<openai::wire::embedding::EmbeddingResponse>(&mut all);
+    add::<openai::detokenize::DetokenizeRequest>(&mut all);
+    add::<openai::detokenize::DetokenizeResponse>(&mut all);
+    add::<anthropic::wire::MessagesRequest>(&mut all);
+    add::<anthropic::wire::MessageResponse>(&mut all);
+    add::<anthropic::wire::CountTokensRequest>(&mut all);
+    add::<anthropic::wire::CountTokensResponse>(&mut all);
+    add::<responses::wire::ResponsesRequest>(&mut all);
+    add::<responses::wire::ResponseObject>(&mut all);
+    add::<responses::wire::DeletedResponse>(&mut all);
+    add::<tgi::wire::GenerateRequest>(&mut all);
+    add::<tgi::wire::GenerateResponse>(&mut all);
+    add::<tgi::wire::StreamResponse>(&mut all);
+    add::<tgi::wire::TokenizeRequest>(&mut all);
+    add::<tgi::wire::Info>(&mut all);
+    add::<tgi::wire::TgiErrorBody>(&mut all);
+    all
+}
+
+/// Schemas are keyed by the type's name, so two wire types of one name (say, the chat and the
+/// Responses API's `ContentPart`) would leave one of them described as the other.
+#[test]
+fn no_two_wire_types_share_a_schema_name() {
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    for (name, schema) in body_schemas() {
+        let json = serde_json::to_string(&schema).expect("schema serializes");
+        if let Some(earlier) = seen.insert(name.clone(), json.clone()) {
+            assert_eq!(earlier, json, "two different wire types are named {name}");
+        }
+    }
+    let documented = doc()["components"]["schemas"]
+        .as_object()
+        .expect("schemas")
+        .len();
+    assert!(
+        seen.len() <= documented,
+        "{} body schemas, {documented} documented",
+        seen.len()
+    );
+}

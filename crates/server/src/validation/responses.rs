@@ -152,46 +152,15 @@ fn renamed(e: ApiError) -> ApiError {
     }
 }
 
-/// The turns the template renders: `instructions` and the system (or developer) messages
-/// that open the conversation as one system turn, later system messages as user turns, and
-/// consecutive user turns (or assistant turns without calls) joined, so that templates that
-/// take one system turn and strictly alternating roles (Gemma's) render agents'
-/// conversations.
+/// The turns the template renders: `instructions` as a system turn before the conversation,
+/// which passes as it is (a template that refuses its shape, several system turns or two user
+/// turns in a row, renders it folded: see [`super::prompt_ids`]).
 fn rendered_turns(instructions: Option<String>, conversation: &[ChatMessage]) -> Vec<ChatMessage> {
-    let mut system: Vec<String> = instructions.into_iter().collect();
-    let mut turns: Vec<ChatMessage> = Vec::with_capacity(conversation.len() + 1);
-    for turn in conversation {
-        let text = turn.content.clone().unwrap_or_default();
-        if turn.role == "system" && turns.is_empty() {
-            system.push(text);
-            continue;
-        }
-        let turn = match turn.role.as_str() {
-            "system" => ChatMessage::new("user", text.clone()),
-            _ => turn.clone(),
-        };
-        match turns.last_mut() {
-            Some(last) if joinable(last, &turn) => {
-                let joined = format!("{}\n\n{}", last.content.as_deref().unwrap_or(""), text);
-                last.content = Some(joined);
-                last.tool_calls = turn.tool_calls;
-            }
-            _ => turns.push(turn),
-        }
-    }
-    if !system.is_empty() {
-        turns.insert(0, ChatMessage::new("system", system.join("\n\n")));
-    }
-    turns
-}
-
-/// Whether `next` can join `last`: both user turns, or both assistant turns where `last`
-/// makes no call.
-fn joinable(last: &ChatMessage, next: &ChatMessage) -> bool {
-    last.role == next.role
-        && (last.role == "user" || (last.role == "assistant" && last.tool_calls.is_none()))
-        && last.content.is_some()
-        && next.content.is_some()
+    let system = instructions.map(|text| ChatMessage::new("system", text));
+    system
+        .into_iter()
+        .chain(conversation.iter().cloned())
+        .collect()
 }
 
 /// `history`, then the turns of `input`.
@@ -498,15 +467,12 @@ mod tests {
     }
 
     #[test]
-    fn system_turns_open_the_prompt_once_and_same_role_turns_join() {
+    fn instructions_open_the_prompt_and_the_turns_pass_as_they_are() {
         let conversation = vec![
             ChatMessage::new("system", "dev one"),
             ChatMessage::new("system", "dev two"),
             ChatMessage::new("user", "context"),
             ChatMessage::new("user", "question"),
-            ChatMessage::new("assistant", "answer"),
-            ChatMessage::new("system", "later note"),
-            ChatMessage::new("user", "next"),
         ];
         let turns = rendered_turns(Some("rules".into()), &conversation);
         let shown: Vec<(&str, &str)> = turns
@@ -516,11 +482,16 @@ mod tests {
         assert_eq!(
             shown,
             [
-                ("system", "rules\n\ndev one\n\ndev two"),
-                ("user", "context\n\nquestion"),
-                ("assistant", "answer"),
-                ("user", "later note\n\nnext"),
+                ("system", "rules"),
+                ("system", "dev one"),
+                ("system", "dev two"),
+                ("user", "context"),
+                ("user", "question"),
             ]
+        );
+        assert_eq!(
+            rendered_turns(None, &conversation).len(),
+            conversation.len()
         );
     }
 

@@ -6,7 +6,11 @@
 //! The server adds:
 //!
 //! * `kestrel:http_requests_total{route,status}` — every routed request;
-//! * `kestrel:http_request_duration_seconds{route}` — time to the response head.
+//! * `kestrel:http_request_duration_seconds{route}` — time to the response head;
+//! * the standard `process_*` set (Prometheus' client convention): `process_cpu_seconds_total`,
+//!   `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_threads`,
+//!   `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, read from the OS at
+//!   each scrape, on `serve`, the gateway and workers alike.
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -45,6 +49,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
         .get_or_init(|| {
             let handle = build().map_err(|e| e.to_string())?;
             kestrel_engine::metrics::describe();
+            process_collector().describe();
             kestrel_engine::lora_metrics::describe();
             metrics::describe_counter!(
                 HTTP_REQUESTS_TOTAL,
@@ -99,6 +104,13 @@ pub fn render_with(handle: &PrometheusHandle, stats: Option<EngineStats>) -> Str
         metrics::gauge!(names::KV_CACHE_USAGE_PERC).set(stats.kv_usage);
         metrics::gauge!(names::KV_FREE_BLOCKS).set(stats.kv_free_blocks as f64);
     }
+    process_collector().collect();
     handle.run_upkeep();
     handle.render()
+}
+
+/// The process metrics' reader (one per process).
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
 }

@@ -490,6 +490,18 @@ async fn metrics_openapi_and_info_routes() {
         m.contains(r#"kestrel:http_requests_total{route="/v1/completions",status="200"}"#),
         "{m}"
     );
+    // The process set, read from the OS: this test process has memory, threads and files.
+    let value = |name: &str| -> f64 {
+        let line = m.lines().find(|l| l.split(' ').next() == Some(name));
+        let line = line.unwrap_or_else(|| panic!("missing {name} in /metrics:\n{m}"));
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_threads") >= 2.0);
+    assert!(value("process_open_fds") >= 3.0);
+    // A counter of whole seconds (the collector's counter holds integers).
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    assert!(value("process_start_time_seconds") > 1.7e9);
     for line in m.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let (series, value) = line
             .rsplit_once(' ')

@@ -58,7 +58,7 @@ fi
 redis_pid=
 worker_pids=()
 cleanup() {
-  server_stop_all
+  server_stop_all 2>/dev/null # (bash reports the SIGKILLed worker as "Killed")
   worker_pids=()
   if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
   redis_pid=

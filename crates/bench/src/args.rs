@@ -28,6 +28,7 @@ pub struct BenchArgs {
     pub api_key: Option<String>,
 
     /// Fixed number of requests in flight [default: 1 when --request-rate is not given].
+    /// With --multi-turn: conversations active at once [default: all of them].
     #[arg(long, conflicts_with = "request_rate")]
     pub concurrency: Option<usize>,
 
@@ -48,11 +49,12 @@ pub struct BenchArgs {
     pub seed: u64,
 
     /// Synthetic prompt length in tokens (approximated with one common word per token).
+    /// With --multi-turn: the length of each new user message.
     #[arg(long, default_value_t = 128)]
     pub input_len: usize,
 
     /// Tokens to generate per request (sent as max_tokens, with ignore_eos unless
-    /// --stop-at-eos).
+    /// --stop-at-eos). With --multi-turn: per reply.
     #[arg(long, default_value_t = 128)]
     pub output_len: u32,
 
@@ -95,6 +97,31 @@ pub struct BenchArgs {
     /// request; a server that predicts it cannot meet it answers 429 at once.
     #[arg(long)]
     pub ttft_slo_ms: Option<u64>,
+
+    /// Multi-turn conversations on /v1/chat/completions instead of independent requests: each
+    /// turn sends the whole history (earlier user messages and the replies the server returned)
+    /// plus a new user message, and the report gives TTFT and prefix-cache hit rate per turn.
+    #[arg(long, conflicts_with_all = [
+        "request_rate", "num_prompts", "prompts_file", "goodput", "ttft_slo_ms", "min_tokens",
+    ])]
+    pub multi_turn: bool,
+
+    /// With --multi-turn: number of conversations.
+    #[arg(long, default_value_t = 8, requires = "multi_turn")]
+    pub conversations: usize,
+
+    /// With --multi-turn: user turns per conversation (each one request).
+    #[arg(long, default_value_t = 4, requires = "multi_turn")]
+    pub turns: usize,
+
+    /// With --multi-turn: seconds a conversation waits after a reply before its next turn.
+    #[arg(long, default_value_t = 0.0, requires = "multi_turn")]
+    pub think_time: f64,
+
+    /// With --multi-turn: tokens of a system message that opens every conversation (its own
+    /// text per conversation), so the history is long from the first turn; 0 sends none.
+    #[arg(long, default_value_t = 0, requires = "multi_turn")]
+    pub multi_turn_prefix_tokens: usize,
 
     /// `compare a.json b.json`: print two saved reports side by side instead of running.
     #[command(subcommand)]
@@ -168,6 +195,30 @@ mod tests {
         assert_eq!(a.request_rate, Some(2.5));
         assert_eq!(a.max_concurrency, Some(3));
         assert_eq!(a.num_prompts, Some(8));
+    }
+
+    #[test]
+    fn multi_turn_flags() {
+        let a = parse(&[
+            "--multi-turn",
+            "--conversations",
+            "16",
+            "--turns",
+            "6",
+            "--think-time",
+            "0.5",
+            "--multi-turn-prefix-tokens",
+            "1500",
+        ])
+        .unwrap();
+        assert!(a.multi_turn);
+        assert_eq!((a.conversations, a.turns), (16, 6));
+        assert_eq!((a.think_time, a.multi_turn_prefix_tokens), (0.5, 1500));
+        let d = BenchArgs::default();
+        assert_eq!((d.multi_turn, d.conversations, d.turns), (false, 8, 4));
+        assert!(parse(&["--turns", "3"]).is_err(), "needs --multi-turn");
+        assert!(parse(&["--multi-turn", "--request-rate", "1"]).is_err());
+        assert!(parse(&["--multi-turn", "--num-prompts", "4"]).is_err());
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Completions chunks carry text in `choices[0].text`; chat chunks in
 //! `choices[0].delta.content` (or `reasoning_content` for reasoning models). Both shapes are
 //! accepted on either endpoint. With `stream_options.include_usage` the server adds a chunk with
-//! a `usage` object (often with empty `choices`). `[DONE]` ends the stream; a payload with a
-//! top-level `error` object reports a failure in the middle of a stream.
+//! a `usage` object (often with empty `choices`); its `prompt_tokens_details.cached_tokens` is
+//! how many prompt tokens the server's prefix cache served. `[DONE]` ends the stream; a payload
+//! with a top-level `error` object reports a failure in the middle of a stream.
 
 use serde_json::Value;
 
@@ -15,6 +16,8 @@ pub struct Usage {
     pub prompt_tokens: Option<u64>,
     /// `usage.completion_tokens`, when present.
     pub completion_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`, when present.
+    pub cached_tokens: Option<u64>,
 }
 
 /// What one SSE `data` payload means for the measurement.
@@ -26,6 +29,8 @@ pub enum ChunkEvent {
     Chunk {
         /// Whether the chunk carries non-empty text (this is what TTFT and ITL are timed on).
         has_content: bool,
+        /// The reply text the chunk adds (`text` or `delta.content`; reasoning is left out).
+        content: String,
         /// The `usage` object, when the chunk has a non-null one.
         usage: Option<Usage>,
     },
@@ -48,8 +53,22 @@ pub fn parse_chunk(payload: &str) -> ChunkEvent {
     }
     ChunkEvent::Chunk {
         has_content: has_content(&value),
+        content: content(&value),
         usage: value.get("usage").and_then(parse_usage),
     }
+}
+
+/// The reply text of a chunk: `choices[0].text` or `choices[0].delta.content`, else empty.
+fn content(chunk: &Value) -> String {
+    let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+        return String::new();
+    };
+    choice
+        .get("text")
+        .or_else(|| choice.get("delta").and_then(|d| d.get("content")))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn has_content(chunk: &Value) -> bool {
@@ -70,6 +89,10 @@ fn parse_usage(usage: &Value) -> Option<Usage> {
     Some(Usage {
         prompt_tokens: usage.get("prompt_tokens").and_then(Value::as_u64),
         completion_tokens: usage.get("completion_tokens").and_then(Value::as_u64),
+        cached_tokens: usage
+            .get("prompt_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64),
     })
 }
 
@@ -87,7 +110,15 @@ mod tests {
     use super::*;
 
     fn chunk(has_content: bool, usage: Option<Usage>) -> ChunkEvent {
-        ChunkEvent::Chunk { has_content, usage }
+        chunk_with(has_content, "", usage)
+    }
+
+    fn chunk_with(has_content: bool, content: &str, usage: Option<Usage>) -> ChunkEvent {
+        ChunkEvent::Chunk {
+            has_content,
+            content: content.into(),
+            usage,
+        }
     }
 
     #[test]
@@ -99,7 +130,7 @@ mod tests {
     #[test]
     fn completions_text() {
         let c = r#"{"id":"x","choices":[{"index":0,"text":" hi","finish_reason":null}]}"#;
-        assert_eq!(parse_chunk(c), chunk(true, None));
+        assert_eq!(parse_chunk(c), chunk_with(true, " hi", None));
         let empty = r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}],"usage":null}"#;
         assert_eq!(parse_chunk(empty), chunk(false, None));
     }
@@ -111,7 +142,7 @@ mod tests {
         let role_null = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}"#;
         assert_eq!(parse_chunk(role_null), chunk(false, None));
         let text = r#"{"choices":[{"index":0,"delta":{"content":"Hello"}}]}"#;
-        assert_eq!(parse_chunk(text), chunk(true, None));
+        assert_eq!(parse_chunk(text), chunk_with(true, "Hello", None));
         let reasoning = r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#;
         assert_eq!(parse_chunk(reasoning), chunk(true, None));
     }
@@ -122,6 +153,19 @@ mod tests {
         let usage = Usage {
             prompt_tokens: Some(12),
             completion_tokens: Some(32),
+            cached_tokens: None,
+        };
+        assert_eq!(parse_chunk(c), chunk(false, Some(usage)));
+    }
+
+    #[test]
+    fn usage_with_cached_tokens() {
+        let c = r#"{"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":8,
+            "prompt_tokens_details":{"cached_tokens":32}}}"#;
+        let usage = Usage {
+            prompt_tokens: Some(40),
+            completion_tokens: Some(8),
+            cached_tokens: Some(32),
         };
         assert_eq!(parse_chunk(c), chunk(false, Some(usage)));
     }

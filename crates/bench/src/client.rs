@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 
 use crate::chunk::clip;
 use crate::error::BenchError;
-use crate::measure::Tracker;
+use crate::measure::{Streamed, Tracker};
 use crate::outcome::{RequestFailure, RequestOutcome};
-use crate::plan::{ApiKind, Plan};
+use crate::plan::ApiKind;
 use crate::prompts::PromptSpec;
 
 /// Longest wait for `GET /v1/models` during model discovery.
@@ -35,12 +35,13 @@ pub(crate) struct Target {
     pub ttft_slo_ms: Option<u64>,
 }
 
-/// Builds the HTTP client: a pool sized to the load, no proxy (a proxy would distort latency).
-pub(crate) fn build_client(plan: &Plan) -> Result<Client, BenchError> {
+/// Builds the HTTP client: a pool sized to the load (`max_in_flight` requests), no proxy (a
+/// proxy would distort latency).
+pub(crate) fn build_client(max_in_flight: usize, timeout: Duration) -> Result<Client, BenchError> {
     Client::builder()
-        .pool_max_idle_per_host(plan.max_in_flight())
+        .pool_max_idle_per_host(max_in_flight)
         .tcp_nodelay(true)
-        .connect_timeout(plan.timeout)
+        .connect_timeout(timeout)
         .no_proxy()
         .build()
         .map_err(BenchError::Client)
@@ -48,18 +49,37 @@ pub(crate) fn build_client(plan: &Plan) -> Result<Client, BenchError> {
 
 /// The streaming request body for one prompt.
 pub(crate) fn request_body(target: &Target, prompt: &PromptSpec) -> Value {
+    match target.api {
+        ApiKind::Completions => {
+            let mut body = base_body(target, prompt.output_len);
+            body["prompt"] = json!(prompt.text);
+            body
+        }
+        ApiKind::Chat => chat_body(
+            target,
+            json!([{ "role": "user", "content": prompt.text }]),
+            prompt.output_len,
+        ),
+    }
+}
+
+/// The streaming chat request body for a whole `messages` array.
+pub(crate) fn chat_body(target: &Target, messages: Value, max_tokens: u32) -> Value {
+    let mut body = base_body(target, max_tokens);
+    body["messages"] = messages;
+    body
+}
+
+/// The fields every request carries: greedy sampling, streaming with usage, the options.
+fn base_body(target: &Target, max_tokens: u32) -> Value {
     let mut body = json!({
         "model": target.model,
-        "max_tokens": prompt.output_len,
+        "max_tokens": max_tokens,
         "temperature": 0.0,
         "ignore_eos": target.ignore_eos,
         "stream": true,
         "stream_options": { "include_usage": true },
     });
-    match target.api {
-        ApiKind::Completions => body["prompt"] = json!(prompt.text),
-        ApiKind::Chat => body["messages"] = json!([{ "role": "user", "content": prompt.text }]),
-    }
     if let Some(min) = target.min_tokens {
         body["min_tokens"] = json!(min);
     }
@@ -71,14 +91,31 @@ pub(crate) fn request_body(target: &Target, prompt: &PromptSpec) -> Value {
 
 /// Sends one request and measures its stream; never returns early on failure.
 pub(crate) async fn send_one(target: &Target, prompt: &PromptSpec) -> RequestOutcome {
-    match tokio::time::timeout(target.timeout, stream_one(target, prompt)).await {
+    let body = request_body(target, prompt);
+    send_body(target, &body, prompt.est_prompt_tokens)
+        .await
+        .map(|s| s.measured)
+}
+
+/// Sends a prepared request body (see [`request_body`], [`chat_body`]) and measures its stream,
+/// keeping the reply text; bounded by the target's timeout.
+pub(crate) async fn send_body(
+    target: &Target,
+    body: &Value,
+    est_prompt_tokens: u64,
+) -> Result<Streamed, RequestFailure> {
+    let streamed = stream_one(target, body.to_string(), est_prompt_tokens);
+    match tokio::time::timeout(target.timeout, streamed).await {
         Ok(outcome) => outcome,
         Err(_) => Err(RequestFailure::Timeout(target.timeout)),
     }
 }
 
-async fn stream_one(target: &Target, prompt: &PromptSpec) -> RequestOutcome {
-    let body = request_body(target, prompt).to_string();
+async fn stream_one(
+    target: &Target,
+    body: String,
+    est_prompt_tokens: u64,
+) -> Result<Streamed, RequestFailure> {
     let (mut resp, start, retried) = send_with_retry(target, body).await?;
     let status = resp.status();
     if !status.is_success() {
@@ -88,7 +125,7 @@ async fn stream_one(target: &Target, prompt: &PromptSpec) -> RequestOutcome {
             body: clip(text.trim()),
         });
     }
-    let mut tracker = Tracker::new(start, prompt.est_prompt_tokens, retried);
+    let mut tracker = Tracker::new(start, est_prompt_tokens, retried);
     let mut parser = crate::sse::SseParser::new();
     while !tracker.is_done() {
         let Some(bytes) = resp.chunk().await.map_err(transport)? else {

@@ -11,6 +11,9 @@
 //!                                         SSE timing per request)
 //! ```
 //!
+//! `--multi-turn` runs conversations instead of independent requests ([`multi_turn`]): each
+//! turn resends the history, and the report gives TTFT and prefix-cache hit rate per turn.
+//!
 //! `--plot out.svg` or `--plot out.png` draws the latency CDFs and output throughput over time
 //! ([`plot`], from the report's [`samples::Samples`]).
 //!
@@ -25,6 +28,7 @@ pub mod compare;
 mod error;
 pub mod goodput;
 mod measure;
+pub mod multi_turn;
 pub mod outcome;
 mod plan;
 pub mod plot;
@@ -40,6 +44,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub use args::{BenchArgs, BenchCommand};
 pub use error::BenchError;
+pub use multi_turn::MultiTurnReport;
 pub use plan::{ApiKind, LoadMode};
 pub use report::{BenchReport, ErrorSummary, TokenSource};
 pub use stats::LatencyStats;
@@ -53,8 +58,13 @@ use plan::Plan;
 /// run cannot start, the JSON cannot be written, or no request succeeded (the JSON report is
 /// still written in that case).
 pub async fn run(args: BenchArgs) -> Result<BenchReport, BenchError> {
+    if args.multi_turn {
+        return Err(BenchError::InvalidArgs(
+            "--multi-turn runs through multi_turn::run".into(),
+        ));
+    }
     let plan = Plan::from_args(&args)?;
-    let client = build_client(&plan)?;
+    let client = build_client(plan.max_in_flight(), plan.timeout)?;
     let model = match &plan.model {
         Some(m) => m.clone(),
         None => discover_model(&client, &plan.base_url, plan.api_key.as_deref()).await,

@@ -2,7 +2,8 @@
 //!
 //! Timing follows vLLM's `bench serve`: TTFT is taken at the first chunk with non-empty text;
 //! every later content chunk adds one inter-token latency (the gap since the previous content
-//! chunk). A chunk that carries several tokens still adds one ITL sample, so ITL samples can be
+//! chunk). The reply's text is kept too ([`Streamed`]), for callers that send it back as
+//! conversation history. A chunk that carries several tokens still adds one ITL sample, so ITL samples can be
 //! fewer than `output_tokens - 1`; the report counts such requests. Chunks that arrive in one
 //! network read share one timestamp (their gap is 0).
 
@@ -10,6 +11,17 @@ use std::time::Instant;
 
 use crate::chunk::{parse_chunk, ChunkEvent, Usage};
 use crate::outcome::{Measured, RequestFailure};
+
+/// A finished stream: its measurement, the reply text and the prefix-cache hit the server
+/// reported.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Streamed {
+    pub measured: Measured,
+    /// The generated text (`text` or `delta.content` of every chunk, in order).
+    pub reply: String,
+    /// `usage.prompt_tokens_details.cached_tokens`, when the server reported it.
+    pub cached_tokens: Option<u64>,
+}
 
 /// Accumulates one streaming response.
 #[derive(Debug)]
@@ -23,6 +35,7 @@ pub(crate) struct Tracker {
     usage: Usage,
     done_at: Option<Instant>,
     retried: bool,
+    reply: String,
 }
 
 impl Tracker {
@@ -38,6 +51,7 @@ impl Tracker {
             usage: Usage::default(),
             done_at: None,
             retried,
+            reply: String::new(),
         }
     }
 
@@ -54,12 +68,18 @@ impl Tracker {
         match parse_chunk(payload) {
             ChunkEvent::Done => self.done_at = Some(at),
             ChunkEvent::Error(m) => return Err(RequestFailure::Stream(m)),
-            ChunkEvent::Chunk { has_content, usage } => {
+            ChunkEvent::Chunk {
+                has_content,
+                content,
+                usage,
+            } => {
                 if let Some(u) = usage {
                     self.usage.prompt_tokens = u.prompt_tokens.or(self.usage.prompt_tokens);
                     self.usage.completion_tokens =
                         u.completion_tokens.or(self.usage.completion_tokens);
+                    self.usage.cached_tokens = u.cached_tokens.or(self.usage.cached_tokens);
                 }
+                self.reply.push_str(&content);
                 if has_content {
                     self.on_content(at);
                 }
@@ -78,8 +98,9 @@ impl Tracker {
         self.content_chunks += 1;
     }
 
-    /// Completes the measurement; fails when `[DONE]` or any text is missing.
-    pub fn finish(self) -> Result<Measured, RequestFailure> {
+    /// Completes the measurement (with the reply text and the reported cached tokens); fails
+    /// when `[DONE]` or any text is missing.
+    pub fn finish(self) -> Result<Streamed, RequestFailure> {
         let Some(done_at) = self.done_at else {
             return Err(RequestFailure::Stream("stream ended before [DONE]".into()));
         };
@@ -88,7 +109,7 @@ impl Tracker {
                 "no generated text before [DONE]".into(),
             ));
         };
-        Ok(Measured {
+        let measured = Measured {
             ttft: first.saturating_duration_since(self.start),
             itl: self.itl,
             e2e: done_at.saturating_duration_since(self.start),
@@ -98,6 +119,11 @@ impl Tracker {
             est_prompt_tokens: self.est_prompt_tokens,
             retried: self.retried,
             sent_at: std::time::Duration::ZERO,
+        };
+        Ok(Streamed {
+            measured,
+            reply: self.reply,
+            cached_tokens: self.usage.cached_tokens,
         })
     }
 }
@@ -126,13 +152,31 @@ mod tests {
         t.on_payload(USAGE, ms(t0, 240)).unwrap();
         t.on_payload("[DONE]", ms(t0, 250)).unwrap();
         t.on_payload(TEXT, ms(t0, 999)).unwrap();
-        let m = t.finish().unwrap();
+        let m = t.finish().unwrap().measured;
         assert_eq!(m.ttft, Duration::from_millis(100));
         let itl: Vec<u128> = m.itl.iter().map(Duration::as_millis).collect();
         assert_eq!(itl, vec![50, 0, 80]);
         assert_eq!(m.e2e, Duration::from_millis(250));
         assert_eq!(m.content_chunks, 4);
         assert_eq!((m.output_tokens(), m.prompt_tokens()), (6, 9));
+    }
+
+    #[test]
+    fn reply_text_and_cached_tokens_are_kept() {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(t0, 3, false);
+        t.on_payload(EMPTY, ms(t0, 1)).unwrap();
+        t.on_payload(r#"{"choices":[{"delta":{"content":"Hel"}}]}"#, ms(t0, 2))
+            .unwrap();
+        t.on_payload(r#"{"choices":[{"delta":{"content":"lo"}}]}"#, ms(t0, 3))
+            .unwrap();
+        let usage = r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,
+            "prompt_tokens_details":{"cached_tokens":6}}}"#;
+        t.on_payload(usage, ms(t0, 4)).unwrap();
+        t.on_payload("[DONE]", ms(t0, 5)).unwrap();
+        let s = t.finish().unwrap();
+        assert_eq!((s.reply.as_str(), s.cached_tokens), ("Hello", Some(6)));
+        assert_eq!(s.measured.prompt_tokens(), 9);
     }
 
     #[test]

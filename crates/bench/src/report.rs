@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::goodput::Goodput;
-use crate::outcome::Measured;
+use crate::outcome::{Measured, RequestFailure};
 use crate::plan::{ApiKind, LoadMode, Plan};
 use crate::runner::LoadResult;
 use crate::samples::Samples;
@@ -182,7 +182,7 @@ impl BenchReport {
             goodput: plan
                 .goodput
                 .map(|o| Goodput::of(o, ok.iter().copied(), secs)),
-            errors: summarize_errors(load),
+            errors: summarize_errors(load.outcomes.iter().filter_map(|o| o.as_ref().err())),
             samples: Samples::of(ok.iter().copied()),
         }
     }
@@ -335,9 +335,12 @@ pub(crate) fn load_label(load: &LoadMode) -> String {
     }
 }
 
-fn summarize_errors(load: &LoadResult) -> Vec<ErrorSummary> {
+/// Failures grouped by [`RequestFailure::kind`], each with its first message.
+pub(crate) fn summarize_errors<'a>(
+    failures: impl IntoIterator<Item = &'a RequestFailure>,
+) -> Vec<ErrorSummary> {
     let mut by_kind: BTreeMap<String, ErrorSummary> = BTreeMap::new();
-    for failure in load.outcomes.iter().filter_map(|o| o.as_ref().err()) {
+    for failure in failures {
         by_kind
             .entry(failure.kind())
             .or_insert_with(|| ErrorSummary {
@@ -354,7 +357,6 @@ fn summarize_errors(load: &LoadResult) -> Vec<ErrorSummary> {
 mod tests {
     use super::*;
     use crate::args::BenchArgs;
-    use crate::outcome::RequestFailure;
 
     fn measured(ttft: u64, itl: &[u64], e2e: u64, usage: Option<u64>) -> Measured {
         Measured {

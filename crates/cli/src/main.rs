@@ -51,7 +51,8 @@ enum Command {
     /// Describe a model file: architecture, parameters, tensor types, sizes, chat template.
     Inspect(inspect::InspectArgs),
     /// Load-test an OpenAI-compatible server (Kestrel's or any other) and report TTFT, TPOT,
-    /// ITL and end-to-end latency percentiles and throughput.
+    /// ITL and end-to-end latency percentiles and throughput (`--multi-turn`: conversations,
+    /// with TTFT and prefix-cache hit rate per turn).
     #[command(args_conflicts_with_subcommands = true)]
     Bench(kestrel_bench::BenchArgs),
     /// Measure prompt-processing and generation tokens/s of a model (llama-bench's pp/tg tests).
@@ -96,6 +97,11 @@ fn main() -> Result<()> {
                     kestrel_bench::compare::read_report(b)?,
                 );
                 print!("{}", kestrel_bench::compare::render(&a, &b));
+                return Ok(());
+            }
+            if args.multi_turn {
+                let report = kestrel_bench::multi_turn::run_blocking(args)?;
+                println!("{}", report.render_table());
                 return Ok(());
             }
             let report = kestrel_bench::run_blocking(args)?;

@@ -1,4 +1,4 @@
-//! The PNG form of a bench plot: the panels drawn by plotters' bitmap backend into an RGB
+//! The PNG form of a bench plot: the figure drawn by plotters' bitmap backend into an RGB
 //! buffer, with text rasterised from the bundled font ([`super::font`]), then encoded with
 //! `png`. No system font or library is used.
 
@@ -6,11 +6,10 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{panels, PlotError, SIZE};
-use crate::samples::Samples;
+use super::{Figure, PlotError, SIZE};
 
-/// Draws `samples` under `title` and writes them as a PNG to `path`.
-pub(super) fn render(samples: &Samples, title: &str, path: &Path) -> Result<(), PlotError> {
+/// Draws `figure` under `title` and writes it as a PNG to `path`.
+pub(super) fn render(figure: Figure<'_>, title: &str, path: &Path) -> Result<(), PlotError> {
     let draw_error = |message| PlotError::Draw {
         path: path.to_path_buf(),
         message,
@@ -18,7 +17,7 @@ pub(super) fn render(samples: &Samples, title: &str, path: &Path) -> Result<(), 
     let (width, height) = SIZE;
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
     let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
-    panels::draw(root, samples, title).map_err(draw_error)?;
+    figure.draw(root, title).map_err(draw_error)?;
     let bytes = encode(&rgb, SIZE).map_err(|e| draw_error(e.to_string()))?;
     std::fs::write(path, bytes).map_err(|source| PlotError::Write {
         path: path.to_path_buf(),

@@ -13,10 +13,16 @@
 //! elements that the viewer renders; PNG text is rasterised from a font compiled into the
 //! binary ([`font`]), which also measures text for the layout, so neither format needs a system
 //! font. Any other extension is refused with [`PlotError::UnsupportedFormat`] before the run.
+//!
+//! `kestrel bench --multi-turn --plot` draws another figure the same ways: TTFT and prefix-cache
+//! hit rate per turn index ([`per_turn`], from [`TurnPoint`]s).
 
 mod bitmap;
 mod font;
 mod panels;
+pub mod per_turn;
+
+pub use per_turn::TurnPoint;
 
 use std::path::{Path, PathBuf};
 
@@ -72,8 +78,40 @@ pub fn check_path(path: &Path) -> Result<Format, PlotError> {
     }
 }
 
+/// What a plot shows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Figure<'a> {
+    /// The four panels of a `kestrel bench` run.
+    Run(&'a Samples),
+    /// TTFT and hit rate per turn of a `--multi-turn` run.
+    PerTurn(&'a [TurnPoint]),
+}
+
+impl Figure<'_> {
+    /// Draws the figure under `title` on any backend.
+    pub(crate) fn draw<DB: DrawingBackend>(
+        &self,
+        root: DrawingArea<DB, plotters::coord::Shift>,
+        title: &str,
+    ) -> Result<(), String> {
+        match self {
+            Self::Run(samples) => panels::draw(root, samples, title),
+            Self::PerTurn(points) => per_turn::draw(root, points, title),
+        }
+    }
+}
+
 /// Draws `samples` under `title` to `path`, as SVG or PNG by its extension.
 pub fn render(samples: &Samples, title: &str, path: &Path) -> Result<(), PlotError> {
+    render_figure(Figure::Run(samples), title, path)
+}
+
+/// Draws TTFT and hit rate per turn under `title` to `path`, as SVG or PNG by its extension.
+pub fn render_per_turn(points: &[TurnPoint], title: &str, path: &Path) -> Result<(), PlotError> {
+    render_figure(Figure::PerTurn(points), title, path)
+}
+
+fn render_figure(figure: Figure<'_>, title: &str, path: &Path) -> Result<(), PlotError> {
     let format = check_path(path)?;
     font::register().map_err(|message| PlotError::Draw {
         path: path.to_path_buf(),
@@ -82,12 +120,12 @@ pub fn render(samples: &Samples, title: &str, path: &Path) -> Result<(), PlotErr
     match format {
         Format::Svg => {
             let root = SVGBackend::new(path, SIZE).into_drawing_area();
-            panels::draw(root, samples, title).map_err(|message| PlotError::Draw {
+            figure.draw(root, title).map_err(|message| PlotError::Draw {
                 path: path.to_path_buf(),
                 message,
             })
         }
-        Format::Png => bitmap::render(samples, title, path),
+        Format::Png => bitmap::render(figure, title, path),
     }
 }
 
@@ -171,6 +209,37 @@ mod tests {
         }
         // Each CDF is one polyline, plus the throughput steps and the legend swatches.
         assert!(svg.matches("<polyline").count() >= 5, "series missing");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn per_turn_plot_draws_both_panels() {
+        let dir = std::env::temp_dir().join(format!("kestrel-plot-turns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let points: Vec<TurnPoint> = (1..=4)
+            .map(|turn| TurnPoint {
+                turn,
+                ttft_p50_ms: Some(100.0 / turn as f64),
+                ttft_p90_ms: Some(150.0 / turn as f64),
+                ttft_mean_ms: Some(120.0 / turn as f64),
+                hit_rate: (turn > 1).then_some(0.9),
+            })
+            .collect();
+        let svg_path = dir.join("turns.svg");
+        render_per_turn(&points, "turns", &svg_path).unwrap();
+        let svg = std::fs::read_to_string(&svg_path).unwrap();
+        assert_balanced(&svg);
+        for text in [
+            "Time to first token per turn",
+            "Prefix-cache hit rate",
+            "TTFT p90",
+        ] {
+            assert!(svg.contains(text), "no {text:?} in the SVG");
+        }
+        let png_path = dir.join("turns.png");
+        render_per_turn(&points, "turns", &png_path).unwrap();
+        let png = std::fs::read(&png_path).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
         std::fs::remove_dir_all(&dir).ok();
     }
 

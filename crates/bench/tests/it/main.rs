@@ -4,6 +4,7 @@
 mod support;
 
 mod error_paths;
+mod multi_turn;
 mod plot_run;
 mod stale_connection;
 mod stream_metrics;

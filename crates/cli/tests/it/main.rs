@@ -5,6 +5,7 @@ mod cli_common;
 mod fleet_common;
 
 mod bench_compare;
+mod bench_multi_turn;
 mod chat_cli;
 mod cli;
 mod fleet;

@@ -4,7 +4,8 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions` with known, injected delays: the
 //! first content chunk after `first_delay`, each later one after `token_delay`. Per request it
 //! follows the next entry of `behaviors` (cycled in arrival order), so tests can inject HTTP
-//! errors, mid-stream error events and hangs.
+//! errors, mid-stream error events and hangs. Chat usage reports every message but the last
+//! as cached (a perfect prefix cache).
 
 // Each test binary uses a different subset of this shared module.
 #![allow(dead_code)]
@@ -120,12 +121,16 @@ async fn generate(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
     let behaviors = &fake.config.behaviors;
     let behavior = behaviors[n % behaviors.len()];
     let chat = body.get("messages").is_some();
-    let prompt = if chat {
-        &body["messages"][0]["content"]
-    } else {
-        &body["prompt"]
+    let words = |v: &Value| v.as_str().unwrap_or("").split_whitespace().count();
+    let (prompt_words, cached_words) = match body["messages"].as_array() {
+        // A perfect prefix cache: every message but the last one was seen before.
+        Some(messages) => {
+            let per: Vec<usize> = messages.iter().map(|m| words(&m["content"])).collect();
+            let total: usize = per.iter().sum();
+            (total, total - per.last().copied().unwrap_or(0))
+        }
+        None => (words(&body["prompt"]), 0),
     };
-    let prompt_words = prompt.as_str().unwrap_or("").split_whitespace().count();
     fake.bodies.lock().unwrap().push(body);
     if let Behavior::Status(code) = behavior {
         let err = json!({"error": {"code": code, "message": format!("injected {code}: rate limited or broken")}});
@@ -135,7 +140,7 @@ async fn generate(State(fake): State<Arc<Fake>>, body: Bytes) -> Response {
             .body(Body::from(err.to_string()))
             .unwrap();
     }
-    let steps = sse_steps(&fake.config, chat, prompt_words, behavior);
+    let steps = sse_steps(&fake.config, chat, (prompt_words, cached_words), behavior);
     let body = stream::iter(steps).then(|(delay, bytes)| async move {
         tokio::time::sleep(delay).await;
         Ok::<_, Infallible>(Bytes::from(bytes))
@@ -162,7 +167,7 @@ fn content_chunk(chat: bool, text: &str) -> Value {
 fn sse_steps(
     c: &FakeConfig,
     chat: bool,
-    prompt_words: usize,
+    (prompt_words, cached_words): (usize, usize),
     behavior: Behavior,
 ) -> Vec<(Duration, Vec<u8>)> {
     let zero = Duration::ZERO;
@@ -201,7 +206,8 @@ fn sse_steps(
     steps.push((zero, event(&last)));
     if c.usage {
         let usage = json!({"choices": [], "usage": {"prompt_tokens": prompt_words,
-            "completion_tokens": c.chunks * c.tokens_per_chunk, "total_tokens": 0}});
+            "completion_tokens": c.chunks * c.tokens_per_chunk, "total_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": cached_words}}});
         steps.push((zero, event(&usage)));
     }
     steps.push((zero, b"data: [DONE]\n\n".to_vec()));

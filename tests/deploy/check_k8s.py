@@ -161,8 +161,53 @@ def main() -> int:
         res = subprocess.run(["promtool", "check", "rules", tmp.name], capture_output=True, text=True)
         check(res.returncode == 0, "every adapter metricsQuery is valid PromQL (promtool check rules)"
               + ("" if res.returncode == 0 else f": {res.stdout}{res.stderr}"))
+        check(*sustained_utilisation(tmp.name))
 
     return checks.summary()
+
+
+# Utilisation 0.9 from minute 2 to minute 13, then 0.5 (two workers of max_num_seqs 16 running
+# 14 + 15 sequences, then 8 + 8): the metric the HPA reads stays under the 80% target until the
+# high level has lasted 5 minutes (under at 6m, over at 7m), stays above while it lasts, and falls
+# under it again as soon as the level drops (13m).
+SUSTAINED_TEST = """
+rule_files: [{rules}]
+evaluation_interval: 30s
+tests:
+  - interval: 30s
+    input_series:
+      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w1"}}'
+        values: '8x3 14x21 8x14'
+      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w2"}}'
+        values: '8x3 15x21 8x14'
+      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w1"}}'
+        values: '16x40'
+      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w2"}}'
+        values: '16x40'
+    promql_expr_test:
+      - expr: adapter_kestrel_worker_utilisation < 0.8
+        eval_time: 6m
+        exp_samples: [{{labels: 'adapter_kestrel_worker_utilisation', value: 0.5}}]
+      - expr: adapter_kestrel_worker_utilisation > 0.8
+        eval_time: 7m
+        exp_samples: [{{labels: 'adapter_kestrel_worker_utilisation', value: 0.90625}}]
+      - expr: adapter_kestrel_worker_utilisation > 0.8
+        eval_time: 12m30s
+        exp_samples: [{{labels: 'adapter_kestrel_worker_utilisation', value: 0.90625}}]
+      - expr: adapter_kestrel_worker_utilisation < 0.8
+        eval_time: 13m
+        exp_samples: [{{labels: 'adapter_kestrel_worker_utilisation', value: 0.5}}]
+"""
+
+
+def sustained_utilisation(rules_file: str) -> tuple[bool, str]:
+    """The utilisation the HPA reads crosses 80% only after 5 minutes above it (promtool)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".test.yml") as test:
+        test.write(SUSTAINED_TEST.format(rules=rules_file))
+        test.flush()
+        res = subprocess.run(["promtool", "test", "rules", test.name], capture_output=True, text=True)
+    return (res.returncode == 0, "the HPA's utilisation crosses 80% after 5 minutes above it, and leaves at once"
+            + ("" if res.returncode == 0 else f": {res.stdout}{res.stderr}"))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ use crate::kv::disk_tier::DiskTier;
 use crate::kv::KvLeak;
 use crate::lora_metrics::LoraRecorder;
 use crate::metrics::{
-    record_config, record_idle_check, record_iteration, record_iteration_times,
+    record_config, record_idle_check, record_iteration, record_iteration_times, record_pool_busy,
     record_slo_rejected, ExpertRecorder, StepRecorder,
 };
 use crate::model_failure::ModelFailure;
@@ -457,6 +457,9 @@ impl EngineCore {
         self.logits = logits;
         result?;
         record_iteration_times(sampling - started, sampling.elapsed());
+        if let Some(pool) = self.executor.pool_busy() {
+            record_pool_busy(pool);
+        }
         let outputs = self
             .scheduler
             .update_emitted(out, &self.emitted, &self.emitted_counts)

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::adapter_id::AdapterId;
 use crate::expert_counts::ExpertTokenCounts;
@@ -95,6 +96,14 @@ pub struct KvGeometry {
     pub attention_window: Option<usize>,
 }
 
+/// The compute threads of an executor: how many, and the time they have spent working since
+/// they started (their CPU utilisation is the rate of `busy` over `threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolBusy {
+    pub threads: usize,
+    pub busy: Duration,
+}
+
 /// Runs forward passes. The engine thread owns its executor; nothing else touches it.
 pub trait Executor: Send {
     /// Run one step over `input`, writing each sequence's new K/V into its blocks.
@@ -116,6 +125,10 @@ pub trait Executor: Send {
     /// A mixture-of-experts model's routed-token counters (the engine publishes them as
     /// metrics); `None` for dense models.
     fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
+        None
+    }
+    /// The compute threads' busy time (the engine publishes it); `None` without a pool.
+    fn pool_busy(&self) -> Option<PoolBusy> {
         None
     }
     /// Read the LoRA adapter at `path` and keep it as `id` (the engine allocates ids and never

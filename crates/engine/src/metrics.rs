@@ -17,6 +17,7 @@ use std::sync::Arc;
 use metrics::Counter;
 
 use crate::api::{EngineFailure, RequestTimings, Usage};
+use crate::executor::PoolBusy;
 use crate::expert_counts::ExpertTokenCounts;
 use crate::request::FinishReason;
 use crate::scheduler::SchedulerStats;
@@ -67,6 +68,12 @@ pub mod names {
     /// Histogram (seconds): the model's forward pass of each engine step (grammar masks
     /// computed beside it included).
     pub const ITERATION_FORWARD_SECONDS: &str = "kestrel:iteration_forward_seconds";
+    /// Gauge (seconds, only grows): time the inference threads have spent running kernels
+    /// since the engine started; `rate(..) / kestrel:inference_pool_threads` is their CPU
+    /// utilisation.
+    pub const INFERENCE_POOL_BUSY_SECONDS: &str = "kestrel:inference_pool_busy_seconds";
+    /// Gauge: threads of the inference pool (the engine thread included).
+    pub const INFERENCE_POOL_THREADS: &str = "kestrel:inference_pool_threads";
     /// Histogram (seconds): sampling the logits of each engine step (penalties, masks,
     /// logprobs included).
     pub const ITERATION_SAMPLING_SECONDS: &str = "kestrel:iteration_sampling_seconds";
@@ -196,6 +203,16 @@ pub fn describe() {
         Unit::Seconds,
         "Sampling of each engine step"
     );
+    describe_gauge!(
+        INFERENCE_POOL_BUSY_SECONDS,
+        Unit::Seconds,
+        "Time the inference threads have spent running kernels (only grows)"
+    );
+    describe_gauge!(
+        INFERENCE_POOL_THREADS,
+        Unit::Count,
+        "Threads of the inference pool"
+    );
     describe_counter!(
         MOE_EXPERT_TOKENS_TOTAL,
         Unit::Count,
@@ -303,6 +320,12 @@ pub(crate) fn record_iteration(tokens: usize) {
 pub(crate) fn record_iteration_times(forward: Duration, sampling: Duration) {
     histogram!(names::ITERATION_FORWARD_SECONDS).record(forward.as_secs_f64());
     histogram!(names::ITERATION_SAMPLING_SECONDS).record(sampling.as_secs_f64());
+}
+
+/// The inference threads' busy time so far.
+pub(crate) fn record_pool_busy(pool: PoolBusy) {
+    gauge!(names::INFERENCE_POOL_BUSY_SECONDS).set(pool.busy.as_secs_f64());
+    gauge!(names::INFERENCE_POOL_THREADS).set(pool.threads as f64);
 }
 
 /// A request was scheduled for the first time after waiting `queue`.

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use kestrel_engine::adapter_id::AdapterId;
 
-use kestrel_engine::executor::{BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry};
+use kestrel_engine::executor::{
+    BatchInput, BatchOutput, Executor, ExecutorError, KvGeometry, PoolBusy,
+};
 use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_engine::kv::{BlockId, NO_BLOCK};
 use kestrel_kernels::cpu::attention::KvDtype;
@@ -284,6 +286,13 @@ impl Executor for ModelRunner {
 
     fn expert_token_counts(&self) -> Option<Arc<ExpertTokenCounts>> {
         self.model.expert_token_counts()
+    }
+
+    fn pool_busy(&self) -> Option<PoolBusy> {
+        Some(PoolBusy {
+            threads: self.pool.n_threads(),
+            busy: self.pool.busy_time(),
+        })
     }
 
     fn kv_block_bytes(&self, block: BlockId) -> Option<Vec<u8>> {

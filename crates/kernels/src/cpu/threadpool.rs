@@ -15,11 +15,15 @@
 //! ```
 //!
 //! [`SharedMut`] lets pool threads write disjoint parts of one output slice.
+//!
+//! Each thread adds the time it spends running jobs to its own counter ([`ThreadPool::busy_time`]):
+//! the busy time of the inference threads, which over wall time and thread count is the CPU
+//! utilisation of the pool (waiting for work, spinning or parked, is not counted).
 
 use std::cell::{Cell, UnsafeCell};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -55,6 +59,19 @@ struct Shared {
     /// A worker's job panicked during the current broadcast.
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Per thread (index k, the caller's share at 0): nanoseconds spent running jobs.
+    busy_ns: Box<[Padded<AtomicU64>]>,
+}
+
+impl Shared {
+    /// Runs `f`, adding its duration to thread `index`'s busy time.
+    fn timed<R>(&self, index: usize, f: impl FnOnce() -> R) -> R {
+        let start = Instant::now();
+        let r = f();
+        let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.busy_ns[index].0.fetch_add(ns, Ordering::Relaxed);
+        r
+    }
 }
 
 // SAFETY: every field but `job` is Sync. `job` is written only by the broadcasting thread
@@ -69,6 +86,15 @@ thread_local! {
     /// Address of the `Shared` whose job this thread is running (0 if none): a broadcast
     /// from inside a job on the same pool runs inline instead of deadlocking.
     static IN_POOL: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Puts back the thread's previous [`IN_POOL`] value when dropped.
+struct RestoreInPool(usize);
+
+impl Drop for RestoreInPool {
+    fn drop(&mut self) {
+        IN_POOL.with(|c| c.set(self.0));
+    }
 }
 
 /// A fixed set of threads that run data-parallel jobs. `n_threads` includes the thread
@@ -96,6 +122,7 @@ impl ThreadPool {
             caller: Mutex::new(None),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            busy_ns: (0..n_threads).map(|_| Padded(AtomicU64::new(0))).collect(),
         });
         let workers = (1..n_threads)
             .map(|k| {
@@ -132,6 +159,23 @@ impl ThreadPool {
         self.shared.n_threads
     }
 
+    /// Time all threads together have spent running jobs since the pool started (the
+    /// caller's share of broadcasts and the work `for_rows` keeps on the caller included).
+    pub fn busy_time(&self) -> Duration {
+        let ns: u64 = self
+            .shared
+            .busy_ns
+            .iter()
+            .map(|b| b.0.load(Ordering::Relaxed))
+            .sum();
+        Duration::from_nanos(ns)
+    }
+
+    /// Whether the current thread is running a job of this pool.
+    fn in_this_pool(&self) -> bool {
+        IN_POOL.with(Cell::get) == Arc::as_ptr(&self.shared) as usize
+    }
+
     /// Runs `f(first_row, rows)` over contiguous shares of the `row_len`-long rows of
     /// `data`, one share per thread, or once over all of them on the calling thread when there
     /// are fewer than `min_rows` rows (less work than waking the pool costs).
@@ -149,7 +193,10 @@ impl ThreadPool {
             "for_rows: data must be whole rows"
         );
         if rows < min_rows.max(2) || self.n_threads() == 1 {
-            return f(0, data);
+            if self.in_this_pool() {
+                return f(0, data);
+            }
+            return self.shared.timed(0, || f(0, data));
         }
         let shared = SharedMut::new(data);
         self.broadcast(&|t, n| {
@@ -170,8 +217,15 @@ impl ThreadPool {
     pub fn broadcast(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let shared = &*self.shared;
         let id = shared as *const Shared as usize;
-        if shared.n_threads == 1 || IN_POOL.with(Cell::get) == id {
+        if IN_POOL.with(Cell::get) == id {
             f(0, 1);
+            return;
+        }
+        if shared.n_threads == 1 {
+            // Marked as in the pool (restored on unwind too), so that a nested broadcast runs
+            // inline without counting its time twice.
+            let _restore = RestoreInPool(IN_POOL.with(|c| c.replace(id)));
+            shared.timed(0, || f(0, 1));
             return;
         }
         // A panic never leaves the shared state inconsistent (we always wait for the
@@ -195,7 +249,7 @@ impl ThreadPool {
         self.wake_workers();
         let own = catch_unwind(AssertUnwindSafe(|| {
             let prev = IN_POOL.with(|c| c.replace(id));
-            f(0, shared.n_threads);
+            shared.timed(0, || f(0, shared.n_threads));
             IN_POOL.with(|c| c.set(prev));
         }));
         wait_for_workers(shared);
@@ -246,7 +300,9 @@ fn worker_loop(shared: &Shared, index: usize) {
         // rewritten before our decrement of `remaining` below.
         let job = unsafe { *shared.job.get() };
         if let Some(job) = job {
-            let run = catch_unwind(AssertUnwindSafe(|| job(index, shared.n_threads)));
+            let run = shared.timed(index, || {
+                catch_unwind(AssertUnwindSafe(|| job(index, shared.n_threads)))
+            });
             if run.is_err() {
                 shared.panicked.store(true, Ordering::Relaxed);
             }

@@ -2,7 +2,7 @@
 //! panics and concurrent callers; reports the per-broadcast overhead.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kestrel_kernels::cpu::ThreadPool;
 
@@ -165,5 +165,50 @@ fn for_rows_visits_every_row_once_with_its_index() {
             let want: Vec<usize> = (0..rows).flat_map(|r| [r + 1; 5]).collect();
             assert_eq!(data, want, "{threads} threads, {rows} rows, min {min_rows}");
         }
+    }
+}
+
+/// Spins (not sleeps) for `d`, so the time is work on a core.
+fn spin_for(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn busy_time_counts_the_jobs_of_every_thread_once() {
+    for threads in [1, 3] {
+        let pool = ThreadPool::new(threads);
+        assert_eq!(pool.busy_time(), Duration::ZERO);
+        pool.broadcast(&|_, _| spin_for(Duration::from_millis(20)));
+        let after_one = pool.busy_time();
+        let want = Duration::from_millis(20) * threads as u32;
+        assert!(
+            after_one >= want,
+            "{threads} threads: {after_one:?} < {want:?}"
+        );
+        // A broadcast from inside a job runs inline: its time is not counted again (twice
+        // would be about the outer call's wall time plus the inner spin; the other threads'
+        // empty jobs take microseconds).
+        let inner = Duration::from_millis(10);
+        let start = Instant::now();
+        pool.broadcast(&|t, _| {
+            if t == 0 {
+                pool.broadcast(&|_, _| spin_for(inner));
+            }
+        });
+        let wall = start.elapsed();
+        let nested = pool.busy_time() - after_one;
+        assert!(nested >= inner, "{threads} threads: {nested:?}");
+        assert!(
+            nested < wall + inner / 2,
+            "{threads} threads: counted twice, {nested:?} in {wall:?}"
+        );
+        // Rows too few to share stay on the caller, and count.
+        let before = pool.busy_time();
+        let mut data = [0u8; 4];
+        pool.for_rows(&mut data, 4, 8, &|_, _| spin_for(Duration::from_millis(5)));
+        assert!(pool.busy_time() - before >= Duration::from_millis(5));
     }
 }

@@ -502,6 +502,9 @@ async fn metrics_openapi_and_info_routes() {
     // A counter of whole seconds (the collector's counter holds integers).
     assert!(value("process_cpu_seconds_total") >= 0.0);
     assert!(value("process_start_time_seconds") > 1.7e9);
+    // The inference threads worked on the completion.
+    assert!(value("kestrel:inference_pool_busy_seconds") > 0.0);
+    assert!(value("kestrel:inference_pool_threads") >= 1.0);
     for line in m.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let (series, value) = line
             .rsplit_once(' ')

@@ -9,10 +9,14 @@ after, and names the llama.cpp version (`llama-bench --version`; the build commi
 from its JSON where that prints none). Appends a dated markdown section to OUT.
 
     bench_side_by_side.py --llama-bin DIR --kestrel BIN --out OUT.md --title TITLE \\
-        --model PATH[,pp=512][,bytes=N][,label=NAME] [--model ...]    (pp=0: decode only)
+        --model PATH[,pp=512][,depth=N][,kv=f16|q8][,bytes=N][,label=NAME] [--model ...]
+                                                                   (pp=0: decode only)
 
-`bytes` overrides the weight bytes a decode step reads (default: Kestrel's own count, all
-weights; a mixture-of-experts model reads only its active experts).
+`depth` measures pp and tg after N tokens already in the KV cache (llama-bench `-d N`,
+`kestrel speed -d N`); `kv` stores that cache as f16 (both programs' default at depth: llama.cpp's
+f16, Kestrel `--kv-cache-dtype f16`) or 8-bit (llama.cpp q8_0 with flash attention, Kestrel q8).
+`bytes` overrides the bytes a decode step reads (default: Kestrel's own count, all weights plus
+the KV cache at that depth; a mixture-of-experts model reads only its active experts).
 """
 import argparse
 import datetime
@@ -25,11 +29,19 @@ import sys
 
 def parse_model(spec):
     path, *opts = spec.split(",")
-    m = {"path": path, "pp": 512, "bytes": None, "label": os.path.basename(path)}
+    m = {"path": path, "pp": 512, "depth": 0, "kv": "f16", "bytes": None,
+         "label": os.path.basename(path)}
     for o in opts:
         key, value = o.split("=", 1)
-        m[key] = value if key == "label" else int(value)
+        m[key] = value if key in ("label", "kv") else int(value)
+    if m["kv"] not in ("f16", "q8"):
+        raise SystemExit(f"kv={m['kv']}: f16 or q8")
     return m
+
+
+def test_name(kind, n, m):
+    """`pp512`, or `tg128 @ d8192` at a depth."""
+    return f"{kind}{n}" + (f" @ d{m['depth']}" if m["depth"] else "")
 
 
 def run_json(cmd):
@@ -40,6 +52,10 @@ def run_json(cmd):
 def llama_run(args, m):
     cmd = [os.path.join(args.llama_bin, "llama-bench"), "-m", m["path"], "-p", str(m["pp"]),
            "-n", str(args.gen), "-t", str(args.threads), "-r", str(args.reps), "-o", "json"]
+    if m["depth"]:
+        cmd += ["-d", str(m["depth"])]
+    if m["kv"] == "q8":
+        cmd += ["-ctk", "q8_0", "-ctv", "q8_0", "-fa", "1"]
     res = run_json(cmd)
     pick = lambda p, g: next(r["avg_ts"] for r in res if r["n_prompt"] == p and r["n_gen"] == g)
     build = f"{res[0].get('build_commit', '?')} ({res[0].get('build_number', '?')})"
@@ -49,7 +65,9 @@ def llama_run(args, m):
 
 def kestrel_run(args, m):
     cmd = [args.kestrel, "speed", "--model", m["path"], "-p", str(m["pp"]), "-n", str(args.gen),
-           "-t", str(args.threads), "-r", str(args.reps), "--json"]
+           "-t", str(args.threads), "-r", str(args.reps), "--json", "--kv-cache-dtype", m["kv"]]
+    if m["depth"]:
+        cmd += ["-d", str(m["depth"])]
     res = run_json(cmd)
     pp = res["pp"]["mean_tps"] if res["pp"] else None
     return {"pp": pp, "tg": res["tg"]["mean_tps"], "isa": res["isa"],
@@ -112,9 +130,11 @@ def report(args, models, runs, bw_before, bw_after, load):
         f"(1 thread: {bw_before[1]:.1f}); % of triad below uses the lower, {triad:.1f} GB/s.",
         f"{args.rounds} rounds, alternating which program runs first; each round runs "
         f"`llama-bench -p P -n {args.gen} -t {t} -r {args.reps}` and "
-        f"`kestrel speed -p P -n {args.gen} -t {t} -r {args.reps}`. Cells: median t/s over the "
-        "rounds (min-max); ratio of the medians. tg GB/s = weight bytes a decode step reads x "
-        "tokens/s.",
+        f"`kestrel speed -p P -n {args.gen} -t {t} -r {args.reps} --kv-cache-dtype f16` (`-d D` "
+        "for the rows `@ dD`: after D tokens of context; `kv=q8` rows: llama.cpp "
+        "`-ctk q8_0 -ctv q8_0 -fa 1`, Kestrel `--kv-cache-dtype q8`). Cells: median t/s over the "
+        "rounds (min-max); ratio of the medians. tg GB/s = bytes a decode step reads (weights, "
+        "plus the KV cache at a depth) x tokens/s.",
     ]
     if args.note:
         lines.append(args.note)
@@ -127,8 +147,8 @@ def report(args, models, runs, bw_before, bw_after, load):
         r = runs[m["label"]]
         bpt = m["bytes"] or r["kestrel"][0]["bytes"]
         gbs = lambda tps: f"{tps * bpt / 1e9:.1f} ({100 * tps * bpt / 1e9 / triad:.0f}%)"
-        tests = [("pp", f"pp{m['pp']}")] if m["pp"] else []
-        for test, name in tests + [("tg", f"tg{args.gen}")]:
+        tests = [("pp", test_name("pp", m["pp"], m))] if m["pp"] else []
+        for test, name in tests + [("tg", test_name("tg", args.gen, m))]:
             km, ks = summary([x[test] for x in r["kestrel"]])
             lm, ls = summary([x[test] for x in r["llama"]])
             bw = (gbs(km), gbs(lm)) if test == "tg" else ("", "")

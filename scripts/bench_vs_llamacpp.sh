@@ -16,6 +16,9 @@
 #   llama-3.2-3b: hidden 3072, 28 layers, 24 / 8 KV heads of dim 128, FFN 8192, vocab 128256,
 #   tied embeddings, rope theta 500000) in Q4_K_M (pp$BIG_PP / tg128). Off by default: the file
 #   takes about 2 GB (and 6.4 GB of temporary F16 while it is made) and each round takes minutes.
+# - at a depth of $DEPTH tokens already in the KV cache (default 8192; DEPTH=0 leaves these rows
+#   out): the default model with f16 and with 8-bit KV, and a 1.1B-shape Q4_0 written with an
+#   8192-token context (pp512 and tg128 after the depth, llama-bench's `-d`).
 # Q4_0 and Q8_0 are written directly by the generator. The K-quant files are made the way
 # llama.cpp users' files are: the generator writes an F16 GGUF and the llama.cpp build's own
 # `llama-quantize` converts it (Q4_K_M: llama.cpp's mix of Q4_K with Q6_K for output /
@@ -72,6 +75,11 @@ for t in q4_0 q8_0; do
     [ -f "$f" ] || python3 scripts/make_tinyllama_gguf.py "$f" --type "$t" >&2
 done
 kquants tinyllama tinyllama-shape-random Q4_K_M Q6_K
+depth=${DEPTH:-8192}
+tiny_long="$work/tinyllama-shape-random-ctx$((depth + 1024)).Q4_0.gguf"
+if [ "$depth" -gt 0 ] && [ ! -f "$tiny_long" ]; then
+    python3 scripts/make_tinyllama_gguf.py "$tiny_long" --type q4_0 --context "$((depth + 1024))" >&2
+fi
 
 models=(
     --model "$smol,pp=512,label=SmolLM2-135M Q4_1"
@@ -81,6 +89,13 @@ models=(
     --model "$tiny.Q4_K_M.gguf,pp=$tiny_pp,label=TinyLlama-1.1B shape Q4_K_M"
     --model "$tiny.Q6_K.gguf,pp=$tiny_pp,label=TinyLlama-1.1B shape Q6_K"
 )
+if [ "$depth" -gt 0 ]; then
+    models+=(
+        --model "$smol,pp=512,depth=$depth,label=SmolLM2-135M Q4_1, f16 KV"
+        --model "$smol,pp=512,depth=$depth,kv=q8,label=SmolLM2-135M Q4_1, 8-bit KV"
+        --model "$tiny_long,pp=512,depth=$depth,label=TinyLlama-1.1B shape Q4_0, f16 KV"
+    )
+fi
 if [ "${BIG:-0}" = 1 ]; then
     kquants llama-3.2-3b llama-3.2-3b-shape-random Q4_K_M
     big="$work/llama-3.2-3b-shape-random.Q4_K_M.gguf"

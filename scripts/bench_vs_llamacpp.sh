@@ -91,9 +91,9 @@ models=(
 )
 if [ "$depth" -gt 0 ]; then
     models+=(
-        --model "$smol,pp=512,depth=$depth,label=SmolLM2-135M Q4_1, f16 KV"
-        --model "$smol,pp=512,depth=$depth,kv=q8,label=SmolLM2-135M Q4_1, 8-bit KV"
-        --model "$tiny_long,pp=512,depth=$depth,label=TinyLlama-1.1B shape Q4_0, f16 KV"
+        --model "$smol,pp=512,depth=$depth,label=SmolLM2-135M Q4_1 (f16 KV)"
+        --model "$smol,pp=512,depth=$depth,kv=q8,label=SmolLM2-135M Q4_1 (8-bit KV)"
+        --model "$tiny_long,pp=512,depth=$depth,label=TinyLlama-1.1B shape Q4_0 (f16 KV)"
     )
 fi
 if [ "${BIG:-0}" = 1 ]; then

@@ -262,7 +262,7 @@ mod tests {
         assert_eq!(args.engine.served_model_name.as_deref(), Some("assistant"));
         assert_eq!(args.engine.threads, Some(8));
         assert_eq!(args.engine.kv_cache_memory, 2 << 30);
-        assert_eq!(args.engine.max_queue_time, Some(30.0));
+        assert_eq!(args.limits.max_queue_time, Some(30.0));
         if std::env::var_os("HOSTNAME").is_none() {
             assert_eq!(args.http.hostname, "127.0.0.1");
         }
@@ -283,7 +283,7 @@ mod tests {
             args.http.cors_origins,
             ["https://a.example", "https://b.example"]
         );
-        assert_eq!(args.engine.min_client_priority, -3);
+        assert_eq!(args.limits.min_client_priority, -3);
         if std::env::var_os("HOSTNAME").is_none() {
             assert_eq!(args.http.hostname, "0.0.0.0", "`host` is an alias");
         }

@@ -37,17 +37,6 @@ pub struct EngineArgs {
     /// unless a sliding window on every layer bounds each sequence's blocks].
     #[arg(long, env = "MAX_TOTAL_TOKENS")]
     pub max_total_tokens: Option<usize>,
-    /// Longest text to template or tokenize per request (prompt, messages, /tokenize inputs),
-    /// e.g. 1MiB; longer texts get 413 before any tokenizing.
-    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
-    pub max_input_bytes: u64,
-    /// Events a streaming client may fall behind before its request is aborted (and its KV
-    /// cache freed).
-    #[arg(long, default_value_t = kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS)]
-    pub max_buffered_events: usize,
-    /// Requests in flight beyond this get 429.
-    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 256)]
-    pub max_concurrent_requests: usize,
     /// Token budget of one engine step (chunked prefill).
     #[arg(long, env = "MAX_BATCH_PREFILL_TOKENS", default_value_t = 512)]
     pub max_num_batched_tokens: usize,
@@ -86,13 +75,6 @@ pub struct EngineArgs {
     /// Disable sharing KV blocks between requests with equal prefixes.
     #[arg(long)]
     pub no_prefix_caching: bool,
-    /// Abort requests that wait longer than this many seconds to start.
-    #[arg(long)]
-    pub max_queue_time: Option<f64>,
-    /// Most urgent request `priority` clients may ask for (lower runs first); the default 0
-    /// lets clients only lower their own urgency. Set it negative to allow urgent requests.
-    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-    pub min_client_priority: i32,
     /// Worker threads [default: KESTREL_THREADS, else all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
@@ -182,11 +164,6 @@ impl SpeculativeArgs {
 
 impl EngineArgs {
     pub fn launch_options(&self) -> Result<LaunchOptions> {
-        let max_queue_time = match self.max_queue_time {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-            Some(s) => bail!("--max-queue-time must be a positive number of seconds, got {s}"),
-        };
         Ok(LaunchOptions {
             max_num_seqs: self.max_num_seqs,
             max_num_batched_tokens: self.max_num_batched_tokens,
@@ -197,14 +174,8 @@ impl EngineArgs {
             },
             kv_dtype: self.kv_cache_dtype,
             enable_prefix_caching: !self.no_prefix_caching,
-            max_concurrent_requests: Some(self.max_concurrent_requests),
             max_input_tokens: self.max_input_tokens,
             max_total_tokens: self.max_total_tokens,
-            max_queue_time,
-            min_client_priority: self.min_client_priority,
-            max_input_bytes: usize::try_from(self.max_input_bytes)
-                .context("--max-input-bytes is too large")?,
-            max_buffered_events: self.max_buffered_events,
             model_id: self.served_model_name.clone(),
             speculative: self.speculative.options()?,
             tool_call_parser: self.tool_call_parser,

@@ -16,6 +16,7 @@ mod lora_args;
 mod membw;
 mod ppl;
 mod quantize;
+mod request_limit_args;
 mod serve;
 mod shutdown;
 mod speed;

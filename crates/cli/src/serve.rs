@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use crate::engine_args::EngineArgs;
 use crate::http_args::HttpArgs;
 use crate::lora_args::LoraArgs;
+use crate::request_limit_args::RequestLimitArgs;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -18,6 +19,8 @@ pub struct ServeArgs {
     pub config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub limits: RequestLimitArgs,
     #[command(flatten)]
     pub http: HttpArgs,
     #[command(flatten)]
@@ -35,6 +38,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.lora.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;
+    args.limits.apply(&mut opts)?;
     args.lora.apply(&mut opts);
     let (launched, model) = args.engine.launch_with(&opts)?;
     let engine = launched.engine.clone();

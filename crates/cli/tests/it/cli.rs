@@ -266,3 +266,44 @@ fn fetch_without_pip_says_what_to_do() {
     );
     std::fs::remove_dir_all(&cache).ok();
 }
+
+/// The HTTP front end's per-request limits are `serve` flags; a worker, whose requests come
+/// through a gateway with its own limits, does not offer them (every worker flag is honoured).
+#[test]
+fn request_limits_are_serve_flags_and_not_worker_flags() {
+    let limits = [
+        "--max-input-bytes",
+        "--max-buffered-events",
+        "--max-concurrent-requests",
+        "--max-queue-time",
+        "--min-client-priority",
+    ];
+    let help = |cmd: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd} --help");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (serve, worker) = (help("serve"), help("worker"));
+    for flag in limits {
+        assert!(serve.contains(flag), "serve offers {flag}");
+        assert!(!worker.contains(flag), "worker does not offer {flag}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args([
+            "worker",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+            "--max-queue-time",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--max-queue-time"),
+        "the refusal names the flag"
+    );
+}

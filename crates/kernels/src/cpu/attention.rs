@@ -25,6 +25,27 @@
 //! prefill tiles; a thread running a decode unit claims its next unit first and asks for
 //! that unit's first blocks, so they arrive from memory while it computes.
 //!
+//! Long contexts are cut into key chunks ("split-K", flash-decoding; [`key_chunk`]): fixed
+//! runs of [`KEY_CHUNK`] keys (whole blocks) aligned on absolute key positions. Every path
+//! computes each chunk's online softmax from a fresh state and folds the chunks' partials
+//! in chunk order with one merge function, then normalizes:
+//!
+//! ```text
+//!   keys 0..=pos:   | chunk 0 | chunk 1 | chunk 2 (to pos) |
+//!   decode units:   (seq, kv head, chunk 0) (seq, kv head, chunk 1) ...   any thread
+//!                        └─ partial: acc, m, l ─┘ ... merged in chunk order by the caller
+//!   tiled unit:     chunk 0 → running; chunk 1 fresh → merge; chunk 2 fresh → merge
+//! ```
+//!
+//! A decode whose context spans several chunks thus runs as one unit per (sequence, kv head,
+//! chunk), so a single long decode keeps every thread busy even with few kv heads (3 in
+//! SmolLM2, 1 with MQA); its partials (`[acc | m | l]` per row) go to a scratch buffer that
+//! the calling thread merges after the parallel part. Tiled units walk their chunks in turn
+//! inside the unit. The chunks depend only on the block size, never on the thread count or
+//! the batch, so a query's output stays the same whichever path, thread or batch computes
+//! it; a context within one chunk is computed with exactly the operations of an unchunked
+//! walk.
+//!
 //! A unit of one query (decode) scores whole registers of keys per multiply-add
 //! (`decode`). A unit of several queries scores its rows (query × head) together as a small
 //! matrix product with the rows in the SIMD lanes (`tiled`: `S = K · Qᵀ` by broadcast FMAs,

@@ -4,6 +4,10 @@
 //! `q_r[d] · K[d][keys]` with one multiply-add: `g` useful multiply-adds per load, where the
 //! rows-in-lanes tiling of [`super::tiled`] would fill `g` of `W` lanes.
 //!
+//! A unit covers all the keys its query sees, or, for a context that spans several key
+//! chunks ([`super::key_chunk`]), one chunk's: it then leaves the chunk's unnormalized
+//! partial for the caller to merge.
+//!
 //! Per block (keys `lo..hi` of it visible to the query):
 //!
 //! ```text
@@ -11,11 +15,11 @@
 //!   S            = cap · tanh(S / cap)          soft-capping only
 //!   S[r][j]     += slope_r · (key_j − pos)      ALiBi only
 //!   m, l, corr   online softmax of S[r][lo..hi] per row (every row sees the same keys)
+//!   acc[r]       = acc[r] · corr[r] + Σ_j P[r][j] · v_j            (tile::pv)
+//! ```
 //!
 //! Each output is bit-identical to the tiled path's for the same query (same operations in
 //! the same order per lane), so the path a query takes never changes its result.
-//!   acc[r]       = acc[r] · corr[r] + Σ_j P[r][j] · v_j            (tile::pv)
-//! ```
 
 use super::elem::{F32Row, KvElem};
 use super::lanes::Lanes;

@@ -19,6 +19,10 @@
 //!     acc [rows][hd]     = acc · corr + P · V                        (tile::pv)
 //!   acc /= l
 //! ```
+//!
+//! The blocks are walked one key chunk ([`super::key_chunk`]) at a time: the first chunk
+//! into the unit's state, each later one from a fresh state into a second set of
+//! accumulators, `m` and `l`, merged into the first in chunk order before `acc /= l`.
 
 use super::block_softmax::{self, RowState};
 use super::elem::KvElem;

@@ -97,30 +97,49 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
         )
     };
     for c in c0 + 1..=c1 {
-        // Each chunk from a fresh state, folded into the running one in chunk order.
-        let (acc_c, rest) = next.split_at_mut(rows * hd);
-        let (m_c, l_c) = rest.split_at_mut(rp);
-        acc_c.fill(0.0);
-        m_c.fill(f32::NEG_INFINITY);
-        l_c.fill(0.0);
-        let mut st_c = RowState {
-            m: m_c,
-            l: l_c,
-            corr: &mut *st.corr,
-        };
         let chunk = ctx.chunks.blocks_of(c, blocks.clone());
         // SAFETY: the caller's contract.
-        unsafe { walk::<V, E>(ctx, u, chunk, &mut t, acc_c, &mut st_c) };
-        for (r, a) in acc.chunks_exact_mut(hd).enumerate() {
-            let b = Partial {
-                acc: &acc_c[r * hd..][..hd],
-                m: st_c.m[r],
-                l: st_c.l[r],
-            };
-            key_chunk::merge(a, &mut st.m[r], &mut st.l[r], b);
-        }
+        unsafe { merge_chunk::<V, E>(ctx, u, chunk, &mut t, next, acc, &mut st) };
     }
     block_softmax::normalize(acc, st.l, hd);
+}
+
+/// Walks one later key chunk's `blocks` from a fresh state (accumulators, `m` and `l` in
+/// `next`) and folds its partial into the running state `acc`, `st` ([`key_chunk::merge`]).
+///
+/// # Safety
+/// As [`run_tiled`].
+#[inline(always)]
+unsafe fn merge_chunk<V: Lanes, E: KvElem>(
+    ctx: &Ctx<'_>,
+    u: Unit,
+    blocks: std::ops::RangeInclusive<usize>,
+    t: &mut Tile<'_>,
+    next: &mut [f32],
+    acc: &mut [f32],
+    st: &mut RowState<'_>,
+) {
+    let (hd, rp) = (ctx.kv.head_dim, t.rp);
+    let (acc_c, rest) = next.split_at_mut(t.rows * hd);
+    let (m_c, l_c) = rest.split_at_mut(rp);
+    acc_c.fill(0.0);
+    m_c.fill(f32::NEG_INFINITY);
+    l_c.fill(0.0);
+    let mut st_c = RowState {
+        m: m_c,
+        l: l_c,
+        corr: &mut *st.corr,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { walk::<V, E>(ctx, u, blocks, t, acc_c, &mut st_c) };
+    for (r, a) in acc.chunks_exact_mut(hd).enumerate() {
+        let b = Partial {
+            acc: &acc_c[r * hd..][..hd],
+            m: st_c.m[r],
+            l: st_c.l[r],
+        };
+        key_chunk::merge(a, &mut st.m[r], &mut st.l[r], b);
+    }
 }
 
 /// Folds logical blocks `blocks` into the running state `acc`, `st`.

@@ -25,6 +25,27 @@
 //! prefill tiles; a thread running a decode unit claims its next unit first and asks for
 //! that unit's first blocks, so they arrive from memory while it computes.
 //!
+//! Long contexts are cut into key chunks ("split-K", flash-decoding; [`key_chunk`]): fixed
+//! runs of [`KEY_CHUNK`] keys (whole blocks) aligned on absolute key positions. Every path
+//! computes each chunk's online softmax from a fresh state and folds the chunks' partials
+//! in chunk order with one merge function, then normalizes:
+//!
+//! ```text
+//!   keys 0..=pos:   | chunk 0 | chunk 1 | chunk 2 (to pos) |
+//!   decode units:   (seq, kv head, chunk 0) (seq, kv head, chunk 1) ...   any thread
+//!                        └─ partial: acc, m, l ─┘ ... merged in chunk order by the caller
+//!   tiled unit:     chunk 0 → running; chunk 1 fresh → merge; chunk 2 fresh → merge
+//! ```
+//!
+//! A decode whose context spans several chunks thus runs as one unit per (sequence, kv head,
+//! chunk), so a single long decode keeps every thread busy even with few kv heads (3 in
+//! SmolLM2, 1 with MQA); its partials (`[acc | m | l]` per row) go to a scratch buffer that
+//! the calling thread merges after the parallel part. Tiled units walk their chunks in turn
+//! inside the unit. The chunks depend only on the block size, never on the thread count or
+//! the batch, so a query's output stays the same whichever path, thread or batch computes
+//! it; a context within one chunk is computed with exactly the operations of an unchunked
+//! walk.
+//!
 //! A unit of one query (decode) scores whole registers of keys per multiply-add
 //! (`decode`). A unit of several queries scores its rows (query × head) together as a small
 //! matrix product with the rows in the SIMD lanes (`tiled`: `S = K · Qᵀ` by broadcast FMAs,
@@ -44,6 +65,7 @@ mod alibi;
 mod block_softmax;
 mod decode;
 mod elem;
+mod key_chunk;
 mod key_tile;
 pub mod kv_dtype;
 mod lanes;
@@ -56,6 +78,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use alibi::Alibi;
 use elem::{F16Row, F32Row, KvElem, Q8Row};
+pub use key_chunk::KEY_CHUNK;
+use key_chunk::{KeyChunks, Partial};
 use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
 use lanes::ScalarVec;
@@ -242,54 +266,62 @@ pub fn attention_with(
 ) {
     validate(kv, seqs, &params, out.len());
     let group = params.n_heads / kv.n_kv_heads.max(1);
-    // Few units (single-sequence decode) on the portable path: one unit per query head so
-    // every thread works. The SIMD tiled path would gain nothing: a unit with all the
-    // group's rows costs what one with a single row does (they share the registers).
-    let portable = isa.min(Isa::supported()) == Isa::Scalar;
-    let split = if portable && count_units(seqs, kv.n_kv_heads, 1) < 2 * pool.n_threads() {
-        group
-    } else {
-        1
-    };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         kv,
         seqs,
         params,
         group,
-        split,
+        split: 1,
+        chunks: KeyChunks::new(kv.block_size),
     };
+    // Few units (single-sequence decode) on the portable path: one unit per query head so
+    // every thread works. The SIMD tiled path would gain nothing: a unit with all the
+    // group's rows costs what one with a single row does (they share the registers).
+    let portable = isa.min(Isa::supported()) == Isa::Scalar;
+    if portable && count_units(&ctx) < 2 * pool.n_threads() {
+        ctx.split = group;
+    }
     let run = unit_fn(isa, kv.dtype);
-    let total = count_units(seqs, kv.n_kv_heads, split);
+    let total = count_units(&ctx);
     let next = AtomicUsize::new(0);
-    let out = SharedMut::new(out);
     thread_local! {
         static BUF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+        static PARTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     }
-    pool.broadcast(&|_, _| {
-        BUF.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            let claim = || next.fetch_add(1, Ordering::Relaxed);
-            let mut ahead = None;
-            loop {
-                let idx = ahead.take().unwrap_or_else(claim);
-                if idx >= total {
-                    break;
-                }
-                let unit = locate(&ctx, idx);
-                if unit.q1 - unit.q0 == 1 {
-                    // A decode unit is short and waits on memory: claim the next unit now and
-                    // ask for its first blocks, so they arrive while this one computes.
-                    // (Prefill units claim as they finish, which balances uneven tiles.)
-                    let n = claim();
-                    if n < total {
-                        decode::prefetch_unit(&ctx, locate(&ctx, n));
+    PARTS.with_borrow_mut(|parts| {
+        parts.clear();
+        parts.resize(partial_floats(&ctx), 0.0);
+        let (shared_out, shared_parts) = (SharedMut::new(&mut *out), SharedMut::new(parts));
+        pool.broadcast(&|_, _| {
+            BUF.with_borrow_mut(|buf| {
+                let claim = || next.fetch_add(1, Ordering::Relaxed);
+                let mut ahead = None;
+                loop {
+                    let idx = ahead.take().unwrap_or_else(claim);
+                    if idx >= total {
+                        break;
                     }
-                    ahead = Some(n);
+                    let unit = locate(&ctx, idx);
+                    if unit.q1 - unit.q0 == 1 {
+                        // A decode unit is short and waits on memory: claim the next unit
+                        // now and ask for its first blocks, so they arrive while this one
+                        // computes. (Prefill units claim as they finish, which balances
+                        // uneven tiles.)
+                        let n = claim();
+                        if n < total {
+                            decode::prefetch_unit(&ctx, locate(&ctx, n));
+                        }
+                        ahead = Some(n);
+                    }
+                    run(&ctx, unit, buf);
+                    match unit.chunk {
+                        Some(_) => write_partial(&ctx, unit, buf, &shared_parts),
+                        None => write_unit(&ctx, unit, buf, &shared_out),
+                    }
                 }
-                run(&ctx, unit, &mut buf);
-                write_unit(&ctx, unit, &buf, &out);
-            }
-        })
+            })
+        });
+        merge_chunks(&ctx, parts, out);
     });
 }
 
@@ -410,12 +442,16 @@ struct Ctx<'a> {
     params: AttnParams,
     /// Query heads per kv head.
     group: usize,
-    /// Units per (sequence, kv head, query tile): each takes `group / split` query heads.
+    /// Units per (sequence, kv head, query tile or key chunk): each takes `group / split`
+    /// query heads.
     split: usize,
+    chunks: KeyChunks,
 }
 
 /// (sequence, kv head, queries `q0..q1`, query heads `g0..g1` of the kv head's group);
-/// `out_base` is the sequence's offset in `out`.
+/// `out_base` is the sequence's offset in `out`. A decode unit of a context that spans
+/// several key chunks covers only `chunk`'s keys and leaves its partial at float `part` of
+/// the partials buffer (`[chunk][head][head_dim + 2]` per sequence, see [`write_partial`]).
 #[derive(Clone, Copy)]
 struct Unit {
     seq: usize,
@@ -425,37 +461,82 @@ struct Unit {
     g0: usize,
     g1: usize,
     out_base: usize,
+    chunk: Option<usize>,
+    part: usize,
 }
 
-fn count_units(seqs: &[AttnSeq<'_>], n_kv: usize, split: usize) -> usize {
-    seqs.iter()
-        .map(|s| s.n_q.div_ceil(Q_TILE) * n_kv * split)
+/// The key chunks `first..=last` that the single query of `s` sees, if it is a decode whose
+/// context spans more than one chunk (then each chunk is its own unit).
+fn decode_chunks(ctx: &Ctx<'_>, s: &AttnSeq<'_>) -> Option<(usize, usize)> {
+    if s.n_q != 1 {
+        return None;
+    }
+    let bs = ctx.kv.block_size;
+    let first = ctx
+        .chunks
+        .of_block(ctx.params.first_key(s.q_start_pos) / bs);
+    let last = ctx.chunks.of_block(s.q_start_pos / bs);
+    (last > first).then_some((first, last))
+}
+
+/// Work units of sequence `s` per (kv head, split part): its query tiles, or its key chunks.
+fn seq_units(ctx: &Ctx<'_>, s: &AttnSeq<'_>) -> usize {
+    decode_chunks(ctx, s).map_or(s.n_q.div_ceil(Q_TILE), |(first, last)| last - first + 1)
+}
+
+fn count_units(ctx: &Ctx<'_>) -> usize {
+    let per = ctx.kv.n_kv_heads * ctx.split;
+    ctx.seqs.iter().map(|s| seq_units(ctx, s) * per).sum()
+}
+
+/// Floats of the partials buffer: `head_dim + 2` per (chunk, query head) of every decode
+/// that is split by key chunks.
+fn partial_floats(ctx: &Ctx<'_>) -> usize {
+    let row = ctx.params.n_heads * (ctx.kv.head_dim + 2);
+    ctx.seqs
+        .iter()
+        .filter_map(|s| decode_chunks(ctx, s))
+        .map(|(first, last)| (last - first + 1) * row)
         .sum()
 }
 
-/// The `idx`-th unit. Within a sequence, the last query tiles (most keys) come first.
+/// The `idx`-th unit. Within a sequence, the last query tiles (most keys) come first; a
+/// decode split by key chunks lists its chunks in order.
 fn locate(ctx: &Ctx<'_>, mut idx: usize) -> Unit {
-    let (n_kv, split) = (ctx.kv.n_kv_heads, ctx.split);
+    let (n_kv, split, hd) = (ctx.kv.n_kv_heads, ctx.split, ctx.kv.head_dim);
     let per_split = ctx.group / split;
-    let mut out_base = 0;
+    let (mut out_base, mut part_base) = (0, 0);
     for (seq, s) in ctx.seqs.iter().enumerate() {
-        let tiles = s.n_q.div_ceil(Q_TILE);
-        if idx < tiles * n_kv * split {
-            let (tile_idx, rest) = (idx / (n_kv * split), idx % (n_kv * split));
-            let q0 = (tiles - 1 - tile_idx) * Q_TILE;
-            let part = rest % split;
+        let chunks = decode_chunks(ctx, s);
+        let n = seq_units(ctx, s);
+        if idx < n * n_kv * split {
+            let (i, rest) = (idx / (n_kv * split), idx % (n_kv * split));
+            let (kv_head, g0) = (rest / split, rest % split * per_split);
+            let (q0, q1, chunk) = match chunks {
+                Some((first, _)) => (0, 1, Some(first + i)),
+                None => {
+                    let q0 = (n - 1 - i) * Q_TILE;
+                    (q0, (q0 + Q_TILE).min(s.n_q), None)
+                }
+            };
+            let head = kv_head * ctx.group + g0;
             return Unit {
                 seq,
-                kv_head: rest / split,
+                kv_head,
                 q0,
-                q1: (q0 + Q_TILE).min(s.n_q),
-                g0: part * per_split,
-                g1: (part + 1) * per_split,
+                q1,
+                g0,
+                g1: g0 + per_split,
                 out_base,
+                chunk,
+                part: part_base + (i * ctx.params.n_heads + head) * (hd + 2),
             };
         }
-        idx -= tiles * n_kv * split;
+        idx -= n * n_kv * split;
         out_base += s.q.len();
+        if chunks.is_some() {
+            part_base += n * ctx.params.n_heads * (hd + 2);
+        }
     }
     unreachable!("unit index below count_units")
 }
@@ -482,6 +563,55 @@ fn write_unit(ctx: &Ctx<'_>, u: Unit, buf: &[f32], out: &SharedMut<'_, f32>) {
         // row is written by exactly one unit, hence by one thread.
         let dst = unsafe { out.slice_mut(start, g * hd) };
         dst.copy_from_slice(&buf[qi * g * hd..(qi + 1) * g * hd]);
+    }
+}
+
+/// Copies a key-chunk unit's partial from `buf` (unnormalized accumulators `[rows][hd]`,
+/// then `m` and `l` of each row, as [`decode::run_decode`] leaves them) into its rows of
+/// the partials buffer, `[acc | m | l]` per row.
+fn write_partial(ctx: &Ctx<'_>, u: Unit, buf: &[f32], parts: &SharedMut<'_, f32>) {
+    let (rows, hd) = (u.g1 - u.g0, ctx.kv.head_dim);
+    // SAFETY: units partition (sequence, kv-head group, key chunk): each partial row is
+    // written by exactly one unit, hence by one thread.
+    let dst = unsafe { parts.slice_mut(u.part, rows * (hd + 2)) };
+    let (acc, rest) = buf.split_at(rows * hd);
+    let (m, l) = rest.split_at(rows);
+    for (r, row) in dst.chunks_exact_mut(hd + 2).enumerate() {
+        row[..hd].copy_from_slice(&acc[r * hd..][..hd]);
+        (row[hd], row[hd + 1]) = (m[r], l[r]);
+    }
+}
+
+/// Folds every chunk-split decode's partials in chunk order ([`key_chunk::merge`]),
+/// normalizes and writes the outputs.
+fn merge_chunks(ctx: &Ctx<'_>, parts: &[f32], out: &mut [f32]) {
+    let (hd, n_heads) = (ctx.kv.head_dim, ctx.params.n_heads);
+    let (mut out_base, mut part_base) = (0, 0);
+    for s in ctx.seqs {
+        if let Some((first, last)) = decode_chunks(ctx, s) {
+            let n = last - first + 1;
+            let seq_parts = &parts[part_base..][..n * n_heads * (hd + 2)];
+            for (head, o) in out[out_base..][..n_heads * hd]
+                .chunks_exact_mut(hd)
+                .enumerate()
+            {
+                let row = |c: usize| &seq_parts[(c * n_heads + head) * (hd + 2)..][..hd + 2];
+                let (first_row, mut m, mut l) = (row(0), row(0)[hd], row(0)[hd + 1]);
+                o.copy_from_slice(&first_row[..hd]);
+                for c in 1..n {
+                    let r = row(c);
+                    let b = Partial {
+                        acc: &r[..hd],
+                        m: r[hd],
+                        l: r[hd + 1],
+                    };
+                    key_chunk::merge(o, &mut m, &mut l, b);
+                }
+                block_softmax::normalize(o, &[l], hd);
+            }
+            part_base += seq_parts.len();
+        }
+        out_base += s.q.len();
     }
 }
 

@@ -5,6 +5,7 @@ mod attention_common;
 
 mod cpu_attention_alibi;
 mod cpu_attention_block_table;
+mod cpu_attention_chunks;
 mod cpu_attention_kv_storage;
 mod cpu_attention_paths;
 mod cpu_attention_reference;

@@ -4,6 +4,10 @@
 //! `q_r[d] · K[d][keys]` with one multiply-add: `g` useful multiply-adds per load, where the
 //! rows-in-lanes tiling of [`super::tiled`] would fill `g` of `W` lanes.
 //!
+//! A unit covers all the keys its query sees, or, for a context that spans several key
+//! chunks ([`super::key_chunk`]), one chunk's: it then leaves the chunk's unnormalized
+//! partial for the caller to merge.
+//!
 //! Per block (keys `lo..hi` of it visible to the query):
 //!
 //! ```text
@@ -11,11 +15,11 @@
 //!   S            = cap · tanh(S / cap)          soft-capping only
 //!   S[r][j]     += slope_r · (key_j − pos)      ALiBi only
 //!   m, l, corr   online softmax of S[r][lo..hi] per row (every row sees the same keys)
+//!   acc[r]       = acc[r] · corr[r] + Σ_j P[r][j] · v_j            (tile::pv)
+//! ```
 //!
 //! Each output is bit-identical to the tiled path's for the same query (same operations in
 //! the same order per lane), so the path a query takes never changes its result.
-//!   acc[r]       = acc[r] · corr[r] + Σ_j P[r][j] · v_j            (tile::pv)
-//! ```
 
 use super::elem::{F32Row, KvElem};
 use super::lanes::Lanes;
@@ -24,8 +28,10 @@ use super::{Ctx, Unit};
 use crate::cpu::ops::vmath;
 use crate::cpu::prefetch::to_l2;
 
-/// Computes the single-query unit `u` into `buf` (accumulators first, as
-/// [`super::write_unit`] reads them).
+/// Computes the single-query unit `u` into `buf`: the accumulators first, as
+/// [`super::write_unit`] reads them, normalized; for a key-chunk unit (`u.chunk`), the
+/// chunk's partial instead, as [`super::write_partial`] reads it (unnormalized accumulators,
+/// then each row's `m`, then its `l`).
 ///
 /// # Safety
 /// The CPU has `V`'s target features, and this is compiled with them.
@@ -40,13 +46,12 @@ pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf
     buf.clear();
     buf.resize(2 * rows * hd + rows * bsp + 3 * rows + decoded, 0.0);
     let (acc, rest) = buf.split_at_mut(rows * hd);
-    let (q, rest) = rest.split_at_mut(rows * hd);
-    let (s, rest) = rest.split_at_mut(rows * bsp);
     let (m, rest) = rest.split_at_mut(rows);
     let (l, rest) = rest.split_at_mut(rows);
+    let (q, rest) = rest.split_at_mut(rows * hd);
+    let (s, rest) = rest.split_at_mut(rows * bsp);
     let (corr, dec) = rest.split_at_mut(rows);
     m.fill(f32::NEG_INFINITY);
-    let pos = seq.q_start_pos + u.q0;
     for (r, qr) in q.chunks_exact_mut(hd).enumerate() {
         let head = u.kv_head * ctx.group + u.g0 + r;
         let src = &seq.q[(u.q0 * p.n_heads + head) * hd..][..hd];
@@ -62,18 +67,33 @@ pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf
         corr,
         dec,
     };
-    let (first, last) = (p.first_key(pos) / bs, pos / bs);
+    let blocks = unit_blocks(ctx, u);
+    let last = *blocks.end();
     // The first blocks were asked for when the unit was claimed (`prefetch_unit`), unless
     // this is the thread's first unit.
     prefetch_unit(ctx, u);
-    for b in first..=last {
+    for b in blocks {
         if b + AHEAD <= last {
             prefetch_block(ctx, u, b + AHEAD);
         }
         // SAFETY: the caller's contract.
         unsafe { decode_block::<V, E>(ctx, u, b, &mut st) };
     }
-    super::block_softmax::normalize(st.acc, st.l, hd);
+    if u.chunk.is_none() {
+        super::block_softmax::normalize(st.acc, st.l, hd);
+    }
+}
+
+/// The logical blocks a decode unit reads: those its query sees, within its key chunk if it
+/// has one.
+fn unit_blocks(ctx: &Ctx<'_>, u: Unit) -> std::ops::RangeInclusive<usize> {
+    let (p, seq, bs) = (&ctx.params, &ctx.seqs[u.seq], ctx.kv.block_size);
+    let pos = seq.q_start_pos + u.q0;
+    let all = p.first_key(pos) / bs..=pos / bs;
+    match u.chunk {
+        Some(c) => ctx.chunks.blocks_of(c, all),
+        None => all,
+    }
 }
 
 /// A decode unit's state: accumulators, scaled queries (`[rows][hd]` each), one block's
@@ -101,12 +121,11 @@ const AHEAD: usize = 4;
 /// Asks for the first [`AHEAD`] blocks a decode unit reads to be brought into L2 (nothing for
 /// a unit of several queries: prefill reuses each block across its queries).
 pub(super) fn prefetch_unit(ctx: &Ctx<'_>, u: Unit) {
-    let (p, seq, bs) = (&ctx.params, &ctx.seqs[u.seq], ctx.kv.block_size);
     if u.q1 - u.q0 != 1 {
         return;
     }
-    let pos = seq.q_start_pos + u.q0;
-    let (first, last) = (p.first_key(pos) / bs, pos / bs);
+    let blocks = unit_blocks(ctx, u);
+    let (first, last) = (*blocks.start(), *blocks.end());
     for b in first..=last.min(first + AHEAD - 1) {
         prefetch_block(ctx, u, b);
     }

@@ -19,9 +19,14 @@
 //!     acc [rows][hd]     = acc · corr + P · V                        (tile::pv)
 //!   acc /= l
 //! ```
+//!
+//! The blocks are walked one key chunk ([`super::key_chunk`]) at a time: the first chunk
+//! into the unit's state, each later one from a fresh state into a second set of
+//! accumulators, `m` and `l`, merged into the first in chunk order before `acc /= l`.
 
 use super::block_softmax::{self, RowState};
 use super::elem::KvElem;
+use super::key_chunk::{self, Partial};
 use super::lanes::Lanes;
 use super::tile::{PvArgs, ScoreArgs};
 use super::{Ctx, KvDtype, Unit};
@@ -40,15 +45,24 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
     let (hd, bs) = (kv.head_dim, kv.block_size);
     let rows = (u.q1 - u.q0) * (u.g1 - u.g0);
     let rp = rows.next_multiple_of(V::W);
+    let first_pos = seq.q_start_pos + u.q0;
+    let last_pos = seq.q_start_pos + u.q1 - 1;
+    let blocks = p.first_key(first_pos) / bs..=last_pos / bs;
+    let (c0, c1) = (
+        ctx.chunks.of_block(*blocks.start()),
+        ctx.chunks.of_block(*blocks.end()),
+    );
     let decoded = if E::DTYPE == KvDtype::F32 {
         0
     } else {
         2 * bs * hd
     };
     let alibi_len = if p.alibi.is_some() { 2 * rp } else { 0 };
+    // Later key chunks' partials: accumulators, m and l.
+    let chunk_len = if c1 > c0 { rows * hd + 2 * rp } else { 0 };
     buf.clear();
     buf.resize(
-        rows * hd + 3 * rp + (hd + bs) * rp + alibi_len + decoded,
+        rows * hd + 3 * rp + (hd + bs) * rp + alibi_len + decoded + chunk_len,
         0.0,
     );
     let (acc, rest) = buf.split_at_mut(rows * hd);
@@ -57,13 +71,12 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
     let (corr, rest) = rest.split_at_mut(rp);
     let (qt, rest) = rest.split_at_mut(hd * rp);
     let (s, rest) = rest.split_at_mut(bs * rp);
-    let (alibi, dec) = rest.split_at_mut(alibi_len);
+    let (alibi, rest) = rest.split_at_mut(alibi_len);
+    let (dec, next) = rest.split_at_mut(decoded);
     m.fill(f32::NEG_INFINITY);
     load_queries(ctx, u, qt, rp);
     let alibi = (!alibi.is_empty()).then(|| alibi_rows(ctx, u, alibi));
-    let mut st = RowState { m, l, corr };
     let mut t = Tile {
-        acc,
         qt,
         s,
         dec,
@@ -71,19 +84,86 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
         rows,
         rp,
     };
-    let first_pos = seq.q_start_pos + u.q0;
-    let last_pos = seq.q_start_pos + u.q1 - 1;
-    for b in p.first_key(first_pos) / bs..=last_pos / bs {
+    let mut st = RowState { m, l, corr };
+    // SAFETY: the caller's contract.
+    unsafe {
+        walk::<V, E>(
+            ctx,
+            u,
+            ctx.chunks.blocks_of(c0, blocks.clone()),
+            &mut t,
+            acc,
+            &mut st,
+        )
+    };
+    for c in c0 + 1..=c1 {
+        let chunk = ctx.chunks.blocks_of(c, blocks.clone());
         // SAFETY: the caller's contract.
-        unsafe { tile_block::<V, E>(ctx, u, b, &mut t, &mut st) };
+        unsafe { merge_chunk::<V, E>(ctx, u, chunk, &mut t, next, acc, &mut st) };
     }
-    block_softmax::normalize(t.acc, st.l, hd);
+    block_softmax::normalize(acc, st.l, hd);
+}
+
+/// Walks one later key chunk's `blocks` from a fresh state (accumulators, `m` and `l` in
+/// `next`) and folds its partial into the running state `acc`, `st` ([`key_chunk::merge`]).
+///
+/// # Safety
+/// As [`run_tiled`].
+#[inline(always)]
+unsafe fn merge_chunk<V: Lanes, E: KvElem>(
+    ctx: &Ctx<'_>,
+    u: Unit,
+    blocks: std::ops::RangeInclusive<usize>,
+    t: &mut Tile<'_>,
+    next: &mut [f32],
+    acc: &mut [f32],
+    st: &mut RowState<'_>,
+) {
+    let (hd, rp) = (ctx.kv.head_dim, t.rp);
+    let (acc_c, rest) = next.split_at_mut(t.rows * hd);
+    let (m_c, l_c) = rest.split_at_mut(rp);
+    acc_c.fill(0.0);
+    m_c.fill(f32::NEG_INFINITY);
+    l_c.fill(0.0);
+    let mut st_c = RowState {
+        m: m_c,
+        l: l_c,
+        corr: &mut *st.corr,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { walk::<V, E>(ctx, u, blocks, t, acc_c, &mut st_c) };
+    for (r, a) in acc.chunks_exact_mut(hd).enumerate() {
+        let b = Partial {
+            acc: &acc_c[r * hd..][..hd],
+            m: st_c.m[r],
+            l: st_c.l[r],
+        };
+        key_chunk::merge(a, &mut st.m[r], &mut st.l[r], b);
+    }
+}
+
+/// Folds logical blocks `blocks` into the running state `acc`, `st`.
+///
+/// # Safety
+/// As [`run_tiled`].
+#[inline(always)]
+unsafe fn walk<V: Lanes, E: KvElem>(
+    ctx: &Ctx<'_>,
+    u: Unit,
+    blocks: std::ops::RangeInclusive<usize>,
+    t: &mut Tile<'_>,
+    acc: &mut [f32],
+    st: &mut RowState<'_>,
+) {
+    for b in blocks {
+        // SAFETY: the caller's contract.
+        unsafe { tile_block::<V, E>(ctx, u, b, t, acc, st) };
+    }
 }
 
 /// A unit's matrices (see the module docs); `dec` holds decoded K and V rows (f16, q8);
 /// `alibi` each row's ALiBi slope and query position, when the scores take ALiBi biases.
 struct Tile<'a> {
-    acc: &'a mut [f32],
     qt: &'a [f32],
     s: &'a mut [f32],
     dec: &'a mut [f32],
@@ -133,6 +213,7 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
     u: Unit,
     b: usize,
     t: &mut Tile<'_>,
+    acc: &mut [f32],
     st: &mut RowState<'_>,
 ) {
     let (kv, p, seq, g) = (ctx.kv, &ctx.params, &ctx.seqs[u.seq], u.g1 - u.g0);
@@ -190,7 +271,7 @@ unsafe fn tile_block<V: Lanes, E: KvElem>(
     // SAFETY: rp is a multiple of W; features: the caller's contract.
     unsafe { block_softmax::fold::<V>(s, st) };
     let pa = PvArgs {
-        acc: t.acc.as_mut_ptr(),
+        acc: acc.as_mut_ptr(),
         rows: t.rows,
         hd,
         corr: st.corr.as_ptr(),

@@ -270,6 +270,9 @@ async fn refresh(redis: &Redis, keys: &Keys) -> Result<Seen, RedisError> {
     }
     let mut conn = redis.conn();
     let mut pipe = redis::pipe();
+    // A routed stream may be missing for a moment (a worker recreating it): its error counts
+    // as 0 instead of failing the refresh.
+    pipe.ignore_errors();
     for (_, _, stream) in &streams {
         pipe.cmd("XLEN").arg(stream);
         pipe.cmd("XPENDING").arg(stream).arg(keys.group());
@@ -277,7 +280,11 @@ async fn refresh(redis: &Redis, keys: &Keys) -> Result<Seen, RedisError> {
     let replies: Vec<redis::Value> = if streams.is_empty() {
         Vec::new()
     } else {
-        pipe.query_async(&mut conn).await?
+        let replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut conn).await?;
+        replies
+            .into_iter()
+            .map(|r| r.unwrap_or(redis::Value::Nil))
+            .collect()
     };
     let mut depth: HashMap<ModelIdentity, [usize; 3]> = bound
         .iter()

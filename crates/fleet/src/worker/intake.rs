@@ -55,6 +55,7 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
                         shared.identity(),
                     )
                     .await;
+                    let _ = super::upkeep::own_streams(&shared).await;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -43,7 +43,7 @@ use crate::identity::{LoadSettings, ModelIdentity};
 use crate::keys::Band;
 use crate::keys::Keys;
 use crate::protocol::ModelDescriptor;
-use crate::redis_io::{ensure_group, ensure_groups, Redis};
+use crate::redis_io::{ensure_groups, Redis};
 use crate::FleetError;
 use jobs::Jobs;
 
@@ -181,17 +181,6 @@ impl Worker {
             .map_err(|e| FleetError::Model(e.to_string()))?;
         let identity = crate::identity::identify(launched, &digest, &config.load)?;
         ensure_groups(&redis, &config.keys, &identity).await?;
-        for band in Band::ALL {
-            let own = config
-                .keys
-                .worker_requests(&identity, &config.worker_id, band);
-            ensure_group(&redis, &config.keys, &own).await?;
-        }
-        redis::cmd("SADD")
-            .arg(config.keys.routed(&identity))
-            .arg(&config.worker_id)
-            .query_async::<()>(&mut redis.conn())
-            .await?;
         let descriptor = crate::descriptor::describe(launched, identity)?;
         let shared = Arc::new(WorkerShared {
             keys: config.keys.clone(),
@@ -230,6 +219,10 @@ impl Worker {
             shared.worker_id.clone(),
             shared.config.result_ttl,
         );
+        // The first heartbeat, and with it the streams routed to this worker, before it reads.
+        if let Err(e) = upkeep::beat(&shared, &jobs).await {
+            tracing::warn!(error = %e, "the first heartbeat failed");
+        }
         let tasks = [
             tokio::spawn(intake::run(shared.clone(), jobs.clone())),
             tokio::spawn(upkeep::run(shared.clone(), jobs.clone())),

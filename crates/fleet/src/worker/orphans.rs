@@ -8,8 +8,10 @@
 //!   (only those; fresher ones stay for the worker that holds their prefix).
 //!
 //! Once a dead worker's streams are empty its streams and its place in the set
-//! [`crate::keys::Keys::routed`] are removed in one script, atomic with the gateway's
-//! enqueue script (which re-adds both), so no entry is ever queued where nobody looks.
+//! [`crate::keys::Keys::routed`] are removed in one script that checks again that it has no
+//! heartbeat, atomic with the gateway's enqueue script (which re-adds both), so no entry is
+//! ever queued where nobody looks. A worker recreates its streams and its place after each
+//! heartbeat, in case it was taken for dead while it stalled.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -22,13 +24,14 @@ use super::{intake, upkeep, WorkerShared};
 use crate::keys::Band;
 use crate::protocol::unix_ms;
 
-/// Removes the streams `KEYS[1..n-1]` and `ARGV[1]` from the set `KEYS[n]` if every stream is
-/// empty; returns 1 if it did.
+/// Removes the streams `KEYS[2..n-1]` and `ARGV[1]` from the set `KEYS[n]` if the worker's
+/// heartbeat `KEYS[1]` is (still) absent and every stream is empty; returns 1 if it did.
 const FORGET: &str = r"
-for i = 1, #KEYS - 1 do
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+for i = 2, #KEYS - 1 do
   if redis.call('XLEN', KEYS[i]) > 0 then return 0 end
 end
-for i = 1, #KEYS - 1 do redis.call('DEL', KEYS[i]) end
+for i = 2, #KEYS - 1 do redis.call('DEL', KEYS[i]) end
 redis.call('SREM', KEYS[#KEYS], ARGV[1])
 return 1
 ";
@@ -148,7 +151,8 @@ async fn forget(shared: &WorkerShared, worker: &str, streams: &[String]) -> Resu
     let mut conn = shared.redis.conn();
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(FORGET)
-        .arg(streams.len() + 1)
+        .arg(streams.len() + 2)
+        .arg(shared.keys.worker(worker))
         .arg(streams)
         .arg(shared.keys.routed(shared.identity()))
         .arg(worker);

@@ -47,7 +47,7 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
     }
 }
 
-async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
+pub async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
     let stats = shared.engine.stats();
     let status = WorkerStatus {
         worker_id: shared.worker_id.clone(),
@@ -75,6 +75,7 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
         .arg(ttl_ms * super::kv_publisher::TTL_BEATS)
         .ignore();
     pipe.query_async::<()>(&mut conn).await?;
+    own_streams(shared).await?;
     let known: bool = redis::cmd("EXISTS")
         .arg(shared.keys.model(shared.identity()))
         .query_async(&mut conn)
@@ -86,6 +87,23 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
         super::announce_model(shared).await?;
     }
     Ok(())
+}
+
+/// Makes sure the streams routed to this worker exist with the workers' group, and that it is
+/// listed among the routed workers (another worker removes both once it takes this one for
+/// dead; only after the heartbeat above are they safe from that).
+pub async fn own_streams(shared: &WorkerShared) -> Result<(), RedisError> {
+    for band in crate::keys::Band::ALL {
+        let own = shared
+            .keys
+            .worker_requests(shared.identity(), &shared.worker_id, band);
+        crate::redis_io::ensure_group(&shared.redis, &shared.keys, &own).await?;
+    }
+    redis::cmd("SADD")
+        .arg(shared.keys.routed(shared.identity()))
+        .arg(&shared.worker_id)
+        .query_async::<()>(&mut shared.redis.conn())
+        .await
 }
 
 async fn touch(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {

@@ -179,7 +179,7 @@ impl Router {
                     .or_insert_with(|| cacheable(req, block_size));
                 let blocks = index.matched_blocks(&w.worker_id, hashes);
                 Some(Candidate {
-                    status: *w,
+                    status: w,
                     matched_tokens: blocks * block_size,
                     reserved: reserved.get(&w.worker_id).copied().unwrap_or(0),
                 })

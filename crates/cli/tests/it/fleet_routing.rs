@@ -1,13 +1,18 @@
 //! Cache-aware routing end to end: a real Redis, a real gateway and two real workers. A
 //! conversation's next turn goes back to the worker whose prefix cache holds its history; a
 //! killed worker is forgotten by the gateway's index and its conversation carries on elsewhere
-//! (a turn routed to it just before it died included); `--routing shared` still serves.
+//! (a turn routed to it just before it died included); work routed to a stuck or dead worker
+//! is taken by another; `--routing shared` still serves.
 
 use crate::fleet_common;
 
 use std::time::Duration;
 
 use fleet_common::*;
+use kestrel_engine::api::{EngineRequest, RequestLimits};
+use kestrel_engine::sampling::SamplingParams;
+use kestrel_fleet::identity::ModelIdentity;
+use kestrel_fleet::protocol::{Job, WorkerStatus};
 
 const LONG: Duration = Duration::from_secs(180);
 
@@ -229,4 +234,87 @@ fn shared_routing_queues_everything_on_the_shared_streams() {
     );
     let bad = request(&addr, "GET", "/health", "", LONG).unwrap();
     assert_eq!(bad.status, 200);
+}
+
+/// Queues a small job of `model` on the normal band of the stream routed to `worker`.
+fn inject_routed(redis: &Redis, model: &ModelIdentity, worker: &str, id: &str) {
+    let limits = RequestLimits {
+        vocab_size: 40,
+        max_model_len: 64,
+    };
+    let sampling = SamplingParams {
+        max_tokens: 4,
+        ..Default::default()
+    };
+    let req = EngineRequest::new(vec![1, 2, 3], sampling, &limits).unwrap();
+    let job = Job::new(id.into(), model, &req, 7);
+    let stream = format!("kestrel:requests:{}:worker:{worker}:normal", model.key());
+    let json = serde_json::to_string(&job).unwrap();
+    redis.cli(&[
+        "XGROUP",
+        "CREATE",
+        &stream,
+        "kestrel-workers",
+        "0",
+        "MKSTREAM",
+    ]);
+    redis.cli(&["SADD", &format!("kestrel:routed:{}", model.key()), worker]);
+    let added = redis.cli(&["XADD", &stream, "*", "v", &json]);
+    assert!(added.contains('-'), "XADD failed: {added}");
+}
+
+/// Waits until `request` finished, and returns its result stream.
+fn finished(redis: &Redis, request: &str) -> String {
+    let key = format!("kestrel:results:{request}");
+    wait_for(LONG, "the routed job to finish", || {
+        redis.cli(&["XRANGE", &key, "-", "+"]).contains("Finished")
+    });
+    redis.cli(&["XRANGE", &key, "-", "+"])
+}
+
+#[test]
+fn work_routed_to_a_stuck_or_dead_worker_is_taken_by_another() {
+    let redis = Redis::start();
+    let (_w, _) = worker(&redis, "w-orphan-taker", &[]);
+    let (_gw, addr) = gateway(&redis, &[]);
+    wait_workers(&addr, 1, LONG);
+    let name = redis.cli(&["HKEYS", "kestrel:models"]).trim().to_string();
+    let model = ModelIdentity {
+        fingerprint: redis.cli(&["HGET", "kestrel:models", &name]).trim().into(),
+        name,
+    };
+    // A worker with a heartbeat that never reads its stream (stuck, or full for good).
+    let ghost = WorkerStatus {
+        worker_id: "w-ghost".into(),
+        model: model.clone(),
+        max_num_seqs: 4,
+        active: 0,
+        running: 0,
+        waiting: 0,
+        kv_usage: 0.0,
+        prefix_block_size: Some(16),
+    };
+    let beat = serde_json::to_string(&ghost).unwrap();
+    redis.cli(&["SET", "kestrel:worker:w-ghost", &beat, "EX", "120"]);
+    let start = std::time::Instant::now();
+    inject_routed(&redis, &model, "w-ghost", "to-stuck");
+    let result = finished(&redis, "to-stuck");
+    assert!(result.contains("w-orphan-taker"), "{result}");
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "taken before it waited --claim-idle at a live worker"
+    );
+    // A worker without a heartbeat: its entries are taken at once, then its streams go.
+    inject_routed(&redis, &model, "w-gone", "to-dead");
+    let result = finished(&redis, "to-dead");
+    assert!(result.contains("w-orphan-taker"), "{result}");
+    wait_for(LONG, "the dead worker's streams removed", || {
+        let routed = redis.cli(&["SMEMBERS", &format!("kestrel:routed:{}", model.key())]);
+        !routed.contains("w-gone")
+            && redis
+                .request_streams()
+                .iter()
+                .all(|s| !s.contains(":worker:w-gone:"))
+    });
+    wait_for(LONG, "no pending entries", || redis.pending() == 0);
 }

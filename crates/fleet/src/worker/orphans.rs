@@ -61,15 +61,37 @@ pub async fn adopt(shared: &Arc<WorkerShared>, jobs: &Arc<Jobs>) -> Result<(), R
             .map(|b| shared.keys.worker_requests(shared.identity(), &other, *b))
             .collect();
         let alive = live.contains(&other);
-        upkeep::reclaim(shared, jobs, &streams).await?;
         for stream in &streams {
-            take_waiting(shared, jobs, stream, alive).await?;
+            match adopt_from(shared, jobs, stream, alive).await {
+                // A band's stream the gateway never wrote to since it was removed.
+                Err(e) if e.code() == Some("NOGROUP") => {}
+                other => other?,
+            }
         }
         if !alive {
             forget(shared, &other, &streams).await?;
         }
     }
     Ok(())
+}
+
+/// Claims the stale pending entries of one of another worker's streams, then takes its
+/// untaken ones (see [`take_waiting`]); an empty or missing stream is skipped.
+async fn adopt_from(
+    shared: &Arc<WorkerShared>,
+    jobs: &Arc<Jobs>,
+    stream: &str,
+    alive: bool,
+) -> Result<(), RedisError> {
+    let len: usize = redis::cmd("XLEN")
+        .arg(stream)
+        .query_async(&mut shared.redis.conn())
+        .await?;
+    if len == 0 {
+        return Ok(());
+    }
+    upkeep::reclaim(shared, jobs, &[stream.to_string()]).await?;
+    take_waiting(shared, jobs, stream, alive).await
 }
 
 /// Takes the untaken entries of `stream`: all of a dead worker's, those older than
@@ -85,13 +107,6 @@ async fn take_waiting(
         return Ok(());
     }
     let mut conn = shared.redis.conn();
-    let len: usize = redis::cmd("XLEN")
-        .arg(stream)
-        .query_async(&mut conn)
-        .await?;
-    if len == 0 {
-        return Ok(());
-    }
     let count = if alive {
         stale_untaken(shared, stream, free).await?
     } else {

@@ -32,6 +32,15 @@ pub struct GatewayArgs {
     /// lets clients only lower their own urgency.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub min_client_priority: i32,
+    /// Which stream a request is queued on: `cache-aware` sends it to the worker whose prefix
+    /// cache holds the longest start of its prompt (when that worker has room), `shared` to the
+    /// queue every worker reads.
+    #[arg(long, default_value = "cache-aware", value_parser = ["cache-aware", "shared"])]
+    pub routing: String,
+    /// Most distinct prefix-cache blocks the cache-aware router's index keeps (the oldest
+    /// are dropped beyond it).
+    #[arg(long, default_value_t = 1 << 18)]
+    pub prefix_index_max_blocks: usize,
 }
 
 pub fn run(args: GatewayArgs) -> Result<()> {
@@ -43,6 +52,11 @@ pub fn run(args: GatewayArgs) -> Result<()> {
     }
     config.max_queue_len = args.max_queue_len;
     config.min_client_priority = args.min_client_priority;
+    config.routing = args.routing.parse().map_err(anyhow::Error::msg)?;
+    if args.prefix_index_max_blocks == 0 {
+        bail!("--prefix-index-max-blocks must be at least 1");
+    }
+    config.prefix_index_max_blocks = args.prefix_index_max_blocks;
     config.no_worker_timeout = Duration::from_secs(args.no_worker_timeout);
     config.max_queue_time = match args.max_queue_time {
         None => None,

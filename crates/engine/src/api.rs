@@ -108,6 +108,22 @@ impl EngineRequest {
         })
     }
 
+    /// The chained hashes of the prompt's full blocks of `block_size` tokens, exactly as the
+    /// engine's prefix cache names them (same namespace, adapter and salt): a router computes
+    /// them to find the engine that holds the prompt's prefix.
+    pub fn prompt_block_hashes(&self, block_size: usize) -> Vec<crate::kv::BlockHash> {
+        let key = crate::request::prefix_key(crate::request::ENGINE_CACHE_KEY, self.adapter);
+        let mut hashes = Vec::new();
+        crate::kv::block_hash::extend_block_hashes(
+            &mut hashes,
+            &self.prompt_ids,
+            block_size,
+            key,
+            self.cache_salt.as_deref(),
+        );
+        hashes
+    }
+
     /// Run with LoRA adapter `adapter` (which the executor must have loaded).
     pub fn with_adapter(mut self, adapter: Option<AdapterId>) -> Self {
         self.adapter = adapter;

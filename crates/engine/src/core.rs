@@ -19,9 +19,11 @@
 
 mod constrained;
 mod embed;
+mod kv_event_link;
 mod kv_tier_link;
 mod prompt_scores;
 
+pub use kv_event_link::KvEventLink;
 pub use kv_tier_link::KvTierLink;
 
 use std::path::Path;
@@ -94,6 +96,8 @@ pub struct EngineCore {
     idle_checks: IdleChecks,
     /// The KV disk tier under the prefix cache, when there is one.
     tier: Option<KvTierLink>,
+    /// Where the prefix cache's changes go, when someone watches them.
+    kv_events: Option<KvEventLink>,
 }
 
 /// Counts of [`EngineCore::check_idle`] runs and failures.
@@ -140,6 +144,7 @@ impl EngineCore {
             slo_admission: true,
             idle_checks: IdleChecks::default(),
             tier: None,
+            kv_events: None,
         })
     }
 
@@ -149,6 +154,23 @@ impl EngineCore {
     pub fn with_disk_tier(mut self, tier: DiskTier) -> std::io::Result<Self> {
         self.tier = Some(KvTierLink::new(tier, &mut self.scheduler)?);
         Ok(self)
+    }
+
+    /// Sends the prefix cache's changes to `sink` from now on, starting with a snapshot
+    /// (see [`KvEventLink`]); replaces an earlier watcher.
+    pub fn watch_kv_events(&mut self, sink: tokio::sync::mpsc::Sender<Vec<crate::kv::KvEvent>>) {
+        self.kv_events = Some(KvEventLink::new(sink, self.scheduler.kv_mut()));
+    }
+
+    /// Hands the prefix cache's changes since the last call to the watcher, if any (never
+    /// waiting for it); forgets a watcher that went away.
+    pub fn publish_kv_events(&mut self) {
+        if let Some(link) = &mut self.kv_events {
+            if !link.publish(self.scheduler.kv_mut()) {
+                self.kv_events = None;
+                self.scheduler.kv_mut().stop_kv_events();
+            }
+        }
     }
 
     /// The same core decoding speculatively with `speculator` (see [`crate::speculative`]).

@@ -95,6 +95,10 @@ pub(crate) enum Command {
     Ping {
         reply: mpsc::Sender<()>,
     },
+    /// Send the prefix cache's changes here from now on.
+    WatchKvEvents {
+        sink: tokio::sync::mpsc::Sender<Vec<crate::kv::KvEvent>>,
+    },
 }
 
 /// Whether the engine queued a request ([`ResponseStream::admitted`]).
@@ -275,6 +279,20 @@ impl EngineHandle {
             return false;
         }
         rx.recv_timeout(timeout).is_ok()
+    }
+
+    /// The prefix cache's changes from now on, in batches: the first a snapshot (every cached
+    /// block after [`crate::kv::KvEvent::AllCleared`]), then what each step stored and removed.
+    /// At most `capacity` batches wait in the channel; the engine thread never waits for the
+    /// reader, and sends a fresh snapshot after dropping a batch that did not fit. One watcher
+    /// at a time (a new one replaces the last); the channel closes when the engine stops.
+    pub fn watch_kv_events(
+        &self,
+        capacity: usize,
+    ) -> tokio::sync::mpsc::Receiver<Vec<crate::kv::KvEvent>> {
+        let (sink, events) = tokio::sync::mpsc::channel(capacity.max(1));
+        let _ = self.shared.commands.send(Command::WatchKvEvents { sink });
+        events
     }
 
     /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].

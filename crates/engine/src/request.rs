@@ -121,15 +121,26 @@ impl RequestParams {
     /// The prefix-cache namespace of the request: its cache key, and its adapter if it has one
     /// (see [`crate::kv::block_hash`]).
     pub fn prefix_key(&self) -> Option<u64> {
-        use std::hash::{Hash, Hasher};
-        let Some(adapter) = self.adapter else {
-            return self.cache_key;
-        };
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        ("kestrel-lora", self.cache_key, adapter.0).hash(&mut h);
-        Some(h.finish())
+        prefix_key(self.cache_key, self.adapter)
     }
 }
+
+/// The prefix-cache namespace of a request with `cache_key` running `adapter`: the extra key
+/// of its block hashes (see [`crate::kv::block_hash`]). The one definition, shared by the
+/// engine and by a router that predicts the engine's hashes
+/// ([`EngineRequest::prompt_block_hashes`]).
+pub fn prefix_key(cache_key: Option<u64>, adapter: Option<AdapterId>) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let Some(adapter) = adapter else {
+        return cache_key;
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ("kestrel-lora", cache_key, adapter.0).hash(&mut h);
+    Some(h.finish())
+}
+
+/// The cache key of every request the engine builds from an [`EngineRequest`].
+pub(crate) const ENGINE_CACHE_KEY: Option<u64> = None;
 
 /// A request's KV blocks: its block table and how many leading blocks are registered in the
 /// prefix cache. Managed by [`crate::kv::KvCacheManager`].
@@ -200,7 +211,7 @@ impl Request {
             },
             stop_token_ids: req.sampling().stop_token_ids.clone(),
             ignore_eos: req.sampling().ignore_eos,
-            cache_key: None,
+            cache_key: ENGINE_CACHE_KEY,
             adapter: req.adapter(),
             cache_salt: req.cache_salt().map(std::sync::Arc::from),
         };

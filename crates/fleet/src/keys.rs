@@ -4,6 +4,11 @@
 //! ```text
 //! {p}:requests:{model}:{high,normal,low}  stream, consumer group `{p}-workers`: queued
 //!                                         requests of one model identity
+//! {p}:requests:{model}:worker:{id}:{band} stream, same group: requests routed to worker
+//!                                         `id` (it holds their prefix); others take what
+//!                                         waits there too long or outlives the worker
+//! {p}:routed:{model}                      set: workers that have (or had) such streams
+//! {p}:kv:{id}                             stream, trimmed: worker `id`'s prefix-cache events
 //! {p}:models                              hash: served name -> fingerprint of the identity
 //!                                         the fleet serves it as
 //! {p}:model:{model}                       string: a model identity's descriptor (JSON)
@@ -73,6 +78,26 @@ impl Keys {
     /// The request stream of `model`'s `band`.
     pub fn requests(&self, model: &ModelIdentity, band: Band) -> String {
         format!("{}:requests:{}:{}", self.prefix, model.key(), band.as_str())
+    }
+
+    /// The stream of `model`'s `band` routed to `worker` alone.
+    pub fn worker_requests(&self, model: &ModelIdentity, worker: &str, band: Band) -> String {
+        format!(
+            "{}:requests:{}:worker:{worker}:{}",
+            self.prefix,
+            model.key(),
+            band.as_str()
+        )
+    }
+
+    /// The set of workers of `model` that have streams of their own.
+    pub fn routed(&self, model: &ModelIdentity) -> String {
+        format!("{}:routed:{}", self.prefix, model.key())
+    }
+
+    /// The stream of `worker`'s prefix-cache events.
+    pub fn kv_events(&self, worker: &str) -> String {
+        format!("{}:kv:{worker}", self.prefix)
     }
 
     /// The consumer group every worker reads the request streams through.
@@ -145,5 +170,11 @@ mod tests {
         assert_eq!(k.worker("w1"), "t1:worker:w1");
         assert!(k.worker_pattern().starts_with("t1:worker:"));
         assert_eq!(k.group(), "t1-workers");
+        assert_eq!(
+            k.worker_requests(&m, "w1", Band::High),
+            "t1:requests:smol@abababababababab:worker:w1:high"
+        );
+        assert_eq!(k.routed(&m), "t1:routed:smol@abababababababab");
+        assert_eq!(k.kv_events("w1"), "t1:kv:w1");
     }
 }

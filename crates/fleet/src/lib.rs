@@ -11,6 +11,8 @@
 //!   acknowledges after the last one, claims dead workers' jobs;
 //! * [`gateway`] — the server's routes over a [`gateway::FleetBackend`] that queues jobs and
 //!   splices their results (re-runs included) into the client's stream;
+//! * [`kv_events`] — the prefix-cache events workers publish, which the gateway's router
+//!   indexes to send a request to the worker holding its prefix;
 //! * [`redis_io`] — connections and retries.
 //!
 //! Delivery is at least once; a worker crash costs the client time, not tokens.
@@ -24,6 +26,7 @@ pub mod descriptor;
 pub mod gateway;
 pub mod identity;
 pub mod keys;
+pub mod kv_events;
 pub mod metrics;
 pub mod protocol;
 pub mod redis_io;

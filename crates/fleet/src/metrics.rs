@@ -15,6 +15,17 @@ pub const TIME_TO_FIRST_TOKEN_SECONDS: &str = "kestrel:gateway_time_to_first_tok
 /// Histogram (seconds): from queueing to the request's end, as the client sees it.
 pub const E2E_REQUEST_LATENCY_SECONDS: &str = "kestrel:gateway_e2e_request_latency_seconds";
 
+/// Counter, labelled `decision` (cache_hit, shared, fallback): where requests were queued
+/// (see [`crate::gateway::routing`]).
+pub const ROUTED_REQUESTS_TOTAL: &str = "kestrel:gateway_routed_requests_total";
+/// Counter: prompt tokens the worker a request was routed to already held in its prefix
+/// cache (by the gateway's index).
+pub const MATCHED_PREFIX_TOKENS_TOTAL: &str = "kestrel:gateway_matched_prefix_tokens_total";
+/// Gauge: distinct prefix-cache blocks in the gateway's routing index.
+pub const PREFIX_INDEX_BLOCKS: &str = "kestrel:gateway_prefix_index_blocks";
+/// Gauge: workers with at least one block in the gateway's routing index.
+pub const PREFIX_INDEX_WORKERS: &str = "kestrel:gateway_prefix_index_workers";
+
 /// Gauge, labelled `model_name`: live workers announcing the name with another identity
 /// than the one the fleet serves it as (refused; they take no job).
 pub const REFUSED_WORKERS: &str = "kestrel:gateway_refused_workers";
@@ -58,6 +69,32 @@ pub fn describe() {
         Unit::Count,
         "Live workers refused for announcing a served name with another model identity"
     );
+    describe_counter!(
+        ROUTED_REQUESTS_TOTAL,
+        Unit::Count,
+        "Requests queued, by routing decision (cache_hit, shared, fallback)"
+    );
+    describe_counter!(
+        MATCHED_PREFIX_TOKENS_TOTAL,
+        Unit::Count,
+        "Prompt tokens already cached on the worker a request was routed to"
+    );
+    describe_gauge!(
+        PREFIX_INDEX_BLOCKS,
+        Unit::Count,
+        "Distinct prefix-cache blocks in the routing index"
+    );
+    describe_gauge!(
+        PREFIX_INDEX_WORKERS,
+        Unit::Count,
+        "Workers with blocks in the routing index"
+    );
+    for decision in ["cache_hit", "shared", "fallback"] {
+        metrics::counter!(ROUTED_REQUESTS_TOTAL, "decision" => decision).increment(0);
+    }
+    metrics::counter!(MATCHED_PREFIX_TOKENS_TOTAL).increment(0);
+    metrics::gauge!(PREFIX_INDEX_BLOCKS).set(0.0);
+    metrics::gauge!(PREFIX_INDEX_WORKERS).set(0.0);
     describe_counter!(
         REDELIVERIES_TOTAL,
         Unit::Count,

@@ -130,6 +130,11 @@ pub struct WorkerStatus {
     pub running: usize,
     pub waiting: usize,
     pub kv_usage: f64,
+    /// Set by a worker that publishes its prefix-cache events (`{p}:kv:{id}`) and reads a
+    /// stream of its own: the block size its cache hashes prompts by. Absent: no
+    /// cache-aware routing to it (an older worker, or prefix caching off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_block_size: Option<usize>,
 }
 
 /// The served model, as the gateway needs it to validate and render requests without weights.

@@ -92,21 +92,30 @@ pub async fn ensure_groups(
     keys: &crate::keys::Keys,
     model: &crate::identity::ModelIdentity,
 ) -> Result<(), RedisError> {
-    let mut conn = redis.conn();
     for band in crate::keys::Band::ALL {
-        let created: Result<(), RedisError> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(keys.requests(model, band))
-            .arg(keys.group())
-            .arg("0")
-            .arg("MKSTREAM")
-            .query_async(&mut conn)
-            .await;
-        match created {
-            Ok(()) => {}
-            Err(e) if e.code() == Some("BUSYGROUP") => {}
-            Err(e) => return Err(e),
-        }
+        ensure_group(redis, keys, &keys.requests(model, band)).await?;
     }
     Ok(())
+}
+
+/// Creates the consumer group on `stream` (and the stream), if missing.
+pub async fn ensure_group(
+    redis: &Redis,
+    keys: &crate::keys::Keys,
+    stream: &str,
+) -> Result<(), RedisError> {
+    let mut conn = redis.conn();
+    let created: Result<(), RedisError> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(keys.group())
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await;
+    match created {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        Err(e) => Err(e),
+    }
 }

@@ -174,18 +174,20 @@ fn two_models_behind_one_gateway_each_answer_with_their_own_weights() {
     assert_eq!(unnamed.status, 400, "{}", unnamed.body);
     assert_eq!(unnamed.json()["error"]["param"], "model");
 
-    // Each identity has its own queues.
+    // Each identity has its own queues: three shared bands, and three routed to each of its
+    // workers (one here).
     let (id_a, id_b) = (bound(&redis, "a"), bound(&redis, "b"));
     assert_eq!(id_a.fingerprint.len(), 64);
     assert_ne!(id_a.fingerprint, id_b.fingerprint);
     let streams = redis.request_streams();
     for id in [&id_a, &id_b] {
         let prefix = format!("kestrel:requests:{}:", id.key());
-        assert_eq!(
-            streams.iter().filter(|s| s.starts_with(&prefix)).count(),
-            3,
-            "{streams:?}"
-        );
+        let (routed, shared): (Vec<&String>, Vec<&String>) = streams
+            .iter()
+            .filter(|s| s.starts_with(&prefix))
+            .partition(|s| s.contains(":worker:"));
+        assert_eq!(shared.len(), 3, "{streams:?}");
+        assert_eq!(routed.len(), 3, "{streams:?}");
     }
 
     // Entries prepared for another model, or for none, are refused unrun.

@@ -204,6 +204,10 @@ impl EngineLoop {
             Command::Ping { reply } => {
                 let _ = reply.send(());
             }
+            Command::WatchKvEvents { sink } => {
+                self.core.watch_kv_events(sink);
+                self.publish();
+            }
         }
     }
 
@@ -231,7 +235,10 @@ impl EngineLoop {
                 Command::PromptLogprobs { reply, .. } => {
                     let _ = reply.send(Err(PromptPassError::Stopped));
                 }
-                Command::Abort(_) | Command::Shutdown { .. } | Command::Ping { .. } => {}
+                Command::Abort(_)
+                | Command::Shutdown { .. }
+                | Command::Ping { .. }
+                | Command::WatchKvEvents { .. } => {}
             }
         }
     }
@@ -246,7 +253,9 @@ impl EngineLoop {
         *self.adapters.lock().unwrap_or_else(|p| p.into_inner()) = self.core.adapters();
     }
 
-    fn publish(&self) {
+    /// Publishes the stats snapshot and hands on the prefix cache's changes.
+    fn publish(&mut self) {
+        self.core.publish_kv_events();
         let snapshot = self.core.stats();
         // A poisoned lock still guards a plain value; overwrite it.
         *self.stats.lock().unwrap_or_else(|p| p.into_inner()) = snapshot;

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 
-use super::{BlockHash, BlockId, KvError};
+use super::{BlockHash, BlockId, KvError, KvEvent};
 
 /// Terminator of the intrusive list.
 const NIL: BlockId = BlockId::MAX;
@@ -40,6 +40,9 @@ pub struct BlockPool {
     tail: BlockId,
     num_free: usize,
     cache: HashMap<BlockHash, BlockId>,
+    /// Changes to `cache` since the last [`Self::take_events`], kept only once
+    /// [`Self::log_events`] asked for them.
+    events: Option<Vec<KvEvent>>,
 }
 
 impl BlockPool {
@@ -66,6 +69,7 @@ impl BlockPool {
             tail: NIL,
             num_free: 0,
             cache: HashMap::new(),
+            events: None,
         };
         for id in 0..num_blocks {
             // `num_blocks < u32::MAX` was checked above, so the id fits.
@@ -107,6 +111,32 @@ impl BlockPool {
     /// The cached block holding `hash`, if it has not been evicted.
     pub fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
         self.cache.get(&hash).copied()
+    }
+
+    /// Keeps a log of the changes to the prefix-cache map from now on ([`Self::take_events`]).
+    pub fn log_events(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// Stops logging (and drops the changes not taken).
+    pub fn stop_events(&mut self) {
+        self.events = None;
+    }
+
+    /// The changes to the prefix-cache map since the last call, in order.
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Every hash the prefix cache holds, in no particular order.
+    pub fn cached_hashes(&self) -> Vec<BlockHash> {
+        self.cache.keys().copied().collect()
+    }
+
+    fn record(&mut self, event: KvEvent) {
+        if let Some(log) = &mut self.events {
+            log.push(event);
+        }
     }
 
     /// The free list from the next block to evict to the last, for inspection and tests.
@@ -177,6 +207,7 @@ impl BlockPool {
         }
         self.meta[block as usize].hash = Some(hash);
         self.cache.insert(hash, block);
+        self.record(KvEvent::Stored(hash));
         true
     }
 
@@ -187,6 +218,7 @@ impl BlockPool {
         }
         self.cache.clear();
         self.meta.iter_mut().for_each(|m| m.hash = None);
+        self.record(KvEvent::AllCleared);
         true
     }
 
@@ -226,6 +258,7 @@ impl BlockPool {
     fn evict(&mut self, b: BlockId) {
         if let Some(h) = self.meta[b as usize].hash.take() {
             self.cache.remove(&h);
+            self.record(KvEvent::Removed(h));
         }
     }
 
@@ -275,6 +308,38 @@ mod tests {
 
     fn h(x: u32) -> BlockHash {
         BlockHash::new(None, &[x], None, None)
+    }
+
+    #[test]
+    fn logged_events_follow_the_cache_map() {
+        let mut pool = BlockPool::new(2).unwrap();
+        pool.cache_block(0, h(9));
+        assert!(
+            pool.take_events().is_empty(),
+            "nothing is logged before asked"
+        );
+        pool.log_events();
+        let blocks = pool.allocate(2).unwrap();
+        assert_eq!(pool.take_events(), vec![KvEvent::Removed(h(9))]);
+        assert!(pool.cache_block(blocks[0], h(1)));
+        assert!(
+            !pool.cache_block(blocks[1], h(1)),
+            "a duplicate is not stored"
+        );
+        assert!(pool.cache_block(blocks[1], h(2)));
+        assert_eq!(
+            pool.take_events(),
+            vec![KvEvent::Stored(h(1)), KvEvent::Stored(h(2))]
+        );
+        assert!(pool.take_events().is_empty());
+        pool.free(blocks.iter().rev().copied());
+        let mut cached = pool.cached_hashes();
+        cached.sort();
+        let mut want = vec![h(1), h(2)];
+        want.sort();
+        assert_eq!(cached, want);
+        assert!(pool.reset_prefix_cache());
+        assert_eq!(pool.take_events(), vec![KvEvent::AllCleared]);
     }
 
     #[test]

@@ -136,6 +136,26 @@ impl KvCacheManager {
             .unwrap_or_default()
     }
 
+    /// Keeps a log of the prefix cache's changes from now on ([`Self::take_kv_events`]).
+    pub fn log_kv_events(&mut self) {
+        self.pool.log_events();
+    }
+
+    /// Stops logging the prefix cache's changes.
+    pub fn stop_kv_events(&mut self) {
+        self.pool.stop_events();
+    }
+
+    /// The prefix cache's changes since the last call, in order.
+    pub fn take_kv_events(&mut self) -> Vec<super::KvEvent> {
+        self.pool.take_events()
+    }
+
+    /// Every hash the prefix cache holds (a snapshot for a new reader of its events).
+    pub fn cached_hashes(&self) -> Vec<BlockHash> {
+        self.pool.cached_hashes()
+    }
+
     /// The hashes of `req`'s full prompt blocks past its prefix-cache hit, up to the block
     /// before its last token (the blocks a lower tier could supply), in order. Empty when
     /// caching is off, the request already holds blocks, or its blocks are not kept below

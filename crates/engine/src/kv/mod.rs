@@ -10,6 +10,8 @@
 //! * [`manager`] — [`KvCacheManager`]: per-request block tables, prefix-cache lookups
 //!   (`get_computed_blocks`), allocation for new tokens (`allocate_slots`), `free`, and the
 //!   release of blocks that fell out of a sliding window (`free_outside_window`).
+//! * [`kv_event`] — [`KvEvent`]: blocks stored in and removed from the prefix cache, for a
+//!   router that sends a conversation back to the engine holding its prefix.
 //! * [`attention_window`] — [`AttentionWindow`]: which blocks a sliding-window sequence still
 //!   needs, and how many it can hold at most.
 //!
@@ -35,11 +37,13 @@ pub mod attention_window;
 pub mod block_hash;
 pub mod block_pool;
 pub mod disk_tier;
+pub mod kv_event;
 pub mod manager;
 
 pub use attention_window::AttentionWindow;
 pub use block_hash::BlockHash;
 pub use block_pool::BlockPool;
+pub use kv_event::KvEvent;
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheManager, PrefixCacheStats};
 
 /// Physical KV block id (an index into the model's KV buffer).

@@ -72,3 +72,49 @@ fn unsalted_requests_still_share() {
     admit(&mut kv, &mut req(1, None));
     assert_eq!(admit(&mut kv, &mut req(2, None)).num_tokens, 12);
 }
+
+/// A router's prediction of a prompt's block hashes ([`EngineRequest::prompt_block_hashes`])
+/// equals what the engine's prefix cache computes for the same request: unsalted, salted and
+/// under a LoRA adapter.
+#[test]
+fn a_routers_block_hashes_are_the_engines() {
+    use kestrel_engine::adapter_id::AdapterId;
+    use kestrel_engine::api::{EngineRequest, RequestLimits};
+    use kestrel_engine::sampling::SamplingParams;
+    let limits = RequestLimits {
+        vocab_size: 1000,
+        max_model_len: 64,
+    };
+    let sampling = SamplingParams {
+        max_tokens: 4,
+        ..Default::default()
+    };
+    let cases = [
+        (None, None),
+        (Some("tenant-a"), None),
+        (Some("tenant-a"), Some(AdapterId(3))),
+        (None, Some(AdapterId(3))),
+    ];
+    let mut seen = Vec::new();
+    for (id, (salt, adapter)) in cases.into_iter().enumerate() {
+        let engine_req = EngineRequest::new(PROMPT.to_vec(), sampling.clone(), &limits)
+            .unwrap()
+            .with_cache_salt(salt.map(str::to_string))
+            .with_adapter(adapter);
+        let predicted = engine_req.prompt_block_hashes(BS);
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut r = Request::from_engine(id as u64, engine_req, &[], tx);
+        let mut kv = manager();
+        admit(&mut kv, &mut r);
+        assert_eq!(predicted.len(), PROMPT.len() / BS);
+        assert_eq!(
+            predicted,
+            r.block_hashes(),
+            "salt {salt:?} adapter {adapter:?}"
+        );
+        seen.push(predicted[0]);
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 4, "each namespace has a chain of its own");
+}

@@ -21,7 +21,7 @@ use tokio::sync::mpsc::unbounded_channel;
 use tokio::sync::oneshot;
 
 use super::models::ModelSlot;
-use super::relay::relay;
+use super::relay::{relay, Routed};
 use super::GatewayShared;
 use crate::metrics::REQUESTS_REJECTED_TOTAL;
 use crate::protocol::Job;
@@ -94,8 +94,12 @@ impl Backend for FleetBackend {
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
         let identity = model.identity().clone();
+        let view = shared.registry.view();
+        let workers: Vec<_> = view.workers_of(&identity).collect();
+        let (route, reservation) = shared.router.route(&req, &workers);
+        let routed = Routed { route, reservation };
         self.runtime
-            .spawn(relay(shared.clone(), identity, job, tx, admit));
+            .spawn(relay(shared.clone(), identity, job, routed, tx, admit));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
         let stream = EventStream::new(number, events.boxed());
         Ok(match admission {

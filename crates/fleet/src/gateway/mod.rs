@@ -7,18 +7,23 @@
 //!
 //! ```text
 //! client ─► dispatch (by `model`) ─► that model's routes (validate, tokenize, render)
-//!   ─► FleetBackend::submit ─► relay task
-//!   relay: XADD {p}:requests:{model}:{band} ─► XREAD {p}:results:{id} ─► Splice ─► client
+//!   ─► FleetBackend::submit ─► routing (which stream) ─► relay task
+//!   relay: XADD {p}:requests:{model}[:worker:{id}]:{band} ─► XREAD {p}:results:{id}
+//!          ─► Splice ─► client
 //!   client gone: SET {p}:cancelled:{id} + PUBLISH {p}:cancel
 //! registry: heartbeats, name bindings, queue depths every 250 ms ─► admission, /health, gauges
 //! models:   each bound name's descriptor ─► its routes (rebuilt when the binding changes)
+//! kv feed:  workers' prefix-cache events {p}:kv:{id} ─► the router's prefix index
 //! ```
 
 mod backend;
 mod dispatch;
+mod kv_feed;
 mod models;
+pub mod prefix_index;
 mod registry;
 mod relay;
+pub mod routing;
 mod splice;
 
 use std::future::Future;
@@ -38,6 +43,7 @@ use crate::keys::Keys;
 use crate::redis_io::Redis;
 use crate::FleetError;
 use models::ServedModels;
+use routing::Routing;
 
 /// The gateway's fleet settings (its HTTP settings are a [`ServerConfig`]).
 #[derive(Debug, Clone)]
@@ -54,10 +60,15 @@ pub struct GatewayConfig {
     pub max_queue_time: Option<Duration>,
     /// Most urgent `priority` a client may ask for (lower runs first); default 0.
     pub min_client_priority: i32,
+    /// Which stream a request is queued on (see [`routing`]).
+    pub routing: Routing,
+    /// Most distinct prefix-cache blocks the routing index keeps.
+    pub prefix_index_max_blocks: usize,
 }
 
 impl GatewayConfig {
-    /// Defaults on `redis_url`: queue limit 1024, 30 s without workers, 10 minute TTLs.
+    /// Defaults on `redis_url`: queue limit 1024, 30 s without workers, 10 minute TTLs,
+    /// cache-aware routing with an index of at most 262,144 blocks.
     pub fn new(redis_url: &str) -> GatewayConfig {
         GatewayConfig {
             redis_url: redis_url.to_string(),
@@ -67,6 +78,8 @@ impl GatewayConfig {
             result_ttl: Duration::from_secs(600),
             max_queue_time: None,
             min_client_priority: 0,
+            routing: Routing::CacheAware,
+            prefix_index_max_blocks: 1 << 18,
         }
     }
 }
@@ -77,6 +90,8 @@ pub(crate) struct GatewayShared {
     keys: Keys,
     redis: Redis,
     registry: Arc<Registry>,
+    /// Where requests are queued.
+    router: routing::Router,
     /// The routes of each served model, by name.
     models: ServedModels,
     gateway_id: String,
@@ -106,6 +121,7 @@ pub async fn serve(
         keys: config.keys.clone(),
         redis: redis.clone(),
         registry: Arc::new(Registry::default()),
+        router: routing::Router::new(config.routing, config.prefix_index_max_blocks),
         models: ServedModels::default(),
         gateway_id: gateway_id(),
         next_id: AtomicU64::new(0),
@@ -114,6 +130,10 @@ pub async fn serve(
         config,
     });
     let registry = tokio::spawn(shared.registry.clone().run(redis, shared.keys.clone()));
+    let kv_feed = match shared.config.routing {
+        Routing::CacheAware => Some(tokio::spawn(kv_feed::run(shared.clone()))),
+        Routing::Shared => None,
+    };
     let loader = tokio::spawn(models::keep_loaded(
         shared.clone(),
         http.clone(),
@@ -147,6 +167,9 @@ pub async fn serve(
     let served = kestrel_server::serve_app(listener, app, backend, &http, shutdown).await;
     registry.abort();
     loader.abort();
+    if let Some(feed) = kv_feed {
+        feed.abort();
+    }
     served.map_err(|e| FleetError::Serve(e.to_string()))
 }
 

@@ -1,7 +1,7 @@
 //! [`Registry`]: the gateway's view of the fleet, refreshed a few times a second from Redis:
 //! the live workers (their heartbeat keys), the identity each served name is bound to, and the
 //! queue depth of each bound model's priority bands (entries no worker has taken: stream
-//! length minus pending entries). It feeds `/health` (with a note per refused worker or
+//! length minus pending entries, over the shared stream and those routed to live workers). It feeds `/health` (with a note per refused worker or
 //! model without workers), admission (no worker of the model: 503; queue full: 429) and the
 //! gateway's gauges, labelled by model.
 
@@ -255,29 +255,46 @@ fn log_refusals(view: &FleetView, before: HashSet<(String, String)>) -> HashSet<
 async fn refresh(redis: &Redis, keys: &Keys) -> Result<Seen, RedisError> {
     let workers = live_workers(redis, keys).await?;
     let bound = bindings(redis, keys).await?;
-    let mut conn = redis.conn();
-    let mut pipe = redis::pipe();
-    for model in &bound {
-        for band in Band::ALL {
-            pipe.cmd("XLEN").arg(keys.requests(model, band));
-            pipe.cmd("XPENDING")
-                .arg(keys.requests(model, band))
-                .arg(keys.group());
+    // Each band's streams: the shared one and those of the model's routable live workers.
+    let mut streams: Vec<(usize, usize, String)> = Vec::new();
+    for (m, model) in bound.iter().enumerate() {
+        for (b, band) in Band::ALL.into_iter().enumerate() {
+            streams.push((m, b, keys.requests(model, band)));
+            let routable = workers
+                .iter()
+                .filter(|w| w.model == *model && w.prefix_block_size.is_some());
+            for w in routable {
+                streams.push((m, b, keys.worker_requests(model, &w.worker_id, band)));
+            }
         }
     }
-    let replies: Vec<redis::Value> = if bound.is_empty() {
+    let mut conn = redis.conn();
+    let mut pipe = redis::pipe();
+    // A routed stream may be missing for a moment (a worker recreating it): its error counts
+    // as 0 instead of failing the refresh.
+    pipe.ignore_errors();
+    for (_, _, stream) in &streams {
+        pipe.cmd("XLEN").arg(stream);
+        pipe.cmd("XPENDING").arg(stream).arg(keys.group());
+    }
+    let replies: Vec<redis::Value> = if streams.is_empty() {
         Vec::new()
     } else {
-        pipe.query_async(&mut conn).await?
+        let replies: Vec<redis::RedisResult<redis::Value>> = pipe.query_async(&mut conn).await?;
+        replies
+            .into_iter()
+            .map(|r| r.unwrap_or(redis::Value::Nil))
+            .collect()
     };
-    let mut depth = HashMap::new();
-    for (m, model) in bound.iter().enumerate() {
-        let mut d = [0usize; 3];
-        for (b, slot) in d.iter_mut().enumerate() {
-            let at = (m * 3 + b) * 2;
-            *slot = untaken(replies.get(at), replies.get(at + 1));
+    let mut depth: HashMap<ModelIdentity, [usize; 3]> = bound
+        .iter()
+        .map(|model| (model.clone(), [0usize; 3]))
+        .collect();
+    for (i, (m, b, _)) in streams.iter().enumerate() {
+        let untaken = untaken(replies.get(2 * i), replies.get(2 * i + 1));
+        if let Some(d) = depth.get_mut(&bound[*m]) {
+            d[*b] += untaken;
         }
-        depth.insert(model.clone(), d);
     }
     Ok(Seen {
         workers,
@@ -321,6 +338,7 @@ mod tests {
             running: 1,
             waiting: 0,
             kv_usage: 0.5,
+            prefix_block_size: None,
         }
     }
 

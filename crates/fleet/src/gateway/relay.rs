@@ -1,4 +1,5 @@
-//! [`relay`]: the life of one request at the gateway. Queue the job on its band's stream, then
+//! [`relay`]: the life of one request at the gateway. Queue the job on its band's stream (the
+//! shared one, or the one of the worker the router picked), then
 //! follow the request's result stream and pass the events to the client's [`EventStream`]
 //! through a [`Splice`] (a re-run after a worker died repeats tokens the client has). When the
 //! client goes away, tell the workers to cancel.
@@ -16,6 +17,7 @@ use redis::RedisError;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
+use super::routing::{Reservation, Route};
 use super::splice::{Splice, Step};
 use super::GatewayShared;
 use crate::identity::ModelIdentity;
@@ -31,6 +33,25 @@ const BLOCK: Duration = Duration::from_millis(1000);
 /// How long Redis may stay unreachable before the request fails.
 const REDIS_PATIENCE: Duration = Duration::from_secs(30);
 
+/// Enqueues on a worker's own stream: creates the stream with the workers' group if it is
+/// missing (a worker that left may have had it removed), records the worker among the routed
+/// ones (so others take the entry if it cannot), and appends. `KEYS`: stream, routed set;
+/// `ARGV`: group, worker, field, JSON. One script, so it cannot interleave with a worker
+/// removing a dead worker's empty streams.
+const ENQUEUE_ROUTED: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+return redis.call('XADD', KEYS[1], '*', ARGV[3], ARGV[4])
+";
+
+/// Where the router sent a request, and its hold on that worker's room until it starts.
+pub struct Routed {
+    pub route: Route,
+    pub reservation: Option<Reservation>,
+}
+
 /// Where the answer to a request's admission goes (requests with a first-token objective): a
 /// worker's `Started` admits it, a failure before that refuses it.
 type Admit = Option<oneshot::Sender<Admission>>;
@@ -40,13 +61,14 @@ pub async fn relay(
     shared: Arc<GatewayShared>,
     model: ModelIdentity,
     job: Job,
+    mut routed: Routed,
     events: UnboundedSender<EngineEvent>,
     mut admit: Admit,
 ) {
     let start = Instant::now();
     let request = job.id.clone();
     let ended = tokio::select! {
-        ended = follow(&shared, &model, job, &events, &mut admit, start) => ended,
+        ended = follow(&shared, &model, job, &mut routed, &events, &mut admit, start) => ended,
         () = events.closed() => false,
     };
     if !ended {
@@ -65,13 +87,14 @@ async fn follow(
     shared: &GatewayShared,
     model: &ModelIdentity,
     job: Job,
+    routed: &mut Routed,
     events: &UnboundedSender<EngineEvent>,
     admit: &mut Admit,
     start: Instant,
 ) -> bool {
     let request = job.id.clone();
     let request_id = job.request_id.clone().unwrap_or_default();
-    if let Err(e) = enqueue(shared, model, &job).await {
+    if let Err(e) = enqueue(shared, model, &job, &routed.route).await {
         let failure = EngineFailure::Internal(format!("cannot queue the request: {e}"));
         send_last(events, admit, failure);
         return true;
@@ -129,6 +152,7 @@ async fn follow(
             }
             let event = match entry.event {
                 ResultEvent::Started { worker } => {
+                    routed.reservation.take();
                     tracing::debug!(%request, %request_id, %worker, attempt = entry.attempt, "started");
                     if let Some(admit) = admit.take() {
                         let _ = admit.send(Ok(()));
@@ -183,11 +207,12 @@ fn send_last(events: &UnboundedSender<EngineEvent>, admit: &mut Admit, failure: 
     let _ = events.send(EngineEvent::Failed(failure));
 }
 
-/// Puts the job on its model's stream of its band.
+/// Puts the job on its model's stream of its band: the shared one, or the routed worker's.
 async fn enqueue(
     shared: &GatewayShared,
     model: &ModelIdentity,
     job: &Job,
+    route: &Route,
 ) -> Result<(), RedisError> {
     let json = serde_json::to_string(job).map_err(|e| {
         RedisError::from((
@@ -196,16 +221,29 @@ async fn enqueue(
             e.to_string(),
         ))
     })?;
-    let stream = shared.keys.requests(model, Band::of(job.priority));
-    let conn = shared.redis.conn();
-    retry_for(Duration::from_secs(5), || {
-        let mut conn = conn.clone();
-        let cmd = redis::cmd("XADD")
-            .arg(&stream)
+    let band = Band::of(job.priority);
+    let cmd = match &route.worker {
+        None => redis::cmd("XADD")
+            .arg(shared.keys.requests(model, band))
             .arg("*")
             .arg(FIELD)
             .arg(&json)
-            .clone();
+            .clone(),
+        Some(worker) => redis::cmd("EVAL")
+            .arg(ENQUEUE_ROUTED)
+            .arg(2)
+            .arg(shared.keys.worker_requests(model, worker, band))
+            .arg(shared.keys.routed(model))
+            .arg(shared.keys.group())
+            .arg(worker)
+            .arg(FIELD)
+            .arg(&json)
+            .clone(),
+    };
+    let conn = shared.redis.conn();
+    retry_for(Duration::from_secs(5), || {
+        let mut conn = conn.clone();
+        let cmd = cmd.clone();
         async move { cmd.query_async::<String>(&mut conn).await }
     })
     .await

@@ -1,7 +1,9 @@
 //! Taking work: read new entries from the request streams through the consumer group, highest
-//! band first, and only as many as the engine can start now (free sequence slots, nothing
-//! waiting in the engine). What the worker does not take stays in Redis, where the queue depth
-//! shows it and any other worker can take it.
+//! band first (in each band, the stream routed to this worker before the shared one), and only
+//! as many as the engine can start now (free sequence slots, nothing waiting in the engine).
+//! What the worker does not take stays in Redis, where the queue depth shows it and any other
+//! worker can take it (a routed entry once it has waited `claim_idle`, see
+//! [`super::orphans`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +14,6 @@ use redis::RedisError;
 
 use super::jobs::{Entry, Jobs};
 use super::WorkerShared;
-use crate::keys::Band;
 use crate::protocol::{Job, FIELD};
 
 /// Longest a blocking read waits before looking at capacity and shutdown again.
@@ -40,8 +41,8 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
         };
         match take(&shared, c, free).await {
             Ok(entries) => {
-                for (band, item) in entries {
-                    start(&jobs, band, item, 1).await;
+                for (stream, item) in entries {
+                    start(&jobs, &stream, item, 1).await;
                 }
             }
             Err(e) => {
@@ -54,6 +55,7 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
                         shared.identity(),
                     )
                     .await;
+                    let _ = super::upkeep::own_streams(&shared).await;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -69,35 +71,37 @@ pub fn free_slots(shared: &WorkerShared, jobs: &Jobs) -> usize {
     shared.max_num_seqs.saturating_sub(jobs.len())
 }
 
-/// Up to `free` new entries: without blocking from each band in order; if all are empty, one
-/// blocking read over all bands.
+/// Up to `free` new entries: without blocking from each queue in order; if all are empty, one
+/// blocking read over all of them.
 async fn take(
     shared: &WorkerShared,
     conn: &mut MultiplexedConnection,
     free: usize,
-) -> Result<Vec<(Band, StreamId)>, RedisError> {
+) -> Result<Vec<(String, StreamId)>, RedisError> {
+    let queues = shared.queues();
     let mut taken = Vec::new();
-    for band in Band::ALL {
+    for queue in &queues {
         let want = free - taken.len();
         if want == 0 {
             break;
         }
-        let reply = read_group(shared, conn, &[band], want, None).await?;
+        let reply = read_group(shared, conn, std::slice::from_ref(queue), want, None).await?;
         taken.extend(reply);
     }
     if taken.is_empty() {
-        taken = read_group(shared, conn, &Band::ALL, 1, Some(BLOCK)).await?;
+        taken = read_group(shared, conn, &queues, 1, Some(BLOCK)).await?;
     }
     Ok(taken)
 }
 
-async fn read_group(
+/// New entries of `streams` (`XREADGROUP ... >`), each with its stream's name.
+pub async fn read_group<C: redis::aio::ConnectionLike + Send>(
     shared: &WorkerShared,
-    conn: &mut MultiplexedConnection,
-    bands: &[Band],
+    conn: &mut C,
+    streams: &[String],
     count: usize,
     block: Option<Duration>,
-) -> Result<Vec<(Band, StreamId)>, RedisError> {
+) -> Result<Vec<(String, StreamId)>, RedisError> {
     let mut cmd = redis::cmd("XREADGROUP");
     cmd.arg("GROUP")
         .arg(shared.keys.group())
@@ -107,33 +111,27 @@ async fn read_group(
     if let Some(block) = block {
         cmd.arg("BLOCK").arg(block.as_millis() as u64);
     }
-    cmd.arg("STREAMS");
-    for band in bands {
-        cmd.arg(shared.keys.requests(shared.identity(), *band));
-    }
-    for _ in bands {
+    cmd.arg("STREAMS").arg(streams);
+    for _ in streams {
         cmd.arg(">");
     }
     let reply: Option<StreamReadReply> = cmd.query_async(conn).await?;
-    let mut out = Vec::new();
-    for key in reply.map(|r| r.keys).unwrap_or_default() {
-        let Some(band) = bands
-            .iter()
-            .copied()
-            .find(|b| shared.keys.requests(shared.identity(), *b) == key.key)
-        else {
-            continue;
-        };
-        out.extend(key.ids.into_iter().map(|id| (band, id)));
-    }
-    Ok(out)
+    Ok(reply
+        .map(|r| r.keys)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|key| {
+            let stream = key.key;
+            key.ids.into_iter().map(move |id| (stream.clone(), id))
+        })
+        .collect())
 }
 
-/// Decodes an entry and starts its job; an undecodable entry is acknowledged and dropped (no
-/// worker could ever run it).
-pub async fn start(jobs: &Arc<Jobs>, band: Band, item: StreamId, attempt: u32) {
+/// Decodes an entry of `stream` and starts its job; an undecodable entry is acknowledged and
+/// dropped (no worker could ever run it).
+pub async fn start(jobs: &Arc<Jobs>, stream: &str, item: StreamId, attempt: u32) {
     let entry = Entry {
-        band,
+        stream: stream.to_string(),
         id: item.id.clone(),
     };
     let job = item

@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
 
 use crate::identity::ModelIdentity;
-use crate::keys::{Band, Keys};
+use crate::keys::Keys;
 use crate::metrics::WORKER_FOREIGN_JOBS_TOTAL;
 use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
 use crate::redis_io::retry_for;
@@ -23,10 +23,10 @@ use crate::redis_io::retry_for;
 /// pending, so another worker re-runs it).
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(30);
 
-/// A queue entry: which stream, which id.
+/// A queue entry: which stream (a shared band's, or one routed to a worker), which id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    pub band: Band,
+    pub stream: String,
     pub id: String,
 }
 
@@ -80,13 +80,15 @@ impl Jobs {
         self.lock().is_empty()
     }
 
-    /// The queue entries of the jobs in progress in `band`.
-    pub fn entries_in(&self, band: Band) -> Vec<String> {
-        self.lock()
-            .values()
-            .filter(|a| a.entry.band == band)
-            .map(|a| a.entry.id.clone())
-            .collect()
+    /// The queue entries of the jobs in progress, by stream.
+    pub fn entries_by_stream(&self) -> HashMap<String, Vec<String>> {
+        let mut out: HashMap<String, Vec<String>> = HashMap::new();
+        for a in self.lock().values() {
+            out.entry(a.entry.stream.clone())
+                .or_default()
+                .push(a.entry.id.clone());
+        }
+        out
     }
 
     /// The request ids in progress.
@@ -288,14 +290,14 @@ impl Jobs {
 
     /// Acknowledges and deletes a queue entry: the request is done with.
     pub async fn ack(&self, entry: &Entry) {
-        let stream = self.keys.requests(&self.model, entry.band);
+        let stream = &entry.stream;
         let mut pipe = redis::pipe();
         pipe.cmd("XACK")
-            .arg(&stream)
+            .arg(stream)
             .arg(self.keys.group())
             .arg(&entry.id)
             .ignore();
-        pipe.cmd("XDEL").arg(&stream).arg(&entry.id).ignore();
+        pipe.cmd("XDEL").arg(stream).arg(&entry.id).ignore();
         let done = self.run_patiently(&pipe).await;
         if let Err(e) = done {
             tracing::error!(error = %e, entry = %entry.id, "cannot acknowledge a finished job");

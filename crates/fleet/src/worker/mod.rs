@@ -2,10 +2,13 @@
 //! streams their events back.
 //!
 //! ```text
-//! intake  ── XREADGROUP (high, normal, low; only as many as the engine can start) ──► Jobs
+//! intake  ── XREADGROUP (high, normal, low; in each its own stream, then the shared one;
+//!            only as many as the engine can start) ──► Jobs
 //! Jobs    ── one task per job: engine events ─► XADD {p}:results:{id} ─► XACK + XDEL
-//! upkeep  ── heartbeat key, XCLAIM own entries (fresh), XAUTOCLAIM dead workers' entries
+//! upkeep  ── heartbeat key, XCLAIM own entries (fresh), XAUTOCLAIM dead workers' entries,
+//!            take entries routed to other workers that wait too long or outlive them
 //! cancel  ── SUBSCRIBE {p}:cancel ─► drop the job's engine stream (KV freed next step)
+//! kv      ── the engine's prefix-cache events ─► XADD {p}:kv:{id} (for the gateways' routers)
 //! ```
 //!
 //! The worker reads only the queues of its own [`ModelIdentity`] (name + fingerprint), and
@@ -22,6 +25,8 @@
 mod cancel;
 mod intake;
 mod jobs;
+mod kv_publisher;
+mod orphans;
 mod upkeep;
 
 use std::future::Future;
@@ -35,6 +40,7 @@ use kestrel_server::launch::Launched;
 
 use crate::binding::Claim;
 use crate::identity::{LoadSettings, ModelIdentity};
+use crate::keys::Band;
 use crate::keys::Keys;
 use crate::protocol::ModelDescriptor;
 use crate::redis_io::{ensure_groups, Redis};
@@ -100,6 +106,30 @@ impl WorkerShared {
     /// The model this worker serves.
     fn identity(&self) -> &ModelIdentity {
         &self.descriptor.identity
+    }
+
+    /// Every stream this worker takes new work from, in the order it reads them: each band's
+    /// own stream, then its shared one.
+    fn queues(&self) -> Vec<String> {
+        Band::ALL
+            .iter()
+            .flat_map(|b| {
+                [
+                    self.keys
+                        .worker_requests(self.identity(), &self.worker_id, *b),
+                    self.keys.requests(self.identity(), *b),
+                ]
+            })
+            .collect()
+    }
+
+    /// The block size the gateway's router hashes prompts by, when this worker's engine
+    /// caches prefixes (and so publishes its cache's events).
+    fn prefix_block_size(&self) -> Option<usize> {
+        let config = self.engine.config();
+        config
+            .enable_prefix_caching
+            .then_some(self.descriptor.block_size)
     }
 
     /// Records `claim`, logging and exporting a change.
@@ -189,10 +219,15 @@ impl Worker {
             shared.worker_id.clone(),
             shared.config.result_ttl,
         );
+        // The first heartbeat, and with it the streams routed to this worker, before it reads.
+        if let Err(e) = upkeep::beat(&shared, &jobs).await {
+            tracing::warn!(error = %e, "the first heartbeat failed");
+        }
         let tasks = [
             tokio::spawn(intake::run(shared.clone(), jobs.clone())),
             tokio::spawn(upkeep::run(shared.clone(), jobs.clone())),
             tokio::spawn(cancel::run(shared.clone(), jobs.clone())),
+            tokio::spawn(kv_publisher::run(shared.clone())),
         ];
         tracing::info!(worker = %shared.worker_id, "worker taking requests");
         shutdown.await;
@@ -217,6 +252,7 @@ impl Worker {
         let mut conn = shared.redis.conn();
         let _ = redis::cmd("DEL")
             .arg(shared.keys.worker(&shared.worker_id))
+            .arg(shared.keys.kv_events(&shared.worker_id))
             .query_async::<()>(&mut conn)
             .await;
         let engine = shared.engine.clone();

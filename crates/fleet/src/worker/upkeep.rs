@@ -7,6 +7,8 @@
 //!   without counting a delivery), so that only entries of a dead worker grow idle;
 //! * claim entries idle past `claim_idle` (`XAUTOCLAIM`): their worker died. Each is re-run as
 //!   its next attempt, or given up once delivered more than `max_deliveries` times;
+//! * take work routed to other workers that waits too long or outlives them
+//!   ([`super::orphans`]);
 //! * look for cancellations it may have missed on the pub/sub channel.
 
 use std::sync::Arc;
@@ -16,7 +18,6 @@ use redis::RedisError;
 
 use super::jobs::{Entry, Jobs};
 use super::{intake, WorkerShared};
-use crate::keys::Band;
 use crate::protocol::{ResultEvent, WorkerStatus};
 
 /// Runs until `shared.stopping` is set; then removes the heartbeat.
@@ -36,14 +37,17 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
             tracing::warn!(error = %e, "checking cancellations failed");
         }
         if !shared.is_stopping() {
-            if let Err(e) = reclaim(&shared, &jobs).await {
+            if let Err(e) = reclaim(&shared, &jobs, &shared.queues()).await {
                 tracing::warn!(error = %e, "claiming entries of dead workers failed");
+            }
+            if let Err(e) = super::orphans::adopt(&shared, &jobs).await {
+                tracing::warn!(error = %e, "taking work routed to other workers failed");
             }
         }
     }
 }
 
-async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
+pub async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
     let stats = shared.engine.stats();
     let status = WorkerStatus {
         worker_id: shared.worker_id.clone(),
@@ -53,17 +57,25 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
         running: stats.running,
         waiting: stats.waiting,
         kv_usage: stats.kv_usage,
+        prefix_block_size: shared.prefix_block_size(),
     };
     let json = serde_json::to_string(&status).unwrap_or_default();
     let ttl_ms = shared.config.heartbeat.as_millis() as u64 * 3;
     let mut conn = shared.redis.conn();
-    redis::cmd("SET")
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
         .arg(shared.keys.worker(&shared.worker_id))
         .arg(json)
         .arg("PX")
         .arg(ttl_ms)
-        .query_async::<()>(&mut conn)
-        .await?;
+        .ignore();
+    // The prefix-cache events outlive a missed heartbeat or two, not the worker.
+    pipe.cmd("PEXPIRE")
+        .arg(shared.keys.kv_events(&shared.worker_id))
+        .arg(ttl_ms * super::kv_publisher::TTL_BEATS)
+        .ignore();
+    pipe.query_async::<()>(&mut conn).await?;
+    own_streams(shared).await?;
     let known: bool = redis::cmd("EXISTS")
         .arg(shared.keys.model(shared.identity()))
         .query_async(&mut conn)
@@ -77,15 +89,28 @@ async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
     Ok(())
 }
 
+/// Makes sure the streams routed to this worker exist with the workers' group, and that it is
+/// listed among the routed workers (another worker removes both once it takes this one for
+/// dead; only after the heartbeat above are they safe from that).
+pub async fn own_streams(shared: &WorkerShared) -> Result<(), RedisError> {
+    for band in crate::keys::Band::ALL {
+        let own = shared
+            .keys
+            .worker_requests(shared.identity(), &shared.worker_id, band);
+        crate::redis_io::ensure_group(&shared.redis, &shared.keys, &own).await?;
+    }
+    redis::cmd("SADD")
+        .arg(shared.keys.routed(shared.identity()))
+        .arg(&shared.worker_id)
+        .query_async::<()>(&mut shared.redis.conn())
+        .await
+}
+
 async fn touch(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
     let mut conn = shared.redis.conn();
-    for band in Band::ALL {
-        let ids = jobs.entries_in(band);
-        if ids.is_empty() {
-            continue;
-        }
+    for (stream, ids) in jobs.entries_by_stream() {
         redis::cmd("XCLAIM")
-            .arg(shared.keys.requests(shared.identity(), band))
+            .arg(stream)
             .arg(shared.keys.group())
             .arg(&shared.worker_id)
             .arg(0)
@@ -116,16 +141,21 @@ async fn check_cancelled(shared: &WorkerShared, jobs: &Jobs) -> Result<(), Redis
     Ok(())
 }
 
-async fn reclaim(shared: &Arc<WorkerShared>, jobs: &Arc<Jobs>) -> Result<(), RedisError> {
+/// Claims entries of `streams` idle past `claim_idle` (their worker died) and runs them as
+/// their next attempt, or gives them up after `max_deliveries`.
+pub async fn reclaim(
+    shared: &Arc<WorkerShared>,
+    jobs: &Arc<Jobs>,
+    streams: &[String],
+) -> Result<(), RedisError> {
     let mut conn = shared.redis.conn();
-    for band in Band::ALL {
+    for stream in streams {
         let free = intake::free_slots(shared, jobs);
         if free == 0 {
             return Ok(());
         }
-        let stream = shared.keys.requests(shared.identity(), band);
         let reply: StreamAutoClaimReply = redis::cmd("XAUTOCLAIM")
-            .arg(&stream)
+            .arg(stream)
             .arg(shared.keys.group())
             .arg(&shared.worker_id)
             .arg(shared.config.claim_idle.as_millis() as u64)
@@ -135,12 +165,12 @@ async fn reclaim(shared: &Arc<WorkerShared>, jobs: &Arc<Jobs>) -> Result<(), Red
             .query_async(&mut conn)
             .await?;
         for item in reply.claimed {
-            let deliveries = deliveries(shared, &stream, &item.id).await?;
+            let deliveries = deliveries(shared, stream, &item.id).await?;
             tracing::warn!(entry = %item.id, deliveries, "claimed a job of a dead worker");
             if deliveries > shared.config.max_deliveries {
-                give_up(jobs, band, &item, deliveries).await;
+                give_up(jobs, stream, &item, deliveries).await;
             } else {
-                intake::start(jobs, band, item, deliveries).await;
+                intake::start(jobs, stream, item, deliveries).await;
             }
         }
     }
@@ -164,9 +194,9 @@ async fn deliveries(shared: &WorkerShared, stream: &str, id: &str) -> Result<u32
         .map_or(1, |p| u32::try_from(p.times_delivered).unwrap_or(u32::MAX)))
 }
 
-async fn give_up(jobs: &Jobs, band: Band, item: &redis::streams::StreamId, deliveries: u32) {
+async fn give_up(jobs: &Jobs, stream: &str, item: &redis::streams::StreamId, deliveries: u32) {
     let entry = Entry {
-        band,
+        stream: stream.to_string(),
         id: item.id.clone(),
     };
     let request = item

@@ -2,7 +2,8 @@
 //! conversation's next turn goes back to the worker whose prefix cache holds its history; a
 //! killed worker is forgotten by the gateway's index and its conversation carries on elsewhere
 //! (a turn routed to it just before it died included); work routed to a stuck or dead worker
-//! is taken by another; `--routing shared` still serves.
+//! is taken by another; `--routing shared` still serves; a burst of long prompts is not all
+//! taken by the first worker that reads the shared stream.
 
 use crate::fleet_common;
 
@@ -234,6 +235,34 @@ fn shared_routing_queues_everything_on_the_shared_streams() {
     );
     let bad = request(&addr, "GET", "/health", "", LONG).unwrap();
     assert_eq!(bad.status, 200);
+}
+
+#[test]
+fn a_burst_of_long_prompts_is_left_for_a_worker_that_arrives_later() {
+    let redis = Redis::start();
+    // One step of 32 tokens: a worker takes a shared entry only while its unprefilled
+    // prompts fit in that.
+    let budget = ["--max-num-batched-tokens", "32"];
+    let (_a, ma) = worker(&redis, "w-burst-a", &budget);
+    let (_gw, addr) = gateway(&redis, &[]);
+    wait_workers(&addr, 1, LONG);
+    // 16 distinct ~400-token prompts at once: several seconds of prefill for one thread.
+    let burst: Vec<_> = (0..16)
+        .map(|i| {
+            let prompt = format!("{} {}", first_turn(&format!("topic {i}")), first_turn("x"));
+            let prompt = format!("{prompt} {prompt}");
+            let addr = addr.clone();
+            std::thread::spawn(move || complete(&addr, &prompt))
+        })
+        .collect();
+    let (_b, mb) = worker(&redis, "w-burst-b", &budget);
+    for t in burst {
+        assert!(!t.join().unwrap().0.is_empty());
+    }
+    // Taking every entry it could hold (64 sequence slots), worker a would have left b none.
+    let (a, b) = (prompt_tokens(&ma), prompt_tokens(&mb));
+    assert!(a > 0.0 && b > 0.0, "prompt tokens: a {a}, b {b}");
+    wait_for(LONG, "no pending entries", || redis.pending() == 0);
 }
 
 /// Queues a small job of `model` on the normal band of the stream routed to `worker`.

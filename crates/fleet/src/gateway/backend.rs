@@ -21,7 +21,7 @@ use tokio::sync::mpsc::unbounded_channel;
 use tokio::sync::oneshot;
 
 use super::models::ModelSlot;
-use super::relay::{relay, Routed};
+use super::relay::relay;
 use super::GatewayShared;
 use crate::metrics::REQUESTS_REJECTED_TOTAL;
 use crate::protocol::Job;
@@ -96,8 +96,7 @@ impl Backend for FleetBackend {
         let identity = model.identity().clone();
         let view = shared.registry.view();
         let workers: Vec<_> = view.workers_of(&identity).collect();
-        let (route, reservation) = shared.router.route(&req, &workers);
-        let routed = Routed { route, reservation };
+        let routed = shared.router.route(&req, &workers);
         self.runtime
             .spawn(relay(shared.clone(), identity, job, routed, tx, admit));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });

@@ -25,6 +25,7 @@ mod registry;
 mod relay;
 pub mod routing;
 mod splice;
+mod worker_ledger;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -17,7 +17,7 @@ use redis::RedisError;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
-use super::routing::{Reservation, Route};
+use super::routing::{Route, Routed};
 use super::splice::{Splice, Step};
 use super::GatewayShared;
 use crate::identity::ModelIdentity;
@@ -45,12 +45,6 @@ end
 redis.call('SADD', KEYS[2], ARGV[2])
 return redis.call('XADD', KEYS[1], '*', ARGV[3], ARGV[4])
 ";
-
-/// Where the router sent a request, and its hold on that worker's room until it starts.
-pub struct Routed {
-    pub route: Route,
-    pub reservation: Option<Reservation>,
-}
 
 /// Where the answer to a request's admission goes (requests with a first-token objective): a
 /// worker's `Started` admits it, a failure before that refuses it.
@@ -152,14 +146,17 @@ async fn follow(
             }
             let event = match entry.event {
                 ResultEvent::Started { worker } => {
-                    routed.reservation.take();
+                    routed.started(&worker);
                     tracing::debug!(%request, %request_id, %worker, attempt = entry.attempt, "started");
                     if let Some(admit) = admit.take() {
                         let _ = admit.send(Ok(()));
                     }
                     continue;
                 }
-                ResultEvent::Engine(event) => event,
+                ResultEvent::Engine(event) => {
+                    routed.progressed();
+                    event
+                }
                 ResultEvent::Rejected { message } => EngineEvent::Failed(EngineFailure::Internal(
                     format!("the worker refused the request: {message}"),
                 )),

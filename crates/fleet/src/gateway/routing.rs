@@ -5,27 +5,34 @@
 //! * [`Routing::CacheAware`] (the default): the prompt's block hashes are computed as the
 //!   workers' engines compute them ([`EngineRequest::prompt_block_hashes`], with the block
 //!   size each worker announces), looked up in the [`PrefixIndex`], and each live worker of
-//!   the model is scored by [`choose`]. A worker with a hit and room gets the request on its
-//!   own stream; otherwise it goes to the shared stream.
+//!   the model is scored by [`choose`]: the prefill a request would wait for there — the
+//!   prompt tokens this gateway sent it whose first token has not come back
+//!   ([`WorkerLedger`]), plus the request's own prompt tokens that worker does not hold.
+//!   The cheapest worker with room gets the request on its own stream; a prompt no worker
+//!   holds any of goes to the shared stream.
 //!
 //! Each decision is counted in `kestrel:gateway_routed_requests_total{decision}`:
-//! `cache_hit` (to a worker's own stream), `shared` (no worker holds any of the prefix, or
-//! shared routing), `fallback` (a worker holds some of it but none that does has room).
+//! `cache_hit` (to the own stream of a worker holding part of the prompt), `balanced` (to an
+//! idler worker's own stream: the prefix's holders have more prefill queued than the prefix
+//! saves), `shared` (no worker holds any of the prefix, or shared routing), `fallback` (no
+//! worker has room).
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use kestrel_engine::api::EngineRequest;
 
 use super::prefix_index::PrefixIndex;
+use super::worker_ledger::{PrefillHold, Reservation, WorkerLedger, WorkerLoad};
 use crate::metrics::{MATCHED_PREFIX_TOKENS_TOTAL, ROUTED_REQUESTS_TOTAL};
 use crate::protocol::WorkerStatus;
 
 /// How the gateway picks a request's stream (`--routing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Routing {
-    /// To the worker holding the longest cached prefix, when it has room.
+    /// To the worker where the request's first token comes soonest: its cached prefix
+    /// against the prefill already queued there.
     #[default]
     CacheAware,
     /// Always to the shared streams.
@@ -50,6 +57,7 @@ impl FromStr for Routing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     CacheHit,
+    Balanced,
     Shared,
     Fallback,
 }
@@ -58,6 +66,7 @@ impl Decision {
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::CacheHit => "cache_hit",
+            Decision::Balanced => "balanced",
             Decision::Shared => "shared",
             Decision::Fallback => "fallback",
         }
@@ -90,52 +99,99 @@ pub struct Candidate<'a> {
     pub status: &'a WorkerStatus,
     /// Leading prompt tokens its cache holds.
     pub matched_tokens: usize,
-    /// Requests this gateway routed to it that it has not started yet.
-    pub reserved: usize,
+    /// Prompt tokens it would have to compute for this request.
+    pub uncached_tokens: usize,
+    /// What this gateway sent it that has not progressed yet.
+    pub load: WorkerLoad,
 }
 
 impl Candidate<'_> {
+    /// Prefill tokens ahead of this request's first token there, its own included.
+    fn cost(&self) -> usize {
+        self.load.pending_prefill_tokens + self.uncached_tokens
+    }
+
     /// Sequences it runs or has been sent, over those it can run at once.
-    fn load(&self) -> f64 {
-        let busy = self.status.active + self.reserved;
+    fn busy(&self) -> f64 {
+        let busy = self.status.active + self.load.reserved;
         busy as f64 / self.status.max_num_seqs.max(1) as f64
     }
 
     fn has_room(&self) -> bool {
-        self.status.waiting == 0 && self.status.active + self.reserved < self.status.max_num_seqs
+        self.status.waiting == 0
+            && self.status.active + self.load.reserved < self.status.max_num_seqs
     }
 }
 
-/// The scorer: among workers with a hit and room, the longest cached prefix wins, ties going
-/// to the less loaded (then the lower KV usage). A hit only on workers without room falls
-/// back to the shared stream, as does a prompt no worker holds any of.
+/// The scorer. A prompt no worker holds any of goes to the shared stream (the first free
+/// worker takes it). Otherwise, among workers with room, the one with the least prefill
+/// ahead of the request's first token wins (ties: the longer cached prefix, then the less
+/// busy, then the lower KV usage); no worker with room: the shared stream.
 pub fn choose(candidates: &[Candidate<'_>]) -> Route {
-    let hits: Vec<&Candidate> = candidates.iter().filter(|c| c.matched_tokens > 0).collect();
-    if hits.is_empty() {
+    if candidates.iter().all(|c| c.matched_tokens == 0) {
         return Route::shared(Decision::Shared);
     }
-    let best = hits.iter().filter(|c| c.has_room()).max_by(|a, b| {
-        a.matched_tokens
-            .cmp(&b.matched_tokens)
-            .then(b.load().total_cmp(&a.load()))
-            .then(b.status.kv_usage.total_cmp(&a.status.kv_usage))
+    let best = candidates.iter().filter(|c| c.has_room()).min_by(|a, b| {
+        a.cost()
+            .cmp(&b.cost())
+            .then(b.matched_tokens.cmp(&a.matched_tokens))
+            .then(a.busy().total_cmp(&b.busy()))
+            .then(a.status.kv_usage.total_cmp(&b.status.kv_usage))
     });
     match best {
         Some(c) => Route {
             worker: Some(c.status.worker_id.clone()),
-            decision: Decision::CacheHit,
+            decision: if c.matched_tokens > 0 {
+                Decision::CacheHit
+            } else {
+                Decision::Balanced
+            },
             matched_tokens: c.matched_tokens,
         },
         None => Route::shared(Decision::Fallback),
     }
 }
 
-/// The gateway's router: the routing mode, the prefix index the KV feed fills, and the
-/// requests routed to each worker that have not started there yet.
+/// A routed request's holds on the ledger, and what each worker would have to prefill of it
+/// (for a request any worker may take).
+pub struct Routed {
+    pub route: Route,
+    reservation: Option<Reservation>,
+    prefill: Option<PrefillHold>,
+    uncached_by_worker: HashMap<String, usize>,
+    prompt_tokens: usize,
+    ledger: WorkerLedger,
+}
+
+impl Routed {
+    /// `worker` started the request (its first attempt, or a re-run): no longer reserved,
+    /// and its prefill now counts on that worker.
+    pub fn started(&mut self, worker: &str) {
+        self.reservation = None;
+        if self.prefill.as_ref().is_some_and(|p| p.worker() == worker) {
+            return;
+        }
+        let tokens = self
+            .uncached_by_worker
+            .get(worker)
+            .copied()
+            .unwrap_or(self.prompt_tokens);
+        self.prefill = Some(self.ledger.hold_prefill(worker, tokens));
+    }
+
+    /// An event of the request came back: its prefill is done (or it ended).
+    pub fn progressed(&mut self) {
+        self.reservation = None;
+        self.prefill = None;
+    }
+}
+
+/// The gateway's router: the routing mode, the prefix index the KV feed fills, and what it
+/// sent each worker that has not progressed yet.
 pub struct Router {
     pub routing: Routing,
     pub index: Mutex<PrefixIndex>,
-    reserved: Arc<Mutex<HashMap<String, usize>>>,
+    ledger: WorkerLedger,
 }
 
 impl Router {
@@ -143,34 +199,70 @@ impl Router {
         Router {
             routing,
             index: Mutex::new(PrefixIndex::new(max_blocks)),
-            reserved: Arc::default(),
+            ledger: WorkerLedger::default(),
         }
     }
 
     /// Where `req` goes among `workers` (the live workers of its model); counted in the
-    /// routing metrics. A routed request holds a [`Reservation`] on its worker until the
-    /// worker starts it.
-    pub fn route(
-        &self,
-        req: &EngineRequest,
-        workers: &[&WorkerStatus],
-    ) -> (Route, Option<Reservation>) {
+    /// routing metrics. A request routed to a worker holds a [`Reservation`] on it until the
+    /// worker starts it, and its prefill until its first event.
+    pub fn route(&self, req: &EngineRequest, workers: &[&WorkerStatus]) -> Routed {
+        let prompt_tokens = req.prompt_ids().len();
+        let loads = self.ledger.snapshot();
+        let matched = match self.routing {
+            Routing::Shared => HashMap::new(),
+            Routing::CacheAware => self.matched_tokens(req, workers),
+        };
+        let candidates: Vec<Candidate> = workers
+            .iter()
+            .filter(|w| matched.contains_key(&w.worker_id))
+            .map(|w| {
+                let matched_tokens = matched[&w.worker_id];
+                Candidate {
+                    status: w,
+                    matched_tokens,
+                    uncached_tokens: prompt_tokens - matched_tokens,
+                    load: loads.get(&w.worker_id).copied().unwrap_or_default(),
+                }
+            })
+            .collect();
         let route = match self.routing {
             Routing::Shared => Route::shared(Decision::Shared),
-            Routing::CacheAware => self.score(req, workers),
+            Routing::CacheAware => choose(&candidates),
         };
         metrics::counter!(ROUTED_REQUESTS_TOTAL, "decision" => route.decision.as_str())
             .increment(1);
         metrics::counter!(MATCHED_PREFIX_TOKENS_TOTAL).increment(route.matched_tokens as u64);
-        let reservation = route.worker.as_ref().map(|w| self.reserve(w));
-        (route, reservation)
+        let uncached_by_worker: HashMap<String, usize> = candidates
+            .iter()
+            .map(|c| (c.status.worker_id.clone(), c.uncached_tokens))
+            .collect();
+        let (reservation, prefill) = match &route.worker {
+            Some(w) => (
+                Some(self.ledger.reserve(w)),
+                Some(self.ledger.hold_prefill(w, uncached_by_worker[w])),
+            ),
+            None => (None, None),
+        };
+        Routed {
+            route,
+            reservation,
+            prefill,
+            uncached_by_worker,
+            prompt_tokens,
+            ledger: self.ledger.clone(),
+        }
     }
 
-    fn score(&self, req: &EngineRequest, workers: &[&WorkerStatus]) -> Route {
-        let reserved = self.lock_reserved().clone();
+    /// The prompt tokens each worker that announces a block size holds, by the index.
+    fn matched_tokens(
+        &self,
+        req: &EngineRequest,
+        workers: &[&WorkerStatus],
+    ) -> HashMap<String, usize> {
         let mut hashes_by_size = HashMap::new();
         let index = self.index.lock().unwrap_or_else(|p| p.into_inner());
-        let candidates: Vec<Candidate> = workers
+        workers
             .iter()
             .filter_map(|w| {
                 let block_size = w.prefix_block_size.filter(|&b| b > 0)?;
@@ -178,28 +270,9 @@ impl Router {
                     .entry(block_size)
                     .or_insert_with(|| cacheable(req, block_size));
                 let blocks = index.matched_blocks(&w.worker_id, hashes);
-                Some(Candidate {
-                    status: w,
-                    matched_tokens: blocks * block_size,
-                    reserved: reserved.get(&w.worker_id).copied().unwrap_or(0),
-                })
+                Some((w.worker_id.clone(), blocks * block_size))
             })
-            .collect();
-        drop(index);
-        choose(&candidates)
-    }
-
-    fn reserve(&self, worker: &str) -> Reservation {
-        *self.lock_reserved().entry(worker.to_string()).or_default() += 1;
-        Reservation {
-            reserved: self.reserved.clone(),
-            worker: worker.to_string(),
-        }
-    }
-
-    fn lock_reserved(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        // A map of counts: a panic elsewhere cannot leave it half-updated.
-        self.reserved.lock().unwrap_or_else(|p| p.into_inner())
+            .collect()
     }
 }
 
@@ -210,24 +283,6 @@ fn cacheable(req: &EngineRequest, block_size: usize) -> Vec<kestrel_engine::kv::
     let max_blocks = req.prompt_ids().len().saturating_sub(1) / block_size;
     hashes.truncate(max_blocks);
     hashes
-}
-
-/// A request routed to a worker and not started there yet; dropping it releases the count.
-pub struct Reservation {
-    reserved: Arc<Mutex<HashMap<String, usize>>>,
-    worker: String,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        let mut map = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = map.get_mut(&self.worker) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                map.remove(&self.worker);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -251,12 +306,19 @@ mod tests {
         }
     }
 
+    /// A 64-token prompt of which `status`'s cache holds `matched_tokens`.
     fn cand(status: &WorkerStatus, matched_tokens: usize) -> Candidate<'_> {
         Candidate {
             status,
             matched_tokens,
-            reserved: 0,
+            uncached_tokens: 64 - matched_tokens,
+            load: WorkerLoad::default(),
         }
+    }
+
+    fn pending(mut c: Candidate<'_>, tokens: usize) -> Candidate<'_> {
+        c.load.pending_prefill_tokens = tokens;
+        c
     }
 
     #[test]
@@ -289,20 +351,45 @@ mod tests {
     }
 
     #[test]
-    fn no_hit_is_shared_and_a_hit_only_on_full_workers_falls_back() {
+    fn queued_prefill_outweighs_a_prefix_only_when_it_costs_more_than_it_saves() {
+        let (a, b) = (worker("a", 1, 0.1), worker("b", 1, 0.1));
+        // a holds 48 of 64 tokens (16 to compute) behind 40 queued: 56 < 64 at idle b.
+        let route = choose(&[pending(cand(&a, 48), 40), cand(&b, 0)]);
+        assert_eq!(route.worker.as_deref(), Some("a"));
+        assert_eq!(route.decision, Decision::CacheHit);
+        // Behind 100 queued tokens the prefix no longer pays: b recomputes all 64 sooner.
+        let route = choose(&[pending(cand(&a, 48), 100), cand(&b, 0)]);
+        assert_eq!(route.worker.as_deref(), Some("b"));
+        assert_eq!(
+            (route.decision, route.matched_tokens),
+            (Decision::Balanced, 0)
+        );
+        // Between two holders, the shorter prefix on the idler worker.
+        let route = choose(&[pending(cand(&a, 48), 100), pending(cand(&b, 32), 10)]);
+        assert_eq!(route.worker.as_deref(), Some("b"));
+        assert_eq!(route.decision, Decision::CacheHit);
+        // Equal cost: the longer prefix.
+        let route = choose(&[pending(cand(&a, 48), 16), cand(&b, 32)]);
+        assert_eq!(route.worker.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn no_hit_is_shared_and_no_room_falls_back() {
         let (a, b) = (worker("a", 0, 0.0), worker("b", 4, 0.5));
         assert_eq!(
             choose(&[cand(&a, 0), cand(&b, 0)]),
             Route::shared(Decision::Shared)
         );
-        assert_eq!(choose(&[]).decision, Decision::Shared);
+        // However busy the others: nobody holds a prefix, the first free worker takes it.
         assert_eq!(
-            choose(&[cand(&a, 0), cand(&b, 64)]),
-            Route::shared(Decision::Fallback)
+            choose(&[pending(cand(&a, 0), 5000), cand(&b, 0)]),
+            Route::shared(Decision::Shared)
         );
+        assert_eq!(choose(&[]).decision, Decision::Shared);
         // Room counts what this gateway already sent, and work waiting inside the engine.
+        assert_eq!(choose(&[cand(&b, 64)]), Route::shared(Decision::Fallback));
         let mut reserved = cand(&a, 16);
-        reserved.reserved = 4;
+        reserved.load.reserved = 4;
         assert_eq!(choose(&[reserved]).decision, Decision::Fallback);
         let mut waiting = worker("w", 1, 0.2);
         waiting.waiting = 2;
@@ -323,13 +410,25 @@ mod tests {
     }
 
     #[test]
-    fn a_reservation_counts_until_dropped() {
+    fn a_routed_request_holds_its_prefill_until_its_first_event() {
         let router = Router::new(Routing::CacheAware, 16);
-        let r1 = router.reserve("a");
-        let r2 = router.reserve("a");
-        assert_eq!(router.lock_reserved().get("a"), Some(&2));
-        drop(r1);
-        drop(r2);
-        assert!(router.lock_reserved().is_empty());
+        let ledger = router.ledger.clone();
+        let mut routed = Routed {
+            route: Route::shared(Decision::Shared),
+            reservation: None,
+            prefill: None,
+            uncached_by_worker: HashMap::from([("a".to_string(), 10), ("b".to_string(), 70)]),
+            prompt_tokens: 80,
+            ledger: ledger.clone(),
+        };
+        routed.started("b");
+        assert_eq!(ledger.snapshot()["b"].pending_prefill_tokens, 70);
+        // Re-run elsewhere (b died): the prefill moves; a worker unknown at routing time
+        // counts the whole prompt.
+        routed.started("c");
+        assert!(!ledger.snapshot().contains_key("b"));
+        assert_eq!(ledger.snapshot()["c"].pending_prefill_tokens, 80);
+        routed.progressed();
+        assert!(ledger.snapshot().is_empty());
     }
 }

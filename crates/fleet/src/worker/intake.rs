@@ -1,6 +1,15 @@
 //! Taking work: read new entries from the request streams through the consumer group, highest
 //! band first (in each band, the stream routed to this worker before the shared one), and only
 //! as many as the engine can start now (free sequence slots, nothing waiting in the engine).
+//!
+//! The shared streams are for whichever worker can start a request soonest, and compute, not
+//! sequence slots, decides that: a worker takes a shared entry only while the prompt tokens of
+//! its jobs that have not had their first token fit in one engine step
+//! (`max_num_batched_tokens`), and one entry at a time. So a burst of long prompts is spread
+//! over the workers instead of queueing behind one another in the first worker that reads
+//! them. Entries routed to this worker are taken whenever it has free slots (the gateway
+//! weighed its queue when it routed them).
+//!
 //! What the worker does not take stays in Redis, where the queue depth shows it and any other
 //! worker can take it (a routed entry once it has waited `claim_idle`, see
 //! [`super::orphans`]).
@@ -18,6 +27,8 @@ use crate::protocol::{Job, FIELD};
 
 /// Longest a blocking read waits before looking at capacity and shutdown again.
 const BLOCK: Duration = Duration::from_millis(250);
+/// How often a worker whose prefill budget is spent looks at its own streams.
+const BUSY_POLL: Duration = Duration::from_millis(20);
 
 /// Runs until `shared.stopping` is set.
 pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
@@ -39,7 +50,11 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
                 }
             },
         };
-        match take(&shared, c, free).await {
+        let open = shared_intake_open(&shared, &jobs);
+        match take(&shared, c, free, open).await {
+            Ok(entries) if entries.is_empty() && !open => {
+                let _ = tokio::time::timeout(BUSY_POLL, jobs.freed.notified()).await;
+            }
             Ok(entries) => {
                 for (stream, item) in entries {
                     start(&jobs, &stream, item, 1).await;
@@ -71,24 +86,46 @@ pub fn free_slots(shared: &WorkerShared, jobs: &Jobs) -> usize {
     shared.max_num_seqs.saturating_sub(jobs.len())
 }
 
-/// Up to `free` new entries: without blocking from each queue in order; if all are empty, one
-/// blocking read over all of them.
+/// Whether this worker may take an entry of the shared streams now: the prompts it has not
+/// prefilled yet fit in one engine step.
+pub fn shared_intake_open(shared: &WorkerShared, jobs: &Jobs) -> bool {
+    jobs.pending_prefill_tokens() < shared.descriptor.max_num_batched_tokens.max(1)
+}
+
+/// New entries, band by band: up to `free` from this worker's own streams, and, when
+/// `shared_open`, at most one from the shared streams. Without blocking from each queue in
+/// order; if all are empty and the shared streams are open, one blocking read over all of
+/// them (a closed worker polls its own streams instead, see [`BUSY_POLL`]).
 async fn take(
     shared: &WorkerShared,
     conn: &mut MultiplexedConnection,
     free: usize,
+    shared_open: bool,
 ) -> Result<Vec<(String, StreamId)>, RedisError> {
-    let queues = shared.queues();
+    let own = shared.own_queues();
+    let queues: Vec<String> = shared
+        .queues()
+        .into_iter()
+        .filter(|q| shared_open || own.contains(q))
+        .collect();
     let mut taken = Vec::new();
+    let mut shared_taken = 0;
     for queue in &queues {
-        let want = free - taken.len();
+        let is_own = own.contains(queue);
+        let want = match is_own {
+            true => free - taken.len(),
+            false => (free - taken.len()).min(1 - shared_taken),
+        };
         if want == 0 {
-            break;
+            continue;
         }
         let reply = read_group(shared, conn, std::slice::from_ref(queue), want, None).await?;
+        if !is_own {
+            shared_taken += reply.len();
+        }
         taken.extend(reply);
     }
-    if taken.is_empty() {
+    if taken.is_empty() && shared_open {
         taken = read_group(shared, conn, &queues, 1, Some(BLOCK)).await?;
     }
     Ok(taken)

@@ -33,6 +33,8 @@ pub struct Entry {
 struct Active {
     entry: Entry,
     cancel: Option<oneshot::Sender<()>>,
+    /// Its prompt tokens until its first event comes back (its prefill is done), then 0.
+    prefill_tokens: usize,
 }
 
 /// The jobs in progress, shared by the intake, upkeep and cancellation tasks.
@@ -45,7 +47,7 @@ pub struct Jobs {
     worker_id: String,
     result_ttl: Duration,
     active: Mutex<HashMap<String, Active>>,
-    /// Signalled whenever a job ends (a slot is free).
+    /// Signalled whenever a job ends (a slot is free) or finishes its prefill.
     pub freed: Notify,
 }
 
@@ -78,6 +80,13 @@ impl Jobs {
     /// Whether no job is in progress.
     pub fn is_empty(&self) -> bool {
         self.lock().is_empty()
+    }
+
+    /// Prompt tokens of the jobs in progress that have not had their first event: the
+    /// prefill queued in the engine (counting whole prompts: their cached prefixes are not
+    /// known before the engine schedules them).
+    pub fn pending_prefill_tokens(&self) -> usize {
+        self.lock().values().map(|a| a.prefill_tokens).sum()
     }
 
     /// The queue entries of the jobs in progress, by stream.
@@ -163,6 +172,7 @@ impl Jobs {
             Active {
                 entry: entry.clone(),
                 cancel: Some(tx),
+                prefill_tokens: job.prompt_ids.len(),
             },
         );
         let jobs = self.clone();
@@ -216,6 +226,9 @@ impl Jobs {
             if let EngineEvent::Failed(failure) = &event {
                 tracing::warn!(%failure, "the job failed");
             }
+            if seq == 0 {
+                self.prefilled(&request);
+            }
             seq += 1;
             published = self
                 .publish(&request, attempt, seq, ResultEvent::Engine(event))
@@ -230,6 +243,14 @@ impl Jobs {
             tracing::error!("cannot publish results; leaving the job for a re-run");
         }
         self.end(&request);
+    }
+
+    /// The job of `request` had its first event: its prefill no longer waits.
+    fn prefilled(&self, request: &str) {
+        if let Some(a) = self.lock().get_mut(request) {
+            a.prefill_tokens = 0;
+        }
+        self.freed.notify_waiters();
     }
 
     fn end(&self, request: &str) {

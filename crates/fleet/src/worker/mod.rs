@@ -123,6 +123,17 @@ impl WorkerShared {
             .collect()
     }
 
+    /// The streams routed to this worker alone, highest band first.
+    fn own_queues(&self) -> Vec<String> {
+        Band::ALL
+            .iter()
+            .map(|b| {
+                self.keys
+                    .worker_requests(self.identity(), &self.worker_id, *b)
+            })
+            .collect()
+    }
+
     /// The block size the gateway's router hashes prompts by, when this worker's engine
     /// caches prefixes (and so publishes its cache's events).
     fn prefix_block_size(&self) -> Option<usize> {

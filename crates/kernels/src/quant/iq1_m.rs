@@ -81,12 +81,45 @@ pub fn vec_dot_ref(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
     grid_quant::vec_dot::<Iq1M>(w, a)
 }
 
-/// The IQ1_M kernels `isa` can run: the reference on every ISA (no SIMD variant yet).
+/// The fastest IQ1_M kernels `isa` can run (capped to what this CPU supports).
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq1M>(),
-        avx2: {},
-        avx512: {},
+        avx2: { kquant_vec_dot: x86::vec_dot_avx2 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx512 },
     );
     v.kernels(DType::IQ1_M, ActFormat::Q8K)
+}
+
+/// x86 variants: the four ternary grid rows of a sub-block gathered into one vector.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{BlockIq1M, Iq1M};
+    use crate::quant::iq_grids::IQ1S_GRID;
+    use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::iq::{ternary_dot_avx2, ternary_dot_avx512, TernarySimd};
+
+    impl TernarySimd for Iq1M {
+        #[inline(always)]
+        fn sub_block(b: &BlockIq1M, j: usize) -> ([u64; 4], [i8; 4], [i16; 2]) {
+            let nib = |m: usize| (b.qh[m / 2] >> (4 * (m % 2))) as usize;
+            let rows = std::array::from_fn(|l| {
+                let m = 4 * j + l;
+                IQ1S_GRID[b.qs[m] as usize | (nib(m) & 7) << 8]
+            });
+            let shifts = std::array::from_fn(|l| if nib(4 * j + l) & 8 != 0 { -1 } else { 1 });
+            let scale = |g: usize| 2 * ((b.scales[g / 4] >> (3 * (g % 4))) & 7) as i16 + 1;
+            (rows, shifts, [scale(2 * j), scale(2 * j + 1)])
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn vec_dot_avx2(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
+        ternary_dot_avx2::<Iq1M>(w, a)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) fn vec_dot_avx512(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
+        ternary_dot_avx512::<Iq1M>(w, a)
+    }
 }

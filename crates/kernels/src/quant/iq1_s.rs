@@ -81,12 +81,44 @@ pub fn vec_dot_ref(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
     grid_quant::vec_dot::<Iq1S>(w, a)
 }
 
-/// The IQ1_S kernels `isa` can run: the reference on every ISA (no SIMD variant yet).
+/// The fastest IQ1_S kernels `isa` can run (capped to what this CPU supports).
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq1S>(),
-        avx2: {},
-        avx512: {},
+        avx2: { kquant_vec_dot: x86::vec_dot_avx2 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx512 },
     );
     v.kernels(DType::IQ1_S, ActFormat::Q8K)
+}
+
+/// x86 variants: the four ternary grid rows of a sub-block gathered into one vector.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{BlockIq1S, Iq1S};
+    use crate::quant::iq_grids::IQ1S_GRID;
+    use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::iq::{ternary_dot_avx2, ternary_dot_avx512, TernarySimd};
+
+    impl TernarySimd for Iq1S {
+        #[inline(always)]
+        fn sub_block(b: &BlockIq1S, j: usize) -> ([u64; 4], [i8; 4], [i16; 2]) {
+            let h = b.qh[j] as usize;
+            let rows = std::array::from_fn(|l| {
+                IQ1S_GRID[b.qs[4 * j + l] as usize | (h >> (3 * l) & 7) << 8]
+            });
+            let shift = if h & 0x8000 != 0 { -1 } else { 1 };
+            let s = 2 * ((h >> 12) & 7) as i16 + 1;
+            (rows, [shift; 4], [s, s])
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn vec_dot_avx2(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
+        ternary_dot_avx2::<Iq1S>(w, a)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) fn vec_dot_avx512(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
+        ternary_dot_avx512::<Iq1S>(w, a)
+    }
 }

@@ -104,15 +104,109 @@ pub(crate) fn grid_dot_avx512<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f3
             let y = load512(&ab.qs, 64 * jj);
             let y = _mm512_mask_sub_epi8(y, mask, zero, y);
             let p = _mm512_maddubs_epi16(mag, y);
-            let pair = |s: i16| (s as u16 as u32 | (s as u16 as u32) << 16) as i32;
-            let (a0, a1, b0, b1) = (pair(c0[0]), pair(c0[1]), pair(c1[0]), pair(c1[1]));
-            let sc = _mm512_setr_epi32(
-                a0, a0, a0, a0, a1, a1, a1, a1, b0, b0, b0, b0, b1, b1, b1, b1,
-            );
-            isum = _mm512_dpwssd_epi32(isum, p, sc);
+            isum = _mm512_dpwssd_epi32(isum, p, scale_pairs(c0, c1));
         }
         let d = F::d(wb) * ab.d * F::FACTOR;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
     }
     _mm512_reduce_add_ps(acc)
+}
+
+/// A ternary grid i-quant (IQ1_S, IQ1_M): quants `8 g + shift`, `g` in `{-1, 0, 1}` from the
+/// grid and `shift = ±1` per row, in the form the SIMD kernels take.
+pub(crate) trait TernarySimd: GridQuant {
+    /// Sub-block `j` (0..8) of `b`: its four grid rows (signed bytes `g`), the shift of each
+    /// row, and the scale multipliers of its two groups of 16.
+    fn sub_block(b: &Self::Block, j: usize) -> ([u64; 4], [i8; 4], [i16; 2]);
+}
+
+/// The eight bytes of a row all equal to `s`.
+#[inline(always)]
+fn splat8(s: i8) -> u64 {
+    s as u8 as u64 * 0x0101_0101_0101_0101
+}
+
+/// The quants `8 g + shift` of a sub-block: `g << 3` per byte (the bits a 16-bit shift
+/// moves across bytes are masked off), plus the shifts.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn ternary_quants_avx2(rows: [u64; 4], shifts: [i8; 4]) -> __m256i {
+    let g8 = _mm256_and_si256(
+        _mm256_slli_epi16::<3>(lanes(rows)),
+        _mm256_set1_epi8(0xF8u8 as i8),
+    );
+    _mm256_add_epi8(g8, lanes(shifts.map(splat8)))
+}
+
+/// The AVX2 dot product of a ternary format's row with a Q8_K row of as many blocks:
+/// `|q| * sign(a, q)` by `maddubs` (exact: `|q| <= 9`), the scales by `madd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn ternary_dot_avx2<F: TernarySimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 {
+    assert_eq!(
+        w.len(),
+        a.len(),
+        "{} vec_dot: block count mismatch",
+        F::DTYPE
+    );
+    let mut acc = _mm256_setzero_ps();
+    for (wb, ab) in w.iter().zip(a) {
+        let mut isum = _mm256_setzero_si256();
+        for j in 0..8 {
+            let (rows, shifts, s) = F::sub_block(wb, j);
+            let q = ternary_quants_avx2(rows, shifts);
+            let y = _mm256_sign_epi8(load256(&ab.qs, 32 * j), q);
+            let p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), y);
+            let sc = _mm256_setr_m128i(_mm_set1_epi16(s[0]), _mm_set1_epi16(s[1]));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc));
+        }
+        let d = F::d(wb) * ab.d * F::FACTOR;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    hsum256(acc)
+}
+
+/// The AVX-512 VNNI dot product of a ternary format: two sub-blocks per register, the
+/// activations negated where `q < 0`, the scales applied by `vpdpwssd`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn ternary_dot_avx512<F: TernarySimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 {
+    assert_eq!(
+        w.len(),
+        a.len(),
+        "{} vec_dot: block count mismatch",
+        F::DTYPE
+    );
+    let zero = _mm512_setzero_si512();
+    let mut acc = _mm512_setzero_ps();
+    for (wb, ab) in w.iter().zip(a) {
+        let mut isum = _mm512_setzero_si512();
+        for jj in 0..4 {
+            let (r0, h0, c0) = F::sub_block(wb, 2 * jj);
+            let (r1, h1, c1) = F::sub_block(wb, 2 * jj + 1);
+            let q = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(ternary_quants_avx2(r0, h0)),
+                ternary_quants_avx2(r1, h1),
+            );
+            let y = load512(&ab.qs, 64 * jj);
+            let y = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), zero, y);
+            let p = _mm512_maddubs_epi16(_mm512_abs_epi8(q), y);
+            isum = _mm512_dpwssd_epi32(isum, p, scale_pairs(c0, c1));
+        }
+        let d = F::d(wb) * ab.d * F::FACTOR;
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
+    }
+    _mm512_reduce_add_ps(acc)
+}
+
+/// The 16-bit scales of two sub-blocks in the lanes of their `maddubs` pair sums: each
+/// 128-bit lane (16 weights) holds one group's scale.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn scale_pairs(c0: [i16; 2], c1: [i16; 2]) -> __m512i {
+    let (a0, a1) = (_mm_set1_epi16(c0[0]), _mm_set1_epi16(c0[1]));
+    let (b0, b1) = (_mm_set1_epi16(c1[0]), _mm_set1_epi16(c1[1]));
+    let lo = _mm256_setr_m128i(a0, a1);
+    let hi = _mm256_setr_m128i(b0, b1);
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }

@@ -91,35 +91,60 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     v.kernels(DType::IQ1_M, ActFormat::Q8K)
 }
 
-/// x86 variants: the four ternary grid rows of a sub-block gathered into one vector.
+/// x86 variants: the four ternary grid rows of a sub-block gathered by their 11-bit indices.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use std::arch::x86_64::*;
+
     use super::{BlockIq1M, Iq1M};
     use crate::quant::iq_grids::IQ1S_GRID;
     use crate::quant::q8_k::BlockQ8K;
-    use crate::quant::x86::iq::{ternary_dot_avx2, ternary_dot_avx512, TernarySimd};
+    use crate::quant::x86::iq::rows8;
+    use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
 
-    impl TernarySimd for Iq1M {
+    /// The four qh nibbles of sub-block `j`, nibble `l` at bits `4l..4l+4`.
+    #[inline(always)]
+    fn nibbles(b: &BlockIq1M, j: usize) -> u32 {
+        b.qh[2 * j] as u32 | (b.qh[2 * j + 1] as u32) << 8
+    }
+
+    impl GridSimd for Iq1M {
+        const TERNARY: bool = true;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn rows_avx2(b: &BlockIq1M, j: usize) -> __m256i {
+            let h = nibbles(b, j) as usize;
+            let idx = std::array::from_fn(|l| b.qs[4 * j + l] as usize | (h >> (4 * l) & 7) << 8);
+            rows8(&IQ1S_GRID, idx)
+        }
+
         #[inline(always)]
-        fn sub_block(b: &BlockIq1M, j: usize) -> ([u64; 4], [i8; 4], [i16; 2]) {
-            let nib = |m: usize| (b.qh[m / 2] >> (4 * (m % 2))) as usize;
-            let rows = std::array::from_fn(|l| {
-                let m = 4 * j + l;
-                IQ1S_GRID[b.qs[m] as usize | (nib(m) & 7) << 8]
-            });
-            let shifts = std::array::from_fn(|l| if nib(4 * j + l) & 8 != 0 { -1 } else { 1 });
+        fn signs(b: &BlockIq1M, j: usize) -> u32 {
+            let h = nibbles(b, j);
+            (0..4).fold(0, |m, l| {
+                if h >> (4 * l + 3) & 1 == 1 {
+                    m | 0xFF << (8 * l)
+                } else {
+                    m
+                }
+            })
+        }
+
+        #[inline(always)]
+        fn scales2(b: &BlockIq1M, j: usize) -> [i16; 2] {
             let scale = |g: usize| 2 * ((b.scales[g / 4] >> (3 * (g % 4))) & 7) as i16 + 1;
-            (rows, shifts, [scale(2 * j), scale(2 * j + 1)])
+            [scale(2 * j), scale(2 * j + 1)]
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
-        ternary_dot_avx2::<Iq1M>(w, a)
+        grid_dot_avx2::<Iq1M>(w, a)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(w: &[BlockIq1M], a: &[BlockQ8K]) -> f32 {
-        ternary_dot_avx512::<Iq1M>(w, a)
+        grid_dot_avx512::<Iq1M>(w, a)
     }
 }

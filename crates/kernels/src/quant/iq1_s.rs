@@ -91,34 +91,51 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     v.kernels(DType::IQ1_S, ActFormat::Q8K)
 }
 
-/// x86 variants: the four ternary grid rows of a sub-block gathered into one vector.
+/// x86 variants: the four ternary grid rows of a sub-block gathered by their 11-bit indices.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use std::arch::x86_64::*;
+
     use super::{BlockIq1S, Iq1S};
     use crate::quant::iq_grids::IQ1S_GRID;
     use crate::quant::q8_k::BlockQ8K;
-    use crate::quant::x86::iq::{ternary_dot_avx2, ternary_dot_avx512, TernarySimd};
+    use crate::quant::x86::iq::rows8;
+    use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
 
-    impl TernarySimd for Iq1S {
-        #[inline(always)]
-        fn sub_block(b: &BlockIq1S, j: usize) -> ([u64; 4], [i8; 4], [i16; 2]) {
+    impl GridSimd for Iq1S {
+        const TERNARY: bool = true;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn rows_avx2(b: &BlockIq1S, j: usize) -> __m256i {
             let h = b.qh[j] as usize;
-            let rows = std::array::from_fn(|l| {
-                IQ1S_GRID[b.qs[4 * j + l] as usize | (h >> (3 * l) & 7) << 8]
-            });
-            let shift = if h & 0x8000 != 0 { -1 } else { 1 };
-            let s = 2 * ((h >> 12) & 7) as i16 + 1;
-            (rows, [shift; 4], [s, s])
+            let idx = std::array::from_fn(|l| b.qs[4 * j + l] as usize | (h >> (3 * l) & 7) << 8);
+            rows8(&IQ1S_GRID, idx)
+        }
+
+        #[inline(always)]
+        fn signs(b: &BlockIq1S, j: usize) -> u32 {
+            if b.qh[j] & 0x8000 != 0 {
+                u32::MAX
+            } else {
+                0
+            }
+        }
+
+        #[inline(always)]
+        fn scales2(b: &BlockIq1S, j: usize) -> [i16; 2] {
+            let s = 2 * ((b.qh[j] >> 12) & 7) as i16 + 1;
+            [s, s]
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
-        ternary_dot_avx2::<Iq1S>(w, a)
+        grid_dot_avx2::<Iq1S>(w, a)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(w: &[BlockIq1S], a: &[BlockQ8K]) -> f32 {
-        ternary_dot_avx512::<Iq1S>(w, a)
+        grid_dot_avx512::<Iq1S>(w, a)
     }
 }

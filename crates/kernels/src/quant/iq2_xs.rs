@@ -93,24 +93,39 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     v.kernels(DType::IQ2_XS, ActFormat::Q8K)
 }
 
-/// x86 variants: the four grid rows of a sub-block gathered into one vector.
+/// x86 variants: the four grid rows of a sub-block gathered by their 9-bit indices.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{group, scale, BlockIq2Xs, Iq2Xs};
+    use std::arch::x86_64::*;
+
+    use super::{scale, BlockIq2Xs, Iq2Xs};
+    use crate::quant::iq_grids::{IQ2XS_GRID, KSIGNS};
     use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::iq::rows8;
     use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
 
     impl GridSimd for Iq2Xs {
-        #[inline(always)]
-        fn sub_block(b: &BlockIq2Xs, j: usize) -> ([u64; 4], [u8; 4], [i16; 2]) {
-            let g: [(u64, u8); 4] = std::array::from_fn(|l| group(b, 4 * j + l));
-            let rows = g.map(|(r, _)| r);
-            let signs = g.map(|(_, s)| s);
-            (
-                rows,
-                signs,
-                [scale(b, 2 * j) as i16, scale(b, 2 * j + 1) as i16],
+        const TERNARY: bool = false;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn rows_avx2(b: &BlockIq2Xs, j: usize) -> __m256i {
+            rows8(
+                &IQ2XS_GRID,
+                std::array::from_fn(|l| b.qs[4 * j + l] as usize & 511),
             )
+        }
+
+        #[inline(always)]
+        fn signs(b: &BlockIq2Xs, j: usize) -> u32 {
+            u32::from_le_bytes(std::array::from_fn(|l| {
+                KSIGNS[b.qs[4 * j + l] as usize >> 9]
+            }))
+        }
+
+        #[inline(always)]
+        fn scales2(b: &BlockIq2Xs, j: usize) -> [i16; 2] {
+            [scale(b, 2 * j) as i16, scale(b, 2 * j + 1) as i16]
         }
     }
 

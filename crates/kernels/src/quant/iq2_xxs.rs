@@ -93,22 +93,38 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     v.kernels(DType::IQ2_XXS, ActFormat::Q8K)
 }
 
-/// x86 variants: the four grid rows of a sub-block gathered into one vector.
+/// x86 variants: the four grid rows of a sub-block gathered by their byte indices.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use std::arch::x86_64::*;
+
     use super::{words, BlockIq2Xxs, Iq2Xxs};
     use crate::quant::iq_grids::{IQ2XXS_GRID, KSIGNS};
     use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::iq::rows8;
     use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
 
     impl GridSimd for Iq2Xxs {
+        const TERNARY: bool = false;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn rows_avx2(b: &BlockIq2Xxs, j: usize) -> __m256i {
+            rows8(&IQ2XXS_GRID, words(b, j).0.to_le_bytes().map(usize::from))
+        }
+
         #[inline(always)]
-        fn sub_block(b: &BlockIq2Xxs, j: usize) -> ([u64; 4], [u8; 4], [i16; 2]) {
-            let (aux0, aux1) = words(b, j);
-            let rows = std::array::from_fn(|l| IQ2XXS_GRID[(aux0 >> (8 * l)) as usize & 0xFF]);
-            let signs = std::array::from_fn(|l| KSIGNS[(aux1 >> (7 * l)) as usize & 0x7F]);
-            let s = 2 * (aux1 >> 28) as i16 + 1;
-            (rows, signs, [s, s])
+        fn signs(b: &BlockIq2Xxs, j: usize) -> u32 {
+            let aux1 = words(b, j).1;
+            u32::from_le_bytes(std::array::from_fn(|l| {
+                KSIGNS[(aux1 >> (7 * l)) as usize & 0x7F]
+            }))
+        }
+
+        #[inline(always)]
+        fn scales2(b: &BlockIq2Xxs, j: usize) -> [i16; 2] {
+            let s = 2 * (words(b, j).1 >> 28) as i16 + 1;
+            [s, s]
         }
     }
 

@@ -88,42 +88,56 @@ pub fn vec_dot_ref(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
     grid_quant::vec_dot::<Iq3S>(w, a)
 }
 
-/// The fastest IQ3_S kernels `isa` can run (capped to what this CPU supports).
+/// The fastest IQ3_S kernels `isa` can run (capped to what this CPU supports). AVX-512 CPUs
+/// run the AVX2 kernel: with explicit sign bytes, the AVX-512 form measured slower.
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq3S>(),
         avx2: { kquant_vec_dot: x86::vec_dot_avx2 },
-        avx512: { kquant_vec_dot: x86::vec_dot_avx512 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx2 },
     );
     v.kernels(DType::IQ3_S, ActFormat::Q8K)
 }
 
-/// x86 variants: pairs of 4-wide grid rows gathered as 8-byte rows.
+/// x86 variants: the eight 4-byte grid rows of a sub-block gathered by their 9-bit indices.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{row, scale, BlockIq3S, Iq3S};
+    use std::arch::x86_64::*;
+
+    use super::{scale, BlockIq3S, Iq3S};
+    use crate::quant::iq_grids::IQ3S_GRID;
     use crate::quant::q8_k::BlockQ8K;
-    use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
+    use crate::quant::x86::iq::{bytes8, gather4};
+    use crate::quant::x86::iq::{grid_dot_avx2, GridSimd};
 
     impl GridSimd for Iq3S {
+        const TERNARY: bool = false;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn rows_avx2(b: &BlockIq3S, j: usize) -> __m256i {
+            let lo = bytes8(std::array::from_fn(|k| b.qs[8 * j + k]));
+            let bit = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let hi = _mm256_srlv_epi32(_mm256_set1_epi32(b.qh[j] as i32), bit);
+            let hi = _mm256_slli_epi32::<8>(_mm256_and_si256(hi, _mm256_set1_epi32(1)));
+            // SAFETY: indices are 8 + 1 bits, below 512, the grid's length.
+            unsafe { gather4(&IQ3S_GRID, _mm256_or_si256(lo, hi)) }
+        }
+
         #[inline(always)]
-        fn sub_block(b: &BlockIq3S, j: usize) -> ([u64; 4], [u8; 4], [i16; 2]) {
-            let rows = std::array::from_fn(|l| {
-                row(b, j, 2 * l) as u64 | (row(b, j, 2 * l + 1) as u64) << 32
-            });
-            let signs = std::array::from_fn(|l| b.signs[4 * j + l]);
+        fn signs(b: &BlockIq3S, j: usize) -> u32 {
+            u32::from_le_bytes(std::array::from_fn(|l| b.signs[4 * j + l]))
+        }
+
+        #[inline(always)]
+        fn scales2(b: &BlockIq3S, j: usize) -> [i16; 2] {
             let s = scale(b, j) as i16;
-            (rows, signs, [s, s])
+            [s, s]
         }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
         grid_dot_avx2::<Iq3S>(w, a)
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn vec_dot_avx512(w: &[BlockIq3S], a: &[BlockQ8K]) -> f32 {
-        grid_dot_avx512::<Iq3S>(w, a)
     }
 }

@@ -90,26 +90,40 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     v.kernels(DType::IQ3_XXS, ActFormat::Q8K)
 }
 
-/// x86 variants: pairs of 4-wide grid rows gathered as 8-byte rows.
+/// x86 variants: the eight 4-byte grid rows of a sub-block gathered by their byte indices.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use std::arch::x86_64::*;
+
     use super::{word, BlockIq3Xxs, Iq3Xxs};
     use crate::quant::iq_grids::{IQ3XXS_GRID, KSIGNS};
     use crate::quant::q8_k::BlockQ8K;
+    use crate::quant::x86::iq::{bytes8, gather4};
     use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
 
     impl GridSimd for Iq3Xxs {
+        const TERNARY: bool = false;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn rows_avx2(b: &BlockIq3Xxs, j: usize) -> __m256i {
+            let idx = bytes8(std::array::from_fn(|k| b.qs[8 * j + k]));
+            // SAFETY: byte indices are below 256, the grid's length.
+            unsafe { gather4(&IQ3XXS_GRID, idx) }
+        }
+
         #[inline(always)]
-        fn sub_block(b: &BlockIq3Xxs, j: usize) -> ([u64; 4], [u8; 4], [i16; 2]) {
+        fn signs(b: &BlockIq3Xxs, j: usize) -> u32 {
             let w = word(b, j);
-            let q = &b.qs[8 * j..8 * j + 8];
-            let rows = std::array::from_fn(|l| {
-                IQ3XXS_GRID[q[2 * l] as usize] as u64
-                    | (IQ3XXS_GRID[q[2 * l + 1] as usize] as u64) << 32
-            });
-            let signs = std::array::from_fn(|l| KSIGNS[(w >> (7 * l)) as usize & 0x7F]);
-            let s = 2 * (w >> 28) as i16 + 1;
-            (rows, signs, [s, s])
+            u32::from_le_bytes(std::array::from_fn(|l| {
+                KSIGNS[(w >> (7 * l)) as usize & 0x7F]
+            }))
+        }
+
+        #[inline(always)]
+        fn scales2(b: &BlockIq3Xxs, j: usize) -> [i16; 2] {
+            let s = 2 * (word(b, j) >> 28) as i16 + 1;
+            [s, s]
         }
     }
 

@@ -1,10 +1,16 @@
 //! The dot products of the grid i-quants ([`GridQuant`]) with Q8_K activations.
 //!
-//! A format hands over each sub-block of 32 weights as four 8-byte grid rows of magnitudes
-//! (unsigned), one sign byte per row (bit `k`: element `k` negative) and the integer scales
-//! of its two groups of 16 ([`GridSimd::sub_block`]). The signs are applied to the
-//! activations, which stay in `-127..=127`, so `maddubs(magnitude, ±a)` is exact (pairs sum
-//! to at most `2 * 63 * 127`); the scales multiply the 16-bit pair sums into 32-bit lanes.
+//! A format hands over each sub-block of 32 weights as one vector of its 32 grid bytes,
+//! gathered from the grid by the rows' indices ([`GridSimd::rows_avx2`]), the 32 sign bits
+//! and the integer scales of its two groups of 16. Two kinds of grid bytes:
+//!
+//! * magnitudes (IQ2_*, IQ3_*, unsigned): the signs are applied to the activations, which
+//!   stay in `-127..=127`, so `maddubs(magnitude, ±a)` is exact (pairs sum to at most
+//!   `2 * 63 * 127`);
+//! * ternary values `g` (IQ1_*, with no sign bits): the quants `8 g ± 1` are built in the
+//!   register, then multiplied as `|q| * sign(a, q)` (`|q| <= 9`).
+//!
+//! The scales then multiply the 16-bit pair sums into 32-bit lanes (`madd`, or `vpdpwssd`).
 use std::arch::x86_64::*;
 
 use super::load::{load256, load512};
@@ -14,34 +20,80 @@ use crate::quant::q8_k::BlockQ8K;
 
 /// A grid i-quant's sub-blocks, in the form the SIMD kernels take.
 pub(crate) trait GridSimd: GridQuant {
-    /// Sub-block `j` (0..8) of `b`: its four grid rows (magnitudes, byte `k` = element `k`
-    /// of the row), their sign bytes, and the scale multipliers of its two groups of 16.
-    fn sub_block(b: &Self::Block, j: usize) -> ([u64; 4], [u8; 4], [i16; 2]);
+    /// Whether the grid bytes are ternary values `g` (quants `8 g ± 1`, the sign bits give
+    /// the `-` shifts) rather than magnitudes (the sign bits negate).
+    const TERNARY: bool;
+
+    /// The 32 grid bytes of sub-block `j` (0..8) of `b`, in element order.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
+    unsafe fn rows_avx2(b: &Self::Block, j: usize) -> __m256i;
+
+    /// Bit `k` set: element `k` of sub-block `j` is negated (magnitudes) or has the shift
+    /// `-1` (ternary).
+    fn signs(b: &Self::Block, j: usize) -> u32;
+
+    /// The scale multipliers of the two groups of 16 of sub-block `j`.
+    fn scales2(b: &Self::Block, j: usize) -> [i16; 2];
 }
 
-/// `±1` bytes for every sign byte: byte `k` of entry `s` is `-1` if bit `k` of `s` is set.
-static SIGN_BYTES: [u64; 256] = sign_bytes();
-
-const fn sign_bytes() -> [u64; 256] {
-    let mut t = [0u64; 256];
-    let mut s = 0;
-    while s < 256 {
-        let mut k = 0;
-        while k < 8 {
-            let byte: u64 = if (s >> k) & 1 == 1 { 0xFF } else { 0x01 };
-            t[s] |= byte << (8 * k);
-            k += 1;
-        }
-        s += 1;
-    }
-    t
-}
-
-/// Four u64 lanes, lane `l` = `v[l]`.
+/// 8 indices gathered from a 4-byte-entry grid: 32 bytes.
+///
+/// # Safety
+/// The CPU has AVX2; every lane of `idx` is an index into `grid`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn lanes(v: [u64; 4]) -> __m256i {
-    _mm256_setr_epi64x(v[0] as i64, v[1] as i64, v[2] as i64, v[3] as i64)
+pub(crate) unsafe fn gather4(grid: &[u32], idx: __m256i) -> __m256i {
+    // SAFETY: the caller guarantees that every index is in bounds of `grid`.
+    unsafe { _mm256_i32gather_epi32::<4>(grid.as_ptr().cast(), idx) }
+}
+
+/// Rows `idx` of an 8-byte-entry grid: 32 bytes. (Four scalar loads beat a 4-lane gather.)
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn rows8(grid: &[u64], idx: [usize; 4]) -> __m256i {
+    let r = idx.map(|i| grid[i] as i64);
+    _mm256_setr_epi64x(r[0], r[1], r[2], r[3])
+}
+
+/// The eight bytes `b` as eight u32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn bytes8(b: [u8; 8]) -> __m256i {
+    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(b)))
+}
+
+/// The 32 bits of `bits` as bytes: `-1` where set, `+1` where clear.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sign_bytes(bits: u32) -> __m256i {
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, select), select);
+    _mm256_or_si256(set, _mm256_set1_epi8(1))
+}
+
+/// The grid bytes of sub-block `j` as an unsigned operand of `maddubs` and the activation
+/// bytes `y` as its signed operand, with the sign bits applied.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn operands<F: GridSimd>(b: &F::Block, j: usize, y: __m256i) -> (__m256i, __m256i) {
+    // SAFETY: this function's features are the ones `rows_avx2` needs.
+    let g = unsafe { F::rows_avx2(b, j) };
+    let s = sign_bytes(F::signs(b, j));
+    if F::TERNARY {
+        // 8 g per byte: a 16-bit shift, the bits it moves across bytes masked off.
+        let g8 = _mm256_and_si256(_mm256_slli_epi16::<3>(g), _mm256_set1_epi8(-8));
+        let q = _mm256_add_epi8(g8, s);
+        (_mm256_abs_epi8(q), _mm256_sign_epi8(y, q))
+    } else {
+        (g, _mm256_sign_epi8(y, s))
+    }
 }
 
 /// The AVX2 dot product of a row of format `F` with a Q8_K row of as many blocks.
@@ -58,13 +110,10 @@ pub(crate) fn grid_dot_avx2<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 
     for (wb, ab) in w.iter().zip(a) {
         let mut isum = _mm256_setzero_si256();
         for j in 0..8 {
-            let (rows, signs, s) = F::sub_block(wb, j);
-            let mag = lanes(rows);
-            let sg = lanes(signs.map(|b| SIGN_BYTES[b as usize]));
-            let y = _mm256_sign_epi8(load256(&ab.qs, 32 * j), sg);
-            let p = _mm256_maddubs_epi16(mag, y);
+            let (x, y) = operands::<F>(wb, j, load256(&ab.qs, 32 * j));
+            let s = F::scales2(wb, j);
             let sc = _mm256_setr_m128i(_mm_set1_epi16(s[0]), _mm_set1_epi16(s[1]));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), sc));
         }
         let d = F::d(wb) * ab.d * F::FACTOR;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
@@ -72,8 +121,8 @@ pub(crate) fn grid_dot_avx2<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 
     hsum256(acc)
 }
 
-/// The AVX-512 VNNI dot product: two sub-blocks (64 weights) per register, the signs as a
-/// negation mask on the activations, the scales applied by `vpdpwssd`.
+/// The AVX-512 VNNI dot product: two sub-blocks (64 weights) per register, the sign bits
+/// used directly as a byte mask, the scales applied by `vpdpwssd`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn grid_dot_avx512<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 {
@@ -88,23 +137,28 @@ pub(crate) fn grid_dot_avx512<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f3
     for (wb, ab) in w.iter().zip(a) {
         let mut isum = _mm512_setzero_si512();
         for jj in 0..4 {
-            let (r0, s0, c0) = F::sub_block(wb, 2 * jj);
-            let (r1, s1, c1) = F::sub_block(wb, 2 * jj + 1);
-            let mag = _mm512_setr_epi64(
-                r0[0] as i64,
-                r0[1] as i64,
-                r0[2] as i64,
-                r0[3] as i64,
-                r1[0] as i64,
-                r1[1] as i64,
-                r1[2] as i64,
-                r1[3] as i64,
-            );
-            let mask = u64::from_le_bytes([s0[0], s0[1], s0[2], s0[3], s1[0], s1[1], s1[2], s1[3]]);
+            let (j0, j1) = (2 * jj, 2 * jj + 1);
+            // SAFETY: this function's features include the ones `rows_avx2` needs.
+            let g = unsafe { join(F::rows_avx2(wb, j0), F::rows_avx2(wb, j1)) };
+            let mask = F::signs(wb, j0) as u64 | (F::signs(wb, j1) as u64) << 32;
             let y = load512(&ab.qs, 64 * jj);
-            let y = _mm512_mask_sub_epi8(y, mask, zero, y);
-            let p = _mm512_maddubs_epi16(mag, y);
-            isum = _mm512_dpwssd_epi32(isum, p, scale_pairs(c0, c1));
+            let (x, y) = if F::TERNARY {
+                // q = 8 g + 1, or 8 g - 1 where the bit is set; then |q| * sign(a, q).
+                let g8 = _mm512_and_si512(_mm512_slli_epi16::<3>(g), _mm512_set1_epi8(-8));
+                let one = _mm512_set1_epi8(1);
+                let q = _mm512_mask_blend_epi8(
+                    mask,
+                    _mm512_add_epi8(g8, one),
+                    _mm512_sub_epi8(g8, one),
+                );
+                let neg = _mm512_movepi8_mask(q);
+                (_mm512_abs_epi8(q), _mm512_mask_sub_epi8(y, neg, zero, y))
+            } else {
+                (g, _mm512_mask_sub_epi8(y, mask, zero, y))
+            };
+            let p = _mm512_maddubs_epi16(x, y);
+            let sc = scale_pairs(F::scales2(wb, j0), F::scales2(wb, j1));
+            isum = _mm512_dpwssd_epi32(isum, p, sc);
         }
         let d = F::d(wb) * ab.d * F::FACTOR;
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
@@ -112,91 +166,11 @@ pub(crate) fn grid_dot_avx512<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f3
     _mm512_reduce_add_ps(acc)
 }
 
-/// A ternary grid i-quant (IQ1_S, IQ1_M): quants `8 g + shift`, `g` in `{-1, 0, 1}` from the
-/// grid and `shift = ±1` per row, in the form the SIMD kernels take.
-pub(crate) trait TernarySimd: GridQuant {
-    /// Sub-block `j` (0..8) of `b`: its four grid rows (signed bytes `g`), the shift of each
-    /// row, and the scale multipliers of its two groups of 16.
-    fn sub_block(b: &Self::Block, j: usize) -> ([u64; 4], [i8; 4], [i16; 2]);
-}
-
-/// The eight bytes of a row all equal to `s`.
-#[inline(always)]
-fn splat8(s: i8) -> u64 {
-    s as u8 as u64 * 0x0101_0101_0101_0101
-}
-
-/// The quants `8 g + shift` of a sub-block: `g << 3` per byte (the bits a 16-bit shift
-/// moves across bytes are masked off), plus the shifts.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn ternary_quants_avx2(rows: [u64; 4], shifts: [i8; 4]) -> __m256i {
-    let g8 = _mm256_and_si256(
-        _mm256_slli_epi16::<3>(lanes(rows)),
-        _mm256_set1_epi8(0xF8u8 as i8),
-    );
-    _mm256_add_epi8(g8, lanes(shifts.map(splat8)))
-}
-
-/// The AVX2 dot product of a ternary format's row with a Q8_K row of as many blocks:
-/// `|q| * sign(a, q)` by `maddubs` (exact: `|q| <= 9`), the scales by `madd`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn ternary_dot_avx2<F: TernarySimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 {
-    assert_eq!(
-        w.len(),
-        a.len(),
-        "{} vec_dot: block count mismatch",
-        F::DTYPE
-    );
-    let mut acc = _mm256_setzero_ps();
-    for (wb, ab) in w.iter().zip(a) {
-        let mut isum = _mm256_setzero_si256();
-        for j in 0..8 {
-            let (rows, shifts, s) = F::sub_block(wb, j);
-            let q = ternary_quants_avx2(rows, shifts);
-            let y = _mm256_sign_epi8(load256(&ab.qs, 32 * j), q);
-            let p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), y);
-            let sc = _mm256_setr_m128i(_mm_set1_epi16(s[0]), _mm_set1_epi16(s[1]));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, sc));
-        }
-        let d = F::d(wb) * ab.d * F::FACTOR;
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-    }
-    hsum256(acc)
-}
-
-/// The AVX-512 VNNI dot product of a ternary format: two sub-blocks per register, the
-/// activations negated where `q < 0`, the scales applied by `vpdpwssd`.
+/// `lo` and `hi` as the two halves of one register.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) fn ternary_dot_avx512<F: TernarySimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 {
-    assert_eq!(
-        w.len(),
-        a.len(),
-        "{} vec_dot: block count mismatch",
-        F::DTYPE
-    );
-    let zero = _mm512_setzero_si512();
-    let mut acc = _mm512_setzero_ps();
-    for (wb, ab) in w.iter().zip(a) {
-        let mut isum = _mm512_setzero_si512();
-        for jj in 0..4 {
-            let (r0, h0, c0) = F::sub_block(wb, 2 * jj);
-            let (r1, h1, c1) = F::sub_block(wb, 2 * jj + 1);
-            let q = _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(ternary_quants_avx2(r0, h0)),
-                ternary_quants_avx2(r1, h1),
-            );
-            let y = load512(&ab.qs, 64 * jj);
-            let y = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(q), zero, y);
-            let p = _mm512_maddubs_epi16(_mm512_abs_epi8(q), y);
-            isum = _mm512_dpwssd_epi32(isum, p, scale_pairs(c0, c1));
-        }
-        let d = F::d(wb) * ab.d * F::FACTOR;
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(isum), acc);
-    }
-    _mm512_reduce_add_ps(acc)
+fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
 /// The 16-bit scales of two sub-blocks in the lanes of their `maddubs` pair sums: each
@@ -204,9 +178,7 @@ pub(crate) fn ternary_dot_avx512<F: TernarySimd>(w: &[F::Block], a: &[BlockQ8K])
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn scale_pairs(c0: [i16; 2], c1: [i16; 2]) -> __m512i {
-    let (a0, a1) = (_mm_set1_epi16(c0[0]), _mm_set1_epi16(c0[1]));
-    let (b0, b1) = (_mm_set1_epi16(c1[0]), _mm_set1_epi16(c1[1]));
-    let lo = _mm256_setr_m128i(a0, a1);
-    let hi = _mm256_setr_m128i(b0, b1);
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    let lo = _mm256_setr_m128i(_mm_set1_epi16(c0[0]), _mm_set1_epi16(c0[1]));
+    let hi = _mm256_setr_m128i(_mm_set1_epi16(c1[0]), _mm_set1_epi16(c1[1]));
+    join(lo, hi)
 }

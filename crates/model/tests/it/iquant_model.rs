@@ -176,11 +176,17 @@ fn write_models(dtype: DType) -> [PathBuf; 2] {
 
 fn check_type(dtype: DType) {
     let [qpath, fpath] = write_models(dtype);
+    compare_models(dtype, &qpath, &fpath);
+}
+
+/// Run the quantized and the F32 model on the same tokens (then delete both files) and
+/// check the tolerance.
+fn compare_models(dtype: DType, qpath: &std::path::Path, fpath: &std::path::Path) {
     let ids: Vec<u32> = vec![1, 17, 42, 99, 200, 5, 300, 77, 150, 9, 250, 33];
-    let (ql, vocab) = teacher_forced_logits(&mut runner(load(&qpath), 16), &ids);
-    let (fl, fvocab) = teacher_forced_logits(&mut runner(load(&fpath), 16), &ids);
-    let _ = std::fs::remove_file(&qpath);
-    let _ = std::fs::remove_file(&fpath);
+    let (ql, vocab) = teacher_forced_logits(&mut runner(load(qpath), 16), &ids);
+    let (fl, fvocab) = teacher_forced_logits(&mut runner(load(fpath), 16), &ids);
+    let _ = std::fs::remove_file(qpath);
+    let _ = std::fs::remove_file(fpath);
     assert_eq!(
         (ql.len(), vocab),
         (fl.len(), fvocab),
@@ -224,4 +230,57 @@ model_tests! {
     iq1_s_model_matches_dequantized_f32: DType::IQ1_S,
     iq1_m_model_matches_dequantized_f32: DType::IQ1_M,
     mxfp4_model_matches_dequantized_f32: DType::MXFP4,
+}
+
+/// gpt-oss's layout: the experts of a mixture-of-experts model in MXFP4. The tiny-mixtral
+/// fixture with its F16 expert tensors quantized to MXFP4 by the reference quantizer runs
+/// within the same tolerance of the fixture with those experts dequantized back to F32.
+#[test]
+fn mxfp4_experts_match_dequantized_f32() {
+    let base = GgufFile::open(&fixtures().join("tiny-mixtral.gguf")).expect("fixture opens");
+    let mut quant = GgufWriter::new();
+    let mut float = GgufWriter::new();
+    for w in [&mut quant, &mut float] {
+        for (k, v) in base.metadata() {
+            w.add_metadata(k, v.clone()).unwrap();
+        }
+    }
+    let mut experts = 0;
+    for info in base.tensors() {
+        let bytes = base.tensor_data(info).expect("tensor data").to_vec();
+        let shape = info.shape();
+        if !info.name.ends_with("_exps.weight") {
+            quant
+                .add_tensor(&info.name, info.dtype, &shape, bytes.clone())
+                .unwrap();
+            float
+                .add_tensor(&info.name, info.dtype, &shape, bytes)
+                .unwrap();
+            continue;
+        }
+        experts += 1;
+        let mut values = vec![0f32; info.n_elements() as usize];
+        dequantize_row(info.dtype, &bytes, &mut values);
+        let q: Vec<u8> =
+            bytemuck::cast_slice(&kestrel_kernels::quant::mxfp4::quantize_ref(&values)).to_vec();
+        let mut back = vec![0f32; values.len()];
+        dequantize_row(DType::MXFP4, &q, &mut back);
+        quant
+            .add_tensor(&info.name, DType::MXFP4, &shape, q)
+            .unwrap();
+        float
+            .add_tensor(&info.name, DType::F32, &shape, f32_bytes(&back))
+            .unwrap();
+    }
+    assert_eq!(experts, 6, "gate, up and down experts of two layers");
+    let dir = std::env::temp_dir();
+    let [qpath, fpath] = [(quant, "q"), (float, "f32")].map(|(w, kind)| {
+        let path = dir.join(format!(
+            "kestrel-mxfp4-moe-{}-{kind}.gguf",
+            std::process::id()
+        ));
+        w.write(&mut std::fs::File::create(&path).unwrap()).unwrap();
+        path
+    });
+    compare_models(DType::MXFP4, &qpath, &fpath);
 }

@@ -92,8 +92,8 @@ pub fn vec_dot_ref(w: &[BlockIq2S], a: &[BlockQ8K]) -> f32 {
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq2S>(),
-        avx2: { kquant_vec_dot: x86::vec_dot_avx2 },
-        avx512: { kquant_vec_dot: x86::vec_dot_avx2 },
+        avx2: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
     );
     v.kernels(DType::IQ2_S, ActFormat::Q8K)
 }
@@ -107,7 +107,8 @@ mod x86 {
     use crate::quant::iq_grids::IQ2S_GRID;
     use crate::quant::q8_k::BlockQ8K;
     use crate::quant::x86::iq::rows8;
-    use crate::quant::x86::iq::{grid_dot_avx2, GridSimd};
+    use crate::quant::x86::iq::{grid_dot_avx2, grid_tile_avx2, GridSimd};
+    use crate::quant::TILE;
 
     impl GridSimd for Iq2S {
         const TERNARY: bool = false;
@@ -134,5 +135,10 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockIq2S], a: &[BlockQ8K]) -> f32 {
         grid_dot_avx2::<Iq2S>(w, a)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+        grid_tile_avx2::<Iq2S>(n, w, a)
     }
 }

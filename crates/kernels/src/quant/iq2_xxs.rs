@@ -87,8 +87,8 @@ pub fn vec_dot_ref(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq2Xxs>(),
-        avx2: { kquant_vec_dot: x86::vec_dot_avx2 },
-        avx512: { kquant_vec_dot: x86::vec_dot_avx512 },
+        avx2: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx512, vec_dot_tile: x86::tile_avx2 },
     );
     v.kernels(DType::IQ2_XXS, ActFormat::Q8K)
 }
@@ -102,7 +102,8 @@ mod x86 {
     use crate::quant::iq_grids::{IQ2XXS_GRID, KSIGNS};
     use crate::quant::q8_k::BlockQ8K;
     use crate::quant::x86::iq::rows8;
-    use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, GridSimd};
+    use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, grid_tile_avx2, GridSimd};
+    use crate::quant::TILE;
 
     impl GridSimd for Iq2Xxs {
         const TERNARY: bool = false;
@@ -131,6 +132,11 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(w: &[BlockIq2Xxs], a: &[BlockQ8K]) -> f32 {
         grid_dot_avx2::<Iq2Xxs>(w, a)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
+        grid_tile_avx2::<Iq2Xxs>(n, w, a)
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

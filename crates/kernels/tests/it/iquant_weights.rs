@@ -9,6 +9,7 @@
 //!   activations): the variants keep the integer sums exact and differ only in the order of
 //!   the `f32` additions.
 //! * reference vs f64 dot of the dequantized rows: the same `1e-6 * M`.
+//! * multi-row (tile) kernels: each result within `1e-6 * M` of the reference dot of its pair.
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;
@@ -16,6 +17,7 @@ use kestrel_kernels::cpu::Isa;
 use kestrel_kernels::quant::act::quantize_q8_0_ref;
 use kestrel_kernels::quant::q8_0::{self, BlockQ8_0};
 use kestrel_kernels::quant::q8_k::{self, BlockQ8K, QK_K};
+use kestrel_kernels::quant::TILE;
 use kestrel_kernels::quant::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, mxfp4};
 use kestrel_kernels::{ActFormat, DType, TypeKernels};
 use rand::{Rng, SeedableRng};
@@ -250,11 +252,51 @@ fn reference_dot_is_dequantized_dot<T: IQuant>() {
     }
 }
 
+/// Every variant's multi-row kernel (where it has one): each of the `TILE × TILE` results
+/// against the reference dot of its (weight row, activation row) pair, rows all different.
+fn tiles_match_reference<T: IQuant>() {
+    let mut rng = ChaCha8Rng::seed_from_u64(500 + T::DTYPE as u64);
+    for nb in [1usize, 3, 8] {
+        let w: Vec<Vec<T::Block>> = (0..TILE)
+            .map(|_| random_blocks::<T>(&mut rng, nb))
+            .collect();
+        let a: Vec<Vec<T::Act>> = (0..TILE).map(|_| random_acts::<T>(&mut rng, nb)).collect();
+        let wb: [&[u8]; TILE] = std::array::from_fn(|r| bytemuck::cast_slice(&w[r]));
+        let ab: [&[u8]; TILE] = std::array::from_fn(|j| bytemuck::cast_slice(&a[j]));
+        let mut tested = 0;
+        for isa in Isa::available() {
+            let Some(tile) = T::kernels(isa).vec_dot_tile else {
+                continue;
+            };
+            tested += 1;
+            let got = tile(nb * T::QK, wb, ab);
+            for (j, row) in got.iter().enumerate() {
+                for (r, &g) in row.iter().enumerate() {
+                    let want = T::vec_dot_ref(&w[r], &a[j]);
+                    let tol = 1e-6 * dequantized_dot::<T>(&w[r], &a[j]).0 + 1e-30;
+                    assert!(
+                        (g as f64 - want as f64).abs() <= tol,
+                        "{:?} {isa:?} nb={nb} tile[{j}][{r}]: {g} vs ref {want}",
+                        T::DTYPE
+                    );
+                }
+            }
+        }
+        let simd = Isa::available().into_iter().any(|i| i != Isa::Scalar);
+        assert!(
+            tested > 0 || !simd || T::DTYPE == DType::MXFP4,
+            "{:?}: the SIMD variants have a tile kernel",
+            T::DTYPE
+        );
+    }
+}
+
 macro_rules! iquant_tests {
     ($ty:ty, $variants:ident, $deq_dot:ident) => {
         #[test]
         fn $variants() {
             variants_match_reference::<$ty>();
+            tiles_match_reference::<$ty>();
         }
         #[test]
         fn $deq_dot() {

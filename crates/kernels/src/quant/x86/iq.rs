@@ -16,7 +16,8 @@ use std::arch::x86_64::*;
 use super::load::{load256, load512};
 use super::reduce::hsum256;
 use crate::quant::grid_quant::GridQuant;
-use crate::quant::q8_k::BlockQ8K;
+use crate::quant::q8_k::{split_row, BlockQ8K};
+use crate::quant::TILE;
 
 /// A grid i-quant's sub-blocks, in the form the SIMD kernels take.
 pub(crate) trait GridSimd: GridQuant {
@@ -78,11 +79,11 @@ fn sign_bytes(bits: u32) -> __m256i {
     _mm256_or_si256(set, _mm256_set1_epi8(1))
 }
 
-/// The grid bytes of sub-block `j` as an unsigned operand of `maddubs` and the activation
-/// bytes `y` as its signed operand, with the sign bits applied.
+/// Sub-block `j` of `b` as the unsigned operand of `maddubs` and the vector whose signs
+/// the activation bytes take (`_mm256_sign_epi8(a, signs)` is the signed operand).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn operands<F: GridSimd>(b: &F::Block, j: usize, y: __m256i) -> (__m256i, __m256i) {
+fn weights<F: GridSimd>(b: &F::Block, j: usize) -> (__m256i, __m256i) {
     // SAFETY: this function's features are the ones `rows_avx2` needs.
     let g = unsafe { F::rows_avx2(b, j) };
     let s = sign_bytes(F::signs(b, j));
@@ -90,10 +91,18 @@ fn operands<F: GridSimd>(b: &F::Block, j: usize, y: __m256i) -> (__m256i, __m256
         // 8 g per byte: a 16-bit shift, the bits it moves across bytes masked off.
         let g8 = _mm256_and_si256(_mm256_slli_epi16::<3>(g), _mm256_set1_epi8(-8));
         let q = _mm256_add_epi8(g8, s);
-        (_mm256_abs_epi8(q), _mm256_sign_epi8(y, q))
+        (_mm256_abs_epi8(q), q)
     } else {
-        (g, _mm256_sign_epi8(y, s))
+        (g, s)
     }
+}
+
+/// The scales of sub-block `j`'s two groups of 16, one per 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales_avx2<F: GridSimd>(b: &F::Block, j: usize) -> __m256i {
+    let s = F::scales2(b, j);
+    _mm256_setr_m128i(_mm_set1_epi16(s[0]), _mm_set1_epi16(s[1]))
 }
 
 /// The AVX2 dot product of a row of format `F` with a Q8_K row of as many blocks.
@@ -110,15 +119,58 @@ pub(crate) fn grid_dot_avx2<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f32 
     for (wb, ab) in w.iter().zip(a) {
         let mut isum = _mm256_setzero_si256();
         for j in 0..8 {
-            let (x, y) = operands::<F>(wb, j, load256(&ab.qs, 32 * j));
-            let s = F::scales2(wb, j);
-            let sc = _mm256_setr_m128i(_mm_set1_epi16(s[0]), _mm_set1_epi16(s[1]));
-            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), sc));
+            let (x, signs) = weights::<F>(wb, j);
+            let y = _mm256_sign_epi8(load256(&ab.qs, 32 * j), signs);
+            let p = _mm256_maddubs_epi16(x, y);
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scales_avx2::<F>(wb, j)));
         }
         let d = F::d(wb) * ab.d * F::FACTOR;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
     }
     hsum256(acc)
+}
+
+/// The AVX2 tile (`out[j][r]` = row `r` of `w` with row `j` of `a`, `n` weights each): each
+/// weight row's sub-blocks unpacked once for all [`TILE`] activation rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn grid_tile_avx2<F: GridSimd>(
+    n: usize,
+    w: [&[u8]; TILE],
+    a: [&[u8]; TILE],
+) -> [[f32; TILE]; TILE] {
+    let acts: [&[BlockQ8K]; TILE] = a.map(|ar| split_row::<F::Block>(n, w[0], ar).1);
+    let mut out = [[0f32; TILE]; TILE];
+    for (r, wr) in w.iter().enumerate() {
+        let col = dot_rows_avx2::<F>(split_row::<F::Block>(n, wr, a[0]).0, acts);
+        for (o, v) in out.iter_mut().zip(col) {
+            o[r] = v;
+        }
+    }
+    out
+}
+
+/// One weight row against [`TILE`] activation rows of as many blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_rows_avx2<F: GridSimd>(w: &[F::Block], a: [&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    let mut acc = [_mm256_setzero_ps(); TILE];
+    for (bi, wb) in w.iter().enumerate() {
+        let mut isum = [_mm256_setzero_si256(); TILE];
+        for j in 0..8 {
+            let (x, signs) = weights::<F>(wb, j);
+            let sc = scales_avx2::<F>(wb, j);
+            for (s, ar) in isum.iter_mut().zip(a) {
+                let y = _mm256_sign_epi8(load256(&ar[bi].qs, 32 * j), signs);
+                *s = _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), sc));
+            }
+        }
+        let dw = F::d(wb) * F::FACTOR;
+        for ((c, s), ar) in acc.iter_mut().zip(isum).zip(a) {
+            *c = _mm256_fmadd_ps(_mm256_set1_ps(dw * ar[bi].d), _mm256_cvtepi32_ps(s), *c);
+        }
+    }
+    acc.map(|v| hsum256(v))
 }
 
 /// The AVX-512 VNNI dot product: two sub-blocks (64 weights) per register, the sign bits

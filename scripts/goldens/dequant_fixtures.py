@@ -42,11 +42,20 @@ SCALE_OFFSETS = {
     T.Q3_K: [108],  # d is the last field
     T.IQ4_NL: [0],
     T.IQ4_XS: [0],  # d (scales_h after it is a bit field, left random)
+    T.IQ2_XXS: [0],
+    T.IQ2_XS: [0],
+    T.IQ2_S: [0],
+    T.IQ3_XXS: [0],
+    T.IQ3_S: [0],
+    T.IQ1_S: [0],
+    T.IQ1_M: [],  # d is split across the top nibbles of the scales (see synth_bytes)
+    T.MXFP4: [],  # an E8M0 exponent byte, not an f16 (see synth_bytes)
 }
 # New types go at the end: each case's seed is SEED + its index here, so appending keeps the
 # existing fixtures byte-identical.
 SUPPORTED = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K,
-             T.Q5_1, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS]
+             T.Q5_1, T.Q2_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S,
+             T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M, T.MXFP4]
 
 
 def write_case(name: str, qtype: T, raw: np.ndarray, values: np.ndarray, source: str, extra: dict) -> dict:
@@ -127,6 +136,17 @@ def synth_bytes(rng: np.random.Generator, qtype: T) -> np.ndarray:
     raw = rng.integers(0, 256, size=(n_blocks, type_size), dtype=np.uint16).astype(np.uint8)
     for off in SCALE_OFFSETS[qtype]:
         raw[:, off : off + 2] = sane_f16(rng, n_blocks).view(np.uint8).reshape(n_blocks, 2)
+    if qtype == T.IQ1_M:
+        # The four top nibbles of the u16 scales at offset 48, lowest first, hold d.
+        d = sane_f16(rng, n_blocks).view(np.uint16)
+        sc = raw[:, 48:56].copy().view(np.uint16)
+        for k in range(4):
+            sc[:, k] = (sc[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
+        raw[:, 48:56] = sc.view(np.uint8)
+    if qtype == T.MXFP4:
+        # Exponents that keep 12 * 2^(e - 128) finite, including the subnormal e = 0, 1.
+        raw[:, 0] = rng.integers(0, 200, size=n_blocks)
+        raw[:2, 0] = [0, 1]
     return raw
 
 

@@ -21,10 +21,20 @@ pub mod act;
 pub(crate) mod dispatch;
 pub mod float;
 pub mod format;
+pub(crate) mod grid_quant;
 pub mod int4;
 pub mod int8;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
 pub mod iq4_nl;
 pub mod iq4_xs;
+pub(crate) mod iq_grids;
+pub mod mxfp4;
 pub mod nf4;
 pub mod q2_k;
 pub mod q3_k;
@@ -67,9 +77,17 @@ pub enum DType {
     Q4_K = 12,
     Q5_K = 13,
     Q6_K = 14,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
     IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
     IQ4_XS = 23,
+    IQ1_M = 29,
     BF16 = 30,
+    MXFP4 = 39,
     INT8 = 1024,
     INT4_G32 = 1025,
     INT4_G64 = 1026,
@@ -80,7 +98,7 @@ pub enum DType {
 
 impl DType {
     /// Every supported type: the GGUF types, then Kestrel's own.
-    pub const ALL: [DType; 21] = [
+    pub const ALL: [DType; 29] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -96,6 +114,14 @@ impl DType {
         DType::Q6_K,
         DType::IQ4_NL,
         DType::IQ4_XS,
+        DType::IQ2_XXS,
+        DType::IQ2_XS,
+        DType::IQ2_S,
+        DType::IQ3_XXS,
+        DType::IQ3_S,
+        DType::IQ1_S,
+        DType::IQ1_M,
+        DType::MXFP4,
         DType::INT8,
         DType::INT4_G32,
         DType::INT4_G64,
@@ -119,9 +145,10 @@ impl DType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
-            DType::IQ4_NL => 32,
+            DType::IQ4_NL | DType::MXFP4 => 32,
             DType::Q2_K | DType::Q3_K | DType::Q4_K | DType::Q5_K | DType::Q6_K => 256,
-            DType::IQ4_XS => 256,
+            DType::IQ4_XS | DType::IQ2_XXS | DType::IQ2_XS | DType::IQ2_S => 256,
+            DType::IQ3_XXS | DType::IQ3_S | DType::IQ1_S | DType::IQ1_M => 256,
             DType::INT8 | DType::INT4_G32 => 32,
             DType::INT4_G64 | DType::NF4 | DType::NF4_DQ => 64,
             DType::INT4_G128 => 128,
@@ -145,6 +172,14 @@ impl DType {
             DType::Q6_K => 210,
             DType::IQ4_NL => 18,
             DType::IQ4_XS => 136,
+            DType::IQ2_XXS => 66,
+            DType::IQ2_XS => 74,
+            DType::IQ2_S => 82,
+            DType::IQ3_XXS => 98,
+            DType::IQ3_S => 110,
+            DType::IQ1_S => 50,
+            DType::IQ1_M => 56,
+            DType::MXFP4 => 17,
             DType::INT8 => 32,
             DType::INT4_G32 => 20,
             DType::INT4_G64 => 36,
@@ -209,6 +244,14 @@ impl DType {
             DType::Q6_K => "Q6_K",
             DType::IQ4_NL => "IQ4_NL",
             DType::IQ4_XS => "IQ4_XS",
+            DType::IQ2_XXS => "IQ2_XXS",
+            DType::IQ2_XS => "IQ2_XS",
+            DType::IQ2_S => "IQ2_S",
+            DType::IQ3_XXS => "IQ3_XXS",
+            DType::IQ3_S => "IQ3_S",
+            DType::IQ1_S => "IQ1_S",
+            DType::IQ1_M => "IQ1_M",
+            DType::MXFP4 => "MXFP4",
             DType::INT8 => "INT8",
             DType::INT4_G32 => "INT4_G32",
             DType::INT4_G64 => "INT4_G64",
@@ -230,12 +273,13 @@ impl std::fmt::Display for DType {
 pub enum ActFormat {
     /// Plain little-endian `f32` (for F32/F16/BF16 weights).
     F32,
-    /// Blocks of 32: `f16` scale + 32 × `i8` (34 bytes). Pairs with Q4_0, Q5_0, Q8_0, IQ4_NL.
+    /// Blocks of 32: `f16` scale + 32 × `i8` (34 bytes). Pairs with Q4_0, Q5_0, Q8_0, IQ4_NL,
+    /// MXFP4.
     Q8_0,
     /// Blocks of 32: `f16` scale, `f16` scale × sum of quants, 32 × `i8` (36 bytes). Pairs with Q4_1, Q5_1.
     Q8_1,
     /// Blocks of 256: `f32` scale, 256 × `i8`, 16 × `i16` sums of each 16 quants (292 bytes).
-    /// Pairs with the K-quants and IQ4_XS.
+    /// Pairs with the K-quants, IQ4_XS and the grid i-quants (IQ1_*, IQ2_*, IQ3_*).
     Q8K,
     /// One `f32` scale per row, then `n` × `i8` (`row_bytes(n) = 4 + n`): per-token dynamic
     /// int8, `scale = amax / 127`. Pairs with [`DType::INT8`] (W8A8).
@@ -330,6 +374,14 @@ impl TypeKernels {
             DType::Q6_K => q6_k::kernels(isa),
             DType::IQ4_NL => iq4_nl::kernels(isa),
             DType::IQ4_XS => iq4_xs::kernels(isa),
+            DType::IQ2_XXS => iq2_xxs::kernels(isa),
+            DType::IQ2_XS => iq2_xs::kernels(isa),
+            DType::IQ2_S => iq2_s::kernels(isa),
+            DType::IQ3_XXS => iq3_xxs::kernels(isa),
+            DType::IQ3_S => iq3_s::kernels(isa),
+            DType::IQ1_S => iq1_s::kernels(isa),
+            DType::IQ1_M => iq1_m::kernels(isa),
+            DType::MXFP4 => mxfp4::kernels(isa),
             DType::INT8 => int8::kernels(isa),
             DType::INT4_G32 => int4::kernels::<1>(isa),
             DType::INT4_G64 => int4::kernels::<2>(isa),

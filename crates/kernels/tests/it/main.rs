@@ -18,6 +18,7 @@ mod cpu_packed;
 mod cpu_threadpool;
 mod dequant_reference;
 mod gemv_rows;
+mod iquant_weights;
 mod kquant_q8k;
 mod kquant_weights;
 mod legacy_act;

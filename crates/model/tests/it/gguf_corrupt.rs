@@ -242,8 +242,8 @@ fn bad_alignment() {
 #[test]
 fn unknown_tensor_types() {
     for (id, what) in [
-        (16u32, "IQ2_XXS (ggml type 16)"),
-        (29, "IQ1_M (ggml type 29)"),
+        (34u32, "TQ1_0 (ggml type 34)"),
+        (28, "F64 (ggml type 28)"),
         (99, "unknown type id 99"),
         (u32::MAX, "unknown type id 4294967295"),
     ] {
@@ -298,6 +298,49 @@ fn bad_tensor_dims() {
         ),
         "{e}"
     );
+}
+
+/// The low-bit types: rows that are not whole 256-element (32 for MXFP4) blocks, and data
+/// shorter than the type and shape need, are typed errors.
+#[test]
+fn low_bit_tensors_of_the_wrong_size() {
+    for (id, block_size, block_bytes) in [
+        (16u32, 256usize, 66usize),
+        (17, 256, 74),
+        (18, 256, 98),
+        (19, 256, 50),
+        (21, 256, 110),
+        (22, 256, 82),
+        (29, 256, 56),
+        (39, 32, 17),
+    ] {
+        let ne0 = block_size as u64 + 16;
+        let raw = Raw::header(3, 1, 0)
+            .tensor("w", &[ne0, 2], id, 0)
+            .pad(32)
+            .zeros(4 * block_bytes);
+        let e = err(&raw);
+        assert!(
+            matches!(e, GgufError::NotBlockMultiple { ne0: n, block_size: b, .. }
+                if n == ne0 && b == block_size),
+            "type {id}: {e}"
+        );
+        let raw = Raw::header(3, 1, 0)
+            .tensor("w", &[block_size as u64, 3], id, 0)
+            .pad(32)
+            .zeros(3 * block_bytes - 1);
+        let e = err(&raw);
+        assert!(
+            matches!(e, GgufError::TensorOutOfBounds { size, .. } if size == 3 * block_bytes as u64),
+            "type {id}: {e}"
+        );
+        let raw = Raw::header(3, 1, 0)
+            .tensor("w", &[block_size as u64, 3], id, 0)
+            .pad(32)
+            .zeros(3 * block_bytes);
+        let file = raw.parse().unwrap_or_else(|e| panic!("type {id}: {e}"));
+        assert_eq!(file.tensors()[0].size_bytes, 3 * block_bytes as u64);
+    }
 }
 
 #[test]

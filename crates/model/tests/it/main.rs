@@ -29,6 +29,7 @@ mod golden_tiny_llama;
 mod golden_tiny_moe;
 mod golden_tiny_phi3;
 mod golden_tiny_qwen;
+mod iquant_model;
 mod kv_cache_dtype;
 mod kv_sliding_window;
 mod lora_refusals;

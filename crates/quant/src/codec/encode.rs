@@ -5,7 +5,7 @@
 
 use half::{bf16, f16};
 use kestrel_kernels::quant::{
-    int4, int8, iq4_nl, iq4_xs, nf4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q6_k, q8_0,
+    int4, int8, iq4_nl, iq4_xs, mxfp4, nf4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q6_k, q8_0,
 };
 use kestrel_kernels::DType;
 
@@ -22,7 +22,8 @@ type QuantizeRow = fn(&[f32], &mut [u8]);
 ///
 /// # Panics
 /// If `values.len()` is not a multiple of `dtype.block_size()` (callers pick a fitting type
-/// with `quantize::fitting_type`).
+/// with `quantize::fitting_type`), or `dtype` is one of the grid i-quants (IQ1_*, IQ2_*,
+/// IQ3_*), which Kestrel reads but has no quantizer for (`QuantMethod` refuses them).
 pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
     encode_rows(dtype, values, values.len())
 }
@@ -90,6 +91,14 @@ fn encode_blocks(dtype: DType, values: &[f32]) -> Vec<u8> {
         DType::IQ4_NL => bytemuck::cast_slice(&iq4_nl::quantize_ref(values)).to_vec(),
         DType::IQ4_XS => bytemuck::cast_slice(&iq4_xs::quantize_ref(values)).to_vec(),
         DType::NF4 => bytemuck::cast_slice(&nf4::quantize_ref(values)).to_vec(),
+        DType::MXFP4 => bytemuck::cast_slice(&mxfp4::quantize_ref(values)).to_vec(),
+        DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ3_XXS
+        | DType::IQ3_S
+        | DType::IQ1_S
+        | DType::IQ1_M => panic!("{dtype}: Kestrel has no quantizer for this type"),
         other => unreachable!("{other} is encoded row-wise by encode_rows"),
     }
 }

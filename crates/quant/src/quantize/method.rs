@@ -141,9 +141,36 @@ impl std::str::FromStr for QuantMethod {
             "awq" => Ok(QuantMethod::Awq),
             "gptq" => Ok(QuantMethod::Gptq),
             "nf4" => Ok(QuantMethod::Nf4),
-            _ => Err(QuantizeError::UnknownMethod(s.to_string())),
+            other => Err(match unsupported_target(other) {
+                Some((name, reason)) => QuantizeError::UnsupportedTarget { name, reason },
+                None => QuantizeError::UnknownMethod(s.to_string()),
+            }),
         }
     }
+}
+
+/// Why an importance-matrix type cannot be made here.
+const NEEDS_IMATRIX: &str = "it needs an importance matrix (as llama.cpp requires for IQ2_XXS, \
+     IQ2_XS, IQ2_S, IQ1_S and IQ1_M), which Kestrel does not compute; make it with llama.cpp's \
+     llama-quantize --imatrix";
+/// Why the other low-bit GGUF types cannot be made here.
+const NO_QUANTIZER: &str = "Kestrel has no quantizer for it (it needs no importance matrix); \
+     make it with llama.cpp's llama-quantize";
+
+/// The GGUF type and refusal reason of a lower-case target name that Kestrel loads but
+/// does not produce (the type names and llama.cpp's file-type names built on them).
+fn unsupported_target(name: &str) -> Option<(&'static str, &'static str)> {
+    Some(match name {
+        "iq2_xxs" => ("IQ2_XXS", NEEDS_IMATRIX),
+        "iq2_xs" => ("IQ2_XS", NEEDS_IMATRIX),
+        "iq2_s" | "iq2_m" => ("IQ2_S", NEEDS_IMATRIX),
+        "iq1_s" => ("IQ1_S", NEEDS_IMATRIX),
+        "iq1_m" => ("IQ1_M", NEEDS_IMATRIX),
+        "iq3_xxs" => ("IQ3_XXS", NO_QUANTIZER),
+        "iq3_s" | "iq3_xs" | "iq3_m" => ("IQ3_S", NO_QUANTIZER),
+        "mxfp4" | "mxfp4_moe" => ("MXFP4", NO_QUANTIZER),
+        _ => return None,
+    })
 }
 
 impl QuantMethod {
@@ -281,5 +308,34 @@ mod tests {
         );
         assert_eq!("Q4_K".parse::<QuantMethod>().unwrap(), QuantMethod::Q4_K);
         assert!("q3_k".parse::<QuantMethod>().is_err());
+    }
+
+    #[test]
+    fn low_bit_gguf_types_are_refused_with_the_reason() {
+        for (target, name, imatrix) in [
+            ("IQ2_XXS", "IQ2_XXS", true),
+            ("iq2_xs", "IQ2_XS", true),
+            ("IQ2_S", "IQ2_S", true),
+            ("iq1_s", "IQ1_S", true),
+            ("IQ1_M", "IQ1_M", true),
+            ("iq3_xxs", "IQ3_XXS", false),
+            ("IQ3_S", "IQ3_S", false),
+            ("mxfp4", "MXFP4", false),
+        ] {
+            let err = target.parse::<QuantMethod>().unwrap_err();
+            let QuantizeError::UnsupportedTarget { name: got, .. } = &err else {
+                panic!("{target}: {err:?}");
+            };
+            assert_eq!(*got, name);
+            let msg = err.to_string();
+            assert!(msg.contains(name), "{msg}");
+            assert_eq!(msg.contains("needs an importance matrix"), imatrix, "{msg}");
+            assert!(msg.contains("IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M") == imatrix);
+            assert!(msg.contains("produces q8_0, q4_0"), "{msg}");
+        }
+        assert!(matches!(
+            "iq9_q".parse::<QuantMethod>(),
+            Err(QuantizeError::UnknownMethod(_))
+        ));
     }
 }

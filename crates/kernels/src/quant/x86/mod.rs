@@ -5,6 +5,7 @@
 //! them require the features they enable, which the caller's own `#[target_feature]` (or the
 //! dispatch in [`super::dispatch`]) guarantees.
 
+pub(crate) mod iq;
 pub(crate) mod kscales;
 pub(crate) mod load;
 pub(crate) mod nibbles;

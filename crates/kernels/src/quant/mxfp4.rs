@@ -1,0 +1,181 @@
+//! [`DType::MXFP4`]: the OCP microscaling 4-bit float format: blocks of 32 E2M1 values
+//! (1 sign, 2 exponent, 1 mantissa bit) sharing one E8M0 power-of-two scale (17 bytes, 4.25
+//! bits per weight), gpt-oss's expert weight format. Multiplied with [`ActFormat::Q8_0`]
+//! activations.
+//!
+//! ```text
+//! offset 0: e   u8         E8M0 exponent: the block scales by 2^(e - 127)
+//! offset 1: qs  [u8; 16]   element j in the low nibble of qs[j], element j + 16 in the high
+//! total 17 bytes
+//!
+//! x[j] = 2^(e - 128) * KVALUES[nibble j]
+//! ```
+//!
+//! `KVALUES` are the E2M1 values doubled (0, ±0.5, ±1, ±1.5, ±2, ±3, ±4, ±6 times 2) so they
+//! are integers; the halved scale `2^(e - 128)` compensates. With integer quants the dot
+//! with a Q8_0 block is `2^(e - 128) * d_a * Σ KVALUES[i] * a_q`, the sum exact.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::dispatch::select_variant;
+use super::format::quant_format;
+use super::q8_0::BlockQ8_0;
+use super::rows::{scalar_variant, QK};
+use super::{ActFormat, DType, TypeKernels};
+use crate::cpu::Isa;
+
+/// The 16 E2M1 values, doubled, by 4-bit code (bit 3 is the sign).
+pub const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// One MXFP4 block.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
+pub struct BlockMxfp4 {
+    /// E8M0 shared exponent.
+    pub e: u8,
+    /// E2M1 codes: element `j` in the low nibble of `qs[j]`, element `j + 16` in the high.
+    pub qs: [u8; QK / 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockMxfp4>() == 17);
+const _: () = assert!(DType::MXFP4.block_bytes() == 17);
+
+quant_format!(
+    /// The [`QuantFormat`](super::format::QuantFormat) of [`DType::MXFP4`].
+    Mxfp4 { block: BlockMxfp4, act: BlockQ8_0, dtype: DType::MXFP4, act_format: ActFormat::Q8_0, quantize_act: super::act::quantize_q8_0_ref }
+);
+
+/// `2^(e - 128)`: half the E8M0 scale (exact; subnormal for `e < 2`).
+pub fn half_scale(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+/// The 32 integer quants `KVALUES[code]` of `b`, in element order.
+fn quants(b: &BlockMxfp4) -> [i32; QK] {
+    std::array::from_fn(|j| {
+        let code = if j < QK / 2 {
+            b.qs[j] & 0x0F
+        } else {
+            b.qs[j - QK / 2] >> 4
+        };
+        KVALUES[code as usize] as i32
+    })
+}
+
+/// Reference dequantization: `x = 2^(e - 128) * KVALUES[code]`. `out` may end in a partial
+/// block.
+pub fn dequantize_ref(blocks: &[BlockMxfp4], out: &mut [f32]) {
+    assert!(
+        out.len() <= blocks.len() * QK,
+        "MXFP4 dequantize: too few blocks"
+    );
+    for (b, o) in blocks.iter().zip(out.chunks_mut(QK)) {
+        let d = half_scale(b.e);
+        for (y, q) in o.iter_mut().zip(quants(b)) {
+            *y = d * q as f32;
+        }
+    }
+}
+
+/// Reference dot product: per block `Σ KVALUES[code] * a_q * (2^(e - 128) * d_a)`.
+pub fn vec_dot_ref(w: &[BlockMxfp4], a: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        let sumi: i32 = quants(x)
+            .iter()
+            .zip(&y.qs)
+            .map(|(&q, &a)| q * a as i32)
+            .sum();
+        sum += sumi as f32 * (half_scale(x.e) * y.d.to_f32());
+    }
+    sum
+}
+
+/// Reference quantization (`x.len()` a multiple of 32): the exponent puts the block's
+/// largest magnitude `m` at `2^floor(log2 m)`, i.e. the scale is `2^(floor(log2 m) - 2)`
+/// (clamped to the E8M0 range), and each element takes the code of the nearest value
+/// (the lower code on ties).
+pub fn quantize_ref(x: &[f32]) -> Vec<BlockMxfp4> {
+    assert!(
+        x.len().is_multiple_of(QK),
+        "MXFP4: length {} is not a multiple of {QK}",
+        x.len()
+    );
+    x.chunks_exact(QK).map(quantize_block).collect()
+}
+
+fn quantize_block(x: &[f32]) -> BlockMxfp4 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let e = if amax > 0.0 && amax.is_finite() {
+        (amax.log2().floor() as i32 - 2 + 127).clamp(0, 254) as u8
+    } else {
+        0
+    };
+    let d = half_scale(e);
+    let code = |v: f32| {
+        let mut best = 0;
+        for (i, &k) in KVALUES.iter().enumerate() {
+            if (d * k as f32 - v).abs() < (d * KVALUES[best] as f32 - v).abs() {
+                best = i;
+            }
+        }
+        best as u8
+    };
+    let qs = std::array::from_fn(|j| code(x[j]) | code(x[j + QK / 2]) << 4);
+    BlockMxfp4 { e, qs }
+}
+
+/// The fastest MXFP4 kernels that `isa` (capped to what this CPU runs) allows. AVX-512 CPUs
+/// run the AVX2 kernels.
+pub fn kernels(isa: Isa) -> TypeKernels {
+    let v = select_variant!(isa,
+        scalar: scalar_variant::<Mxfp4>(),
+        avx2: { vec_dot: x86::vec_dot_avx2 },
+        avx512: { vec_dot: x86::vec_dot_avx2 },
+    );
+    v.kernels(DType::MXFP4, ActFormat::Q8_0)
+}
+
+/// x86 variant: the codes looked up in `KVALUES` with `pshufb`, signed byte products with
+/// the activations, one `f32` scale product per block.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{half_scale, BlockMxfp4, KVALUES};
+    use crate::quant::q8_0::BlockQ8_0;
+    use crate::quant::rows::{cast_blocks, check_dot};
+    use crate::quant::x86::load::{load128, load256};
+    use crate::quant::x86::reduce::{f16_to_f32, hsum256};
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
+        let (wb, ab) = (size_of::<BlockMxfp4>(), size_of::<BlockQ8_0>());
+        let nb = check_dot(n, w, wb, a, ab);
+        let w = cast_blocks::<BlockMxfp4>(&w[..nb * wb]);
+        let a = cast_blocks::<BlockQ8_0>(&a[..nb * ab]);
+        let table = _mm256_broadcastsi128_si256(load128(&KVALUES, 0));
+        let (m0f, ones) = (_mm_set1_epi8(0x0F), _mm256_set1_epi16(1));
+        let mut acc = _mm256_setzero_ps();
+        for (x, y) in w.iter().zip(a.iter()) {
+            let q = load128(&x.qs, 0);
+            let idx = _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_and_si128(q, m0f)),
+                _mm_and_si128(_mm_srli_epi16::<4>(q), m0f),
+            );
+            let v = _mm256_shuffle_epi8(table, idx);
+            let ya = load256(&y.qs, 0);
+            // |v| * sign(y, v): exact, pairs sum to at most 2 * 12 * 127.
+            let p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(ya, v));
+            let sumi = _mm256_madd_epi16(p, ones);
+            let d = half_scale(x.e) * f16_to_f32(y.d.to_bits());
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        }
+        hsum256(acc)
+    }
+}

@@ -20,7 +20,8 @@
 # Env: CONVERSATIONS=16, TURNS=6, PREFIX_TOKENS=1500, USER_TOKENS=64, REPLY_TOKENS=32,
 # THINK_TIME=0.5, CONCURRENCY (default: all conversations), THREADS=1 (per worker),
 # MODES="shared cache-aware", CLAIM_IDLE=5 (seconds before a dead worker's requests are re-run),
-# KV_CACHE_MEMORY (passed to the workers when set), RESULTS (default: a new temp dir),
+# KV_CACHE_MEMORY (passed to the workers when set), WORKER_ARGS (more worker flags, split on
+# spaces, e.g. "--chat-template chatml" for a GGUF without a template), RESULTS (default: a new temp dir),
 # KESTREL_BIN (default: the release build, built first unless BUILD=0), SEED=0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --kill-worker-at) kill_at="$2"; shift 2 ;;
     --kill-worker-at=*) kill_at="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     --*) echo "unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -90,6 +91,9 @@ start_fleet() {
   until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
   local extra=()
   [ -n "${KV_CACHE_MEMORY:-}" ] && extra+=(--kv-cache-memory "$KV_CACHE_MEMORY")
+  local worker_args=()
+  read -r -a worker_args <<<"${WORKER_ARGS:-}"
+  extra+=("${worker_args[@]}")
   worker_pids=()
   for w in 1 2; do
     server_start "$results/$name-worker$w.log" "$bin" worker \

@@ -57,6 +57,28 @@ impl Redis {
             .await
     }
 
+    /// The blocking-read connection in `slot`, opened first when the slot is empty. When Redis
+    /// cannot be reached it logs that `purpose` waits, pauses half a second and returns `None`:
+    /// the caller's loop tries again.
+    pub async fn dedicated_in<'a>(
+        &self,
+        slot: &'a mut Option<MultiplexedConnection>,
+        block: Duration,
+        purpose: &str,
+    ) -> Option<&'a mut MultiplexedConnection> {
+        if slot.is_none() {
+            match self.dedicated(block).await {
+                Ok(c) => *slot = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot reach redis for {purpose}; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    return None;
+                }
+            }
+        }
+        slot.as_mut()
+    }
+
     /// The client, for pub/sub.
     pub fn client(&self) -> &Client {
         &self.client

@@ -36,16 +36,12 @@ pub async fn run(shared: Arc<GatewayShared>) {
             tokio::time::sleep(super::registry::REFRESH).await;
             continue;
         }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match shared.redis.dedicated(BLOCK).await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot reach redis for the KV feed");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            },
+        let Some(c) = shared
+            .redis
+            .dedicated_in(&mut conn, BLOCK, "the KV feed")
+            .await
+        else {
+            continue;
         };
         if let Err(e) = read(&shared, c, &mut cursors).await {
             tracing::warn!(error = %e, "reading prefix-cache events failed");

@@ -39,16 +39,12 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
             let _ = tokio::time::timeout(Duration::from_millis(50), jobs.freed.notified()).await;
             continue;
         }
-        let c = match conn.as_mut() {
-            Some(c) => c,
-            None => match shared.redis.dedicated(BLOCK).await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot reach redis; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            },
+        let Some(c) = shared
+            .redis
+            .dedicated_in(&mut conn, BLOCK, "the request streams")
+            .await
+        else {
+            continue;
         };
         let open = shared_intake_open(&shared, &jobs);
         match take(&shared, c, free, open).await {

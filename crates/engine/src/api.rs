@@ -353,6 +353,10 @@ pub struct EngineStats {
     /// KV blocks no request holds (free, or kept only by the prefix cache).
     #[serde(default)]
     pub kv_free_blocks: usize,
+    /// Occupied KV slots no running sequence reads, over occupied slots, 0..=1 (see
+    /// [`crate::kv::KvFragmentation`]).
+    #[serde(default)]
+    pub kv_fragmentation: f64,
     /// Idle KV checks run (each time the engine ran out of work), and how many found a leak
     /// or a broken block-pool invariant.
     #[serde(default)]

@@ -385,6 +385,7 @@ impl EngineCore {
             prompt_tokens_total: self.prompt_tokens_total,
             generation_tokens_total: self.generation_tokens_total,
             kv_free_blocks: self.scheduler.kv().num_free_blocks(),
+            kv_fragmentation: s.kv_fragmentation,
             kv_idle_checks_total: self.idle_checks.runs,
             kv_idle_check_failures_total: self.idle_checks.failures,
         }

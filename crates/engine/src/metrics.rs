@@ -95,6 +95,10 @@ pub mod names {
     /// Gauge: KV blocks no request holds (free, or kept only by the prefix cache); equals
     /// `kv_num_blocks` whenever the engine is idle.
     pub const KV_FREE_BLOCKS: &str = "kestrel:kv_free_blocks";
+    /// Gauge (0..1): occupied KV slots no running sequence reads, over occupied slots: the
+    /// unused tails of running sequences' blocks plus blocks only the prefix cache keeps
+    /// ([`crate::kv::KvFragmentation`]).
+    pub const KV_CACHE_FRAGMENTATION_PERC: &str = "kestrel:kv_cache_fragmentation_perc";
     /// Counter: idle KV checks (run each time the engine runs out of work: every block free,
     /// no block table left, block-pool invariants hold).
     pub const KV_IDLE_CHECKS_TOTAL: &str = "kestrel:kv_idle_checks_total";
@@ -116,6 +120,11 @@ pub fn describe() {
         KV_CACHE_USAGE_PERC,
         Unit::Percent,
         "Fraction of KV blocks in use (0..1)"
+    );
+    describe_gauge!(
+        KV_CACHE_FRAGMENTATION_PERC,
+        Unit::Percent,
+        "Occupied KV slots no running sequence reads: unused block tails plus blocks only the prefix cache keeps, over occupied slots (0..1)"
     );
     describe_gauge!(
         MAX_NUM_SEQS,
@@ -266,6 +275,7 @@ impl StepRecorder {
         gauge!(names::NUM_REQUESTS_WAITING).set(now.num_waiting as f64);
         gauge!(names::KV_CACHE_USAGE_PERC).set(now.kv_usage);
         gauge!(names::KV_FREE_BLOCKS).set(now.kv_free_blocks as f64);
+        gauge!(names::KV_CACHE_FRAGMENTATION_PERC).set(now.kv_fragmentation);
         let preemptions = now
             .num_preemptions
             .saturating_sub(self.last.num_preemptions);

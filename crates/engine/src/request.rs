@@ -326,6 +326,15 @@ impl Request {
         self.blocks.table.len() - self.blocks.num_released
     }
 
+    /// Slots of its held blocks past its computed tokens (the partly-filled last block, and
+    /// blocks reserved ahead).
+    pub fn unused_held_slots(&self, block_size: usize) -> usize {
+        let stored = self
+            .num_computed_tokens
+            .saturating_sub(self.blocks.num_released * block_size);
+        (self.num_held_blocks() * block_size).saturating_sub(stored)
+    }
+
     /// The sampler, detokenizer and event channel.
     pub fn generation(&self) -> &Generation {
         &self.generation

@@ -10,7 +10,11 @@
 //! * the standard `process_*` set (Prometheus' client convention): `process_cpu_seconds_total`,
 //!   `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_threads`,
 //!   `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, read from the OS at
-//!   each scrape, on `serve`, the gateway and workers alike.
+//!   each scrape, on `serve`, the gateway and workers alike;
+//! * the heap: `kestrel:heap_held_bytes` (what the C allocator got from the system),
+//!   `kestrel:heap_live_bytes` (what of it is allocated) and `kestrel:heap_fragmentation_perc`
+//!   (`(held - live) / held`, free memory the allocator keeps), read from the allocator at each
+//!   scrape (see [`kestrel_kernels::heap_stats`]).
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -27,6 +31,13 @@ use crate::state::AppState;
 pub const HTTP_REQUESTS_TOTAL: &str = "kestrel:http_requests_total";
 /// Histogram (seconds): request arrival to response head, by route.
 pub const HTTP_REQUEST_DURATION_SECONDS: &str = "kestrel:http_request_duration_seconds";
+
+/// Gauge (bytes): memory the C allocator holds from the system.
+pub const HEAP_HELD_BYTES: &str = "kestrel:heap_held_bytes";
+/// Gauge (bytes): memory in allocated chunks.
+pub const HEAP_LIVE_BYTES: &str = "kestrel:heap_live_bytes";
+/// Gauge (0..1): `(held - live) / held`.
+pub const HEAP_FRAGMENTATION_PERC: &str = "kestrel:heap_fragmentation_perc";
 
 /// Bucket bounds shared by all `kestrel:` histograms: they span milliseconds to minutes for
 /// latencies and 1 to 10k for token counts.
@@ -56,6 +67,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
                 metrics::Unit::Count,
                 "HTTP requests by route and status"
             );
+            describe_heap();
             metrics::describe_histogram!(
                 HTTP_REQUEST_DURATION_SECONDS,
                 metrics::Unit::Seconds,
@@ -103,10 +115,40 @@ pub fn render_with(handle: &PrometheusHandle, stats: Option<EngineStats>) -> Str
         metrics::gauge!(names::NUM_REQUESTS_WAITING).set(stats.waiting as f64);
         metrics::gauge!(names::KV_CACHE_USAGE_PERC).set(stats.kv_usage);
         metrics::gauge!(names::KV_FREE_BLOCKS).set(stats.kv_free_blocks as f64);
+        metrics::gauge!(names::KV_CACHE_FRAGMENTATION_PERC).set(stats.kv_fragmentation);
     }
     process_collector().collect();
+    record_heap();
     handle.run_upkeep();
     handle.render()
+}
+
+/// Sets the heap gauges from the allocator's totals (where the C library reports them).
+fn record_heap() {
+    if let Some(heap) = kestrel_kernels::heap_stats::heap_stats() {
+        metrics::gauge!(HEAP_HELD_BYTES).set(heap.held as f64);
+        metrics::gauge!(HEAP_LIVE_BYTES).set(heap.live as f64);
+        metrics::gauge!(HEAP_FRAGMENTATION_PERC).set(heap.fragmentation());
+    }
+}
+
+fn describe_heap() {
+    use metrics::{describe_gauge, Unit};
+    describe_gauge!(
+        HEAP_HELD_BYTES,
+        Unit::Bytes,
+        "Memory the C allocator holds from the system"
+    );
+    describe_gauge!(
+        HEAP_LIVE_BYTES,
+        Unit::Bytes,
+        "Memory in allocated heap chunks"
+    );
+    describe_gauge!(
+        HEAP_FRAGMENTATION_PERC,
+        Unit::Percent,
+        "Free memory the allocator keeps over the memory it holds, (held - live) / held (0..1)"
+    );
 }
 
 /// The process metrics' reader (one per process).

@@ -108,6 +108,14 @@ impl BlockPool {
         self.cache.len()
     }
 
+    /// Blocks no user holds that the prefix cache still keeps (evictable on demand).
+    pub fn num_cached_free_blocks(&self) -> usize {
+        self.cache
+            .values()
+            .filter(|&&b| self.meta[b as usize].ref_cnt == 0)
+            .count()
+    }
+
     /// The cached block holding `hash`, if it has not been evicted.
     pub fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
         self.cache.get(&hash).copied()

@@ -222,6 +222,17 @@ impl KvCacheManager {
         self.pool.usage()
     }
 
+    /// Occupied blocks and the slots in them no sequence reads; `tail_slots` is the sum over
+    /// running sequences of their held slots past their computed tokens.
+    pub fn fragmentation(&self, tail_slots: usize) -> super::KvFragmentation {
+        super::KvFragmentation {
+            tail_slots,
+            held_blocks: self.pool.num_blocks() - self.pool.num_free_blocks(),
+            cached_only_blocks: self.pool.num_cached_free_blocks(),
+            block_size: self.block_size,
+        }
+    }
+
     /// Prefix-cache counters.
     pub fn stats(&self) -> PrefixCacheStats {
         self.stats

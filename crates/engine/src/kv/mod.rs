@@ -12,6 +12,8 @@
 //!   release of blocks that fell out of a sliding window (`free_outside_window`).
 //! * [`kv_event`] — [`KvEvent`]: blocks stored in and removed from the prefix cache, for a
 //!   router that sends a conversation back to the engine holding its prefix.
+//! * [`kv_fragmentation`] — [`KvFragmentation`]: the share of occupied KV slots that no
+//!   running sequence reads (partly-filled tails, blocks only the prefix cache keeps).
 //! * [`attention_window`] — [`AttentionWindow`]: which blocks a sliding-window sequence still
 //!   needs, and how many it can hold at most.
 //!
@@ -38,12 +40,14 @@ pub mod block_hash;
 pub mod block_pool;
 pub mod disk_tier;
 pub mod kv_event;
+pub mod kv_fragmentation;
 pub mod manager;
 
 pub use attention_window::AttentionWindow;
 pub use block_hash::BlockHash;
 pub use block_pool::BlockPool;
 pub use kv_event::KvEvent;
+pub use kv_fragmentation::KvFragmentation;
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheManager, PrefixCacheStats};
 
 /// Physical KV block id (an index into the model's KV buffer).

@@ -73,6 +73,9 @@ pub struct SchedulerStats {
     pub window_blocks_freed: u64,
     /// KV blocks no request holds.
     pub kv_free_blocks: usize,
+    /// Fraction of occupied KV slots no running sequence reads (see
+    /// [`crate::kv::KvFragmentation`]).
+    pub kv_fragmentation: f64,
 }
 
 /// The step being built: remaining budget, who runs how many tokens, who was preempted.
@@ -287,7 +290,19 @@ impl Scheduler {
             prefix_cache: self.kv.stats(),
             window_blocks_freed: self.kv.window_blocks_freed(),
             kv_free_blocks: self.kv.num_free_blocks(),
+            kv_fragmentation: self.kv.fragmentation(self.tail_slots()).fraction(),
         }
+    }
+
+    /// Slots running sequences hold past their computed tokens (partly-filled last blocks and
+    /// blocks reserved ahead).
+    fn tail_slots(&self) -> usize {
+        let bs = self.kv.block_size();
+        self.running
+            .iter()
+            .filter_map(|id| self.requests.get(id))
+            .map(|r| r.unused_held_slots(bs))
+            .sum()
     }
 
     /// Queues a new request behind earlier ones of the same priority.

@@ -273,3 +273,31 @@ fn eos_and_stop_tokens_finish_with_stop() {
     assert_eq!(got, expected[..=first_eos].to_vec());
     assert_eq!(outs.last().unwrap().stop, Some(FinishReason::Stop));
 }
+
+#[test]
+fn kv_fragmentation_counts_unused_tails_and_blocks_only_the_cache_keeps() {
+    let (mut s, mut ex) = setup(config(16, 16, 512));
+    assert_eq!(s.stats().kv_fragmentation, 0.0, "an empty cache");
+    // 20 prompt tokens computed in two blocks of 16: 12 slots of the second unused.
+    s.add_request(req(1, (1..=20).collect(), 3, 0)).unwrap();
+    step(&mut s, &mut ex);
+    let held = 16 - s.stats().kv_free_blocks;
+    assert_eq!(held, 2);
+    assert!(
+        (s.stats().kv_fragmentation - 12.0 / 32.0).abs() < 1e-9,
+        "{:?}",
+        s.stats()
+    );
+    run_to_completion(&mut s, &mut ex);
+    // Finished: only the prefix cache keeps its one full block, which no sequence reads.
+    assert_eq!(s.stats().kv_free_blocks, 16);
+    assert_eq!(s.stats().kv_fragmentation, 1.0, "{:?}", s.stats());
+    // A new request reusing that block reads it again.
+    s.add_request(req(2, (1..=20).collect(), 3, 0)).unwrap();
+    step(&mut s, &mut ex);
+    assert!(
+        (s.stats().kv_fragmentation - 12.0 / 32.0).abs() < 1e-9,
+        "{:?}",
+        s.stats()
+    );
+}

@@ -505,6 +505,19 @@ async fn metrics_openapi_and_info_routes() {
     // The inference threads worked on the completion.
     assert!(value("kestrel:inference_pool_busy_seconds") > 0.0);
     assert!(value("kestrel:inference_pool_threads") >= 1.0);
+    // The heap as the allocator reports it, and the KV cache's share no sequence reads.
+    let (held, live) = (
+        value("kestrel:heap_held_bytes"),
+        value("kestrel:heap_live_bytes"),
+    );
+    assert!(held >= live && live > 1e5, "held {held}, live {live}");
+    let frag = value("kestrel:heap_fragmentation_perc");
+    assert!(
+        (frag - (held - live) / held).abs() < 0.05,
+        "{frag} vs {held} {live}"
+    );
+    let kv_frag = value("kestrel:kv_cache_fragmentation_perc");
+    assert!((0.0..=1.0).contains(&kv_frag), "{kv_frag}");
     for line in m.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let (series, value) = line
             .rsplit_once(' ')

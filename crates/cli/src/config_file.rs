@@ -301,12 +301,9 @@ mod tests {
             args.model_path.as_deref(),
             Some(Path::new("/from/argv.gguf"))
         );
-        assert_eq!(args.engine.model, None);
+        assert!(args.engine.model.is_empty());
         let args = serve("model = \"/from/file.gguf\"\n", "model2", &[]).unwrap();
-        assert_eq!(
-            args.engine.model.as_deref(),
-            Some(Path::new("/from/file.gguf"))
-        );
+        assert_eq!(args.engine.model, [Path::new("/from/file.gguf")]);
     }
 
     #[test]

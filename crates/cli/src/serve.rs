@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use crate::engine_args::EngineArgs;
 use crate::http_args::HttpArgs;
 use crate::lora_args::LoraArgs;
+use crate::model_list::ModelList;
 use crate::request_limit_args::RequestLimitArgs;
 
 #[derive(clap::Args)]
@@ -25,16 +26,41 @@ pub struct ServeArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub lora: LoraArgs,
+    #[command(flatten)]
+    pub multi: MultiModelArgs,
+}
+
+/// Flags of a server of several models.
+#[derive(clap::Args)]
+pub struct MultiModelArgs {
+    /// Serve every .gguf file and HF checkpoint directory in DIR, each named by its file stem
+    /// or directory name (beside any --model NAME=PATH).
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
+    /// With several models: most loaded at once. Loading another unloads the least recently
+    /// used idle one; --kv-cache-memory is shared out evenly between this many engines.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub max_loaded_models: usize,
+    /// With several models: never unload the model NAME (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub pin: Vec<String>,
 }
 
 pub fn run(mut args: ServeArgs) -> Result<()> {
     if let Some(path) = args.model_path.take() {
-        if args.engine.model.as_ref().is_some_and(|m| *m != path) {
+        if !args.engine.model.is_empty() && args.engine.model != [path.clone()] {
             bail!("the model is given twice, as an argument and with --model (or MODEL_ID)");
         }
-        args.engine.model = Some(path);
+        args.engine.model = vec![path];
     }
     crate::config_file::log_source(args.config.as_deref());
+    let list = ModelList::from_args(&args.engine.model, args.multi.models_dir.as_deref())?;
+    if let ModelList::Several(models) = list {
+        return crate::serve_models::run(args, models);
+    }
+    if !args.multi.pin.is_empty() {
+        bail!("--pin is for a server of several models (--model NAME=PATH or --models-dir)");
+    }
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.lora.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;

@@ -51,6 +51,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
             kestrel_engine::metrics::describe();
             process_collector().describe();
             kestrel_engine::lora_metrics::describe();
+            crate::model_registry::describe_metrics();
             metrics::describe_counter!(
                 HTTP_REQUESTS_TOTAL,
                 metrics::Unit::Count,

@@ -1,0 +1,288 @@
+//! `kestrel serve` with several models: models load on their first request, at most
+//! `--max-loaded-models` are loaded (the least recently used idle one is unloaded for
+//! another), pinned and busy models are never unloaded (a request that finds no room gets 503
+//! with `Retry-After`), each model answers as a single-model server of its file does, and
+//! `/v1/models`, `/models/load`, `/models/unload` and the load counters report it all.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use crate::cli_common::{model as default_model, raw_request, spawn_and_read_address};
+
+const WAIT: Duration = Duration::from_secs(300);
+const PROMPT: &str = "The three primary colors are";
+
+fn gemma() -> PathBuf {
+    PathBuf::from(std::env::var_os("KESTREL_GEMMA3_270M").expect(
+        "KESTREL_GEMMA3_270M is not set: run the suite with scripts/test.sh, or set it to the path scripts/fetch_gemma3_270m.sh prints",
+    ))
+}
+
+/// A `kestrel serve` with `args`, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(args: &[String]) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kestrel"));
+        cmd.arg("serve")
+            .args(args)
+            .args(["--port", "0", "--kv-cache-memory", "256MiB"]);
+        let (child, addr) = spawn_and_read_address(cmd);
+        Server { child, addr }
+    }
+
+    fn request(&self, method: &str, path: &str, body: &str) -> (u16, String, serde_json::Value) {
+        let raw = raw_request(&self.addr, method, path, "", body, WAIT);
+        let status = raw
+            .get(9..12)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line: {raw}"));
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        let json = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+        (status, head.to_string(), json)
+    }
+
+    /// The greedy completion of [`PROMPT`] by `model` (`None`: the only model).
+    fn complete(&self, model: Option<&str>) -> String {
+        let model = model.map_or(String::new(), |m| format!(r#""model":"{m}","#));
+        let body = format!(r#"{{{model}"prompt":"{PROMPT}","max_tokens":12,"temperature":0}}"#);
+        let (status, _, json) = self.request("POST", "/v1/completions", &body);
+        assert_eq!(status, 200, "{json}");
+        json["choices"][0]["text"]
+            .as_str()
+            .expect("a completion text")
+            .to_string()
+    }
+
+    /// The token ids `/tokenize` gives for [`PROMPT`] under `model`.
+    fn tokenize(&self, model: Option<&str>) -> serde_json::Value {
+        let model = model.map_or(String::new(), |m| format!(r#""model":"{m}","#));
+        let body = format!(r#"{{{model}"inputs":"{PROMPT}"}}"#);
+        let (status, _, json) = self.request("POST", "/tokenize", &body);
+        assert_eq!(status, 200, "{json}");
+        json
+    }
+
+    /// Each model's `status.value` in `/v1/models`, in listed order.
+    fn states(&self) -> Vec<(String, String)> {
+        let (status, _, json) = self.request("GET", "/v1/models", "");
+        assert_eq!(status, 200);
+        json["data"]
+            .as_array()
+            .expect("a model list")
+            .iter()
+            .map(|m| {
+                let id = m["id"].as_str().unwrap_or_default().to_string();
+                let state = m["status"]["value"].as_str().unwrap_or_default();
+                (id, state.to_string())
+            })
+            .collect()
+    }
+
+    /// The value of counter `name` for `model` (0 when not exported yet).
+    fn counter(&self, name: &str, model: &str) -> u64 {
+        let raw = raw_request(&self.addr, "GET", "/metrics", "", "", WAIT);
+        let series = format!("{name}{{model_name=\"{model}\"}} ");
+        raw.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0, |v| v.trim().parse().expect("a counter value"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn states(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+fn path_arg(name: &str, path: &std::path::Path) -> [String; 2] {
+    ["--model".into(), format!("{name}={}", path.display())]
+}
+
+/// What a single-model server of `path` answers: the greedy text and the tokenization.
+fn single_model_answers(path: &std::path::Path) -> (String, serde_json::Value) {
+    let server = Server::start(&["--model".into(), path.display().to_string()]);
+    (server.complete(None), server.tokenize(None))
+}
+
+#[test]
+fn two_models_take_turns_in_one_slot_and_answer_as_their_own_servers() {
+    let (a_path, b_path) = (default_model(), gemma());
+    let (a_text, a_tokens) = single_model_answers(&a_path);
+    let (b_text, b_tokens) = single_model_answers(&b_path);
+    assert_ne!(a_tokens, b_tokens, "the two models tokenize differently");
+
+    let mut args: Vec<String> = Vec::new();
+    args.extend(path_arg("a", &a_path));
+    args.extend(path_arg("b", &b_path));
+    args.extend(["--max-loaded-models".into(), "1".into()]);
+    let server = Server::start(&args);
+    assert_eq!(
+        server.states(),
+        states(&[("a", "unloaded"), ("b", "unloaded")])
+    );
+    for round in 0..3 {
+        assert_eq!(server.complete(Some("a")), a_text, "round {round}, model a");
+        assert_eq!(server.states()[0].1, "loaded");
+        assert_eq!(server.complete(Some("b")), b_text, "round {round}, model b");
+        assert_eq!(
+            server.states(),
+            states(&[("a", "unloaded"), ("b", "loaded")])
+        );
+    }
+    assert_eq!(server.tokenize(Some("b")), b_tokens);
+    assert_eq!(server.counter("kestrel:model_loads_total", "a"), 3);
+    assert_eq!(server.counter("kestrel:model_loads_total", "b"), 3);
+    assert_eq!(server.counter("kestrel:model_unloads_total", "a"), 3);
+    assert_eq!(server.counter("kestrel:model_unloads_total", "b"), 2);
+
+    // Unloaded on request, then loaded again by the next request for it.
+    let (status, _, card) = server.request("POST", "/models/unload", r#"{"model":"b"}"#);
+    assert_eq!(status, 200, "{card}");
+    assert_eq!(card["status"]["value"], "unloaded");
+    assert_eq!(server.counter("kestrel:model_unloads_total", "b"), 3);
+    assert_eq!(server.tokenize(Some("a")), a_tokens);
+    assert_eq!(server.complete(Some("b")), b_text);
+    assert_eq!(server.counter("kestrel:model_loads_total", "b"), 4);
+
+    // Unknown names are OpenAI's 404; a request naming no model is a 400 with several served.
+    let unknown = r#"{"model":"nope","prompt":"x","max_tokens":1}"#;
+    let (status, _, json) = server.request("POST", "/v1/completions", unknown);
+    assert_eq!(status, 404, "{json}");
+    assert_eq!(json["error"]["code"], "model_not_found");
+    assert_eq!(json["error"]["param"], "model");
+    let (status, _, json) = server.request("POST", "/models/load", r#"{"model":"nope"}"#);
+    assert_eq!(status, 404, "{json}");
+    let (status, _, json) = server.request("POST", "/v1/completions", r#"{"prompt":"x"}"#);
+    assert_eq!(status, 400, "{json}");
+    assert!(json["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("2 models"));
+    let (status, _, _) = server.request("POST", "/models/unload", r#"{"name":"a"}"#);
+    assert_eq!(status, 400, "a body without `model` is refused");
+}
+
+/// Sends a streaming request for `model` that generates until `max_tokens`, reads its first
+/// bytes (so it is running) and returns the open connection.
+fn start_stream(addr: &str, model: &str) -> TcpStream {
+    // Token ids 0 and 2 are the default model's end-of-text and end-of-turn tokens.
+    let body = format!(
+        r#"{{"model":"{model}","prompt":"Count:","max_tokens":4000,"stream":true,"temperature":0,"logit_bias":{{"0":-100,"2":-100}}}}"#
+    );
+    let mut s = TcpStream::connect(addr).expect("connects");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 256];
+    let n = s.read(&mut first).expect("the stream starts");
+    let head = String::from_utf8_lossy(&first[..n]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s
+}
+
+#[test]
+fn pinned_and_busy_models_are_not_unloaded_and_a_third_gets_503() {
+    let path = default_model();
+    let mut args: Vec<String> = Vec::new();
+    for name in ["a", "b", "c"] {
+        args.extend(path_arg(name, &path));
+    }
+    args.extend(["--max-loaded-models", "2", "--pin", "a"].map(String::from));
+    let server = Server::start(&args);
+    server.complete(Some("a"));
+    let busy = start_stream(&server.addr, "b");
+
+    let (status, head, json) = server.request("POST", "/models/load", r#"{"model":"c"}"#);
+    assert_eq!(status, 503, "{json}");
+    assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+    let body = r#"{"model":"c","prompt":"x","max_tokens":1}"#;
+    let (status, head, _) = server.request("POST", "/v1/completions", body);
+    assert_eq!(status, 503);
+    assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+    let (status, _, json) = server.request("POST", "/models/unload", r#"{"model":"a"}"#);
+    assert_eq!(status, 409, "a pinned model is not unloaded: {json}");
+    let (status, _, json) = server.request("POST", "/models/unload", r#"{"model":"b"}"#);
+    assert_eq!(status, 409, "a busy model is not unloaded: {json}");
+    assert_eq!(
+        server.states(),
+        states(&[("a", "loaded"), ("b", "loaded"), ("c", "unloaded")])
+    );
+
+    // Once b's client is gone, b is idle and c takes its place; the pinned a stays.
+    drop(busy);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (status, _, json) = server.request("POST", "/v1/completions", body);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "{json}");
+        assert!(Instant::now() < deadline, "b never became idle");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        server.states(),
+        states(&[("a", "loaded"), ("b", "unloaded"), ("c", "loaded")])
+    );
+    assert_eq!(server.counter("kestrel:model_unloads_total", "a"), 0);
+    assert_eq!(server.counter("kestrel:model_unloads_total", "b"), 1);
+}
+
+#[test]
+fn a_model_that_fails_to_load_reports_why_and_the_others_serve() {
+    let bad = std::env::temp_dir().join(format!("kestrel-bad-model-{}.gguf", std::process::id()));
+    std::fs::write(&bad, b"this is not a GGUF file").unwrap();
+    let mut args: Vec<String> = Vec::new();
+    args.extend(path_arg("good", &default_model()));
+    args.extend(path_arg("bad", &bad));
+    args.extend(["--api-key".into(), "sk-test".into()]);
+    let server = Server::start(&args);
+    let auth = "Authorization: Bearer sk-test\r\n";
+    let send = |body: &str| {
+        let raw = raw_request(&server.addr, "POST", "/v1/completions", auth, body, WAIT);
+        let status: u16 = raw[9..12].parse().unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(raw.split_once("\r\n\r\n").unwrap().1).unwrap();
+        (status, json)
+    };
+
+    // Without the key nothing is loaded.
+    let (status, _, _) = server.request("POST", "/models/load", r#"{"model":"good"}"#);
+    assert_eq!(status, 401);
+    let listed = raw_request(&server.addr, "GET", "/v1/models", auth, "", WAIT);
+    assert!(listed.contains(r#""value":"unloaded""#) && !listed.contains(r#""value":"loaded""#));
+
+    let (status, json) = send(r#"{"model":"bad","prompt":"x","max_tokens":1}"#);
+    assert_eq!(status, 500, "{json}");
+    let message = json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`bad` failed to load"), "{message}");
+    let (status, json) = send(r#"{"model":"good","prompt":"x","max_tokens":2}"#);
+    assert_eq!(status, 200, "{json}");
+    let listed = raw_request(&server.addr, "GET", "/v1/models", auth, "", WAIT);
+    let json: serde_json::Value =
+        serde_json::from_str(listed.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let bad_card = &json["data"][1];
+    assert_eq!(bad_card["id"], "bad");
+    assert_eq!(bad_card["status"]["value"], "unloaded");
+    assert!(bad_card["status"]["error"].as_str().is_some(), "{json}");
+    std::fs::remove_file(&bad).unwrap();
+}

@@ -246,7 +246,7 @@ mod tests {
             .map_err(|e| e.to_string())?
             .command
         {
-            crate::Command::Serve(args) => Ok(args),
+            crate::Command::Serve(args) => Ok(*args),
             _ => Err("not serve".into()),
         }
     }

@@ -48,6 +48,7 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
     args.limits.apply(&mut opts)?;
     args.lora.apply(&mut opts);
     opts.kv_cache = kv_share(opts.kv_cache, args.multi.max_loaded_models);
+    opts.label_metrics = true;
     let options = RegistryOptions {
         max_loaded: args.multi.max_loaded_models,
         load_wait: opts.max_queue_time,

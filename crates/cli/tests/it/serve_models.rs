@@ -85,10 +85,16 @@ impl Server {
             .collect()
     }
 
-    /// The value of counter `name` for `model` (0 when not exported yet).
+    /// The value of counter `name` for `model` (0 when not exported yet); a series of `name`
+    /// without the label fails the test.
     fn counter(&self, name: &str, model: &str) -> u64 {
         let raw = raw_request(&self.addr, "GET", "/metrics", "", "", WAIT);
         let series = format!("{name}{{model_name=\"{model}\"}} ");
+        let unlabelled = format!("{name} ");
+        assert!(
+            !raw.lines().any(|l| l.starts_with(&unlabelled)),
+            "{name} without model_name"
+        );
         raw.lines()
             .find_map(|l| l.strip_prefix(&series))
             .map_or(0, |v| v.trim().parse().expect("a counter value"))
@@ -149,6 +155,11 @@ fn two_models_take_turns_in_one_slot_and_answer_as_their_own_servers() {
     assert_eq!(server.counter("kestrel:model_loads_total", "b"), 3);
     assert_eq!(server.counter("kestrel:model_unloads_total", "a"), 3);
     assert_eq!(server.counter("kestrel:model_unloads_total", "b"), 2);
+    // The engines' own series carry the model's name.
+    for model in ["a", "b"] {
+        let tokens = server.counter("kestrel:generation_tokens_total", model);
+        assert!(tokens > 0, "no labelled generation tokens for {model}");
+    }
 
     // Unloaded on request, then loaded again by the next request for it.
     let (status, _, card) = server.request("POST", "/models/unload", r#"{"model":"b"}"#);

@@ -5,6 +5,7 @@
 //!   ([`ActFormat`]) that the integer dot products consume.
 //! * [`cpu`] — ISA detection ([`cpu::Isa`]), the persistent thread pool, matrix products,
 //!   element-wise ops and attention.
+//! * [`heap`] — hands freed heap memory back to the system (after a model is unloaded).
 //!
 //! SIMD variants are chosen once at run time from the detected ISA, never only by
 //! `cfg(target_feature)`, and every variant is tested against its scalar reference.
@@ -12,6 +13,7 @@
 pub mod alloc_count;
 pub mod bytes;
 pub mod cpu;
+pub mod heap;
 pub mod huge_buffer;
 pub mod quant;
 

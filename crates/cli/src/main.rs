@@ -15,6 +15,7 @@ mod logging;
 mod lora_args;
 mod membw;
 mod model_list;
+mod model_size;
 mod ppl;
 mod quantize;
 mod request_limit_args;

@@ -44,6 +44,24 @@ pub struct MultiModelArgs {
     /// With several models: never unload the model NAME (repeatable).
     #[arg(long, value_name = "NAME")]
     pub pin: Vec<String>,
+    /// With several models: most memory the loaded models may take, e.g. 4GiB, estimated for
+    /// each model as its weights file(s) plus its share of --kv-cache-memory. Loading another
+    /// unloads least recently used idle models until it fits.
+    #[arg(long, value_name = "SIZE", value_parser = crate::engine_args::parse_bytes)]
+    pub models_memory_budget: Option<u64>,
+    /// With several models: ALIAS is another name of the model NAME (repeatable).
+    #[arg(long, value_name = "ALIAS=NAME", value_parser = parse_alias)]
+    pub model_alias: Vec<(String, String)>,
+}
+
+/// `ALIAS=NAME`.
+fn parse_alias(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((alias, name)) if !alias.is_empty() && !name.is_empty() => {
+            Ok((alias.to_string(), name.to_string()))
+        }
+        _ => Err(format!("expected ALIAS=NAME, got {s:?}")),
+    }
 }
 
 pub fn run(mut args: ServeArgs) -> Result<()> {
@@ -58,8 +76,11 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     if let ModelList::Several(models) = list {
         return crate::serve_models::run(args, models);
     }
-    if !args.multi.pin.is_empty() {
-        bail!("--pin is for a server of several models (--model NAME=PATH or --models-dir)");
+    if !args.multi.pin.is_empty()
+        || !args.multi.model_alias.is_empty()
+        || args.multi.models_memory_budget.is_some()
+    {
+        bail!("--pin, --model-alias and --models-memory-budget are for a server of several models (--model NAME=PATH or --models-dir)");
     }
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.lora.enable_runtime_lora;

@@ -24,6 +24,16 @@ struct EngineLoader {
     pool: &'static ThreadPool,
 }
 
+/// The memory a model is expected to take: its weights file(s), plus its KV cache when that is
+/// given in bytes (a KV budget in tokens is not counted).
+fn memory_estimate(path: &Path, kv: &KvBudget) -> u64 {
+    let kv_bytes = match kv {
+        KvBudget::Bytes(bytes) => *bytes,
+        _ => 0,
+    };
+    crate::model_size::weights_bytes(path).saturating_add(kv_bytes)
+}
+
 impl ModelLoader for EngineLoader {
     fn load(&self, name: &str, path: &Path) -> Result<AppState, LoadFailure> {
         let opts = LaunchOptions {
@@ -34,6 +44,15 @@ impl ModelLoader for EngineLoader {
             .launch_model(path, &opts, self.pool)
             .map(|(launched, _)| launched.into_state())
             .map_err(|e| LoadFailure(format!("{e:#}")))
+    }
+
+    fn memory_estimate(&self, path: &Path) -> u64 {
+        memory_estimate(path, &self.opts.kv_cache)
+    }
+
+    /// The engine's buffers were freed into the allocator's arenas: give them back.
+    fn unloaded(&self, _name: &str) {
+        kestrel_kernels::heap::release_free_heap();
     }
 }
 
@@ -53,6 +72,9 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
         max_loaded: args.multi.max_loaded_models,
         load_wait: opts.max_queue_time,
         unload_deadline: config.shutdown_deadline,
+        memory_budget: args.multi.models_memory_budget,
+        aliases: args.multi.model_alias.clone(),
+        lora_modules: opts.lora_modules.clone(),
     };
     // One pool for every engine: each engine's steps run on it in turn.
     let pool = crate::thread_pool(args.engine.threads);
@@ -67,6 +89,7 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
     let runtime = crate::runtime()?;
     runtime.block_on(async move {
         let registry = ModelRegistry::new(models, &args.multi.pin, loader, config, options)?;
+        warn_too_large(&registry, args.multi.models_memory_budget);
         let listener = kestrel_server::bind(registry.http()).await?;
         let addr = listener.local_addr().context("no local address")?;
         println!(
@@ -78,6 +101,7 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
             models = %names.join(","),
             max_loaded_models = args.multi.max_loaded_models,
             pinned = %args.multi.pin.join(","),
+            models_memory_budget = args.multi.models_memory_budget,
             pool_threads = pool.n_threads(),
             "serving several models; each loads on its first request"
         );
@@ -85,6 +109,21 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
         kestrel_server::serve_models(listener, Arc::new(registry), signal).await?;
         Ok(())
     })
+}
+
+/// Logs each model that can never load under the memory budget (its requests get 503).
+fn warn_too_large(registry: &ModelRegistry, budget: Option<u64>) {
+    let Some(budget) = budget else { return };
+    for m in registry.listing() {
+        if m.memory_estimate > budget {
+            tracing::warn!(
+                model = %m.name,
+                estimate_bytes = m.memory_estimate,
+                budget_bytes = budget,
+                "this model is larger than --models-memory-budget and will not load"
+            );
+        }
+    }
 }
 
 /// Each engine's part of the KV budget: a byte budget is shared out between the engines that
@@ -108,5 +147,15 @@ mod tests {
         );
         assert_eq!(kv_share(KvBudget::Bytes(100), 0), KvBudget::Bytes(100));
         assert_eq!(kv_share(KvBudget::Tokens(512), 4), KvBudget::Tokens(512));
+    }
+
+    #[test]
+    fn the_estimate_is_the_weights_file_plus_a_kv_budget_in_bytes() {
+        let file =
+            std::env::temp_dir().join(format!("kestrel-estimate-{}.gguf", std::process::id()));
+        std::fs::write(&file, vec![0u8; 1000]).unwrap();
+        assert_eq!(memory_estimate(&file, &KvBudget::Bytes(24)), 1024);
+        assert_eq!(memory_estimate(&file, &KvBudget::Tokens(512)), 1000);
+        std::fs::remove_file(&file).unwrap();
     }
 }

@@ -3,10 +3,13 @@
 //! [`ModelLoader`], which builds its engine as the single-model path does) and gets its own
 //! engine thread, KV cache and routes; every engine shares the process's inference pool.
 //!
-//! At most `max_loaded` models hold memory at once. Loading another unloads the least
-//! recently used idle one (no request waiting for it, queued or running) that is not pinned;
-//! when every loaded model is busy or pinned the request is refused at once
-//! ([`RegistryError::NoRoom`], a 503 with `Retry-After`). Requests for a model being loaded
+//! At most `max_loaded` models hold memory at once, and, with a memory budget, the models'
+//! estimated memory (weights file + KV cache share, [`ModelLoader::memory_estimate`]) stays
+//! within it. Loading another unloads the least recently used idle ones (no request waiting
+//! for them, queued or running) that are not pinned until it fits ([`crate::model_room`]);
+//! when it cannot fit the request is refused at once ([`RegistryError::NoRoom`],
+//! [`RegistryError::TooLarge`]: a 503 with `Retry-After`). A request may name a model by an
+//! alias ([`crate::model_aliases`]). Requests for a model being loaded
 //! wait for it, up to `load_wait`; a load that fails is reported to each of them and leaves the
 //! other models serving.
 //!
@@ -23,6 +26,8 @@ use tokio::sync::watch;
 
 use crate::config::ServerConfig;
 use crate::error::ApiError;
+use crate::model_aliases::{AliasError, Aliases};
+use crate::model_room::{plan_room, Holder, NoRoom, RoomLimits};
 use crate::model_slot::{ActiveGuard, LoadOutcome, ModelSlot, ModelState, ServedModel, SlotPhase};
 use crate::state::AppState;
 
@@ -32,6 +37,8 @@ pub const MODEL_LOADS_TOTAL: &str = "kestrel:model_loads_total";
 pub const MODEL_UNLOADS_TOTAL: &str = "kestrel:model_unloads_total";
 /// Gauge: models loaded now.
 pub const MODELS_LOADED: &str = "kestrel:models_loaded";
+/// Gauge: the estimated memory of the models loaded or loading now (what the budget limits).
+pub const MODELS_MEMORY_ESTIMATE: &str = "kestrel:models_memory_estimate_bytes";
 
 /// Registers the help text of the registry's metrics.
 pub fn describe_metrics() {
@@ -46,6 +53,11 @@ pub fn describe_metrics() {
         "Models unloaded (to make room or on request), by model"
     );
     metrics::describe_gauge!(MODELS_LOADED, metrics::Unit::Count, "Models loaded now");
+    metrics::describe_gauge!(
+        MODELS_MEMORY_ESTIMATE,
+        metrics::Unit::Bytes,
+        "Estimated memory of the models loaded or loading now (weights file + KV cache share)"
+    );
 }
 
 /// Why a model could not be loaded.
@@ -57,6 +69,19 @@ pub struct LoadFailure(pub String);
 pub trait ModelLoader: Send + Sync + 'static {
     /// The routes' state of the model at `path`, served as `name`. Blocks for the load.
     fn load(&self, name: &str, path: &Path) -> Result<AppState, LoadFailure>;
+
+    /// The memory the model at `path` is expected to take once loaded (checked against the
+    /// memory budget before it loads); 0 by default.
+    fn memory_estimate(&self, path: &Path) -> u64 {
+        let _ = path;
+        0
+    }
+
+    /// Called once an unloaded model's engine has stopped and the registry dropped its
+    /// state (e.g. to hand the freed memory back to the system); nothing by default.
+    fn unloaded(&self, name: &str) {
+        let _ = name;
+    }
 }
 
 /// Why a request cannot have its model.
@@ -64,8 +89,14 @@ pub trait ModelLoader: Send + Sync + 'static {
 pub enum RegistryError {
     #[error("the model `{0}` does not exist (GET /v1/models lists the served models)")]
     Unknown(String),
-    #[error("cannot load the model `{name}` now: {loaded} models are loaded (--max-loaded-models) and each is busy or pinned; retry later")]
+    #[error("cannot load the model `{name}` now: {loaded} models are loaded or loading and unloading the idle, unpinned ones would not make room (--max-loaded-models, --models-memory-budget); retry later")]
     NoRoom { name: String, loaded: usize },
+    #[error("the model `{name}` needs about {need} bytes, more than the whole memory budget of {budget} bytes (--models-memory-budget)")]
+    TooLarge {
+        name: String,
+        need: u64,
+        budget: u64,
+    },
     #[error("the model `{name}` failed to load: {reason}")]
     LoadFailed { name: String, reason: Arc<str> },
     #[error("the model `{name}` did not finish loading within {waited:?}; retry later")]
@@ -83,6 +114,7 @@ impl From<RegistryError> for ApiError {
         match e {
             RegistryError::Unknown(name) => ApiError::ModelNotFound(name),
             RegistryError::NoRoom { .. }
+            | RegistryError::TooLarge { .. }
             | RegistryError::LoadTimeout { .. }
             | RegistryError::Stopping => ApiError::Unavailable(e.to_string()),
             RegistryError::LoadFailed { .. } => ApiError::Internal(e.to_string()),
@@ -100,6 +132,13 @@ pub struct RegistryOptions {
     pub load_wait: Option<Duration>,
     /// What an unloaded engine's in-flight requests get to finish (none are, for an idle one).
     pub unload_deadline: Duration,
+    /// Most estimated bytes of the models loaded at once; `None`: only `max_loaded` limits.
+    pub memory_budget: Option<u64>,
+    /// Other names of the models: `(alias, model)`.
+    pub aliases: Vec<(String, String)>,
+    /// The LoRA adapters every engine starts with, `(name, path)`: listed for a model that is
+    /// not loaded (a loaded one lists its engine's adapters).
+    pub lora_modules: Vec<(String, PathBuf)>,
 }
 
 /// A model named in the registry's configuration.
@@ -120,6 +159,8 @@ pub enum RegistryConfigError {
     UnknownPin(String),
     #[error("--max-loaded-models must be at least 1 and at least the number of pinned models ({pinned}), got {max}")]
     MaxLoaded { max: usize, pinned: usize },
+    #[error(transparent)]
+    Alias(#[from] AliasError),
 }
 
 /// A model held by one request: it is not unloaded until the lease drops.
@@ -137,6 +178,12 @@ pub struct ModelListing {
     pub max_model_len: Option<usize>,
     /// Why its last load failed, if it did and none succeeded since.
     pub error: Option<String>,
+    /// Its other names.
+    pub aliases: Vec<String>,
+    /// Its LoRA adapters, `(name, path)`: the engine's when loaded, else those it starts with.
+    pub adapters: Vec<(String, String)>,
+    /// Its estimated memory.
+    pub memory_estimate: u64,
 }
 
 struct Slots {
@@ -150,6 +197,7 @@ pub struct ModelRegistry {
     slots: Mutex<Slots>,
     /// Names in the order they were given (the first answers requests naming none).
     order: Vec<String>,
+    aliases: Aliases,
     loader: Arc<dyn ModelLoader>,
     http: ServerConfig,
     options: RegistryOptions,
@@ -181,12 +229,18 @@ impl ModelRegistry {
             if by_name.contains_key(&m.name) {
                 return Err(RegistryConfigError::Duplicate(m.name));
             }
-            let pinned = pins.contains(&m.name);
             order.push(m.name.clone());
-            by_name.insert(m.name.clone(), ModelSlot::new(m.name, m.path, pinned));
+            let mut slot = ModelSlot::new(m.name.clone(), m.path, false);
+            slot.estimate = loader.memory_estimate(&slot.path);
+            by_name.insert(m.name, slot);
         }
-        if let Some(p) = pins.iter().find(|p| !by_name.contains_key(*p)) {
-            return Err(RegistryConfigError::UnknownPin(p.clone()));
+        let aliases = Aliases::new(&options.aliases, &order)?;
+        for pin in pins {
+            let name = aliases.model_of(pin).unwrap_or(pin);
+            let slot = by_name
+                .get_mut(name)
+                .ok_or_else(|| RegistryConfigError::UnknownPin(pin.clone()))?;
+            slot.pinned = true;
         }
         let pinned = by_name.values().filter(|s| s.pinned).count();
         if options.max_loaded == 0 || options.max_loaded < pinned {
@@ -201,6 +255,7 @@ impl ModelRegistry {
                 max_model_len: BTreeMap::new(),
             }),
             order,
+            aliases,
             loader,
             http,
             options,
@@ -237,8 +292,40 @@ impl ModelRegistry {
         recent.unwrap_or_else(|| self.order.first().cloned().unwrap_or_default())
     }
 
+    /// The model `name` stands for: itself when it is a model's name, the model of an alias,
+    /// else `None`.
+    pub fn resolve(&self, name: &str) -> Option<String> {
+        if self.order.iter().any(|n| n == name) {
+            return Some(name.to_string());
+        }
+        self.aliases.model_of(name).map(str::to_string)
+    }
+
+    /// The model serving the LoRA adapter `adapter`: the most recently used loaded model whose
+    /// engine has it, else the first model given that starts with it.
+    pub fn model_of_adapter(&self, adapter: &str) -> Option<String> {
+        let loaded = self
+            .loaded()
+            .into_iter()
+            .filter(|m| m.state.backend().adapter_id(adapter).is_some())
+            .map(|m| m.state.model().model_id.clone())
+            .collect::<Vec<_>>();
+        let slots = self.lock();
+        let recent = loaded
+            .into_iter()
+            .filter_map(|name| slots.by_name.get(&name).map(|s| (s.last_used, name)))
+            .max()
+            .map(|(_, name)| name);
+        let configured = || {
+            let listed = self.options.lora_modules.iter().any(|(n, _)| n == adapter);
+            listed.then(|| self.order.first().cloned()).flatten()
+        };
+        recent.or_else(configured)
+    }
+
     /// Every model in the order given, with its state.
     pub fn listing(&self) -> Vec<ModelListing> {
+        let loaded = self.loaded();
         let slots = self.lock();
         self.order
             .iter()
@@ -249,9 +336,32 @@ impl ModelRegistry {
                     state: slot.state(),
                     max_model_len: slots.max_model_len.get(name).copied(),
                     error: slot.last_error.as_deref().map(str::to_string),
+                    aliases: self.aliases.of(name),
+                    adapters: self.adapters_of(name, &loaded),
+                    memory_estimate: slot.estimate,
                 })
             })
             .collect()
+    }
+
+    /// The LoRA adapters of `name`: its engine's when it is among `loaded`, else the
+    /// configured ones.
+    fn adapters_of(&self, name: &str, loaded: &[Arc<ServedModel>]) -> Vec<(String, String)> {
+        match loaded.iter().find(|m| m.state.model().model_id == name) {
+            Some(m) => m
+                .state
+                .backend()
+                .adapters()
+                .into_iter()
+                .map(|a| (a.name, a.path.display().to_string()))
+                .collect(),
+            None => self
+                .options
+                .lora_modules
+                .iter()
+                .map(|(n, p)| (n.clone(), p.display().to_string()))
+                .collect(),
+        }
     }
 
     /// The loaded models.
@@ -266,18 +376,26 @@ impl ModelRegistry {
             .collect()
     }
 
-    /// The model `name`, loading it first if needed (unloading an idle one to make room).
+    /// The model `name` (or that its alias stands for), loading it first if needed
+    /// (unloading idle ones to make room).
     pub async fn acquire(self: &Arc<Self>, name: &str) -> Result<Lease, RegistryError> {
-        let (step, guard) = self.begin(name)?;
+        let name = self
+            .resolve(name)
+            .ok_or_else(|| RegistryError::Unknown(name.to_string()))?;
+        let (step, guard) = self.begin(&name)?;
         let model = match step {
             Step::Ready(model) => model,
-            Step::Wait(rx) => self.wait(name, rx).await?,
+            Step::Wait(rx) => self.wait(&name, rx).await?,
         };
         Ok(Lease { model, guard })
     }
 
-    /// Unloads `name` if it is loaded and idle; `false`: it was not loaded.
+    /// Unloads `name` (or the model its alias stands for) if it is loaded and idle; `false`:
+    /// it was not loaded.
     pub async fn unload(&self, name: &str) -> Result<bool, RegistryError> {
+        let name = &self
+            .resolve(name)
+            .ok_or_else(|| RegistryError::Unknown(name.to_string()))?;
         let model = {
             let mut slots = self.lock();
             let slot = slots
@@ -295,10 +413,11 @@ impl ModelRegistry {
             }
         };
         self.record_loaded_gauge();
-        let deadline = self.options.unload_deadline;
-        let stopped = tokio::task::spawn_blocking(move || stop_model(model, deadline)).await;
+        let (deadline, loader) = (self.options.unload_deadline, self.loader.clone());
+        let stopped =
+            tokio::task::spawn_blocking(move || stop_model(model, deadline, &*loader)).await;
         if stopped.is_err() {
-            tracing::error!(model = name, "stopping the model's engine panicked");
+            tracing::error!(model = %name, "stopping the model's engine panicked");
         }
         Ok(true)
     }
@@ -334,7 +453,7 @@ impl ModelRegistry {
             }
             SlotPhase::Unloaded => {}
         }
-        let victim = self.make_room(&mut slots, name)?;
+        let victims = self.make_room(&mut slots, name)?;
         let (tx, rx) = watch::channel(None);
         let slot = slots
             .by_name
@@ -345,41 +464,66 @@ impl ModelRegistry {
         let path = slot.path.clone();
         drop(slots);
         self.record_loaded_gauge();
-        self.spawn_load(name.to_string(), path, victim, tx);
+        self.spawn_load(name.to_string(), path, victims, tx);
         Ok((Step::Wait(rx), guard))
     }
 
-    /// The loaded model to unload so that `name` may load (`None`: there is room already).
+    /// Takes out the loaded models to unload so that `name` may load (none: there is room
+    /// already); takes none when that would not be enough.
     fn make_room(
         &self,
         slots: &mut MutexGuard<'_, Slots>,
         name: &str,
-    ) -> Result<Option<Arc<ServedModel>>, RegistryError> {
-        let holding = slots.by_name.values().filter(|s| s.holds_memory()).count();
-        if holding < self.options.max_loaded {
-            return Ok(None);
-        }
-        let no_room = || RegistryError::NoRoom {
-            name: name.to_string(),
-            loaded: holding,
+    ) -> Result<Vec<Arc<ServedModel>>, RegistryError> {
+        let limits = RoomLimits {
+            max_loaded: self.options.max_loaded,
+            memory_budget: self.options.memory_budget,
         };
-        let victim = slots
+        let need = slots.by_name.get(name).map_or(0, |s| s.estimate);
+        let holding: Vec<&ModelSlot> = slots
             .by_name
-            .values_mut()
-            .filter(|s| s.evictable())
-            .min_by_key(|s| s.last_used)
-            .ok_or_else(no_room)?;
-        tracing::info!(unloading = %victim.name, loading = name, "unloading the least recently used idle model to make room");
-        take_loaded(victim).map(Some).ok_or_else(no_room)
+            .values()
+            .filter(|s| s.holds_memory())
+            .collect();
+        let holders: Vec<Holder> = holding
+            .iter()
+            .map(|s| Holder {
+                bytes: s.estimate,
+                last_used: s.last_used,
+                evictable: s.evictable(),
+            })
+            .collect();
+        let victims: Vec<String> = match plan_room(limits, need, &holders) {
+            Ok(picked) => picked.iter().map(|&i| holding[i].name.clone()).collect(),
+            Err(NoRoom::TooLarge { need, budget }) => {
+                return Err(RegistryError::TooLarge {
+                    name: name.to_string(),
+                    need,
+                    budget,
+                })
+            }
+            Err(NoRoom::Busy) => {
+                return Err(RegistryError::NoRoom {
+                    name: name.to_string(),
+                    loaded: holding.len(),
+                })
+            }
+        };
+        let mut taken = Vec::new();
+        for victim in victims {
+            tracing::info!(unloading = %victim, loading = name, "unloading the least recently used idle model to make room");
+            taken.extend(slots.by_name.get_mut(&victim).and_then(take_loaded));
+        }
+        Ok(taken)
     }
 
-    /// Loads `name` on the blocking pool (after stopping `victim`), then publishes the
+    /// Loads `name` on the blocking pool (after stopping `victims`), then publishes the
     /// outcome to the slot and to the requests waiting on `tx`.
     fn spawn_load(
         self: &Arc<Self>,
         name: String,
         path: PathBuf,
-        victim: Option<Arc<ServedModel>>,
+        victims: Vec<Arc<ServedModel>>,
         tx: watch::Sender<Option<LoadOutcome>>,
     ) {
         let registry = self.clone();
@@ -387,8 +531,8 @@ impl ModelRegistry {
             let worker = registry.clone();
             let load_name = name.clone();
             let loading = tokio::task::spawn_blocking(move || {
-                if let Some(victim) = victim {
-                    stop_model(victim, worker.options.unload_deadline);
+                for victim in victims {
+                    stop_model(victim, worker.options.unload_deadline, &*worker.loader);
                 }
                 worker.load_now(&load_name, &path)
             });
@@ -478,13 +622,21 @@ impl ModelRegistry {
     }
 
     fn record_loaded_gauge(&self) {
-        let loaded = self
-            .lock()
+        let slots = self.lock();
+        let loaded = slots
             .by_name
             .values()
             .filter(|s| s.state() == ModelState::Loaded)
             .count();
+        let bytes: u64 = slots
+            .by_name
+            .values()
+            .filter(|s| s.holds_memory())
+            .map(|s| s.estimate)
+            .sum();
+        drop(slots);
         metrics::gauge!(MODELS_LOADED).set(loaded as f64);
+        metrics::gauge!(MODELS_MEMORY_ESTIMATE).set(bytes as f64);
     }
 
     fn lock(&self) -> MutexGuard<'_, Slots> {
@@ -507,10 +659,12 @@ fn take_loaded(slot: &mut ModelSlot) -> Option<Arc<ServedModel>> {
     Some(model)
 }
 
-/// Stops a model's engine and waits for its thread, so that its memory is freed once the
-/// last request's lease drops. Blocks.
-fn stop_model(model: Arc<ServedModel>, deadline: Duration) {
+/// Stops a model's engine and waits for its thread, drops the registry's hold on it (the last
+/// one: an unloaded model is idle) and tells the loader. Blocks.
+fn stop_model(model: Arc<ServedModel>, deadline: Duration, loader: &dyn ModelLoader) {
     let name = model.state.model().model_id.clone();
     model.state.backend().shutdown(deadline);
+    drop(model);
+    loader.unloaded(&name);
     tracing::info!(model = %name, "model unloaded");
 }

@@ -4,13 +4,16 @@
 //! needed, and answers the routes that concern every model itself.
 //!
 //! ```text
-//! GET  /v1/models        every model with `status.value` loaded | loading | unloaded
+//! GET  /v1/models        every model with `status.value` loaded | loading | unloaded, its
+//!                        aliases, then its LoRA adapters (`parent`: the model)
 //! POST /models/load      {"model": NAME}: load it now (as a request for it would)
 //! POST /models/unload    {"model": NAME}: unload it (409 if busy or pinned)
 //! GET  /health*, /metrics, the playground: answered here (no model is loaded for them)
-//! anything else          POST: the body's `model` picks the model (404 unknown name, 400 none
-//!                        when several are served); other methods: the most recently used
-//!                        loaded model, else the first given ─► that model's routes
+//! anything else          POST: the body's `model` picks the model: a model's name, an alias
+//!                        (the body is passed on naming the model) or a LoRA adapter's name
+//!                        (the model serving it); 404 unknown name, 400 none when several are
+//!                        served. Other methods: the most recently used loaded model, else the
+//!                        first given ─► that model's routes
 //! ```
 //!
 //! A request holds its model (a [`crate::model_registry::Lease`]) until its response body
@@ -87,7 +90,7 @@ async fn list(State(registry): State<Arc<ModelRegistry>>) -> Response {
     let data = registry
         .listing()
         .into_iter()
-        .map(|m| card(m, created))
+        .flat_map(|m| with_adapters(m, created))
         .collect();
     json_response(
         StatusCode::OK,
@@ -111,12 +114,31 @@ fn card(m: ModelListing, created: u64) -> ModelCard {
             value: m.state.as_str(),
             error: m.error,
         }),
+        aliases: m.aliases,
     }
+}
+
+/// The model's card, then one per LoRA adapter (vLLM's shape: `parent` is the model, `root`
+/// the adapter's path) with the model's status.
+fn with_adapters(mut m: ModelListing, created: u64) -> Vec<ModelCard> {
+    let adapters = std::mem::take(&mut m.adapters);
+    let base = card(m, created);
+    let adapter_card = |(name, path): (String, String)| ModelCard {
+        id: name,
+        root: path,
+        parent: Some(base.id.clone()),
+        aliases: Vec::new(),
+        ..base.clone()
+    };
+    let mut cards: Vec<ModelCard> = adapters.into_iter().map(adapter_card).collect();
+    cards.insert(0, base);
+    cards
 }
 
 /// The card of `name` as listed now.
 fn card_of(registry: &ModelRegistry, name: &str) -> Response {
     let created = crate::state::unix_now();
+    let name = registry.resolve(name).unwrap_or_else(|| name.to_string());
     match registry.listing().into_iter().find(|m| m.name == name) {
         Some(m) => json_response(StatusCode::OK, &card(m, created)),
         None => refuse("/models", ApiError::ModelNotFound(name.to_string())),
@@ -179,16 +201,17 @@ async fn dispatch(State(registry): State<Arc<ModelRegistry>>, req: Request) -> R
 
 /// The model a request is for, and the request (its body read back in when it was read).
 async fn target(registry: &ModelRegistry, req: Request) -> Result<(String, Request), ApiError> {
-    if registry.len() == 1 || req.method() != Method::POST {
+    if req.method() != Method::POST {
         return Ok((registry.default_name(), req));
     }
     let http = registry.http();
     let (parts, body) = req.into_parts();
     let bytes = crate::extract::read_body(body, http.body_limit, http.body_read_timeout).await?;
-    let name = match named_model(&bytes) {
-        Named::Model(name) => name,
+    let (name, bytes) = match named_model(&bytes) {
+        Named::Model(name) => routed(registry, name, bytes)?,
         // The routes' own parsing gives the precise error.
-        Named::NotJson => registry.default_name(),
+        Named::NotJson => (registry.default_name(), bytes),
+        Named::Nothing if registry.len() == 1 => (registry.default_name(), bytes),
         Named::Nothing => {
             return Err(ApiError::param(
                 "model",
@@ -200,6 +223,36 @@ async fn target(registry: &ModelRegistry, req: Request) -> Result<(String, Reque
         }
     };
     Ok((name, Request::from_parts(parts, Body::from(bytes))))
+}
+
+/// The model serving the name a body gives, and the body to pass it: unchanged for a model's
+/// or an adapter's name, naming the model for an alias (its routes know only its own name).
+fn routed(
+    registry: &ModelRegistry,
+    named: String,
+    body: axum::body::Bytes,
+) -> Result<(String, axum::body::Bytes), ApiError> {
+    match registry.resolve(&named) {
+        Some(model) if model == named => Ok((model, body)),
+        Some(model) => {
+            let body = renamed(&body, &model)?;
+            Ok((model, body))
+        }
+        None => match registry.model_of_adapter(&named) {
+            Some(model) => Ok((model, body)),
+            None => Err(ApiError::ModelNotFound(named)),
+        },
+    }
+}
+
+/// `body` (a JSON object) with `model` set to `model`.
+fn renamed(body: &[u8], model: &str) -> Result<axum::body::Bytes, ApiError> {
+    let mut json: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::param("model", format!("the body is not a JSON object: {e}")))?;
+    json.insert("model".into(), serde_json::Value::String(model.to_string()));
+    serde_json::to_vec(&json)
+        .map(axum::body::Bytes::from)
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// `response`, holding `lease` until its body has been sent (or dropped).
@@ -338,5 +391,11 @@ mod tests {
         assert_eq!(named_model(br#"{"prompt":"x"}"#), Named::Nothing);
         assert_eq!(named_model(br#"{"model":7}"#), Named::Nothing);
         assert_eq!(named_model(b"not json"), Named::NotJson);
+    }
+
+    #[test]
+    fn an_alias_is_replaced_by_the_model_name_and_the_rest_kept() {
+        let body = renamed(br#"{"prompt":"x","model":"alias","n":2}"#, "real").unwrap();
+        assert_eq!(&body[..], br#"{"prompt":"x","model":"real","n":2}"#);
     }
 }

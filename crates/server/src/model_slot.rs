@@ -64,6 +64,8 @@ pub struct ModelSlot {
     pub path: PathBuf,
     /// Never unloaded (`--pin`).
     pub pinned: bool,
+    /// The memory it is expected to take once loaded (weights file + KV cache share).
+    pub estimate: u64,
     pub phase: SlotPhase,
     /// When a request last chose this model (least recently used goes first).
     pub last_used: Instant,
@@ -80,6 +82,7 @@ impl ModelSlot {
             name,
             path,
             pinned,
+            estimate: 0,
             phase: SlotPhase::Unloaded,
             last_used: Instant::now(),
             active: Arc::new(AtomicUsize::new(0)),

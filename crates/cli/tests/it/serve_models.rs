@@ -1,8 +1,10 @@
 //! `kestrel serve` with several models: models load on their first request, at most
 //! `--max-loaded-models` are loaded (the least recently used idle one is unloaded for
-//! another), pinned and busy models are never unloaded (a request that finds no room gets 503
-//! with `Retry-After`), each model answers as a single-model server of its file does, and
-//! `/v1/models`, `/models/load`, `/models/unload` and the load counters report it all.
+//! another) and the process stays within `--models-memory-budget`, pinned and busy models are
+//! never unloaded (a request that finds no room, or for a model larger than the budget, gets
+//! 503 with `Retry-After`), each model answers as a single-model server of its file does
+//! (under its name or an alias), and `/v1/models`, `/models/load`, `/models/unload` and the
+//! load counters report it all.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -99,6 +101,28 @@ impl Server {
             .find_map(|l| l.strip_prefix(&series))
             .map_or(0, |v| v.trim().parse().expect("a counter value"))
     }
+
+    /// The value of the unlabelled gauge `name`.
+    fn gauge(&self, name: &str) -> f64 {
+        let raw = raw_request(&self.addr, "GET", "/metrics", "", "", WAIT);
+        let prefix = format!("{name} ");
+        raw.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.trim().parse().expect("a gauge value"))
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    }
+
+    /// A `kB` field of the server process's `/proc/PID/status` (`VmRSS`, `VmHWM`), in bytes.
+    fn proc_status_bytes(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc status"));
+        kb * 1024
+    }
 }
 
 impl Drop for Server {
@@ -125,6 +149,12 @@ fn single_model_answers(path: &std::path::Path) -> (String, serde_json::Value) {
     (server.complete(None), server.tokenize(None))
 }
 
+/// The memory budget of the swapping test: each model's estimate (weights file + the
+/// 256 MiB KV cache: 366 MB and 521 MB) fits, both together (887 MB) do not. The process
+/// needs more than the estimate (tokenizer, activations, runtime: about 650 MB resident with
+/// Gemma loaded), and both models resident at once would take about 900 MB.
+const BUDGET: u64 = 800 << 20;
+
 #[test]
 fn two_models_take_turns_in_one_slot_and_answer_as_their_own_servers() {
     let (a_path, b_path) = (default_model(), gemma());
@@ -135,21 +165,36 @@ fn two_models_take_turns_in_one_slot_and_answer_as_their_own_servers() {
     let mut args: Vec<String> = Vec::new();
     args.extend(path_arg("a", &a_path));
     args.extend(path_arg("b", &b_path));
-    args.extend(["--max-loaded-models".into(), "1".into()]);
+    args.extend(["--max-loaded-models", "1", "--model-alias", "smol=a"].map(String::from));
+    args.extend(["--models-memory-budget".into(), BUDGET.to_string()]);
     let server = Server::start(&args);
     assert_eq!(
         server.states(),
         states(&[("a", "unloaded"), ("b", "unloaded")])
     );
+    let mut peak_estimate: f64 = 0.0;
     for round in 0..3 {
         assert_eq!(server.complete(Some("a")), a_text, "round {round}, model a");
         assert_eq!(server.states()[0].1, "loaded");
+        peak_estimate = peak_estimate.max(server.gauge("kestrel:models_memory_estimate_bytes"));
         assert_eq!(server.complete(Some("b")), b_text, "round {round}, model b");
         assert_eq!(
             server.states(),
             states(&[("a", "unloaded"), ("b", "loaded")])
         );
+        peak_estimate = peak_estimate.max(server.gauge("kestrel:models_memory_estimate_bytes"));
     }
+    // Each model's estimate is counted, never both at once; the whole process's peak resident
+    // memory (loads and unloads included) stays within the budget too.
+    assert!(
+        peak_estimate > 0.0 && peak_estimate <= BUDGET as f64,
+        "{peak_estimate}"
+    );
+    let peak_rss = server.proc_status_bytes("VmHWM");
+    assert!(
+        peak_rss <= BUDGET,
+        "peak RSS {peak_rss} over the budget {BUDGET}"
+    );
     assert_eq!(server.tokenize(Some("b")), b_tokens);
     assert_eq!(server.counter("kestrel:model_loads_total", "a"), 3);
     assert_eq!(server.counter("kestrel:model_loads_total", "b"), 3);
@@ -161,11 +206,25 @@ fn two_models_take_turns_in_one_slot_and_answer_as_their_own_servers() {
         assert!(tokens > 0, "no labelled generation tokens for {model}");
     }
 
+    // An alias is its model, in /v1/models and in requests.
+    let (status, _, list) = server.request("GET", "/v1/models", "");
+    assert_eq!(status, 200);
+    assert_eq!(list["data"][0]["aliases"], serde_json::json!(["smol"]));
+    assert_eq!(
+        server.complete(Some("smol")),
+        a_text,
+        "the alias is model a"
+    );
+    assert_eq!(server.counter("kestrel:model_loads_total", "a"), 4);
+
     // Unloaded on request, then loaded again by the next request for it.
-    let (status, _, card) = server.request("POST", "/models/unload", r#"{"model":"b"}"#);
+    let (status, _, card) = server.request("POST", "/models/unload", r#"{"model":"smol"}"#);
     assert_eq!(status, 200, "{card}");
-    assert_eq!(card["status"]["value"], "unloaded");
-    assert_eq!(server.counter("kestrel:model_unloads_total", "b"), 3);
+    assert_eq!(
+        (&card["id"], &card["status"]["value"]),
+        (&"a".into(), &"unloaded".into())
+    );
+    assert_eq!(server.counter("kestrel:model_unloads_total", "a"), 4);
     assert_eq!(server.tokenize(Some("a")), a_tokens);
     assert_eq!(server.complete(Some("b")), b_text);
     assert_eq!(server.counter("kestrel:model_loads_total", "b"), 4);
@@ -265,6 +324,10 @@ fn a_model_that_fails_to_load_reports_why_and_the_others_serve() {
     let mut args: Vec<String> = Vec::new();
     args.extend(path_arg("good", &default_model()));
     args.extend(path_arg("bad", &bad));
+    // Gemma's estimate (253 MB file + half the 256 MiB KV cache) is over the budget; the
+    // default model's (98 MB + 128 MiB) is not.
+    args.extend(path_arg("huge", &gemma()));
+    args.extend(["--models-memory-budget", "300MiB"].map(String::from));
     args.extend(["--api-key".into(), "sk-test".into()]);
     let server = Server::start(&args);
     let auth = "Authorization: Bearer sk-test\r\n";
@@ -295,5 +358,61 @@ fn a_model_that_fails_to_load_reports_why_and_the_others_serve() {
     assert_eq!(bad_card["id"], "bad");
     assert_eq!(bad_card["status"]["value"], "unloaded");
     assert!(bad_card["status"]["error"].as_str().is_some(), "{json}");
+
+    // A model that can never fit the budget is refused with 503 and a reason.
+    let huge = r#"{"model":"huge","prompt":"x","max_tokens":1}"#;
+    let raw = raw_request(&server.addr, "POST", "/v1/completions", auth, huge, WAIT);
+    assert!(raw.starts_with("HTTP/1.1 503"), "{raw}");
+    assert!(raw.to_ascii_lowercase().contains("retry-after:"), "{raw}");
+    assert!(raw.contains("--models-memory-budget"), "{raw}");
     std::fs::remove_file(&bad).unwrap();
+}
+
+#[test]
+fn lora_adapters_are_listed_under_each_model_and_a_request_naming_one_is_served() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let tiny = fixtures.join("tiny-llama-f32");
+    let mut args: Vec<String> = Vec::new();
+    args.extend(path_arg("a", &tiny));
+    args.extend(path_arg("b", &tiny));
+    args.extend(["--max-lora-rank", "8", "--lora-modules"].map(String::from));
+    args.push(format!("all7={}", fixtures.join("lora/all7").display()));
+    let server = Server::start(&args);
+    let listed = |server: &Server| {
+        let (status, _, json) = server.request("GET", "/v1/models", "");
+        assert_eq!(status, 200, "{json}");
+        json["data"]
+            .as_array()
+            .expect("a model list")
+            .iter()
+            .map(|c| {
+                let parent = c["parent"].as_str().unwrap_or("-");
+                let state = c["status"]["value"].as_str().unwrap_or_default();
+                format!("{}<{parent}:{state}", c["id"].as_str().unwrap_or_default())
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed(&server),
+        [
+            "a<-:unloaded",
+            "all7<a:unloaded",
+            "b<-:unloaded",
+            "all7<b:unloaded"
+        ]
+    );
+    // The adapter's name is served by the first model that has it.
+    let body = r#"{"model":"all7","prompt":"hello","max_tokens":4,"temperature":0}"#;
+    let (status, _, json) = server.request("POST", "/v1/completions", body);
+    assert_eq!(status, 200, "{json}");
+    assert_eq!(json["model"], "all7");
+    assert_eq!(
+        listed(&server),
+        [
+            "a<-:loaded",
+            "all7<a:loaded",
+            "b<-:unloaded",
+            "all7<b:unloaded"
+        ]
+    );
 }

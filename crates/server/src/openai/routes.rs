@@ -116,6 +116,7 @@ pub async fn models(State(state): State<AppState>) -> Response {
         parent,
         max_model_len: Some(state.limits().max_total_tokens),
         status: None,
+        aliases: Vec::new(),
     };
     let mut data = vec![card(base.clone(), base.clone(), None)];
     for a in state.backend().adapters() {

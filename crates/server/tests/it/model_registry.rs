@@ -1,7 +1,8 @@
 //! [`ModelRegistry`] with a loader that counts its loads: which model is unloaded for
 //! another (the least recently used idle one, never a pinned or busy one), that requests for a
 //! loading model share one load, that a failed load reaches every waiter and leaves the
-//! registry serving, and how `unload` refuses.
+//! registry serving, how `unload` refuses, how a memory budget unloads as many models as it
+//! takes and refuses one that can never fit, and that aliases name their model.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -14,13 +15,21 @@ use kestrel_server::model_registry::{
 use kestrel_server::model_slot::ModelState;
 use kestrel_server::{AppState, ServerConfig};
 
-/// Loads any model as the fuzz state after `delay`; refuses paths ending in `.bad`.
+/// Loads any model as the fuzz state after `delay`; refuses paths ending in `.bad`. A model's
+/// memory estimate is the number in its path's stem after `-` (`a-300.gguf`: 300), else 0.
 struct CountingLoader {
     loads: Mutex<Vec<String>>,
     delay: Duration,
 }
 
 impl ModelLoader for CountingLoader {
+    fn memory_estimate(&self, path: &Path) -> u64 {
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        stem.rsplit_once('-')
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     fn load(&self, name: &str, path: &Path) -> Result<AppState, LoadFailure> {
         std::thread::sleep(self.delay);
         self.loads.lock().unwrap().push(name.to_string());
@@ -44,6 +53,31 @@ fn registry(
     delay: Duration,
     load_wait: Option<Duration>,
 ) -> (Arc<ModelRegistry>, Arc<CountingLoader>) {
+    let options = RegistryOptions {
+        load_wait,
+        ..options(max_loaded)
+    };
+    build(names, pins, options, delay)
+}
+
+fn options(max_loaded: usize) -> RegistryOptions {
+    RegistryOptions {
+        max_loaded,
+        load_wait: None,
+        unload_deadline: Duration::from_secs(1),
+        memory_budget: None,
+        aliases: Vec::new(),
+        lora_modules: Vec::new(),
+    }
+}
+
+/// A registry of `names` (each `NAME` or `NAME-BYTES`, served as `NAME`).
+fn build(
+    names: &[&str],
+    pins: &[&str],
+    options: RegistryOptions,
+    delay: Duration,
+) -> (Arc<ModelRegistry>, Arc<CountingLoader>) {
     let loader = Arc::new(CountingLoader {
         loads: Mutex::new(Vec::new()),
         delay,
@@ -51,16 +85,11 @@ fn registry(
     let models = names
         .iter()
         .map(|n| ModelEntry {
-            name: n.to_string(),
+            name: n.split('-').next().unwrap_or(n).to_string(),
             path: PathBuf::from(format!("{n}.gguf").replace("bad.gguf", "x.bad")),
         })
         .collect();
     let pins: Vec<String> = pins.iter().map(|p| p.to_string()).collect();
-    let options = RegistryOptions {
-        max_loaded,
-        load_wait,
-        unload_deadline: Duration::from_secs(1),
-    };
     let registry = ModelRegistry::new(
         models,
         &pins,
@@ -198,11 +227,6 @@ fn bad_configurations_are_refused() {
         name: n.into(),
         path: PathBuf::from(n),
     };
-    let options = |max_loaded| RegistryOptions {
-        max_loaded,
-        load_wait: None,
-        unload_deadline: Duration::from_secs(1),
-    };
     let make = |models: Vec<ModelEntry>, pins: &[String], max| {
         ModelRegistry::new(
             models,
@@ -227,4 +251,93 @@ fn bad_configurations_are_refused() {
         .contains("--max-loaded-models"));
     assert!(make(vec![entry("a")], &[], 0).is_some());
     assert!(make(vec![entry("a")], &[], 1).is_none());
+    let with_alias = |alias: &str, model: &str| {
+        let options = RegistryOptions {
+            aliases: vec![(alias.to_string(), model.to_string())],
+            ..options(2)
+        };
+        ModelRegistry::new(
+            vec![entry("a"), entry("b")],
+            &[],
+            loader.clone(),
+            ServerConfig::default(),
+            options,
+        )
+        .err()
+        .map(|e| e.to_string())
+    };
+    assert!(with_alias("b", "a").unwrap().contains("--model-alias b"));
+    assert!(with_alias("x", "c")
+        .unwrap()
+        .contains("no model is named `c`"));
+    assert!(with_alias("x", "a").is_none());
+}
+
+#[tokio::test]
+async fn the_memory_budget_unloads_as_many_idle_models_as_it_takes() {
+    let budget = RegistryOptions {
+        memory_budget: Some(1000),
+        ..options(10)
+    };
+    let (reg, loader) = build(
+        &["a-300", "b-300", "c-300", "d-700", "e-1001"],
+        &[],
+        budget,
+        Duration::ZERO,
+    );
+    for name in ["a", "b", "c"] {
+        drop(reg.acquire(name).await.unwrap());
+    }
+    assert_eq!(states(&reg), [Loaded, Loaded, Loaded, Unloaded, Unloaded]);
+    drop(reg.acquire("a").await.unwrap());
+    // 900 loaded: d (700) needs b and c (the least recently used) gone, not a.
+    drop(reg.acquire("d").await.unwrap());
+    assert_eq!(states(&reg), [Loaded, Unloaded, Unloaded, Loaded, Unloaded]);
+    let listed: u64 = reg
+        .listing()
+        .iter()
+        .filter(|m| m.state == Loaded)
+        .map(|m| m.memory_estimate)
+        .sum();
+    assert_eq!(listed, 1000);
+    match reg.acquire("e").await {
+        Err(RegistryError::TooLarge { need, budget, .. }) => {
+            assert_eq!((need, budget), (1001, 1000))
+        }
+        other => panic!("expected TooLarge, got {:?}", other.err()),
+    }
+    // A held model is not unloaded: b (300) finds no room while a and d are busy.
+    let (_a, _d) = (
+        reg.acquire("a").await.unwrap(),
+        reg.acquire("d").await.unwrap(),
+    );
+    assert!(matches!(
+        reg.acquire("b").await,
+        Err(RegistryError::NoRoom { .. })
+    ));
+    assert_eq!(*loader.loads.lock().unwrap(), ["a", "b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn an_alias_names_its_model_everywhere() {
+    let aliased = RegistryOptions {
+        aliases: vec![("smol".into(), "a".into())],
+        ..options(1)
+    };
+    let (reg, loader) = build(&["a", "b"], &["smol"], aliased, Duration::ZERO);
+    assert_eq!(reg.resolve("smol").as_deref(), Some("a"));
+    assert_eq!(reg.resolve("b").as_deref(), Some("b"));
+    assert_eq!(reg.resolve("zz"), None);
+    drop(reg.acquire("smol").await.unwrap());
+    drop(reg.acquire("a").await.unwrap());
+    assert_eq!(
+        *loader.loads.lock().unwrap(),
+        ["a"],
+        "one model, loaded once"
+    );
+    assert!(
+        matches!(reg.unload("smol").await, Err(RegistryError::Pinned(_))),
+        "pinned by its alias"
+    );
+    assert_eq!(reg.listing()[0].aliases, ["smol"]);
 }

@@ -351,6 +351,9 @@ pub struct ModelCard {
     /// NAME=PATH ...`); absent on a server of one model, which is always loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<ModelStatus>,
+    /// Other names requests may give for the model (`--model-alias`, multi-model server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
 }
 
 /// A model's state on a multi-model server, as `/v1/models` reports it.

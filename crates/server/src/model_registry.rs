@@ -326,22 +326,29 @@ impl ModelRegistry {
     /// Every model in the order given, with its state.
     pub fn listing(&self) -> Vec<ModelListing> {
         let loaded = self.loaded();
-        let slots = self.lock();
-        self.order
-            .iter()
-            .filter_map(|name| {
-                let slot = slots.by_name.get(name)?;
-                Some(ModelListing {
-                    name: name.clone(),
-                    state: slot.state(),
-                    max_model_len: slots.max_model_len.get(name).copied(),
-                    error: slot.last_error.as_deref().map(str::to_string),
-                    aliases: self.aliases.of(name),
-                    adapters: self.adapters_of(name, &loaded),
-                    memory_estimate: slot.estimate,
+        let mut listed: Vec<ModelListing> = {
+            let slots = self.lock();
+            self.order
+                .iter()
+                .filter_map(|name| {
+                    let slot = slots.by_name.get(name)?;
+                    Some(ModelListing {
+                        name: name.clone(),
+                        state: slot.state(),
+                        max_model_len: slots.max_model_len.get(name).copied(),
+                        error: slot.last_error.as_deref().map(str::to_string),
+                        aliases: self.aliases.of(name),
+                        adapters: Vec::new(),
+                        memory_estimate: slot.estimate,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        };
+        // Asked of the engines outside the registry's lock.
+        for m in &mut listed {
+            m.adapters = self.adapters_of(&m.name, &loaded);
+        }
+        listed
     }
 
     /// The LoRA adapters of `name`: its engine's when it is among `loaded`, else the

@@ -3,8 +3,9 @@
 //! another) and the process stays within `--models-memory-budget`, pinned and busy models are
 //! never unloaded (a request that finds no room, or for a model larger than the budget, gets
 //! 503 with `Retry-After`), each model answers as a single-model server of its file does
-//! (under its name or an alias), and `/v1/models`, `/models/load`, `/models/unload` and the
-//! load counters report it all.
+//! (under its name or an alias), `/v1/models` lists each model's LoRA adapters (a request
+//! naming one is served by its model), `/v1/models`, `/models/load`, `/models/unload` and the
+//! load counters report it all, and `kestrel chat` switches models with `/model`.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -414,5 +415,50 @@ fn lora_adapters_are_listed_under_each_model_and_a_request_naming_one_is_served(
             "b<-:unloaded",
             "all7<b:unloaded"
         ]
+    );
+}
+
+#[test]
+fn kestrel_chat_lists_the_models_and_switches_with_slash_model() {
+    let path = default_model();
+    let mut args: Vec<String> = Vec::new();
+    args.extend(path_arg("a", &path));
+    args.extend(path_arg("b", &path));
+    let server = Server::start(&args);
+    let url = format!("http://{}", server.addr);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kestrel"))
+        .args([
+            "chat",
+            "--url",
+            &url,
+            "--model-name",
+            "a",
+            "--max-tokens",
+            "4",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kestrel chat starts");
+    let script = "/temp 0\n/model\n/model nope\n/model b\nHello\n/quit\n";
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("script written");
+    let out = child.wait_with_output().expect("chat ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "chat failed: {stderr}");
+    assert!(stderr.contains("  a (unloaded) *"), "{stderr}");
+    assert!(stderr.contains("  b (unloaded)\n"), "{stderr}");
+    assert!(stderr.contains("no model \"nope\""), "{stderr}");
+    assert!(stderr.contains("chatting with b"), "{stderr}");
+    assert!(!stderr.contains("error:"), "{stderr}");
+    // The answer came from b: only b was ever loaded.
+    assert_eq!(
+        server.states(),
+        states(&[("a", "unloaded"), ("b", "loaded")])
     );
 }

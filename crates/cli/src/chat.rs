@@ -66,13 +66,13 @@ pub fn run(args: ChatArgs) -> Result<()> {
                 (base, Some(server))
             }
         };
-        let client = ChatClient::connect(&base, args.api_key.clone(), args.model_name.clone())
+        let mut client = ChatClient::connect(&base, args.api_key.clone(), args.model_name.clone())
             .await
             .with_context(|| format!("cannot reach {base}"))?;
         let mut conversation = Conversation::new(args.system.clone(), args.temperature);
         conversation.max_tokens = args.max_tokens;
         conversation.ignore_eos = args.ignore_eos;
-        let result = repl::run(&client, &mut conversation).await;
+        let result = repl::run(&mut client, &mut conversation).await;
         if let Some(path) = &args.save {
             conversation.save(path)?;
         }

@@ -246,7 +246,7 @@ mod tests {
             .map_err(|e| e.to_string())?
             .command
         {
-            crate::Command::Serve(args) => Ok(args),
+            crate::Command::Serve(args) => Ok(*args),
             _ => Err("not serve".into()),
         }
     }
@@ -301,12 +301,9 @@ mod tests {
             args.model_path.as_deref(),
             Some(Path::new("/from/argv.gguf"))
         );
-        assert_eq!(args.engine.model, None);
+        assert!(args.engine.model.is_empty());
         let args = serve("model = \"/from/file.gguf\"\n", "model2", &[]).unwrap();
-        assert_eq!(
-            args.engine.model.as_deref(),
-            Some(Path::new("/from/file.gguf"))
-        );
+        assert_eq!(args.engine.model, [Path::new("/from/file.gguf")]);
     }
 
     #[test]

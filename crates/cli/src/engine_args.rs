@@ -14,11 +14,13 @@ use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 
 use crate::startup_summary::ModelDescription;
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct EngineArgs {
-    /// A .gguf file or an HF checkpoint directory [default: SmolLM2-135M-Instruct, fetched on first use].
-    #[arg(long, env = "MODEL_ID")]
-    pub model: Option<PathBuf>,
+    /// A .gguf file or an HF checkpoint directory [default: SmolLM2-135M-Instruct, fetched on
+    /// first use]. `kestrel serve` takes it repeated as NAME=PATH to serve several models,
+    /// each under its NAME.
+    #[arg(long, env = "MODEL_ID", action = clap::ArgAction::Append)]
+    pub model: Vec<PathBuf>,
     /// Name clients see in /v1/models and responses [default: the model file's stem].
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -206,10 +208,31 @@ impl EngineArgs {
         Ok(self.launch_with(&self.launch_options()?)?.0)
     }
 
+    /// The one model asked for (`None`: the default model); several are refused.
+    pub fn single_model(&self) -> Result<Option<PathBuf>> {
+        match self.model.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(one.clone())),
+            _ => bail!("--model is given {} times; only `kestrel serve` serves several models (as --model NAME=PATH)", self.model.len()),
+        }
+    }
+
     /// [`EngineArgs::launch`] with options the caller completed (e.g. LoRA adapters), and a
     /// description of the model for the startup summary.
     pub fn launch_with(&self, opts: &LaunchOptions) -> Result<(Launched, ModelDescription)> {
-        let path = crate::resolve_model(self.model.clone())?;
+        let path = crate::resolve_model(self.single_model()?)?;
+        self.launch_model(&path, opts, crate::thread_pool(self.threads))
+    }
+
+    /// Loads the model at `path` with these flags (quantizing it, setting its chat template
+    /// and draft model if asked) and starts its engine on `pool`.
+    pub fn launch_model(
+        &self,
+        path: &std::path::Path,
+        opts: &LaunchOptions,
+        pool: &'static kestrel_kernels::cpu::threadpool::ThreadPool,
+    ) -> Result<(Launched, ModelDescription)> {
+        let path = path.to_path_buf();
         let mut loaded = match &self.quantize {
             None => crate::load_with_progress(&path)?,
             Some(method) => load_quantizing(&path, method, self.quantize_group)?,
@@ -221,7 +244,6 @@ impl EngineArgs {
         }
         let description = ModelDescription::new(&path, &loaded, self.quantize.as_deref());
         let draft = self.speculative.load_draft()?;
-        let pool = crate::thread_pool(self.threads);
         let launched = kestrel_server::launch::start_engine_with_draft(loaded, draft, opts, pool)?;
         Ok((launched, description))
     }

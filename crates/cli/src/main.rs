@@ -14,10 +14,13 @@ mod inspect;
 mod logging;
 mod lora_args;
 mod membw;
+mod model_list;
+mod model_size;
 mod ppl;
 mod quantize;
 mod request_limit_args;
 mod serve;
+mod serve_models;
 mod shutdown;
 mod speed;
 mod startup_summary;
@@ -63,7 +66,7 @@ enum Command {
     /// Make sure the default model is cached (fetching it with pip if needed); print its path.
     Fetch,
     /// Serve the OpenAI- and TGI-compatible HTTP API.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Serve the same HTTP API as `serve` in front of a fleet of workers behind Redis (loads no
     /// weights).
     Gateway(gateway::GatewayArgs),
@@ -88,7 +91,7 @@ fn main() -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Inspect(args) => inspect::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Gateway(args) => gateway::run(args),
         Command::Worker(args) => worker::run(args),
         Command::Bench(args) => {

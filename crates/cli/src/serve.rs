@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use crate::engine_args::EngineArgs;
 use crate::http_args::HttpArgs;
 use crate::lora_args::LoraArgs;
+use crate::model_list::ModelList;
 use crate::request_limit_args::RequestLimitArgs;
 
 #[derive(clap::Args)]
@@ -25,16 +26,62 @@ pub struct ServeArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub lora: LoraArgs,
+    #[command(flatten)]
+    pub multi: MultiModelArgs,
+}
+
+/// Flags of a server of several models.
+#[derive(clap::Args)]
+pub struct MultiModelArgs {
+    /// Serve every .gguf file and HF checkpoint directory in DIR, each named by its file stem
+    /// or directory name (beside any --model NAME=PATH).
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
+    /// With several models: most loaded at once. Loading another unloads the least recently
+    /// used idle one; --kv-cache-memory is shared out evenly between this many engines.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub max_loaded_models: usize,
+    /// With several models: never unload the model NAME (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub pin: Vec<String>,
+    /// With several models: most memory the loaded models may take, e.g. 4GiB, estimated for
+    /// each model as its weights file(s) plus its share of --kv-cache-memory. Loading another
+    /// unloads least recently used idle models until it fits.
+    #[arg(long, value_name = "SIZE", value_parser = crate::engine_args::parse_bytes)]
+    pub models_memory_budget: Option<u64>,
+    /// With several models: ALIAS is another name of the model NAME (repeatable).
+    #[arg(long, value_name = "ALIAS=NAME", value_parser = parse_alias)]
+    pub model_alias: Vec<(String, String)>,
+}
+
+/// `ALIAS=NAME`.
+fn parse_alias(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((alias, name)) if !alias.is_empty() && !name.is_empty() => {
+            Ok((alias.to_string(), name.to_string()))
+        }
+        _ => Err(format!("expected ALIAS=NAME, got {s:?}")),
+    }
 }
 
 pub fn run(mut args: ServeArgs) -> Result<()> {
     if let Some(path) = args.model_path.take() {
-        if args.engine.model.as_ref().is_some_and(|m| *m != path) {
+        if !args.engine.model.is_empty() && args.engine.model != [path.clone()] {
             bail!("the model is given twice, as an argument and with --model (or MODEL_ID)");
         }
-        args.engine.model = Some(path);
+        args.engine.model = vec![path];
     }
     crate::config_file::log_source(args.config.as_deref());
+    let list = ModelList::from_args(&args.engine.model, args.multi.models_dir.as_deref())?;
+    if let ModelList::Several(models) = list {
+        return crate::serve_models::run(args, models);
+    }
+    if !args.multi.pin.is_empty()
+        || !args.multi.model_alias.is_empty()
+        || args.multi.models_memory_budget.is_some()
+    {
+        bail!("--pin, --model-alias and --models-memory-budget are for a server of several models (--model NAME=PATH or --models-dir)");
+    }
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.lora.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;

@@ -126,6 +126,9 @@ pub struct EngineHandle {
     shared: Arc<Shared>,
 }
 
+/// A recorder an engine thread records its metrics through ([`EngineOptions::metrics_recorder`]).
+pub type MetricsRecorder = Arc<dyn metrics::Recorder + Send + Sync>;
+
 /// Optional features of an engine, for [`EngineHandle::try_start_with`].
 #[derive(Default)]
 pub struct EngineOptions {
@@ -138,6 +141,10 @@ pub struct EngineOptions {
     pub slo_admission: SloAdmission,
     /// The KV disk tier under the prefix cache (`None`: RAM only).
     pub disk_tier: Option<DiskTier>,
+    /// Where the engine thread records its metrics instead of the process's recorder (e.g.
+    /// one that labels every series with the model's name, when a process runs several
+    /// engines); `None`: the process's recorder.
+    pub metrics_recorder: Option<MetricsRecorder>,
 }
 
 /// Whether requests with a first-token objective (`ttft_slo`) are checked at admission.
@@ -197,6 +204,7 @@ impl EngineHandle {
             constraints,
             slo_admission,
             disk_tier,
+            metrics_recorder,
         } = options;
         let mut core = EngineCore::new(executor, decoder, eos_token_ids, &config)?
             .with_constraints(constraints.clone())
@@ -214,7 +222,10 @@ impl EngineHandle {
         let engine = engine_loop::EngineLoop::new(core, rx, stats.clone(), adapters.clone());
         let thread = std::thread::Builder::new()
             .name("kestrel-engine".into())
-            .spawn(move || engine.run())?;
+            .spawn(move || match metrics_recorder {
+                Some(recorder) => metrics::with_local_recorder(&*recorder, || engine.run()),
+                None => engine.run(),
+            })?;
         let shared = Shared {
             config,
             commands: tx,

@@ -5,6 +5,7 @@
 //!   ([`ActFormat`]) that the integer dot products consume.
 //! * [`cpu`] — ISA detection ([`cpu::Isa`]), the persistent thread pool, matrix products,
 //!   element-wise ops and attention.
+//! * [`heap`] — hands freed heap memory back to the system (after a model is unloaded).
 //! * [`heap_stats`] — the C allocator's held and live bytes (the heap fragmentation gauge).
 //!
 //! SIMD variants are chosen once at run time from the detected ISA, never only by
@@ -13,6 +14,7 @@
 pub mod alloc_count;
 pub mod bytes;
 pub mod cpu;
+pub mod heap;
 pub mod heap_stats;
 pub mod huge_buffer;
 pub mod quant;

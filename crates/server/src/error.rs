@@ -169,6 +169,9 @@ pub enum ApiError {
     /// The engine cannot serve the request.
     #[error("{0}")]
     Unavailable(String),
+    /// The request conflicts with the server's state (e.g. unloading a model that is busy).
+    #[error("{0}")]
+    Conflict(String),
     /// The request's first-token objective cannot be met with the work queued ahead of it.
     #[error("{0}")]
     SloUnattainable(String),
@@ -209,6 +212,7 @@ impl ApiError {
                 ErrorKind::Overloaded
             }
             ApiError::Unavailable(_) => ErrorKind::Unavailable,
+            ApiError::Conflict(_) => ErrorKind::Conflict,
             ApiError::Internal(_) => ErrorKind::Internal,
         }
     }

@@ -68,6 +68,8 @@ pub struct LaunchOptions {
     pub kv_disk: Option<KvDiskOptions>,
     /// Sampling values for requests that leave them out (`--override-generation-config`).
     pub generation_defaults: crate::generation_defaults::GenerationDefaults,
+    /// Label the engine's metrics with `model_name` (a process of several engines).
+    pub label_metrics: bool,
 }
 
 impl Default for LaunchOptions {
@@ -95,6 +97,7 @@ impl Default for LaunchOptions {
             slo_admission: true,
             kv_disk: None,
             generation_defaults: Default::default(),
+            label_metrics: false,
         }
     }
 }
@@ -236,6 +239,11 @@ pub fn start_engine_with_draft(
         .lora_modules(opts.lora_modules.clone())
         .structured_output(true)
         .kv_disk(opts.kv_disk.clone())
+        .metrics_recorder(
+            opts.label_metrics
+                .then(|| crate::metrics::labelled_recorder(&model_id))
+                .flatten(),
+        )
         .slo_admission(if opts.slo_admission {
             SloAdmission::Enforce
         } else {

@@ -51,6 +51,11 @@ pub mod generation_defaults;
 pub mod key_salt;
 pub mod launch;
 pub mod metrics;
+pub mod model_aliases;
+pub mod model_registry;
+pub mod model_room;
+pub mod model_router;
+pub mod model_slot;
 pub mod openai;
 pub mod reasoning;
 pub mod reply_reader;
@@ -130,6 +135,35 @@ pub async fn serve_app(
     config: &ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    let drain: Arc<dyn Fn(std::time::Duration) + Send + Sync> =
+        Arc::new(move |deadline| backend.shutdown(deadline));
+    serve_draining(listener, app, drain, config, shutdown).await
+}
+
+/// Serves the models of `registry` on `listener` ([`model_router::router`]) until `shutdown`
+/// resolves; then every loaded engine drains within `config.shutdown_deadline`.
+pub async fn serve_models(
+    listener: TcpListener,
+    registry: Arc<model_registry::ModelRegistry>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let config = registry.http().clone();
+    let app = model_router::router(registry.clone())
+        .layer(axum::middleware::from_fn(crate::request_id::assign));
+    let drain: Arc<dyn Fn(std::time::Duration) + Send + Sync> =
+        Arc::new(move |deadline| registry.shutdown(deadline));
+    serve_draining(listener, app, drain, &config, shutdown).await
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves; then `drain` (blocking) stops the
+/// engines, giving in-flight requests `config.shutdown_deadline`.
+async fn serve_draining(
+    listener: TcpListener,
+    app: axum::Router,
+    backend: Arc<dyn Fn(std::time::Duration) + Send + Sync>,
+    config: &ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     let local: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(addr = ?local, "listening");
     let deadline = config.shutdown_deadline;
@@ -139,7 +173,7 @@ pub async fn serve_app(
     let drain = async move {
         shutdown.await;
         tracing::info!("shutdown signal received; draining");
-        tokio::task::spawn_blocking(move || draining.shutdown(deadline));
+        tokio::task::spawn_blocking(move || draining(deadline));
     };
     let policy = connections::ConnectionPolicy {
         max_connections: config.max_connections,
@@ -150,7 +184,7 @@ pub async fn serve_app(
         tracing::warn!("connections still open after the shutdown deadline; closing them");
     }
     // Waits for the drain (a no-op if it already finished), bounded like the connections.
-    let wait = tokio::task::spawn_blocking(move || backend.shutdown(deadline));
+    let wait = tokio::task::spawn_blocking(move || backend(deadline));
     let _ = tokio::time::timeout(deadline + config::SHUTDOWN_GRACE, wait).await;
     tracing::info!("server stopped");
     Ok(())

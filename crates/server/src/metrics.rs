@@ -16,14 +16,17 @@
 //!   (`(held - live) / held`, free memory the allocator keeps), read from the allocator at each
 //!   scrape (see [`kestrel_kernels::heap_stats`]).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use kestrel_engine::api::EngineStats;
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics::{KeyName, Metadata, SharedString, Unit};
+use metrics_exporter_prometheus::{
+    BuildError, Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 
 use crate::state::AppState;
 
@@ -52,16 +55,19 @@ const BUCKETS: &[f64] = &[
 pub struct MetricsError(String);
 
 static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+/// The process's recorder, shared with the [`labelled_recorder`]s of its engines.
+static RECORDER: OnceLock<Arc<PrometheusRecorder>> = OnceLock::new();
 
 /// Installs the process-wide Prometheus recorder (first call) and returns its handle (every
 /// call). Call it before starting the engine so that the engine's metric handles bind to it.
 pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
     HANDLE
         .get_or_init(|| {
-            let handle = build().map_err(|e| e.to_string())?;
+            let handle = build()?;
             kestrel_engine::metrics::describe();
             process_collector().describe();
             kestrel_engine::lora_metrics::describe();
+            crate::model_registry::describe_metrics();
             metrics::describe_counter!(
                 HTTP_REQUESTS_TOTAL,
                 metrics::Unit::Count,
@@ -79,10 +85,69 @@ pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
         .map_err(MetricsError)
 }
 
-fn build() -> Result<PrometheusHandle, BuildError> {
-    PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Prefix("kestrel:".into()), BUCKETS)?
-        .install_recorder()
+fn build() -> Result<PrometheusHandle, String> {
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Prefix("kestrel:".into()), BUCKETS)
+        .map_err(|e: BuildError| e.to_string())?
+        .build_recorder();
+    let handle = recorder.handle();
+    let recorder = Arc::new(recorder);
+    metrics::set_global_recorder(recorder.clone()).map_err(|e| e.to_string())?;
+    let _ = RECORDER.set(recorder);
+    Ok(handle)
+}
+
+/// A recorder that adds `model_name="<model>"` to every series recorded through it (vLLM's
+/// label), on top of the process's Prometheus recorder: an engine thread of a server of
+/// several models records through one. `None` before [`install_recorder`] ran.
+pub fn labelled_recorder(model: &str) -> Option<kestrel_engine::handle::MetricsRecorder> {
+    let inner = RECORDER.get()?.clone();
+    Some(Arc::new(Labelled {
+        inner,
+        labels: vec![metrics::Label::new("model_name", model.to_string())],
+    }))
+}
+
+/// [`labelled_recorder`]'s recorder.
+struct Labelled {
+    inner: Arc<PrometheusRecorder>,
+    labels: Vec<metrics::Label>,
+}
+
+impl Labelled {
+    fn key(&self, key: &metrics::Key) -> metrics::Key {
+        key.with_extra_labels(self.labels.clone())
+    }
+}
+
+impl metrics::Recorder for Labelled {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.inner.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(&self, key: &metrics::Key, metadata: &Metadata<'_>) -> metrics::Counter {
+        self.inner.register_counter(&self.key(key), metadata)
+    }
+
+    fn register_gauge(&self, key: &metrics::Key, metadata: &Metadata<'_>) -> metrics::Gauge {
+        self.inner.register_gauge(&self.key(key), metadata)
+    }
+
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        metadata: &Metadata<'_>,
+    ) -> metrics::Histogram {
+        self.inner.register_histogram(&self.key(key), metadata)
+    }
 }
 
 /// Middleware: counts each routed request by route template and status.

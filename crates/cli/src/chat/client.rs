@@ -79,6 +79,16 @@ impl ChatClient {
     }
 
     async fn first_model(&self) -> Result<String> {
+        self.models()
+            .await?
+            .into_iter()
+            .next()
+            .map(|(id, _)| id)
+            .ok_or_else(|| anyhow!("the server lists no models"))
+    }
+
+    /// The ids `/v1/models` lists, each with its `status.value` on a server of several models.
+    pub async fn models(&self) -> Result<Vec<(String, Option<String>)>> {
         let resp = self
             .authorized(self.http.get(format!("{}/v1/models", self.base)))
             .timeout(Duration::from_secs(10))
@@ -90,10 +100,15 @@ impl ChatClient {
         if !status.is_success() {
             bail!("/v1/models answered {status}: {}", error_message(&body));
         }
-        body["data"][0]["id"]
-            .as_str()
-            .map(str::to_string)
-            .ok_or_else(|| anyhow!("the server lists no models"))
+        let cards = body["data"].as_array().cloned().unwrap_or_default();
+        Ok(cards
+            .iter()
+            .filter_map(|card| {
+                let id = card["id"].as_str()?.to_string();
+                let status = card["status"]["value"].as_str().map(str::to_string);
+                Some((id, status))
+            })
+            .collect())
     }
 
     fn authorized(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {

@@ -11,6 +11,9 @@ pub enum Command {
     System(Option<String>),
     /// `/temp <t>`: the sampling temperature.
     Temp(f32),
+    /// `/model [name]`: ask another of the server's models from now on (without a name: list
+    /// them).
+    Model(Option<String>),
     /// `/reset`: forget the conversation (the system prompt stays).
     Reset,
     /// `/save <file>`: write the conversation as JSON.
@@ -27,6 +30,7 @@ pub const HELP: &str = "\
 commands:
   /system [text]  set the system prompt (no text: clear it)
   /temp <t>       sampling temperature (0 = greedy)
+  /model [name]   chat with another of the server's models (no name: list them)
   /reset          start a new conversation
   /save <file>    write the conversation as JSON
   /help           this list
@@ -55,6 +59,7 @@ impl Command {
                 .filter(|t| t.is_finite() && *t >= 0.0)
                 .map(Command::Temp)
                 .ok_or_else(|| format!("/temp needs a number >= 0, got {arg:?}")),
+            "model" => Ok(Command::Model((!arg.is_empty()).then(|| arg.to_string()))),
             "reset" => Ok(Command::Reset),
             "save" if !arg.is_empty() => Ok(Command::Save(PathBuf::from(arg))),
             "save" => Err("/save needs a file name".into()),
@@ -90,6 +95,11 @@ mod tests {
         );
         assert!(Command::parse("/save").is_err());
         assert_eq!(Command::parse("/exit"), Ok(Command::Quit));
+        assert_eq!(
+            Command::parse("/model gemma"),
+            Ok(Command::Model(Some("gemma".into())))
+        );
+        assert_eq!(Command::parse("/model"), Ok(Command::Model(None)));
         let err = Command::parse("/frobnicate").expect_err("unknown");
         assert!(err.contains("/frobnicate"));
     }

@@ -11,7 +11,7 @@ use super::command::{Command, HELP};
 use super::conversation::Conversation;
 
 /// Runs until `/quit` or the end of input.
-pub async fn run(client: &ChatClient, conversation: &mut Conversation) -> Result<()> {
+pub async fn run(client: &mut ChatClient, conversation: &mut Conversation) -> Result<()> {
     // Listening for SIGINT from here on replaces its default (ending the process).
     let mut interrupts = signal(SignalKind::interrupt())?;
     let mut lines = stdin_lines();
@@ -42,11 +42,12 @@ pub async fn run(client: &ChatClient, conversation: &mut Conversation) -> Result
 
 async fn handle(
     cmd: Command,
-    client: &ChatClient,
+    client: &mut ChatClient,
     conversation: &mut Conversation,
     interrupts: &mut tokio::signal::unix::Signal,
 ) -> Result<()> {
     match cmd {
+        Command::Model(name) => switch_model(name, client).await,
         Command::Say(text) => answer(text, client, conversation, interrupts).await,
         Command::System(s) => {
             conversation.system = s;
@@ -75,6 +76,29 @@ async fn handle(
         Command::Quit | Command::Nothing => {}
     }
     Ok(())
+}
+
+/// `/model NAME`: later answers come from `NAME` (the conversation so far goes with them);
+/// `/model`: lists the server's models.
+async fn switch_model(name: Option<String>, client: &mut ChatClient) {
+    let models = match client.models().await {
+        Ok(models) => models,
+        Err(e) => return eprintln!("error: {e:#}"),
+    };
+    match name {
+        Some(name) if models.iter().any(|(id, _)| *id == name) => {
+            eprintln!("chatting with {name}");
+            client.model = name;
+        }
+        Some(name) => eprintln!("the server has no model {name:?} (/model lists them)"),
+        None => {
+            for (id, status) in models {
+                let current = if id == client.model { " *" } else { "" };
+                let status = status.map(|s| format!(" ({s})")).unwrap_or_default();
+                eprintln!("  {id}{status}{current}");
+            }
+        }
+    }
 }
 
 /// Streams the answer to `text`; Ctrl-C stops it. The answer (or the part that arrived) joins

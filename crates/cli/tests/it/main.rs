@@ -20,5 +20,6 @@ mod quant_cli;
 mod serve_hardening;
 mod serve_lora;
 mod serve_memory;
+mod serve_models;
 mod serve_quantize;
 mod speed_cli;

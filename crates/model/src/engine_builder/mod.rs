@@ -52,6 +52,7 @@ pub struct EngineBuilder {
     structured_output: bool,
     slo_admission: SloAdmission,
     kv_disk: Option<KvDiskOptions>,
+    metrics_recorder: Option<kestrel_engine::handle::MetricsRecorder>,
 }
 
 impl EngineBuilder {
@@ -74,7 +75,17 @@ impl EngineBuilder {
             structured_output: false,
             slo_admission: SloAdmission::default(),
             kv_disk: None,
+            metrics_recorder: None,
         }
+    }
+
+    /// Where the engine thread records its metrics (`None`: the process's recorder).
+    pub fn metrics_recorder(
+        mut self,
+        recorder: Option<kestrel_engine::handle::MetricsRecorder>,
+    ) -> EngineBuilder {
+        self.metrics_recorder = recorder;
+        self
     }
 
     /// A KV disk tier under the prefix cache (`None`: RAM only).
@@ -146,6 +157,7 @@ impl EngineBuilder {
             constraints,
             slo_admission: self.slo_admission,
             disk_tier,
+            metrics_recorder: self.metrics_recorder,
         };
         let engine = EngineHandle::try_start_with(
             Box::new(runner),

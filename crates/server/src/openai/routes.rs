@@ -114,7 +114,9 @@ pub async fn models(State(state): State<AppState>) -> Response {
         owned_by: "kestrel",
         root,
         parent,
-        max_model_len: state.limits().max_total_tokens,
+        max_model_len: Some(state.limits().max_total_tokens),
+        status: None,
+        aliases: Vec::new(),
     };
     let mut data = vec![card(base.clone(), base.clone(), None)];
     for a in state.backend().adapters() {
@@ -123,7 +125,7 @@ pub async fn models(State(state): State<AppState>) -> Response {
     }
     for peer in state.backend().peer_models() {
         data.push(ModelCard {
-            max_model_len: peer.max_model_len,
+            max_model_len: Some(peer.max_model_len),
             ..card(peer.id.clone(), peer.id, None)
         });
     }

@@ -211,6 +211,14 @@
   // Models.
   // ---------------------------------------------------------------------------------------
 
+  // A model's entry in the select: LoRA adapters name their model, and on a server of several
+  // models each says whether it is in memory (the first request for an unloaded one loads it).
+  function modelLabel(card) {
+    let label = card.parent ? card.id + " (LoRA on " + card.parent + ")" : card.id;
+    if (card.status && !card.parent) label += " [" + card.status.value + "]";
+    return label;
+  }
+
   async function loadModels() {
     let resp;
     try {
@@ -232,7 +240,7 @@
     for (const card of body.data || []) {
       const option = document.createElement("option");
       option.value = card.id;
-      option.textContent = card.parent ? card.id + " (LoRA on " + card.parent + ")" : card.id;
+      option.textContent = modelLabel(card);
       select.append(option);
     }
     if (previous && [...select.options].some((o) => o.value === previous)) select.value = previous;
@@ -471,6 +479,8 @@
     if (state.controller === controller) {
       state.history.push({ role: "user", content: text }, { role: "assistant", content: view.text });
     }
+    // The answer may have loaded its model (and unloaded another): show the new states.
+    await loadModels();
     done(controller, run.finish === "stopped" ? "stopped" : "ready");
   }
 

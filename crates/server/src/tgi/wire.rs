@@ -56,6 +56,9 @@ pub struct GenerateParameters {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct GenerateRequest {
     pub inputs: String,
+    /// Which model runs it, on a server of several models (`kestrel serve --model NAME=PATH
+    /// ...`); a server of one model ignores it.
+    pub model: Option<String>,
     #[serde(default)]
     pub parameters: GenerateParameters,
     /// On `POST /`, whether to stream; `/generate` and `/generate_stream` ignore it.
@@ -124,6 +127,9 @@ pub struct Info {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct TokenizeRequest {
     pub inputs: String,
+    /// Which model runs it, on a server of several models (`kestrel serve --model NAME=PATH
+    /// ...`); a server of one model ignores it.
+    pub model: Option<String>,
     /// Add the model's special tokens (BOS) as generation would (default true).
     pub add_special_tokens: Option<bool>,
 }

@@ -11,6 +11,7 @@ mod hardening_http;
 mod http;
 mod lora_http;
 mod methods_http;
+mod model_registry;
 mod openai_surface;
 mod openapi_doc;
 mod playground_http;

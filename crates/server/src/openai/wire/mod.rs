@@ -343,7 +343,27 @@ pub struct ModelCard {
     pub root: String,
     /// The base model's id for an adapter; `null` for the base model.
     pub parent: Option<String>,
-    pub max_model_len: usize,
+    /// Longest prompt + output in tokens; absent for a model of a multi-model server that
+    /// has not been loaded yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<usize>,
+    /// Whether the model is in memory, on a server of several models (`kestrel serve --model
+    /// NAME=PATH ...`); absent on a server of one model, which is always loaded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<ModelStatus>,
+    /// Other names requests may give for the model (`--model-alias`, multi-model server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+}
+
+/// A model's state on a multi-model server, as `/v1/models` reports it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ModelStatus {
+    /// `loaded`, `loading` or `unloaded`.
+    pub value: &'static str,
+    /// Why the model's last load failed (absent when it did not, or a later load succeeded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `GET /v1/models`.

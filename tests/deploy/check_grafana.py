@@ -34,6 +34,8 @@ REQUIRED = [
     ("waiting requests", ["kestrel:num_requests_waiting"]),
     ("queue depth", ["kestrel:gateway_queue_depth"]),
     ("KV cache usage", ["kestrel:kv_cache_usage_perc"]),
+    ("heap fragmentation", ["kestrel:heap_fragmentation_perc"]),
+    ("KV fragmentation", ["kestrel:kv_cache_fragmentation_perc"]),
     ("preemptions", ["rate(kestrel:num_preemptions_total["]),
     ("prefix-cache hit rate", ["kestrel:prefix_cache_hits_total", "/", "kestrel:prefix_cache_queries_total"]),
     ("utilisation", ["kestrel:num_requests_running / kestrel:max_num_seqs"]),

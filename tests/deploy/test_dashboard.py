@@ -97,6 +97,8 @@ SERVE_EXPRS = [
     'sum by (instance) (kestrel:num_requests_waiting)',
     'kestrel:num_requests_running / kestrel:max_num_seqs',
     'max by (instance) (kestrel:kv_cache_usage_perc)',
+    'max by (instance) (kestrel:heap_fragmentation_perc)',
+    'max by (instance) (kestrel:kv_cache_fragmentation_perc)',
     'sum by (instance) (rate(kestrel:num_preemptions_total[$__rate_interval]))',
     'sum by (instance) (rate(kestrel:prefix_cache_hits_total[$__rate_interval])) / sum by (instance) (rate(kestrel:prefix_cache_queries_total[$__rate_interval]))',
 ]

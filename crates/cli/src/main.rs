@@ -19,6 +19,7 @@ mod model_size;
 mod ppl;
 mod quantize;
 mod request_limit_args;
+mod restart_args;
 mod serve;
 mod serve_models;
 mod shutdown;

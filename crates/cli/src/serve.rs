@@ -8,6 +8,11 @@ use crate::http_args::HttpArgs;
 use crate::lora_args::LoraArgs;
 use crate::model_list::ModelList;
 use crate::request_limit_args::RequestLimitArgs;
+use crate::restart_args::{RestartArgs, RestartFlag};
+
+/// How long a server draining for a restart answers 503 on `/health` before it stops taking
+/// connections (a load balancer's probe period).
+pub const RESTART_NOTICE: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -28,6 +33,8 @@ pub struct ServeArgs {
     pub lora: LoraArgs,
     #[command(flatten)]
     pub multi: MultiModelArgs,
+    #[command(flatten)]
+    pub restart: RestartArgs,
 }
 
 /// Flags of a server of several models.
@@ -95,6 +102,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         |n| n.max(1),
     );
     let state = launched.into_state();
+    let heap_watch = args.restart.watch()?;
     let watch = crate::engine_watch::EngineWatch::default();
     let runtime = crate::runtime()?;
     runtime.block_on(async move {
@@ -116,8 +124,11 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }
         .log();
         let signal = crate::shutdown::bounded_signal(config.shutdown_deadline);
+        let restart = RestartFlag::default();
+        let signal = restart.clone().stop_on(signal, heap_watch, RESTART_NOTICE);
         let stop = watch.clone().stop_signal(engine, signal);
         kestrel_server::serve_on(listener, config, state, stop).await?;
+        restart.exit_if_tripped();
         if watch.engine_died() {
             bail!(
                 "the engine stopped unexpectedly (see the log); exiting so the server is replaced"

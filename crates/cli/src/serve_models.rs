@@ -15,6 +15,7 @@ use kestrel_server::model_registry::{
 use kestrel_server::AppState;
 
 use crate::engine_args::EngineArgs;
+use crate::restart_args::RestartFlag;
 use crate::serve::ServeArgs;
 
 /// Loads one model of the registry with the server's engine flags.
@@ -86,6 +87,7 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
         pool,
     });
     let shutdown_deadline = config.shutdown_deadline;
+    let heap_watch = args.restart.watch()?;
     let runtime = crate::runtime()?;
     runtime.block_on(async move {
         let registry = ModelRegistry::new(models, &args.multi.pin, loader, config, options)?;
@@ -106,7 +108,12 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
             "serving several models; each loads on its first request"
         );
         let signal = crate::shutdown::bounded_signal(shutdown_deadline);
+        let restart = RestartFlag::default();
+        let signal = restart
+            .clone()
+            .stop_on(signal, heap_watch, crate::serve::RESTART_NOTICE);
         kestrel_server::serve_models(listener, Arc::new(registry), signal).await?;
+        restart.exit_if_tripped();
         Ok(())
     })
 }

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use kestrel_fleet::worker::{Worker, WorkerConfig};
 
 use crate::engine_args::EngineArgs;
+use crate::restart_args::{RestartArgs, RestartFlag};
 
 #[derive(clap::Args)]
 pub struct WorkerArgs {
@@ -40,6 +41,8 @@ pub struct WorkerArgs {
     /// fails with an error.
     #[arg(long, default_value_t = 3)]
     pub max_deliveries: u32,
+    #[command(flatten)]
+    pub restart: RestartArgs,
 }
 
 pub fn run(args: WorkerArgs) -> Result<()> {
@@ -63,6 +66,7 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         .as_ref()
         .map(|method| format!("{method}/{}", args.engine.quantize_group));
     let launched = args.engine.launch()?;
+    let watch = args.restart.watch()?;
     let metrics_app =
         kestrel_fleet::worker::metrics_router(launched.engine.clone(), launched.metrics.clone());
     crate::runtime()?.block_on(async move {
@@ -78,12 +82,16 @@ pub fn run(args: WorkerArgs) -> Result<()> {
             worker.identity(),
             args.redis_url
         );
+        // The gateway stops routing to a worker as soon as it stops taking jobs: no notice.
+        let restart = RestartFlag::default();
+        let stop =
+            restart
+                .clone()
+                .stop_on(kestrel_server::shutdown_signal(), watch, Duration::ZERO);
         worker
-            .run(
-                kestrel_server::shutdown_signal(),
-                Duration::from_secs(args.shutdown_timeout),
-            )
+            .run(stop, Duration::from_secs(args.shutdown_timeout))
             .await?;
+        restart.exit_if_tripped();
         Ok(())
     })
 }

@@ -3,7 +3,6 @@
 
 use crate::fleet_common;
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -12,50 +11,6 @@ use std::time::{Duration, Instant};
 use fleet_common::*;
 
 const LONG: Duration = Duration::from_secs(180);
-
-fn prompts() -> Vec<String> {
-    let topics = [
-        "the ocean",
-        "mountains",
-        "a library",
-        "the moon",
-        "bread",
-        "rivers",
-        "trains",
-        "winter",
-        "music",
-        "gardens",
-        "clocks",
-        "bridges",
-        "bees",
-        "maps",
-        "candles",
-        "islands",
-    ];
-    topics
-        .iter()
-        .map(|t| format!("Write one short paragraph about {t}."))
-        .collect()
-}
-
-/// Greedy texts of `prompts` from a single `kestrel serve`.
-fn reference_texts(prompts: &[String], max_tokens: usize) -> HashMap<String, String> {
-    let (_serve, addr) = serve(&[]);
-    prompts
-        .iter()
-        .map(|p| {
-            let r = request(
-                &addr,
-                "POST",
-                "/v1/completions",
-                &completion_body(p, max_tokens, false, 0),
-                LONG,
-            )
-            .unwrap();
-            (p.clone(), completion_text(&r, false))
-        })
-        .collect()
-}
 
 #[test]
 fn a_worker_killed_mid_stream_costs_no_request_and_no_token() {

@@ -11,6 +11,7 @@ mod cli;
 mod fleet;
 mod fleet_models;
 mod fleet_request_context;
+mod fleet_restart;
 mod fleet_routing;
 mod kv_disk_cli;
 mod kv_dtype_cli;

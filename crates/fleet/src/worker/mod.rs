@@ -308,11 +308,18 @@ pub fn metrics_router(
             "/health",
             get(move || {
                 let ready = health_engine.health().ready;
+                let draining = kestrel_server::heap_watch::draining_reason();
                 async move {
-                    if ready {
-                        (axum::http::StatusCode::OK, "ok")
-                    } else {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "unavailable")
+                    match (ready, draining) {
+                        (true, None) => (axum::http::StatusCode::OK, "ok".to_string()),
+                        (_, Some(reason)) => (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            format!("unavailable: {reason}"),
+                        ),
+                        (false, None) => (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "unavailable".to_string(),
+                        ),
                     }
                 }
             }),

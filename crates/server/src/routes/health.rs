@@ -4,7 +4,8 @@
 //!   else (no engine work, no lock), so probes cost nothing.
 //! * `GET /health` (and `/health/ready`) — readiness: 200 while the backend can serve requests,
 //!   503 otherwise (the engine is shutting down, gone or stuck; for a gateway, no worker is
-//!   alive), with `Retry-After`. For an engine in this process the probe asks the engine
+//!   alive, or the process is draining to be restarted: see [`crate::heap_watch`]), with
+//!   `Retry-After`. For an engine in this process the probe asks the engine
 //!   thread for a heartbeat (answered between steps) and queues no request.
 
 use axum::extract::State;
@@ -48,7 +49,7 @@ pub async fn live() -> Response {
 #[utoipa::path(get, path = "/health", responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> Response {
     let backend = state.backend().clone();
-    let (health, notes) =
+    let (mut health, mut notes) =
         tokio::task::spawn_blocking(move || (backend.health(), backend.health_notes()))
             .await
             .unwrap_or((
@@ -60,6 +61,10 @@ pub async fn health(State(state): State<AppState>) -> Response {
                 },
                 Vec::new(),
             ));
+    if let Some(reason) = crate::heap_watch::draining_reason() {
+        health.ready = false;
+        notes.push(reason.to_string());
+    }
     let body = Health {
         status: if health.ready { "ok" } else { "unavailable" },
         running: health.running,

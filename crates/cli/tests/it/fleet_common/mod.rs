@@ -485,3 +485,51 @@ pub fn wait_for(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
 pub fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
+
+/// Sixteen short prompts, one topic each.
+pub fn prompts() -> Vec<String> {
+    let topics = [
+        "the ocean",
+        "mountains",
+        "a library",
+        "the moon",
+        "bread",
+        "rivers",
+        "trains",
+        "winter",
+        "music",
+        "gardens",
+        "clocks",
+        "bridges",
+        "bees",
+        "maps",
+        "candles",
+        "islands",
+    ];
+    topics
+        .iter()
+        .map(|t| format!("Write one short paragraph about {t}."))
+        .collect()
+}
+
+/// Greedy texts of `prompts` from a single `kestrel serve`.
+pub fn reference_texts(
+    prompts: &[String],
+    max_tokens: usize,
+) -> std::collections::HashMap<String, String> {
+    let (_serve, addr) = serve(&[]);
+    prompts
+        .iter()
+        .map(|p| {
+            let r = request(
+                &addr,
+                "POST",
+                "/v1/completions",
+                &completion_body(p, max_tokens, false, 0),
+                Duration::from_secs(180),
+            )
+            .unwrap();
+            (p.clone(), completion_text(&r, false))
+        })
+        .collect()
+}

@@ -11,6 +11,9 @@ experts written by llama.cpp's converter, and its golden outputs (transformers, 
                                    power-of-two scale per block of 32 inputs), so the bfloat16 and the
                                    MXFP4 experts hold the same numbers; this script checks that by
                                    dequantizing the GGUF's expert tensors with gguf-py.
+  tests/fixtures/tiny-gpt-oss-bf16.gguf  the converter run on the bfloat16 checkpoint itself
+                                   (--outtype bf16): what it writes for experts that are not MXFP4
+                                   (BF16 `ffn_*_exps`).
   tests/fixtures/goldens/tiny-gpt-oss.json
 
 The model: hidden 64, 4 query heads of 16 sharing 2 KV heads, 2 layers (layer 0 a sliding window of
@@ -52,6 +55,9 @@ E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3
 # pre-activations pass the SwiGLU limit of 7).
 GATE_UP_EXP, DOWN_EXP = -3, -4
 SINK_STD = 1.0
+# Router weights larger than the other matrices, so that the top-2 choices are rarely near-ties
+# (a near-tie flips under the MXFP4 GGUF's 8-bit activations and moves that row's logits by O(1)).
+ROUTER_STD = 0.6
 
 CONFIG = dict(hidden_size=64, intermediate_size=32, head_dim=16, num_attention_heads=4,
               num_key_value_heads=2, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
@@ -161,6 +167,7 @@ def build(vocab: int):
     codes = {}
     for i, layer in enumerate(model.model.layers):
         layer.self_attn.sinks.copy_(SINK_STD * torch.randn(layer.self_attn.sinks.shape, generator=gen))
+        layer.mlp.router.weight.mul_(ROUTER_STD / WEIGHT_STD)
         ex = layer.mlp.experts
         n, h, f = cfg.num_local_experts, cfg.hidden_size, cfg.intermediate_size
         gu = mxfp4_codes(gen, (n, 2 * f, h))  # [E, out = 2f interleaved gate/up, in = h]
@@ -199,12 +206,12 @@ def mxfp4_checkpoint(src: Path, codes: dict, dst: Path) -> None:
     write_json(dst / "config.json", cfg)
 
 
-def convert(ckpt: Path, out: Path) -> None:
+def convert(ckpt: Path, out: Path, outtype: str) -> None:
     converter = Path(os.environ.get("LLAMA_CPP_CONVERTER", DEFAULT_CONVERTER))
     if not converter.is_file():
         raise SystemExit(f"llama.cpp converter not found at {converter}; set LLAMA_CPP_CONVERTER")
     env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}
-    args = [str(converter.parent), str(ckpt), "--outfile", str(out), "--outtype", "f32"]
+    args = [str(converter.parent), str(ckpt), "--outfile", str(out), "--outtype", outtype]
     done = subprocess.run([sys.executable, "-c", CONVERT, *args], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"convert_hf_to_gguf.py failed on {ckpt}:\n{done.stderr[-3000:]}")
@@ -274,7 +281,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         mx = Path(tmp) / NAME
         mxfp4_checkpoint(ckpt, codes, mx)
-        convert(mx, gguf_path)
+        convert(mx, gguf_path, "f32")
+    convert(ckpt, FIXTURES / f"{NAME}-bf16.gguf", "bf16")
     types = check_gguf(gguf_path, model)
     print(f"{NAME}.gguf expert tensor types: {types}")
     ref = load_f32(ckpt, window_off=False)
@@ -288,12 +296,14 @@ def main() -> None:
         "versions": versions(),
         "checkpoint_dir": f"tests/fixtures/{NAME}",
         "gguf_file": f"tests/fixtures/{NAME}.gguf",
+        "gguf_file_bf16": f"tests/fixtures/{NAME}-bf16.gguf",
         "gguf_converter": "llama.cpp convert_hf_to_gguf.py --outtype f32 (llama-cpp-python 0.3.36 sdist, with its "
                           "bundled gguf-py; pre-tokenizer answered gpt-2) on the checkpoint with MXFP4 experts",
         "gguf_expert_types": types,
+        "gguf_bf16_converter": "the same converter with --outtype bf16 on the bfloat16 checkpoint (experts as BF16 tensors)",
         "weights_dtype_in_file": "bfloat16",
         "init": {"torch_generator_seed": SEED, "matrix_std": WEIGHT_STD, "lm_head_std": LM_HEAD_STD,
-                 "norm_weight": f"1 + {NORM_JITTER} * N(0,1)", "sinks": f"{SINK_STD} * N(0,1)",
+                 "norm_weight": f"1 + {NORM_JITTER} * N(0,1)", "sinks": f"{SINK_STD} * N(0,1)", "router_std": ROUTER_STD,
                  "experts": f"E2M1 codes uniform, block scale 2^{GATE_UP_EXP} (gate_up), 2^{DOWN_EXP} (down)"},
         "expert_preactivations_past_limit": clamped,
         "config": {k: cfg.get(k) for k in (

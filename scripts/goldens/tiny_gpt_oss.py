@@ -18,7 +18,7 @@ experts written by llama.cpp's converter, and its golden outputs (transformers, 
 
 The model: hidden 64, 4 query heads of 16 sharing 2 KV heads, 2 layers (layer 0 a sliding window of
 8, layer 1 full: `layer_types`), q/k/v/o biases, a learned attention sink per head, YaRN RoPE
-(factor 4 over 64 original positions, beta 32/1, truncate false), 4 experts of 32, top-2 (router
+(factor 4 over 256 original positions, 1024 in all; beta 32/1, truncate false), 4 experts of 32, top-2 (router
 with bias: top-k of the logits, softmax over the chosen), gate/up interleaved in `gate_up_proj`,
 clamped SwiGLU (limit 7, alpha 1.702; expert weights scaled so that some pre-activations pass the
 limit), down projection with bias. Tokenizer: the tiny BPE tokenizer plus the harmony special
@@ -61,12 +61,12 @@ ROUTER_STD = 0.6
 
 CONFIG = dict(hidden_size=64, intermediate_size=32, head_dim=16, num_attention_heads=4,
               num_key_value_heads=2, num_hidden_layers=2, num_local_experts=4, num_experts_per_tok=2,
-              max_position_embeddings=256, rms_norm_eps=1e-5, sliding_window=8,
+              max_position_embeddings=1024, rms_norm_eps=1e-5, sliding_window=8,
               layer_types=["sliding_attention", "full_attention"], attention_bias=True,
               swiglu_limit=7.0, tie_word_embeddings=False, initializer_range=WEIGHT_STD,
               rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
                                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
-                               "original_max_position_embeddings": 64})
+                               "original_max_position_embeddings": 256})
 
 # The harmony format as gpt-oss's own template renders it, reduced to what Kestrel's routes send:
 # the system header (identity, knowledge cutoff, reasoning effort, valid channels; no date line, so

@@ -1,7 +1,7 @@
 //! [`ModelConfig::from_gguf`]: hyper-parameters from GGUF metadata (`{arch}.*` keys, as
 //! llama.cpp writes them), cross-checked against the token embedding tensor.
 
-use crate::weights::gguf::{GgufFile, OptionalKey};
+use crate::weights::gguf::{GgufFile, MetaArray, OptionalKey};
 
 use super::gemma::{gemma_from_gguf, gguf_swa_flags, GgufDims};
 use super::rope::yarn_mscale;
@@ -93,7 +93,7 @@ impl ModelConfig {
                 || file.tensor_info("blk.0.attn_qkv.bias").is_some(),
             qk_norm: architecture.has_qk_norm(),
             bos_token_id: file.get_u32("tokenizer.ggml.bos_token_id").optional()?,
-            eos_token_ids: gguf_eos_ids(file)?,
+            eos_token_ids: gguf_eos_ids(file, family.gguf_end_tokens())?,
             dtype: None,
             moe,
             gemma,
@@ -246,13 +246,25 @@ fn gguf_longrope(file: &GgufFile, arch: &str) -> Result<RopeScaling, ConfigError
     })
 }
 
-/// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` if set and different.
-fn gguf_eos_ids(file: &GgufFile) -> Result<Vec<u32>, ConfigError> {
+/// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` if set and different, then
+/// the ids of `end_tokens` (the family's own end-of-generation tokens, which llama.cpp's
+/// vocabulary recognises by their text) found in `tokenizer.ggml.tokens`.
+fn gguf_eos_ids(file: &GgufFile, end_tokens: &[&str]) -> Result<Vec<u32>, ConfigError> {
     let mut ids = Vec::new();
     for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
         if let Some(id) = file.get_u32(key).optional()? {
             if !ids.contains(&id) {
                 ids.push(id);
+            }
+        }
+    }
+    if end_tokens.is_empty() {
+        return Ok(ids);
+    }
+    if let Some(MetaArray::String(tokens)) = file.get_array("tokenizer.ggml.tokens").optional()? {
+        for (id, t) in tokens.iter().enumerate() {
+            if end_tokens.contains(&t.as_str()) && !ids.contains(&(id as u32)) {
+                ids.push(id as u32);
             }
         }
     }

@@ -188,4 +188,10 @@ pub(crate) trait Family: Sync {
     fn gguf_yarn_truncate(&self) -> bool {
         true
     }
+
+    /// Tokens (by their text) that end generation in this family's GGUF files besides the
+    /// `eos`/`eot` ids, as llama.cpp's vocabulary marks them (default: none).
+    fn gguf_end_tokens(&self) -> &'static [&'static str] {
+        &[]
+    }
 }

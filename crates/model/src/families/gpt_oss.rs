@@ -108,4 +108,10 @@ impl Family for GptOss {
     fn gguf_yarn_truncate(&self) -> bool {
         false
     }
+
+    /// Harmony's `<|return|>` (after the final message) and `<|call|>` (after a tool call);
+    /// the converter writes only the first as `eos_token_id`.
+    fn gguf_end_tokens(&self) -> &'static [&'static str] {
+        &["<|return|>", "<|call|>"]
+    }
 }

@@ -81,12 +81,14 @@ pub struct EngineArgs {
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
     /// How the model writes tool calls, for `tool_choice: "auto"`: hermes (Hermes, Qwen2.5,
-    /// Qwen3), llama3_json or mistral [default: what the chat template shows].
+    /// Qwen3), llama3_json, mistral or harmony (gpt-oss) [default: what the chat template
+    /// shows].
     #[arg(long, value_parser = parse_tool_parser)]
     pub tool_call_parser: Option<kestrel_server::tools::ToolCallFormat>,
     /// How the model marks its reasoning, split from the answer into `reasoning_content`
     /// (chat), `thinking` blocks (Messages) and `reasoning` items (Responses): deepseek_r1,
-    /// qwen3, or none to turn splitting off [default: what the chat template shows].
+    /// qwen3, harmony (gpt-oss), or none to turn splitting off [default: what the chat
+    /// template shows].
     #[arg(long, value_parser = parse_reasoning_parser)]
     pub reasoning_parser: Option<ReasoningParserFlag>,
     /// Admit every request even when its `ttft_slo_ms` (or X-TTFT-SLO-Ms header) is

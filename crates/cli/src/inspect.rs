@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use kestrel_kernels::cpu::ops::RopeStyle;
 use kestrel_model::arch::TensorNaming;
 use kestrel_model::config::{
-    GemmaConfig, MlpKind, ModelConfig, NormKind, PositionEncoding, RopeScaling,
+    ExpertActivation, GemmaConfig, MlpKind, ModelConfig, NormKind, PositionEncoding, RopeScaling,
 };
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
@@ -156,6 +156,9 @@ fn features(c: &ModelConfig, naming: TensorNaming) -> String {
     if c.qk_norm {
         out.push("q/k norm".into());
     }
+    if c.architecture.has_attention_sinks() {
+        out.push("attention sinks".into());
+    }
     out.push(match c.sliding_window {
         None => "full attention".into(),
         Some(w) => match &c.window_layers {
@@ -221,8 +224,14 @@ fn moe_line(m: &kestrel_model::config::MoeConfig) -> String {
         .map_or("no shared expert".to_string(), |f| {
             format!("gated shared expert, ffn {f}")
         });
+    let activation = match m.activation {
+        ExpertActivation::SiluGated => "SiLU-gated".to_string(),
+        ExpertActivation::ClampedSwiglu { alpha, limit } => {
+            format!("clamped SwiGLU (limit {limit}, alpha {alpha})")
+        }
+    };
     format!(
-        "experts:        {} per layer, top-{} (expert ffn {}, {weights}, {shared}; sparse layers {})",
+        "experts:        {} per layer, top-{} (expert ffn {}, {activation}, {weights}, {shared}; sparse layers {})",
         m.n_experts,
         m.top_k,
         m.expert_ffn,

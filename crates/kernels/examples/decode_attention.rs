@@ -86,6 +86,7 @@ fn main() {
         window: None,
         softcap: None,
         alibi: None,
+        sinks: None,
     };
     let mut out = vec![0.0; n_seqs * n_heads * hd];
     let mut step = || {

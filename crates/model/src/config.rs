@@ -6,6 +6,7 @@
 
 use crate::weights::gguf::GgufError;
 
+mod expert_activation;
 mod from_gguf;
 pub(crate) mod from_hf;
 pub(crate) mod gemma;
@@ -15,6 +16,7 @@ mod rope;
 pub(crate) mod window;
 
 pub use crate::families::Architecture;
+pub use expert_activation::ExpertActivation;
 pub use gemma::GemmaConfig;
 pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
 pub use moe::MoeConfig;

@@ -661,6 +661,19 @@ fn special_id(tk: &tokenizers::Tokenizer, content: &str) -> Option<u32> {
         .map(|(id, _)| id)
 }
 
+/// Harmony vocabularies (gpt-oss: both `<|return|>` and `<|call|>` are special tokens): a reply
+/// ends at `<|return|>` or `<|call|>`, while `<|end|>` only ends one of its messages, so it is no
+/// end of generation there (llama.cpp's rule for these vocabularies).
+fn harmony_ends(tk: &tokenizers::Tokenizer, ids: &mut Vec<u32>) {
+    let (Some(_), Some(call)) = (special_id(tk, "<|return|>"), special_id(tk, "<|call|>")) else {
+        return;
+    };
+    if let Some(end) = special_id(tk, "<|end|>") {
+        ids.retain(|&id| id != end);
+    }
+    ids.push(call);
+}
+
 /// EOS first, then the other end-of-generation ids (explicit ones and well-known special tokens)
 /// in ascending order.
 fn end_of_generation_ids(
@@ -670,6 +683,7 @@ fn end_of_generation_ids(
 ) -> Vec<u32> {
     let mut rest: Vec<u32> = extra.iter().flatten().copied().collect();
     rest.extend(END_OF_GENERATION.iter().filter_map(|t| special_id(tk, t)));
+    harmony_ends(tk, &mut rest);
     rest.sort_unstable();
     rest.dedup();
     rest.retain(|id| Some(*id) != eos);

@@ -48,6 +48,7 @@ pub mod event_buffer;
 pub mod extract;
 pub mod fuzz_entry;
 pub mod generation_defaults;
+pub mod harmony;
 pub mod heap_watch;
 pub mod key_salt;
 pub mod launch;

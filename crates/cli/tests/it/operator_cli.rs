@@ -463,7 +463,7 @@ fn an_unknown_reasoning_parser_stops_serve_naming_the_choices() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("granite") && stderr.contains("deepseek_r1, qwen3, none"),
+        stderr.contains("granite") && stderr.contains("deepseek_r1, qwen3, harmony, none"),
         "{stderr}"
     );
 }

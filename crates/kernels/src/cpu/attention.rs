@@ -192,10 +192,10 @@ pub struct AttnSeq<'a> {
     pub block_table: &'a [u32],
 }
 
-/// Head count, score scale, optional sliding window, optional score soft-capping and optional
-/// ALiBi position biases (added after soft-capping).
+/// Head count, score scale, optional sliding window, optional score soft-capping, optional
+/// ALiBi position biases (added after soft-capping) and optional attention sinks.
 #[derive(Debug, Clone, Copy)]
-pub struct AttnParams {
+pub struct AttnParams<'a> {
     pub n_heads: usize,
     pub scale: f32,
     /// Query at position `p` sees keys `max(0, p − window + 1)..=p`; `None` = all.
@@ -206,9 +206,13 @@ pub struct AttnParams {
     /// Head `h` adds `slope_h · (key_pos − query_pos)` to its scaled scores ([`Alibi`]);
     /// `None` costs nothing.
     pub alibi: Option<Alibi>,
+    /// Attention sinks (gpt-oss), one logit per query head: it joins the head's softmax
+    /// denominator next to the scaled scores, with no value row, so it only takes weight away
+    /// from the keys (`out = Σ e^(s_j) v_j / (Σ e^(s_j) + e^sink)`); `None` costs nothing.
+    pub sinks: Option<&'a [f32]>,
 }
 
-impl AttnParams {
+impl AttnParams<'_> {
     #[inline]
     fn first_key(&self, pos: usize) -> usize {
         self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
@@ -218,6 +222,12 @@ impl AttnParams {
     #[inline]
     fn slope(&self, head: usize) -> f32 {
         self.alibi.map_or(0.0, |a| a.slope(head, self.n_heads))
+    }
+
+    /// The sink logit of query head `head`, if the heads have sinks.
+    #[inline]
+    fn sink(&self, head: usize) -> Option<f32> {
+        self.sinks.map(|s| s[head])
     }
 }
 
@@ -238,6 +248,7 @@ pub fn attention(
         window,
         alibi: None,
         softcap: None,
+        sinks: None,
     };
     attention_with(Isa::detected(), pool, kv, seqs, params, out)
 }
@@ -401,6 +412,11 @@ fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usi
         p.softcap.is_none_or(|c| c.is_finite() && c > 0.0),
         "attention: softcap must be positive and finite"
     );
+    assert!(
+        p.sinks
+            .is_none_or(|s| s.len() == p.n_heads && s.iter().all(|x| x.is_finite())),
+        "attention: one finite sink per query head"
+    );
     let block_len = bs * kv.slot_bytes();
     assert!(
         kv.k.len() == kv.v.len() && kv.k.len().is_multiple_of(block_len),
@@ -439,7 +455,7 @@ fn validate(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: &AttnParams, out_len: usi
 struct Ctx<'a> {
     kv: &'a PagedKv<'a>,
     seqs: &'a [AttnSeq<'a>],
-    params: AttnParams,
+    params: AttnParams<'a>,
     /// Query heads per kv head.
     group: usize,
     /// Units per (sequence, kv head, query tile or key chunk): each takes `group / split`
@@ -607,6 +623,9 @@ fn merge_chunks(ctx: &Ctx<'_>, parts: &[f32], out: &mut [f32]) {
                     };
                     key_chunk::merge(o, &mut m, &mut l, b);
                 }
+                if let Some(sink) = ctx.params.sink(head) {
+                    block_softmax::add_sinks(std::slice::from_mut(&mut l), &[m], |_| sink);
+                }
                 block_softmax::normalize(o, &[l], hd);
             }
             part_base += seq_parts.len();
@@ -619,7 +638,8 @@ fn merge_chunks(ctx: &Ctx<'_>, parts: &[f32], out: &mut [f32]) {
 /// (rows before the first query's window are left zero: they are masked); then, for every
 /// sequence and head, materialize the `n_q × context` score matrix (soft-capped with `tanh` in
 /// `f64` when `softcap` is set, then plus the ALiBi bias `slope · (key − query)` when set) with
-/// an explicit causal/window mask (−∞), softmax each row in `f64`, multiply by V.
+/// an explicit causal/window mask (−∞), softmax each row in `f64` (the head's sink, when set,
+/// joining the denominator), multiply by V.
 pub fn reference(kv: &PagedKv<'_>, seqs: &[AttnSeq<'_>], p: AttnParams, out: &mut [f32]) {
     validate(kv, seqs, &p, out.len());
     let (hd, g) = (kv.head_dim, p.n_heads / kv.n_kv_heads);
@@ -683,7 +703,8 @@ fn reference_row(
         .collect();
     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-    let sum: f64 = w.iter().sum();
+    let sink = p.sink(head).map_or(0.0, |s| (f64::from(s) - max).exp());
+    let sum: f64 = w.iter().sum::<f64>() + sink;
     for (d, o) in o.iter_mut().enumerate() {
         let acc = (0..w.len())
             .filter(|&j| w[j] != 0.0)

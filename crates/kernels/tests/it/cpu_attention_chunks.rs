@@ -17,7 +17,7 @@ use crate::attention_common::{build, params_of, run_case_with, seqs_of, Case};
 const K: usize = KEY_CHUNK;
 
 /// Plain scores, soft-capped ones, or ALiBi biases.
-fn with_extra(c: &Case, extra: usize) -> AttnParams {
+fn with_extra(c: &Case, extra: usize) -> AttnParams<'static> {
     let mut p = params_of(c);
     match extra {
         1 => p.softcap = Some(0.7),

@@ -9,6 +9,7 @@ mod cpu_attention_chunks;
 mod cpu_attention_kv_storage;
 mod cpu_attention_paths;
 mod cpu_attention_reference;
+mod cpu_attention_sinks;
 mod cpu_attention_softcap;
 mod cpu_attention_threads;
 mod cpu_gemm;

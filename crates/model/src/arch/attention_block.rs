@@ -1,6 +1,7 @@
 //! [`AttentionBlock`]: the attention half of a decoder layer — norm, Q/K/V projections,
 //! optional per-head Q/K norms, positions (rotary, or ALiBi biases in the attention kernel),
-//! paged causal attention (optionally windowed and soft-capped), output projection, an
+//! paged causal attention (optionally windowed, soft-capped and with sinks), output
+//! projection (with its bias where the source has one), an
 //! optional post-norm (Gemma) and the residual add.
 
 use kestrel_kernels::cpu::attention::{
@@ -87,6 +88,8 @@ pub(crate) struct AttentionBlock {
     scale: f32,
     /// Gemma 2's soft-capping of the scores.
     softcap: Option<f32>,
+    /// gpt-oss: one sink logit per query head, in the softmax denominator only.
+    sinks: Option<Vec<f32>>,
 }
 
 impl AttentionBlock {
@@ -134,6 +137,10 @@ impl AttentionBlock {
             window: cfg.layer_window(i),
             scale: cfg.attention_scale(),
             softcap: cfg.gemma.as_ref().and_then(|g| g.attn_softcap),
+            sinks: match cfg.architecture.has_attention_sinks() {
+                true => Some(ld.sinks(i, d.n_heads)?),
+                false => None,
+            },
         })
     }
 
@@ -273,6 +280,7 @@ impl AttentionBlock {
             window: self.window,
             softcap: self.softcap,
             alibi: self.positions.alibi(),
+            sinks: self.sinks.as_deref(),
         };
         attention_params(
             pass.pool,

@@ -1,10 +1,11 @@
 //! [`DecoderModel`]: a decoder-only transformer (token embedding, a stack of
 //! [`AttentionBlock`] + [`FeedForward`] layers, final norm, LM head). The supported families
-//! (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2/3, BLOOM, Mixtral, Qwen MoE) differ only in
-//! per-model features, all read from the [`ModelConfig`]: q/k/v biases (Qwen2), per-head q/k
+//! (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2/3, BLOOM, Mixtral, Qwen MoE, gpt-oss) differ
+//! only in per-model features, all read from the [`ModelConfig`] and its architecture: q/k/v
+//! biases (Qwen2, gpt-oss, which also has an o bias and attention sinks), per-head q/k
 //! RMSNorm before RoPE (Qwen3, Gemma 3), the RoPE pairing (by architecture and file format), a
 //! sliding window and RoPE base per layer, Gemma's post-norms, GeGLU, embedding scale and
-//! soft-capping, sparse MoE MLPs, and the block layout (BLOOM: LayerNorm, also on the
+//! soft-capping, sparse MoE MLPs (gpt-oss: biases and a clamped SwiGLU), and the block layout (BLOOM: LayerNorm, also on the
 //! embeddings; ALiBi instead of RoPE; fused QKV; GELU MLP).
 //!
 //! One forward pass runs a ragged batch: the tokens of all sequences are stacked into one

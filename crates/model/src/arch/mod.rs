@@ -6,6 +6,7 @@ pub(crate) mod attention_block;
 pub mod decoder;
 pub mod decoder_dims;
 pub(crate) mod feed_forward;
+pub(crate) mod fused_experts;
 pub(crate) mod fused_qkv;
 pub(crate) mod mlp;
 pub mod moe_block;

@@ -2,6 +2,9 @@
 //! Qwen3-MoE) — norm, router, the routed experts, an optional gated shared expert, and the
 //! residual add.
 //!
+//! gpt-oss adds biases to the router and to every expert projection, and combines gate and
+//! up with a clamped SwiGLU ([`ExpertActivation`]); experts with biases run one at a time.
+//!
 //! Expert-grouped, not per token: the whole batch is routed at once ([`Routing`]), the input
 //! row of every (token, expert) pick is gathered into one buffer grouped by expert, each expert
 //! runs its gate/up/down products once over all its rows, and the outputs are scattered back,
@@ -16,21 +19,21 @@ use std::sync::Arc;
 
 use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::gemm::Scratch;
-use kestrel_kernels::cpu::ops::{add_assign, silu_mul};
+use kestrel_kernels::cpu::ops::add_assign;
 use kestrel_kernels::cpu::packed::{can_share_input, matmul_packed_segments, PackedMatrix};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
-use super::moe_naming::MoeTensor;
-use super::naming::LayerTensor;
+use super::fused_experts::{self, ExpertDims};
+use super::moe_naming::{HfMoeLayout, MoeTensor};
 use super::router::Routing;
 use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
-use crate::config::{ModelConfig, MoeConfig};
+use crate::config::{ExpertActivation, ModelConfig, MoeConfig};
 use crate::error::ModelError;
 use crate::layers::{to_f32_vec, Linear, RmsNorm};
 use crate::weights::TensorView;
 
-/// One expert: `down(silu(gate(x)) * up(x))`.
+/// One expert: `down(act(gate(x), up(x)))`, `act` the layer's [`ExpertActivation`].
 #[derive(Debug, Clone)]
 pub struct ExpertMlp {
     pub gate: Linear,
@@ -48,11 +51,18 @@ impl ExpertMlp {
     }
 
     /// `y[m × hidden]` for the `m` rows of `x`; `g`, `u` hold `m × ffn` each.
-    fn forward(&self, pool: &ThreadPool, x: &[f32], m: usize, b: &mut ExpertBuffers<'_>) {
+    fn forward(
+        &self,
+        act: ExpertActivation,
+        pool: &ThreadPool,
+        x: &[f32],
+        m: usize,
+        b: &mut ExpertBuffers<'_>,
+    ) {
         let f = self.ffn();
         let (g, u) = (&mut b.g[..], &mut b.u[..]);
         Linear::forward_many([&self.gate, &self.up], pool, x, m, [g, u], b.scratch);
-        silu_mul(&mut b.g[..m * f], &b.u[..m * f]);
+        act.apply(&mut b.g[..m * f], &b.u[..m * f]);
         self.down
             .forward(pool, &b.g[..m * f], m, &mut b.y[..], &mut *b.scratch);
     }
@@ -128,6 +138,7 @@ pub struct MoeBlock {
     pub normalize: bool,
     pub shared: Option<SharedExpert>,
     pub counter: Option<ExpertCounter>,
+    pub activation: ExpertActivation,
 }
 
 impl MoeBlock {
@@ -140,29 +151,22 @@ impl MoeBlock {
         counter: Option<ExpertCounter>,
     ) -> Result<MoeBlock, ModelError> {
         let h = cfg.hidden_size;
-        let (e, f) = (moe.n_experts, moe.expert_ffn);
+        let e = moe.n_experts;
         let loader = ExpertLoader { ld, cfg, layer: i };
-        let gates = loader.experts(MoeTensor::ExpertGate, e, f, h)?;
-        let ups = loader.experts(MoeTensor::ExpertUp, e, f, h)?;
-        let downs = loader.experts(MoeTensor::ExpertDown, e, h, f)?;
-        let experts = gates
-            .into_iter()
-            .zip(ups)
-            .zip(downs)
-            .map(|((gate, up), down)| ExpertMlp { gate, up, down })
-            .collect();
+        let experts = loader.all_experts(moe)?;
         let shared = match moe.shared_expert_ffn {
             Some(sf) => Some(loader.shared(sf)?),
             None => None,
         };
         Ok(MoeBlock {
-            norm: ld.layer_norm(i, LayerTensor::FfnNorm, h, cfg.rms_norm_eps)?,
-            router: loader.matrix(&loader.name(MoeTensor::Router, 0), e, h)?,
+            norm: ld.layer_norm(i, cfg.architecture.moe_norm(), h, cfg.rms_norm_eps)?,
+            router: loader.router(e, h)?,
             experts,
             top_k: moe.top_k,
             normalize: moe.norm_topk_prob,
             shared,
             counter,
+            activation: moe.activation,
         })
     }
 
@@ -273,7 +277,8 @@ impl MoeBlock {
         let (g, u) = (&mut s.g[..rows * ffn], &mut s.u[..rows * ffn]);
         let xe = &s.xe[..rows * hidden];
         matmul_packed_segments(pool, &gate_up, offsets, xe, [g, u], scratch);
-        silu_mul(&mut s.g[..rows * ffn], &s.u[..rows * ffn]);
+        self.activation
+            .apply(&mut s.g[..rows * ffn], &s.u[..rows * ffn]);
         let down = |e: usize| [expert(e)[2]];
         let y = &mut s.y[..rows * hidden];
         matmul_packed_segments(pool, &down, offsets, &s.g[..rows * ffn], [y], scratch);
@@ -304,7 +309,7 @@ impl MoeBlock {
                 y: &mut y[a * hidden..],
                 scratch,
             };
-            expert.forward(pool, &xe[a * hidden..], m, &mut b);
+            expert.forward(self.activation, pool, &xe[a * hidden..], m, &mut b);
         }
     }
 }
@@ -357,7 +362,9 @@ fn shared_forward(
         y: &mut s.y,
         scratch,
     };
-    shared.mlp.forward(pool, x, t, &mut b);
+    shared
+        .mlp
+        .forward(ExpertActivation::SiluGated, pool, x, t, &mut b);
     for r in 0..t {
         let row = &x[r * hidden..(r + 1) * hidden];
         let dot: f32 = row.iter().zip(&shared.gate).map(|(a, b)| a * b).sum();
@@ -386,6 +393,49 @@ impl ExpertLoader<'_, '_> {
         Ok(Linear::new(self.ld.get(name, &[rows, cols])?, None)?.packed())
     }
 
+    /// The router, `[experts, hidden]`, with its bias where the source has one (gpt-oss).
+    fn router(&self, n: usize, hidden: usize) -> Result<Linear, ModelError> {
+        let weight = self
+            .ld
+            .get(&self.name(MoeTensor::Router, 0), &[n, hidden])?;
+        let bias = self.bias(MoeTensor::Router, &[n])?;
+        Ok(Linear::new(weight, bias)?.packed())
+    }
+
+    /// The values of `t`'s bias tensor of `shape`, if the source has it.
+    fn bias(&self, t: MoeTensor, shape: &[usize]) -> Result<Option<Vec<f32>>, ModelError> {
+        let arch = self.cfg.architecture;
+        let name = self.ld.naming.moe_bias(arch, self.layer, t);
+        match self.ld.has(&name) {
+            true => Ok(Some(to_f32_vec(&self.ld.get(&name, shape)?)?)),
+            false => Ok(None),
+        }
+    }
+
+    /// Every routed expert of the layer.
+    fn all_experts(&self, moe: &MoeConfig) -> Result<Vec<ExpertMlp>, ModelError> {
+        let (h, e, f) = (self.cfg.hidden_size, moe.n_experts, moe.expert_ffn);
+        let arch = self.cfg.architecture;
+        let fused = arch.hf_moe_layout() == HfMoeLayout::FusedGateUp;
+        if fused && self.ld.naming != super::naming::TensorNaming::Gguf {
+            let dims = ExpertDims {
+                n: e,
+                hidden: h,
+                ffn: f,
+            };
+            return fused_experts::load(self.ld, arch, self.layer, &dims);
+        }
+        let gates = self.experts(MoeTensor::ExpertGate, e, f, h)?;
+        let ups = self.experts(MoeTensor::ExpertUp, e, f, h)?;
+        let downs = self.experts(MoeTensor::ExpertDown, e, h, f)?;
+        Ok(gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((gate, up), down)| ExpertMlp { gate, up, down })
+            .collect())
+    }
+
     /// The `n` experts' `[rows, cols]` matrices of `t`: slices of one `[n, rows, cols]` tensor
     /// (GGUF), or one tensor per expert (HF).
     fn experts(
@@ -398,7 +448,8 @@ impl ExpertLoader<'_, '_> {
         match self.ld.naming {
             super::naming::TensorNaming::Gguf => {
                 let view = self.ld.get(&self.name(t, 0), &[n, rows, cols])?;
-                split_experts(view, n, rows, cols)
+                let biases = self.bias(t, &[n, rows])?;
+                split_experts(view, n, rows, cols, biases)
             }
             super::naming::TensorNaming::HuggingFace
             | super::naming::TensorNaming::HfTable { .. } => {
@@ -438,12 +489,13 @@ impl ExpertLoader<'_, '_> {
 }
 
 /// The `n` `[rows, cols]` matrices of a stacked `[n, rows, cols]` tensor (views of its bytes),
-/// repacked together.
+/// repacked together, with their rows of `biases` (`[n, rows]`) when given.
 fn split_experts(
     view: TensorView,
     n: usize,
     rows: usize,
     cols: usize,
+    biases: Option<Vec<f32>>,
 ) -> Result<Vec<Linear>, ModelError> {
     let bad = |reason: String| ModelError::BadTensor {
         name: view.name.clone(),
@@ -475,7 +527,10 @@ fn split_experts(
                 shape: vec![rows, cols],
                 data,
             };
-            Linear::new(part, None)
+            let bias = biases
+                .as_ref()
+                .map(|b| b[e * rows..(e + 1) * rows].to_vec());
+            Linear::new(part, bias)
         })
         .collect::<Result<Vec<_>, ModelError>>()
         .map(Linear::packed_group)

@@ -13,6 +13,9 @@ pub enum HfMoeLayout {
     Mlp,
     /// `model.layers.N.block_sparse_moe.{gate, experts.E.{w1,w3,w2}}`.
     BlockSparse,
+    /// `model.layers.N.mlp.{router, experts.{gate_up_proj, down_proj}}` with biases, every
+    /// expert in one 3-D tensor per projection, gate and up interleaved (gpt-oss).
+    FusedGateUp,
 }
 
 /// A tensor of a sparse MoE layer.
@@ -43,9 +46,33 @@ impl TensorNaming {
                     block_sparse_part(t, expert)
                 )
             }
+            TensorNaming::HuggingFace if arch.hf_moe_layout() == HfMoeLayout::FusedGateUp => {
+                format!("model.layers.{layer}.mlp.{}", fused_part(t))
+            }
             // (No family with a name table of its own has experts.)
             TensorNaming::HuggingFace | TensorNaming::HfTable { .. } => {
                 format!("model.layers.{layer}.mlp.{}", mlp_part(t, expert))
+            }
+        }
+    }
+
+    /// The bias of the router or of an expert projection `t` in `layer` (GGUF: `[experts,
+    /// rows]` under the weight's stem; HF [`HfMoeLayout::FusedGateUp`]: gate and up share
+    /// `gate_up_proj_bias`).
+    pub fn moe_bias(self, arch: Architecture, layer: usize, t: MoeTensor) -> String {
+        match self {
+            TensorNaming::Gguf => format!("blk.{layer}.{}.bias", gguf_part(t)),
+            _ => {
+                let weight = self.moe(arch, layer, t, 0);
+                let stem = weight.strip_suffix(".weight").unwrap_or(&weight);
+                format!(
+                    "{stem}{}",
+                    if weight.ends_with(".weight") {
+                        ".bias"
+                    } else {
+                        "_bias"
+                    }
+                )
             }
         }
     }
@@ -88,5 +115,19 @@ fn mlp_part(t: MoeTensor, e: usize) -> String {
         MoeTensor::SharedUp => "shared_expert.up_proj.weight".into(),
         MoeTensor::SharedDown => "shared_expert.down_proj.weight".into(),
         MoeTensor::SharedExpertGate => "shared_expert_gate.weight".into(),
+    }
+}
+
+/// [`HfMoeLayout::FusedGateUp`]: `ExpertGate` and `ExpertUp` both name the fused tensor.
+fn fused_part(t: MoeTensor) -> &'static str {
+    match t {
+        MoeTensor::Router => "router.weight",
+        MoeTensor::ExpertGate | MoeTensor::ExpertUp => "experts.gate_up_proj",
+        MoeTensor::ExpertDown => "experts.down_proj",
+        // This layout has no shared expert; these names are never present.
+        MoeTensor::SharedGate => "shared_expert.gate_proj.weight",
+        MoeTensor::SharedUp => "shared_expert.up_proj.weight",
+        MoeTensor::SharedDown => "shared_expert.down_proj.weight",
+        MoeTensor::SharedExpertGate => "shared_expert_gate.weight",
     }
 }

@@ -162,4 +162,18 @@ impl TensorLoader<'_> {
         let order = self.naming.qkv_order();
         FusedQkv::split(&weight, bias.as_ref(), order, (n_heads, head_dim))
     }
+
+    /// Layer `i`'s attention sinks, one logit per query head (GGUF `blk.N.attn_sinks.weight`,
+    /// HF `model.layers.N.self_attn.sinks`).
+    pub fn sinks(&self, i: usize, n_heads: usize) -> Result<Vec<f32>, ModelError> {
+        let name = match self.naming {
+            TensorNaming::Gguf => format!("blk.{i}.attn_sinks.weight"),
+            _ => {
+                let q = self.naming.layer(i, LayerTensor::Q, "weight");
+                let stem = q.strip_suffix("q_proj.weight").unwrap_or(&q);
+                format!("{stem}sinks")
+            }
+        };
+        to_f32_vec(&self.get(&name, &[n_heads])?)
+    }
 }

@@ -1,9 +1,9 @@
 //! [`ModelConfig::from_gguf`]: hyper-parameters from GGUF metadata (`{arch}.*` keys, as
 //! llama.cpp writes them), cross-checked against the token embedding tensor.
 
-use crate::weights::gguf::{GgufFile, OptionalKey};
+use crate::weights::gguf::{GgufFile, MetaArray, OptionalKey};
 
-use super::gemma::{gemma_from_gguf, GgufDims};
+use super::gemma::{gemma_from_gguf, gguf_swa_flags, GgufDims};
 use super::rope::yarn_mscale;
 use super::{Architecture, ConfigError, ModelConfig, MoeConfig, NormKind, RopeScaling};
 
@@ -49,7 +49,13 @@ impl ModelConfig {
             .unwrap_or(10000.0);
         let family = architecture.family();
         let mut sliding_window = family.gguf_window(usize_key("attention.sliding_window")?);
-        let mut window_layers = None;
+        let mut window_layers = match (family.gguf_window_pattern(), sliding_window) {
+            (Some(period), Some(_)) => {
+                let key = key("attention.sliding_window_pattern");
+                Some(gguf_swa_flags(file, &key, period, n_layers)?)
+            }
+            _ => None,
+        };
         let dims = GgufDims {
             n_layers,
             hidden: hidden_size,
@@ -77,7 +83,7 @@ impl ModelConfig {
             intermediate_size: required("feed_forward_length")?,
             rms_norm_eps: file.get_f32(&key(norm_eps_key(architecture)))?,
             rope_theta,
-            rope_scaling: gguf_rope_scaling(file, arch_name)?,
+            rope_scaling: gguf_rope_scaling(file, arch_name, family.gguf_yarn_truncate())?,
             max_position_embeddings,
             rope_context_length: max_position_embeddings,
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
@@ -87,7 +93,7 @@ impl ModelConfig {
                 || file.tensor_info("blk.0.attn_qkv.bias").is_some(),
             qk_norm: architecture.has_qk_norm(),
             bos_token_id: file.get_u32("tokenizer.ggml.bos_token_id").optional()?,
-            eos_token_ids: gguf_eos_ids(file)?,
+            eos_token_ids: gguf_eos_ids(file, family.gguf_end_tokens())?,
             dtype: None,
             moe,
             gemma,
@@ -121,7 +127,12 @@ fn gguf_vocab_size(file: &GgufFile, arch: &str) -> Result<usize, ConfigError> {
 
 /// `{arch}.rope.scaling.type` / `.factor` (or the older `rope.scale_linear`), YaRN's keys, the
 /// `rope_freqs.weight` tensor, or LongRoPE's `rope_factors_{long,short}.weight` tensors.
-fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>, ConfigError> {
+/// `truncate`: whether a YaRN ramp rounds its ends (the family's rule; GGUF does not say).
+fn gguf_rope_scaling(
+    file: &GgufFile,
+    arch: &str,
+    truncate: bool,
+) -> Result<Option<RopeScaling>, ConfigError> {
     let kind = file
         .get_str(&format!("{arch}.rope.scaling.type"))
         .optional()?;
@@ -129,7 +140,7 @@ fn gguf_rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>,
         return gguf_longrope(file, arch).map(Some);
     }
     if kind == Some("yarn") {
-        return gguf_yarn(file, arch).map(Some);
+        return gguf_yarn(file, arch, truncate).map(Some);
     }
     let factor = file
         .get_f32(&format!("{arch}.rope.scaling.factor"))
@@ -198,7 +209,7 @@ fn original_context(file: &GgufFile, arch: &str) -> Result<usize, ConfigError> {
 /// converter wrote one (transformers' `attention_factor`), else llama.cpp's rule:
 /// `mscale(factor, 1) / mscale(factor, yarn_log_multiplier)` when that key is set and non-zero,
 /// `0.1 ln(factor) + 1` otherwise; times `rope.scaling.attn_factor` when present.
-fn gguf_yarn(file: &GgufFile, arch: &str) -> Result<RopeScaling, ConfigError> {
+fn gguf_yarn(file: &GgufFile, arch: &str, truncate: bool) -> Result<RopeScaling, ConfigError> {
     let key = |suffix: &str| format!("{arch}.rope.scaling.{suffix}");
     let opt = |suffix: &str| file.get_f32(&key(suffix)).optional();
     let factor = required_f32(file, &key("factor"))?;
@@ -216,7 +227,7 @@ fn gguf_yarn(file: &GgufFile, arch: &str) -> Result<RopeScaling, ConfigError> {
         original_max_position: original_context(file, arch)?,
         beta_fast: opt("yarn_beta_fast")?.unwrap_or(32.0),
         beta_slow: opt("yarn_beta_slow")?.unwrap_or(1.0),
-        truncate: true,
+        truncate,
         attention_factor: (attention * extra) as f32,
     })
 }
@@ -235,13 +246,25 @@ fn gguf_longrope(file: &GgufFile, arch: &str) -> Result<RopeScaling, ConfigError
     })
 }
 
-/// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` if set and different.
-fn gguf_eos_ids(file: &GgufFile) -> Result<Vec<u32>, ConfigError> {
+/// `tokenizer.ggml.eos_token_id`, then `tokenizer.ggml.eot_token_id` if set and different, then
+/// the ids of `end_tokens` (the family's own end-of-generation tokens, which llama.cpp's
+/// vocabulary recognises by their text) found in `tokenizer.ggml.tokens`.
+fn gguf_eos_ids(file: &GgufFile, end_tokens: &[&str]) -> Result<Vec<u32>, ConfigError> {
     let mut ids = Vec::new();
     for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
         if let Some(id) = file.get_u32(key).optional()? {
             if !ids.contains(&id) {
                 ids.push(id);
+            }
+        }
+    }
+    if end_tokens.is_empty() {
+        return Ok(ids);
+    }
+    if let Some(MetaArray::String(tokens)) = file.get_array("tokenizer.ggml.tokens").optional()? {
+        for (id, t) in tokens.iter().enumerate() {
+            if end_tokens.contains(&t.as_str()) && !ids.contains(&(id as u32)) {
+                ids.push(id as u32);
             }
         }
     }

@@ -249,7 +249,7 @@ pub(crate) struct GgufDims {
 
 /// `{arch}.attention.sliding_window_pattern`: a per-layer bool array, or a period (as
 /// llama.cpp reads it), else `default`.
-fn gguf_swa_flags(
+pub(crate) fn gguf_swa_flags(
     file: &GgufFile,
     key: &str,
     default: usize,

@@ -10,7 +10,7 @@
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
 use super::from_hf::{bad, opt_bool, opt_usize, present, req_usize, Obj};
-use super::{Architecture, ConfigError};
+use super::{Architecture, ConfigError, ExpertActivation};
 
 /// Sparse MLP hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +27,8 @@ pub struct MoeConfig {
     pub shared_expert_ffn: Option<usize>,
     /// Per layer: a sparse MLP (`true`) or a dense one of `intermediate_size`.
     pub sparse_layers: Vec<bool>,
+    /// How each expert combines its gate and up projections.
+    pub activation: ExpertActivation,
 }
 
 impl MoeConfig {
@@ -111,6 +113,7 @@ impl MoeConfig {
             norm_topk_prob,
             shared_expert_ffn,
             sparse_layers,
+            activation: arch.family().gguf_expert_activation(),
         }))
     }
 }
@@ -150,6 +153,7 @@ pub(crate) fn routed_from_hf(
         norm_topk_prob: opt_bool(obj, "norm_topk_prob")?.unwrap_or(false),
         shared_expert_ffn: shared_expert_ffn.filter(|n| *n > 0),
         sparse_layers,
+        activation: ExpertActivation::SiluGated,
     })
 }
 

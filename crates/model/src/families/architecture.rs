@@ -9,7 +9,7 @@ use kestrel_kernels::cpu::ops::RopeStyle;
 
 use super::family::Family;
 use crate::arch::moe_naming::HfMoeLayout;
-use crate::arch::naming::TensorNaming;
+use crate::arch::naming::{LayerTensor, TensorNaming};
 use crate::config::from_hf::Obj;
 use crate::config::{BlockLayout, ConfigError, ModelConfig};
 use crate::weights::TensorSource;
@@ -94,6 +94,16 @@ impl Architecture {
     /// Where an HF checkpoint keeps the experts of a sparse layer.
     pub(crate) fn hf_moe_layout(self) -> HfMoeLayout {
         self.0.hf_moe_layout()
+    }
+
+    /// Every attention head has a learned sink logit in its softmax denominator.
+    pub fn has_attention_sinks(self) -> bool {
+        self.0.attention_sinks()
+    }
+
+    /// The norm before a sparse MLP.
+    pub(crate) fn moe_norm(self) -> LayerTensor {
+        self.0.moe_norm()
     }
 
     /// Read this family's `config.json`.

@@ -8,11 +8,11 @@ use kestrel_kernels::cpu::ops::RopeStyle;
 
 use super::Architecture;
 use crate::arch::moe_naming::HfMoeLayout;
-use crate::arch::naming::TensorNaming;
+use crate::arch::naming::{LayerTensor, TensorNaming};
 use crate::config::from_hf::{self, opt_bool, Obj};
 use crate::config::gemma::GemmaTraits;
 use crate::config::window::LayerWindow;
-use crate::config::{BlockLayout, ConfigError, ModelConfig, MoeConfig};
+use crate::config::{BlockLayout, ConfigError, ExpertActivation, ModelConfig, MoeConfig};
 use crate::weights::TensorSource;
 
 /// The names a family goes by.
@@ -158,5 +158,40 @@ pub(crate) trait Family: Sync {
     /// for a dense family and its MoE sibling); `None`: itself.
     fn with_experts(&self) -> Option<Architecture> {
         None
+    }
+
+    /// Every attention head has a learned sink logit in its softmax denominator (gpt-oss).
+    fn attention_sinks(&self) -> bool {
+        false
+    }
+
+    /// The norm before a sparse MLP (default: `FfnNorm`; its HF name is the same for every
+    /// family, its GGUF name is not).
+    fn moe_norm(&self) -> LayerTensor {
+        LayerTensor::FfnNorm
+    }
+
+    /// The experts' activation in a GGUF of this family (which stores no constants for it).
+    fn gguf_expert_activation(&self) -> ExpertActivation {
+        ExpertActivation::SiluGated
+    }
+
+    /// The period of sliding-window layers llama.cpp assumes for this family's GGUF files when
+    /// `{arch}.attention.sliding_window_pattern` is absent (layer `i` slides unless
+    /// `(i + 1) % period == 0`); `None`: the window, if any, is on every layer.
+    fn gguf_window_pattern(&self) -> Option<usize> {
+        None
+    }
+
+    /// Whether a YaRN ramp read from this family's GGUF rounds its ends to whole dimensions
+    /// (transformers' `truncate`, which GGUF files do not store; default true).
+    fn gguf_yarn_truncate(&self) -> bool {
+        true
+    }
+
+    /// Tokens (by their text) that end generation in this family's GGUF files besides the
+    /// `eos`/`eot` ids, as llama.cpp's vocabulary marks them (default: none).
+    fn gguf_end_tokens(&self) -> &'static [&'static str] {
+        &[]
     }
 }

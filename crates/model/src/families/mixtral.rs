@@ -9,7 +9,7 @@ use super::family::{Family, FamilyNames, HfDefaults};
 use crate::arch::moe_naming::HfMoeLayout;
 use crate::config::from_hf::{opt_usize, req_usize, Obj};
 use crate::config::window::LayerWindow;
-use crate::config::{ConfigError, MoeConfig};
+use crate::config::{ConfigError, ExpertActivation, MoeConfig};
 
 pub(crate) struct Mixtral;
 
@@ -50,6 +50,7 @@ impl Family for Mixtral {
             norm_topk_prob: true,
             shared_expert_ffn: None,
             sparse_layers: vec![true; n_layers],
+            activation: ExpertActivation::SiluGated,
         }))
     }
 }

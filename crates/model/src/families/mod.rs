@@ -22,6 +22,7 @@ pub mod registry;
 mod bloom;
 mod gemma2;
 mod gemma3;
+mod gpt_oss;
 mod llama;
 mod mistral;
 mod mixtral;

@@ -2,12 +2,12 @@
 //! them; and the lookups by name, HF `model_type` and HF class.
 
 use super::family::Family;
-use super::{bloom, gemma2, gemma3, llama, mistral, mixtral, phi3};
+use super::{bloom, gemma2, gemma3, gpt_oss, llama, mistral, mixtral, phi3};
 use super::{qwen2, qwen2_moe, qwen3, qwen3_moe, Architecture};
 use crate::config::ConfigError;
 
 /// The families, one line each.
-static FAMILIES: [&dyn Family; 11] = [
+static FAMILIES: [&dyn Family; 12] = [
     &llama::Llama,
     &mistral::Mistral,
     &qwen2::Qwen2,
@@ -19,6 +19,7 @@ static FAMILIES: [&dyn Family; 11] = [
     &qwen3_moe::Qwen3Moe,
     &gemma2::Gemma2,
     &gemma3::Gemma3,
+    &gpt_oss::GptOss,
 ];
 
 /// Every registered family.

@@ -160,6 +160,7 @@ impl Case {
                 counts: counts.clone(),
                 slot: 0,
             }),
+            activation: kestrel_model::config::ExpertActivation::SiluGated,
         }
     }
 

@@ -85,6 +85,7 @@ fn blocks(dtype: DType, seed: u64) -> [MoeBlock; 2] {
         normalize: true,
         shared: None,
         counter: None,
+        activation: kestrel_model::config::ExpertActivation::SiluGated,
     })
 }
 

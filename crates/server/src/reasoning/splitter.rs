@@ -11,6 +11,9 @@ pub enum Piece {
     Reasoning(String),
     /// The answer.
     Content(String),
+    /// A whole tool call written in the reasoning format's own markup (harmony's messages to
+    /// `functions.NAME`): the function's name and its arguments' text.
+    ToolCall { name: String, arguments: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,7 +133,7 @@ fn out_has_reasoning(out: &[Piece]) -> bool {
     out.iter().any(|p| matches!(p, Piece::Reasoning(_)))
 }
 
-fn non_empty(piece: Piece) -> Option<Piece> {
+pub(super) fn non_empty(piece: Piece) -> Option<Piece> {
     match &piece {
         Piece::Reasoning(t) | Piece::Content(t) if t.is_empty() => None,
         _ => Some(piece),
@@ -153,9 +156,11 @@ mod tests {
 
     const OPEN: ReasoningMode = ReasoningMode {
         opened_by_prompt: true,
+        harmony: false,
     };
     const CLOSED: ReasoningMode = ReasoningMode {
         opened_by_prompt: false,
+        harmony: false,
     };
 
     /// The reply's reasoning and answer, pushed in `pieces`.
@@ -168,6 +173,7 @@ mod tests {
             match p {
                 Piece::Reasoning(t) => reasoning.push_str(&t),
                 Piece::Content(t) => content.push_str(&t),
+                Piece::ToolCall { .. } => unreachable!("think tags carry no calls"),
             }
         }
         (reasoning, content)

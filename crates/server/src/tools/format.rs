@@ -15,11 +15,15 @@ pub enum ToolCallFormat {
     /// `[TOOL_CALLS]` followed by a JSON array of `{"name", "arguments"}` (Mistral v3) or by
     /// `name[ARGS]{..}` (newer Mistral tokenizers).
     Mistral,
+    /// gpt-oss's harmony messages to `functions.NAME` on the commentary channel, the JSON
+    /// arguments as the body ([`crate::harmony`]). The harmony reasoning splitter reads them
+    /// while the reply streams; this reads a whole reply when no splitter ran.
+    Harmony,
 }
 
 /// A `--tool-call-parser` value that names no format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown tool-call parser {0:?} (expected one of: hermes, llama3_json, mistral)")]
+#[error("unknown tool-call parser {0:?} (expected one of: hermes, llama3_json, mistral, harmony)")]
 pub struct UnknownToolParser(pub String);
 
 impl ToolCallFormat {
@@ -29,6 +33,7 @@ impl ToolCallFormat {
             "hermes" | "qwen" => Ok(ToolCallFormat::Hermes),
             "llama3_json" | "llama3" | "llama" => Ok(ToolCallFormat::Llama3Json),
             "mistral" => Ok(ToolCallFormat::Mistral),
+            "harmony" | "openai" | "gpt_oss" => Ok(ToolCallFormat::Harmony),
             other => Err(UnknownToolParser(other.to_string())),
         }
     }
@@ -39,13 +44,16 @@ impl ToolCallFormat {
             ToolCallFormat::Hermes => "hermes",
             ToolCallFormat::Llama3Json => "llama3_json",
             ToolCallFormat::Mistral => "mistral",
+            ToolCallFormat::Harmony => "harmony",
         }
     }
 
     /// The format a chat template teaches its model, from the markers it writes; `None` when
     /// the template shows no tool-call format.
     pub fn detect(template: &str) -> Option<Self> {
-        if template.contains("<tool_call>") {
+        if template.contains("to=functions.") && template.contains(crate::harmony::CALL) {
+            Some(ToolCallFormat::Harmony)
+        } else if template.contains("<tool_call>") {
             Some(ToolCallFormat::Hermes)
         } else if template.contains("[TOOL_CALLS]") {
             Some(ToolCallFormat::Mistral)
@@ -68,6 +76,7 @@ impl ToolCallFormat {
             ToolCallFormat::Hermes => parse::hermes(text),
             ToolCallFormat::Llama3Json => parse::llama3_json(text),
             ToolCallFormat::Mistral => parse::mistral(text),
+            ToolCallFormat::Harmony => parse::harmony(text),
         };
         parsed.unwrap_or_else(|| ParsedOutput::text(text))
     }
@@ -77,6 +86,8 @@ impl ToolCallFormat {
         match self {
             ToolCallFormat::Hermes => Some("<tool_call>"),
             ToolCallFormat::Mistral => Some("[TOOL_CALLS]"),
+            // A harmony reply read without its splitter starts with a header.
+            ToolCallFormat::Harmony => Some(crate::harmony::CHANNEL),
             ToolCallFormat::Llama3Json => None,
         }
     }

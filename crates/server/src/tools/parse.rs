@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::call::{non_blank, ParsedOutput, ToolCall};
 use super::format::ToolCallFormat;
+use crate::harmony::{HarmonyEvent, HarmonyReader};
 
 const HERMES_OPEN: &str = "<tool_call>";
 const HERMES_CLOSE: &str = "</tool_call>";
@@ -80,6 +81,29 @@ pub(super) fn mistral(text: &str) -> Option<ParsedOutput> {
             .collect::<Option<Vec<_>>>()?
     };
     Some(ParsedOutput { content, calls })
+}
+
+/// A whole harmony reply: its messages to functions are the calls (each body a JSON object),
+/// the text of its other messages the content; `None` when it holds no call.
+pub(super) fn harmony(text: &str) -> Option<ParsedOutput> {
+    let mut reader = HarmonyReader::default();
+    let mut events = reader.push(text);
+    events.extend(reader.finish());
+    let (mut content, mut calls) = (String::new(), Vec::new());
+    for e in events {
+        match e {
+            HarmonyEvent::Reasoning(t) | HarmonyEvent::Content(t) => content.push_str(&t),
+            HarmonyEvent::Call { name, arguments } => {
+                let args: Value = serde_json::from_str(arguments.trim()).ok()?;
+                let id = ToolCallFormat::Harmony.new_call_id();
+                calls.push(args.is_object().then(|| ToolCall::new(name, &args, id))?);
+            }
+        }
+    }
+    (!calls.is_empty()).then(|| ParsedOutput {
+        content: non_blank(&content),
+        calls,
+    })
 }
 
 /// `name[ARGS]{json}`.

@@ -91,7 +91,9 @@ pub fn validate(
     let (sampling, sched) = openai_sampling(state, call.sampling, call.logprobs)?;
     let sampling = SamplingParams {
         max_tokens,
-        skip_special_tokens: sampling.skip_special_tokens && !tools.keeps_special_tokens(),
+        skip_special_tokens: sampling.skip_special_tokens
+            && !tools.keeps_special_tokens()
+            && !keeps_reasoning_markup(state),
         ..sampling
     };
     let reasoning = state
@@ -124,4 +126,10 @@ fn output_tokens(state: &AppState, prompt_len: usize, m: MaxTokens) -> Result<us
         r => r,
     };
     max_tokens(state.limits(), prompt_len, requested, m.param, room)
+}
+
+/// Whether the reasoning format's markers are special tokens that detokenization must keep
+/// (harmony's `<|channel|>`, `<|message|>`, …).
+fn keeps_reasoning_markup(state: &AppState) -> bool {
+    state.model().reasoning_parser == Some(crate::reasoning::ReasoningParser::Harmony)
 }

@@ -8,6 +8,7 @@ mod cache_salt_http;
 mod engine_panic_http;
 mod fuzz_corpus_replay;
 mod hardening_http;
+mod harmony_http;
 mod http;
 mod lora_http;
 mod methods_http;

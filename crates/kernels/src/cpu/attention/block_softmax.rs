@@ -125,6 +125,15 @@ pub(super) unsafe fn add_alibi<V: Lanes>(s: &mut [f32], kp0: usize, slope: &[f32
     }
 }
 
+/// Attention sinks: adds row `r`'s sink term `e^(sink(r) − m[r])` to its softmax denominator
+/// `l[r]` (a logit with no value row: it only takes weight away from the keys). `m` is the
+/// row's running maximum, the reference point of `l` and of the accumulators.
+pub(super) fn add_sinks(l: &mut [f32], m: &[f32], sink: impl Fn(usize) -> f32) {
+    for (r, (l_r, &m_r)) in l.iter_mut().zip(m).enumerate() {
+        *l_r += (sink(r) - m_r).exp();
+    }
+}
+
 /// Divides each row of the accumulators (`hd` floats each) by its softmax denominator `l`.
 pub(super) fn normalize(acc: &mut [f32], l: &[f32], hd: usize) {
     for (acc_r, &l_r) in acc.chunks_exact_mut(hd).zip(l) {

@@ -80,6 +80,11 @@ pub(super) unsafe fn run_decode<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf
         unsafe { decode_block::<V, E>(ctx, u, b, &mut st) };
     }
     if u.chunk.is_none() {
+        if p.sinks.is_some() {
+            let head = |r: usize| u.kv_head * ctx.group + u.g0 + r;
+            let sink = |r: usize| p.sink(head(r)).unwrap_or(f32::NEG_INFINITY);
+            super::block_softmax::add_sinks(st.l, st.m, sink);
+        }
         super::block_softmax::normalize(st.acc, st.l, hd);
     }
 }

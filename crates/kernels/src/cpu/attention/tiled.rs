@@ -101,6 +101,12 @@ pub(super) unsafe fn run_tiled<V: Lanes, E: KvElem>(ctx: &Ctx<'_>, u: Unit, buf:
         // SAFETY: the caller's contract.
         unsafe { merge_chunk::<V, E>(ctx, u, chunk, &mut t, next, acc, &mut st) };
     }
+    if p.sinks.is_some() {
+        let g = u.g1 - u.g0;
+        let head = |r: usize| u.kv_head * ctx.group + u.g0 + r % g;
+        let sink = |r: usize| p.sink(head(r)).unwrap_or(f32::NEG_INFINITY);
+        block_softmax::add_sinks(&mut st.l[..rows], &st.m[..rows], sink);
+    }
     block_softmax::normalize(acc, st.l, hd);
 }
 

@@ -149,12 +149,13 @@ pub fn seqs_of<'a>(c: &Case, b: &'a Built) -> Vec<AttnSeq<'a>> {
         .collect()
 }
 
-pub fn params_of(c: &Case) -> AttnParams {
+pub fn params_of(c: &Case) -> AttnParams<'static> {
     AttnParams {
         n_heads: c.n_kv * c.group,
         scale: 1.0 / (c.head_dim as f32).sqrt(),
         window: c.window,
         alibi: None,
         softcap: None,
+        sinks: None,
     }
 }

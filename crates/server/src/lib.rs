@@ -58,6 +58,7 @@ pub mod model_registry;
 pub mod model_room;
 pub mod model_router;
 pub mod model_slot;
+pub mod named_model;
 pub mod openai;
 pub mod reasoning;
 pub mod reply_reader;

@@ -33,11 +33,13 @@ use serde::Deserialize;
 use tower::ServiceExt;
 
 use crate::auth::{require_api_key, ApiKey};
+use crate::backend::BackendHealth;
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
 use crate::model_registry::{Lease, ModelListing, ModelRegistry};
+use crate::named_model::{named_model, Named};
 use crate::openai::wire::{ModelCard, ModelList, ModelStatus};
-use crate::routes::health::{Health, Liveness};
+use crate::routes::health::Liveness;
 
 /// The body of `POST /models/load` and `POST /models/unload`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -307,31 +309,6 @@ fn refuse(path: &str, e: ApiError) -> Response {
     response
 }
 
-/// What a request body names.
-#[derive(Debug, PartialEq, Eq)]
-enum Named {
-    /// A JSON object whose `model` is this string.
-    Model(String),
-    /// A JSON object without a `model` string.
-    Nothing,
-    /// Not a JSON object.
-    NotJson,
-}
-
-fn named_model(body: &[u8]) -> Named {
-    #[derive(Deserialize)]
-    struct Fields {
-        model: Option<serde_json::Value>,
-    }
-    match serde_json::from_slice::<Fields>(body) {
-        Ok(Fields {
-            model: Some(serde_json::Value::String(name)),
-        }) => Named::Model(name),
-        Ok(_) => Named::Nothing,
-        Err(_) => Named::NotJson,
-    }
-}
-
 /// `GET /health`: ready unless a loaded engine is stuck or the server is stopping; the load
 /// is summed over the loaded models.
 async fn health(State(registry): State<Arc<ModelRegistry>>) -> Response {
@@ -344,22 +321,13 @@ async fn health(State(registry): State<Arc<ModelRegistry>>) -> Response {
     })
     .await
     .unwrap_or_default();
-    let ready = healths.iter().all(|h| h.ready);
-    let body = Health {
-        status: if ready { "ok" } else { "unavailable" },
+    let summed = BackendHealth {
+        ready: healths.iter().all(|h| h.ready),
         running: healths.iter().map(|h| h.running).sum(),
         waiting: healths.iter().map(|h| h.waiting).sum(),
-        kv_cache_usage: healths.iter().map(|h| h.kv_usage).fold(0.0, f64::max),
-        notes: Vec::new(),
+        kv_usage: healths.iter().map(|h| h.kv_usage).fold(0.0, f64::max),
     };
-    if ready {
-        return json_response(StatusCode::OK, &body);
-    }
-    let mut response = json_response(StatusCode::SERVICE_UNAVAILABLE, &body);
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
+    crate::routes::health::readiness(summed, Vec::new())
 }
 
 async fn live() -> Response {
@@ -381,17 +349,6 @@ async fn metrics() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_model_is_read_from_a_json_object_only() {
-        assert_eq!(
-            named_model(br#"{"model":"a","prompt":"x"}"#),
-            Named::Model("a".into())
-        );
-        assert_eq!(named_model(br#"{"prompt":"x"}"#), Named::Nothing);
-        assert_eq!(named_model(br#"{"model":7}"#), Named::Nothing);
-        assert_eq!(named_model(b"not json"), Named::NotJson);
-    }
 
     #[test]
     fn an_alias_is_replaced_by_the_model_name_and_the_rest_kept() {

@@ -11,9 +11,9 @@ use axum::extract::Request;
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use kestrel_server::error::{ApiError, OpenAiError};
+use kestrel_server::named_model::{named_model, Named};
 use kestrel_server::ServerConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
 use tower::ServiceExt;
 
 use super::models::Served;
@@ -70,31 +70,6 @@ async fn answer(served: &Served, req: Request) -> Response {
     }
 }
 
-/// What a request body names.
-#[derive(Debug, PartialEq, Eq)]
-enum Named {
-    /// A JSON object whose `model` is this string.
-    Model(String),
-    /// A JSON object without a `model` string.
-    Nothing,
-    /// Not a JSON object: the routes' parsing refuses it with the precise error.
-    NotJson,
-}
-
-fn named_model(body: &[u8]) -> Named {
-    #[derive(Deserialize)]
-    struct Fields {
-        model: Option<serde_json::Value>,
-    }
-    match serde_json::from_slice::<Fields>(body) {
-        Ok(Fields {
-            model: Some(serde_json::Value::String(name)),
-        }) => Named::Model(name),
-        Ok(_) => Named::Nothing,
-        Err(_) => Named::NotJson,
-    }
-}
-
 /// `/metrics`, the playground page, or 503 with `Retry-After`.
 fn before_any_model(metrics: &PrometheusHandle, req: Request) -> Response {
     if req.uri().path() == "/metrics" {
@@ -109,21 +84,4 @@ fn before_any_model(metrics: &PrometheusHandle, req: Request) -> Response {
         "no inference worker has announced a model yet; retry later".into(),
     ))
     .into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_model_is_read_from_a_json_object_only() {
-        let a = Named::Model("a".into());
-        assert_eq!(named_model(br#"{"model":"a","prompt":"x"}"#), a);
-        assert_eq!(named_model(br#"{"prompt":"x"}"#), Named::Nothing);
-        assert_eq!(named_model(br#"{"model":null}"#), Named::Nothing);
-        assert_eq!(named_model(br#"{"model":7}"#), Named::Nothing);
-        assert_eq!(named_model(br#""a""#), Named::NotJson);
-        assert_eq!(named_model(b"not json"), Named::NotJson);
-        assert_eq!(named_model(&[0xff, 0xfe]), Named::NotJson);
-    }
 }

@@ -49,7 +49,7 @@ pub async fn live() -> Response {
 #[utoipa::path(get, path = "/health", responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> Response {
     let backend = state.backend().clone();
-    let (mut health, mut notes) =
+    let (health, notes) =
         tokio::task::spawn_blocking(move || (backend.health(), backend.health_notes()))
             .await
             .unwrap_or((
@@ -61,6 +61,12 @@ pub async fn health(State(state): State<AppState>) -> Response {
                 },
                 Vec::new(),
             ));
+    readiness(health, notes)
+}
+
+/// The readiness answer for `health`: 200, or 503 with `Retry-After` when the backend is not
+/// ready or the process is draining to be restarted (the reason joins `notes`).
+pub fn readiness(mut health: BackendHealth, mut notes: Vec<String>) -> Response {
     if let Some(reason) = crate::heap_watch::draining_reason() {
         health.ready = false;
         notes.push(reason.to_string());

@@ -159,14 +159,16 @@ impl EngineCore {
     /// Sends the prefix cache's changes to `sink` from now on, starting with a snapshot
     /// (see [`KvEventLink`]); replaces an earlier watcher.
     pub fn watch_kv_events(&mut self, sink: tokio::sync::mpsc::Sender<Vec<crate::kv::KvEvent>>) {
-        self.kv_events = Some(KvEventLink::new(sink, self.scheduler.kv_mut()));
+        let tier = self.tier.as_ref().map(KvTierLink::tier);
+        self.kv_events = Some(KvEventLink::new(sink, self.scheduler.kv_mut(), tier));
     }
 
     /// Hands the prefix cache's changes since the last call to the watcher, if any (never
     /// waiting for it); forgets a watcher that went away.
     pub fn publish_kv_events(&mut self) {
         if let Some(link) = &mut self.kv_events {
-            if !link.publish(self.scheduler.kv_mut()) {
+            let tier = self.tier.as_ref().map(KvTierLink::tier);
+            if !link.publish(self.scheduler.kv_mut(), tier) {
                 self.kv_events = None;
                 self.scheduler.kv_mut().stop_kv_events();
             }

@@ -3,7 +3,8 @@
 //! killed worker is forgotten by the gateway's index and its conversation carries on elsewhere
 //! (a turn routed to it just before it died included); work routed to a stuck or dead worker
 //! is taken by another; `--routing shared` still serves; a burst of long prompts is not all
-//! taken by the first worker that reads the shared stream.
+//! taken by the first worker that reads the shared stream; a worker restarted on its KV disk
+//! tier announces what the tier kept and gets its conversations back.
 
 use crate::fleet_common;
 
@@ -346,4 +347,80 @@ fn work_routed_to_a_stuck_or_dead_worker_is_taken_by_another() {
                 .all(|s| !s.contains(":worker:w-gone:"))
     });
     wait_for(LONG, "no pending entries", || redis.pending() == 0);
+}
+
+/// Block files under a disk tier's root (one directory per model fingerprint).
+fn tier_files(root: &std::path::Path) -> usize {
+    let Ok(dirs) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    dirs.flatten()
+        .filter_map(|d| std::fs::read_dir(d.path()).ok())
+        .flatten()
+        .flatten()
+        .filter(|f| f.path().extension().is_some_and(|e| e == "kvb"))
+        .count()
+}
+
+#[test]
+fn a_restarted_worker_gets_back_the_conversations_its_disk_tier_kept() {
+    let live = |addr: &str| labelled(&scrape(addr), "kestrel:gateway_live_workers", "model_name");
+    let redis = Redis::start();
+    let root = |w: &str| {
+        let dir =
+            std::env::temp_dir().join(format!("kestrel-fleet-tier-{w}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    };
+    let (disk_a, disk_b) = (root("a"), root("b"));
+    let args = |d: &std::path::Path| ["--kv-cache-disk".to_string(), d.display().to_string()];
+    let (args_a, args_b) = (args(&disk_a), args(&disk_b));
+    let args_a: Vec<&str> = args_a.iter().map(String::as_str).collect();
+    let args_b: Vec<&str> = args_b.iter().map(String::as_str).collect();
+    // Worker a alone takes a conversation's first turn; then b joins, empty.
+    let (mut a, _) = worker(&redis, "w-tier-a", &args_a);
+    let (_gw, addr) = gateway(&redis, &[]);
+    wait_workers(&addr, 1, LONG);
+    let prompt = first_turn("ferries");
+    let (text, _) = complete(&addr, &prompt);
+    let history = format!("{prompt}{text}");
+    let (_b, mb) = worker(&redis, "w-tier-b", &args_b);
+    wait_workers(&addr, 2, LONG);
+    wait_indexed(&addr, 8.0);
+    wait_for(LONG, "worker a's blocks on its disk", || {
+        tier_files(&disk_a) >= 8
+    });
+    let blocks = |addr: &str| metric(&scrape(addr), "kestrel:gateway_prefix_index_blocks");
+    a.kill();
+    wait_for(LONG, "the gateway to forget the dead worker", || {
+        blocks(&addr) == Some(0.0) && live(&addr) == 1.0
+    });
+    // The same worker comes back with an empty RAM cache and its disk tier: its first
+    // snapshot announces what the tier kept, so the conversation goes back to it.
+    let (_a, ma) = worker(&redis, "w-tier-a", &args_a);
+    wait_workers(&addr, 2, LONG);
+    wait_indexed(&addr, 8.0);
+    let hits_before = labelled(
+        &scrape(&addr),
+        "kestrel:gateway_routed_requests_total",
+        "cache_hit",
+    );
+    let next = format!("{history} Now say more:");
+    let ((_, cached), who) = served_by(&[ma.as_str(), mb.as_str()], || complete(&addr, &next));
+    assert_eq!(who, vec![0], "the next turn went to the worker without it");
+    assert!(
+        cached >= 128,
+        "the disk tier gave back only {cached} tokens"
+    );
+    let hits = labelled(
+        &scrape(&addr),
+        "kestrel:gateway_routed_requests_total",
+        "cache_hit",
+    );
+    assert_eq!(hits, hits_before + 1.0, "routed as a cache hit");
+    wait_for(LONG, "no pending entries", || redis.pending() == 0);
+    let _ = (
+        std::fs::remove_dir_all(&disk_a),
+        std::fs::remove_dir_all(&disk_b),
+    );
 }

@@ -75,6 +75,11 @@ impl KvTierLink {
         })
     }
 
+    /// The tier under the prefix cache.
+    pub fn tier(&self) -> &DiskTier {
+        &self.tier
+    }
+
     /// Before scheduling: adopts the blocks read back, then sends the reads of new requests.
     pub fn before_schedule(&mut self, scheduler: &mut Scheduler, executor: &mut dyn Executor) {
         self.adopt_loaded(scheduler, executor);

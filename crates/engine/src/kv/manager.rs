@@ -151,6 +151,11 @@ impl KvCacheManager {
         self.pool.take_events()
     }
 
+    /// Whether the prefix cache holds block `hash` (computed, not evicted).
+    pub fn is_cached(&self, hash: &BlockHash) -> bool {
+        self.pool.lookup(*hash).is_some()
+    }
+
     /// Every hash the prefix cache holds (a snapshot for a new reader of its events).
     pub fn cached_hashes(&self) -> Vec<BlockHash> {
         self.pool.cached_hashes()

@@ -15,6 +15,7 @@ mod engine_slo_admission;
 mod engine_stop;
 mod kv_cache_salt;
 mod kv_disk_tier;
+mod kv_events_disk_tier;
 mod kv_prefix_cache;
 mod kv_sliding_window;
 mod output;

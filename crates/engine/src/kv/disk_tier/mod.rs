@@ -37,7 +37,7 @@ pub use block_file::BlockFileError;
 pub use tier_fingerprint::TierFingerprint;
 pub use tier_index::TierIndex;
 
-use super::BlockHash;
+use super::{BlockHash, KvEvent};
 use crate::kv_tier_metrics as metrics;
 
 /// Write failures in a row after which the tier turns itself off.
@@ -163,6 +163,22 @@ impl DiskTier {
     /// Whether block `hash` is on disk (a later [`DiskTier::load`] may still refuse it).
     pub fn contains(&self, hash: &BlockHash) -> bool {
         self.shared.index().contains(hash)
+    }
+
+    /// Logs the blocks that enter and leave the tier from now on ([`Self::take_events`]).
+    pub fn log_events(&self) {
+        self.shared.index().log_changes();
+    }
+
+    /// The blocks that entered (`Stored`) or left (`Removed`) the tier since the last call, in
+    /// order: written, evicted for the budget, or refused on a read.
+    pub fn take_events(&self) -> Vec<KvEvent> {
+        self.shared.index().take_changes()
+    }
+
+    /// Every block on disk, in no particular order.
+    pub fn hashes(&self) -> Vec<BlockHash> {
+        self.shared.index().hashes()
     }
 
     /// Queues block `hash` with `bytes` for writing, unless it is on disk or queued already,

@@ -1,9 +1,12 @@
 //! [`TierIndex`]: which blocks the disk tier holds, how many bytes each file takes, and their
 //! least-recently-used order within the tier's byte budget.
+//!
+//! Once asked to ([`TierIndex::log_changes`]), it logs every block that enters or leaves as a
+//! [`KvEvent`], for a router outside the process that needs to know what the tier holds.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::kv::BlockHash;
+use crate::kv::{BlockHash, KvEvent};
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -20,6 +23,8 @@ pub struct TierIndex {
     used: u64,
     budget: u64,
     next_tick: u64,
+    /// Blocks that entered (`Stored`) or left (`Removed`), when logged.
+    changes: Option<Vec<KvEvent>>,
 }
 
 impl TierIndex {
@@ -31,7 +36,26 @@ impl TierIndex {
             used: 0,
             budget,
             next_tick: 0,
+            changes: None,
         }
+    }
+
+    /// Logs the blocks that enter and leave from now on ([`Self::take_changes`]).
+    pub fn log_changes(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    /// The blocks that entered or left since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<KvEvent> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Every block held, in no particular order.
+    pub fn hashes(&self) -> Vec<BlockHash> {
+        self.entries.keys().copied().collect()
     }
 
     pub fn contains(&self, hash: &BlockHash) -> bool {
@@ -60,8 +84,11 @@ impl TierIndex {
     /// evicted (least recently used first) to stay within the budget. A file larger than the
     /// whole budget is not kept: it comes back as evicted itself.
     pub fn insert(&mut self, hash: BlockHash, bytes: u64) -> Vec<BlockHash> {
-        self.remove(&hash);
+        let held = self.forget(&hash);
         if bytes > self.budget {
+            if held {
+                self.record(KvEvent::Removed(hash));
+            }
             return vec![hash];
         }
         let mut evicted = Vec::new();
@@ -72,12 +99,16 @@ impl TierIndex {
             if let Some(e) = self.entries.remove(&oldest) {
                 self.used -= e.bytes;
             }
+            self.record(KvEvent::Removed(oldest));
             evicted.push(oldest);
         }
         let tick = self.tick();
         self.entries.insert(hash, Entry { bytes, tick });
         self.order.insert(tick, hash);
         self.used += bytes;
+        if !held {
+            self.record(KvEvent::Stored(hash));
+        }
         evicted
     }
 
@@ -95,6 +126,15 @@ impl TierIndex {
 
     /// Forgets `hash` (its file was refused or deleted); `false` if it was not held.
     pub fn remove(&mut self, hash: &BlockHash) -> bool {
+        let held = self.forget(hash);
+        if held {
+            self.record(KvEvent::Removed(*hash));
+        }
+        held
+    }
+
+    /// Drops `hash`'s entry without logging; whether it was held.
+    fn forget(&mut self, hash: &BlockHash) -> bool {
         match self.entries.remove(hash) {
             Some(e) => {
                 self.order.remove(&e.tick);
@@ -102,6 +142,12 @@ impl TierIndex {
                 true
             }
             None => false,
+        }
+    }
+
+    fn record(&mut self, event: KvEvent) {
+        if let Some(log) = &mut self.changes {
+            log.push(event);
         }
     }
 
@@ -149,5 +195,29 @@ mod tests {
         assert!(index.remove(&h(1)));
         assert!(!index.remove(&h(1)));
         assert_eq!((index.used(), index.len()), (0, 0));
+    }
+
+    #[test]
+    fn logged_changes_follow_the_held_set() {
+        let mut index = TierIndex::new(200);
+        index.insert(h(0), 100);
+        index.log_changes();
+        index.insert(h(1), 100);
+        index.insert(h(1), 100);
+        index.insert(h(2), 100);
+        index.remove(&h(9));
+        index.remove(&h(1));
+        index.insert(h(2), 300);
+        assert_eq!(
+            index.take_changes(),
+            vec![
+                KvEvent::Stored(h(1)),
+                KvEvent::Removed(h(0)),
+                KvEvent::Stored(h(2)),
+                KvEvent::Removed(h(1)),
+                KvEvent::Removed(h(2)),
+            ]
+        );
+        assert!(index.take_changes().is_empty() && index.hashes().is_empty());
     }
 }

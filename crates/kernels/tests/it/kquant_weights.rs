@@ -33,168 +33,63 @@ trait KQuant {
     fn magnitude_block(b: Self::Block) -> Self::Block;
 }
 
-struct Q2K;
-struct Q3K;
-struct Q4K;
-struct Q5K;
-struct Q6K;
-struct Iq4Xs;
-
-impl KQuant for Q2K {
-    type Block = q2_k::BlockQ2K;
-    const DTYPE: DType = DType::Q2_K;
-    const RMSE_BOUND: f64 = 0.38;
-    fn kernels(isa: Isa) -> TypeKernels {
-        q2_k::kernels(isa)
-    }
-    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
-        q2_k::dequantize_ref(src, dst)
-    }
-    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
-        q2_k::vec_dot_ref(w, a)
-    }
-    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
-        q2_k::quantize_ref(src)
-    }
-    fn with_scales(b: Self::Block, d: f16, dmin: f16) -> Self::Block {
-        Self::Block { d, dmin, ..b }
-    }
-    fn magnitude_block(b: Self::Block) -> Self::Block {
-        Self::Block {
-            d: abs(b.d),
-            dmin: -abs(b.dmin),
-            ..b
+/// Declares the marker type of a Q8_K-activation type whose reference functions live in
+/// `$module`. `two_scales`: blocks carry a super-scale `d` and a super-min `dmin` (the
+/// magnitude block makes both terms positive); `one_scale`: only `d`, one term per element.
+macro_rules! kquant {
+    ($name:ident, $module:ident, $block:ident, $dtype:expr, $rmse:expr, two_scales) => {
+        kquant!(@impl $name, $module, $block, $dtype, $rmse,
+            fn with_scales(b: Self::Block, d: f16, dmin: f16) -> Self::Block {
+                Self::Block { d, dmin, ..b }
+            }
+            fn magnitude_block(b: Self::Block) -> Self::Block {
+                Self::Block {
+                    d: abs(b.d),
+                    dmin: -abs(b.dmin),
+                    ..b
+                }
+            }
+        );
+    };
+    ($name:ident, $module:ident, $block:ident, $dtype:expr, $rmse:expr, one_scale) => {
+        kquant!(@impl $name, $module, $block, $dtype, $rmse,
+            fn with_scales(b: Self::Block, d: f16, _dmin: f16) -> Self::Block {
+                Self::Block { d, ..b }
+            }
+            fn magnitude_block(b: Self::Block) -> Self::Block {
+                b // one term per element: the magnitude is |dequantized value|
+            }
+        );
+    };
+    (@impl $name:ident, $module:ident, $block:ident, $dtype:expr, $rmse:expr, $($scales:tt)*) => {
+        struct $name;
+        impl KQuant for $name {
+            type Block = $module::$block;
+            const DTYPE: DType = $dtype;
+            const RMSE_BOUND: f64 = $rmse;
+            fn kernels(isa: Isa) -> TypeKernels {
+                $module::kernels(isa)
+            }
+            fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
+                $module::dequantize_ref(src, dst)
+            }
+            fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
+                $module::vec_dot_ref(w, a)
+            }
+            fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
+                $module::quantize_ref(src)
+            }
+            $($scales)*
         }
-    }
+    };
 }
 
-impl KQuant for Q3K {
-    type Block = q3_k::BlockQ3K;
-    const DTYPE: DType = DType::Q3_K;
-    const RMSE_BOUND: f64 = 0.185;
-    fn kernels(isa: Isa) -> TypeKernels {
-        q3_k::kernels(isa)
-    }
-    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
-        q3_k::dequantize_ref(src, dst)
-    }
-    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
-        q3_k::vec_dot_ref(w, a)
-    }
-    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
-        q3_k::quantize_ref(src)
-    }
-    fn with_scales(b: Self::Block, d: f16, _dmin: f16) -> Self::Block {
-        Self::Block { d, ..b }
-    }
-    fn magnitude_block(b: Self::Block) -> Self::Block {
-        b // one term per element: the magnitude is |dequantized value|
-    }
-}
-
-impl KQuant for Iq4Xs {
-    type Block = iq4_xs::BlockIq4Xs;
-    const DTYPE: DType = DType::IQ4_XS;
-    const RMSE_BOUND: f64 = 0.095;
-    fn kernels(isa: Isa) -> TypeKernels {
-        iq4_xs::kernels(isa)
-    }
-    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
-        iq4_xs::dequantize_ref(src, dst)
-    }
-    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
-        iq4_xs::vec_dot_ref(w, a)
-    }
-    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
-        iq4_xs::quantize_ref(src)
-    }
-    fn with_scales(b: Self::Block, d: f16, _dmin: f16) -> Self::Block {
-        Self::Block { d, ..b }
-    }
-    fn magnitude_block(b: Self::Block) -> Self::Block {
-        b // one term per element: the magnitude is |dequantized value|
-    }
-}
-
-impl KQuant for Q4K {
-    type Block = q4_k::BlockQ4K;
-    const DTYPE: DType = DType::Q4_K;
-    const RMSE_BOUND: f64 = 0.095;
-    fn kernels(isa: Isa) -> TypeKernels {
-        q4_k::kernels(isa)
-    }
-    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
-        q4_k::dequantize_ref(src, dst)
-    }
-    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
-        q4_k::vec_dot_ref(w, a)
-    }
-    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
-        q4_k::quantize_ref(src)
-    }
-    fn with_scales(b: Self::Block, d: f16, dmin: f16) -> Self::Block {
-        Self::Block { d, dmin, ..b }
-    }
-    fn magnitude_block(b: Self::Block) -> Self::Block {
-        Self::Block {
-            d: abs(b.d),
-            dmin: -abs(b.dmin),
-            ..b
-        }
-    }
-}
-
-impl KQuant for Q5K {
-    type Block = q5_k::BlockQ5K;
-    const DTYPE: DType = DType::Q5_K;
-    const RMSE_BOUND: f64 = 0.048;
-    fn kernels(isa: Isa) -> TypeKernels {
-        q5_k::kernels(isa)
-    }
-    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
-        q5_k::dequantize_ref(src, dst)
-    }
-    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
-        q5_k::vec_dot_ref(w, a)
-    }
-    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
-        q5_k::quantize_ref(src)
-    }
-    fn with_scales(b: Self::Block, d: f16, dmin: f16) -> Self::Block {
-        Self::Block { d, dmin, ..b }
-    }
-    fn magnitude_block(b: Self::Block) -> Self::Block {
-        Self::Block {
-            d: abs(b.d),
-            dmin: -abs(b.dmin),
-            ..b
-        }
-    }
-}
-
-impl KQuant for Q6K {
-    type Block = q6_k::BlockQ6K;
-    const DTYPE: DType = DType::Q6_K;
-    const RMSE_BOUND: f64 = 0.025;
-    fn kernels(isa: Isa) -> TypeKernels {
-        q6_k::kernels(isa)
-    }
-    fn dequantize_ref(src: &[Self::Block], dst: &mut [f32]) {
-        q6_k::dequantize_ref(src, dst)
-    }
-    fn vec_dot_ref(w: &[Self::Block], a: &[BlockQ8K]) -> f32 {
-        q6_k::vec_dot_ref(w, a)
-    }
-    fn quantize_ref(src: &[f32]) -> Vec<Self::Block> {
-        q6_k::quantize_ref(src)
-    }
-    fn with_scales(b: Self::Block, d: f16, _dmin: f16) -> Self::Block {
-        Self::Block { d, ..b }
-    }
-    fn magnitude_block(b: Self::Block) -> Self::Block {
-        b // one term per element: the magnitude is |dequantized value|
-    }
-}
+kquant!(Q2K, q2_k, BlockQ2K, DType::Q2_K, 0.38, two_scales);
+kquant!(Q3K, q3_k, BlockQ3K, DType::Q3_K, 0.185, one_scale);
+kquant!(Iq4Xs, iq4_xs, BlockIq4Xs, DType::IQ4_XS, 0.095, one_scale);
+kquant!(Q4K, q4_k, BlockQ4K, DType::Q4_K, 0.095, two_scales);
+kquant!(Q5K, q5_k, BlockQ5K, DType::Q5_K, 0.048, two_scales);
+kquant!(Q6K, q6_k, BlockQ6K, DType::Q6_K, 0.025, one_scale);
 
 fn abs(x: f16) -> f16 {
     f16::from_bits(x.to_bits() & 0x7fff)

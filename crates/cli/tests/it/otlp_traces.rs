@@ -23,6 +23,9 @@ const LONG: Duration = Duration::from_secs(180);
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 const MAX_TOKENS: usize = 6;
+const ROOT: &str = "POST /v1/chat/completions";
+/// Slack for times converted between clocks (steady to wall, milliseconds across processes).
+const SLACK_NS: u64 = 5_000_000;
 
 /// A received span, as the checks need it.
 #[derive(Debug, Clone)]
@@ -206,9 +209,10 @@ fn streamed_chat(addr: &str, request_id: &str) -> String {
 }
 
 /// The handler's span: a child of the client's span, named after the route, with the request
-/// id; returned with the spans nested in it checked to lie within it.
+/// id. Every span of the trace starts within it, and the spans of its own process end within it
+/// (a worker may still acknowledge its job after the client has its answer).
 fn check_root<'a>(spans: &'a [Got], request_id: &str) -> &'a Got {
-    let root = one(spans, "POST /v1/chat/completions");
+    let root = one(spans, ROOT);
     assert_eq!(
         root.parent, CLIENT_SPAN,
         "the handler's span continues the client's"
@@ -227,9 +231,15 @@ fn check_root<'a>(spans: &'a [Got], request_id: &str) -> &'a Got {
         assert_eq!(s.trace_id, TRACE_ID);
         assert!(s.start <= s.end, "{s:?} ends before it starts");
         assert!(
-            s.start + 1_000_000 >= root.start && s.end <= root.end + 1_000_000,
-            "{s:?} lies outside the handler's span {root:?}"
+            s.start + SLACK_NS >= root.start && s.start <= root.end,
+            "{s:?} starts outside the handler's span {root:?}"
         );
+        if s.service == root.service {
+            assert!(
+                s.end <= root.end + SLACK_NS,
+                "{s:?} ends after the handler's span {root:?}"
+            );
+        }
     }
     root
 }
@@ -255,7 +265,7 @@ fn check_steps(spans: &[Got], parent: &Got) {
     }
     let last_prefill = prefill.iter().map(|s| s.end).max().unwrap();
     assert!(
-        decode.iter().all(|d| d.start >= last_prefill),
+        decode.iter().all(|d| d.start + SLACK_NS >= last_prefill),
         "decoding starts after prefill"
     );
 }
@@ -268,8 +278,11 @@ fn a_streamed_chat_request_through_serve_is_one_nested_trace() {
     wait_healthy(&addr, LONG);
     streamed_chat(&addr, "trace-serve-1");
 
-    let spans = receiver
-        .wait(|s| named(s, "stream").len() == 1 && named(s, "decode").len() >= MAX_TOKENS - 1);
+    let spans = receiver.wait(|s| {
+        named(s, ROOT).len() == 1
+            && named(s, "stream").len() == 1
+            && named(s, "decode").len() >= MAX_TOKENS - 1
+    });
     let root = check_root(&spans, "trace-serve-1");
     assert_eq!(root.service, "kestrel-serve");
     for name in ["validate", "queue", "stream"] {
@@ -302,7 +315,8 @@ fn a_streamed_chat_request_through_a_gateway_and_worker_is_one_nested_trace() {
     streamed_chat(&addr, "trace-fleet-1");
 
     let spans = receiver.wait(|s| {
-        named(s, "stream").len() == 1
+        named(s, ROOT).len() == 1
+            && named(s, "stream").len() == 1
             && named(s, "worker job").len() == 1
             && named(s, "decode").len() >= MAX_TOKENS - 1
     });

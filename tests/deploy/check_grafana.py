@@ -29,6 +29,8 @@ REQUIRED = [
     ("inter-token p99", ["histogram_quantile(0.99,", "kestrel:inter_token_latency_seconds_bucket"]),
     ("E2E p50", ["histogram_quantile(0.5,", "kestrel:e2e_request_latency_seconds_bucket"]),
     ("E2E p99", ["histogram_quantile(0.99,", "kestrel:e2e_request_latency_seconds_bucket"]),
+    ("client E2E p99 per route and model", ["histogram_quantile(0.99,", "by (route, model_name, le)",
+                                            "kestrel:http_e2e_request_latency_seconds_bucket"]),
     ("output tokens/s", ["rate(kestrel:generation_tokens_total["]),
     ("running requests", ["kestrel:num_requests_running"]),
     ("waiting requests", ["kestrel:num_requests_waiting"]),

@@ -20,6 +20,7 @@ Usage: check_k8s.py (needs PyYAML and promtool)
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,14 @@ def main() -> int:
     for name in wanted:
         check(name in served, f"prometheus-adapter serves the HPA's metric {name}")
 
+    check(*utilisation_target(hpa))
+    behavior = hpa["spec"].get("behavior", {})
+    check(behavior.get("scaleUp", {}).get("stabilizationWindowSeconds") == 0,
+          "the HPA scales up at once (the 5-minute window is in the utilisation metric, so "
+          "queue-depth bursts are not held back)")
+    check(behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 0) >= 300,
+          "the HPA scales in slowly (a scale-down stabilisation window of 5 minutes or more)")
+
     queries = []
     for r in rules:
         series = r["seriesQuery"].split('__name__="', 1)[1].split('"', 1)[0]
@@ -164,6 +173,36 @@ def main() -> int:
         check(*sustained_utilisation(tmp.name))
 
     return checks.summary()
+
+
+# kube-controller-manager's default --horizontal-pod-autoscaler-tolerance: the HPA changes the
+# replica count only when metric / target leaves [1 - 0.1, 1 + 0.1].
+HPA_TOLERANCE = 0.1
+
+
+def hpa_desired(replicas: int, metric: float, target: float) -> int:
+    """The replica count the HPA asks for on a `Value` target (its documented algorithm)."""
+    ratio = metric / target
+    if abs(ratio - 1.0) <= HPA_TOLERANCE:
+        return replicas
+    return math.ceil(replicas * ratio)
+
+
+def quantity(q: str) -> float:
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def utilisation_target(hpa: dict) -> tuple[bool, str]:
+    """The utilisation target makes the HPA scale out above 80%, not above 80% + tolerance."""
+    targets = [m["external"]["target"] for m in hpa["spec"]["metrics"]
+               if m["type"] == "External"
+               and m["external"]["metric"]["name"] == "kestrel_worker_utilisation"]
+    if len(targets) != 1 or targets[0].get("type") != "Value":
+        return (False, "the HPA has one Value target on kestrel_worker_utilisation")
+    target = quantity(str(targets[0]["value"]))
+    holds = hpa_desired(4, 0.795, target) == 4 and hpa_desired(4, 0.805, target) > 4
+    return (holds, f"with the HPA's 10% tolerance, a utilisation target of {target} scales 4 "
+            f"workers out at 80.5% (to {hpa_desired(4, 0.805, target)}) and not at 79.5%")
 
 
 # Utilisation 0.9 from minute 2 to minute 13, then 0.5 (two workers of max_num_seqs 16 running

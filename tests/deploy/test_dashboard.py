@@ -78,6 +78,7 @@ SERVE_EXPRS = [
     'histogram_quantile(0.5, sum by (le) (rate(kestrel:e2e_request_latency_seconds_bucket[$__rate_interval])))',
     'histogram_quantile(0.99, sum by (le) (rate(kestrel:e2e_request_latency_seconds_bucket[$__rate_interval])))',
     'histogram_quantile(0.99, sum by (instance, le) (rate(kestrel:e2e_request_latency_seconds_bucket[$__rate_interval])))',
+    'histogram_quantile(0.99, sum by (route, model_name, le) (rate(kestrel:http_e2e_request_latency_seconds_bucket[$__rate_interval])))',
     'histogram_quantile(0.5, sum by (le) (rate(kestrel:request_queue_time_seconds_bucket[$__rate_interval])))',
     'histogram_quantile(0.99, sum by (le) (rate(kestrel:request_queue_time_seconds_bucket[$__rate_interval])))',
     'sum(rate(kestrel:generation_tokens_total[$__rate_interval]))',

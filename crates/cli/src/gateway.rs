@@ -41,10 +41,13 @@ pub struct GatewayArgs {
     /// are dropped beyond it).
     #[arg(long, default_value_t = 1 << 18)]
     pub prefix_index_max_blocks: usize,
+    #[command(flatten)]
+    pub trace: crate::trace_args::TraceArgs,
 }
 
 pub fn run(args: GatewayArgs) -> Result<()> {
     crate::config_file::log_source(args.config.as_deref());
+    let _traces = args.trace.install("kestrel-gateway")?;
     let http = args.http.server_config()?;
     let mut config = GatewayConfig::new(&args.redis_url);
     if args.max_queue_len == 0 {

@@ -25,6 +25,7 @@ mod serve_models;
 mod shutdown;
 mod speed;
 mod startup_summary;
+mod trace_args;
 mod worker;
 
 use anyhow::Result;

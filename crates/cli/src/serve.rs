@@ -35,6 +35,8 @@ pub struct ServeArgs {
     pub multi: MultiModelArgs,
     #[command(flatten)]
     pub restart: RestartArgs,
+    #[command(flatten)]
+    pub trace: crate::trace_args::TraceArgs,
 }
 
 /// Flags of a server of several models.
@@ -72,6 +74,7 @@ fn parse_alias(s: &str) -> Result<(String, String), String> {
 }
 
 pub fn run(mut args: ServeArgs) -> Result<()> {
+    let _traces = args.trace.install("kestrel-serve")?;
     if let Some(path) = args.model_path.take() {
         if !args.engine.model.is_empty() && args.engine.model != [path.clone()] {
             bail!("the model is given twice, as an argument and with --model (or MODEL_ID)");

@@ -43,10 +43,13 @@ pub struct WorkerArgs {
     pub max_deliveries: u32,
     #[command(flatten)]
     pub restart: RestartArgs,
+    #[command(flatten)]
+    pub trace: crate::trace_args::TraceArgs,
 }
 
 pub fn run(args: WorkerArgs) -> Result<()> {
     crate::config_file::log_source(args.config.as_deref());
+    let _traces = args.trace.install("kestrel-worker")?;
     if !(args.claim_idle.is_finite() && args.claim_idle >= 2.0) {
         bail!(
             "--claim-idle must be at least 2 seconds (twice the heartbeat), got {}",

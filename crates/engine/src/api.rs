@@ -60,6 +60,8 @@ pub struct EngineRequest {
     adapter: Option<AdapterId>,
     cache_salt: Option<String>,
     ttft_slo: Option<Duration>,
+    /// The traced parent of the request's engine work, when it is traced.
+    trace: Option<crate::trace_parent::TraceParent>,
 }
 
 impl EngineRequest {
@@ -105,6 +107,7 @@ impl EngineRequest {
             arrival: Instant::now(),
             max_queue_time: None,
             ttft_slo: None,
+            trace: None,
         })
     }
 
@@ -146,6 +149,18 @@ impl EngineRequest {
     pub fn with_cache_salt(mut self, salt: Option<String>) -> Self {
         self.cache_salt = salt;
         self
+    }
+
+    /// Traces the request under `parent`: the engine reports the steps it takes part in
+    /// ([`crate::step_trace`]).
+    pub fn with_trace(mut self, parent: Option<crate::trace_parent::TraceParent>) -> Self {
+        self.trace = parent;
+        self
+    }
+
+    /// The parent of the request's engine work, when it is traced.
+    pub fn trace(&self) -> Option<crate::trace_parent::TraceParent> {
+        self.trace
     }
 
     /// The prefix-cache salt.

@@ -22,9 +22,11 @@ mod embed;
 mod kv_event_link;
 mod kv_tier_link;
 mod prompt_scores;
+mod step_watch;
 
 pub use kv_event_link::KvEventLink;
 pub use kv_tier_link::KvTierLink;
+pub use step_watch::StepWatch;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -98,6 +100,8 @@ pub struct EngineCore {
     tier: Option<KvTierLink>,
     /// Where the prefix cache's changes go, when someone watches them.
     kv_events: Option<KvEventLink>,
+    /// Where steps of traced requests are reported, when someone watches them.
+    steps: Option<StepWatch>,
 }
 
 /// Counts of [`EngineCore::check_idle`] runs and failures.
@@ -145,6 +149,7 @@ impl EngineCore {
             idle_checks: IdleChecks::default(),
             tier: None,
             kv_events: None,
+            steps: None,
         })
     }
 
@@ -165,6 +170,13 @@ impl EngineCore {
 
     /// Hands the prefix cache's changes since the last call to the watcher, if any (never
     /// waiting for it); forgets a watcher that went away.
+    /// Reports the steps that run traced requests to `sink` from now on (one watcher: a new
+    /// one replaces the last).
+    pub fn watch_steps(&mut self, sink: tokio::sync::mpsc::Sender<crate::step_trace::StepTrace>) {
+        self.steps = Some(StepWatch::new(sink));
+    }
+
+    /// Publishes the prefix cache's changes to the watcher, if any.
     pub fn publish_kv_events(&mut self) {
         if let Some(link) = &mut self.kv_events {
             let tier = self.tier.as_ref().map(KvTierLink::tier);
@@ -424,6 +436,10 @@ impl EngineCore {
         if !out.is_empty() {
             self.mark_scheduled(&out, now);
             let sample = self.step_shape(&out);
+            let traced = self
+                .steps
+                .as_ref()
+                .map(|_| StepWatch::traced(&out, &self.scheduler));
             let started = Instant::now();
             match self.execute_and_update(&out) {
                 Ok(()) => self.predictor.record(StepSample {
@@ -431,6 +447,11 @@ impl EngineCore {
                     ..sample
                 }),
                 Err(failure) => self.fail_batch(&out, &failure),
+            }
+            if let (Some(watch), Some(seqs)) = (&self.steps, traced) {
+                if !watch.send(started, seqs, out.batch.seqs.len()) {
+                    self.steps = None;
+                }
             }
             if let Some(tier) = &mut self.tier {
                 tier.keep_new_blocks(&mut self.scheduler, self.executor.as_ref());

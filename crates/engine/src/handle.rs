@@ -99,6 +99,10 @@ pub(crate) enum Command {
     WatchKvEvents {
         sink: tokio::sync::mpsc::Sender<Vec<crate::kv::KvEvent>>,
     },
+    /// Report the steps of traced requests here from now on.
+    WatchSteps {
+        sink: tokio::sync::mpsc::Sender<crate::step_trace::StepTrace>,
+    },
 }
 
 /// Whether the engine queued a request ([`ResponseStream::admitted`]).
@@ -304,6 +308,19 @@ impl EngineHandle {
         let (sink, events) = tokio::sync::mpsc::channel(capacity.max(1));
         let _ = self.shared.commands.send(Command::WatchKvEvents { sink });
         events
+    }
+
+    /// The engine steps that run traced requests ([`EngineRequest::with_trace`]) from now on
+    /// ([`crate::step_trace`]). At most `capacity` steps wait in the channel; the engine
+    /// thread never waits for the reader and drops a step that does not fit. One watcher at a
+    /// time (a new one replaces the last); the channel closes when the engine stops.
+    pub fn watch_steps(
+        &self,
+        capacity: usize,
+    ) -> tokio::sync::mpsc::Receiver<crate::step_trace::StepTrace> {
+        let (sink, steps) = tokio::sync::mpsc::channel(capacity.max(1));
+        let _ = self.shared.commands.send(Command::WatchSteps { sink });
+        steps
     }
 
     /// What a request must fit (vocabulary, context limit): pass it to [`EngineRequest::new`].

@@ -64,4 +64,6 @@ pub mod request;
 pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
+pub mod step_trace;
+pub mod trace_parent;
 pub mod ttft_predictor;

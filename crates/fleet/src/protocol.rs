@@ -41,6 +41,10 @@ pub struct Job {
     pub request_id: Option<String>,
     /// When the gateway queued it (Unix milliseconds): queue time includes the wait in Redis.
     pub queued_at_ms: u64,
+    /// The W3C `traceparent` of the gateway's span for a traced request: the worker's spans
+    /// of the job are its children. Absent when the request is not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl Job {
@@ -63,6 +67,7 @@ impl Job {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             request_id: None,
             queued_at_ms: unix_ms(),
+            traceparent: req.trace().map(|t| t.to_string()),
         }
     }
 

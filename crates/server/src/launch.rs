@@ -286,6 +286,7 @@ pub fn start_engine_with_draft(
         }),
         chat_template: built.chat_template,
     };
+    crate::otel::spawn_step_spans(&built.engine);
     Ok(Launched {
         engine: built.engine,
         model,

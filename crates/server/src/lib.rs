@@ -60,6 +60,7 @@ pub mod model_router;
 pub mod model_slot;
 pub mod named_model;
 pub mod openai;
+pub mod otel;
 pub mod reasoning;
 pub mod reply_reader;
 pub mod request_id;

@@ -7,6 +7,11 @@
 //!
 //! * `kestrel:http_requests_total{route,status}` — every routed request;
 //! * `kestrel:http_request_duration_seconds{route}` — time to the response head;
+//! * `kestrel:http_e2e_request_latency_seconds{route,model_name}` — end-to-end latency of a
+//!   generation request as its client sees it: arrival of the request to the last byte of its
+//!   answer (the last SSE frame of a stream), recorded once per request whether it finished,
+//!   failed or the client went away (vLLM's `e2e_request_latency_seconds`, measured at the
+//!   HTTP front door — `serve` or the gateway — rather than in the engine);
 //! * the standard `process_*` set (Prometheus' client convention): `process_cpu_seconds_total`,
 //!   `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_threads`,
 //!   `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, read from the OS at
@@ -34,6 +39,10 @@ use crate::state::AppState;
 pub const HTTP_REQUESTS_TOTAL: &str = "kestrel:http_requests_total";
 /// Histogram (seconds): request arrival to response head, by route.
 pub const HTTP_REQUEST_DURATION_SECONDS: &str = "kestrel:http_request_duration_seconds";
+
+/// Histogram (seconds): a generation request's arrival to the end of its answer, by route
+/// and served model name.
+pub const HTTP_E2E_REQUEST_LATENCY_SECONDS: &str = "kestrel:http_e2e_request_latency_seconds";
 
 /// Gauge (bytes): memory the C allocator holds from the system.
 pub const HEAP_HELD_BYTES: &str = "kestrel:heap_held_bytes";
@@ -78,6 +87,11 @@ pub fn install_recorder() -> Result<PrometheusHandle, MetricsError> {
                 HTTP_REQUEST_DURATION_SECONDS,
                 metrics::Unit::Seconds,
                 "Time from request arrival to response head"
+            );
+            metrics::describe_histogram!(
+                HTTP_E2E_REQUEST_LATENCY_SECONDS,
+                metrics::Unit::Seconds,
+                "Generation request arrival to the end of its answer, as the client sees it"
             );
             Ok(handle)
         })

@@ -5,7 +5,8 @@
 //! extensions and in a task-local (so error bodies rendered anywhere in the handler can name
 //! it), and echoes it in the response's `X-Request-Id` header, on every route, errors and
 //! 404s included. The access log line ([`crate::request_log`]) and the error bodies
-//! ([`crate::error`]) carry it as `request_id`.
+//! ([`crate::error`]) carry it as `request_id`. The outermost [`assign`] also notes when the
+//! request arrived ([`arrived`]), where its end-to-end latency starts.
 //!
 //! A client id is kept when it is 1 to [`MAX_LEN`] bytes of visible ASCII (`!` to `~`, no
 //! spaces or control characters); anything else is replaced by a generated id (32 lowercase
@@ -15,6 +16,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
@@ -29,6 +31,14 @@ pub const MAX_LEN: usize = 128;
 
 tokio::task_local! {
     static CURRENT: RequestId;
+    /// When the outermost [`assign`] saw the request: where its end-to-end latency starts.
+    static ARRIVED: Instant;
+}
+
+/// When the request this task serves arrived (at the outermost [`assign`]), if it runs under
+/// one.
+pub fn arrived() -> Option<Instant> {
+    ARRIVED.try_with(|t| *t).ok()
 }
 
 /// A request's id (cheap to clone).
@@ -88,7 +98,10 @@ pub async fn assign(mut req: Request, next: Next) -> Response {
     if let Some(value) = &value {
         req.headers_mut().insert(HEADER, value.clone());
     }
-    let mut response = CURRENT.scope(id.clone(), next.run(req)).await;
+    let arrived = arrived().unwrap_or_else(Instant::now);
+    let mut response = ARRIVED
+        .scope(arrived, CURRENT.scope(id.clone(), next.run(req)))
+        .await;
     if let Some(value) = value {
         response.headers_mut().insert(HEADER, value);
     }

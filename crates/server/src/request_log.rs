@@ -16,7 +16,10 @@ use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use kestrel_engine::api::{EngineEvent, Usage};
+use opentelemetry::KeyValue;
 use tracing::Instrument;
+
+use crate::otel::RequestTrace;
 
 use crate::request_id::RequestId;
 use crate::usage::UsageTotal;
@@ -35,6 +38,8 @@ pub fn mark_logged(mut response: Response) -> Response {
 #[derive(Debug)]
 pub struct Tally {
     route: &'static str,
+    /// The served model's name (the latency histogram's `model_name`).
+    model: String,
     start: Instant,
     usage: UsageTotal,
     queue: Duration,
@@ -47,6 +52,10 @@ pub struct Tally {
     quiet: bool,
     request_id: Option<RequestId>,
     engine_ids: Vec<u64>,
+    /// When the choices were submitted (validation ended).
+    submitted: Instant,
+    /// The request's root span, when traces are exported.
+    trace: Option<RequestTrace>,
 }
 
 impl Tally {
@@ -55,7 +64,8 @@ impl Tally {
     pub fn new(route: &'static str, prompt_tokens: usize, choices: usize) -> Tally {
         Tally {
             route,
-            start: Instant::now(),
+            model: String::new(),
+            start: crate::request_id::arrived().unwrap_or_else(Instant::now),
             usage: UsageTotal::new(prompt_tokens),
             queue: Duration::ZERO,
             ttft: None,
@@ -66,7 +76,46 @@ impl Tally {
             quiet: false,
             request_id: RequestId::current(),
             engine_ids: Vec::new(),
+            submitted: Instant::now(),
+            trace: RequestTrace::current(),
         }
+        .traced_validation(prompt_tokens)
+    }
+
+    /// Records the `validate` span (arrival to submission) of a traced request.
+    fn traced_validation(self, prompt_tokens: usize) -> Tally {
+        if let Some(trace) = &self.trace {
+            let tokens = KeyValue::new("kestrel.prompt_tokens", prompt_tokens as i64);
+            trace.child("validate", self.start, self.submitted, vec![tokens]);
+        }
+        self
+    }
+
+    /// Records the `queue` and `stream` spans of a traced request, and its outcome on the root
+    /// span.
+    fn trace_end(&self, outcome: &'static str, usage: &Usage) {
+        let Some(trace) = &self.trace else { return };
+        let now = Instant::now();
+        if !self.finish.is_empty() {
+            trace.child(
+                "queue",
+                self.submitted,
+                self.submitted + self.queue,
+                Vec::new(),
+            );
+        }
+        if let Some(ttft) = self.ttft {
+            let tokens = KeyValue::new("kestrel.completion_tokens", usage.completion_tokens as i64);
+            trace.child("stream", self.start + ttft, now, vec![tokens]);
+        }
+        trace.set_attribute(KeyValue::new("kestrel.outcome", outcome));
+        trace.set_attribute(KeyValue::new("gen_ai.request.model", self.model.clone()));
+    }
+
+    /// Names the served model the request ran on (labels its latency).
+    pub fn for_model(mut self, model: &str) -> Tally {
+        self.model = model.to_string();
+        self
     }
 
     /// Records the engine's ids of the choices (logged as `engine_ids`).
@@ -129,8 +178,16 @@ impl Drop for Tally {
             }
             (None, false) => "cancelled",
         };
+        let e2e = self.start.elapsed();
+        metrics::histogram!(
+            crate::metrics::HTTP_E2E_REQUEST_LATENCY_SECONDS,
+            "route" => self.route,
+            "model_name" => self.model.clone()
+        )
+        .record(e2e.as_secs_f64());
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let usage = self.usage.get();
+        self.trace_end(outcome, &usage);
         let engine_ids = self
             .engine_ids
             .iter()
@@ -152,7 +209,7 @@ impl Drop for Tally {
             cached_tokens = usage.cached_tokens,
             queue_ms = ms(self.queue),
             ttft_ms = self.ttft.map(ms),
-            e2e_ms = ms(self.start.elapsed()),
+            e2e_ms = ms(e2e),
             finish_reason = self.finish.join(","),
             error = self.error.as_deref(),
             "request"

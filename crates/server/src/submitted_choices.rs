@@ -66,11 +66,13 @@ impl SubmittedChoices {
         prompt_tokens: usize,
         requests: impl IntoIterator<Item = EngineRequest>,
     ) -> Result<SubmittedChoices, ApiError> {
+        let parent = crate::otel::RequestTrace::current().map(|t| t.traceparent());
         let streams = requests
             .into_iter()
-            .map(|r| state.backend().submit(r))
+            .map(|r| state.backend().submit(r.with_trace(parent)))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut tally = Tally::new(route, prompt_tokens, streams.len());
+        let mut tally =
+            Tally::new(route, prompt_tokens, streams.len()).for_model(&state.model().model_id);
         tally.set_engine_ids(streams.iter().map(EventStream::request_id).collect());
         Ok(SubmittedChoices {
             streams,

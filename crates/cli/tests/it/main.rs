@@ -17,6 +17,7 @@ mod kv_disk_cli;
 mod kv_dtype_cli;
 mod lora_cli;
 mod operator_cli;
+mod otlp_traces;
 mod quant_cli;
 mod serve_hardening;
 mod serve_lora;

@@ -208,6 +208,7 @@ impl EngineLoop {
                 self.core.watch_kv_events(sink);
                 self.publish();
             }
+            Command::WatchSteps { sink } => self.core.watch_steps(sink),
         }
     }
 
@@ -238,7 +239,8 @@ impl EngineLoop {
                 Command::Abort(_)
                 | Command::Shutdown { .. }
                 | Command::Ping { .. }
-                | Command::WatchKvEvents { .. } => {}
+                | Command::WatchKvEvents { .. }
+                | Command::WatchSteps { .. } => {}
             }
         }
     }

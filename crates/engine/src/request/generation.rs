@@ -39,6 +39,8 @@ pub struct Generation {
     tail: String,
     /// The grammar the output must follow (structured output), if any.
     constraint: Option<Box<ConstraintMatcher>>,
+    /// Where the request's engine steps are traced, if it is.
+    trace: Option<crate::trace_parent::TraceParent>,
 }
 
 impl Generation {
@@ -54,7 +56,13 @@ impl Generation {
         g.events = Some(events);
         g.max_queue_time = req.max_queue_time();
         g.ttft_slo = req.ttft_slo();
+        g.trace = req.trace();
         g
+    }
+
+    /// The parent of the request's traced engine steps, if it is traced.
+    pub fn trace(&self) -> Option<crate::trace_parent::TraceParent> {
+        self.trace
     }
 
     /// Greedy state for `prompt` with no listener.
@@ -86,6 +94,7 @@ impl Generation {
             completion_tokens: 0,
             tail: String::new(),
             constraint: None,
+            trace: None,
         }
     }
 

@@ -12,6 +12,7 @@ mod engine_panic;
 mod engine_scheduling;
 mod engine_shutdown;
 mod engine_slo_admission;
+mod engine_step_trace;
 mod engine_stop;
 mod kv_cache_salt;
 mod kv_disk_tier;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use kestrel_engine::api::{EngineEvent, EngineFailure, SubmitError};
 use kestrel_engine::handle::EngineHandle;
+use kestrel_server::otel::RequestTrace;
 use redis::aio::ConnectionManager;
 use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
@@ -158,6 +159,8 @@ impl Jobs {
                 return;
             }
         };
+        let trace = super::job_trace::start(&job, attempt);
+        let req = req.with_trace(trace.as_ref().map(RequestTrace::traceparent));
         let stream = match self.engine.submit(req) {
             Ok(stream) => stream,
             Err(SubmitError::Overloaded(_)) | Err(SubmitError::Stopped) => {
@@ -176,7 +179,11 @@ impl Jobs {
             },
         );
         let jobs = self.clone();
-        let run = async move { jobs.run(entry, job.id, attempt, stream, rx).await };
+        let run = async move {
+            jobs.run(entry, job.id, attempt, stream, rx).await;
+            // The job's span ends here.
+            drop(trace);
+        };
         tokio::spawn(run.instrument(span));
     }
 

@@ -24,6 +24,7 @@
 
 mod cancel;
 mod intake;
+mod job_trace;
 mod jobs;
 mod kv_publisher;
 mod orphans;

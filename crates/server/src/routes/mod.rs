@@ -4,7 +4,8 @@
 //! limit and CORS; the Responses store travels as a request extension.
 //!
 //! ```text
-//! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► [route matched] ─► count_requests
+//! request ─► request_id ─► CORS (opt-in) ─► log_requests ─► trace_requests (with
+//!          --otlp-traces-endpoint) ─► [route matched] ─► count_requests
 //!          ─► auth* ─► handler                  * every route but /health*, /metrics and
 //!                                                 the playground (GET /, /playground/*)
 //! (unmatched paths get an OpenAI-shaped 404, a known path with another method an OpenAI-shaped
@@ -90,6 +91,7 @@ pub fn router(config: &ServerConfig, state: AppState) -> Router {
             state.clone(),
             crate::retry_after::set_retry_after,
         ))
+        .layer(axum::middleware::from_fn(crate::otel::trace_requests))
         .layer(axum::middleware::from_fn(crate::request_log::log_requests))
         .layer(axum::Extension(BodyLimit(config.body_limit)))
         .layer(axum::Extension(BodyTimeout(config.body_read_timeout)))

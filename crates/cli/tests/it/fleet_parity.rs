@@ -14,7 +14,13 @@ use serde_json::{json, Value};
 const LONG: Duration = Duration::from_secs(180);
 
 /// Fields that differ between any two answers (ids, clocks) or name the process.
-const VOLATILE: &[&str] = &["id", "created", "created_at", "system_fingerprint"];
+const VOLATILE: &[&str] = &[
+    "id",
+    "created",
+    "created_at",
+    "system_fingerprint",
+    "request_id",
+];
 
 /// One request of the suite.
 struct Case {
@@ -53,8 +59,9 @@ fn chat(content: &str) -> Value {
     json!([{"role": "user", "content": content}])
 }
 
-/// The suite: every route family `serve` answers, good and bad input.
-fn cases() -> Vec<Case> {
+/// The suite: every route family `serve` answers, good and bad input; `model` is the served
+/// model's name (Anthropic's routes require one).
+fn cases(model: &str) -> Vec<Case> {
     vec![
         case(
             "chat, greedy",
@@ -115,6 +122,12 @@ fn cases() -> Vec<Case> {
             json!({"input": "hi", "dimensions": 3}),
         ),
         case(
+            "anthropic messages, unknown model",
+            "POST",
+            "/v1/messages",
+            json!({"model": "no-such-model", "max_tokens": 8, "messages": chat("Hi.")}),
+        ),
+        case(
             "tools, the model may call one",
             "POST",
             "/v1/chat/completions",
@@ -132,7 +145,7 @@ fn cases() -> Vec<Case> {
             "anthropic messages",
             "POST",
             "/v1/messages",
-            json!({"model": "m", "max_tokens": 8, "temperature": 0,
+            json!({"model": model, "max_tokens": 8, "temperature": 0,
                    "messages": chat("Count to three.")}),
         ),
         case(
@@ -159,7 +172,7 @@ fn cases() -> Vec<Case> {
             "count tokens",
             "POST",
             "/v1/messages/count_tokens",
-            json!({"model": "m", "messages": chat("How many tokens is this?")}),
+            json!({"model": model, "messages": chat("How many tokens is this?")}),
         ),
         case(
             "bad input: no messages",
@@ -259,15 +272,19 @@ fn difference(a: &Value, b: &Value, at: &str) -> Option<String> {
 
 #[test]
 fn the_api_suite_gets_the_same_answers_from_serve_and_from_a_gateway_of_two_workers() {
+    // The worker's --tool-call-parser reaches the gateway through the model's descriptor.
+    let parser = ["--tool-call-parser", "hermes"];
     let redis = Redis::start();
-    let (_w1, _) = worker(&redis, "parity-1", &[]);
-    let (_w2, _) = worker(&redis, "parity-2", &[]);
+    let (_w1, _) = worker(&redis, "parity-1", &parser);
+    let (_w2, _) = worker(&redis, "parity-2", &parser);
     let (_gw, fleet) = gateway(&redis, &[]);
-    let (_serve, direct) = serve(&["--min-client-priority", "-10"]);
+    let (_serve, direct) = serve(&["--min-client-priority", "-10", parser[0], parser[1]]);
     wait_workers(&fleet, 2, LONG);
     wait_healthy(&direct, LONG);
+    let models = request(&direct, "GET", "/v1/models", "", LONG).unwrap().json();
+    let model = models["data"][0]["id"].as_str().expect("the model's name").to_string();
     let mut statuses = Vec::new();
-    for c in cases() {
+    for c in cases(&model) {
         let (status, body) = answer(&direct, &c);
         let (fleet_status, fleet_body) = answer(&fleet, &c);
         assert_eq!(
@@ -288,6 +305,8 @@ fn the_api_suite_gets_the_same_answers_from_serve_and_from_a_gateway_of_two_work
     for name in [
         "chat, greedy",
         "completion, prompt_logprobs",
+        "anthropic messages",
+        "tools, the model may call one",
         "embeddings, one text",
         "embeddings, texts and token ids",
         "tools, a call is required",

@@ -301,13 +301,7 @@ fn one_worker_process_serves_two_models_each_as_serve_does() {
     let (_gw, gw) = gateway(&redis, &[]);
     let a = PathBuf::from(format!("a={}", path_str(&smol)));
     let b = format!("b={}", path_str(&gemma()));
-    let (_w, metrics) = worker_on(
-        &redis,
-        "wab",
-        &a,
-        &["--model", &b, "--kv-cache-memory", "512MiB"],
-        &[],
-    );
+    let (_w, metrics) = worker_on(&redis, "wab", &a, &["--model", &b], &[]);
     wait_live(&gw, &[("a", 1.0), ("b", 1.0)]);
     wait_for(LONG, "both models' routes", || {
         request(&gw, "GET", "/v1/models", "", LONG)

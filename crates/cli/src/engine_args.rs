@@ -205,11 +205,6 @@ impl EngineArgs {
         }))
     }
 
-    /// Loads the model (quantizing it if asked) and starts the engine.
-    pub fn launch(&self) -> Result<Launched> {
-        Ok(self.launch_with(&self.launch_options()?)?.0)
-    }
-
     /// The one model asked for (`None`: the default model); several are refused.
     pub fn single_model(&self) -> Result<Option<PathBuf>> {
         match self.model.as_slice() {

@@ -43,12 +43,23 @@ pub struct GatewayArgs {
     pub prefix_index_max_blocks: usize,
     #[command(flatten)]
     pub trace: crate::trace_args::TraceArgs,
+    /// Longest text to template or tokenize per request (prompt, messages, /tokenize inputs),
+    /// e.g. 1MiB; longer texts get 413 before any tokenizing (as on `kestrel serve`).
+    #[arg(long, default_value = "1MiB", value_parser = crate::engine_args::parse_bytes)]
+    pub max_input_bytes: u64,
+    /// Events a streaming client may fall behind before its request is aborted (and its
+    /// worker's KV cache freed).
+    #[arg(long, default_value_t = kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS)]
+    pub max_buffered_events: usize,
 }
 
 pub fn run(args: GatewayArgs) -> Result<()> {
     crate::config_file::log_source(args.config.as_deref());
     let _traces = args.trace.install("kestrel-gateway")?;
-    let http = args.http.server_config()?;
+    let mut http = args.http.server_config()?;
+    // The run-time LoRA routes answer, with the fleet's refusal: adapters are the workers'
+    // `--lora-modules` (see `FleetBackend::load_adapter`).
+    http.enable_runtime_lora = true;
     let mut config = GatewayConfig::new(&args.redis_url);
     if args.max_queue_len == 0 {
         bail!("--max-queue-len must be at least 1");
@@ -61,6 +72,12 @@ pub fn run(args: GatewayArgs) -> Result<()> {
     }
     config.prefix_index_max_blocks = args.prefix_index_max_blocks;
     config.no_worker_timeout = Duration::from_secs(args.no_worker_timeout);
+    config.max_input_bytes =
+        usize::try_from(args.max_input_bytes).context("--max-input-bytes is too large")?;
+    if args.max_buffered_events == 0 {
+        bail!("--max-buffered-events must be at least 1");
+    }
+    config.max_buffered_events = args.max_buffered_events;
     config.max_queue_time = match args.max_queue_time {
         None => None,
         Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),

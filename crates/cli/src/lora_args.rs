@@ -1,4 +1,5 @@
-//! [`LoraArgs`]: the LoRA flags of `kestrel serve` (vLLM's names).
+//! [`LoraArgs`]: the LoRA flags of `kestrel serve` and `kestrel worker` (vLLM's names).
+//! `--enable-runtime-lora` mounts HTTP routes, so it is `serve`'s alone.
 
 use std::path::PathBuf;
 
@@ -22,9 +23,6 @@ pub struct LoraArgs {
     /// that no running or waiting request uses [default: --max-loras].
     #[arg(long)]
     pub max_cpu_loras: Option<usize>,
-    /// Mount POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
-    #[arg(long)]
-    pub enable_runtime_lora: bool,
 }
 
 impl LoraArgs {

@@ -31,6 +31,9 @@ pub struct ServeArgs {
     pub http: HttpArgs,
     #[command(flatten)]
     pub lora: LoraArgs,
+    /// Mount POST /v1/load_lora_adapter and /v1/unload_lora_adapter.
+    #[arg(long)]
+    pub enable_runtime_lora: bool,
     #[command(flatten)]
     pub multi: MultiModelArgs,
     #[command(flatten)]
@@ -93,7 +96,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         bail!("--pin, --model-alias and --models-memory-budget are for a server of several models (--model NAME=PATH or --models-dir)");
     }
     let mut config = args.http.server_config()?;
-    config.enable_runtime_lora = args.lora.enable_runtime_lora;
+    config.enable_runtime_lora = args.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;
     args.limits.apply(&mut opts)?;
     args.lora.apply(&mut opts);

@@ -63,7 +63,7 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
         bail!("--served-model-name names the model of a single-model server; with several, --model NAME=PATH names each");
     }
     let mut config = args.http.server_config()?;
-    config.enable_runtime_lora = args.lora.enable_runtime_lora;
+    config.enable_runtime_lora = args.enable_runtime_lora;
     let mut opts = args.engine.launch_options()?;
     args.limits.apply(&mut opts)?;
     args.lora.apply(&mut opts);

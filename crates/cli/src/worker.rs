@@ -1,12 +1,18 @@
 //! `kestrel worker`: a full engine that takes requests from the fleet's Redis streams and
-//! streams their results back; `--metrics-port` serves its `/metrics` and `/health`.
+//! streams their results back; `--metrics-port` serves its `/metrics` and `/health`. Given
+//! several models (`--model NAME=PATH` repeated, `--models-dir`), one engine per model on one
+//! thread pool, each taking its own model's requests as a worker of its own (`ID-NAME`).
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use futures_util::FutureExt;
 use kestrel_fleet::worker::{Worker, WorkerConfig};
+use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 
 use crate::engine_args::EngineArgs;
+use crate::lora_args::LoraArgs;
+use crate::model_list::ModelList;
 use crate::restart_args::{RestartArgs, RestartFlag};
 
 #[derive(clap::Args)]
@@ -23,6 +29,16 @@ pub struct WorkerArgs {
     pub worker_id: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// LoRA adapters (announced with the model; the gateway routes requests naming one to
+    /// the workers serving it).
+    #[command(flatten)]
+    pub lora: LoraArgs,
+    /// Serve every .gguf file and HF checkpoint directory in DIR too, each named by its file
+    /// stem or directory name (beside any --model NAME=PATH). A worker of several models
+    /// loads them all at start, on one thread pool, sharing --kv-cache-memory evenly, and
+    /// announces each.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
     /// Serve /metrics and /health on this port.
     #[arg(long)]
     pub metrics_port: Option<u16>,
@@ -68,10 +84,20 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         .quantize
         .as_ref()
         .map(|method| format!("{method}/{}", args.engine.quantize_group));
-    let launched = args.engine.launch()?;
+    let engines = launch(&args, &worker_id)?;
     let watch = args.restart.watch()?;
-    let metrics_app =
-        kestrel_fleet::worker::metrics_router(launched.engine.clone(), launched.metrics.clone());
+    let metrics_app = match engines.as_slice() {
+        [(_, one)] => {
+            kestrel_fleet::worker::metrics_router(one.engine.clone(), one.metrics.clone())
+        }
+        several => kestrel_fleet::worker::metrics_router_of(
+            several
+                .iter()
+                .map(|(_, l)| (l.model.model_id.clone(), l.engine.clone()))
+                .collect(),
+            several[0].1.metrics.clone(),
+        ),
+    };
     crate::runtime()?.block_on(async move {
         if let Some(port) = args.metrics_port {
             let listener = tokio::net::TcpListener::bind((args.metrics_host.as_str(), port))
@@ -79,24 +105,87 @@ pub fn run(args: WorkerArgs) -> Result<()> {
                 .with_context(|| format!("cannot listen on {}:{port}", args.metrics_host))?;
             tokio::spawn(async move { axum::serve(listener, metrics_app).await });
         }
-        let worker = Worker::connect(config, &launched).await?;
-        println!(
-            "kestrel worker {worker_id} serving {} from {}",
-            worker.identity(),
-            args.redis_url
-        );
+        let mut workers = Vec::new();
+        for (id, launched) in &engines {
+            let config = WorkerConfig {
+                worker_id: id.clone(),
+                ..config.clone()
+            };
+            let worker = Worker::connect(config, launched).await?;
+            println!(
+                "kestrel worker {id} serving {} from {}",
+                worker.identity(),
+                args.redis_url
+            );
+            workers.push(worker);
+        }
         // The gateway stops routing to a worker as soon as it stops taking jobs: no notice.
         let restart = RestartFlag::default();
-        let stop =
-            restart
-                .clone()
-                .stop_on(kestrel_server::shutdown_signal(), watch, Duration::ZERO);
-        worker
-            .run(stop, Duration::from_secs(args.shutdown_timeout))
-            .await?;
+        let stop = restart
+            .clone()
+            .stop_on(kestrel_server::shutdown_signal(), watch, Duration::ZERO)
+            .shared();
+        let deadline = Duration::from_secs(args.shutdown_timeout);
+        let runs = workers.into_iter().map(|w| w.run(stop.clone(), deadline));
+        for done in futures_util::future::join_all(runs).await {
+            done?;
+        }
         restart.exit_if_tripped();
         Ok(())
     })
+}
+
+/// Starts the engine of each model asked for, with the id it works under: the worker's id
+/// for one model; `ID-NAME` for each of several (`--model NAME=PATH` repeated,
+/// `--models-dir`), all on one thread pool and sharing `--kv-cache-memory` evenly.
+fn launch(args: &WorkerArgs, worker_id: &str) -> Result<Vec<(String, Launched)>> {
+    let mut opts = args.engine.launch_options()?;
+    args.lora.apply(&mut opts);
+    let list = ModelList::from_args(&args.engine.model, args.models_dir.as_deref())?;
+    let ModelList::Several(models) = list else {
+        let (launched, _) = args.engine.launch_with(&opts)?;
+        return Ok(vec![(worker_id.to_string(), launched)]);
+    };
+    if args.engine.served_model_name.is_some() {
+        bail!("--served-model-name names the model of a worker of one model; with several, --model NAME=PATH names each");
+    }
+    let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
+    if let Some(twice) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+        bail!("the model name {} is given twice", twice.1);
+    }
+    if let KvBudget::Bytes(bytes) = opts.kv_cache {
+        opts.kv_cache = KvBudget::Bytes(bytes / models.len() as u64);
+    }
+    opts.label_metrics = true;
+    kestrel_server::metrics::install_recorder()?;
+    let pool = crate::thread_pool(args.engine.threads);
+    models
+        .iter()
+        .map(|m| {
+            let opts = LaunchOptions {
+                model_id: Some(m.name.clone()),
+                ..opts.clone()
+            };
+            let (launched, _) = args
+                .engine
+                .launch_model(&m.path, &opts, pool)
+                .with_context(|| format!("model {}", m.name))?;
+            Ok((format!("{worker_id}-{}", id_part(&m.name)), launched))
+        })
+        .collect()
+}
+
+/// `name` as part of a worker id: characters outside `[A-Za-z0-9._-]` become `_`.
+fn id_part(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn default_worker_id() -> String {

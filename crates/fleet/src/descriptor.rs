@@ -75,15 +75,16 @@ pub fn model_info(d: &ModelDescriptor) -> Result<ModelInfo, FleetError> {
     })
 }
 
-/// The request limits the gateway enforces (the workers'; a queue timeout is the gateway's).
+/// The request limits the gateway enforces: the workers' context limits, the gateway's own
+/// queue timeout, priority floor, input size and event buffer.
 pub fn limits(d: &ModelDescriptor, config: &crate::gateway::GatewayConfig) -> Limits {
     Limits {
         max_input_tokens: d.max_input_tokens,
         max_total_tokens: d.max_total_tokens,
         max_queue_time: config.max_queue_time,
         min_client_priority: config.min_client_priority,
-        max_input_bytes: kestrel_server::state::DEFAULT_MAX_INPUT_BYTES,
-        max_buffered_events: kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
+        max_input_bytes: config.max_input_bytes,
+        max_buffered_events: config.max_buffered_events,
         generation_defaults: d.generation_defaults,
     }
 }

@@ -6,7 +6,7 @@
 //! * [`binding`] — which identity each served name is bound to, and who is refused;
 //! * [`keys`] — every Redis key and the priority [`keys::Band`]s;
 //! * [`protocol`] — the JSON that travels: jobs, result entries, heartbeats, the model
-//!   descriptor;
+//!   descriptor; [`pass`] — the answers to one-pass jobs (embeddings, prompt logprobs);
 //! * [`worker`] — takes jobs through a consumer group, runs them, publishes results,
 //!   acknowledges after the last one, claims dead workers' jobs;
 //! * [`gateway`] — the server's routes over a [`gateway::FleetBackend`] that queues jobs and
@@ -28,6 +28,7 @@ pub mod identity;
 pub mod keys;
 pub mod kv_events;
 pub mod metrics;
+pub mod pass;
 pub mod protocol;
 pub mod redis_io;
 pub mod worker;

@@ -72,7 +72,7 @@ pub fn describe() {
     describe_counter!(
         ROUTED_REQUESTS_TOTAL,
         Unit::Count,
-        "Requests queued, by routing decision (cache_hit, shared, fallback)"
+        "Requests queued, by routing decision (cache_hit, balanced, shared, fallback, adapter)"
     );
     describe_counter!(
         MATCHED_PREFIX_TOKENS_TOTAL,

@@ -45,6 +45,35 @@ pub struct Job {
     /// of the job are its children. Absent when the request is not traced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// What the worker computes: a generation (the default, and all an older gateway's jobs
+    /// ask for), an embedding or the prompt's logprobs.
+    #[serde(default, skip_serializing_if = "JobKind::is_generate")]
+    pub kind: JobKind,
+    /// The LoRA adapter the request runs with, by name (the worker resolves it to its own
+    /// loaded adapter); absent: the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+}
+
+/// What a [`Job`] asks of its worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// Generate tokens from the prompt (its events stream back as [`ResultEvent::Engine`]).
+    #[default]
+    Generate,
+    /// The prompt's embedding, in one pass (answered by one [`ResultEvent::Pass`]).
+    Embed,
+    /// Every prompt token's logprob with `top_n` alternatives, in one pass (answered by one
+    /// [`ResultEvent::Pass`]).
+    PromptLogprobs { top_n: usize },
+}
+
+impl JobKind {
+    /// Whether the job generates tokens.
+    pub fn is_generate(&self) -> bool {
+        matches!(self, JobKind::Generate)
+    }
 }
 
 impl Job {
@@ -68,7 +97,34 @@ impl Job {
             request_id: None,
             queued_at_ms: unix_ms(),
             traceparent: req.trace().map(|t| t.to_string()),
+            kind: JobKind::Generate,
+            adapter: None,
         }
+    }
+
+    /// A one-pass job (`kind` is not [`JobKind::Generate`]) over `prompt_ids`, for `model`.
+    pub fn pass(id: String, model: &ModelIdentity, prompt_ids: Vec<u32>, kind: JobKind) -> Job {
+        Job {
+            id,
+            model: Some(model.clone()),
+            prompt_ids,
+            sampling: SamplingParams::default(),
+            priority: 0,
+            cache_salt: None,
+            max_queue_time_ms: None,
+            ttft_slo_ms: None,
+            request_id: None,
+            queued_at_ms: unix_ms(),
+            traceparent: None,
+            kind,
+            adapter: None,
+        }
+    }
+
+    /// The same job, run with the LoRA adapter called `adapter`.
+    pub fn with_adapter(mut self, adapter: Option<String>) -> Job {
+        self.adapter = adapter;
+        self
     }
 
     /// The same job, carrying the client's request id.
@@ -120,6 +176,8 @@ pub enum ResultEvent {
     Rejected { message: String },
     /// The job was delivered more often than allowed (workers kept dying on it).
     GaveUp { deliveries: u32 },
+    /// The answer to a one-pass job (an embedding, prompt logprobs), or why it failed.
+    Pass(crate::pass::PassResult),
 }
 
 /// A worker's heartbeat: who it is, what it serves, how loaded it is.
@@ -140,6 +198,21 @@ pub struct WorkerStatus {
     /// cache-aware routing to it (an older worker, or prefix caching off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_block_size: Option<usize>,
+    /// The LoRA adapters it serves (`--lora-modules`): jobs naming one go only to workers
+    /// announcing it. Absent: none (or an older worker).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adapters: Vec<AnnouncedAdapter>,
+}
+
+/// A LoRA adapter a worker serves, as its heartbeat announces it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnouncedAdapter {
+    /// The name requests give (`model` on OpenAI routes, `parameters.adapter_id` on TGI's).
+    pub name: String,
+    /// Where the worker loaded it from (as `/v1/models` shows it).
+    pub path: String,
+    /// Its largest rank.
+    pub rank: usize,
 }
 
 /// The served model, as the gateway needs it to validate and render requests without weights.
@@ -237,6 +310,32 @@ mod tests {
         assert_eq!(back.model, None, "an older gateway's job names no model");
         assert_eq!((back.ttft_slo_ms, back.request_id.as_deref()), (None, None));
         assert_eq!(back.to_request(&limits).unwrap().ttft_slo(), None);
+        assert_eq!(back.kind, JobKind::Generate, "an older gateway's job generates");
+        assert_eq!(back.adapter, None, "an older gateway's job runs the base model");
+    }
+
+    #[test]
+    fn a_pass_job_names_its_kind_and_a_generation_does_not() {
+        let limits = RequestLimits {
+            vocab_size: 10,
+            max_model_len: 16,
+        };
+        let sampling = SamplingParams {
+            max_tokens: 2,
+            ..Default::default()
+        };
+        let req = EngineRequest::new(vec![1], sampling, &limits).unwrap();
+        let generate = serde_json::to_value(Job::new("g".into(), &model(), &req, 1)).unwrap();
+        assert!(generate.get("kind").is_none());
+        for kind in [JobKind::Embed, JobKind::PromptLogprobs { top_n: 3 }] {
+            let job = Job::pass("p".into(), &model(), vec![4, 5], kind);
+            let json = serde_json::to_value(&job).unwrap();
+            assert!(json.get("kind").is_some(), "{json}");
+            let back: Job = serde_json::from_value(json).unwrap();
+            assert_eq!(back, job);
+        }
+        let embed = serde_json::to_value(Job::pass("e".into(), &model(), vec![4], JobKind::Embed));
+        assert_eq!(embed.unwrap()["kind"], "embed");
     }
 
     #[test]

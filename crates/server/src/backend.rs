@@ -99,6 +99,8 @@ pub struct PeerModel {
     pub id: String,
     /// Its longest prompt + output in tokens.
     pub max_model_len: usize,
+    /// The LoRA adapters served on it (listed after it, with it as their `parent`).
+    pub adapters: Vec<AdapterCard>,
 }
 
 /// What `/health` reports.

@@ -286,10 +286,20 @@ fn request_limits_are_serve_flags_and_not_worker_flags() {
         assert!(out.status.success(), "{cmd} --help");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let (serve, worker) = (help("serve"), help("worker"));
+    let (serve, worker, gateway) = (help("serve"), help("worker"), help("gateway"));
     for flag in limits {
         assert!(serve.contains(flag), "serve offers {flag}");
         assert!(!worker.contains(flag), "worker does not offer {flag}");
+    }
+    // The gateway, the fleet's front end, takes them (its queue limit is --max-queue-len).
+    for flag in [
+        "--max-input-bytes",
+        "--max-buffered-events",
+        "--max-queue-time",
+        "--min-client-priority",
+        "--max-queue-len",
+    ] {
+        assert!(gateway.contains(flag), "gateway offers {flag}");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_kestrel"))
         .args([

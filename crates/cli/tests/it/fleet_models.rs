@@ -287,3 +287,44 @@ fn a_worker_announcing_a_served_name_over_other_weights_is_refused_until_the_fir
     });
     assert_eq!(answered.as_ref(), Some(&refs_gemma[0]));
 }
+
+/// One worker process of two models (`--model NAME=PATH` twice, as `kestrel serve` takes
+/// them): it announces each as a worker of its own (`ID-NAME`), each model's requests get that
+/// model's `kestrel serve` text, and its `/metrics` labels each engine's gauges by model.
+#[test]
+fn one_worker_process_serves_two_models_each_as_serve_does() {
+    let smol = default_model();
+    let refs_a = reference(&smol, "a");
+    let refs_b = reference(&gemma(), "b");
+
+    let redis = Redis::start();
+    let (_gw, gw) = gateway(&redis, &[]);
+    let a = PathBuf::from(format!("a={}", path_str(&smol)));
+    let b = format!("b={}", path_str(&gemma()));
+    let (_w, metrics) = worker_on(&redis, "wab", &a, &["--model", &b], &[]);
+    wait_live(&gw, &[("a", 1.0), ("b", 1.0)]);
+    wait_for(LONG, "both models' routes", || {
+        request(&gw, "GET", "/v1/models", "", LONG)
+            .map(|r| r.body.contains("\"a\"") && r.body.contains("\"b\""))
+            .unwrap_or(false)
+    });
+    for (model, refs) in [("a", &refs_a), ("b", &refs_b)] {
+        let texts: Vec<String> = PROMPTS
+            .iter()
+            .map(|p| completion_text(&complete(&gw, Some(model), p, false), false))
+            .collect();
+        assert_eq!(&texts, refs, "model {model}");
+    }
+    let workers = redis.cli(&["KEYS", "kestrel:worker:*"]);
+    assert!(
+        workers.contains("kestrel:worker:wab-a") && workers.contains("kestrel:worker:wab-b"),
+        "one heartbeat per model: {workers}"
+    );
+    let scrape = scrape(&metrics);
+    for model in ["a", "b"] {
+        assert!(
+            labelled(&scrape, "kestrel:num_requests_running", model).is_some(),
+            "the running gauge of {model}"
+        );
+    }
+}

@@ -12,7 +12,12 @@ use std::time::Duration;
 
 use futures_util::future::FutureExt;
 use futures_util::stream::{self, StreamExt};
+use std::path::PathBuf;
+
+use kestrel_engine::adapter_id::AdapterId;
+use kestrel_engine::adapters::AdapterCard;
 use kestrel_engine::api::{EngineRequest, EngineStats, RequestLimits};
+use kestrel_engine::prompt_pass::PromptTokenScore;
 use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream, PeerModel};
 use kestrel_server::error::ApiError;
@@ -22,9 +27,12 @@ use tokio::sync::oneshot;
 
 use super::models::ModelSlot;
 use super::relay::relay;
+use super::routing::{Decision, Route};
 use super::GatewayShared;
+use crate::identity::ModelIdentity;
 use crate::metrics::REQUESTS_REJECTED_TOTAL;
-use crate::protocol::Job;
+use crate::pass::PassResult;
+use crate::protocol::{Job, JobKind, WorkerStatus};
 
 /// Requests for one model, run on the fleet's workers of its identity.
 pub struct FleetBackend {
@@ -71,6 +79,73 @@ impl FleetBackend {
     }
 }
 
+impl FleetBackend {
+    /// Runs a one-pass job of `kind` over `tokens` on a worker of the model and waits for its
+    /// answer. Blocks: call it off the async workers (the routes run it on the blocking pool).
+    fn pass(
+        &self,
+        tokens: Vec<u32>,
+        kind: JobKind,
+        adapter: Option<AdapterId>,
+    ) -> Result<PassResult, ApiError> {
+        let Some(model) = self.model.as_ref() else {
+            return Err(ApiError::Unavailable("no model is served yet".into()));
+        };
+        self.admit(model)?;
+        let adapter = self.adapter_name(adapter)?;
+        // Under an adapter, to the least busy worker serving it; else to the shared stream.
+        let route = match &adapter {
+            None => Route::shared(Decision::Shared),
+            Some(name) => {
+                let view = self.shared.registry.view();
+                let worker = view
+                    .workers_of(model.identity())
+                    .filter(|w| serves(w, name))
+                    .min_by_key(|w| w.active)
+                    .ok_or_else(|| no_adapter_worker(model, name))?;
+                Route {
+                    worker: Some(worker.worker_id.clone()),
+                    decision: Decision::Adapter,
+                    matched_tokens: 0,
+                }
+            }
+        };
+        let shared = self.shared.clone();
+        let number = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let job = Job::pass(
+            format!("{}-{number}", shared.gateway_id),
+            model.identity(),
+            tokens,
+            kind,
+        )
+        .with_request_id(request_id::current_string())
+        .with_adapter(adapter);
+        let identity = model.identity().clone();
+        let (tx, rx) = oneshot::channel();
+        shared.active.fetch_add(1, Ordering::AcqRel);
+        self.runtime.spawn(async move {
+            let answer = super::pass::run_pass(&shared, &identity, job, &route).await;
+            shared.finished();
+            let _ = tx.send(answer);
+        });
+        rx.blocking_recv()
+            .map_err(|_| ApiError::Internal("the gateway stopped before the answer".into()))?
+    }
+}
+
+impl FleetBackend {
+    /// The name of the adapter the routes resolved to `id`.
+    fn adapter_name(&self, id: Option<AdapterId>) -> Result<Option<String>, ApiError> {
+        id.map(|id| {
+            self.shared
+                .adapters
+                .name_of(id)
+                .ok_or_else(|| ApiError::Internal(format!("the gateway knows no adapter by {id}")))
+        })
+        .transpose()
+    }
+}
+
 impl Backend for FleetBackend {
     fn submit(&self, req: EngineRequest) -> Result<EventStream, ApiError> {
         let Some(model) = self.model.as_ref() else {
@@ -80,8 +155,20 @@ impl Backend for FleetBackend {
         let shared = &self.shared;
         let number = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-{number}", shared.gateway_id);
+        let adapter = self.adapter_name(req.adapter())?;
+        let view = shared.registry.view();
+        let workers: Vec<_> = view
+            .workers_of(model.identity())
+            .filter(|w| adapter.as_ref().is_none_or(|a| serves(w, a)))
+            .collect();
+        if let Some(name) = &adapter {
+            if workers.is_empty() {
+                return Err(no_adapter_worker(model, name));
+            }
+        }
         let job = Job::new(id, model.identity(), &req, rand::random())
-            .with_request_id(request_id::current_string());
+            .with_request_id(request_id::current_string())
+            .with_adapter(adapter.clone());
         let (tx, rx) = unbounded_channel();
         // A first-token objective is checked by the worker's engine: the client's response
         // waits for its answer, so that a refusal is a 429 before any stream starts.
@@ -94,9 +181,10 @@ impl Backend for FleetBackend {
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
         let identity = model.identity().clone();
-        let view = shared.registry.view();
-        let workers: Vec<_> = view.workers_of(&identity).collect();
-        let routed = shared.router.route(&req, &workers);
+        let routed = match adapter {
+            Some(_) => shared.router.route_pinned(&req, &workers),
+            None => shared.router.route(&req, &workers),
+        };
         self.runtime
             .spawn(relay(shared.clone(), identity, job, routed, tx, admit));
         let events = stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
@@ -148,6 +236,57 @@ impl Backend for FleetBackend {
         None
     }
 
+    /// The adapters the model's live workers announce (each once, under the gateway's id).
+    fn adapters(&self) -> Vec<AdapterCard> {
+        self.model
+            .as_ref()
+            .map(|m| announced_adapters(&self.shared, m.identity()))
+            .unwrap_or_default()
+    }
+
+    /// Refused: the fleet's adapters are those its workers start with (a worker started
+    /// later would not have one loaded at run time, and routing counts on every worker that
+    /// announces an adapter having it).
+    fn load_adapter(&self, name: &str, path: PathBuf) -> Result<AdapterCard, ApiError> {
+        let _ = path;
+        Err(ApiError::Invalid(format!(
+            "a fleet cannot load LoRA adapters at run time (asked for '{name}'): start workers \
+             with --lora-modules {name}=PATH"
+        )))
+    }
+
+    /// Refused, as loading is.
+    fn unload_adapter(&self, name: &str) -> Result<(), ApiError> {
+        Err(ApiError::Invalid(format!(
+            "a fleet cannot unload LoRA adapters at run time (asked for '{name}'): stop the \
+             workers started with it, or restart them without it"
+        )))
+    }
+
+    fn embed(&self, tokens: Vec<u32>) -> Result<Vec<f32>, ApiError> {
+        match self.pass(tokens, JobKind::Embed, None)? {
+            PassResult::Embedding(v) => Ok(v),
+            PassResult::Failed(failure) => Err(failure.into_api_error("input")),
+            PassResult::Scores(_) => Err(unexpected_answer()),
+        }
+    }
+
+    fn prompt_logprobs(
+        &self,
+        tokens: Vec<u32>,
+        top_n: usize,
+        adapter: Option<AdapterId>,
+    ) -> Result<Vec<Option<PromptTokenScore>>, ApiError> {
+        match self.pass(tokens, JobKind::PromptLogprobs { top_n }, adapter)? {
+            PassResult::Scores(scores) => Ok(scores
+                .into_iter()
+                .map(|s| s.map(PromptTokenScore::from))
+                .collect()),
+            PassResult::Failed(failure) => Err(failure.into_api_error("prompt")),
+            PassResult::Embedding(_) => Err(unexpected_answer()),
+        }
+    }
+
     fn peer_models(&self) -> Vec<PeerModel> {
         let own = self.model.as_ref().map(|m| m.identity().name.as_str());
         self.shared
@@ -158,6 +297,7 @@ impl Backend for FleetBackend {
             .map(|m| PeerModel {
                 id: m.slot.identity().name.clone(),
                 max_model_len: m.slot.descriptor.max_total_tokens,
+                adapters: announced_adapters(&self.shared, m.slot.identity()),
             })
             .collect()
     }
@@ -187,4 +327,42 @@ impl Backend for FleetBackend {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// A worker's answer of the wrong kind (a worker of another version).
+fn unexpected_answer() -> ApiError {
+    ApiError::Internal("a worker answered a one-pass job with another kind of answer".into())
+}
+
+/// Whether `worker` serves the LoRA adapter called `name`.
+fn serves(worker: &WorkerStatus, name: &str) -> bool {
+    worker.adapters.iter().any(|a| a.name == name)
+}
+
+/// No live worker of `model` serves the adapter called `name` (any more): a 503.
+fn no_adapter_worker(model: &ModelSlot, name: &str) -> ApiError {
+    ApiError::Unavailable(format!(
+        "no live worker of model `{}` serves LoRA adapter `{name}`; retry later",
+        model.identity().name
+    ))
+}
+
+/// The adapters the live workers of `model` announce, each once, in name order, under the
+/// gateway's ids.
+fn announced_adapters(shared: &GatewayShared, model: &ModelIdentity) -> Vec<AdapterCard> {
+    let view = shared.registry.view();
+    let mut cards: Vec<AdapterCard> = Vec::new();
+    for a in view.workers_of(model).flat_map(|w| &w.adapters) {
+        if cards.iter().all(|c| c.name != a.name) {
+            cards.push(AdapterCard {
+                id: shared.adapters.id_of(&a.name),
+                name: a.name.clone(),
+                path: PathBuf::from(&a.path),
+                rank: a.rank,
+                resident: true,
+            });
+        }
+    }
+    cards.sort_by(|a, b| a.name.cmp(&b.name));
+    cards
 }

@@ -1,10 +1,13 @@
 //! [`dispatch`]: which model's routes answer a request. With one served model, all of them
 //! (as `kestrel serve` answers every request with its model). With several, a POST's JSON
-//! `model` picks them: an unknown name is a 404 (`model_not_found`), none at all a 400, since
+//! `model` picks them (a LoRA adapter's name picks the model whose workers serve it): an
+//! unknown name is a 404 (`model_not_found`), none at all a 400, since
 //! no request may be answered by a model its client did not ask for (refusals in the shape of
 //! the route's API family: Anthropic's under `/v1/messages`). Other requests (health,
 //! metrics, `/v1/models`, which lists every model, the playground) go to the first model's
 //! routes. Before any model is known: `/metrics`, the playground page, and 503 for the rest.
+
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -44,7 +47,11 @@ pub async fn dispatch(
             Err(e) => return refuse(e),
         };
     let target = match named_model(&bytes) {
-        Named::Model(name) => match shared.models.get(&name) {
+        Named::Model(name) => match shared
+            .models
+            .get(&name)
+            .or_else(|| serving_adapter(shared, &name))
+        {
             Some(served) => served,
             None => return refuse(ApiError::ModelNotFound(name)),
         },
@@ -61,6 +68,16 @@ pub async fn dispatch(
         }
     };
     answer(&target, Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The served model whose live workers announce a LoRA adapter called `name` (a request
+/// naming an adapter runs on its base model, as on `kestrel serve`).
+fn serving_adapter(shared: &GatewayShared, name: &str) -> Option<Arc<Served>> {
+    let view = shared.registry.view();
+    let worker = view
+        .serving_workers()
+        .find(|w| w.adapters.iter().any(|a| a.name == name))?;
+    shared.models.get(&worker.model.name)
 }
 
 async fn answer(served: &Served, req: Request) -> Response {

@@ -13,13 +13,16 @@
 //!   client gone: SET {p}:cancelled:{id} + PUBLISH {p}:cancel
 //! registry: heartbeats, name bindings, queue depths every 250 ms ─► admission, /health, gauges
 //! models:   each bound name's descriptor ─► its routes (rebuilt when the binding changes)
+//! passes:   embeddings and prompt logprobs as one-pass jobs on the shared stream ─► one answer
 //! kv feed:  workers' prefix-cache events {p}:kv:{id} ─► the router's prefix index
 //! ```
 
+mod adapter_names;
 mod backend;
 mod dispatch;
 mod kv_feed;
 mod models;
+mod pass;
 pub mod prefix_index;
 mod registry;
 mod relay;
@@ -65,11 +68,16 @@ pub struct GatewayConfig {
     pub routing: Routing,
     /// Most distinct prefix-cache blocks the routing index keeps.
     pub prefix_index_max_blocks: usize,
+    /// Longest text per request the routes template or tokenize (413 beyond it).
+    pub max_input_bytes: usize,
+    /// Events a streaming client may fall behind before its request is aborted.
+    pub max_buffered_events: usize,
 }
 
 impl GatewayConfig {
     /// Defaults on `redis_url`: queue limit 1024, 30 s without workers, 10 minute TTLs,
-    /// cache-aware routing with an index of at most 262,144 blocks.
+    /// cache-aware routing with an index of at most 262,144 blocks, `kestrel serve`'s input
+    /// and buffering limits.
     pub fn new(redis_url: &str) -> GatewayConfig {
         GatewayConfig {
             redis_url: redis_url.to_string(),
@@ -81,6 +89,8 @@ impl GatewayConfig {
             min_client_priority: 0,
             routing: Routing::CacheAware,
             prefix_index_max_blocks: 1 << 18,
+            max_input_bytes: kestrel_server::state::DEFAULT_MAX_INPUT_BYTES,
+            max_buffered_events: kestrel_server::event_buffer::DEFAULT_MAX_BUFFERED_EVENTS,
         }
     }
 }
@@ -95,6 +105,8 @@ pub(crate) struct GatewayShared {
     router: routing::Router,
     /// The routes of each served model, by name.
     models: ServedModels,
+    /// The ids the routes know the workers' LoRA adapters by.
+    adapters: adapter_names::AdapterNames,
     gateway_id: String,
     next_id: AtomicU64,
     active: AtomicUsize,
@@ -124,6 +136,7 @@ pub async fn serve(
         registry: Arc::new(Registry::default()),
         router: routing::Router::new(config.routing, config.prefix_index_max_blocks),
         models: ServedModels::default(),
+        adapters: adapter_names::AdapterNames::default(),
         gateway_id: gateway_id(),
         next_id: AtomicU64::new(0),
         active: AtomicUsize::new(0),

@@ -339,6 +339,7 @@ mod tests {
             waiting: 0,
             kv_usage: 0.5,
             prefix_block_size: None,
+            adapters: Vec::new(),
         }
     }
 

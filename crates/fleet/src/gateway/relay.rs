@@ -163,6 +163,9 @@ async fn follow(
                 ResultEvent::GaveUp { deliveries } => EngineEvent::Failed(EngineFailure::Internal(
                     format!("the request was delivered {deliveries} times and its worker failed each time; giving up"),
                 )),
+                ResultEvent::Pass(_) => EngineEvent::Failed(EngineFailure::Internal(
+                    "a worker answered a generation with a one-pass result".into(),
+                )),
             };
             let event = match splice.step(entry.attempt, event) {
                 Step::Skip => continue,
@@ -205,7 +208,7 @@ fn send_last(events: &UnboundedSender<EngineEvent>, admit: &mut Admit, failure: 
 }
 
 /// Puts the job on its model's stream of its band: the shared one, or the routed worker's.
-async fn enqueue(
+pub(super) async fn enqueue(
     shared: &GatewayShared,
     model: &ModelIdentity,
     job: &Job,
@@ -248,7 +251,7 @@ async fn enqueue(
 }
 
 /// New entries of the request's result stream after `last_id`, waiting up to [`BLOCK`].
-async fn read(
+pub(super) async fn read(
     shared: &GatewayShared,
     conn: &mut MultiplexedConnection,
     request: &str,
@@ -281,7 +284,7 @@ async fn read(
 
 /// A failure when no worker of `model` has been alive for longer than the gateway waits for
 /// one.
-fn stranded(shared: &GatewayShared, model: &ModelIdentity) -> Option<EngineFailure> {
+pub(super) fn stranded(shared: &GatewayShared, model: &ModelIdentity) -> Option<EngineFailure> {
     let since = shared.registry.view().no_worker_since(model)?;
     (since.elapsed() > shared.config.no_worker_timeout).then(|| {
         EngineFailure::Internal(format!(
@@ -293,7 +296,7 @@ fn stranded(shared: &GatewayShared, model: &ModelIdentity) -> Option<EngineFailu
 }
 
 /// Tells the workers that the client went away.
-async fn cancel(shared: &GatewayShared, request: &str) {
+pub(super) async fn cancel(shared: &GatewayShared, request: &str) {
     let mut conn = shared.redis.conn();
     let ttl = shared.config.result_ttl.as_secs().max(1);
     let mut pipe = redis::pipe();

@@ -15,7 +15,8 @@
 //! `cache_hit` (to the own stream of a worker holding part of the prompt), `balanced` (to an
 //! idler worker's own stream: the prefix's holders have more prefill queued than the prefix
 //! saves), `shared` (no worker holds any of the prefix, or shared routing), `fallback` (no
-//! worker has room).
+//! worker has room), `adapter` (a request only some workers can run, for its LoRA adapter, that
+//! no cache hit placed: to the least busy of them; [`Router::route_pinned`]).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -60,6 +61,7 @@ pub enum Decision {
     Balanced,
     Shared,
     Fallback,
+    Adapter,
 }
 
 impl Decision {
@@ -69,6 +71,7 @@ impl Decision {
             Decision::Balanced => "balanced",
             Decision::Shared => "shared",
             Decision::Fallback => "fallback",
+            Decision::Adapter => "adapter",
         }
     }
 }
@@ -84,7 +87,7 @@ pub struct Route {
 }
 
 impl Route {
-    fn shared(decision: Decision) -> Route {
+    pub(crate) fn shared(decision: Decision) -> Route {
         Route {
             worker: None,
             decision,
@@ -152,6 +155,34 @@ pub fn choose(candidates: &[Candidate<'_>]) -> Route {
     }
 }
 
+/// The least busy of `workers` (then the one with the least prefill queued, then the lower
+/// KV usage), for a request only they can run.
+fn least_busy(
+    workers: &[&WorkerStatus],
+    loads: &HashMap<String, WorkerLoad>,
+    prompt_tokens: usize,
+) -> Route {
+    let best = workers
+        .iter()
+        .map(|w| Candidate {
+            status: w,
+            matched_tokens: 0,
+            uncached_tokens: prompt_tokens,
+            load: loads.get(&w.worker_id).copied().unwrap_or_default(),
+        })
+        .min_by(|a, b| {
+            a.busy()
+                .total_cmp(&b.busy())
+                .then(a.cost().cmp(&b.cost()))
+                .then(a.status.kv_usage.total_cmp(&b.status.kv_usage))
+        });
+    Route {
+        worker: best.map(|c| c.status.worker_id.clone()),
+        decision: Decision::Adapter,
+        matched_tokens: 0,
+    }
+}
+
 /// A routed request's holds on the ledger, and what each worker would have to prefill of it
 /// (for a request any worker may take).
 pub struct Routed {
@@ -207,6 +238,17 @@ impl Router {
     /// routing metrics. A request routed to a worker holds a [`Reservation`] on it until the
     /// worker starts it, and its prefill until its first event.
     pub fn route(&self, req: &EngineRequest, workers: &[&WorkerStatus]) -> Routed {
+        self.route_with(req, workers, false)
+    }
+
+    /// [`Router::route`] for a request only `workers` can run (they serve its LoRA adapter):
+    /// never to the shared stream, where any worker of the model could take it. Without a
+    /// cache hit it goes to the least busy of them.
+    pub fn route_pinned(&self, req: &EngineRequest, workers: &[&WorkerStatus]) -> Routed {
+        self.route_with(req, workers, true)
+    }
+
+    fn route_with(&self, req: &EngineRequest, workers: &[&WorkerStatus], pinned: bool) -> Routed {
         let prompt_tokens = req.prompt_ids().len();
         let loads = self.ledger.snapshot();
         let matched = match self.routing {
@@ -226,10 +268,13 @@ impl Router {
                 }
             })
             .collect();
-        let route = match self.routing {
+        let mut route = match self.routing {
             Routing::Shared => Route::shared(Decision::Shared),
             Routing::CacheAware => choose(&candidates),
         };
+        if pinned && route.worker.is_none() {
+            route = least_busy(workers, &loads, prompt_tokens);
+        }
         metrics::counter!(ROUTED_REQUESTS_TOTAL, "decision" => route.decision.as_str())
             .increment(1);
         metrics::counter!(MATCHED_PREFIX_TOKENS_TOTAL).increment(route.matched_tokens as u64);
@@ -240,7 +285,10 @@ impl Router {
         let (reservation, prefill) = match &route.worker {
             Some(w) => (
                 Some(self.ledger.reserve(w)),
-                Some(self.ledger.hold_prefill(w, uncached_by_worker[w])),
+                Some(self.ledger.hold_prefill(
+                    w,
+                    uncached_by_worker.get(w).copied().unwrap_or(prompt_tokens),
+                )),
             ),
             None => (None, None),
         };
@@ -303,6 +351,7 @@ mod tests {
             waiting: 0,
             kv_usage,
             prefix_block_size: Some(16),
+            adapters: Vec::new(),
         }
     }
 
@@ -399,6 +448,29 @@ mod tests {
             choose(&[cand(&a, 16), cand(&b, 64)]).worker.as_deref(),
             Some("a")
         );
+    }
+
+    #[test]
+    fn a_pinned_request_goes_to_one_of_its_workers_even_without_a_hit() {
+        let limits = kestrel_engine::api::RequestLimits {
+            vocab_size: 100,
+            max_model_len: 256,
+        };
+        let sampling = kestrel_engine::sampling::SamplingParams {
+            max_tokens: 2,
+            ..Default::default()
+        };
+        let req = EngineRequest::new((0..40).collect(), sampling, &limits).unwrap();
+        let (busy, idle) = (worker("busy", 3, 0.1), worker("idle", 1, 0.9));
+        let router = Router::new(Routing::CacheAware, 1024);
+        let free = router.route(&req, &[&busy, &idle]);
+        assert_eq!(free.route.worker, None, "no hit: the shared stream");
+        let pinned = router.route_pinned(&req, &[&busy, &idle]);
+        assert_eq!(pinned.route.worker.as_deref(), Some("idle"));
+        assert_eq!(pinned.route.decision, Decision::Adapter);
+        let shared_mode = Router::new(Routing::Shared, 1024);
+        let pinned = shared_mode.route_pinned(&req, &[&busy]);
+        assert_eq!(pinned.route.worker.as_deref(), Some("busy"));
     }
 
     #[test]

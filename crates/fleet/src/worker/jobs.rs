@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kestrel_engine::adapter_id::AdapterId;
 use kestrel_engine::api::{EngineEvent, EngineFailure, SubmitError};
 use kestrel_engine::handle::EngineHandle;
 use kestrel_server::otel::RequestTrace;
@@ -15,6 +16,8 @@ use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
 
 use crate::identity::ModelIdentity;
+use crate::pass::{PassFailure, PassResult, TokenScore};
+use crate::protocol::JobKind;
 use crate::keys::Keys;
 use crate::metrics::WORKER_FOREIGN_JOBS_TOTAL;
 use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
@@ -148,8 +151,29 @@ impl Jobs {
             self.ack(&entry).await;
             return;
         }
+        let adapter = match job.adapter.as_deref() {
+            None => None,
+            Some(name) => match self.engine.adapter_id(name) {
+                Some(id) => Some(id),
+                None => {
+                    let message = format!(
+                        "worker {} serves no LoRA adapter `{name}` (the worker that does is gone \
+                         or full)",
+                        self.worker_id
+                    );
+                    span.in_scope(|| tracing::warn!("{message}"));
+                    let event = ResultEvent::Rejected { message };
+                    self.finish_with(&entry, &job.id, attempt, event).await;
+                    return;
+                }
+            },
+        };
+        if !job.kind.is_generate() {
+            self.start_pass(entry, job, attempt, adapter, span);
+            return;
+        }
         let req = match job.to_request(&self.engine.limits()) {
-            Ok(req) => req,
+            Ok(req) => req.with_adapter(adapter),
             Err(e) => {
                 span.in_scope(|| tracing::warn!(error = %e, "rejected an invalid job"));
                 let event = ResultEvent::Rejected {
@@ -252,6 +276,52 @@ impl Jobs {
         self.end(&request);
     }
 
+    /// Runs a one-pass job (an embedding, prompt logprobs) in its own task: `Started`, then
+    /// the pass on the engine thread, then its one answer. A pass the engine could not run
+    /// because it is stopping stays queued for another worker.
+    fn start_pass(
+        self: &Arc<Self>,
+        entry: Entry,
+        job: Job,
+        attempt: u32,
+        adapter: Option<AdapterId>,
+        span: tracing::Span,
+    ) {
+        self.lock().insert(
+            job.id.clone(),
+            Active {
+                entry: entry.clone(),
+                cancel: None,
+                prefill_tokens: job.prompt_ids.len(),
+            },
+        );
+        let jobs = self.clone();
+        let run = async move {
+            let started = ResultEvent::Started {
+                worker: jobs.worker_id.clone(),
+            };
+            if jobs.publish(&job.id, attempt, 0, started).await {
+                let engine = jobs.engine.clone();
+                let (kind, prompt) = (job.kind, job.prompt_ids);
+                let outcome =
+                    tokio::task::spawn_blocking(move || run_pass(&engine, kind, prompt, adapter))
+                        .await;
+                match outcome {
+                    Ok(Some(result)) => {
+                        tracing::info!("finished a one-pass job");
+                        if jobs.publish(&job.id, attempt, 1, ResultEvent::Pass(result)).await {
+                            jobs.ack(&entry).await;
+                        }
+                    }
+                    Ok(None) => tracing::warn!("the engine stopped; leaving the job queued"),
+                    Err(e) => tracing::error!(error = %e, "the pass panicked"),
+                }
+            }
+            jobs.end(&job.id);
+        };
+        tokio::spawn(run.instrument(span));
+    }
+
     /// The job of `request` had its first event: its prefill no longer waits.
     fn prefilled(&self, request: &str) {
         if let Some(a) = self.lock().get_mut(request) {
@@ -330,5 +400,32 @@ impl Jobs {
         if let Err(e) = done {
             tracing::error!(error = %e, entry = %entry.id, "cannot acknowledge a finished job");
         }
+    }
+}
+
+/// Runs one pass of `kind` over `prompt` (under `adapter`, for prompt logprobs) on the engine
+/// (blocking); `None` when the engine has stopped (the job is left for another worker).
+fn run_pass(
+    engine: &EngineHandle,
+    kind: JobKind,
+    prompt: Vec<u32>,
+    adapter: Option<AdapterId>,
+) -> Option<PassResult> {
+    let result = match kind {
+        JobKind::Embed => engine.embed(prompt).map(PassResult::Embedding),
+        JobKind::PromptLogprobs { top_n } => engine
+            .prompt_logprobs(prompt, top_n, adapter)
+            .map(|scores| PassResult::Scores(scores.into_iter().map(|s| s.map(TokenScore::from)).collect())),
+        JobKind::Generate => {
+            return Some(PassResult::Failed(PassFailure {
+                class: crate::pass::FailureClass::Model,
+                message: "a generation is not a one-pass job".into(),
+            }))
+        }
+    };
+    match result {
+        Ok(answer) => Some(answer),
+        Err(kestrel_engine::prompt_pass::PromptPassError::Stopped) => None,
+        Err(e) => Some(PassResult::Failed(PassFailure::from(e))),
     }
 }

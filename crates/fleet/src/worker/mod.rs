@@ -293,22 +293,62 @@ pub fn metrics_router(
     engine: EngineHandle,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> axum::Router {
-    use axum::routing::get;
-    use kestrel_server::backend::Backend;
     let health_engine = engine.clone();
+    let render = move || {
+        let stats = engine.stats();
+        kestrel_server::metrics::render_with(&metrics, Some(stats))
+    };
+    worker_routes(render, move || health_engine_ready(&health_engine))
+}
+
+/// [`metrics_router`] of a worker process of several models: each engine's gauges carry
+/// `model_name`, and `/health` is 200 while every engine takes requests.
+pub fn metrics_router_of(
+    engines: Vec<(String, EngineHandle)>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> axum::Router {
+    let health_engines: Vec<EngineHandle> = engines.iter().map(|(_, e)| e.clone()).collect();
+    let render = move || {
+        use kestrel_engine::metrics::names;
+        for (name, engine) in &engines {
+            let stats = engine.stats();
+            let gauge = |series: &'static str, value: f64| {
+                let labels = vec![metrics::Label::new("model_name", name.clone())];
+                metrics::gauge!(series, labels).set(value);
+            };
+            gauge(names::NUM_REQUESTS_RUNNING, stats.running as f64);
+            gauge(names::NUM_REQUESTS_WAITING, stats.waiting as f64);
+            gauge(names::KV_CACHE_USAGE_PERC, stats.kv_usage);
+            gauge(names::KV_FREE_BLOCKS, stats.kv_free_blocks as f64);
+            gauge(names::KV_CACHE_FRAGMENTATION_PERC, stats.kv_fragmentation);
+        }
+        kestrel_server::metrics::render_with(&metrics, None)
+    };
+    worker_routes(render, move || health_engines.iter().all(health_engine_ready))
+}
+
+fn health_engine_ready(engine: &EngineHandle) -> bool {
+    use kestrel_server::backend::Backend;
+    engine.health().ready
+}
+
+fn worker_routes(
+    render: impl Fn() -> String + Clone + Send + Sync + 'static,
+    ready: impl Fn() -> bool + Clone + Send + Sync + 'static,
+) -> axum::Router {
+    use axum::routing::get;
     axum::Router::new()
         .route(
             "/metrics",
             get(move || {
-                let stats = engine.stats();
-                let text = kestrel_server::metrics::render_with(&metrics, Some(stats));
+                let text = render();
                 async move { text }
             }),
         )
         .route(
             "/health",
             get(move || {
-                let ready = health_engine.health().ready;
+                let ready = ready();
                 let draining = kestrel_server::heap_watch::draining_reason();
                 async move {
                     match (ready, draining) {

@@ -18,7 +18,7 @@ use redis::RedisError;
 
 use super::jobs::{Entry, Jobs};
 use super::{intake, WorkerShared};
-use crate::protocol::{ResultEvent, WorkerStatus};
+use crate::protocol::{AnnouncedAdapter, ResultEvent, WorkerStatus};
 
 /// Runs until `shared.stopping` is set; then removes the heartbeat.
 pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
@@ -58,6 +58,16 @@ pub async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> 
         waiting: stats.waiting,
         kv_usage: stats.kv_usage,
         prefix_block_size: shared.prefix_block_size(),
+        adapters: shared
+            .engine
+            .adapters()
+            .into_iter()
+            .map(|card| AnnouncedAdapter {
+                name: card.name,
+                path: card.path.display().to_string(),
+                rank: card.rank,
+            })
+            .collect(),
     };
     let json = serde_json::to_string(&status).unwrap_or_default();
     let ttl_ms = shared.config.heartbeat.as_millis() as u64 * 3;

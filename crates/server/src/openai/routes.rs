@@ -103,7 +103,8 @@ pub async fn chat_completions(
     handle::<Chat>(state, scope, body).await
 }
 
-/// The served model, then each LoRA adapter (with the base model as its `parent`).
+/// The served model, then each LoRA adapter (with the base model as its `parent`), then the
+/// models served beside it, each followed by its adapters.
 #[utoipa::path(get, path = "/v1/models", responses((status = 200, body = ModelList)))]
 pub async fn models(State(state): State<AppState>) -> Response {
     let base = state.model().model_id.clone();
@@ -126,8 +127,14 @@ pub async fn models(State(state): State<AppState>) -> Response {
     for peer in state.backend().peer_models() {
         data.push(ModelCard {
             max_model_len: Some(peer.max_model_len),
-            ..card(peer.id.clone(), peer.id, None)
+            ..card(peer.id.clone(), peer.id.clone(), None)
         });
+        for a in peer.adapters {
+            data.push(ModelCard {
+                max_model_len: Some(peer.max_model_len),
+                ..card(a.name, a.path.display().to_string(), Some(peer.id.clone()))
+            });
+        }
     }
     let body = ModelList {
         object: "list",

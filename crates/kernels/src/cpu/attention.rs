@@ -69,6 +69,7 @@ mod key_chunk;
 mod key_tile;
 pub mod kv_dtype;
 mod lanes;
+mod latent;
 mod store;
 mod tile;
 mod tiled;
@@ -82,6 +83,7 @@ pub use key_chunk::KEY_CHUNK;
 use key_chunk::{KeyChunks, Partial};
 use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
+pub use latent::{latent_attention, store_latent_many, LatentParams};
 use lanes::ScalarVec;
 pub use store::{store_kv, store_kv_many, KvWrite};
 

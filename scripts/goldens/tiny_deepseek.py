@@ -5,8 +5,9 @@ for both), and their golden outputs (transformers, float32).
   tests/fixtures/tiny-deepseek-v2/  + tiny-deepseek-v2.gguf
       multi-head latent attention without a query LoRA (`q_proj`, as V2-Lite), kv_lora_rank 32,
       4 heads of 16 (nope) + 8 (rope) query/key dims, value 16; YaRN (factor 4 over 64 positions,
-      mscale 1.0, mscale_all_dim 0.8, so both the rotary attention factor and the softmax scale
-      differ from 1); layer 0 dense (first_k_dense_replace 1), layers 1-2 sparse: 4 routed
+      mscale = mscale_all_dim = 0.707 as the released V2 configs: the rotary attention factor is
+      1, the softmax scale gets mscale(4, 0.707)^2; a GGUF stores only mscale_all_dim, as
+      `yarn_log_multiplier`); layer 0 dense (first_k_dense_replace 1), layers 1-2 sparse: 4 routed
       experts of 32, top-2 by softmax without renormalisation, routed_scaling_factor 1.5, one
       shared expert.
   tests/fixtures/tiny-deepseek-v3/  + tiny-deepseek-v3.gguf
@@ -52,7 +53,7 @@ VARIANTS = {
                           norm_topk_prob=False, topk_method="greedy", n_group=None, topk_group=None,
                           rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                            "original_max_position_embeddings": 64, "beta_fast": 32.0,
-                                           "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8})},
+                                           "beta_slow": 1.0, "mscale": 0.707, "mscale_all_dim": 0.707})},
     "v3": {"cls": (DeepseekV3Config, DeepseekV3ForCausalLM), "seed": SEED + 1,
            "config": dict(q_lora_rank=24, n_routed_experts=8, routed_scaling_factor=2.5, norm_topk_prob=True,
                           n_group=4, topk_group=2, rope_interleave=True,
@@ -60,6 +61,10 @@ VARIANTS = {
                                            "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                            "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0})},
 }
+# Keys the released DeepSeek-V3 config.json has and transformers' config class does not write:
+# llama.cpp's converter reads `scoring_func` into `expert_gating_func` (without it llama.cpp
+# would route a deepseek2 GGUF by softmax, as V2).
+EXTRA_CONFIG = {"v3": {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}}
 
 
 def build_checkpoint(name: str, spec: dict, vocab: int) -> Path:
@@ -78,6 +83,7 @@ def build_checkpoint(name: str, spec: dict, vocab: int) -> Path:
     path = out / "config.json"
     cfg = json.loads(path.read_text())
     cfg["torch_dtype"] = "float16"
+    cfg.update(EXTRA_CONFIG.get(name, {}))
     write_json(path, dict(sorted(cfg.items())))
     save_tokenizer(out, pad_token="</s>")
     return out
@@ -119,7 +125,7 @@ def golden_for(name: str, ckpt: Path, spec: dict) -> dict:
         "config": {k: cfg.get(k) for k in (
             "model_type", "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
             "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "n_group", "topk_group",
-            "topk_method", "norm_topk_prob", "routed_scaling_factor", "first_k_dense_replace",
+            "topk_method", "scoring_func", "norm_topk_prob", "routed_scaling_factor", "first_k_dense_replace",
             "num_hidden_layers", "num_attention_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
             "qk_rope_head_dim", "v_head_dim", "rope_parameters", "rms_norm_eps", "tie_word_embeddings")},
         "reference": reference("float32 (float16 weights upcast exactly to float32 at load)"),

@@ -98,7 +98,9 @@ impl KvCache {
         KvCache {
             shape,
             k: (0..shape.n_layers).map(|_| HugeBuffer::zeroed(n)).collect(),
-            v: (0..shape.n_layers).map(|_| HugeBuffer::zeroed(nv)).collect(),
+            v: (0..shape.n_layers)
+                .map(|_| HugeBuffer::zeroed(nv))
+                .collect(),
         }
     }
 

@@ -83,8 +83,8 @@ pub use key_chunk::KEY_CHUNK;
 use key_chunk::{KeyChunks, Partial};
 use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
-pub use latent::{latent_attention, store_latent_many, LatentParams};
 use lanes::ScalarVec;
+pub use latent::{latent_attention, store_latent_many, LatentParams};
 pub use store::{store_kv, store_kv_many, KvWrite};
 
 use crate::cpu::ops::simd_entry;

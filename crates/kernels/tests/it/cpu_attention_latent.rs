@@ -37,7 +37,9 @@ fn latent_attention_matches_the_reference_on_the_value_prefix() {
         .map(|&(start, n)| Seq {
             start,
             n,
-            table: (0..(start + n).div_ceil(BLOCK)).map(|_| next.next().unwrap()).collect(),
+            table: (0..(start + n).div_ceil(BLOCK))
+                .map(|_| next.next().unwrap())
+                .collect(),
         })
         .collect();
     for dtype in KvDtype::ALL {

@@ -19,8 +19,8 @@ use kestrel_engine::expert_counts::ExpertTokenCounts;
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::attention_block::AttentionBlock;
-use super::latent_attention::LatentAttention;
 pub use super::decoder_dims::DecoderDims;
+use super::latent_attention::LatentAttention;
 use super::mlp::Mlp;
 use super::moe_block::{ExpertCounter, MoeBlock};
 use super::naming::TensorNaming;
@@ -50,10 +50,14 @@ impl LayerAttention {
         d: &DecoderDims,
     ) -> Result<LayerAttention, ModelError> {
         match &cfg.mla {
-            Some(mla) => Ok(LayerAttention::Latent(LatentAttention::load(ld, i, cfg, mla)?)),
+            Some(mla) => Ok(LayerAttention::Latent(LatentAttention::load(
+                ld, i, cfg, mla,
+            )?)),
             None => {
                 let positions = Positions::of(cfg, i, ld.naming);
-                Ok(LayerAttention::Heads(AttentionBlock::load(ld, i, cfg, d, positions)?))
+                Ok(LayerAttention::Heads(AttentionBlock::load(
+                    ld, i, cfg, d, positions,
+                )?))
             }
         }
     }

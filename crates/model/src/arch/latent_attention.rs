@@ -187,14 +187,19 @@ impl LatentAttention {
         let (c, rope) = (self.mla.kv_lora_rank, self.mla.qk_rope_head_dim);
         let width = c + rope;
         let positions = &ws.positions[..t];
-        pool.for_rows(&mut s.kv[..t * width], width, PARALLEL_ROWS, &|first, rows| {
-            let mut normed = vec![0.0; c];
-            for (row, &pos) in rows.chunks_exact_mut(width).zip(&positions[first..]) {
-                self.kv_norm.forward(&row[..c], &mut normed);
-                row[..c].copy_from_slice(&normed);
-                self.rotary.apply(&mut row[c..], rope, pos);
-            }
-        });
+        pool.for_rows(
+            &mut s.kv[..t * width],
+            width,
+            PARALLEL_ROWS,
+            &|first, rows| {
+                let mut normed = vec![0.0; c];
+                for (row, &pos) in rows.chunks_exact_mut(width).zip(&positions[first..]) {
+                    self.kv_norm.forward(&row[..c], &mut normed);
+                    row[..c].copy_from_slice(&normed);
+                    self.rotary.apply(&mut row[c..], rope, pos);
+                }
+            },
+        );
     }
 
     /// Every head's absorbed query `[W_ukᵀ q_nope | rotated q_rope]` into `ws.q`.

@@ -52,9 +52,7 @@ impl TensorNaming {
             TensorNaming::HuggingFace if arch.hf_moe_layout() == HfMoeLayout::FusedGateUp => {
                 format!("model.layers.{layer}.mlp.{}", fused_part(t))
             }
-            TensorNaming::HuggingFace
-                if arch.hf_moe_layout() == HfMoeLayout::SharedExperts =>
-            {
+            TensorNaming::HuggingFace if arch.hf_moe_layout() == HfMoeLayout::SharedExperts => {
                 let part = mlp_part(t, expert);
                 let part = part.replace("shared_expert.", "shared_experts.");
                 format!("model.layers.{layer}.mlp.{part}")

@@ -39,9 +39,7 @@ impl MlaConfig {
     pub fn scale_for(qk_head_dim: usize, yarn_all_dim: Option<(f64, f64)>) -> f32 {
         let base = 1.0 / (qk_head_dim as f64).sqrt();
         let m = match yarn_all_dim {
-            Some((factor, all_dim)) if all_dim != 0.0 => {
-                super::rope::yarn_mscale(factor, all_dim)
-            }
+            Some((factor, all_dim)) if all_dim != 0.0 => super::rope::yarn_mscale(factor, all_dim),
             _ => 1.0,
         };
         (base * m * m) as f32

@@ -24,11 +24,11 @@ use crate::arch::moe_naming::HfMoeLayout;
 use crate::config::from_hf::{
     self, bad, opt_bool, opt_f32, opt_f64, opt_str, opt_usize, req_usize, Obj,
 };
-use crate::weights::gguf::{GgufFile, OptionalKey};
 use crate::config::{
     ConfigError, ExpertActivation, ExpertGroups, GroupScore, MlaConfig, ModelConfig, MoeConfig,
     RopeScaling, RouterRule, Scoring,
 };
+use crate::weights::gguf::{GgufFile, OptionalKey};
 
 /// The version's defaults where it differs.
 struct Version {
@@ -243,7 +243,9 @@ fn gguf_finish(file: &GgufFile, arch: &str, cfg: &mut ModelConfig) -> Result<(),
         None => (cfg.head_dim, need("attention.value_length")?),
     };
     let qk_nope = qk.checked_sub(rope).filter(|&n| n > 0).ok_or_else(|| {
-        ConfigError::Invalid(format!("query/key width {qk} leaves nothing beside {rope} rotary dimensions"))
+        ConfigError::Invalid(format!(
+            "query/key width {qk} leaves nothing beside {rope} rotary dimensions"
+        ))
     })?;
     let mut all_dim = None;
     if let Some(RopeScaling::Yarn {

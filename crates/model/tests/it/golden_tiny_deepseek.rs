@@ -30,20 +30,30 @@ fn gguf(dir: &str) -> PathBuf {
 /// Run the model at `path` against `golden`; the routed tokens were counted and the cache
 /// holds what MLA promises.
 fn check(path: &Path, golden: &str, arch: &str) {
-    let (runner, _) = check_tiny_golden(path, golden, arch);
+    let (runner, worst) = check_tiny_golden(path, golden, arch);
+    eprintln!("{}: largest top-20 logit difference {worst:.1e}", file_label(path));
     let counts = runner.expert_token_counts().expect("an MoE model counts");
     let total: u64 = (0..counts.len()).map(|i| counts.get(i)).sum();
     assert!(total > 0, "{}: no routed tokens counted", file_label(path));
     let shape = runner.kv_shape();
     assert!(shape.keys_only && shape.n_kv_heads == 1 && shape.head_dim == 32 + 8);
-    assert_eq!(shape.bytes_per_token(), 3 * 40 * 4, "3 layers of 40 f32 values");
+    assert_eq!(
+        shape.bytes_per_token(),
+        3 * 40 * 4,
+        "3 layers of 40 f32 values"
+    );
 }
 
 /// The sizes both fixtures share.
 fn common_sizes(c: &ModelConfig) {
     let mla = c.mla.as_ref().expect("latent attention");
     assert_eq!(
-        (mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim),
+        (
+            mla.kv_lora_rank,
+            mla.qk_nope_head_dim,
+            mla.qk_rope_head_dim,
+            mla.v_head_dim
+        ),
         (32, 16, 8, 16)
     );
     assert_eq!((c.n_kv_heads, c.head_dim, c.rotary_dim), (1, 40, 8));
@@ -81,13 +91,21 @@ fn v3_sizes(c: &ModelConfig) {
 #[test]
 fn tiny_deepseek_v2_hf_matches_transformers() {
     v2_sizes(&load(&hf("tiny-deepseek-v2")).config);
-    check(&hf("tiny-deepseek-v2"), "tiny-deepseek-v2.json", "deepseek_v2");
+    check(
+        &hf("tiny-deepseek-v2"),
+        "tiny-deepseek-v2.json",
+        "deepseek_v2",
+    );
 }
 
 #[test]
 fn tiny_deepseek_v3_hf_matches_transformers() {
     v3_sizes(&load(&hf("tiny-deepseek-v3")).config);
-    check(&hf("tiny-deepseek-v3"), "tiny-deepseek-v3.json", "deepseek_v3");
+    check(
+        &hf("tiny-deepseek-v3"),
+        "tiny-deepseek-v3.json",
+        "deepseek_v3",
+    );
 }
 
 #[test]
@@ -95,7 +113,11 @@ fn tiny_deepseek_v2_gguf_matches_transformers() {
     let c = load(&gguf("tiny-deepseek-v2")).config;
     assert_eq!(c.architecture.name(), "deepseek_v2");
     v2_sizes(&c);
-    check(&gguf("tiny-deepseek-v2"), "tiny-deepseek-v2.json", "deepseek_v2");
+    check(
+        &gguf("tiny-deepseek-v2"),
+        "tiny-deepseek-v2.json",
+        "deepseek_v2",
+    );
 }
 
 /// llama.cpp writes V3 as `deepseek2` too; its routing comes from `expert_gating_func`
@@ -104,5 +126,9 @@ fn tiny_deepseek_v2_gguf_matches_transformers() {
 fn tiny_deepseek_v3_gguf_matches_transformers() {
     let c = load(&gguf("tiny-deepseek-v3")).config;
     v3_sizes(&c);
-    check(&gguf("tiny-deepseek-v3"), "tiny-deepseek-v3.json", "deepseek_v2");
+    check(
+        &gguf("tiny-deepseek-v3"),
+        "tiny-deepseek-v3.json",
+        "deepseek_v2",
+    );
 }

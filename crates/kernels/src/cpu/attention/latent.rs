@@ -137,7 +137,13 @@ struct Query<'a> {
 /// The online softmax of `query`'s heads over keys `0..=pos`, into `out` (`heads ×
 /// value_dim`). `buf` holds the decoded tile, the block's scores, and per head its running
 /// max and denominator.
-fn one_query(kv: &PagedKv<'_>, p: &LatentParams, query: &Query<'_>, out: &mut [f32], buf: &mut Vec<f32>) {
+fn one_query(
+    kv: &PagedKv<'_>,
+    p: &LatentParams,
+    query: &Query<'_>,
+    out: &mut [f32],
+    buf: &mut Vec<f32>,
+) {
     let (hd, bs, vd) = (kv.head_dim, kv.block_size, p.value_dim);
     let heads = query.q.len() / hd;
     buf.clear();

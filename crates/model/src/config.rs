@@ -11,15 +11,19 @@ mod from_gguf;
 pub(crate) mod from_hf;
 pub(crate) mod gemma;
 mod layout;
+mod mla;
 pub(crate) mod moe;
-mod rope;
+pub(crate) mod rope;
+pub(crate) mod router_rule;
 pub(crate) mod window;
 
 pub use crate::families::Architecture;
 pub use expert_activation::ExpertActivation;
 pub use gemma::GemmaConfig;
 pub use layout::{BlockLayout, MlpKind, NormKind, PositionEncoding};
+pub use mla::MlaConfig;
 pub use moe::MoeConfig;
+pub use router_rule::{ExpertGroups, GroupScore, RouterRule, Scoring};
 
 /// How rotary frequencies are rescaled for longer contexts.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +134,8 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Gemma 2/3 features (`None` for the other families).
     pub gemma: Option<GemmaConfig>,
+    /// Multi-head latent attention (DeepSeek V2/V3; `None` for the other families).
+    pub mla: Option<MlaConfig>,
 }
 
 /// Why a configuration could not be read or is not usable.
@@ -217,6 +223,9 @@ impl ModelConfig {
         if let Some(moe) = &self.moe {
             moe.validate(self.n_layers)?;
         }
+        if let Some(mla) = &self.mla {
+            self.validate_mla(mla)?;
+        }
         if let Some(scaling) = &self.rope_scaling {
             rope::validate_scaling(scaling, self.rotary_dim)?;
         }
@@ -228,12 +237,29 @@ impl ModelConfig {
         self.n_heads / self.n_kv_heads
     }
 
-    /// The attention score scale: `head_dim^-1/2`, or Gemma's own.
+    /// The attention score scale: `head_dim^-1/2`, or Gemma's or MLA's own.
     pub fn attention_scale(&self) -> f32 {
+        if let Some(mla) = &self.mla {
+            return mla.softmax_scale;
+        }
         match &self.gemma {
             Some(g) => g.attention_scale,
             None => 1.0 / (self.head_dim as f32).sqrt(),
         }
+    }
+
+    /// MLA's sizes and the cache geometry they imply (one row of latent + rotary key).
+    fn validate_mla(&self, mla: &MlaConfig) -> Result<(), ConfigError> {
+        mla.validate()?;
+        let geometry = (self.n_kv_heads, self.head_dim, self.rotary_dim);
+        let want = (1, mla.cached_dim(), mla.qk_rope_head_dim);
+        if geometry != want {
+            return Err(ConfigError::Invalid(format!(
+                "latent attention caches one row of {} values rotating {}; the config has {} kv heads of {} rotating {}",
+                want.1, want.2, geometry.0, geometry.1, geometry.2
+            )));
+        }
+        Ok(())
     }
 
     /// What the token embeddings are multiplied by (Gemma: `sqrt(hidden_size)` in f32, as

@@ -12,6 +12,10 @@
 //!              block_size rows of one kv head stored dimension-major (the kernels' key tile)
 //! ```
 //!
+//! With `keys_only` (latent attention, DeepSeek) a layer has one "kv head" whose key row holds
+//! the compressed latent and the rotary key, the value being the row's latent prefix: the `v`
+//! arrays are empty and a token costs one row per layer.
+//!
 //! A sequence's token at position `p` lives in block `block_table[p / block_size]`, slot
 //! `p % block_size`. The engine owns the block tables; this type only owns the memory. The
 //! storage type ([`KvDtype`]) is chosen once, when the cache is allocated.
@@ -29,14 +33,16 @@ pub struct KvCacheShape {
     pub num_blocks: usize,
     /// How each head row is stored.
     pub dtype: KvDtype,
+    /// No value rows: each key row's prefix is its value (latent attention).
+    pub keys_only: bool,
 }
 
 impl KvCacheShape {
-    /// Bytes one token occupies across all layers (K and V).
+    /// Bytes one token occupies across all layers (K and V; K alone with `keys_only`).
     /// Saturates rather than overflows for absurd shapes (which then fit no block).
     pub fn bytes_per_token(&self) -> usize {
         self.n_layers
-            .saturating_mul(2)
+            .saturating_mul(self.arrays())
             .saturating_mul(self.n_kv_heads)
             .saturating_mul(self.dtype.row_bytes(self.head_dim))
     }
@@ -53,6 +59,22 @@ impl KvCacheShape {
     /// Bytes of one layer's K (or V) array.
     fn bytes_per_layer(&self) -> usize {
         self.num_blocks * self.block_size * self.n_kv_heads * self.dtype.row_bytes(self.head_dim)
+    }
+
+    /// Arrays per layer: K and V, or K alone.
+    fn arrays(&self) -> usize {
+        match self.keys_only {
+            true => 1,
+            false => 2,
+        }
+    }
+
+    /// Bytes of one layer's V array.
+    fn value_bytes_per_layer(&self) -> usize {
+        match self.keys_only {
+            true => 0,
+            false => self.bytes_per_layer(),
+        }
     }
 }
 
@@ -72,11 +94,13 @@ pub struct KvCache {
 impl KvCache {
     /// Allocate (zeroed) storage for `shape`.
     pub fn new(shape: KvCacheShape) -> KvCache {
-        let n = shape.bytes_per_layer();
+        let (n, nv) = (shape.bytes_per_layer(), shape.value_bytes_per_layer());
         KvCache {
             shape,
             k: (0..shape.n_layers).map(|_| HugeBuffer::zeroed(n)).collect(),
-            v: (0..shape.n_layers).map(|_| HugeBuffer::zeroed(n)).collect(),
+            v: (0..shape.n_layers)
+                .map(|_| HugeBuffer::zeroed(nv))
+                .collect(),
         }
     }
 
@@ -86,7 +110,7 @@ impl KvCache {
 
     /// Total bytes of K/V storage.
     pub fn n_bytes(&self) -> usize {
-        2 * self.shape.n_layers * self.shape.bytes_per_layer()
+        self.shape.arrays() * self.shape.n_layers * self.shape.bytes_per_layer()
     }
 
     /// Bytes of one block in one layer's K (or V) array.
@@ -102,13 +126,22 @@ impl KvCache {
         (block < self.shape.num_blocks).then(|| block * n..(block + 1) * n)
     }
 
+    /// The byte range of block `block` in a layer's V array (empty with `keys_only`).
+    fn value_range(&self, block: usize) -> std::ops::Range<usize> {
+        match self.shape.keys_only {
+            true => 0..0,
+            false => self.block_range(block).unwrap_or(0..0),
+        }
+    }
+
     /// A copy of block `block` in every layer: each layer's K bytes, then its V bytes.
     pub fn block_bytes(&self, block: usize) -> Option<Vec<u8>> {
         let range = self.block_range(block)?;
-        let mut out = Vec::with_capacity(2 * self.shape.n_layers * range.len());
+        let vr = self.value_range(block);
+        let mut out = Vec::with_capacity(self.shape.n_layers * (range.len() + vr.len()));
         for (k, v) in self.k.iter().zip(&self.v) {
             out.extend_from_slice(&k[range.clone()]);
-            out.extend_from_slice(&v[range.clone()]);
+            out.extend_from_slice(&v[vr.clone()]);
         }
         Some(out)
     }
@@ -119,14 +152,20 @@ impl KvCache {
         let Some(range) = self.block_range(block) else {
             return false;
         };
-        let n = range.len();
-        if bytes.len() != 2 * self.shape.n_layers * n {
+        let vr = self.value_range(block);
+        let per_layer = range.len() + vr.len();
+        if bytes.len() != self.shape.n_layers * per_layer {
             return false;
         }
-        let mut chunks = bytes.chunks_exact(n);
-        for (k, v) in self.k.iter_mut().zip(self.v.iter_mut()) {
-            k[range.clone()].copy_from_slice(chunks.next().expect("length checked"));
-            v[range.clone()].copy_from_slice(chunks.next().expect("length checked"));
+        for ((k, v), layer) in self
+            .k
+            .iter_mut()
+            .zip(self.v.iter_mut())
+            .zip(bytes.chunks_exact(per_layer))
+        {
+            let (kb, vb) = layer.split_at(range.len());
+            k[range.clone()].copy_from_slice(kb);
+            v[vr.clone()].copy_from_slice(vb);
         }
         true
     }
@@ -169,6 +208,7 @@ mod tests {
             block_size: 16,
             num_blocks: 4,
             dtype,
+            keys_only: false,
         }
     }
 
@@ -195,6 +235,39 @@ mod tests {
         assert_eq!(f32, 30 * 2 * 3 * 64 * 4);
         assert_eq!(shape(KvDtype::F16).bytes_per_token() * 2, f32);
         assert_eq!(shape(KvDtype::Q8).bytes_per_token(), 30 * 2 * 3 * (64 + 4));
+    }
+
+    /// DeepSeek-V2-Lite's latent cache: 27 layers of one 512 + 64 row, against the same model
+    /// with plain attention (16 heads, keys of 192 and values of 128, as 16 kv heads of 192).
+    #[test]
+    fn a_keys_only_cache_holds_one_row_per_token_and_copies_its_blocks() {
+        let latent = KvCacheShape {
+            n_layers: 27,
+            n_kv_heads: 1,
+            head_dim: 576,
+            keys_only: true,
+            ..shape(KvDtype::F16)
+        };
+        assert_eq!(latent.bytes_per_token(), 27 * 576 * 2);
+        let plain = KvCacheShape {
+            n_kv_heads: 16,
+            head_dim: 192,
+            keys_only: false,
+            ..latent
+        };
+        assert_eq!(plain.bytes_per_token(), 27 * 2 * 16 * 192 * 2);
+        let mut cache = KvCache::new(KvCacheShape {
+            n_layers: 2,
+            ..latent
+        });
+        assert_eq!(cache.n_bytes(), 2 * 4 * 16 * 576 * 2);
+        assert!(cache.layer(0).v.is_empty());
+        let n = 2 * 16 * 576 * 2;
+        let bytes: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+        assert!(cache.set_block_bytes(1, &bytes));
+        assert_eq!(cache.block_bytes(1).as_deref(), Some(bytes.as_slice()));
+        assert!(cache.block_bytes(0).unwrap().iter().all(|&b| b == 0));
+        assert!(!cache.set_block_bytes(1, &bytes[..n - 1]), "wrong length");
     }
 
     #[test]

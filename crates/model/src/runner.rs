@@ -90,6 +90,7 @@ impl KvSpec {
             block_size: self.block_size,
             num_blocks: self.num_blocks,
             dtype: self.dtype,
+            keys_only: d.keys_only,
         }
     }
 }

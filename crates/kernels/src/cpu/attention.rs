@@ -69,6 +69,7 @@ mod key_chunk;
 mod key_tile;
 pub mod kv_dtype;
 mod lanes;
+mod latent;
 mod store;
 mod tile;
 mod tiled;
@@ -83,6 +84,7 @@ use key_chunk::{KeyChunks, Partial};
 use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
 use lanes::ScalarVec;
+pub use latent::{latent_attention, store_latent_many, LatentParams};
 pub use store::{store_kv, store_kv_many, KvWrite};
 
 use crate::cpu::ops::simd_entry;

@@ -7,6 +7,7 @@ mod cpu_attention_alibi;
 mod cpu_attention_block_table;
 mod cpu_attention_chunks;
 mod cpu_attention_kv_storage;
+mod cpu_attention_latent;
 mod cpu_attention_paths;
 mod cpu_attention_reference;
 mod cpu_attention_sinks;

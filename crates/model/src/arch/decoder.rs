@@ -20,6 +20,7 @@ use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::attention_block::AttentionBlock;
 pub use super::decoder_dims::DecoderDims;
+use super::latent_attention::LatentAttention;
 use super::mlp::Mlp;
 use super::moe_block::{ExpertCounter, MoeBlock};
 use super::naming::TensorNaming;
@@ -34,10 +35,72 @@ use crate::layers::{BlockNorm, Embedding, Linear};
 use crate::lora::LoraBase;
 use crate::weights::TensorSource;
 
+/// A layer's attention: over cached keys and values of every kv head, or over one cached
+/// latent row (DeepSeek's multi-head latent attention).
+enum LayerAttention {
+    Heads(AttentionBlock),
+    Latent(LatentAttention),
+}
+
+impl LayerAttention {
+    fn load(
+        ld: &TensorLoader<'_>,
+        i: usize,
+        cfg: &ModelConfig,
+        d: &DecoderDims,
+    ) -> Result<LayerAttention, ModelError> {
+        match &cfg.mla {
+            Some(mla) => Ok(LayerAttention::Latent(LatentAttention::load(
+                ld, i, cfg, mla,
+            )?)),
+            None => {
+                let positions = Positions::of(cfg, i, ld.naming);
+                Ok(LayerAttention::Heads(AttentionBlock::load(
+                    ld, i, cfg, d, positions,
+                )?))
+            }
+        }
+    }
+
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            LayerAttention::Heads(a) => a.linears_mut(),
+            LayerAttention::Latent(a) => a.linears_mut(),
+        }
+    }
+
+    fn window(&self) -> Option<usize> {
+        match self {
+            LayerAttention::Heads(a) => a.window(),
+            LayerAttention::Latent(_) => None,
+        }
+    }
+
+    fn weight_bytes(&self) -> usize {
+        match self {
+            LayerAttention::Heads(a) => a.weight_bytes(),
+            LayerAttention::Latent(a) => a.weight_bytes(),
+        }
+    }
+
+    fn forward(
+        &self,
+        l: usize,
+        d: &DecoderDims,
+        pass: &mut Pass<'_>,
+        observer: &mut dyn ActivationObserver,
+    ) {
+        match self {
+            LayerAttention::Heads(a) => a.forward(l, d, pass, observer),
+            LayerAttention::Latent(a) => a.forward(l, d, pass, observer),
+        }
+    }
+}
+
 /// One decoder layer: attention, then the MLP (dense or sparse), each with its own residual
 /// add.
 struct DecoderLayer {
-    attention: AttentionBlock,
+    attention: LayerAttention,
     ffn: Mlp,
 }
 
@@ -49,9 +112,8 @@ impl DecoderLayer {
         d: &DecoderDims,
         counter: Option<ExpertCounter>,
     ) -> Result<DecoderLayer, ModelError> {
-        let positions = Positions::of(cfg, i, ld.naming);
         let mut layer = DecoderLayer {
-            attention: AttentionBlock::load(ld, i, cfg, d, positions)?,
+            attention: LayerAttention::load(ld, i, cfg, d)?,
             ffn: Mlp::load(ld, i, cfg, d, counter)?,
         };
         layer.share_weight_buffer();

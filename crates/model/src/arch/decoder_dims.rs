@@ -13,6 +13,9 @@ pub struct DecoderDims {
     pub ffn: usize,
     pub vocab: usize,
     pub n_layers: usize,
+    /// The cache holds one key row per token whose prefix is the value (latent attention), no
+    /// value rows.
+    pub keys_only: bool,
 }
 
 impl DecoderDims {
@@ -26,6 +29,7 @@ impl DecoderDims {
             ffn: cfg.intermediate_size,
             vocab: cfg.vocab_size,
             n_layers: cfg.n_layers,
+            keys_only: cfg.mla.is_some(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod decoder_dims;
 pub(crate) mod feed_forward;
 pub(crate) mod fused_experts;
 pub(crate) mod fused_qkv;
+pub mod latent_attention;
 pub(crate) mod mlp;
 pub mod moe_block;
 pub mod moe_naming;

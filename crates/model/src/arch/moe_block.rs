@@ -25,10 +25,10 @@ use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::fused_experts::{self, ExpertDims};
 use super::moe_naming::{HfMoeLayout, MoeTensor};
-use super::router::Routing;
+use super::router::{RouteSpec, Routing};
 use super::tensor_loader::TensorLoader;
 use super::workspace::Workspace;
-use crate::config::{ExpertActivation, ModelConfig, MoeConfig};
+use crate::config::{ExpertActivation, ModelConfig, MoeConfig, RouterRule};
 use crate::error::ModelError;
 use crate::layers::{to_f32_vec, Linear, RmsNorm};
 use crate::weights::TensorView;
@@ -75,11 +75,12 @@ struct ExpertBuffers<'a> {
     scratch: &'a mut Scratch,
 }
 
-/// The shared expert and its scalar gate `sigmoid(gate · x)` (Qwen2-MoE).
+/// The shared expert, with its scalar gate `sigmoid(gate · x)` (Qwen2-MoE) or without one
+/// (DeepSeek's shared experts, added as they are).
 #[derive(Debug, Clone)]
 pub struct SharedExpert {
     pub mlp: ExpertMlp,
-    pub gate: Vec<f32>,
+    pub gate: Option<Vec<f32>>,
 }
 
 /// Routed-token counting: the model's counters and this layer's slot in them.
@@ -139,6 +140,10 @@ pub struct MoeBlock {
     pub shared: Option<SharedExpert>,
     pub counter: Option<ExpertCounter>,
     pub activation: ExpertActivation,
+    /// How router logits become choices and weights.
+    pub rule: RouterRule,
+    /// Added to the scores for the choice only (DeepSeek V3).
+    pub score_bias: Option<Vec<f32>>,
 }
 
 impl MoeBlock {
@@ -167,6 +172,8 @@ impl MoeBlock {
             shared,
             counter,
             activation: moe.activation,
+            rule: moe.routing,
+            score_bias: loader.score_bias(e)?,
         })
     }
 
@@ -219,8 +226,14 @@ impl MoeBlock {
         let n_experts = self.experts.len();
         s.reserve(t, t * self.top_k, hidden, self.max_ffn(), n_experts);
         self.router.forward(pool, x, t, &mut s.logits, scratch);
-        s.routing
-            .route(&s.logits, t, n_experts, self.top_k, self.normalize);
+        let spec = RouteSpec {
+            n_experts,
+            top_k: self.top_k,
+            normalize: self.normalize,
+            rule: self.rule,
+            bias: self.score_bias.as_deref(),
+        };
+        s.routing.route_with(&s.logits, t, &spec);
         self.count_tokens(&s.routing);
         gather(&s.routing, x, hidden, &mut s.xe);
         match self.packed_experts() {
@@ -346,7 +359,7 @@ fn scatter(routing: &Routing, y: &[f32], hidden: usize, acc: &mut [f32]) {
     }
 }
 
-/// `acc += sigmoid(gate · x) * shared(x)` for every row.
+/// `acc += sigmoid(gate · x) * shared(x)` for every row (`acc += shared(x)` without a gate).
 fn shared_forward(
     shared: &SharedExpert,
     pool: &ThreadPool,
@@ -355,7 +368,7 @@ fn shared_forward(
     s: &mut MoeScratch,
     scratch: &mut Scratch,
 ) {
-    let hidden = shared.gate.len();
+    let hidden = shared.mlp.down.rows();
     let mut b = ExpertBuffers {
         g: &mut s.g,
         u: &mut s.u,
@@ -367,8 +380,13 @@ fn shared_forward(
         .forward(ExpertActivation::SiluGated, pool, x, t, &mut b);
     for r in 0..t {
         let row = &x[r * hidden..(r + 1) * hidden];
-        let dot: f32 = row.iter().zip(&shared.gate).map(|(a, b)| a * b).sum();
-        let w = 1.0 / (1.0 + (-dot).exp());
+        let w = match &shared.gate {
+            Some(gate) => {
+                let dot: f32 = row.iter().zip(gate).map(|(a, b)| a * b).sum();
+                1.0 / (1.0 + (-dot).exp())
+            }
+            None => 1.0,
+        };
         let out = &mut s.acc[r * hidden..(r + 1) * hidden];
         let y = &b.y[r * hidden..(r + 1) * hidden];
         out.iter_mut().zip(y).for_each(|(a, v)| *a += w * v);
@@ -469,6 +487,10 @@ impl ExpertLoader<'_, '_> {
             down: self.matrix(&self.name(MoeTensor::SharedDown, 0), h, ffn)?,
         };
         let name = self.name(MoeTensor::SharedExpertGate, 0);
+        let gated = self.cfg.architecture.hf_moe_layout() != HfMoeLayout::SharedExperts;
+        if !gated {
+            return Ok(SharedExpert { mlp, gate: None });
+        }
         let view = self
             .ld
             .src
@@ -483,8 +505,17 @@ impl ExpertLoader<'_, '_> {
         }
         Ok(SharedExpert {
             mlp,
-            gate: to_f32_vec(&view)?,
+            gate: Some(to_f32_vec(&view)?),
         })
+    }
+
+    /// The router's choice bias, `[experts]`, if the source has it.
+    fn score_bias(&self, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
+        let name = self.ld.naming.moe_score_bias(self.layer);
+        match self.ld.has(&name) {
+            true => Ok(Some(to_f32_vec(&self.ld.get(&name, &[n])?)?)),
+            false => Ok(None),
+        }
     }
 }
 

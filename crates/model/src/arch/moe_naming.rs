@@ -16,6 +16,9 @@ pub enum HfMoeLayout {
     /// `model.layers.N.mlp.{router, experts.{gate_up_proj, down_proj}}` with biases, every
     /// expert in one 3-D tensor per projection, gate and up interleaved (gpt-oss).
     FusedGateUp,
+    /// `model.layers.N.mlp.{gate, experts.E.{gate,up,down}_proj, shared_experts.…}`: the
+    /// [`HfMoeLayout::Mlp`] names with an ungated shared MLP named in the plural (DeepSeek).
+    SharedExperts,
 }
 
 /// A tensor of a sparse MoE layer.
@@ -49,10 +52,23 @@ impl TensorNaming {
             TensorNaming::HuggingFace if arch.hf_moe_layout() == HfMoeLayout::FusedGateUp => {
                 format!("model.layers.{layer}.mlp.{}", fused_part(t))
             }
+            TensorNaming::HuggingFace if arch.hf_moe_layout() == HfMoeLayout::SharedExperts => {
+                let part = mlp_part(t, expert);
+                let part = part.replace("shared_expert.", "shared_experts.");
+                format!("model.layers.{layer}.mlp.{part}")
+            }
             // (No family with a name table of its own has experts.)
             TensorNaming::HuggingFace | TensorNaming::HfTable { .. } => {
                 format!("model.layers.{layer}.mlp.{}", mlp_part(t, expert))
             }
+        }
+    }
+
+    /// The router's choice bias (DeepSeek V3's `e_score_correction_bias`), `[experts]`.
+    pub fn moe_score_bias(self, layer: usize) -> String {
+        match self {
+            TensorNaming::Gguf => format!("blk.{layer}.exp_probs_b.bias"),
+            _ => format!("model.layers.{layer}.mlp.gate.e_score_correction_bias"),
         }
     }
 

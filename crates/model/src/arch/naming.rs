@@ -31,6 +31,20 @@ pub enum LayerTensor {
     Down,
     /// The fused query/key/value projection (BLOOM).
     Qkv,
+    /// Latent attention (DeepSeek): the query bottleneck's down projection, its RMSNorm and
+    /// up projection.
+    QA,
+    QANorm,
+    QB,
+    /// Latent attention: the projection to the compressed latent and the rotary key, the
+    /// latent's RMSNorm, and the latent's expansion to every head's key and value.
+    KvA,
+    KvANorm,
+    KvB,
+    /// Latent attention in newer GGUF files: `KvB` split into its key part, transposed per head
+    /// (`[heads, latent, nope]`), and its value part (`[heads, value, latent]`).
+    KB,
+    VB,
 }
 
 /// Which naming scheme a weight source uses.
@@ -192,6 +206,14 @@ fn gguf_part(t: LayerTensor) -> &'static str {
         LayerTensor::Up => "ffn_up",
         LayerTensor::Down => "ffn_down",
         LayerTensor::Qkv => "attn_qkv",
+        LayerTensor::QA => "attn_q_a",
+        LayerTensor::QANorm => "attn_q_a_norm",
+        LayerTensor::QB => "attn_q_b",
+        LayerTensor::KvA => "attn_kv_a_mqa",
+        LayerTensor::KvANorm => "attn_kv_a_norm",
+        LayerTensor::KvB => "attn_kv_b",
+        LayerTensor::KB => "attn_k_b",
+        LayerTensor::VB => "attn_v_b",
     }
 }
 
@@ -211,5 +233,13 @@ fn hf_part(t: LayerTensor) -> &'static str {
         LayerTensor::Up => "mlp.up_proj",
         LayerTensor::Down => "mlp.down_proj",
         LayerTensor::Qkv => "self_attn.qkv_proj",
+        LayerTensor::QA => "self_attn.q_a_proj",
+        LayerTensor::QANorm => "self_attn.q_a_layernorm",
+        LayerTensor::QB => "self_attn.q_b_proj",
+        LayerTensor::KvA => "self_attn.kv_a_proj_with_mqa",
+        LayerTensor::KvANorm => "self_attn.kv_a_layernorm",
+        LayerTensor::KvB => "self_attn.kv_b_proj",
+        LayerTensor::KB => "self_attn.k_b_proj",
+        LayerTensor::VB => "self_attn.v_b_proj",
     }
 }

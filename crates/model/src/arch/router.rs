@@ -3,7 +3,11 @@
 //!
 //! Per token: softmax over every expert's router logit, keep the `top_k` largest (ties: the
 //! lower expert index), and with `normalize` rescale the kept weights to sum to 1 (Mixtral,
-//! Qwen3-MoE; Qwen2-MoE keeps the softmax values).
+//! Qwen3-MoE; Qwen2-MoE keeps the softmax values). DeepSeek's rules (sigmoid scores, a choice
+//! bias, group-limited choice, scaled weights) are [`RouterRule`]s.
+
+use crate::config::router_rule::MAX_GROUPS;
+use crate::config::{ExpertGroups, GroupScore, RouterRule, Scoring};
 
 /// The routing of one batch; buffers are reused across calls (they only grow).
 #[derive(Debug, Default)]
@@ -19,11 +23,27 @@ pub struct Routing {
     /// The routing weight of each `order` entry.
     order_weights: Vec<f32>,
     probs: Vec<f32>,
+    /// The scores the choice ranks (bias added, excluded groups at −∞).
+    choice: Vec<f32>,
     cursor: Vec<usize>,
+    /// The eligible groups of one token.
+    groups: Vec<usize>,
+}
+
+/// What [`Routing::route_with`] needs besides the logits.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteSpec<'a> {
+    pub n_experts: usize,
+    pub top_k: usize,
+    /// Rescale the kept weights to sum to 1.
+    pub normalize: bool,
+    pub rule: RouterRule,
+    /// Added to the scores for the choice only (DeepSeek V3's `e_score_correction_bias`).
+    pub bias: Option<&'a [f32]>,
 }
 
 impl Routing {
-    /// Route `t` tokens from their router logits `[t, n_experts]`.
+    /// Route `t` tokens from their router logits `[t, n_experts]` by softmax and top-k.
     pub fn route(
         &mut self,
         logits: &[f32],
@@ -32,23 +52,51 @@ impl Routing {
         top_k: usize,
         normalize: bool,
     ) {
+        let spec = RouteSpec {
+            n_experts,
+            top_k,
+            normalize,
+            rule: RouterRule::SOFTMAX,
+            bias: None,
+        };
+        self.route_with(logits, t, &spec);
+    }
+
+    /// Route `t` tokens from their router logits `[t, n_experts]` by `spec`'s rule (the
+    /// module docs of [`RouterRule`]).
+    pub fn route_with(&mut self, logits: &[f32], t: usize, spec: &RouteSpec<'_>) {
+        let (n_experts, top_k) = (spec.n_experts, spec.top_k);
         self.picks.clear();
         self.weights.clear();
         for row in logits[..t * n_experts].chunks_exact(n_experts) {
             self.probs.clear();
             self.probs.extend_from_slice(row);
-            softmax(&mut self.probs);
+            match spec.rule.scoring {
+                Scoring::Softmax => softmax(&mut self.probs),
+                Scoring::Sigmoid => self.probs.iter_mut().for_each(|v| *v = sigmoid(*v)),
+            }
+            self.choice.clear();
+            self.choice.extend_from_slice(&self.probs);
+            if let Some(bias) = spec.bias {
+                self.choice.iter_mut().zip(bias).for_each(|(c, b)| *c += b);
+            }
+            if let Some(groups) = spec.rule.groups {
+                keep_top_groups(&mut self.choice, groups, &mut self.groups);
+            }
             let start = self.weights.len();
             for _ in 0..top_k {
-                let e = argmax(&self.probs);
+                let e = argmax(&self.choice);
                 self.picks.push(e as u32);
                 self.weights.push(self.probs[e]);
-                self.probs[e] = f32::NEG_INFINITY;
+                self.choice[e] = f32::NEG_INFINITY;
             }
-            if normalize {
-                let kept = &mut self.weights[start..];
+            let kept = &mut self.weights[start..];
+            if spec.normalize {
                 let sum: f32 = kept.iter().sum();
                 kept.iter_mut().for_each(|w| *w /= sum);
+            }
+            if spec.rule.scale != 1.0 {
+                kept.iter_mut().for_each(|w| *w *= spec.rule.scale);
             }
         }
         self.group(t, n_experts, top_k);
@@ -94,6 +142,45 @@ impl Routing {
     pub fn token(&self, i: usize, top_k: usize) -> (&[u32], &[f32]) {
         let r = i * top_k..(i + 1) * top_k;
         (&self.picks[r.clone()], &self.weights[r])
+    }
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Sets the scores of every expert outside the `top_groups` best groups to −∞ (`ranked`:
+/// scratch for the group order).
+fn keep_top_groups(choice: &mut [f32], g: ExpertGroups, ranked: &mut Vec<usize>) {
+    let per_group = choice.len() / g.n_groups;
+    let group_score = |grp: &[f32]| match g.score {
+        GroupScore::Max => grp.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        GroupScore::TopTwoSum => {
+            let first = argmax(grp);
+            let second = grp
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != first)
+                .map(|(_, &v)| v)
+                .fold(f32::NEG_INFINITY, f32::max);
+            grp[first] + second
+        }
+    };
+    let mut scores: [f32; MAX_GROUPS] = [f32::NEG_INFINITY; MAX_GROUPS];
+    for (s, grp) in scores.iter_mut().zip(choice.chunks_exact(per_group)) {
+        *s = group_score(grp);
+    }
+    let scores = &mut scores[..g.n_groups.min(MAX_GROUPS)];
+    ranked.clear();
+    for _ in 0..g.top_groups {
+        let best = argmax(scores);
+        ranked.push(best);
+        scores[best] = f32::NEG_INFINITY;
+    }
+    for (i, grp) in choice.chunks_exact_mut(per_group).enumerate() {
+        if !ranked.contains(&i) {
+            grp.fill(f32::NEG_INFINITY);
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 use kestrel_kernels::cpu::attention::AttnSeq;
 use kestrel_kernels::cpu::gemm::Scratch;
 
+use super::latent_attention::LatentScratch;
 use super::moe_block::MoeScratch;
 use crate::lora::LoraScratch;
 
@@ -36,6 +37,8 @@ pub struct Workspace {
     pub moe: MoeScratch,
     /// The LoRA deltas' buffers.
     pub lora: LoraScratch,
+    /// The latent attention layers' buffers (DeepSeek).
+    pub mla: LatentScratch,
 }
 
 /// Sizes the buffers must hold for one forward pass.

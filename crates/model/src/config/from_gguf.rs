@@ -71,7 +71,7 @@ impl ModelConfig {
                 Some(gemma)
             }
         };
-        let config = ModelConfig {
+        let mut config = ModelConfig {
             architecture,
             vocab_size: gguf_vocab_size(file, arch_name)?,
             hidden_size,
@@ -97,7 +97,9 @@ impl ModelConfig {
             dtype: None,
             moe,
             gemma,
+            mla: None,
         };
+        family.gguf_finish(file, arch_name, &mut config)?;
         config.validate()?;
         check_embedding_shape(file, &config)?;
         Ok(config)

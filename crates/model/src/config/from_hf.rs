@@ -88,6 +88,7 @@ pub(crate) fn decoder_config(arch: Architecture, obj: &Obj) -> Result<ModelConfi
             .map(str::to_string),
         moe: family.hf_moe(obj, n_layers)?,
         gemma,
+        mla: None,
     };
     if !hidden_size.is_multiple_of(n_heads) && opt_usize(obj, "head_dim")?.is_none() {
         return Err(ConfigError::Invalid(format!(
@@ -137,7 +138,7 @@ fn hf_architecture(obj: &Obj) -> Result<Architecture, ConfigError> {
 
 /// `rope_parameters` (transformers 5) or `rope_scaling` (older); `None` when absent or null.
 /// Per-layer-type parameters (Gemma 3) give the global (`full_attention`) layers' entry.
-fn rope_params(obj: &Obj) -> Result<Option<&Obj>, ConfigError> {
+pub(crate) fn rope_params(obj: &Obj) -> Result<Option<&Obj>, ConfigError> {
     for key in ["rope_parameters", "rope_scaling"] {
         match obj.get(key) {
             None | Some(Value::Null) => continue,
@@ -334,7 +335,7 @@ pub(crate) fn opt_f32(obj: &Obj, key: &str) -> Result<Option<f32>, ConfigError> 
         .transpose()
 }
 
-fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ConfigError> {
+pub(crate) fn opt_f64(obj: &Obj, key: &str) -> Result<Option<f64>, ConfigError> {
     present(obj, key)
         .map(|v| {
             v.as_f64()

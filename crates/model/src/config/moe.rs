@@ -10,7 +10,7 @@
 use crate::weights::gguf::{GgufFile, OptionalKey};
 
 use super::from_hf::{bad, opt_bool, opt_usize, present, req_usize, Obj};
-use super::{Architecture, ConfigError, ExpertActivation};
+use super::{Architecture, ConfigError, ExpertActivation, RouterRule};
 
 /// Sparse MLP hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +29,8 @@ pub struct MoeConfig {
     pub sparse_layers: Vec<bool>,
     /// How each expert combines its gate and up projections.
     pub activation: ExpertActivation,
+    /// How router logits become choices and weights (softmax for every family but DeepSeek).
+    pub routing: RouterRule,
 }
 
 impl MoeConfig {
@@ -54,7 +56,7 @@ impl MoeConfig {
                 self.sparse_layers.len()
             )));
         }
-        Ok(())
+        self.routing.validate(self.n_experts, self.top_k)
     }
 
     /// Whether layer `layer` has a sparse MLP.
@@ -114,6 +116,7 @@ impl MoeConfig {
             shared_expert_ffn,
             sparse_layers,
             activation: arch.family().gguf_expert_activation(),
+            routing: RouterRule::SOFTMAX,
         }))
     }
 }
@@ -154,6 +157,7 @@ pub(crate) fn routed_from_hf(
         shared_expert_ffn: shared_expert_ffn.filter(|n| *n > 0),
         sparse_layers,
         activation: ExpertActivation::SiluGated,
+        routing: RouterRule::SOFTMAX,
     })
 }
 

@@ -133,6 +133,7 @@ fn bloom_config(arch: Architecture, obj: &Obj) -> Result<ModelConfig, ConfigErro
         qk_norm: false,
         moe: None,
         gemma: None,
+        mla: None,
         bos_token_id: opt_u32(obj, "bos_token_id")?,
         eos_token_ids: eos_ids(obj)?,
         dtype: opt_str(obj, "dtype")?

@@ -13,6 +13,7 @@ use crate::config::from_hf::{self, opt_bool, Obj};
 use crate::config::gemma::GemmaTraits;
 use crate::config::window::LayerWindow;
 use crate::config::{BlockLayout, ConfigError, ExpertActivation, ModelConfig, MoeConfig};
+use crate::weights::gguf::GgufFile;
 use crate::weights::TensorSource;
 
 /// The names a family goes by.
@@ -187,6 +188,17 @@ pub(crate) trait Family: Sync {
     /// (transformers' `truncate`, which GGUF files do not store; default true).
     fn gguf_yarn_truncate(&self) -> bool {
         true
+    }
+
+    /// Reads what this family's GGUF files store beyond the shared keys into `cfg`, before it
+    /// is validated (default: nothing).
+    fn gguf_finish(
+        &self,
+        _file: &GgufFile,
+        _arch_name: &str,
+        _cfg: &mut ModelConfig,
+    ) -> Result<(), ConfigError> {
+        Ok(())
     }
 
     /// Tokens (by their text) that end generation in this family's GGUF files besides the

@@ -13,7 +13,7 @@ use crate::arch::moe_naming::HfMoeLayout;
 use crate::arch::naming::LayerTensor;
 use crate::config::from_hf::{opt_bool, opt_f32, opt_usize, req_usize, Obj};
 use crate::config::window::{layer_types, LayerWindow};
-use crate::config::{ConfigError, ExpertActivation, MoeConfig};
+use crate::config::{ConfigError, ExpertActivation, MoeConfig, RouterRule};
 
 pub(crate) struct GptOss;
 
@@ -80,6 +80,7 @@ impl Family for GptOss {
                 alpha: opt_f32(obj, "swiglu_alpha")?.unwrap_or(defaults.0),
                 limit: opt_f32(obj, "swiglu_limit")?.unwrap_or(defaults.1),
             },
+            routing: RouterRule::SOFTMAX,
         }))
     }
 

@@ -9,7 +9,7 @@ use super::family::{Family, FamilyNames, HfDefaults};
 use crate::arch::moe_naming::HfMoeLayout;
 use crate::config::from_hf::{opt_usize, req_usize, Obj};
 use crate::config::window::LayerWindow;
-use crate::config::{ConfigError, ExpertActivation, MoeConfig};
+use crate::config::{ConfigError, ExpertActivation, MoeConfig, RouterRule};
 
 pub(crate) struct Mixtral;
 
@@ -51,6 +51,7 @@ impl Family for Mixtral {
             shared_expert_ffn: None,
             sparse_layers: vec![true; n_layers],
             activation: ExpertActivation::SiluGated,
+            routing: RouterRule::SOFTMAX,
         }))
     }
 }

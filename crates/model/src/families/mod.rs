@@ -20,6 +20,7 @@ pub(crate) mod family;
 pub mod registry;
 
 mod bloom;
+mod deepseek;
 mod gemma2;
 mod gemma3;
 mod gpt_oss;

@@ -2,12 +2,12 @@
 //! them; and the lookups by name, HF `model_type` and HF class.
 
 use super::family::Family;
-use super::{bloom, gemma2, gemma3, gpt_oss, llama, mistral, mixtral, phi3};
+use super::{bloom, deepseek, gemma2, gemma3, gpt_oss, llama, mistral, mixtral, phi3};
 use super::{qwen2, qwen2_moe, qwen3, qwen3_moe, Architecture};
 use crate::config::ConfigError;
 
 /// The families, one line each.
-static FAMILIES: [&dyn Family; 12] = [
+static FAMILIES: [&dyn Family; 14] = [
     &llama::Llama,
     &mistral::Mistral,
     &qwen2::Qwen2,
@@ -20,6 +20,8 @@ static FAMILIES: [&dyn Family; 12] = [
     &gemma2::Gemma2,
     &gemma3::Gemma3,
     &gpt_oss::GptOss,
+    &deepseek::DeepseekV2,
+    &deepseek::DeepseekV3,
 ];
 
 /// Every registered family.

@@ -236,7 +236,7 @@ fn errors_name_the_problem() {
     assert!(matches!(e, ConfigError::UnsupportedArchitecture(ref a) if a == "gpt2"));
     assert_eq!(
         e.to_string(),
-        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3, phi3, bloom, mixtral, qwen2_moe, qwen3_moe, gemma2, gemma3, gpt_oss)"
+        "unsupported architecture \"gpt2\" (Kestrel runs llama, mistral, qwen2, qwen3, phi3, bloom, mixtral, qwen2_moe, qwen3_moe, gemma2, gemma3, gpt_oss, deepseek_v2, deepseek_v3)"
     );
     let unknown = serde_json::json!({"rope_type": "ntk-by-parts", "factor": 4.0});
     let e = with("rope_scaling", unknown).unwrap_err();

@@ -27,6 +27,7 @@ fn config(head_dim: usize, theta: f32, scaling: Option<RopeScaling>) -> ModelCon
         attention_bias: false,
         qk_norm: false,
         gemma: None,
+        mla: None,
         bos_token_id: None,
         eos_token_ids: vec![],
         dtype: None,

@@ -154,13 +154,15 @@ impl Case {
             normalize: self.normalize,
             shared: self.shared.as_ref().map(|(e, g)| SharedExpert {
                 mlp: e.mlp(),
-                gate: g.clone(),
+                gate: Some(g.clone()),
             }),
             counter: Some(ExpertCounter {
                 counts: counts.clone(),
                 slot: 0,
             }),
             activation: kestrel_model::config::ExpertActivation::SiluGated,
+            rule: kestrel_model::config::RouterRule::SOFTMAX,
+            score_bias: None,
         }
     }
 

@@ -86,6 +86,8 @@ fn blocks(dtype: DType, seed: u64) -> [MoeBlock; 2] {
         shared: None,
         counter: None,
         activation: kestrel_model::config::ExpertActivation::SiluGated,
+        rule: kestrel_model::config::RouterRule::SOFTMAX,
+        score_bias: None,
     })
 }
 

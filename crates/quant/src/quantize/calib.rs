@@ -125,6 +125,7 @@ pub fn calibrate(
         block_size,
         num_blocks: ctx.div_ceil(block_size),
         dtype: Default::default(),
+        keys_only: d.keys_only,
     };
     let mut kv = KvCache::new(shape);
     let mut ws = Workspace::default();

@@ -1,15 +1,20 @@
-//! Products of BF16 weights with several activation rows on AMX-BF16 tiles (`tdpbf16ps`).
+//! Products of BF16 weights with several activation rows on AMX-BF16 tiles (`tdpbf16ps`),
+//! chosen once at run time ([`Bf16Kernel`]); CPUs without AMX-BF16 keep the 4 × 4 FMA tiles
+//! of `quant::float_tile` (`f32` activations).
 //!
-//! The activations are rounded to bf16 (nearest, ties to even: [`round_bf16`]), as llama.cpp
-//! does for BF16 weights, and every product of two bf16 values is exact in `f32`; the tile
-//! unit sums them in `f32`. The spec is [`matmul_bf16_ref`]: the exact products of the bf16
-//! weights and the rounded activations summed in `f64`, rounded once. Products that take this
-//! path ([`takes`]: BF16 weights, at least [`MIN_ROWS`] rows, whole 32-element steps, a CPU
-//! with AMX-BF16) therefore differ from the `f32`-activation path of fewer rows by the
-//! rounding of the activations (relative 2⁻⁹ an element).
+//! Each activation is split into two bf16 parts ([`split_bf16`]: hi = bf16(x), lo = bf16(x −
+//! hi), 16 significant bits together instead of one bf16's 8) and the weights multiply both,
+//! at twice the tile products of rounding the activations to one bf16 as llama.cpp does for
+//! BF16 weights: an activation's relative error is at most 2⁻¹⁷ instead of 2⁻⁹, so that
+//! prompts of [`MIN_ROWS`] or more tokens (this path) and fewer (`f32` activations) give the
+//! same logits to about `f32` rounding and the same greedy tokens. Every product of two bf16
+//! values is exact in `f32`; the tile unit sums them in `f32`. The spec is [`matmul_bf16_ref`]:
+//! the exact products of the weights and `hi + lo` summed in `f64`, rounded once. The path is
+//! taken ([`takes`]) for BF16 weights, at least [`MIN_ROWS`] rows, whole 32-element steps, on
+//! a CPU with AMX-BF16.
 //!
 //! ```text
-//!   x (m × K f32) ──round, pair-pack──▶ groups of 32 rows: per 32-element step two B tiles
+//!   x (m × K f32) ──split, pair-pack──▶ groups of 32 rows: per 32-element step 2 + 2 B tiles
 //!   W (rows × K bf16, as loaded)        panels of 32 rows, read in place as A tiles
 //!   threads split the panels; each thread: for each chunk of panels (≈ CHUNK_BYTES, in L2)
 //!     for each group of activation rows: for each panel of the chunk: 32 × 32 results
@@ -28,7 +33,9 @@ use crate::cpu::{Isa, ThreadPool};
 use crate::quant::DType;
 
 #[cfg(target_arch = "x86_64")]
-use crate::cpu::packed::x86::amx::bf16::{self as kernel, PanelOut, B_TILE_BYTES, K_STEP, ROWS};
+use crate::cpu::packed::x86::amx::bf16::{
+    self as tiles, PanelOut, B_TILE_BYTES, K_STEP, ROWS, STEP_BYTES,
+};
 
 /// Products of fewer activation rows keep `f32` activations (the 4 × 4 FMA tiles): below a
 /// tile's 16 rows the tile products would mostly multiply padding.
@@ -38,30 +45,74 @@ pub const MIN_ROWS: usize = 16;
 #[cfg(target_arch = "x86_64")]
 const CHUNK_BYTES: usize = 768 * 1024;
 
+/// The kernels of these products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bf16Kernel {
+    /// AMX-BF16 tile products.
+    Amx,
+}
+
+impl Bf16Kernel {
+    /// The kernel this process uses: AMX where [`Isa::bf16_tiles`] holds.
+    pub fn detected() -> Option<Bf16Kernel> {
+        Isa::bf16_tiles().then_some(Bf16Kernel::Amx)
+    }
+
+    /// Every kernel this CPU can run (tests compare each with the spec).
+    pub fn available() -> Vec<Bf16Kernel> {
+        let mut v = Vec::new();
+        if Isa::bf16_tiles_supported() {
+            v.push(Bf16Kernel::Amx);
+        }
+        v
+    }
+
+    fn supported(self) -> bool {
+        match self {
+            Bf16Kernel::Amx => Isa::bf16_tiles_supported(),
+        }
+    }
+}
+
+/// Whether `kernel` can take a product of `m` activation rows with `w`: BF16 weights, at
+/// least [`MIN_ROWS`] rows, whole 32-element steps.
+fn fits(w: &MatRef<'_>, m: usize) -> bool {
+    w.dtype == DType::BF16 && m >= MIN_ROWS && w.rows > 0 && w.cols > 0 && w.cols.is_multiple_of(32)
+}
+
 /// Whether [`crate::cpu::gemm::matmul`] takes a product of `m` activation rows with `w`
-/// through the tiles.
+/// through these kernels (one of them is [`Bf16Kernel::detected`]).
 pub fn takes(w: &MatRef<'_>, m: usize) -> bool {
-    w.dtype == DType::BF16
-        && m >= MIN_ROWS
-        && w.rows > 0
-        && w.cols > 0
-        && w.cols.is_multiple_of(32)
-        && Isa::bf16_tiles()
+    fits(w, m) && Bf16Kernel::detected().is_some()
 }
 
-/// `x` rounded to bf16 (nearest, ties to even) and back to `f32`: the activations the tile
+/// `x` as two bf16 values, `(hi, lo)`: hi = bf16(x), lo = bf16(x − hi) (nearest, ties to
+/// even; lo = 0 where x − hi is NaN, that is where x is not finite). `hi + lo` is what the
 /// products see.
-pub fn round_bf16(x: f32) -> f32 {
-    half::bf16::from_f32(x).to_f32()
+pub fn split_bf16(x: f32) -> (f32, f32) {
+    let hi = half::bf16::from_f32(x).to_f32();
+    let d = x - hi;
+    let lo = if d.is_nan() {
+        0.0
+    } else {
+        half::bf16::from_f32(d).to_f32()
+    };
+    (hi, lo)
 }
 
-/// The spec of the tile products: `y[j][r] = Σ_k W[r][k] · round_bf16(x[j][k])`, the exact
-/// products summed in `f64` and rounded once to `f32`.
+/// The spec of the tile products: `y[j][r] = Σ_k W[r][k] · (hi + lo)(x[j][k])` with
+/// [`split_bf16`]'s parts, the exact products summed in `f64` and rounded once to `f32`.
 ///
 /// Panics if `w` is not BF16 or the lengths do not match the shapes.
 pub fn matmul_bf16_ref(w: MatRef<'_>, x: &[f32], m: usize, y: &mut [f32]) {
     check(&w, x, m, y);
-    let xr: Vec<f64> = x.iter().map(|&v| round_bf16(v) as f64).collect();
+    let xr: Vec<f64> = x
+        .iter()
+        .map(|&v| {
+            let (hi, lo) = split_bf16(v);
+            hi as f64 + lo as f64
+        })
+        .collect();
     for (r, wr) in w.data.chunks_exact(2 * w.cols).enumerate() {
         let wf: Vec<f64> = wr
             .chunks_exact(2)
@@ -82,8 +133,8 @@ fn check(w: &MatRef<'_>, x: &[f32], m: usize, y: &[f32]) {
     assert_eq!(y.len(), m * w.rows, "bf16 tiles: y must be m × rows");
 }
 
-/// `y = x · Wᵀ` on AMX-BF16 tiles, to the spec [`matmul_bf16_ref`] (up to the order of the
-/// `f32` sums).
+/// `y = x · Wᵀ` with the detected kernel, to the spec [`matmul_bf16_ref`] (up to the order
+/// of the `f32` sums).
 ///
 /// Panics unless [`takes`] holds (the CPU, the dtype, the shapes) and the lengths match.
 pub fn matmul_bf16_tiles(
@@ -94,8 +145,28 @@ pub fn matmul_bf16_tiles(
     y: &mut [f32],
     scratch: &mut Scratch,
 ) {
+    let kernel = Bf16Kernel::detected().expect("bf16 tiles: no BF16 kernel on this CPU");
+    matmul_bf16_with(pool, kernel, w, x, m, y, scratch)
+}
+
+/// [`matmul_bf16_tiles`] with an explicit kernel (tests cover each with this).
+///
+/// Panics unless the CPU runs `kernel`, the product fits (BF16, at least [`MIN_ROWS`] rows,
+/// whole 32-element steps) and the lengths match.
+pub fn matmul_bf16_with(
+    pool: &ThreadPool,
+    kernel: Bf16Kernel,
+    w: MatRef<'_>,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+    scratch: &mut Scratch,
+) {
     check(&w, x, m, y);
-    assert!(takes(&w, m), "bf16 tiles: not available for this product");
+    assert!(
+        kernel.supported() && fits(&w, m),
+        "bf16 tiles: {kernel:?} cannot take this product"
+    );
     #[cfg(target_arch = "x86_64")]
     {
         let packed = pack(pool, w.cols, x, m, &mut scratch.act);
@@ -103,7 +174,7 @@ pub fn matmul_bf16_tiles(
         let panels = w.rows.div_ceil(ROWS);
         pool.broadcast(&|t, n| {
             let (p0, p1) = (panels * t / n, panels * (t + 1) / n);
-            run_panels(&w, packed, m, p0..p1, &out);
+            run_panels(kernel, &w, packed, m, p0..p1, &out);
         });
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -113,13 +184,13 @@ pub fn matmul_bf16_tiles(
     }
 }
 
-/// Bytes of one group's packed activations: two B tiles per 32-element step.
+/// Bytes of one group's packed activations: hi and lo B tiles per 32-element step.
 #[cfg(target_arch = "x86_64")]
 fn group_bytes(cols: usize) -> usize {
-    cols / K_STEP * 2 * B_TILE_BYTES
+    cols / K_STEP * STEP_BYTES
 }
 
-/// Rounds and packs the `m` rows of `x` into `buf` (groups of 32 rows, zero rows past `m`),
+/// Splits and packs the `m` rows of `x` into `buf` (groups of 32 rows, zero rows past `m`),
 /// the groups shared out over the threads.
 #[cfg(target_arch = "x86_64")]
 fn pack<'s>(pool: &ThreadPool, cols: usize, x: &[f32], m: usize, buf: &'s mut Vec<u8>) -> &'s [u8] {
@@ -143,30 +214,29 @@ fn pack<'s>(pool: &ThreadPool, cols: usize, x: &[f32], m: usize, buf: &'s mut Ve
 #[cfg(target_arch = "x86_64")]
 fn pack_group(cols: usize, x: &[f32], m: usize, g: usize, dst: &mut [u8]) {
     let steps = cols / K_STEP;
-    assert_eq!(dst.len(), steps * 2 * B_TILE_BYTES, "bf16 tiles: group buffer size");
+    assert_eq!(
+        dst.len(),
+        steps * STEP_BYTES,
+        "bf16 tiles: group buffer size"
+    );
     for n in 0..ROWS {
         let j = g * ROWS + n;
         let tile = (n / 16) * B_TILE_BYTES;
         if j >= m {
             for s in 0..steps {
-                let t = &mut dst[s * 2 * B_TILE_BYTES + tile..][..B_TILE_BYTES];
-                t.chunks_exact_mut(64)
-                    .for_each(|line| line[4 * (n % 16)..4 * (n % 16) + 4].fill(0));
+                for part in [0, 2 * B_TILE_BYTES] {
+                    let t = &mut dst[s * STEP_BYTES + part + tile..][..B_TILE_BYTES];
+                    t.chunks_exact_mut(64)
+                        .for_each(|line| line[4 * (n % 16)..4 * (n % 16) + 4].fill(0));
+                }
             }
             continue;
         }
         let row = &x[j * cols..(j + 1) * cols];
-        // SAFETY: `takes` held (AMX-BF16 implies AVX-512 F/BW); `row` holds `steps · 32`
-        // floats; the tiles at `dst + tile + s · 2048` lie within `dst` (its length checked).
-        unsafe {
-            kernel::pack_row(
-                row.as_ptr(),
-                steps,
-                dst.as_mut_ptr().add(tile),
-                2 * B_TILE_BYTES,
-                n % 16,
-            )
-        };
+        // SAFETY: a BF16 kernel runs (each implies AVX-512 F/BW); `row` holds `steps · 32`
+        // floats; the hi and lo tiles at `dst + tile + s · STEP_BYTES` lie within `dst` (its
+        // length checked).
+        unsafe { tiles::pack_row(row.as_ptr(), steps, dst.as_mut_ptr().add(tile), n % 16) };
     }
 }
 
@@ -179,6 +249,7 @@ thread_local! {
 /// Panels `panels` of `w` against every group of `packed`, results into `out`.
 #[cfg(target_arch = "x86_64")]
 fn run_panels(
+    kernel: Bf16Kernel,
     w: &MatRef<'_>,
     packed: &[u8],
     m: usize,
@@ -202,17 +273,15 @@ fn run_panels(
                     } else {
                         padded_tail(w, r0, tail)
                     };
-                    // SAFETY: `takes` held (AMX-BF16 granted); `a` holds 32 rows of `w_row`
-                    // bytes (`cols / 32` steps of 64 bytes), `b` the group's tiles.
+                    let (ap, steps, two) = (a.as_ptr(), w.cols / K_STEP, rows_n > 16);
+                    // SAFETY: the CPU runs `kernel` (checked by the caller); `a` holds 32 rows
+                    // of `w_row` bytes (`cols / 32` steps of 64 bytes), `b` the group's tiles.
                     unsafe {
-                        kernel::panel(
-                            a.as_ptr(),
-                            w_row,
-                            w.cols / K_STEP,
-                            b.as_ptr(),
-                            rows_n > 16,
-                            &mut res,
-                        )
+                        match kernel {
+                            Bf16Kernel::Amx => {
+                                tiles::panel(ap, w_row, steps, b.as_ptr(), two, &mut res)
+                            }
+                        }
                     };
                     for (n, rn) in res.iter().enumerate().take(rows_n) {
                         let j = g * ROWS + n;

@@ -136,7 +136,18 @@ pub fn kernels(dtype: DType, isa: Isa) -> TypeKernels {
         dequantize,
         vec_dot,
         vec_dot_tile: tile_kernel(dtype, isa),
-        vec_dot_rows: None,
+        vec_dot_rows: rows_kernel(dtype, isa),
+    }
+}
+
+/// The 4-row decode kernel ([`super::float_tile`]) for `dtype` on `isa`; none for scalar code.
+fn rows_kernel(dtype: DType, isa: Isa) -> Option<super::VecDotRowsFn> {
+    match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        simd => Some(super::float_tile::select_rows(dtype, simd)),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
     }
 }
 

@@ -1,5 +1,7 @@
-//! 4 × 4 tile kernels ([`VecDotTileFn`]) for the float weight types: four weight rows against
-//! four `f32` activation rows per call, so that each weight element is loaded and converted
+//! 4 × 4 tile kernels ([`VecDotTileFn`](crate::quant::VecDotTileFn)) for the float weight
+//! types, and their decode form ([`VecDotRowsFn`](crate::quant::VecDotRowsFn): four weight rows
+//! streamed together against one activation row). A tile takes four weight rows against four
+//! `f32` activation rows per call, so that each weight element is loaded and converted
 //! once for four activation rows and each activation element once for four weight rows.
 //!
 //! The spec is [`super::float::vec_dot_ref`] for every (weight row, activation row) pair:
@@ -15,7 +17,7 @@
 //! ```
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::select;
+pub(super) use x86::{select, select_rows};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -25,7 +27,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use crate::cpu::Isa;
-    use crate::quant::{DType, VecDotTileFn, TILE};
+    use crate::quant::{DType, VecDotRowsFn, VecDotTileFn, TILE};
 
     /// The tile kernel of `dtype` for `isa` (AVX2 or AVX-512).
     pub(in crate::quant) fn select(dtype: DType, isa: Isa) -> VecDotTileFn {
@@ -36,6 +38,19 @@ mod x86 {
             (DType::F32, _) => tile_f32_avx512,
             (DType::F16, _) => tile_f16_avx512,
             _ => tile_bf16_avx512,
+        }
+    }
+
+    /// The decode kernel ([`VecDotRowsFn`]: four weight rows against one activation row) of
+    /// `dtype` for `isa` (AVX2 or AVX-512).
+    pub(in crate::quant) fn select_rows(dtype: DType, isa: Isa) -> VecDotRowsFn {
+        match (dtype, isa) {
+            (DType::F32, Isa::Avx2) => rows_f32_avx2,
+            (DType::F16, Isa::Avx2) => rows_f16_avx2,
+            (_, Isa::Avx2) => rows_bf16_avx2,
+            (DType::F32, _) => rows_f32_avx512,
+            (DType::F16, _) => rows_f16_avx512,
+            _ => rows_bf16_avx512,
         }
     }
 
@@ -115,6 +130,46 @@ mod x86 {
         };
     }
 
+    macro_rules! rows_avx512 {
+        ($name:ident, $bytes:literal, $ld:ident) => {
+            fn $name(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
+                check(n, &w, &[a; TILE], $bytes);
+                #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+                unsafe fn inner(n: usize, w: [*const u8; TILE], a: *const u8) -> [f32; TILE] {
+                    let mut acc = [_mm512_setzero_ps(); TILE];
+                    let mut step = |i: usize, k: __mmask16| {
+                        // SAFETY: lanes `k` of elements i..i+16 lie within the n elements of
+                        // every row (the caller's contract).
+                        let (wv, av) = unsafe {
+                            (
+                                w.map(|p| $ld(p.add(i * $bytes), k)),
+                                ld16_f32(a.add(i * 4), k),
+                            )
+                        };
+                        for (acc, wv) in acc.iter_mut().zip(wv) {
+                            *acc = _mm512_fmadd_ps(wv, av, *acc);
+                        }
+                    };
+                    let full = n / 16 * 16;
+                    for i in (0..full).step_by(16) {
+                        step(i, 0xFFFF);
+                    }
+                    if full < n {
+                        step(full, (1u16 << (n - full)) - 1);
+                    }
+                    acc.map(|v| _mm512_reduce_add_ps(v))
+                }
+                // SAFETY: as for the tile kernels: the CPU has the features, the rows hold
+                // `n` elements (checked above).
+                unsafe { inner(n, w.map(<[u8]>::as_ptr), a.as_ptr()) }
+            }
+        };
+    }
+
+    rows_avx512!(rows_f32_avx512, 4, ld16_f32);
+    rows_avx512!(rows_f16_avx512, 2, ld16_f16);
+    rows_avx512!(rows_bf16_avx512, 2, ld16_bf16);
+
     tile_avx512!(tile_f32_avx512, 4, ld16_f32);
     tile_avx512!(tile_f16_avx512, 2, ld16_f16);
     tile_avx512!(tile_bf16_avx512, 2, ld16_bf16);
@@ -163,7 +218,11 @@ mod x86 {
                 check(n, &w, &a, $bytes);
                 /// Weight rows `w` against activation rows `a[0..2]`, elements `0..n8`.
                 #[target_feature(enable = "avx2,fma,f16c")]
-                unsafe fn half(n8: usize, w: [*const u8; TILE], a: [*const u8; 2]) -> [[f32; TILE]; 2] {
+                unsafe fn half(
+                    n8: usize,
+                    w: [*const u8; TILE],
+                    a: [*const u8; 2],
+                ) -> [[f32; TILE]; 2] {
                     let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
                     for i in (0..n8).step_by(8) {
                         // SAFETY: elements i..i+8 with i + 8 <= n8 <= n, within every row
@@ -213,6 +272,39 @@ mod x86 {
     fn bf16_at(row: &[u8], k: usize) -> f32 {
         half::bf16::from_le_bytes([row[2 * k], row[2 * k + 1]]).to_f32()
     }
+
+    macro_rules! rows_avx2 {
+        ($name:ident, $bytes:literal, $ld:ident, $decode:expr) => {
+            fn $name(n: usize, w: [&[u8]; TILE], a: &[u8]) -> [f32; TILE] {
+                check(n, &w, &[a; TILE], $bytes);
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn inner(n8: usize, w: [*const u8; TILE], a: *const u8) -> [f32; TILE] {
+                    let mut acc = [_mm256_setzero_ps(); TILE];
+                    for i in (0..n8).step_by(8) {
+                        // SAFETY: elements i..i+8 with i + 8 <= n8 <= n, within every row.
+                        let (wv, av) =
+                            unsafe { (w.map(|p| $ld(p.add(i * $bytes))), ld8_f32(a.add(i * 4))) };
+                        for (acc, wv) in acc.iter_mut().zip(wv) {
+                            *acc = _mm256_fmadd_ps(wv, av, *acc);
+                        }
+                    }
+                    acc.map(|v| hsum256(v))
+                }
+                let n8 = n / 8 * 8;
+                // SAFETY: the CPU has AVX2, FMA and F16C; the rows hold `n >= n8` elements.
+                let mut out = unsafe { inner(n8, w.map(<[u8]>::as_ptr), a.as_ptr()) };
+                let decode: fn(&[u8], usize) -> f32 = $decode;
+                for (o, wr) in out.iter_mut().zip(w) {
+                    *o += (n8..n).map(|k| decode(wr, k) * f32_at(a, k)).sum::<f32>();
+                }
+                out
+            }
+        };
+    }
+
+    rows_avx2!(rows_f32_avx2, 4, ld8_f32, f32_at);
+    rows_avx2!(rows_f16_avx2, 2, ld8_f16, f16_at);
+    rows_avx2!(rows_bf16_avx2, 2, ld8_bf16, bf16_at);
 
     tile_avx2!(tile_f32_avx2, 4, ld8_f32, f32_at);
     tile_avx2!(tile_f16_avx2, 2, ld8_f16, f16_at);

@@ -1,17 +1,18 @@
-//! BF16 weights on AMX-BF16 tiles against their spec (`matmul_bf16_ref`: bf16-rounded
-//! activations, exact products summed in `f64`).
+//! BF16 weights on AMX-BF16 tiles against their spec (`matmul_bf16_ref`:
+//! activations split into bf16 hi + lo parts, exact products summed in `f64`).
 //!
 //! Tolerance: the tile unit sums the exact products in `f32`, one pair of products at a time
-//! per accumulator, so an output's error is at most about `(K/2 + 32) eps Σ|w x|`; a wrong
-//! element, row or pair order gives errors of the order of `Σ|w x|` itself.
+//! per accumulator (hi and lo parts in turn), so an output's error is at most about
+//! `(K + 32) eps Σ|w x|`; a wrong element, row or pair order, or a lost lo part, gives errors
+//! of the order of `2⁻⁹ Σ|w x|` or more.
 //!
-//! On a CPU without AMX-BF16 the tile tests say so on stderr and check only the reference.
+//! A kernel this CPU lacks is named on stderr as not run; the reference is checked anyway.
 
 use kestrel_kernels::cpu::bf16_tiles::{
-    matmul_bf16_ref, matmul_bf16_tiles, round_bf16, takes, MIN_ROWS,
+    matmul_bf16_ref, matmul_bf16_tiles, matmul_bf16_with, split_bf16, takes, Bf16Kernel, MIN_ROWS,
 };
 use kestrel_kernels::cpu::gemm::{matmul, MatRef, Scratch};
-use kestrel_kernels::cpu::{Isa, ThreadPool};
+use kestrel_kernels::cpu::ThreadPool;
 use kestrel_kernels::quant::DType;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,7 +35,7 @@ fn magnitudes(w: &[f32], x: &[f32], rows: usize, cols: usize, m: usize) -> Vec<f
     for j in 0..m {
         for r in 0..rows {
             out[j * rows + r] = (0..cols)
-                .map(|k| (w[r * cols + k] as f64 * round_bf16(x[j * cols + k]) as f64).abs())
+                .map(|k| (w[r * cols + k] as f64 * x[j * cols + k] as f64).abs())
                 .sum();
         }
     }
@@ -42,20 +43,34 @@ fn magnitudes(w: &[f32], x: &[f32], rows: usize, cols: usize, m: usize) -> Vec<f
 }
 
 fn tiles_available() -> bool {
-    if Isa::bf16_tiles() {
+    if Bf16Kernel::detected().is_some() {
         return true;
     }
-    eprintln!("AMX-BF16 tiles not available on this CPU (or capped): tile products not run");
+    eprintln!("no AMX-BF16 on this CPU (or capped): bf16 tile products not run");
     false
 }
 
+/// The kernels to test, naming on stderr those this CPU lacks.
+fn kernels() -> Vec<Bf16Kernel> {
+    let have = Bf16Kernel::available();
+    for k in [Bf16Kernel::Amx] {
+        if !have.contains(&k) {
+            eprintln!("{k:?} not on this CPU: its products not run");
+        }
+    }
+    have
+}
+
 #[test]
-fn reference_rounds_activations_to_bf16() {
+fn reference_splits_activations_into_two_bf16() {
     let (rows, cols, m) = (3, 64, 2);
     let mut rng = ChaCha8Rng::seed_from_u64(40);
     let (data, wf) = bf16_matrix(rows, cols, &mut rng);
-    // 1 + 2⁻¹⁰ rounds to 1 in bf16 (8 significant bits): the reference must see 1.
-    let x = vec![1.0 + 1.0 / 1024.0; m * cols];
+    // 1 + 2⁻⁹ + 2⁻²⁰: hi = 1 (bf16 keeps 8 bits), lo = bf16(2⁻⁹ + 2⁻²⁰) = 2⁻⁹; the products
+    // see 1 + 2⁻⁹.
+    let v = 1.0 + 1.0 / 512.0 + 1.0 / (1u32 << 20) as f32;
+    assert_eq!(split_bf16(v), (1.0, 1.0 / 512.0));
+    let x = vec![v; m * cols];
     let mut y = vec![0.0; m * rows];
     let w = MatRef {
         dtype: DType::BF16,
@@ -66,26 +81,36 @@ fn reference_rounds_activations_to_bf16() {
     matmul_bf16_ref(w, &x, m, &mut y);
     for j in 0..m {
         for r in 0..rows {
-            let want: f64 = wf[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).sum();
+            let sum: f64 = wf[r * cols..(r + 1) * cols].iter().map(|&v| v as f64).sum();
+            let want = sum * (1.0 + 1.0 / 512.0);
             assert_eq!(y[j * rows + r], want as f32, "y[{j}][{r}]");
         }
     }
-    assert_eq!(round_bf16(1.0 + 1.0 / 1024.0), 1.0);
-    assert_eq!(round_bf16(1.0 + 3.0 / 256.0), 1.0 + 1.0 / 64.0, "ties to even");
-    assert!(round_bf16(f32::NAN).is_nan());
+    assert_eq!(
+        split_bf16(1.0 + 3.0 / 256.0),
+        (1.0 + 1.0 / 64.0, -1.0 / 256.0),
+        "ties to even"
+    );
+    let (hi, lo) = split_bf16(f32::NAN);
+    assert!(hi.is_nan() && lo == 0.0);
+    assert_eq!(split_bf16(f32::INFINITY), (f32::INFINITY, 0.0));
 }
 
 /// Every panel and group shape: rows in whole and partial panels of 32, activation rows in
 /// one or two tiles of a group, several groups, short and long K.
 #[test]
 fn tiles_match_reference() {
-    if !tiles_available() {
-        return;
-    }
     let mut rng = ChaCha8Rng::seed_from_u64(41);
     let pools = [ThreadPool::new(1), ThreadPool::new(3)];
     let mut scratch = Scratch::default();
-    for (rows, cols) in [(32, 32), (7, 64), (45, 576), (96, 96), (130, 1536), (33, 2048)] {
+    for (rows, cols) in [
+        (32, 32),
+        (7, 64),
+        (45, 576),
+        (96, 96),
+        (130, 1536),
+        (33, 2048),
+    ] {
         let (data, wf) = bf16_matrix(rows, cols, &mut rng);
         let w = MatRef {
             dtype: DType::BF16,
@@ -94,19 +119,22 @@ fn tiles_match_reference() {
             data: &data,
         };
         for m in [MIN_ROWS, 17, 32, 33, 70] {
-            assert!(takes(&w, m));
+            assert_eq!(takes(&w, m), Bf16Kernel::detected().is_some());
             let x: Vec<f32> = (0..m * cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
             let mut want = vec![0.0; m * rows];
             matmul_bf16_ref(w, &x, m, &mut want);
             let mag = magnitudes(&wf, &x, rows, cols, m);
-            for pool in &pools {
+            for (pool, kernel) in pools
+                .iter()
+                .flat_map(|p| kernels().into_iter().map(move |k| (p, k)))
+            {
                 let mut y = vec![f32::NAN; m * rows];
-                matmul_bf16_tiles(pool, w, &x, m, &mut y, &mut scratch);
+                matmul_bf16_with(pool, kernel, w, &x, m, &mut y, &mut scratch);
                 for (i, ((&g, &e), &s)) in y.iter().zip(&want).zip(&mag).enumerate() {
-                    let tol = (cols as f64 / 2.0 + 32.0) * f32::EPSILON as f64 * s;
+                    let tol = (cols as f64 + 32.0) * f32::EPSILON as f64 * s;
                     assert!(
                         ((g - e) as f64).abs() <= tol,
-                        "{rows}x{cols} m={m} threads={}: y[{}][{}] = {g}, spec {e}",
+                        "{kernel:?} {rows}x{cols} m={m} threads={}: y[{}][{}] = {g}, spec {e}",
                         pool.n_threads(),
                         i / rows,
                         i % rows
@@ -149,9 +177,7 @@ fn matmul_routes_bf16_products() {
         return;
     }
     let m = 20;
-    let x: Vec<f32> = (0..m * cols)
-        .map(|_| rng.gen_range(-2.0f32..2.0) + 1.0 / 1024.0)
-        .collect();
+    let x: Vec<f32> = (0..m * cols).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
     let (mut tiles, mut via) = (vec![0.0; m * rows], vec![0.0; m * rows]);
     let pool = ThreadPool::new(2);
     matmul_bf16_tiles(&pool, w, &x, m, &mut tiles, &mut Scratch::default());

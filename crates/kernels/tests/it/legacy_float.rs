@@ -135,8 +135,8 @@ fn float_dot_handles_unaligned_rows() {
     }
 }
 
-/// The 4 × 4 tile kernels (products of several rows): every entry against the reference dot of
-/// its weight row and activation row, with the row kernels' tolerance; unaligned rows (offset
+/// The 4 × 4 tile kernels (products of several rows) and the 4-row decode kernels: every entry
+/// against the reference dot of its weight row and activation row, with the row kernels' tolerance; unaligned rows (offset
 /// by one byte) and lengths with every tail size.
 #[test]
 fn float_tiles_match_reference() {
@@ -165,11 +165,20 @@ fn float_tiles_match_reference() {
             for isa in Isa::available() {
                 let k = TypeKernels::for_isa(dtype, isa);
                 let Some(tile) = k.vec_dot_tile else {
-                    assert_eq!(isa, Isa::Scalar, "{dtype}: SIMD variants have a tile kernel");
+                    assert_eq!(
+                        isa,
+                        Isa::Scalar,
+                        "{dtype}: SIMD variants have a tile kernel"
+                    );
                     continue;
                 };
-                let got = tile(n, wr, ar);
+                let rows_fn = k.vec_dot_rows.expect("SIMD variants have a decode kernel");
+                let mut got = tile(n, wr, ar).to_vec();
+                // The decode kernel's results, one activation row at a time, in the same checks.
+                let decoded: Vec<[f32; 4]> = ar.iter().map(|a| rows_fn(n, wr, a)).collect();
+                got.extend_from_slice(&decoded);
                 for (q, gotq) in got.iter().enumerate() {
+                    let q = q % 4;
                     for (p, g) in gotq.iter().enumerate() {
                         let reference = float::vec_dot_ref(dtype, wr[p], &ax[q]);
                         let mut wf = vec![0.0f32; n];

@@ -27,6 +27,10 @@ pub(crate) const K_STEP: usize = 32;
 /// Bytes of one B tile: 16 lines of 64 bytes.
 pub(crate) const B_TILE_BYTES: usize = 1024;
 
+/// Bytes of a group's packed activations per step: the hi parts' two B tiles (rows 0..16,
+/// 16..32), then the lo parts' two.
+pub(crate) const STEP_BYTES: usize = 4 * B_TILE_BYTES;
+
 /// The results of one call: `out[n][r]` for activation row `n`, weight row `r`.
 pub(crate) type PanelOut = [[f32; ROWS]; ROWS];
 
@@ -35,12 +39,13 @@ pub(crate) type PanelOut = [[f32; ROWS]; ROWS];
 struct CTiles([[[f32; 16]; 16]; 4]);
 
 /// `out` = the panel of 32 weight rows at `w` (`w_stride` bytes apart, `steps` × 32 elements
-/// each) times the group's packed activations at `b` (`steps` × 2 B tiles, step-major); when
+/// each) times the group's packed activations at `b` ([`STEP_BYTES`] a step: hi and lo parts
+/// of the activations, so each step runs the products twice over the same A tiles); when
 /// `!two`, only the group's first 16 activation rows are computed (`out[16..]` is left as is).
 ///
 /// # Safety
 /// [`crate::cpu::Isa::bf16_tiles_supported`] holds (AMX-BF16 granted, AVX-512); the 32 rows at
-/// `w` hold `steps · 64` readable bytes each, and `b` `steps · 2 · B_TILE_BYTES` bytes.
+/// `w` hold `steps · 64` readable bytes each, and `b` `steps · STEP_BYTES` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) unsafe fn panel(
     w: *const u8,
@@ -51,8 +56,8 @@ pub(crate) unsafe fn panel(
     out: &mut PanelOut,
 ) {
     // SAFETY: the caller's contract covers the tile instructions and every address below:
-    // A rows 0..16 at `w`, 16..32 at `w + 16 · stride`, 64 bytes at step `s`; B tiles at
-    // `b + 2048 s` and `b + 2048 s + 1024`.
+    // A rows 0..16 at `w`, 16..32 at `w + 16 · stride`, 64 bytes at step `s`; B tiles within
+    // step s's `STEP_BYTES` at `b + STEP_BYTES · s`.
     unsafe {
         configure(Layout::Bf16);
         asm!(
@@ -65,32 +70,35 @@ pub(crate) unsafe fn panel(
         let w1 = w.add(16 * w_stride);
         for s in 0..steps {
             let (a0, a1) = (w.add(64 * s), w1.add(64 * s));
-            let b0 = b.add(2 * B_TILE_BYTES * s);
-            if two {
-                asm!(
-                    "tileloadd tmm4, [{a0} + {sa} * 1]",
-                    "tileloadd tmm6, [{b0} + {line} * 1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tileloadd tmm5, [{a1} + {sa} * 1]",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    "tileloadd tmm7, [{b1} + {line} * 1]",
-                    "tdpbf16ps tmm1, tmm4, tmm7",
-                    "tdpbf16ps tmm3, tmm5, tmm7",
-                    a0 = in(reg) a0, a1 = in(reg) a1, sa = in(reg) w_stride,
-                    b0 = in(reg) b0, b1 = in(reg) b0.add(B_TILE_BYTES), line = in(reg) 64usize,
-                    options(nostack, readonly),
-                );
-            } else {
-                asm!(
-                    "tileloadd tmm4, [{a0} + {sa} * 1]",
-                    "tileloadd tmm6, [{b0} + {line} * 1]",
-                    "tdpbf16ps tmm0, tmm4, tmm6",
-                    "tileloadd tmm5, [{a1} + {sa} * 1]",
-                    "tdpbf16ps tmm2, tmm5, tmm6",
-                    a0 = in(reg) a0, a1 = in(reg) a1, sa = in(reg) w_stride,
-                    b0 = in(reg) b0, line = in(reg) 64usize,
-                    options(nostack, readonly),
-                );
+            // The hi tiles, then the lo tiles, against the same A tiles.
+            for part in 0..2 {
+                let b0 = b.add(STEP_BYTES * s + 2 * B_TILE_BYTES * part);
+                if two {
+                    asm!(
+                        "tileloadd tmm4, [{a0} + {sa} * 1]",
+                        "tileloadd tmm6, [{b0} + {line} * 1]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tileloadd tmm5, [{a1} + {sa} * 1]",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        "tileloadd tmm7, [{b1} + {line} * 1]",
+                        "tdpbf16ps tmm1, tmm4, tmm7",
+                        "tdpbf16ps tmm3, tmm5, tmm7",
+                        a0 = in(reg) a0, a1 = in(reg) a1, sa = in(reg) w_stride,
+                        b0 = in(reg) b0, b1 = in(reg) b0.add(B_TILE_BYTES),
+                        line = in(reg) 64usize, options(nostack, readonly),
+                    );
+                } else {
+                    asm!(
+                        "tileloadd tmm4, [{a0} + {sa} * 1]",
+                        "tileloadd tmm6, [{b0} + {line} * 1]",
+                        "tdpbf16ps tmm0, tmm4, tmm6",
+                        "tileloadd tmm5, [{a1} + {sa} * 1]",
+                        "tdpbf16ps tmm2, tmm5, tmm6",
+                        a0 = in(reg) a0, a1 = in(reg) a1, sa = in(reg) w_stride,
+                        b0 = in(reg) b0, line = in(reg) 64usize,
+                        options(nostack, readonly),
+                    );
+                }
             }
         }
         let mut c = CTiles([[[0.0; 16]; 16]; 4]);
@@ -119,7 +127,7 @@ pub(crate) unsafe fn panel(
 
 /// `out[n0 + n][r0 + r] = c[r][n]` for `n, r < 16`: a 16 × 16 transpose in registers.
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f")]
 fn transpose(c: &[[f32; 16]; 16], out: &mut PanelOut, n0: usize, r0: usize) {
     // SAFETY: each row of `c` holds 16 floats.
     let r: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(c[i].as_ptr()) });
@@ -164,30 +172,49 @@ fn transpose(c: &[[f32; 16]; 16], out: &mut PanelOut, n0: usize, r0: usize) {
     }
 }
 
-/// Writes activation row `x` (`steps` × 32 elements), rounded to bf16 as
-/// [`crate::cpu::bf16_tiles::round_bf16`] does, into slot `n` (0..16) of its B tiles: line
-/// `p` of step `s`'s tile at `b + s · stride` gets elements `32 s + 2p`, `32 s + 2p + 1` at
-/// byte `64 p + 4 n`.
+/// Writes activation row `x` (`steps` × 32 elements), split into bf16 hi and lo parts as
+/// [`crate::cpu::bf16_tiles::split_bf16`] does, into slot `n` (0..16) of its B tiles: line `p`
+/// of step `s`'s hi tile at `b + s · STEP_BYTES` gets the hi parts of elements `32 s + 2p`,
+/// `32 s + 2p + 1` at byte `64 p + 4 n`; the lo tile, `2 · B_TILE_BYTES` further, the lo
+/// parts.
 ///
 /// # Safety
-/// The CPU has AVX-512 F/BW; `x` holds `steps · 32` floats; the tiles at `b + s · stride` for
-/// `s < steps` are writable (1024 bytes each).
+/// The CPU has AVX-512 F/BW; `x` holds `steps · 32` floats; the tiles at `b + s · STEP_BYTES`
+/// and `b + s · STEP_BYTES + 2 · B_TILE_BYTES` for `s < steps` are writable (1024 bytes each).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn pack_row(x: *const f32, steps: usize, b: *mut u8, stride: usize, n: usize) {
+pub(crate) unsafe fn pack_row(x: *const f32, steps: usize, b: *mut u8, n: usize) {
     let lines = _mm512_mullo_epi32(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32(64),
     );
     for s in 0..steps {
-        // SAFETY: elements 32 s..32 s + 32 of `x`, and the 16 lines of step s's tile (the
-        // caller's contract).
+        // SAFETY: elements 32 s..32 s + 32 of `x`, and the 16 lines of step s's hi and lo
+        // tiles (the caller's contract).
         unsafe {
-            let lo = bf16_bits(_mm512_loadu_ps(x.add(32 * s)));
-            let hi = bf16_bits(_mm512_loadu_ps(x.add(32 * s + 16)));
-            let pairs = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-            _mm512_i32scatter_epi32::<1>(b.add(s * stride + 4 * n).cast(), lines, pairs);
+            let (hi0, lo0) = split(_mm512_loadu_ps(x.add(32 * s)));
+            let (hi1, lo1) = split(_mm512_loadu_ps(x.add(32 * s + 16)));
+            let dst = b.add(s * STEP_BYTES + 4 * n);
+            let hi = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(hi0), hi1);
+            _mm512_i32scatter_epi32::<1>(dst.cast(), lines, hi);
+            let lo = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo0), lo1);
+            _mm512_i32scatter_epi32::<1>(dst.add(2 * B_TILE_BYTES).cast(), lines, lo);
         }
     }
+}
+
+/// 16 `f32` split into bf16 hi and lo parts (as 16 `u16` each): hi = bf16(x), lo = bf16(x −
+/// hi), lo = 0 where x − hi is NaN (x not finite).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn split(v: __m512) -> (__m256i, __m256i) {
+    let hi = bf16_bits(v);
+    let hi_f = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
+    let d = _mm512_sub_ps(v, hi_f);
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(d, d);
+    (
+        hi,
+        bf16_bits(_mm512_mask_mov_ps(d, nan, _mm512_setzero_ps())),
+    )
 }
 
 /// 16 `f32` rounded to bf16 (nearest, ties to even; NaN stays NaN, quiet), as 16 `u16`.

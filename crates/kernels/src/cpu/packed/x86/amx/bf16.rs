@@ -154,10 +154,10 @@ fn transpose(c: &[[f32; 16]; 16], out: &mut PanelOut, n0: usize, r0: usize) {
         })
     });
     // Column 4l + j gathers lane l of b[j], b[4 + j], b[8 + j], b[12 + j].
-    for j in 0..4 {
-        let even_lo = _mm512_shuffle_f32x4::<0x88>(b[j], b[4 + j]);
+    for (j, &bj) in b.iter().enumerate().take(4) {
+        let even_lo = _mm512_shuffle_f32x4::<0x88>(bj, b[4 + j]);
         let even_hi = _mm512_shuffle_f32x4::<0x88>(b[8 + j], b[12 + j]);
-        let odd_lo = _mm512_shuffle_f32x4::<0xDD>(b[j], b[4 + j]);
+        let odd_lo = _mm512_shuffle_f32x4::<0xDD>(bj, b[4 + j]);
         let odd_hi = _mm512_shuffle_f32x4::<0xDD>(b[8 + j], b[12 + j]);
         let cols = [
             (j, _mm512_shuffle_f32x4::<0x88>(even_lo, even_hi)),

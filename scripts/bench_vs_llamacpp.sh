@@ -19,6 +19,9 @@
 # - at a depth of $DEPTH tokens already in the KV cache (default 8192; DEPTH=0 leaves these rows
 #   out): the default model with f16 and with 8-bit KV, and a 1.1B-shape Q4_0 written with an
 #   8192-token context (pp512 and tg128 after the depth, llama-bench's `-d`).
+# - float weights: the default model dequantized to BF16, F16 and F32
+#   (scripts/make_float_gguf.py) and a 1.1B-shape BF16 and F16 (make_tinyllama_gguf.py --type
+#   bf16|f16), pp512 / tg128; FLOAT=0 leaves them out.
 # Q4_0 and Q8_0 are written directly by the generator. The K-quant files are made the way
 # llama.cpp users' files are: the generator writes an F16 GGUF and the llama.cpp build's own
 # `llama-quantize` converts it (Q4_K_M: llama.cpp's mix of Q4_K with Q6_K for output /
@@ -81,6 +84,20 @@ if [ "$depth" -gt 0 ] && [ ! -f "$tiny_long" ]; then
     python3 scripts/make_tinyllama_gguf.py "$tiny_long" --type q4_0 --context "$((depth + 1024))" >&2
 fi
 
+float_models=()
+if [ "${FLOAT:-1}" = 1 ]; then
+    for t in bf16 f16 f32; do
+        f="$work/SmolLM2-135M-Instruct.${t^^}.gguf"
+        [ -f "$f" ] || python3 scripts/make_float_gguf.py "$smol" "$f" --type "$t" >&2
+        float_models+=(--model "$f,pp=512,label=SmolLM2-135M ${t^^}")
+    done
+    for t in bf16 f16; do
+        f="$tiny.${t^^}.gguf"
+        [ -f "$f" ] || python3 scripts/make_tinyllama_gguf.py "$f" --type "$t" >&2
+        float_models+=(--model "$f,pp=$tiny_pp,label=TinyLlama-1.1B shape ${t^^}")
+    done
+fi
+
 models=(
     --model "$smol,pp=512,label=SmolLM2-135M Q4_1"
     --model "$smol_q8,pp=512,label=SmolLM2-135M Q8_0"
@@ -88,6 +105,7 @@ models=(
     --model "$tiny.Q8_0.gguf,pp=$tiny_pp,label=TinyLlama-1.1B shape Q8_0"
     --model "$tiny.Q4_K_M.gguf,pp=$tiny_pp,label=TinyLlama-1.1B shape Q4_K_M"
     --model "$tiny.Q6_K.gguf,pp=$tiny_pp,label=TinyLlama-1.1B shape Q6_K"
+    "${float_models[@]}"
 )
 if [ "$depth" -gt 0 ]; then
     models+=(

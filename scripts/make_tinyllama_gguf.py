@@ -2,7 +2,7 @@
 """Write a random-weight GGUF with TinyLlama-1.1B's (or Llama-3.2-3B's) shapes, for speed
 benchmarks.
 
-    scripts/make_tinyllama_gguf.py OUT.gguf [--type q4_0|q8_0|f16|f32]
+    scripts/make_tinyllama_gguf.py OUT.gguf [--type q4_0|q8_0|f16|bf16|f32]
         [--preset tinyllama|llama-3.2-3b] [--seed N] [--layers N]
 
 Shapes (`--preset`, default tinyllama): 22 layers, hidden 2048, 32 query / 4 KV heads (head dim
@@ -17,8 +17,8 @@ Every 2-D weight (embedding and output included) is stored in the chosen type, n
 fixed scale per tensor type, chosen so the weights have a standard deviation of about 0.02:
 activations stay finite, and the file is as large and as fast (or slow) to read as a real
 checkpoint of these shapes. Quantized blocks are written directly (no float weights are
-materialized), so a file takes seconds to make. Float types (f16, f32) hold normal weights of
-standard deviation 0.02; they are the input for `llama-quantize` (e.g. to Q4_K_M or Q6_K, the
+materialized), so a file takes seconds to make. Float types (f16, bf16, f32) hold normal weights
+of standard deviation 0.02 (bf16: the f32 draw rounded to nearest even); they are the input for `llama-quantize` (e.g. to Q4_K_M or Q6_K, the
 k-quant mixes llama.cpp itself makes). All types are written one tensor at a time, so memory
 stays at about the largest tensor (the 3B shape's embedding: 0.8 GB in f16).
 
@@ -62,6 +62,7 @@ TYPES = {
 FLOAT_TYPES = {
     "f16": (np.float16, gguf.LlamaFileType.MOSTLY_F16),
     "f32": (np.float32, gguf.LlamaFileType.ALL_F32),
+    "bf16": (np.uint16, gguf.LlamaFileType.MOSTLY_BF16),
 }
 
 
@@ -112,6 +113,14 @@ def random_floats(rng, rows, cols, dtype, chunk=1 << 22):
         x *= TARGET_STD
         out[start:start + n] = x
     return out.reshape(rows, cols)
+
+
+def random_bf16(rng, rows, cols):
+    """`random_floats` rounded to bfloat16 (nearest, ties to even), as the bytes of a `rows x
+    cols` BF16 tensor: a uint8 array of shape (rows, 2 * cols)."""
+    bits = random_floats(rng, rows, cols, np.float32).view(np.uint32)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return bits.astype(np.uint16).view(np.uint8).reshape(rows, 2 * cols)
 
 
 def llama3_rope_factors(shape):
@@ -195,6 +204,9 @@ def tensor_plan(rng, kind, layers, shape=TINYLLAMA):
             nbytes = rows * cols // QK * block_bytes
             plan.append((name, byte_shape, nbytes, qtype, np.uint8,
                          lambda: random_blocks(rng, rows, cols, kind)))
+        elif kind == "bf16":
+            plan.append((name, (rows, 2 * cols), 2 * rows * cols, gguf.GGMLQuantizationType.BF16,
+                         np.uint8, lambda: random_bf16(rng, rows, cols)))
         else:
             dtype = FLOAT_TYPES[kind][0]
             plan.append((name, (rows, cols), rows * cols * np.dtype(dtype).itemsize, None, dtype,

@@ -61,6 +61,20 @@ impl Isa {
         *SUPPORTED.get_or_init(|| Self::supported() == Isa::Avx512Vnni && amx::granted())
     }
 
+    /// Whether products of BF16 weights use AMX-BF16 tile products (`tdpbf16ps`): the CPU has
+    /// AMX-BF16 as well as the 8-bit tiles of [`Isa::tiles`], and `KESTREL_ISA` does not cap
+    /// the ISA (as for [`Isa::tiles`]).
+    pub fn bf16_tiles() -> bool {
+        static BF16: OnceLock<bool> = OnceLock::new();
+        *BF16.get_or_init(|| Self::tiles() && Self::bf16_tiles_supported())
+    }
+
+    /// Whether this CPU has AMX-BF16 tile products and the process was granted the tile state;
+    /// not capped by `KESTREL_ISA`.
+    pub fn bf16_tiles_supported() -> bool {
+        Self::tiles_supported() && amx::bf16()
+    }
+
     fn probe() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {
@@ -119,6 +133,11 @@ mod amx {
         xcr0 & XCR0_TILES == XCR0_TILES && request_tile_data()
     }
 
+    /// Whether CPUID reports AMX-BF16 (leaf 7, EDX bit 22).
+    pub(super) fn bf16() -> bool {
+        __cpuid_count(7, 0).edx & (1 << 22) != 0
+    }
+
     /// XCR0.
     ///
     /// # Safety
@@ -154,6 +173,10 @@ mod amx {
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 mod amx {
     pub(super) fn granted() -> bool {
+        false
+    }
+
+    pub(super) fn bf16() -> bool {
         false
     }
 }

@@ -87,7 +87,9 @@ impl GemmKernels {
 }
 
 /// `y (m × w.rows, row-major) = x (m × w.cols, row-major) · Wᵀ`. Quantizes each x row once
-/// into the dtype's [`ActFormat`], then splits output rows over the pool's threads.
+/// into the dtype's [`ActFormat`], then splits output rows over the pool's threads. Products
+/// of BF16 weights with many rows go to AMX-BF16 tiles where the CPU has them
+/// ([`super::bf16_tiles`]: the activations rounded to bf16).
 ///
 /// Panics if the slice lengths do not match the shapes or `w.cols` is not a whole number of
 /// blocks.
@@ -99,6 +101,9 @@ pub fn matmul(
     y: &mut [f32],
     scratch: &mut Scratch,
 ) {
+    if super::bf16_tiles::takes(&w, m) {
+        return super::bf16_tiles::matmul_bf16_tiles(pool, w, x, m, y, scratch);
+    }
     matmul_with(pool, &GemmKernels::detected(w.dtype), w, x, m, y, scratch)
 }
 

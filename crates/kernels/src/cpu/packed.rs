@@ -34,7 +34,7 @@ mod matrix;
 mod reference;
 mod segments;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 pub use acts::PackedActs;
 use half::f16;

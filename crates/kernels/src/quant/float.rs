@@ -2,7 +2,8 @@
 //!
 //! A float weight row is multiplied with an [`ActFormat::F32`] activation row (little-endian
 //! `f32` bytes). Every element converts to `f32` exactly, so `dequantize` is bit-exact on every
-//! ISA; `vec_dot` variants differ from the reference only in summation order. The reference
+//! ISA; `vec_dot` variants (and the 4 × 4 tile kernels of [`super::float_tile`], which products
+//! of several rows use) differ from the reference only in summation order. The reference
 //! sums exact products in `f64`, so it is the most accurate of them.
 //!
 //! ```text
@@ -134,8 +135,30 @@ pub fn kernels(dtype: DType, isa: Isa) -> TypeKernels {
         act: ActFormat::F32,
         dequantize,
         vec_dot,
-        vec_dot_tile: None,
-        vec_dot_rows: None,
+        vec_dot_tile: tile_kernel(dtype, isa),
+        vec_dot_rows: rows_kernel(dtype, isa),
+    }
+}
+
+/// The 4-row decode kernel ([`super::float_tile`]) for `dtype` on `isa`; none for scalar code.
+fn rows_kernel(dtype: DType, isa: Isa) -> Option<super::VecDotRowsFn> {
+    match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        simd => Some(super::float_tile::select_rows(dtype, simd)),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
+    }
+}
+
+/// The 4 × 4 tile kernel ([`super::float_tile`]) for `dtype` on `isa`; none for scalar code.
+fn tile_kernel(dtype: DType, isa: Isa) -> Option<super::VecDotTileFn> {
+    match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        simd => Some(super::float_tile::select(dtype, simd)),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => None,
     }
 }
 

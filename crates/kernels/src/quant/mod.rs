@@ -20,6 +20,7 @@ use crate::cpu::Isa;
 pub mod act;
 pub(crate) mod dispatch;
 pub mod float;
+mod float_tile;
 pub mod format;
 pub(crate) mod grid_quant;
 pub mod int4;

@@ -134,3 +134,69 @@ fn float_dot_handles_unaligned_rows() {
         }
     }
 }
+
+/// The 4 × 4 tile kernels (products of several rows) and the 4-row decode kernels: every entry
+/// against the reference dot of its weight row and activation row, with the row kernels' tolerance; unaligned rows (offset
+/// by one byte) and lengths with every tail size.
+#[test]
+fn float_tiles_match_reference() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for n in [1usize, 5, 8, 15, 16, 17, 31, 64, 100, 576, 1000] {
+            // Row i of each side: kind i of `rows` (uniform, zeros, extreme, tiny) for the
+            // weights, kind 3 - i for the activations.
+            let (wx, ax): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (0..4)
+                .map(|i| {
+                    let mut r = rows(&mut rng, n);
+                    let a = std::mem::take(&mut r[3 - i].1);
+                    (std::mem::take(&mut r[i].1), a)
+                })
+                .unzip();
+            let w: Vec<Vec<u8>> = wx
+                .iter()
+                .map(|x| [vec![0u8], encode(dtype, x)].concat())
+                .collect();
+            let a: Vec<Vec<u8>> = ax
+                .iter()
+                .map(|x| [vec![0u8], encode(DType::F32, x)].concat())
+                .collect();
+            let wr: [&[u8]; 4] = std::array::from_fn(|p| &w[p][1..]);
+            let ar: [&[u8]; 4] = std::array::from_fn(|q| &a[q][1..]);
+            for isa in Isa::available() {
+                let k = TypeKernels::for_isa(dtype, isa);
+                let Some(tile) = k.vec_dot_tile else {
+                    assert_eq!(
+                        isa,
+                        Isa::Scalar,
+                        "{dtype}: SIMD variants have a tile kernel"
+                    );
+                    continue;
+                };
+                let rows_fn = k.vec_dot_rows.expect("SIMD variants have a decode kernel");
+                let mut got = tile(n, wr, ar).to_vec();
+                // The decode kernel's results, one activation row at a time, in the same checks.
+                let decoded: Vec<[f32; 4]> = ar.iter().map(|a| rows_fn(n, wr, a)).collect();
+                got.extend_from_slice(&decoded);
+                for (q, gotq) in got.iter().enumerate() {
+                    let q = q % 4;
+                    for (p, g) in gotq.iter().enumerate() {
+                        let reference = float::vec_dot_ref(dtype, wr[p], &ax[q]);
+                        let mut wf = vec![0.0f32; n];
+                        float::dequantize_ref(dtype, wr[p], &mut wf);
+                        let l1: f64 = wf
+                            .iter()
+                            .zip(&ax[q])
+                            .map(|(x, y)| (*x as f64 * *y as f64).abs())
+                            .sum();
+                        let tol = (n as f64 / 8.0 + 32.0) * f32::EPSILON as f64 * l1;
+                        assert!(
+                            (*g as f64 - reference as f64).abs() <= tol,
+                            "{dtype} {} n={n} w{p} a{q}: {g} vs {reference}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -13,6 +13,7 @@ mod cpu_attention_reference;
 mod cpu_attention_sinks;
 mod cpu_attention_softcap;
 mod cpu_attention_threads;
+mod cpu_bf16_tiles;
 mod cpu_gemm;
 mod cpu_low_rank;
 mod cpu_ops;

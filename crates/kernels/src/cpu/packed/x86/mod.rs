@@ -1,7 +1,7 @@
 //! x86 panel kernels (AVX2, AVX-512 VNNI) and what they share: the bounds check that makes
 //! their unchecked loads sound, and the decode prefetch.
 
-mod amx;
+pub(crate) mod amx;
 mod avx2;
 mod avx512;
 mod q4_k_scales;

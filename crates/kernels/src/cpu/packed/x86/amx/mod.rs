@@ -19,6 +19,7 @@
 //! the same spec (a tile product's fixed cost buys little there), so a row's result never
 //! depends on how many rows share its call.
 
+pub(crate) mod bf16;
 mod blocks;
 mod k_quants;
 mod k_steps;
@@ -71,6 +72,9 @@ enum Layout {
     /// `k_quants.rs`: C in tmm0-tmm3, A (64 bytes a row) in tmm4/tmm7, B (16 lines) in
     /// tmm5/tmm6.
     Wide { rows: usize },
+    /// `bf16.rs`: every tile 16 rows of 64 bytes (C in tmm0-tmm3, A in tmm4/tmm5, B in
+    /// tmm6/tmm7).
+    Bf16,
 }
 
 thread_local! {
@@ -177,6 +181,7 @@ unsafe fn configure(layout: Layout) {
             let (c, b) = ((rows, 64), (16, 64));
             [c, c, c, c, c, b, b, c]
         }
+        Layout::Bf16 => [(16, 64); 8],
     };
     #[repr(C, align(64))]
     struct TileConfig([u8; 64]);

@@ -163,7 +163,7 @@ fn tile_kernel(dtype: DType, isa: Isa) -> Option<super::VecDotTileFn> {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     //! AVX2 (+FMA, F16C) and AVX-512 variants. Each `unsafe fn` requires its target features
     //! (guaranteed by `kernels`, which caps the ISA to what the CPU runs) and in-bounds
     //! pointers for `n` elements (guaranteed by the safe wrappers' length asserts).
@@ -186,21 +186,21 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ld8_f32(p: *const u8) -> __m256 {
+    pub(in crate::quant) unsafe fn ld8_f32(p: *const u8) -> __m256 {
         // SAFETY: caller guarantees 32 readable bytes at `p`; the load is unaligned.
         unsafe { _mm256_loadu_ps(p.cast()) }
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ld8_f16(p: *const u8) -> __m256 {
+    pub(in crate::quant) unsafe fn ld8_f16(p: *const u8) -> __m256 {
         // SAFETY: caller guarantees 16 readable bytes at `p`; the load is unaligned.
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ld8_bf16(p: *const u8) -> __m256 {
+    pub(in crate::quant) unsafe fn ld8_bf16(p: *const u8) -> __m256 {
         // SAFETY: caller guarantees 16 readable bytes at `p`; the load is unaligned.
         let h = unsafe { _mm_loadu_si128(p.cast()) };
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
@@ -230,7 +230,7 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum256(v: __m256) -> f32 {
+    pub(in crate::quant) fn hsum256(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))

@@ -27,6 +27,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use crate::cpu::Isa;
+    use crate::quant::float::x86::{hsum256, ld8_bf16, ld8_f16, ld8_f32};
     use crate::quant::{DType, VecDotRowsFn, VecDotTileFn, TILE};
 
     /// The tile kernel of `dtype` for `isa` (AVX2 or AVX-512).
@@ -175,36 +176,6 @@ mod x86 {
     tile_avx512!(tile_bf16_avx512, 2, ld16_bf16);
 
     // ---- AVX2: 8 elements ----
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ld8_f32(p: *const u8) -> __m256 {
-        // SAFETY: the caller guarantees 32 readable bytes at `p`; the load is unaligned.
-        unsafe { _mm256_loadu_ps(p.cast()) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ld8_f16(p: *const u8) -> __m256 {
-        // SAFETY: the caller guarantees 16 readable bytes at `p`; the load is unaligned.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ld8_bf16(p: *const u8) -> __m256 {
-        // SAFETY: the caller guarantees 16 readable bytes at `p`; the load is unaligned.
-        let h = unsafe { _mm_loadu_si128(p.cast()) };
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn hsum256(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
 
     /// Element `k` of an F32 row.
     fn f32_at(row: &[u8], k: usize) -> f32 {

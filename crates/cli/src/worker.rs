@@ -86,18 +86,19 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         .map(|method| format!("{method}/{}", args.engine.quantize_group));
     let engines = launch(&args, &worker_id)?;
     let watch = args.restart.watch()?;
-    let metrics_app = match engines.as_slice() {
-        [(_, one)] => {
-            kestrel_fleet::worker::metrics_router(one.engine.clone(), one.metrics.clone())
-        }
-        several => kestrel_fleet::worker::metrics_router_of(
-            several
-                .iter()
-                .map(|(_, l)| (l.model.model_id.clone(), l.engine.clone()))
-                .collect(),
-            several[0].1.metrics.clone(),
-        ),
-    };
+    // Every engine's series carry `model_name` (one model or several), so that each model's
+    // workers can be scaled on their own series.
+    let metrics = engines
+        .first()
+        .map(|(_, l)| l.metrics.clone())
+        .context("no model to serve")?;
+    let metrics_app = kestrel_fleet::worker::metrics_router_of(
+        engines
+            .iter()
+            .map(|(_, l)| (l.model.model_id.clone(), l.engine.clone()))
+            .collect(),
+        metrics,
+    );
     crate::runtime()?.block_on(async move {
         if let Some(port) = args.metrics_port {
             let listener = tokio::net::TcpListener::bind((args.metrics_host.as_str(), port))
@@ -141,6 +142,9 @@ pub fn run(args: WorkerArgs) -> Result<()> {
 fn launch(args: &WorkerArgs, worker_id: &str) -> Result<Vec<(String, Launched)>> {
     let mut opts = args.engine.launch_options()?;
     args.lora.apply(&mut opts);
+    // Before any engine starts, so that each records its series under its model's name.
+    kestrel_server::metrics::install_recorder()?;
+    opts.label_metrics = true;
     let list = ModelList::from_args(&args.engine.model, args.models_dir.as_deref())?;
     let ModelList::Several(models) = list else {
         let (launched, _) = args.engine.launch_with(&opts)?;
@@ -156,8 +160,6 @@ fn launch(args: &WorkerArgs, worker_id: &str) -> Result<Vec<(String, Launched)>>
     if let KvBudget::Bytes(bytes) = opts.kv_cache {
         opts.kv_cache = KvBudget::Bytes(bytes / models.len() as u64);
     }
-    opts.label_metrics = true;
-    kestrel_server::metrics::install_recorder()?;
     let pool = crate::thread_pool(args.engine.threads);
     models
         .iter()

@@ -76,7 +76,11 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
     }
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.enable_runtime_lora;
-    let max_loaded = args.multi.limits.max_loaded_models.unwrap_or(SERVE_MAX_LOADED);
+    let max_loaded = args
+        .multi
+        .limits
+        .max_loaded_models
+        .unwrap_or(SERVE_MAX_LOADED);
     let mut opts = args.engine.launch_options()?;
     args.limits.apply(&mut opts)?;
     args.lora.apply(&mut opts);

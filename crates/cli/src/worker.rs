@@ -213,7 +213,11 @@ fn launch(args: &WorkerArgs, worker_id: &str, config: &WorkerConfig) -> Result<M
         bail!("--served-model-name names the model of a worker of one model; with several, --model NAME=PATH names each");
     }
     let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
-    if let Some(twice) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+    if let Some(twice) = names
+        .iter()
+        .enumerate()
+        .find(|(i, n)| names[..*i].contains(n))
+    {
         bail!("the model name {} is given twice", twice.1);
     }
     let pool = crate::thread_pool(args.engine.threads);

@@ -108,7 +108,10 @@ impl OnDemandModels {
             };
             workers.push(Worker::with_host(config, described, host).await?);
         }
-        anyhow::ensure!(!workers.is_empty(), "no model can be served under the limits");
+        anyhow::ensure!(
+            !workers.is_empty(),
+            "no model can be served under the limits"
+        );
         Ok(workers)
     }
 }

@@ -326,8 +326,15 @@ mod tests {
         assert_eq!(back.model, None, "an older gateway's job names no model");
         assert_eq!((back.ttft_slo_ms, back.request_id.as_deref()), (None, None));
         assert_eq!(back.to_request(&limits).unwrap().ttft_slo(), None);
-        assert_eq!(back.kind, JobKind::Generate, "an older gateway's job generates");
-        assert_eq!(back.adapter, None, "an older gateway's job runs the base model");
+        assert_eq!(
+            back.kind,
+            JobKind::Generate,
+            "an older gateway's job generates"
+        );
+        assert_eq!(
+            back.adapter, None,
+            "an older gateway's job runs the base model"
+        );
     }
 
     #[test]

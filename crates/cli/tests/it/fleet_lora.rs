@@ -65,14 +65,33 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
 
     let redis = Redis::start();
     let (_gw, gw) = gateway(&redis, &[]);
-    let (_ws, _) = worker_on(&redis, "w-smol", &default_model(), &["--served-model-name", "smol"], &[]);
-    let (mut wt, _) = worker_on(&redis, "w-tiny", &tiny, &["--served-model-name", "tiny"], &[]);
+    let (_ws, _) = worker_on(
+        &redis,
+        "w-smol",
+        &default_model(),
+        &["--served-model-name", "smol"],
+        &[],
+    );
+    let (mut wt, _) = worker_on(
+        &redis,
+        "w-tiny",
+        &tiny,
+        &["--served-model-name", "tiny"],
+        &[],
+    );
     let (mut wl, _) = worker_on(&redis, "w-tiny-lora", &tiny, &lora, &[]);
     wait_for(LONG, "the gateway to see the three workers", || {
         let scrape = scrape(&gw);
-        labelled(&scrape, "kestrel:gateway_live_workers", "model_name=\"tiny\"") == Some(2.0)
-            && labelled(&scrape, "kestrel:gateway_live_workers", "model_name=\"smol\"")
-                == Some(1.0)
+        labelled(
+            &scrape,
+            "kestrel:gateway_live_workers",
+            "model_name=\"tiny\"",
+        ) == Some(2.0)
+            && labelled(
+                &scrape,
+                "kestrel:gateway_live_workers",
+                "model_name=\"smol\"",
+            ) == Some(1.0)
     });
     wait_for(LONG, "the adapter in /v1/models", || {
         request(&gw, "GET", "/v1/models", "", LONG)
@@ -91,7 +110,11 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
 
     // Several rounds, so that adapter requests meet both tiny workers' queues.
     for _ in 0..3 {
-        assert_eq!(text(&gw, "all7"), want_all7, "the adapter's text, from its worker");
+        assert_eq!(
+            text(&gw, "all7"),
+            want_all7,
+            "the adapter's text, from its worker"
+        );
         assert_eq!(text(&gw, "tiny"), want_tiny);
         assert_eq!(text(&gw, "smol"), want_smol);
     }
@@ -126,7 +149,11 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
         };
         assert_eq!(&got, want, "{model} after a worker died");
     }
-    assert_eq!(text(&gw, "tiny"), want_tiny, "the adapter's worker serves the base");
+    assert_eq!(
+        text(&gw, "tiny"),
+        want_tiny,
+        "the adapter's worker serves the base"
+    );
 
     // Without the adapter's worker the adapter is gone: a clear refusal, not the base text.
     wl.kill();
@@ -137,7 +164,11 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
     });
     let r = request(&gw, "POST", "/v1/completions", &body("all7"), LONG).unwrap();
     assert!(matches!(r.status, 404 | 503), "{} {}", r.status, r.body);
-    assert!(r.json()["error"]["message"].as_str().is_some(), "{}", r.body);
+    assert!(
+        r.json()["error"]["message"].as_str().is_some(),
+        "{}",
+        r.body
+    );
     assert_eq!(text(&gw, "smol"), want_smol, "the other model is untouched");
 }
 
@@ -168,7 +199,13 @@ fn a_job_for_an_adapter_whose_worker_died_waits_for_another_worker_with_it() {
 
     let redis = Redis::start();
     let (_gw, gw) = gateway(&redis, &["--max-queue-time", "20"]);
-    let (_wt, _) = worker_on(&redis, "w-plain", &tiny, &["--served-model-name", "tiny"], &[]);
+    let (_wt, _) = worker_on(
+        &redis,
+        "w-plain",
+        &tiny,
+        &["--served-model-name", "tiny"],
+        &[],
+    );
     let (mut wl, _) = worker_on(&redis, "w-lora", &tiny, &lora, &[]);
     wait_for(LONG, "the adapter in /v1/models", || {
         request(&gw, "GET", "/v1/models", "", LONG)
@@ -192,7 +229,11 @@ fn a_job_for_an_adapter_whose_worker_died_waits_for_another_worker_with_it() {
     std::thread::sleep(Duration::from_secs(6));
     let (_wl2, _) = worker_on(&redis, "w-lora-2", &tiny, &lora, &[]);
     for t in waiting {
-        assert_eq!(t.join().expect("a request thread"), want_all7, "the adapter's text");
+        assert_eq!(
+            t.join().expect("a request thread"),
+            want_all7,
+            "the adapter's text"
+        );
     }
     assert_eq!(redis.pending(), 0, "every job acknowledged");
 }
@@ -206,7 +247,13 @@ fn a_job_for_an_adapter_no_live_worker_serves_fails_after_its_queue_time() {
     let lora = ["--served-model-name", "tiny", "--lora-modules", &adapter];
     let redis = Redis::start();
     let (_gw, gw) = gateway(&redis, &["--max-queue-time", "8"]);
-    let (_wt, _) = worker_on(&redis, "w-plain", &tiny, &["--served-model-name", "tiny"], &[]);
+    let (_wt, _) = worker_on(
+        &redis,
+        "w-plain",
+        &tiny,
+        &["--served-model-name", "tiny"],
+        &[],
+    );
     let (mut wl, _) = worker_on(&redis, "w-lora", &tiny, &lora, &[]);
     wait_for(LONG, "the adapter in /v1/models", || {
         request(&gw, "GET", "/v1/models", "", LONG)
@@ -222,12 +269,24 @@ fn a_job_for_an_adapter_no_live_worker_serves_fails_after_its_queue_time() {
     std::thread::sleep(Duration::from_millis(500));
     signal(&wl, "-KILL");
     wl.kill();
-    let r = waiting.join().expect("the request thread").expect("an answer");
+    let r = waiting
+        .join()
+        .expect("the request thread")
+        .expect("an answer");
     let waited = started.elapsed();
     assert!(r.status >= 500, "{} {}", r.status, r.body);
-    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    let message = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(message.contains("LoRA adapter `all7`"), "{message}");
-    assert!(waited >= Duration::from_secs(7), "failed only after the queue time: {waited:?}");
-    assert!(waited < Duration::from_secs(60), "and not much later: {waited:?}");
+    assert!(
+        waited >= Duration::from_secs(7),
+        "failed only after the queue time: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(60),
+        "and not much later: {waited:?}"
+    );
     assert_eq!(redis.pending(), 0, "the job was acknowledged");
 }

@@ -26,8 +26,14 @@ fn body(model: &str, max_tokens: usize) -> String {
 }
 
 fn text(addr: &str, model: &str, max_tokens: usize) -> String {
-    let r = request(addr, "POST", "/v1/completions", &body(model, max_tokens), LONG)
-        .expect("request");
+    let r = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        &body(model, max_tokens),
+        LONG,
+    )
+    .expect("request");
     assert_eq!(r.json()["model"], model, "{}", r.body);
     completion_text(&r, false)
 }
@@ -55,7 +61,10 @@ fn states(redis: &Redis) -> Vec<(String, String)> {
         .map(|id| {
             let json = redis.cli(&["GET", &format!("kestrel:worker:{id}")]);
             let status: serde_json::Value = serde_json::from_str(json.trim()).unwrap_or_default();
-            (id.to_string(), status["state"].as_str().unwrap_or("").to_string())
+            (
+                id.to_string(),
+                status["state"].as_str().unwrap_or("").to_string(),
+            )
         })
         .collect()
 }
@@ -80,7 +89,10 @@ fn a_worker_of_two_models_with_room_for_one_loads_each_on_demand() {
     let announced = states(&redis);
     assert_eq!(
         announced,
-        vec![("wd-a".into(), "unloaded".into()), ("wd-b".into(), "loaded".into())]
+        vec![
+            ("wd-a".into(), "unloaded".into()),
+            ("wd-b".into(), "loaded".into())
+        ]
     );
 
     for _ in 0..3 {
@@ -90,7 +102,10 @@ fn a_worker_of_two_models_with_room_for_one_loads_each_on_demand() {
     let scrape = request(&metrics, "GET", "/metrics", "", LONG).unwrap().body;
     let loads_a = labelled(&scrape, "kestrel:model_loads_total", "model_name=\"a\"");
     let loads_b = labelled(&scrape, "kestrel:model_loads_total", "model_name=\"b\"");
-    assert!(loads_a >= Some(4.0) && loads_b >= Some(4.0), "{loads_a:?} {loads_b:?}");
+    assert!(
+        loads_a >= Some(4.0) && loads_b >= Some(4.0),
+        "{loads_a:?} {loads_b:?}"
+    );
     assert_eq!(metric(&scrape, "kestrel:models_loaded"), Some(1.0));
     assert!(
         labelled(&scrape, "kestrel:num_requests_running", "model_name=\"b\"").is_some(),
@@ -107,8 +122,15 @@ fn a_worker_of_two_models_with_room_for_one_loads_each_on_demand() {
     assert_eq!(text(&gw, "b", 8), want_b, "b after waiting for room");
     assert_eq!(long.join().expect("the long request"), want_a_long);
     assert_eq!(redis.pending(), 0, "every job acknowledged");
-    wait_for(LONG, "the heartbeats to show b loaded and a unloaded", || {
-        states(&redis)
-            == vec![("wd-a".into(), "unloaded".into()), ("wd-b".into(), "loaded".into())]
-    });
+    wait_for(
+        LONG,
+        "the heartbeats to show b loaded and a unloaded",
+        || {
+            states(&redis)
+                == vec![
+                    ("wd-a".into(), "unloaded".into()),
+                    ("wd-b".into(), "loaded".into()),
+                ]
+        },
+    );
 }

@@ -218,7 +218,12 @@ fn cases(model: &str) -> Vec<Case> {
             "/tokenize",
             json!({"inputs": "Hello world"}),
         ),
-        case("detokenize", "POST", "/detokenize", json!({"tokens": [1, 2, 3]})),
+        case(
+            "detokenize",
+            "POST",
+            "/detokenize",
+            json!({"tokens": [1, 2, 3]}),
+        ),
         case(
             "count tokens",
             "POST",
@@ -276,8 +281,8 @@ fn answer(host: &str, c: &Case) -> (u16, Value) {
         Value::String(raw) => raw.clone(),
         b => b.to_string(),
     };
-    let r = request(host, c.method, c.path, &body, LONG)
-        .unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    let r =
+        request(host, c.method, c.path, &body, LONG).unwrap_or_else(|e| panic!("{}: {e}", c.name));
     let streamed = c.body["stream"] == json!(true) && r.status == 200;
     let mut value = match streamed {
         true => stream_content(&r.body).unwrap_or_else(|e| panic!("{}: {e}", c.name)),
@@ -315,14 +320,16 @@ fn stream_content(body: &str) -> Result<Value, String> {
         }
         for c in chunk["choices"].as_array().into_iter().flatten() {
             let index = c["index"].as_u64().ok_or("a choice without an index")?;
-            let seen = choices.entry(index).or_insert_with(|| {
-                json!({"text": "", "tool_calls": "", "finish_reason": null, "logprobs": []})
-            });
+            let seen = choices.entry(index).or_insert_with(
+                || json!({"text": "", "tool_calls": "", "finish_reason": null, "logprobs": []}),
+            );
             fold_choice(seen, c);
         }
     }
-    Ok(json!({"choices": choices.into_values().collect::<Vec<_>>(), "usage": usage,
-              "shapes": shapes, "done": done}))
+    Ok(
+        json!({"choices": choices.into_values().collect::<Vec<_>>(), "usage": usage,
+              "shapes": shapes, "done": done}),
+    )
 }
 
 /// Adds one chunk's choice `c` to what the client has of it so far.
@@ -437,8 +444,13 @@ fn the_api_suite_gets_the_same_answers_from_serve_and_from_a_gateway_of_two_work
     let (_serve, direct) = serve(&["--min-client-priority", "-10", parser[0], parser[1]]);
     wait_workers(&fleet, 2, LONG);
     wait_healthy(&direct, LONG);
-    let models = request(&direct, "GET", "/v1/models", "", LONG).unwrap().json();
-    let model = models["data"][0]["id"].as_str().expect("the model's name").to_string();
+    let models = request(&direct, "GET", "/v1/models", "", LONG)
+        .unwrap()
+        .json();
+    let model = models["data"][0]["id"]
+        .as_str()
+        .expect("the model's name")
+        .to_string();
     let mut statuses = Vec::new();
     let mut bodies = Vec::new();
     for c in cases(&model) {
@@ -485,7 +497,10 @@ fn the_api_suite_gets_the_same_answers_from_serve_and_from_a_gateway_of_two_work
             .map(|(_, b)| b.clone())
             .unwrap_or_default()
     };
-    let (whole, streamed) = (body_of("chat, greedy"), body_of("chat, streamed with usage"));
+    let (whole, streamed) = (
+        body_of("chat, greedy"),
+        body_of("chat, streamed with usage"),
+    );
     assert_eq!(
         streamed["choices"][0]["text"], whole["choices"][0]["message"]["content"],
         "{streamed}"
@@ -495,17 +510,24 @@ fn the_api_suite_gets_the_same_answers_from_serve_and_from_a_gateway_of_two_work
         "{streamed}"
     );
     assert_eq!(streamed["done"], json!(true), "{streamed}");
-    assert!(streamed["usage"]["completion_tokens"].as_u64() > Some(0), "{streamed}");
+    assert!(
+        streamed["usage"]["completion_tokens"].as_u64() > Some(0),
+        "{streamed}"
+    );
     let with_logprobs = body_of("completion, streamed with logprobs and usage");
     assert!(
-        with_logprobs["choices"][0]["logprobs"].as_array().is_some_and(|l| !l.is_empty()),
+        with_logprobs["choices"][0]["logprobs"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty()),
         "{with_logprobs}"
     );
     let two = body_of("chat, streamed, two choices");
     assert_eq!(two["choices"].as_array().map(Vec::len), Some(2), "{two}");
     let call = body_of("chat, streamed tool call");
     assert!(
-        call["choices"][0]["tool_calls"].as_str().is_some_and(|t| t.contains("get_weather")),
+        call["choices"][0]["tool_calls"]
+            .as_str()
+            .is_some_and(|t| t.contains("get_weather")),
         "{call}"
     );
 
@@ -514,7 +536,10 @@ fn the_api_suite_gets_the_same_answers_from_serve_and_from_a_gateway_of_two_work
     let load = json!({"lora_name": "a", "lora_path": "/nonexistent"}).to_string();
     let r = request(&fleet, "POST", "/v1/load_lora_adapter", &load, LONG).unwrap();
     assert_eq!(r.status, 400, "{}", r.body);
-    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    let message = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(message.contains("--lora-modules"), "{message}");
     for name in [
         "embeddings, a token outside the vocabulary",

@@ -15,16 +15,16 @@ use redis::aio::ConnectionManager;
 use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
 
-use crate::identity::ModelIdentity;
-use crate::pass::{PassFailure, PassResult, TokenScore};
-use crate::protocol::JobKind;
-use crate::keys::Keys;
-use crate::metrics::WORKER_FOREIGN_JOBS_TOTAL;
-use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
-use crate::redis_io::{retry_for, Redis};
 use super::model_host::{Held, ModelHost};
 use super::requeue::Requeued;
+use crate::identity::ModelIdentity;
 use crate::keys::Band;
+use crate::keys::Keys;
+use crate::metrics::WORKER_FOREIGN_JOBS_TOTAL;
+use crate::pass::{PassFailure, PassResult, TokenScore};
+use crate::protocol::JobKind;
+use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
+use crate::redis_io::{retry_for, Redis};
 use kestrel_server::model_registry::RegistryError;
 
 /// How long publishing one event may keep failing before the run is given up (the entry stays
@@ -323,7 +323,10 @@ impl Jobs {
                 tracing::info!(%worker, adapter, "queued a job for a LoRA adapter this worker lacks on a worker serving it");
             }
             Ok(Requeued::Parked) => {
-                tracing::debug!(adapter, "no live worker serves the job's LoRA adapter yet; queued it again");
+                tracing::debug!(
+                    adapter,
+                    "no live worker serves the job's LoRA adapter yet; queued it again"
+                );
             }
             Ok(Requeued::Expired { waited }) => {
                 let message = format!(
@@ -376,7 +379,10 @@ impl Jobs {
                 match outcome {
                     Ok(Some(result)) => {
                         tracing::info!("finished a one-pass job");
-                        if jobs.publish(&job.id, attempt, 1, ResultEvent::Pass(result)).await {
+                        if jobs
+                            .publish(&job.id, attempt, 1, ResultEvent::Pass(result))
+                            .await
+                        {
                             jobs.ack(&entry).await;
                         }
                     }
@@ -478,18 +484,26 @@ fn run_pass(
     prompt: Vec<u32>,
     adapter: Option<AdapterId>,
 ) -> Option<PassResult> {
-    let result = match kind {
-        JobKind::Embed => engine.embed(prompt).map(PassResult::Embedding),
-        JobKind::PromptLogprobs { top_n } => engine
-            .prompt_logprobs(prompt, top_n, adapter)
-            .map(|scores| PassResult::Scores(scores.into_iter().map(|s| s.map(TokenScore::from)).collect())),
-        JobKind::Generate => {
-            return Some(PassResult::Failed(PassFailure {
-                class: crate::pass::FailureClass::Model,
-                message: "a generation is not a one-pass job".into(),
-            }))
-        }
-    };
+    let result =
+        match kind {
+            JobKind::Embed => engine.embed(prompt).map(PassResult::Embedding),
+            JobKind::PromptLogprobs { top_n } => engine
+                .prompt_logprobs(prompt, top_n, adapter)
+                .map(|scores| {
+                    PassResult::Scores(
+                        scores
+                            .into_iter()
+                            .map(|s| s.map(TokenScore::from))
+                            .collect(),
+                    )
+                }),
+            JobKind::Generate => {
+                return Some(PassResult::Failed(PassFailure {
+                    class: crate::pass::FailureClass::Model,
+                    message: "a generation is not a one-pass job".into(),
+                }))
+            }
+        };
     match result {
         Ok(answer) => Some(answer),
         Err(kestrel_engine::prompt_pass::PromptPassError::Stopped) => None,

@@ -368,7 +368,9 @@ pub fn metrics_router_of(
         }
         kestrel_server::metrics::render_with(&metrics, None)
     };
-    worker_routes(render, move || health_engines().iter().all(|(_, e)| health_engine_ready(e)))
+    worker_routes(render, move || {
+        health_engines().iter().all(|(_, e)| health_engine_ready(e))
+    })
 }
 
 /// The engines a worker process runs now, by model name (those of models loaded on demand

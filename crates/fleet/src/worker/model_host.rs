@@ -67,12 +67,13 @@ impl ModelHost {
             }),
             ModelHost::OnDemand(m) => {
                 let lease = m.registry.acquire(&m.name).await?;
-                let engine = m.loader.engine(&m.name).ok_or_else(|| {
-                    RegistryError::LoadFailed {
+                let engine = m
+                    .loader
+                    .engine(&m.name)
+                    .ok_or_else(|| RegistryError::LoadFailed {
                         name: m.name.clone(),
                         reason: Arc::from("the model's engine is not recorded"),
-                    }
-                })?;
+                    })?;
                 Ok(Held {
                     engine,
                     _lease: Some(lease),
@@ -85,10 +86,7 @@ impl ModelHost {
     pub fn state(&self) -> ModelState {
         match self {
             ModelHost::Fixed(_) => ModelState::Loaded,
-            ModelHost::OnDemand(m) => m
-                .registry
-                .state_of(&m.name)
-                .unwrap_or(ModelState::Unloaded),
+            ModelHost::OnDemand(m) => m.registry.state_of(&m.name).unwrap_or(ModelState::Unloaded),
         }
     }
 

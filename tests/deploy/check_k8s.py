@@ -2,18 +2,23 @@
 """Checks how the manifests in deploy/k8s/ fit together (kubernetes-validate checks each one
 against the API schemas; this checks what a schema cannot):
 
-* every Service selects the pods of a workload, on a port that workload's container names;
-* workers: a named metrics port equal to --metrics-port, startup/readiness/liveness probes on
-  /health of that port, CPU requests equal to --threads, a worker id from the pod name;
+* every Service selects the pods of workloads of one component, on a port each of their
+  containers names;
+* workers, one Deployment per served model: a `--served-model-name` equal to the pods'
+  `kestrel.dev/model` label (one Deployment per name), a named metrics port equal to
+  --metrics-port, startup/readiness/liveness probes on /health of that port, CPU requests equal
+  to --threads, a worker id from the pod name, a PodDisruptionBudget of its own;
 * gateway: readiness on /health, liveness that does not depend on workers being live;
 * gateway and workers run the same image and point at the Redis Service;
 * Redis: a StatefulSet with --appendonly yes, noeviction, and its --dir on a
   volumeClaimTemplate;
 * the headless metrics Services publish unready pods and are the DNS names and ports
   deploy/prometheus/kubernetes.yml scrapes, under the job names alerts.yml uses;
-* autoscaling: the HPA scales the worker Deployment on external metrics that
-  prometheus-adapter-rules.yaml defines, every adapter query is valid PromQL once its template
-  is filled (promtool check rules) and uses only series Kestrel exports.
+* autoscaling, per model: each worker Deployment has one HPA, on external metrics that
+  prometheus-adapter-rules.yaml defines, each selecting `model_name` = the Deployment's model;
+  every adapter query is valid PromQL once its template is filled (promtool check rules), uses
+  only series Kestrel exports, and, evaluated by promtool over two models' series, gives the
+  selected model's numbers alone.
 
 Usage: check_k8s.py (needs PyYAML and promtool)
 """
@@ -55,10 +60,12 @@ def main() -> int:
     def container(kind: str, name: str) -> dict:
         return objs[(kind, name)]["spec"]["template"]["spec"]["containers"][0]
 
-    for key in [("Deployment", "kestrel-gateway"), ("Deployment", "kestrel-worker"),
-                ("StatefulSet", "kestrel-redis"), ("HorizontalPodAutoscaler", "kestrel-worker"),
+    for key in [("Deployment", "kestrel-gateway"), ("StatefulSet", "kestrel-redis"),
                 ("ConfigMap", "kestrel-adapter-rules")]:
         check(key in objs, f"{key[0]} {key[1]} exists")
+    workers = [d for d in docs if d["kind"] == "Deployment"
+               and d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"]
+    check(len(workers) >= 2, f"a worker Deployment per model ({[w['metadata']['name'] for w in workers]})")
     if checks.failed():
         return checks.summary()
 
@@ -72,30 +79,21 @@ def main() -> int:
         owners = [w for w in workloads
                   if sel.items() <= w["spec"]["template"]["metadata"]["labels"].items()
                   and w["metadata"]["namespace"] == svc["metadata"]["namespace"]]
-        names = {p.get("name") for w in owners
-                 for c in w["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
-        ok = len(owners) == 1 and all(p["targetPort"] in names for p in svc["spec"]["ports"])
-        check(ok, f"Service {svc['metadata']['name']} selects one workload, on its named ports")
+        components = {w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+                      for w in owners}
+        named = [{p.get("name") for c in w["spec"]["template"]["spec"]["containers"]
+                  for p in c.get("ports", [])} for w in owners]
+        ok = len(components) == 1 and all(p["targetPort"] in n for n in named for p in svc["spec"]["ports"])
+        check(ok, f"Service {svc['metadata']['name']} selects the workloads of one component, on their named ports")
 
-    worker = container("Deployment", "kestrel-worker")
-    wargs = [str(a) for a in worker["args"]]
-    check(wargs[:1] == ["worker"], "the worker Deployment runs `kestrel worker`")
-    mport = flag(wargs, "--metrics-port")
-    check(flag(wargs, "--metrics-host") == "0.0.0.0",
-          "the worker's metrics port listens on the pod address (its default is 127.0.0.1)")
-    ports = {p["name"]: p["containerPort"] for p in worker.get("ports", [])}
-    check(str(ports.get("metrics")) == mport, f"the worker's `metrics` port is --metrics-port {mport}")
-    for probe in ["startupProbe", "readinessProbe", "livenessProbe"]:
-        get = worker.get(probe, {}).get("httpGet", {})
-        check(get.get("path") == "/health" and get.get("port") in ("metrics", ports.get("metrics")),
-              f"worker {probe} is GET /health on the metrics port")
-    cpu = str(worker["resources"]["requests"]["cpu"])
-    check(cpu == flag(wargs, "--threads"), f"worker CPU request {cpu} equals --threads")
-    env = {e["name"]: e for e in worker.get("env", [])}
-    wid = flag(wargs, "--worker-id") or ""
-    var = wid[2:-1] if wid.startswith("$(") else ""
-    check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
-          f"--worker-id {wid} is the pod name")
+    models = {}
+    for w in workers:
+        models[w["metadata"]["name"]] = check_worker(checks, objs, docs, w)
+    check(len(set(models.values())) == len(models), f"each model has one worker Deployment ({models})")
+    mports = {flag([str(a) for a in w["spec"]["template"]["spec"]["containers"][0]["args"]], "--metrics-port")
+              for w in workers}
+    check(len(mports) == 1, f"every worker Deployment uses one --metrics-port, the one Prometheus scrapes ({mports})")
+    mport = next(iter(mports))
 
     gateway = container("Deployment", "kestrel-gateway")
     gargs = [str(a) for a in gateway["args"]]
@@ -105,12 +103,13 @@ def main() -> int:
           "gateway readiness is GET /health (503 while no worker is live)")
     check("httpGet" not in gateway.get("livenessProbe", {"httpGet": 1}),
           "gateway liveness does not restart it while no worker is live (not /health)")
-    check(gateway["image"] == worker["image"], "gateway and workers run the same image")
+    for w in workers:
+        image = w["spec"]["template"]["spec"]["containers"][0]["image"]
+        check(gateway["image"] == image, f"gateway and {w['metadata']['name']} run the same image")
     redis_svc = objs.get(("Service", "kestrel-redis"))
-    for name, args in [("gateway", gargs), ("worker", wargs)]:
-        url = flag(args, "--redis-url") or ""
-        check(redis_svc is not None and url.startswith(f"redis://{redis_svc['metadata']['name']}:"),
-              f"{name} --redis-url points at the Redis Service ({url})")
+    url = flag(gargs, "--redis-url") or ""
+    check(redis_svc is not None and url.startswith(f"redis://{redis_svc['metadata']['name']}:"),
+          f"gateway --redis-url points at the Redis Service ({url})")
 
     redis_set = objs[("StatefulSet", "kestrel-redis")]
     rc = container("StatefulSet", "kestrel-redis")
@@ -135,31 +134,24 @@ def main() -> int:
         check(dns.get("names") == [want] and str(dns.get("port")) == str(port),
               f"{PROM_K8S.name} job {job} scrapes {want}:{port}")
 
-    hpa = objs[("HorizontalPodAutoscaler", "kestrel-worker")]
-    ref = hpa["spec"]["scaleTargetRef"]
-    check((ref["kind"], ref["name"]) == ("Deployment", "kestrel-worker"),
-          "the HPA scales the worker Deployment")
     adapter = yaml.safe_load(objs[("ConfigMap", "kestrel-adapter-rules")]["data"]["config.yaml"])
     rules = adapter.get("externalRules", [])
     served = {r["name"]["as"]: r for r in rules}
-    wanted = [m["external"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
-    check(bool(wanted), f"the HPA uses external metrics {wanted}")
-    for name in wanted:
-        check(name in served, f"prometheus-adapter serves the HPA's metric {name}")
-
-    check(*utilisation_target(hpa))
-    behavior = hpa["spec"].get("behavior", {})
-    check(behavior.get("scaleUp", {}).get("stabilizationWindowSeconds") == 0,
-          "the HPA scales up at once (the 5-minute window is in the utilisation metric, so "
-          "queue-depth bursts are not held back)")
-    check(behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 0) >= 300,
-          "the HPA scales in slowly (a scale-down stabilisation window of 5 minutes or more)")
+    hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    for w in workers:
+        name, model = w["metadata"]["name"], models[w["metadata"]["name"]]
+        mine = [h for h in hpas if (h["spec"]["scaleTargetRef"]["kind"], h["spec"]["scaleTargetRef"]["name"])
+                == ("Deployment", name)]
+        check(len(mine) == 1, f"{name} has one HPA")
+        for hpa in mine:
+            check_hpa(checks, hpa, model, served)
+    check(len(hpas) == len(workers), "every HPA scales a worker Deployment")
 
     queries = []
     for r in rules:
         series = r["seriesQuery"].split('__name__="', 1)[1].split('"', 1)[0]
         q = r["metricsQuery"].replace("<<.Series>>", series)
-        q = q.replace("<<.LabelMatchers>>", 'namespace="kestrel"')
+        q = q.replace("<<.LabelMatchers>>", 'namespace="kestrel",model_name="chat"')
         check("<<" not in q, f"adapter query for {r['name']['as']} has no unknown template field")
         bad = unknown(q) | unknown(series)
         check(not bad, f"adapter rule {r['name']['as']} uses exported series only (unknown: {sorted(bad)})")
@@ -171,8 +163,76 @@ def main() -> int:
         check(res.returncode == 0, "every adapter metricsQuery is valid PromQL (promtool check rules)"
               + ("" if res.returncode == 0 else f": {res.stdout}{res.stderr}"))
         check(*sustained_utilisation(tmp.name))
+        check(*per_model_queue_depth(tmp.name))
 
     return checks.summary()
+
+
+def check_worker(checks: Checklist, objs: dict, docs: list, w: dict) -> str:
+    """The checks of one model's worker Deployment; returns its served model name."""
+    check = checks.check
+    name = w["metadata"]["name"]
+    pod = w["spec"]["template"]
+    worker = pod["spec"]["containers"][0]
+    wargs = [str(a) for a in worker["args"]]
+    check(wargs[:1] == ["worker"], f"{name} runs `kestrel worker`")
+    model = flag(wargs, "--served-model-name") or ""
+    check(bool(model) and pod["metadata"]["labels"].get("kestrel.dev/model") == model,
+          f"{name} serves `{model}` (--served-model-name) and labels its pods kestrel.dev/model={model}")
+    check(w["spec"]["selector"]["matchLabels"].get("kestrel.dev/model") == model,
+          f"{name} selects only its model's pods")
+    mport = flag(wargs, "--metrics-port")
+    check(flag(wargs, "--metrics-host") == "0.0.0.0",
+          f"{name}: the metrics port listens on the pod address (its default is 127.0.0.1)")
+    ports = {p["name"]: p["containerPort"] for p in worker.get("ports", [])}
+    check(str(ports.get("metrics")) == mport, f"{name}: the `metrics` port is --metrics-port {mport}")
+    for probe in ["startupProbe", "readinessProbe", "livenessProbe"]:
+        get = worker.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == "/health" and get.get("port") in ("metrics", ports.get("metrics")),
+              f"{name} {probe} is GET /health on the metrics port")
+    cpu = str(worker["resources"]["requests"]["cpu"])
+    check(cpu == flag(wargs, "--threads"), f"{name}: CPU request {cpu} equals --threads")
+    env = {e["name"]: e for e in worker.get("env", [])}
+    wid = flag(wargs, "--worker-id") or ""
+    var = wid[2:-1] if wid.startswith("$(") else ""
+    check(env.get(var, {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name",
+          f"{name}: --worker-id {wid} is the pod name")
+    redis_svc = objs.get(("Service", "kestrel-redis"))
+    url = flag(wargs, "--redis-url") or ""
+    check(redis_svc is not None and url.startswith(f"redis://{redis_svc['metadata']['name']}:"),
+          f"{name} --redis-url points at the Redis Service ({url})")
+    mounts = {m["name"] for m in worker.get("volumeMounts", [])}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes", [])
+              if "persistentVolumeClaim" in v}
+    for vol, claim in claims.items():
+        check(vol in mounts and ("PersistentVolumeClaim", claim) in objs,
+              f"{name} mounts the claim {claim}, which exists")
+    pdbs = [d for d in docs if d["kind"] == "PodDisruptionBudget"
+            and d["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()]
+    check(len(pdbs) == 1 and pdbs[0]["spec"]["selector"]["matchLabels"].get("kestrel.dev/model") == model,
+          f"{name} has a PodDisruptionBudget of its own")
+    return model
+
+
+def check_hpa(checks: Checklist, hpa: dict, model: str, served: dict) -> None:
+    """One model's HPA: its external metrics exist and select the model."""
+    check = checks.check
+    name = hpa["metadata"]["name"]
+    external = [m["external"]["metric"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    wanted = [m["name"] for m in external]
+    check(sorted(wanted) == ["kestrel_queue_depth", "kestrel_worker_utilisation"],
+          f"{name} uses the external metrics {wanted}")
+    for m in external:
+        check(m["name"] in served, f"prometheus-adapter serves {name}'s metric {m['name']}")
+        check(m.get("selector", {}).get("matchLabels") == {"model_name": model},
+              f"{name}'s {m['name']} selects model_name={model} only")
+    check(*utilisation_target(hpa))
+    behavior = hpa["spec"].get("behavior", {})
+    check(behavior.get("scaleUp", {}).get("stabilizationWindowSeconds") == 0,
+          f"{name} scales up at once (the 5-minute window is in the utilisation metric, so "
+          "queue-depth bursts are not held back)")
+    check(behavior.get("scaleDown", {}).get("stabilizationWindowSeconds", 0) >= 300,
+          f"{name} scales in slowly (a scale-down stabilisation window of 5 minutes or more)")
 
 
 # kube-controller-manager's default --horizontal-pod-autoscaler-tolerance: the HPA changes the
@@ -205,23 +265,29 @@ def utilisation_target(hpa: dict) -> tuple[bool, str]:
             f"workers out at 80.5% (to {hpa_desired(4, 0.805, target)}) and not at 79.5%")
 
 
-# Utilisation 0.9 from minute 2 to minute 13, then 0.5 (two workers of max_num_seqs 16 running
-# 14 + 15 sequences, then 8 + 8): the metric the HPA reads stays under the 80% target until the
-# high level has lasted 5 minutes (under at 6m, over at 7m), stays above while it lasts, and falls
-# under it again as soon as the level drops (13m).
+# Utilisation 0.9 from minute 2 to minute 13, then 0.5 (two workers of the model `chat`, of
+# max_num_seqs 16, running 14 + 15 sequences, then 8 + 8): the metric the HPA reads stays under
+# the 80% target until the high level has lasted 5 minutes (under at 6m, over at 7m), stays above
+# while it lasts, and falls under it again as soon as the level drops (13m). A worker of another
+# model, full all along, must not count: the query is filled with the HPA's selector
+# model_name="chat".
 SUSTAINED_TEST = """
 rule_files: [{rules}]
 evaluation_interval: 30s
 tests:
   - interval: 30s
     input_series:
-      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w1"}}'
+      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w1",model_name="chat"}}'
         values: '8x3 14x21 8x14'
-      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w2"}}'
+      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w2",model_name="chat"}}'
         values: '8x3 15x21 8x14'
-      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w1"}}'
+      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w1",model_name="chat"}}'
         values: '16x40'
-      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w2"}}'
+      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w2",model_name="chat"}}'
+        values: '16x40'
+      - series: 'kestrel:num_requests_running{{namespace="kestrel",instance="w3",model_name="small"}}'
+        values: '16x40'
+      - series: 'kestrel:max_num_seqs{{namespace="kestrel",instance="w3",model_name="small"}}'
         values: '16x40'
     promql_expr_test:
       - expr: adapter_kestrel_worker_utilisation < 0.8
@@ -237,6 +303,39 @@ tests:
         eval_time: 13m
         exp_samples: [{{labels: 'adapter_kestrel_worker_utilisation', value: 0.5}}]
 """
+
+# Two gateways report the same Redis backlog per model and priority: `chat` has 5 normal and 2
+# high requests waiting, `small` 100 normal. The HPA of `chat` must read 7 (max over gateways,
+# summed over priorities, that model only).
+QUEUE_TEST = """
+rule_files: [{rules}]
+evaluation_interval: 30s
+tests:
+  - interval: 30s
+    input_series:
+      - series: 'kestrel:gateway_queue_depth{{namespace="kestrel",instance="g1",priority="normal",model_name="chat"}}'
+        values: '5x4'
+      - series: 'kestrel:gateway_queue_depth{{namespace="kestrel",instance="g2",priority="normal",model_name="chat"}}'
+        values: '5x4'
+      - series: 'kestrel:gateway_queue_depth{{namespace="kestrel",instance="g1",priority="high",model_name="chat"}}'
+        values: '2x4'
+      - series: 'kestrel:gateway_queue_depth{{namespace="kestrel",instance="g1",priority="normal",model_name="small"}}'
+        values: '100x4'
+    promql_expr_test:
+      - expr: adapter_kestrel_queue_depth
+        eval_time: 1m
+        exp_samples: [{{labels: 'adapter_kestrel_queue_depth', value: 7}}]
+"""
+
+
+def per_model_queue_depth(rules_file: str) -> tuple[bool, str]:
+    """A model's HPA reads that model's backlog alone (promtool)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".test.yml") as test:
+        test.write(QUEUE_TEST.format(rules=rules_file))
+        test.flush()
+        res = subprocess.run(["promtool", "test", "rules", test.name], capture_output=True, text=True)
+    return (res.returncode == 0, "a model's queue-depth metric is its own backlog (max over gateways, summed over priorities)"
+            + ("" if res.returncode == 0 else f": {res.stdout}{res.stderr}"))
 
 
 def sustained_utilisation(rules_file: str) -> tuple[bool, str]:

@@ -14,6 +14,7 @@ mod inspect;
 mod logging;
 mod lora_args;
 mod membw;
+mod model_limit_args;
 mod model_list;
 mod model_size;
 mod ppl;
@@ -27,6 +28,7 @@ mod speed;
 mod startup_summary;
 mod trace_args;
 mod worker;
+mod worker_models;
 
 use anyhow::Result;
 use clap::Subcommand;

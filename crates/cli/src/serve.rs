@@ -49,18 +49,8 @@ pub struct MultiModelArgs {
     /// or directory name (beside any --model NAME=PATH).
     #[arg(long, value_name = "DIR")]
     pub models_dir: Option<std::path::PathBuf>,
-    /// With several models: most loaded at once. Loading another unloads the least recently
-    /// used idle one; --kv-cache-memory is shared out evenly between this many engines.
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub max_loaded_models: usize,
-    /// With several models: never unload the model NAME (repeatable).
-    #[arg(long, value_name = "NAME")]
-    pub pin: Vec<String>,
-    /// With several models: most memory the loaded models may take, e.g. 4GiB, estimated for
-    /// each model as its weights file(s) plus its share of --kv-cache-memory. Loading another
-    /// unloads least recently used idle models until it fits.
-    #[arg(long, value_name = "SIZE", value_parser = crate::engine_args::parse_bytes)]
-    pub models_memory_budget: Option<u64>,
+    #[command(flatten)]
+    pub limits: crate::model_limit_args::ModelLimitArgs,
     /// With several models: ALIAS is another name of the model NAME (repeatable).
     #[arg(long, value_name = "ALIAS=NAME", value_parser = parse_alias)]
     pub model_alias: Vec<(String, String)>,
@@ -89,9 +79,9 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     if let ModelList::Several(models) = list {
         return crate::serve_models::run(args, models);
     }
-    if !args.multi.pin.is_empty()
+    if !args.multi.limits.pin.is_empty()
         || !args.multi.model_alias.is_empty()
-        || args.multi.models_memory_budget.is_some()
+        || args.multi.limits.models_memory_budget.is_some()
     {
         bail!("--pin, --model-alias and --models-memory-budget are for a server of several models (--model NAME=PATH or --models-dir)");
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
-use kestrel_server::launch::{KvBudget, LaunchOptions};
+use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
 use kestrel_server::model_registry::{
     LoadFailure, ModelEntry, ModelLoader, ModelRegistry, RegistryOptions,
 };
@@ -18,16 +18,33 @@ use crate::engine_args::EngineArgs;
 use crate::restart_args::RestartFlag;
 use crate::serve::ServeArgs;
 
-/// Loads one model of the registry with the server's engine flags.
-struct EngineLoader {
-    engine: EngineArgs,
-    opts: LaunchOptions,
-    pool: &'static ThreadPool,
+/// `kestrel serve`'s `--max-loaded-models` when not given.
+const SERVE_MAX_LOADED: usize = 2;
+
+/// Loads one model of the registry with the process's engine flags (`serve`, or a `worker`
+/// that loads its models on demand).
+pub struct EngineLoader {
+    pub engine: EngineArgs,
+    pub opts: LaunchOptions,
+    pub pool: &'static ThreadPool,
+}
+
+impl EngineLoader {
+    /// The started engine of the model at `path`, served as `name`. Blocks.
+    pub fn launch(&self, name: &str, path: &Path) -> Result<Launched> {
+        let opts = LaunchOptions {
+            model_id: Some(name.to_string()),
+            ..self.opts.clone()
+        };
+        self.engine
+            .launch_model(path, &opts, self.pool)
+            .map(|(launched, _)| launched)
+    }
 }
 
 /// The memory a model is expected to take: its weights file(s), plus its KV cache when that is
 /// given in bytes (a KV budget in tokens is not counted).
-fn memory_estimate(path: &Path, kv: &KvBudget) -> u64 {
+pub fn memory_estimate(path: &Path, kv: &KvBudget) -> u64 {
     let kv_bytes = match kv {
         KvBudget::Bytes(bytes) => *bytes,
         _ => 0,
@@ -37,13 +54,8 @@ fn memory_estimate(path: &Path, kv: &KvBudget) -> u64 {
 
 impl ModelLoader for EngineLoader {
     fn load(&self, name: &str, path: &Path) -> Result<AppState, LoadFailure> {
-        let opts = LaunchOptions {
-            model_id: Some(name.to_string()),
-            ..self.opts.clone()
-        };
-        self.engine
-            .launch_model(path, &opts, self.pool)
-            .map(|(launched, _)| launched.into_state())
+        self.launch(name, path)
+            .map(Launched::into_state)
             .map_err(|e| LoadFailure(format!("{e:#}")))
     }
 
@@ -64,16 +76,21 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
     }
     let mut config = args.http.server_config()?;
     config.enable_runtime_lora = args.enable_runtime_lora;
+    let max_loaded = args
+        .multi
+        .limits
+        .max_loaded_models
+        .unwrap_or(SERVE_MAX_LOADED);
     let mut opts = args.engine.launch_options()?;
     args.limits.apply(&mut opts)?;
     args.lora.apply(&mut opts);
-    opts.kv_cache = kv_share(opts.kv_cache, args.multi.max_loaded_models);
+    opts.kv_cache = kv_share(opts.kv_cache, max_loaded);
     opts.label_metrics = true;
     let options = RegistryOptions {
-        max_loaded: args.multi.max_loaded_models,
+        max_loaded,
         load_wait: opts.max_queue_time,
         unload_deadline: config.shutdown_deadline,
-        memory_budget: args.multi.models_memory_budget,
+        memory_budget: args.multi.limits.models_memory_budget,
         aliases: args.multi.model_alias.clone(),
         lora_modules: opts.lora_modules.clone(),
     };
@@ -90,8 +107,8 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
     let heap_watch = args.restart.watch()?;
     let runtime = crate::runtime()?;
     runtime.block_on(async move {
-        let registry = ModelRegistry::new(models, &args.multi.pin, loader, config, options)?;
-        warn_too_large(&registry, args.multi.models_memory_budget);
+        let registry = ModelRegistry::new(models, &args.multi.limits.pin, loader, config, options)?;
+        warn_too_large(&registry, args.multi.limits.models_memory_budget);
         let listener = kestrel_server::bind(registry.http()).await?;
         let addr = listener.local_addr().context("no local address")?;
         println!(
@@ -101,9 +118,9 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
         );
         tracing::info!(
             models = %names.join(","),
-            max_loaded_models = args.multi.max_loaded_models,
-            pinned = %args.multi.pin.join(","),
-            models_memory_budget = args.multi.models_memory_budget,
+            max_loaded_models = max_loaded,
+            pinned = %args.multi.limits.pin.join(","),
+            models_memory_budget = args.multi.limits.models_memory_budget,
             pool_threads = pool.n_threads(),
             "serving several models; each loads on its first request"
         );
@@ -119,7 +136,7 @@ pub fn run(args: ServeArgs, models: Vec<ModelEntry>) -> Result<()> {
 }
 
 /// Logs each model that can never load under the memory budget (its requests get 503).
-fn warn_too_large(registry: &ModelRegistry, budget: Option<u64>) {
+pub fn warn_too_large(registry: &ModelRegistry, budget: Option<u64>) {
     let Some(budget) = budget else { return };
     for m in registry.listing() {
         if m.memory_estimate > budget {
@@ -135,7 +152,7 @@ fn warn_too_large(registry: &ModelRegistry, budget: Option<u64>) {
 
 /// Each engine's part of the KV budget: a byte budget is shared out between the engines that
 /// may be loaded at once; a token budget is per engine.
-fn kv_share(budget: KvBudget, max_loaded: usize) -> KvBudget {
+pub fn kv_share(budget: KvBudget, max_loaded: usize) -> KvBudget {
     match budget {
         KvBudget::Bytes(bytes) => KvBudget::Bytes(bytes / max_loaded.max(1) as u64),
         tokens => tokens,

@@ -1,19 +1,25 @@
 //! `kestrel worker`: a full engine that takes requests from the fleet's Redis streams and
 //! streams their results back; `--metrics-port` serves its `/metrics` and `/health`. Given
 //! several models (`--model NAME=PATH` repeated, `--models-dir`), one engine per model on one
-//! thread pool, each taking its own model's requests as a worker of its own (`ID-NAME`).
+//! thread pool, each taking its own model's requests as a worker of its own (`ID-NAME`): all
+//! started at once, or, under `--max-loaded-models` / `--models-memory-budget` / `--pin`,
+//! each loaded on its first job ([`crate::worker_models`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use futures_util::FutureExt;
-use kestrel_fleet::worker::{Worker, WorkerConfig};
-use kestrel_server::launch::{KvBudget, LaunchOptions, Launched};
+use kestrel_engine::handle::EngineHandle;
+use kestrel_fleet::worker::{EngineList, Worker, WorkerConfig};
+use kestrel_server::launch::{LaunchOptions, Launched};
 
 use crate::engine_args::EngineArgs;
 use crate::lora_args::LoraArgs;
 use crate::model_list::ModelList;
 use crate::restart_args::{RestartArgs, RestartFlag};
+use crate::serve_models::EngineLoader;
+use crate::worker_models::OnDemandModels;
 
 #[derive(clap::Args)]
 pub struct WorkerArgs {
@@ -35,10 +41,14 @@ pub struct WorkerArgs {
     pub lora: LoraArgs,
     /// Serve every .gguf file and HF checkpoint directory in DIR too, each named by its file
     /// stem or directory name (beside any --model NAME=PATH). A worker of several models
-    /// loads them all at start, on one thread pool, sharing --kv-cache-memory evenly, and
-    /// announces each.
+    /// runs them on one thread pool, sharing --kv-cache-memory evenly, and announces each.
     #[arg(long, value_name = "DIR")]
     pub models_dir: Option<std::path::PathBuf>,
+    /// Limits on the models loaded at once, as on `serve`: a worker of several models given
+    /// any of them loads each model on its first job and unloads the least recently used
+    /// idle one to make room; without them it loads every model at start.
+    #[command(flatten)]
+    pub limits: crate::model_limit_args::ModelLimitArgs,
     /// Serve /metrics and /health on this port.
     #[arg(long)]
     pub metrics_port: Option<u16>,
@@ -84,20 +94,12 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         .quantize
         .as_ref()
         .map(|method| format!("{method}/{}", args.engine.quantize_group));
-    let engines = launch(&args, &worker_id)?;
+    let models = launch(&args, &worker_id, &config)?;
     let watch = args.restart.watch()?;
-    let metrics_app = match engines.as_slice() {
-        [(_, one)] => {
-            kestrel_fleet::worker::metrics_router(one.engine.clone(), one.metrics.clone())
-        }
-        several => kestrel_fleet::worker::metrics_router_of(
-            several
-                .iter()
-                .map(|(_, l)| (l.model.model_id.clone(), l.engine.clone()))
-                .collect(),
-            several[0].1.metrics.clone(),
-        ),
-    };
+    // Every engine's series carry `model_name` (one model or several), so that each model's
+    // workers can be scaled on their own series.
+    let metrics = kestrel_server::metrics::install_recorder()?;
+    let metrics_app = kestrel_fleet::worker::metrics_router_of(models.engines(), metrics);
     crate::runtime()?.block_on(async move {
         if let Some(port) = args.metrics_port {
             let listener = tokio::net::TcpListener::bind((args.metrics_host.as_str(), port))
@@ -105,19 +107,14 @@ pub fn run(args: WorkerArgs) -> Result<()> {
                 .with_context(|| format!("cannot listen on {}:{port}", args.metrics_host))?;
             tokio::spawn(async move { axum::serve(listener, metrics_app).await });
         }
-        let mut workers = Vec::new();
-        for (id, launched) in &engines {
-            let config = WorkerConfig {
-                worker_id: id.clone(),
-                ..config.clone()
-            };
-            let worker = Worker::connect(config, launched).await?;
+        let workers = models.connect(&config).await?;
+        for worker in &workers {
             println!(
-                "kestrel worker {id} serving {} from {}",
+                "kestrel worker {} serving {} from {}",
+                worker.id(),
                 worker.identity(),
                 args.redis_url
             );
-            workers.push(worker);
         }
         // The gateway stops routing to a worker as soon as it stops taking jobs: no notice.
         let restart = RestartFlag::default();
@@ -130,36 +127,113 @@ pub fn run(args: WorkerArgs) -> Result<()> {
         for done in futures_util::future::join_all(runs).await {
             done?;
         }
+        models.shutdown(deadline).await;
         restart.exit_if_tripped();
         Ok(())
     })
 }
 
+/// The models of a worker process.
+enum Models {
+    /// Engines started with the process, each with the id it works under.
+    Started(Vec<(String, Launched)>),
+    /// Models loaded on their first job, under limits.
+    OnDemand(OnDemandModels),
+}
+
+impl Models {
+    /// The engines running now, by model name.
+    fn engines(&self) -> EngineList {
+        match self {
+            Models::Started(started) => {
+                let list: Vec<(String, EngineHandle)> = started
+                    .iter()
+                    .map(|(_, l)| (l.model.model_id.clone(), l.engine.clone()))
+                    .collect();
+                Arc::new(move || list.clone()) as EngineList
+            }
+            Models::OnDemand(models) => {
+                let (loader, names) = (models.loader.clone(), models.names.clone());
+                Arc::new(move || {
+                    names
+                        .iter()
+                        .filter_map(|n| loader.engine(n).map(|e| (n.clone(), e)))
+                        .collect()
+                }) as EngineList
+            }
+        }
+    }
+
+    /// A fleet worker for each model.
+    async fn connect(&self, config: &WorkerConfig) -> Result<Vec<Worker>> {
+        match self {
+            Models::Started(started) => {
+                let mut workers = Vec::new();
+                for (id, launched) in started {
+                    let config = WorkerConfig {
+                        worker_id: id.clone(),
+                        ..config.clone()
+                    };
+                    workers.push(Worker::connect(config, launched).await?);
+                }
+                Ok(workers)
+            }
+            Models::OnDemand(models) => models.connect(config).await,
+        }
+    }
+
+    /// Stops the engines of models loaded on demand (a started engine stops with its worker).
+    async fn shutdown(self, deadline: Duration) {
+        if let Models::OnDemand(models) = self {
+            let registry = models.registry.clone();
+            let _ = tokio::task::spawn_blocking(move || registry.shutdown(deadline)).await;
+        }
+    }
+}
+
 /// Starts the engine of each model asked for, with the id it works under: the worker's id
 /// for one model; `ID-NAME` for each of several (`--model NAME=PATH` repeated,
-/// `--models-dir`), all on one thread pool and sharing `--kv-cache-memory` evenly.
-fn launch(args: &WorkerArgs, worker_id: &str) -> Result<Vec<(String, Launched)>> {
+/// `--models-dir`), all on one thread pool and sharing `--kv-cache-memory` evenly. With
+/// limits on the models loaded at once, none is started here: see [`OnDemandModels`].
+fn launch(args: &WorkerArgs, worker_id: &str, config: &WorkerConfig) -> Result<Models> {
     let mut opts = args.engine.launch_options()?;
     args.lora.apply(&mut opts);
+    // Before any engine starts, so that each records its series under its model's name.
+    kestrel_server::metrics::install_recorder()?;
+    opts.label_metrics = true;
     let list = ModelList::from_args(&args.engine.model, args.models_dir.as_deref())?;
     let ModelList::Several(models) = list else {
+        if args.limits.any() {
+            bail!("--max-loaded-models, --models-memory-budget and --pin are for a worker of several models (--model NAME=PATH or --models-dir)");
+        }
         let (launched, _) = args.engine.launch_with(&opts)?;
-        return Ok(vec![(worker_id.to_string(), launched)]);
+        return Ok(Models::Started(vec![(worker_id.to_string(), launched)]));
     };
     if args.engine.served_model_name.is_some() {
         bail!("--served-model-name names the model of a worker of one model; with several, --model NAME=PATH names each");
     }
     let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
-    if let Some(twice) = names.iter().enumerate().find(|(i, n)| names[..*i].contains(n)) {
+    if let Some(twice) = names
+        .iter()
+        .enumerate()
+        .find(|(i, n)| names[..*i].contains(n))
+    {
         bail!("the model name {} is given twice", twice.1);
     }
-    if let KvBudget::Bytes(bytes) = opts.kv_cache {
-        opts.kv_cache = KvBudget::Bytes(bytes / models.len() as u64);
-    }
-    opts.label_metrics = true;
-    kestrel_server::metrics::install_recorder()?;
     let pool = crate::thread_pool(args.engine.threads);
-    models
+    if args.limits.any() {
+        let max_loaded = args.limits.max_loaded_models.unwrap_or(models.len());
+        opts.kv_cache = crate::serve_models::kv_share(opts.kv_cache, max_loaded);
+        let loader = EngineLoader {
+            engine: args.engine.clone(),
+            opts,
+            pool,
+        };
+        let on_demand = OnDemandModels::new(models, &args.limits, loader, config.load.clone())?;
+        return Ok(Models::OnDemand(on_demand));
+    }
+    opts.kv_cache = crate::serve_models::kv_share(opts.kv_cache, models.len());
+    let started = models
         .iter()
         .map(|m| {
             let opts = LaunchOptions {
@@ -172,11 +246,12 @@ fn launch(args: &WorkerArgs, worker_id: &str) -> Result<Vec<(String, Launched)>>
                 .with_context(|| format!("model {}", m.name))?;
             Ok((format!("{worker_id}-{}", id_part(&m.name)), launched))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok(Models::Started(started))
 }
 
 /// `name` as part of a worker id: characters outside `[A-Za-z0-9._-]` become `_`.
-fn id_part(name: &str) -> String {
+pub fn id_part(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {

@@ -104,10 +104,7 @@ mod tests {
                 PromptPassError::TooLong { len: 9, max: 4 },
                 FailureClass::Input,
             ),
-            (
-                PromptPassError::NoKvSpace { blocks: 3 },
-                FailureClass::Busy,
-            ),
+            (PromptPassError::NoKvSpace { blocks: 3 }, FailureClass::Busy),
             (PromptPassError::Model("nan".into()), FailureClass::Model),
         ];
         for (e, class) in cases {
@@ -121,8 +118,11 @@ mod tests {
         let error = too_long.into_api_error("input");
         assert_eq!(
             error.to_string(),
-            ApiError::param("input", PromptPassError::TooLong { len: 9, max: 4 }.to_string())
-                .to_string()
+            ApiError::param(
+                "input",
+                PromptPassError::TooLong { len: 9, max: 4 }.to_string()
+            )
+            .to_string()
         );
     }
 

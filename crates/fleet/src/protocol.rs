@@ -53,6 +53,15 @@ pub struct Job {
     /// loaded adapter); absent: the base model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
+    /// Deliveries of the job before it was queued again by a worker that could not run it
+    /// (it lacked the job's LoRA adapter): counted against `--max-deliveries` with those of
+    /// the entry it is in now. 0 for a job the gateway queued.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prior_deliveries: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a [`Job`] asks of its worker.
@@ -99,6 +108,7 @@ impl Job {
             traceparent: req.trace().map(|t| t.to_string()),
             kind: JobKind::Generate,
             adapter: None,
+            prior_deliveries: 0,
         }
     }
 
@@ -118,6 +128,7 @@ impl Job {
             traceparent: None,
             kind,
             adapter: None,
+            prior_deliveries: 0,
         }
     }
 
@@ -202,6 +213,11 @@ pub struct WorkerStatus {
     /// announcing it. Absent: none (or an older worker).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub adapters: Vec<AnnouncedAdapter>,
+    /// `loaded`, `loading` or `unloaded`: a worker of several models under
+    /// `--max-loaded-models` or `--models-memory-budget` loads a model on its first job.
+    /// Absent: loaded (an older worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// A LoRA adapter a worker serves, as its heartbeat announces it.
@@ -310,8 +326,15 @@ mod tests {
         assert_eq!(back.model, None, "an older gateway's job names no model");
         assert_eq!((back.ttft_slo_ms, back.request_id.as_deref()), (None, None));
         assert_eq!(back.to_request(&limits).unwrap().ttft_slo(), None);
-        assert_eq!(back.kind, JobKind::Generate, "an older gateway's job generates");
-        assert_eq!(back.adapter, None, "an older gateway's job runs the base model");
+        assert_eq!(
+            back.kind,
+            JobKind::Generate,
+            "an older gateway's job generates"
+        );
+        assert_eq!(
+            back.adapter, None,
+            "an older gateway's job runs the base model"
+        );
     }
 
     #[test]

@@ -371,6 +371,11 @@ impl ModelRegistry {
         }
     }
 
+    /// The state of the model `name` (not an alias); `None` for no such model.
+    pub fn state_of(&self, name: &str) -> Option<ModelState> {
+        self.lock().by_name.get(name).map(ModelSlot::state)
+    }
+
     /// The loaded models.
     pub fn loaded(&self) -> Vec<Arc<ServedModel>> {
         self.lock()

@@ -65,14 +65,33 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
 
     let redis = Redis::start();
     let (_gw, gw) = gateway(&redis, &[]);
-    let (_ws, _) = worker_on(&redis, "w-smol", &default_model(), &["--served-model-name", "smol"], &[]);
-    let (mut wt, _) = worker_on(&redis, "w-tiny", &tiny, &["--served-model-name", "tiny"], &[]);
+    let (_ws, _) = worker_on(
+        &redis,
+        "w-smol",
+        &default_model(),
+        &["--served-model-name", "smol"],
+        &[],
+    );
+    let (mut wt, _) = worker_on(
+        &redis,
+        "w-tiny",
+        &tiny,
+        &["--served-model-name", "tiny"],
+        &[],
+    );
     let (mut wl, _) = worker_on(&redis, "w-tiny-lora", &tiny, &lora, &[]);
     wait_for(LONG, "the gateway to see the three workers", || {
         let scrape = scrape(&gw);
-        labelled(&scrape, "kestrel:gateway_live_workers", "model_name=\"tiny\"") == Some(2.0)
-            && labelled(&scrape, "kestrel:gateway_live_workers", "model_name=\"smol\"")
-                == Some(1.0)
+        labelled(
+            &scrape,
+            "kestrel:gateway_live_workers",
+            "model_name=\"tiny\"",
+        ) == Some(2.0)
+            && labelled(
+                &scrape,
+                "kestrel:gateway_live_workers",
+                "model_name=\"smol\"",
+            ) == Some(1.0)
     });
     wait_for(LONG, "the adapter in /v1/models", || {
         request(&gw, "GET", "/v1/models", "", LONG)
@@ -91,7 +110,11 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
 
     // Several rounds, so that adapter requests meet both tiny workers' queues.
     for _ in 0..3 {
-        assert_eq!(text(&gw, "all7"), want_all7, "the adapter's text, from its worker");
+        assert_eq!(
+            text(&gw, "all7"),
+            want_all7,
+            "the adapter's text, from its worker"
+        );
         assert_eq!(text(&gw, "tiny"), want_tiny);
         assert_eq!(text(&gw, "smol"), want_smol);
     }
@@ -126,7 +149,11 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
         };
         assert_eq!(&got, want, "{model} after a worker died");
     }
-    assert_eq!(text(&gw, "tiny"), want_tiny, "the adapter's worker serves the base");
+    assert_eq!(
+        text(&gw, "tiny"),
+        want_tiny,
+        "the adapter's worker serves the base"
+    );
 
     // Without the adapter's worker the adapter is gone: a clear refusal, not the base text.
     wl.kill();
@@ -137,6 +164,129 @@ fn requests_route_by_model_and_adapter_and_a_dead_worker_loses_nothing() {
     });
     let r = request(&gw, "POST", "/v1/completions", &body("all7"), LONG).unwrap();
     assert!(matches!(r.status, 404 | 503), "{} {}", r.status, r.body);
-    assert!(r.json()["error"]["message"].as_str().is_some(), "{}", r.body);
+    assert!(
+        r.json()["error"]["message"].as_str().is_some(),
+        "{}",
+        r.body
+    );
     assert_eq!(text(&gw, "smol"), want_smol, "the other model is untouched");
+}
+
+/// Sends SIGSTOP or SIGKILL to `p`.
+fn signal(p: &Proc, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &p.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {sig} {}", p.name);
+}
+
+/// A request for the adapter whose worker died before taking it goes back to the queue: the
+/// worker without the adapter that takes over the dead worker's stream does not run it on the
+/// base model nor fail it, and a worker with the adapter that starts later answers it with the
+/// adapter's text. Once no worker with the adapter comes within the queue time, it fails with
+/// a clear error.
+#[test]
+fn a_job_for_an_adapter_whose_worker_died_waits_for_another_worker_with_it() {
+    let tiny = fixtures().join("tiny-llama-f32");
+    let adapter = format!("all7={}", path_str(&fixtures().join("lora/all7")));
+    let lora = ["--served-model-name", "tiny", "--lora-modules", &adapter];
+    let want_all7 = {
+        let (_serve, addr) = serve_on(&tiny, &lora);
+        wait_healthy(&addr, LONG);
+        text(&addr, "all7")
+    };
+
+    let redis = Redis::start();
+    let (_gw, gw) = gateway(&redis, &["--max-queue-time", "20"]);
+    let (_wt, _) = worker_on(
+        &redis,
+        "w-plain",
+        &tiny,
+        &["--served-model-name", "tiny"],
+        &[],
+    );
+    let (mut wl, _) = worker_on(&redis, "w-lora", &tiny, &lora, &[]);
+    wait_for(LONG, "the adapter in /v1/models", || {
+        request(&gw, "GET", "/v1/models", "", LONG)
+            .map(|r| r.body.contains("\"all7\""))
+            .unwrap_or(false)
+    });
+    assert_eq!(text(&gw, "all7"), want_all7);
+
+    // The adapter's worker stalls, takes requests routed to it, then dies without taking them.
+    signal(&wl, "-STOP");
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let gw = gw.clone();
+            std::thread::spawn(move || text(&gw, "all7"))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&wl, "-KILL");
+    wl.kill();
+    // Long enough for the plain worker to take over the dead worker's stream at least once.
+    std::thread::sleep(Duration::from_secs(6));
+    let (_wl2, _) = worker_on(&redis, "w-lora-2", &tiny, &lora, &[]);
+    for t in waiting {
+        assert_eq!(
+            t.join().expect("a request thread"),
+            want_all7,
+            "the adapter's text"
+        );
+    }
+    assert_eq!(redis.pending(), 0, "every job acknowledged");
+}
+
+/// With no worker serving the adapter any more, a job queued for it fails with a clear error
+/// once its queue time has passed (instead of waiting forever or running on the base model).
+#[test]
+fn a_job_for_an_adapter_no_live_worker_serves_fails_after_its_queue_time() {
+    let tiny = fixtures().join("tiny-llama-f32");
+    let adapter = format!("all7={}", path_str(&fixtures().join("lora/all7")));
+    let lora = ["--served-model-name", "tiny", "--lora-modules", &adapter];
+    let redis = Redis::start();
+    let (_gw, gw) = gateway(&redis, &["--max-queue-time", "8"]);
+    let (_wt, _) = worker_on(
+        &redis,
+        "w-plain",
+        &tiny,
+        &["--served-model-name", "tiny"],
+        &[],
+    );
+    let (mut wl, _) = worker_on(&redis, "w-lora", &tiny, &lora, &[]);
+    wait_for(LONG, "the adapter in /v1/models", || {
+        request(&gw, "GET", "/v1/models", "", LONG)
+            .map(|r| r.body.contains("\"all7\""))
+            .unwrap_or(false)
+    });
+    signal(&wl, "-STOP");
+    let started = std::time::Instant::now();
+    let waiting = {
+        let gw = gw.clone();
+        std::thread::spawn(move || request(&gw, "POST", "/v1/completions", &body("all7"), LONG))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&wl, "-KILL");
+    wl.kill();
+    let r = waiting
+        .join()
+        .expect("the request thread")
+        .expect("an answer");
+    let waited = started.elapsed();
+    assert!(r.status >= 500, "{} {}", r.status, r.body);
+    let message = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("LoRA adapter `all7`"), "{message}");
+    assert!(
+        waited >= Duration::from_secs(7),
+        "failed only after the queue time: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(60),
+        "and not much later: {waited:?}"
+    );
+    assert_eq!(redis.pending(), 0, "the job was acknowledged");
 }

@@ -324,6 +324,7 @@ fn work_routed_to_a_stuck_or_dead_worker_is_taken_by_another() {
         kv_usage: 0.0,
         prefix_block_size: Some(16),
         adapters: Vec::new(),
+        state: None,
     };
     let beat = serde_json::to_string(&ghost).unwrap();
     redis.cli(&["SET", "kestrel:worker:w-ghost", &beat, "EX", "120"]);

@@ -11,6 +11,7 @@ mod cli;
 mod fleet;
 mod fleet_lora;
 mod fleet_models;
+mod fleet_on_demand;
 mod fleet_parity;
 mod fleet_request_context;
 mod fleet_restart;

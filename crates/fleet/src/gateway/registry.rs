@@ -340,6 +340,7 @@ mod tests {
             kv_usage: 0.5,
             prefix_block_size: None,
             adapters: Vec::new(),
+            state: None,
         }
     }
 

@@ -352,6 +352,7 @@ mod tests {
             kv_usage,
             prefix_block_size: Some(16),
             adapters: Vec::new(),
+            state: None,
         }
     }
 

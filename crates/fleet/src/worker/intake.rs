@@ -10,6 +10,11 @@
 //! them. Entries routed to this worker are taken whenever it has free slots (the gateway
 //! weighed its queue when it routed them).
 //!
+//! A model loaded on demand ([`super::model_host`]) that is not loaded reads nothing: while an
+//! entry waits in one of its streams it asks for the model (unloading idle ones of the process
+//! to make room), and reads once it is loaded. Without room it leaves the entries to the
+//! model's other workers and asks again later.
+//!
 //! What the worker does not take stays in Redis, where the queue depth shows it and any other
 //! worker can take it (a routed entry once it has waited `claim_idle`, see
 //! [`super::orphans`]).
@@ -18,10 +23,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamId, StreamReadReply};
+use redis::streams::{StreamId, StreamInfoGroupsReply, StreamRangeReply, StreamReadReply};
 use redis::RedisError;
 
 use super::jobs::{Entry, Jobs};
+use super::model_host::Held;
 use super::WorkerShared;
 use crate::protocol::{Job, FIELD};
 
@@ -29,6 +35,8 @@ use crate::protocol::{Job, FIELD};
 const BLOCK: Duration = Duration::from_millis(250);
 /// How often a worker whose prefill budget is spent looks at its own streams.
 const BUSY_POLL: Duration = Duration::from_millis(20);
+/// How long a model loaded on demand that could not be loaded waits before asking again.
+const NO_ROOM_PAUSE: Duration = Duration::from_secs(1);
 
 /// Runs until `shared.stopping` is set.
 pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
@@ -39,6 +47,14 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
             let _ = tokio::time::timeout(Duration::from_millis(50), jobs.freed.notified()).await;
             continue;
         }
+        // Held through this round's read, so the model stays loaded until its jobs hold it.
+        let _warm = match warm_up(&shared).await {
+            Ok(held) => held,
+            Err(pause) => {
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
         let Some(c) = shared
             .redis
             .dedicated_in(&mut conn, BLOCK, "the request streams")
@@ -74,9 +90,63 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
     }
 }
 
+/// For a model loaded on demand that is not loaded: loads it when work waits in its streams
+/// (`Ok`, holding it), else `Err` with how long to wait before asking again. `Ok(None)` for a
+/// loaded model.
+async fn warm_up(shared: &WorkerShared) -> Result<Option<Held>, Duration> {
+    if !shared.host.on_demand() || shared.host.current().is_some() {
+        return Ok(None);
+    }
+    match has_untaken(shared).await {
+        Ok(true) => {}
+        Ok(false) => return Err(BLOCK),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot look at the request streams");
+            return Err(NO_ROOM_PAUSE);
+        }
+    }
+    match shared.host.hold().await {
+        Ok(held) => Ok(Some(held)),
+        Err(e) => {
+            tracing::info!(reason = %e, "work waits for this model but it cannot be loaded now");
+            Err(NO_ROOM_PAUSE)
+        }
+    }
+}
+
+/// Whether an entry nobody has taken waits in one of this worker's streams.
+async fn has_untaken(shared: &WorkerShared) -> Result<bool, RedisError> {
+    let mut conn = shared.redis.conn();
+    let group = shared.keys.group();
+    for queue in shared.queues() {
+        let groups: Result<StreamInfoGroupsReply, RedisError> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(&queue)
+            .query_async(&mut conn)
+            .await;
+        // A stream nobody has written to yet.
+        let Ok(groups) = groups else { continue };
+        let Some(g) = groups.groups.iter().find(|g| g.name == group) else {
+            continue;
+        };
+        let untaken: StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&queue)
+            .arg(format!("({}", g.last_delivered_id))
+            .arg("+")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut conn)
+            .await?;
+        if !untaken.ids.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Sequence slots the engine has free, or 0 while requests wait inside it.
 pub fn free_slots(shared: &WorkerShared, jobs: &Jobs) -> usize {
-    if shared.engine.stats().waiting > 0 {
+    if shared.host.stats().waiting > 0 {
         return 0;
     }
     shared.max_num_seqs.saturating_sub(jobs.len())
@@ -160,9 +230,18 @@ pub async fn read_group<C: redis::aio::ConnectionLike + Send>(
         .collect())
 }
 
-/// Decodes an entry of `stream` and starts its job; an undecodable entry is acknowledged and
+/// The deliveries an entry's job had before it was queued again (see
+/// [`Job::prior_deliveries`]); 0 for an undecodable entry.
+pub fn prior_deliveries(item: &StreamId) -> u32 {
+    item.get::<String>(FIELD)
+        .and_then(|json| serde_json::from_str::<Job>(&json).ok())
+        .map_or(0, |job| job.prior_deliveries)
+}
+
+/// Decodes an entry of `stream`, delivered `deliveries` times in it, and starts its job (as
+/// attempt `deliveries` + its prior deliveries); an undecodable entry is acknowledged and
 /// dropped (no worker could ever run it).
-pub async fn start(jobs: &Arc<Jobs>, stream: &str, item: StreamId, attempt: u32) {
+pub async fn start(jobs: &Arc<Jobs>, stream: &str, item: StreamId, deliveries: u32) {
     let entry = Entry {
         stream: stream.to_string(),
         id: item.id.clone(),
@@ -172,7 +251,10 @@ pub async fn start(jobs: &Arc<Jobs>, stream: &str, item: StreamId, attempt: u32)
         .ok_or_else(|| format!("no `{FIELD}` field"))
         .and_then(|json| serde_json::from_str::<Job>(&json).map_err(|e| e.to_string()));
     match job {
-        Ok(job) => jobs.start(entry, job, attempt).await,
+        Ok(job) => {
+            let attempt = deliveries.saturating_add(job.prior_deliveries);
+            jobs.start(entry, job, attempt).await
+        }
         Err(e) => {
             tracing::error!(entry = %entry.id, error = %e, "dropping an undecodable queue entry");
             jobs.ack(&entry).await;

@@ -15,13 +15,17 @@ use redis::aio::ConnectionManager;
 use tokio::sync::{oneshot, Notify};
 use tracing::Instrument;
 
+use super::model_host::{Held, ModelHost};
+use super::requeue::Requeued;
 use crate::identity::ModelIdentity;
-use crate::pass::{PassFailure, PassResult, TokenScore};
-use crate::protocol::JobKind;
+use crate::keys::Band;
 use crate::keys::Keys;
 use crate::metrics::WORKER_FOREIGN_JOBS_TOTAL;
+use crate::pass::{PassFailure, PassResult, TokenScore};
+use crate::protocol::JobKind;
 use crate::protocol::{Job, ResultEntry, ResultEvent, FIELD};
-use crate::redis_io::retry_for;
+use crate::redis_io::{retry_for, Redis};
+use kestrel_server::model_registry::RegistryError;
 
 /// How long publishing one event may keep failing before the run is given up (the entry stays
 /// pending, so another worker re-runs it).
@@ -36,6 +40,8 @@ pub struct Entry {
 
 struct Active {
     entry: Entry,
+    /// Its engine, held (a model loaded on demand stays loaded) until the job ends.
+    _held: Held,
     cancel: Option<oneshot::Sender<()>>,
     /// Its prompt tokens until its first event comes back (its prefill is done), then 0.
     prefill_tokens: usize,
@@ -43,13 +49,17 @@ struct Active {
 
 /// The jobs in progress, shared by the intake, upkeep and cancellation tasks.
 pub struct Jobs {
-    engine: EngineHandle,
+    host: Arc<ModelHost>,
+    redis: Redis,
     conn: ConnectionManager,
     keys: Keys,
     /// The model this worker serves: its queues, and the only identity its jobs may carry.
     model: ModelIdentity,
     worker_id: String,
     result_ttl: Duration,
+    /// How long a job for a LoRA adapter no live worker serves waits when its request set no
+    /// queue time.
+    adapter_wait: Duration,
     active: Mutex<HashMap<String, Active>>,
     /// Signalled whenever a job ends (a slot is free) or finishes its prefill.
     pub freed: Notify,
@@ -57,20 +67,22 @@ pub struct Jobs {
 
 impl Jobs {
     pub fn new(
-        engine: EngineHandle,
-        conn: ConnectionManager,
+        host: Arc<ModelHost>,
+        redis: Redis,
         keys: Keys,
         model: ModelIdentity,
         worker_id: String,
-        result_ttl: Duration,
+        (result_ttl, adapter_wait): (Duration, Duration),
     ) -> Arc<Jobs> {
         Arc::new(Jobs {
-            engine,
-            conn,
+            host,
+            conn: redis.conn(),
+            redis,
             keys,
             model,
             worker_id,
             result_ttl,
+            adapter_wait,
             active: Mutex::new(HashMap::new()),
             freed: Notify::new(),
         })
@@ -151,28 +163,33 @@ impl Jobs {
             self.ack(&entry).await;
             return;
         }
+        let held = match self.host.hold().await {
+            Ok(held) => held,
+            Err(e) => {
+                self.no_room(&entry, &job, attempt, e)
+                    .instrument(span)
+                    .await;
+                return;
+            }
+        };
+        let engine = held.engine.clone();
         let adapter = match job.adapter.as_deref() {
             None => None,
-            Some(name) => match self.engine.adapter_id(name) {
+            Some(name) => match engine.adapter_id(name) {
                 Some(id) => Some(id),
                 None => {
-                    let message = format!(
-                        "worker {} serves no LoRA adapter `{name}` (the worker that does is gone \
-                         or full)",
-                        self.worker_id
-                    );
-                    span.in_scope(|| tracing::warn!("{message}"));
-                    let event = ResultEvent::Rejected { message };
-                    self.finish_with(&entry, &job.id, attempt, event).await;
+                    self.requeue(&entry, &job, name, attempt)
+                        .instrument(span)
+                        .await;
                     return;
                 }
             },
         };
         if !job.kind.is_generate() {
-            self.start_pass(entry, job, attempt, adapter, span);
+            self.start_pass(entry, job, (attempt, held), adapter, span);
             return;
         }
-        let req = match job.to_request(&self.engine.limits()) {
+        let req = match job.to_request(&engine.limits()) {
             Ok(req) => req.with_adapter(adapter),
             Err(e) => {
                 span.in_scope(|| tracing::warn!(error = %e, "rejected an invalid job"));
@@ -185,7 +202,7 @@ impl Jobs {
         };
         let trace = super::job_trace::start(&job, attempt);
         let req = req.with_trace(trace.as_ref().map(RequestTrace::traceparent));
-        let stream = match self.engine.submit(req) {
+        let stream = match engine.submit(req) {
             Ok(stream) => stream,
             Err(SubmitError::Overloaded(_)) | Err(SubmitError::Stopped) => {
                 // Left pending: this worker or another claims it again later.
@@ -198,6 +215,7 @@ impl Jobs {
             job.id.clone(),
             Active {
                 entry: entry.clone(),
+                _held: held,
                 cancel: Some(tx),
                 prefill_tokens: job.prompt_ids.len(),
             },
@@ -276,6 +294,57 @@ impl Jobs {
         self.end(&request);
     }
 
+    /// Puts a job whose model cannot be loaded now back on the model's shared stream, for
+    /// any worker of the model ([`super::requeue`]); when Redis fails the entry stays pending
+    /// here and is claimed again later.
+    async fn no_room(&self, entry: &Entry, job: &Job, attempt: u32, why: RegistryError) {
+        tracing::info!(reason = %why, "no room for the job's model now; queueing it again for any worker of the model");
+        let stream = self.keys.requests(&self.model, Band::of(job.priority));
+        let moved = super::requeue::move_job(&self.redis, &self.keys, entry, job, attempt, &stream);
+        if let Err(e) = moved.await {
+            tracing::warn!(error = %e, "cannot queue the job again; it stays pending");
+        }
+    }
+
+    /// Sends a job for the LoRA adapter `adapter`, which this worker lacks, to a worker that
+    /// has it, or back to its queue, or refuses it once none has come within its queue time
+    /// ([`super::requeue`]). When Redis fails the entry stays pending here and is
+    /// claimed again later.
+    async fn requeue(&self, entry: &Entry, job: &Job, adapter: &str, attempt: u32) {
+        let requeue = super::requeue::Requeue {
+            redis: &self.redis,
+            keys: &self.keys,
+            me: &self.worker_id,
+            model: &self.model,
+            default_wait: self.adapter_wait,
+        };
+        match requeue.run(entry, job, adapter, attempt).await {
+            Ok(Requeued::Moved { worker }) => {
+                tracing::info!(%worker, adapter, "queued a job for a LoRA adapter this worker lacks on a worker serving it");
+            }
+            Ok(Requeued::Parked) => {
+                tracing::debug!(
+                    adapter,
+                    "no live worker serves the job's LoRA adapter yet; queued it again"
+                );
+            }
+            Ok(Requeued::Expired { waited }) => {
+                let message = format!(
+                    "no live worker of model `{}` serves LoRA adapter `{adapter}` (the worker \
+                     that did is gone); waited {} s",
+                    self.model.name,
+                    waited.as_secs()
+                );
+                tracing::warn!("{message}");
+                let event = ResultEvent::Rejected { message };
+                self.finish_with(entry, &job.id, attempt, event).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, adapter, "cannot queue a job for a LoRA adapter again; it stays pending");
+            }
+        }
+    }
+
     /// Runs a one-pass job (an embedding, prompt logprobs) in its own task: `Started`, then
     /// the pass on the engine thread, then its one answer. A pass the engine could not run
     /// because it is stopping stays queued for another worker.
@@ -283,14 +352,16 @@ impl Jobs {
         self: &Arc<Self>,
         entry: Entry,
         job: Job,
-        attempt: u32,
+        (attempt, held): (u32, Held),
         adapter: Option<AdapterId>,
         span: tracing::Span,
     ) {
+        let engine = held.engine.clone();
         self.lock().insert(
             job.id.clone(),
             Active {
                 entry: entry.clone(),
+                _held: held,
                 cancel: None,
                 prefill_tokens: job.prompt_ids.len(),
             },
@@ -301,7 +372,6 @@ impl Jobs {
                 worker: jobs.worker_id.clone(),
             };
             if jobs.publish(&job.id, attempt, 0, started).await {
-                let engine = jobs.engine.clone();
                 let (kind, prompt) = (job.kind, job.prompt_ids);
                 let outcome =
                     tokio::task::spawn_blocking(move || run_pass(&engine, kind, prompt, adapter))
@@ -309,7 +379,10 @@ impl Jobs {
                 match outcome {
                     Ok(Some(result)) => {
                         tracing::info!("finished a one-pass job");
-                        if jobs.publish(&job.id, attempt, 1, ResultEvent::Pass(result)).await {
+                        if jobs
+                            .publish(&job.id, attempt, 1, ResultEvent::Pass(result))
+                            .await
+                        {
                             jobs.ack(&entry).await;
                         }
                     }
@@ -411,18 +484,26 @@ fn run_pass(
     prompt: Vec<u32>,
     adapter: Option<AdapterId>,
 ) -> Option<PassResult> {
-    let result = match kind {
-        JobKind::Embed => engine.embed(prompt).map(PassResult::Embedding),
-        JobKind::PromptLogprobs { top_n } => engine
-            .prompt_logprobs(prompt, top_n, adapter)
-            .map(|scores| PassResult::Scores(scores.into_iter().map(|s| s.map(TokenScore::from)).collect())),
-        JobKind::Generate => {
-            return Some(PassResult::Failed(PassFailure {
-                class: crate::pass::FailureClass::Model,
-                message: "a generation is not a one-pass job".into(),
-            }))
-        }
-    };
+    let result =
+        match kind {
+            JobKind::Embed => engine.embed(prompt).map(PassResult::Embedding),
+            JobKind::PromptLogprobs { top_n } => engine
+                .prompt_logprobs(prompt, top_n, adapter)
+                .map(|scores| {
+                    PassResult::Scores(
+                        scores
+                            .into_iter()
+                            .map(|s| s.map(TokenScore::from))
+                            .collect(),
+                    )
+                }),
+            JobKind::Generate => {
+                return Some(PassResult::Failed(PassFailure {
+                    class: crate::pass::FailureClass::Model,
+                    message: "a generation is not a one-pass job".into(),
+                }))
+            }
+        };
     match result {
         Ok(answer) => Some(answer),
         Err(kestrel_engine::prompt_pass::PromptPassError::Stopped) => None,

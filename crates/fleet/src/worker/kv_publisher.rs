@@ -31,10 +31,13 @@ pub const TTL_BEATS: u64 = 10;
 
 /// Publishes the engine's prefix-cache events until the engine stops or the task is aborted.
 pub async fn run(shared: Arc<WorkerShared>) {
+    let Some(engine) = shared.host.current() else {
+        return;
+    };
     if shared.prefix_block_size().is_none() {
         return;
     }
-    let mut events = shared.engine.watch_kv_events(CHANNEL_BATCHES);
+    let mut events = engine.watch_kv_events(CHANNEL_BATCHES);
     let mut publisher = Publisher::default();
     while let Some(first) = events.recv().await {
         let mut batch = first;

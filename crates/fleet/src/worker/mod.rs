@@ -18,6 +18,10 @@
 //! workers it is refused: it says so in its log and `kestrel:worker_model_refused`, and takes
 //! no job, since no gateway queues any for it.
 //!
+//! A job for a LoRA adapter the worker lacks (met when it takes over another worker's streams)
+//! goes back to the queue of a worker that has it, and a job for a model loaded on demand that
+//! has no room now goes back to the model's shared queue ([`requeue`]).
+//!
 //! Delivery is at least once: an entry is acknowledged only after its last event is published.
 //! A worker that dies leaves its entries pending; once idle past `claim_idle` another worker
 //! claims and re-runs them (same seed, so the same tokens), up to `max_deliveries` times.
@@ -27,7 +31,9 @@ mod intake;
 mod job_trace;
 mod jobs;
 mod kv_publisher;
+pub mod model_host;
 mod orphans;
+mod requeue;
 mod upkeep;
 
 use std::future::Future;
@@ -38,12 +44,13 @@ use std::time::Duration;
 use kestrel_engine::handle::EngineHandle;
 use kestrel_model::weights::digest::WeightsDigest;
 use kestrel_server::launch::Launched;
+use model_host::{Described, ModelHost};
 
 use crate::binding::Claim;
 use crate::identity::{LoadSettings, ModelIdentity};
 use crate::keys::Band;
 use crate::keys::Keys;
-use crate::protocol::ModelDescriptor;
+use crate::protocol::{AnnouncedAdapter, ModelDescriptor};
 use crate::redis_io::{ensure_groups, Redis};
 use crate::FleetError;
 use jobs::Jobs;
@@ -65,6 +72,9 @@ pub struct WorkerConfig {
     pub result_ttl: Duration,
     /// How the model was loaded beyond its file (part of its identity).
     pub load: LoadSettings,
+    /// How long a job for a LoRA adapter that no live worker serves waits for one when its
+    /// request set no queue time (then it fails with a clear error).
+    pub adapter_wait: Duration,
 }
 
 impl WorkerConfig {
@@ -80,6 +90,7 @@ impl WorkerConfig {
             max_deliveries: 3,
             result_ttl: Duration::from_secs(600),
             load: LoadSettings::default(),
+            adapter_wait: requeue::DEFAULT_ADAPTER_WAIT,
         }
     }
 }
@@ -90,9 +101,14 @@ pub(crate) struct WorkerShared {
     redis: Redis,
     keys: Keys,
     worker_id: String,
-    engine: EngineHandle,
+    /// Its engine: fixed, or loaded on demand.
+    host: Arc<ModelHost>,
     /// The model's descriptor, its identity included.
     descriptor: ModelDescriptor,
+    /// The LoRA adapters its engine starts with (announced while it is not loaded).
+    adapters: Vec<AnnouncedAdapter>,
+    /// Whether its engine caches prefixes (and so publishes its cache's events).
+    prefix_caching: bool,
     max_num_seqs: usize,
     stopping: AtomicBool,
     /// The last answer to claiming the served name (`None` before the first).
@@ -138,10 +154,7 @@ impl WorkerShared {
     /// The block size the gateway's router hashes prompts by, when this worker's engine
     /// caches prefixes (and so publishes its cache's events).
     fn prefix_block_size(&self) -> Option<usize> {
-        let config = self.engine.config();
-        config
-            .enable_prefix_caching
-            .then_some(self.descriptor.block_size)
+        self.prefix_caching.then_some(self.descriptor.block_size)
     }
 
     /// Records `claim`, logging and exporting a change.
@@ -184,22 +197,44 @@ impl Worker {
     /// (hashing its weights, or reading the cached digest), creates its queues' consumer
     /// group if needed and announces the model.
     pub async fn connect(config: WorkerConfig, launched: &Launched) -> Result<Worker, FleetError> {
-        crate::metrics::describe_worker();
-        let redis = Redis::connect(&config.redis_url, Duration::from_secs(30)).await?;
         let path = launched.weights.clone();
         let digest = tokio::task::spawn_blocking(move || WeightsDigest::of(&path))
             .await
             .map_err(|e| FleetError::Model(format!("hashing the weights failed: {e}")))?
             .map_err(|e| FleetError::Model(e.to_string()))?;
         let identity = crate::identity::identify(launched, &digest, &config.load)?;
-        ensure_groups(&redis, &config.keys, &identity).await?;
-        let descriptor = crate::descriptor::describe(launched, identity)?;
+        let described = Described {
+            descriptor: crate::descriptor::describe(launched, identity)?,
+            adapters: model_host::announced(&launched.engine),
+        };
+        let host = ModelHost::Fixed(launched.engine.clone());
+        Worker::with_host(config, described, host).await
+    }
+
+    /// [`Worker::connect`] for a model described already whose engine comes from `host` (a
+    /// model loaded on demand: its heartbeat says whether it is loaded).
+    pub async fn with_host(
+        config: WorkerConfig,
+        described: Described,
+        host: ModelHost,
+    ) -> Result<Worker, FleetError> {
+        crate::metrics::describe_worker();
+        let redis = Redis::connect(&config.redis_url, Duration::from_secs(30)).await?;
+        let descriptor = described.descriptor;
+        ensure_groups(&redis, &config.keys, &descriptor.identity).await?;
+        let prefix_caching = match &host {
+            ModelHost::Fixed(engine) => engine.config().enable_prefix_caching,
+            // Its cache goes with each unload: no cache-aware routing to it.
+            ModelHost::OnDemand(_) => false,
+        };
         let shared = Arc::new(WorkerShared {
             keys: config.keys.clone(),
             worker_id: config.worker_id.clone(),
-            max_num_seqs: launched.engine.config().max_num_seqs,
-            engine: launched.engine.clone(),
+            max_num_seqs: descriptor.max_num_seqs,
+            host: Arc::new(host),
             descriptor,
+            adapters: described.adapters,
+            prefix_caching,
             redis,
             config,
             stopping: AtomicBool::new(false),
@@ -214,6 +249,11 @@ impl Worker {
         self.shared.identity()
     }
 
+    /// Its id in the fleet.
+    pub fn id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
     /// Takes and runs work until `shutdown` resolves; then takes no more, lets running jobs
     /// finish within `deadline` (the rest stay pending for other workers), removes its
     /// heartbeat and stops the engine.
@@ -224,12 +264,12 @@ impl Worker {
     ) -> Result<(), FleetError> {
         let shared = self.shared;
         let jobs = Jobs::new(
-            shared.engine.clone(),
-            shared.redis.conn(),
+            shared.host.clone(),
+            shared.redis.clone(),
             shared.keys.clone(),
             shared.identity().clone(),
             shared.worker_id.clone(),
-            shared.config.result_ttl,
+            (shared.config.result_ttl, shared.config.adapter_wait),
         );
         // The first heartbeat, and with it the streams routed to this worker, before it reads.
         if let Err(e) = upkeep::beat(&shared, &jobs).await {
@@ -267,8 +307,11 @@ impl Worker {
             .arg(shared.keys.kv_events(&shared.worker_id))
             .query_async::<()>(&mut conn)
             .await;
-        let engine = shared.engine.clone();
-        let _ = tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await;
+        // A model loaded on demand is its registry's to stop.
+        if let ModelHost::Fixed(engine) = &*shared.host {
+            let engine = engine.clone();
+            let _ = tokio::task::spawn_blocking(move || engine.shutdown(Duration::ZERO)).await;
+        }
         Ok(())
     }
 }
@@ -301,16 +344,17 @@ pub fn metrics_router(
     worker_routes(render, move || health_engine_ready(&health_engine))
 }
 
-/// [`metrics_router`] of a worker process of several models: each engine's gauges carry
-/// `model_name`, and `/health` is 200 while every engine takes requests.
+/// [`metrics_router`] of a worker process whose engines record their series under their
+/// model's name (one model or several): each engine's gauges carry `model_name`, and
+/// `/health` is 200 while every engine running takes requests.
 pub fn metrics_router_of(
-    engines: Vec<(String, EngineHandle)>,
+    engines: EngineList,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> axum::Router {
-    let health_engines: Vec<EngineHandle> = engines.iter().map(|(_, e)| e.clone()).collect();
+    let health_engines = engines.clone();
     let render = move || {
         use kestrel_engine::metrics::names;
-        for (name, engine) in &engines {
+        for (name, engine) in &engines() {
             let stats = engine.stats();
             let gauge = |series: &'static str, value: f64| {
                 let labels = vec![metrics::Label::new("model_name", name.clone())];
@@ -324,8 +368,14 @@ pub fn metrics_router_of(
         }
         kestrel_server::metrics::render_with(&metrics, None)
     };
-    worker_routes(render, move || health_engines.iter().all(health_engine_ready))
+    worker_routes(render, move || {
+        health_engines().iter().all(|(_, e)| health_engine_ready(e))
+    })
 }
+
+/// The engines a worker process runs now, by model name (those of models loaded on demand
+/// change as they load and unload).
+pub type EngineList = Arc<dyn Fn() -> Vec<(String, EngineHandle)> + Send + Sync>;
 
 fn health_engine_ready(engine: &EngineHandle) -> bool {
     use kestrel_server::backend::Backend;

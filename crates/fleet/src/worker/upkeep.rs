@@ -18,7 +18,7 @@ use redis::RedisError;
 
 use super::jobs::{Entry, Jobs};
 use super::{intake, WorkerShared};
-use crate::protocol::{AnnouncedAdapter, ResultEvent, WorkerStatus};
+use crate::protocol::{ResultEvent, WorkerStatus};
 
 /// Runs until `shared.stopping` is set; then removes the heartbeat.
 pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
@@ -48,7 +48,7 @@ pub async fn run(shared: Arc<WorkerShared>, jobs: Arc<Jobs>) {
 }
 
 pub async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> {
-    let stats = shared.engine.stats();
+    let stats = shared.host.stats();
     let status = WorkerStatus {
         worker_id: shared.worker_id.clone(),
         model: shared.identity().clone(),
@@ -58,16 +58,11 @@ pub async fn beat(shared: &WorkerShared, jobs: &Jobs) -> Result<(), RedisError> 
         waiting: stats.waiting,
         kv_usage: stats.kv_usage,
         prefix_block_size: shared.prefix_block_size(),
-        adapters: shared
-            .engine
-            .adapters()
-            .into_iter()
-            .map(|card| AnnouncedAdapter {
-                name: card.name,
-                path: card.path.display().to_string(),
-                rank: card.rank,
-            })
-            .collect(),
+        adapters: match shared.host.current() {
+            Some(engine) => super::model_host::announced(&engine),
+            None => shared.adapters.clone(),
+        },
+        state: Some(shared.host.state().as_str().to_string()),
     };
     let json = serde_json::to_string(&status).unwrap_or_default();
     let ttl_ms = shared.config.heartbeat.as_millis() as u64 * 3;
@@ -175,12 +170,14 @@ pub async fn reclaim(
             .query_async(&mut conn)
             .await?;
         for item in reply.claimed {
-            let deliveries = deliveries(shared, stream, &item.id).await?;
-            tracing::warn!(entry = %item.id, deliveries, "claimed a job of a dead worker");
-            if deliveries > shared.config.max_deliveries {
-                give_up(jobs, stream, &item, deliveries).await;
+            let here = deliveries(shared, stream, &item.id).await?;
+            // Runs before the job was queued again into this entry count too.
+            let total = here.saturating_add(intake::prior_deliveries(&item));
+            tracing::warn!(entry = %item.id, deliveries = total, "claimed a job of a dead worker");
+            if total > shared.config.max_deliveries {
+                give_up(jobs, stream, &item, total).await;
             } else {
-                intake::start(jobs, stream, item, deliveries).await;
+                intake::start(jobs, stream, item, here).await;
             }
         }
     }

@@ -70,6 +70,7 @@ mod key_tile;
 pub mod kv_dtype;
 mod lanes;
 mod latent;
+mod latent_lanes;
 mod store;
 mod tile;
 mod tiled;
@@ -84,7 +85,7 @@ use key_chunk::{KeyChunks, Partial};
 use key_tile::KeyTile;
 pub use kv_dtype::{KvDtype, ParseKvDtypeError};
 use lanes::ScalarVec;
-pub use latent::{latent_attention, store_latent_many, LatentParams};
+pub use latent::{latent_attention, latent_attention_with, store_latent_many, LatentParams};
 pub use store::{store_kv, store_kv_many, KvWrite};
 
 use crate::cpu::ops::simd_entry;

@@ -131,12 +131,14 @@ fn quantize_block(x: &[f32]) -> BlockMxfp4 {
 }
 
 /// The fastest MXFP4 kernels that `isa` (capped to what this CPU runs) allows. AVX-512 CPUs
-/// run the AVX2 kernels.
+/// run the AVX2 kernels. The tile kernel (prefill and batched rows: 4 weight rows x 4
+/// activation rows, each weight block unpacked once for the activation rows) has no scalar
+/// slot: without it the product calls `vec_dot` per pair, the reference.
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: scalar_variant::<Mxfp4>(),
-        avx2: { vec_dot: x86::vec_dot_avx2 },
-        avx512: { vec_dot: x86::vec_dot_avx2 },
+        avx2: { vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
+        avx512: { vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
     );
     v.kernels(DType::MXFP4, ActFormat::Q8_0)
 }
@@ -152,6 +154,31 @@ mod x86 {
     use crate::quant::rows::{cast_blocks, check_dot};
     use crate::quant::x86::load::{load128, load256};
     use crate::quant::x86::reduce::{f16_to_f32, hsum256};
+    use crate::quant::x86::tile::{from_halves, hsum_half, tile_rows};
+    use crate::quant::x86::tile_scales::Tile;
+    use crate::quant::TILE;
+
+    /// Bytes of a weight block and of an activation (Q8_0) block.
+    const W: usize = 17;
+    const A: usize = 34;
+
+    /// The 32 codes of the block at `b` looked up in `table` (`KVALUES` in both lanes), in
+    /// element order: low nibbles in the low lane, high nibbles in the high lane.
+    ///
+    /// # Safety
+    /// A whole block is readable at `b`; the CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn values(b: *const u8, table: __m256i) -> __m256i {
+        let m0f = _mm_set1_epi8(0x0F);
+        // SAFETY: bytes 1..17 of the block are readable (the caller's contract); unaligned.
+        let q = unsafe { _mm_loadu_si128(b.add(1).cast()) };
+        let idx = _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_and_si128(q, m0f)),
+            _mm_and_si128(_mm_srli_epi16::<4>(q), m0f),
+        );
+        _mm256_shuffle_epi8(table, idx)
+    }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn vec_dot_avx2(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -177,5 +204,49 @@ mod x86 {
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         }
         hsum256(acc)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) fn tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+        let (nb, w, a) = tile_rows(n, w, W, a, A);
+        // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+        // enabled here.
+        from_halves(a, |a| unsafe { half_avx2(nb, w, a) })
+    }
+
+    /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step: each
+    /// weight block's values looked up once, then `|v| * sign(a, v)` with both activation
+    /// rows, as in [`vec_dot_avx2`].
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
+    // Not inlined: each tile makes two calls, and one body keeps the 16 AVX2 registers.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn half_avx2(nb: usize, w: [*const u8; TILE], a: [*const u8; 2]) -> [[f32; TILE]; 2] {
+        let table = _mm256_broadcastsi128_si256(load128(&KVALUES, 0));
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
+        for i in 0..nb {
+            // SAFETY: block i < nb of every row is in bounds (the caller's contract).
+            let (ya, da) = unsafe {
+                (
+                    a.map(|p| _mm256_loadu_si256(p.add(i * A + 2).cast())),
+                    a.map(|p| f16_to_f32(p.add(i * A).cast::<u16>().read_unaligned())),
+                )
+            };
+            for r in 0..TILE {
+                // SAFETY: as above.
+                let (v, e) = unsafe { (values(w[r].add(i * W), table), *w[r].add(i * W)) };
+                let (abs, dw) = (_mm256_sign_epi8(v, v), half_scale(e));
+                for j in 0..2 {
+                    // |v| * sign(a, v): exact, pairs sum to at most 2 * 12 * 127.
+                    let p = _mm256_maddubs_epi16(abs, _mm256_sign_epi8(ya[j], v));
+                    let sumi = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+                    acc[j][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[j]), sumi, acc[j][r]);
+                }
+            }
+        }
+        hsum_half(acc)
     }
 }

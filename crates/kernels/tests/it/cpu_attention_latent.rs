@@ -2,20 +2,25 @@
 //! are also the value. Checked against the reference attention run on a cache holding the
 //! same rows as both keys and values (its output's leading `value_dim` values per head), on
 //! every storage format, with several sequences, shuffled block tables, decode and prefill
-//! rows, and one and two threads.
+//! rows, one and two threads, and every kernel variant this CPU runs (the scalar reference and
+//! the SIMD ones), on a small geometry and on one with full 16-lane tiles and ragged tails.
 
 use kestrel_kernels::cpu::attention::{
-    latent_attention, reference, store_kv, store_latent_many, AttnParams, AttnSeq, KvDtype,
+    latent_attention_with, reference, store_kv, store_latent_many, AttnParams, AttnSeq, KvDtype,
     KvWrite, LatentParams, PagedKv, PagedKvMut,
 };
-use kestrel_kernels::cpu::ThreadPool;
+use kestrel_kernels::cpu::{Isa, ThreadPool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const BLOCK: usize = 4;
-const HEAD_DIM: usize = 24;
-const VALUE_DIM: usize = 16;
-const HEADS: usize = 3;
+/// Cache block size, key row width, latent (value) width, query heads.
+#[derive(Clone, Copy)]
+struct Geometry {
+    block: usize,
+    head_dim: usize,
+    value_dim: usize,
+    heads: usize,
+}
 
 struct Seq {
     start: usize,
@@ -25,10 +30,34 @@ struct Seq {
 
 #[test]
 fn latent_attention_matches_the_reference_on_the_value_prefix() {
-    let mut rng = ChaCha8Rng::seed_from_u64(54);
     // (start position, new tokens): decode rows and prefill chunks, one past a block edge.
-    let shape: [(usize, usize); 4] = [(0, 1), (9, 1), (0, 13), (6, 5)];
-    let blocks_needed: usize = shape.iter().map(|(s, n)| (s + n).div_ceil(BLOCK)).sum();
+    let small = Geometry {
+        block: 4,
+        head_dim: 24,
+        value_dim: 16,
+        heads: 3,
+    };
+    check(small, &[(0, 1), (9, 1), (0, 13), (6, 5)]);
+    // Full 16-key blocks (whole 16-lane vectors in the SIMD variants' products), partial last
+    // blocks, odd row widths.
+    let wide = Geometry {
+        block: 16,
+        head_dim: 73,
+        value_dim: 57,
+        heads: 4,
+    };
+    check(wide, &[(0, 1), (40, 1), (0, 37), (16, 20)]);
+}
+
+fn check(g: Geometry, shape: &[(usize, usize)]) {
+    let Geometry {
+        block,
+        head_dim,
+        value_dim,
+        heads,
+    } = g;
+    let mut rng = ChaCha8Rng::seed_from_u64(54);
+    let blocks_needed: usize = shape.iter().map(|(s, n)| (s + n).div_ceil(block)).sum();
     let mut physical: Vec<u32> = (0..blocks_needed as u32).collect();
     physical.reverse();
     let mut next = physical.into_iter();
@@ -37,39 +66,39 @@ fn latent_attention_matches_the_reference_on_the_value_prefix() {
         .map(|&(start, n)| Seq {
             start,
             n,
-            table: (0..(start + n).div_ceil(BLOCK))
+            table: (0..(start + n).div_ceil(block))
                 .map(|_| next.next().unwrap())
                 .collect(),
         })
         .collect();
     for dtype in KvDtype::ALL {
-        let row_bytes = dtype.row_bytes(HEAD_DIM);
-        let bytes = blocks_needed * BLOCK * row_bytes;
+        let row_bytes = dtype.row_bytes(head_dim);
+        let bytes = blocks_needed * block * row_bytes;
         let (mut k, mut v) = (vec![0u8; bytes], vec![0u8; bytes]);
         let mut latent_k = vec![0u8; bytes];
         let mut qs = Vec::new();
         for s in &seqs {
-            let rows: Vec<f32> = (0..(s.start + s.n) * HEAD_DIM)
+            let rows: Vec<f32> = (0..(s.start + s.n) * head_dim)
                 .map(|_| rng.gen_range(-1.0f32..1.0))
                 .collect();
             let mut full = PagedKvMut {
                 k: &mut k,
                 v: &mut v,
                 dtype,
-                block_size: BLOCK,
+                block_size: block,
                 n_kv_heads: 1,
-                head_dim: HEAD_DIM,
+                head_dim,
             };
-            for (pos, row) in rows.chunks_exact(HEAD_DIM).enumerate() {
+            for (pos, row) in rows.chunks_exact(head_dim).enumerate() {
                 store_kv(&mut full, &s.table, pos, row, row);
             }
             let mut latent = PagedKvMut {
                 k: &mut latent_k,
                 v: &mut [],
                 dtype,
-                block_size: BLOCK,
+                block_size: block,
                 n_kv_heads: 1,
-                head_dim: HEAD_DIM,
+                head_dim,
             };
             let write = KvWrite {
                 block_table: &s.table,
@@ -78,7 +107,7 @@ fn latent_attention_matches_the_reference_on_the_value_prefix() {
             };
             store_latent_many(&mut latent, std::iter::once(write), &rows);
             qs.push(
-                (0..s.n * HEADS * HEAD_DIM)
+                (0..s.n * heads * head_dim)
                     .map(|_| rng.gen_range(-2.0f32..2.0))
                     .collect::<Vec<f32>>(),
             );
@@ -99,43 +128,46 @@ fn latent_attention_matches_the_reference_on_the_value_prefix() {
             k: &k,
             v: &v,
             dtype,
-            block_size: BLOCK,
+            block_size: block,
             n_kv_heads: 1,
-            head_dim: HEAD_DIM,
+            head_dim,
         };
         let params = AttnParams {
-            n_heads: HEADS,
+            n_heads: heads,
             scale,
             window: None,
             softcap: None,
             alibi: None,
             sinks: None,
         };
-        let mut want = vec![0.0; tokens * HEADS * HEAD_DIM];
+        let mut want = vec![0.0; tokens * heads * head_dim];
         reference(&full, &attn_seqs, params, &mut want);
         let latent = PagedKv {
             k: &latent_k,
             v: &[],
             ..full
         };
-        for threads in [1, 2] {
+        for (threads, isa) in [1, 2]
+            .into_iter()
+            .flat_map(|t| Isa::available().into_iter().map(move |i| (t, i)))
+        {
             let pool = ThreadPool::new(threads);
-            let mut got = vec![f32::NAN; tokens * HEADS * VALUE_DIM];
+            let mut got = vec![f32::NAN; tokens * heads * value_dim];
             let p = LatentParams {
-                n_heads: HEADS,
+                n_heads: heads,
                 scale,
-                value_dim: VALUE_DIM,
+                value_dim,
             };
-            latent_attention(&pool, &latent, &attn_seqs, p, &mut got);
+            latent_attention_with(isa, &pool, &latent, &attn_seqs, p, &mut got);
             for (row, (g, w)) in got
-                .chunks_exact(VALUE_DIM)
-                .zip(want.chunks_exact(HEAD_DIM))
+                .chunks_exact(value_dim)
+                .zip(want.chunks_exact(head_dim))
                 .enumerate()
             {
-                for (a, b) in g.iter().zip(&w[..VALUE_DIM]) {
+                for (a, b) in g.iter().zip(&w[..value_dim]) {
                     assert!(
                         (a - b).abs() <= 1e-5,
-                        "{dtype} threads {threads} row {row}: {a} vs {b}"
+                        "{dtype} {isa:?} threads {threads} row {row}: {a} vs {b}"
                     );
                 }
             }

@@ -19,14 +19,18 @@
 //!   out = Σ_j e^(s_j − m) c_j / Σ_j e^(s_j − m),   c_j = key_j[..value_dim]
 //! ```
 //!
-//! The loops are written over whole tiles (one dimension of `block_size` keys at a time) so
-//! the compiler vectorizes them; this file is the kernel's spec and its only variant.
+//! The loops are written over whole tiles (one dimension of `block_size` keys at a time).
+//! This file is the kernel's spec: [`one_query`] is the scalar reference; the SIMD variants
+//! ([`super::latent_lanes`]: the same walk with lane-structured vector math and F16C tile
+//! decoding, compiled for AVX2 and AVX-512) are chosen once per call by [`Isa`] and tested
+//! against it.
 
 use std::cell::RefCell;
 
 use super::key_tile::KeyTile;
+use super::latent_lanes;
 use super::{AttnSeq, KvDtype, KvWrite, PagedKv, PagedKvMut};
-use crate::cpu::ThreadPool;
+use crate::cpu::{Isa, ThreadPool};
 
 /// Rows (query × head) below which the calling thread runs alone.
 const PARALLEL_ROWS: usize = 4;
@@ -64,8 +68,25 @@ pub fn store_latent_many<'a>(
 
 /// Latent attention of every query of every sequence (see the module docs): `seqs[i].q` holds
 /// `n_q × n_heads × head_dim` absorbed queries, `out` gets `n_heads × value_dim` per query,
-/// sequences concatenated.
+/// sequences concatenated. Runs this CPU's best variant.
 pub fn latent_attention(
+    pool: &ThreadPool,
+    kv: &PagedKv<'_>,
+    seqs: &[AttnSeq<'_>],
+    p: LatentParams,
+    out: &mut [f32],
+) {
+    latent_attention_with(Isa::detected(), pool, kv, seqs, p, out)
+}
+
+/// One query position's heads, walked over the cache into `out` (`heads × value_dim`): the
+/// reference [`one_query`] or a SIMD variant of it.
+pub(super) type QueryFn = fn(&PagedKv<'_>, &LatentParams, &Query<'_>, &mut [f32], &mut Vec<f32>);
+
+/// [`latent_attention`] with the variant for `isa` (capped at what this CPU supports;
+/// `Isa::Scalar` is the reference).
+pub fn latent_attention_with(
+    isa: Isa,
     pool: &ThreadPool,
     kv: &PagedKv<'_>,
     seqs: &[AttnSeq<'_>],
@@ -79,12 +100,25 @@ pub fn latent_attention(
     for s in seqs {
         assert_eq!(s.q.len(), s.n_q * p.n_heads * kv.head_dim, "query size");
     }
+    let run = query_fn(isa);
     pool.for_rows(out, p.value_dim, PARALLEL_ROWS, &|first, part| {
         thread_local! {
             static BUF: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
         }
-        BUF.with_borrow_mut(|buf| rows(kv, seqs, &p, first, part, buf));
+        BUF.with_borrow_mut(|buf| rows(kv, seqs, &p, first, part, buf, run));
     });
+}
+
+fn query_fn(isa: Isa) -> QueryFn {
+    match isa.min(Isa::supported()) {
+        Isa::Scalar => one_query,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => latent_lanes::one_query_avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => latent_lanes::one_query_avx512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => one_query,
+    }
 }
 
 /// The output rows `first..` (`part`, `value_dim` each) — (query, head) pairs in order — one
@@ -96,6 +130,7 @@ fn rows(
     first: usize,
     part: &mut [f32],
     buf: &mut Vec<f32>,
+    run: QueryFn,
 ) {
     let n_rows = part.len() / p.value_dim;
     let mut r = first;
@@ -110,7 +145,7 @@ fn rows(
             pos: seq.q_start_pos + i,
             block_table: seq.block_table,
         };
-        one_query(kv, p, &query, o, buf);
+        run(kv, p, &query, o, buf);
         r += heads;
     }
 }
@@ -127,16 +162,16 @@ fn locate<'s, 'a>(seqs: &'s [AttnSeq<'a>], mut token: usize) -> (&'s AttnSeq<'a>
 }
 
 /// One query position's heads.
-struct Query<'a> {
+pub(super) struct Query<'a> {
     /// `heads × head_dim` absorbed queries.
-    q: &'a [f32],
-    pos: usize,
-    block_table: &'a [u32],
+    pub q: &'a [f32],
+    pub pos: usize,
+    pub block_table: &'a [u32],
 }
 
 /// The online softmax of `query`'s heads over keys `0..=pos`, into `out` (`heads ×
 /// value_dim`). `buf` holds the decoded tile, the block's scores, and per head its running
-/// max and denominator.
+/// max and denominator. The reference variant.
 fn one_query(
     kv: &PagedKv<'_>,
     p: &LatentParams,
@@ -208,7 +243,7 @@ fn accumulate(weights: &[f32], keys: &[f32], bs: usize, acc: &mut [f32]) {
 }
 
 /// A key tile's values as f32, dimension-major (`head_dim × block_size`; q8 scales applied).
-fn decode_tile(tile: &KeyTile, bytes: &[u8], keys: &mut [f32]) {
+pub(super) fn decode_tile(tile: &KeyTile, bytes: &[u8], keys: &mut [f32]) {
     let bs = tile.block_size;
     let values = &bytes[tile.value_at(0, 0)..];
     match tile.dtype {

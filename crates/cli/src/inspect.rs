@@ -11,10 +11,10 @@ use kestrel_model::config::{
     RopeScaling,
 };
 use kestrel_model::kv_cache::KvCacheShape;
-use kestrel_model::KvDtype;
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::TensorSource;
+use kestrel_model::KvDtype;
 
 #[derive(clap::Args)]
 pub struct InspectArgs {

@@ -32,8 +32,8 @@ use kestrel_kernels::cpu::ops::{add_assign, RopeStyle};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use super::decoder::{DecoderDims, Pass};
-use super::latent_prefill::{Chunk, ExpandedPrefill, ExpandedScratch};
 pub use super::latent_prefill::EXPANDED_PREFILL_MIN_TOKENS;
+use super::latent_prefill::{Chunk, ExpandedPrefill, ExpandedScratch};
 use super::naming::LayerTensor;
 use super::observer::{ActivationObserver, LinearSite};
 use super::rows::{zip_rows, PARALLEL_ROWS};
@@ -272,7 +272,10 @@ impl LatentAttention {
             mla: &self.mla,
             n_heads: self.n_heads,
         };
-        let (qk, vd) = (self.n_heads * self.mla.qk_head_dim(), self.n_heads * self.mla.v_head_dim);
+        let (qk, vd) = (
+            self.n_heads * self.mla.qk_head_dim(),
+            self.n_heads * self.mla.v_head_dim,
+        );
         let mut offset = 0;
         for (s, &e) in pass.batch.seqs.iter().zip(expanded) {
             let n = s.tokens.len();
@@ -462,7 +465,10 @@ fn whole_kv_b(
     if ld.has(&name) {
         return ld.linear(i, LayerTensor::KvB, rows, c);
     }
-    let k = ld.get(&ld.naming.layer(i, LayerTensor::KB, "weight"), &[nh, c, nope])?;
+    let k = ld.get(
+        &ld.naming.layer(i, LayerTensor::KB, "weight"),
+        &[nh, c, nope],
+    )?;
     let v = ld.get(&ld.naming.layer(i, LayerTensor::VB, "weight"), &[nh, vd, c])?;
     let (dtype, data) = match (k.dtype, v.dtype) {
         (DType::F32 | DType::F16 | DType::BF16, dv) if dv == k.dtype => {

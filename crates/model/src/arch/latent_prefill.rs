@@ -24,7 +24,9 @@
 //! The expanded keys and values live only for the layer's call; the KV cache keeps the latent
 //! rows, so decode and prefix caching see the same cache whichever path a chunk took.
 
-use kestrel_kernels::cpu::attention::{attention, store_kv_many, AttnSeq, KvDtype, KvWrite, PagedKvMut};
+use kestrel_kernels::cpu::attention::{
+    attention, store_kv_many, AttnSeq, KvDtype, KvWrite, PagedKvMut,
+};
 use kestrel_kernels::cpu::threadpool::ThreadPool;
 
 use crate::config::MlaConfig;
@@ -160,7 +162,15 @@ impl ExpandedPrefill<'_> {
             block_table: &s.table,
         };
         let out = &mut s.out[..chunk.n * heads * qk];
-        attention(pool, &cache.as_ref(), &[seq], heads, m.softmax_scale, None, out);
+        attention(
+            pool,
+            &cache.as_ref(),
+            &[seq],
+            heads,
+            m.softmax_scale,
+            None,
+            out,
+        );
         let vd = m.v_head_dim;
         for (dst, src) in values[..chunk.n * heads * vd]
             .chunks_exact_mut(vd)
@@ -181,7 +191,12 @@ impl ExpandedPrefill<'_> {
         scratch: &mut kestrel_kernels::cpu::gemm::Scratch,
     ) {
         let m = self.mla;
-        let (c, nope, vd, qk) = (m.kv_lora_rank, m.qk_nope_head_dim, m.v_head_dim, m.qk_head_dim());
+        let (c, nope, vd, qk) = (
+            m.kv_lora_rank,
+            m.qk_nope_head_dim,
+            m.v_head_dim,
+            m.qk_head_dim(),
+        );
         let (heads, row, rows) = (self.n_heads, m.cached_dim(), range.len());
         resize(b.rows, rows * row);
         latents.read_keys(block_table, range, 0, &mut b.rows[..rows * row]);
@@ -191,11 +206,15 @@ impl ExpandedPrefill<'_> {
         }
         let up_width = heads * (nope + vd);
         resize(b.up, rows * up_width);
-        self.kv_b.forward(pool, &b.latent[..rows * c], rows, b.up, scratch);
+        self.kv_b
+            .forward(pool, &b.latent[..rows * c], rows, b.up, scratch);
         let width = heads * qk;
         resize(b.k_rows, rows * width);
         resize(b.v_rows, rows * width);
-        let keys = b.k_rows.chunks_exact_mut(width).zip(b.v_rows.chunks_exact_mut(width));
+        let keys = b
+            .k_rows
+            .chunks_exact_mut(width)
+            .zip(b.v_rows.chunks_exact_mut(width));
         for (j, (k, v)) in keys.take(rows).enumerate() {
             let up = &b.up[j * up_width..][..up_width];
             let rope = &b.rows[j * row + c..][..row - c];
@@ -220,7 +239,8 @@ impl ExpandedPrefill<'_> {
         let width = self.n_heads * qk;
         for (token, row) in q[..len].chunks_exact_mut(width).enumerate() {
             for head in row.chunks_exact_mut(qk) {
-                self.rotary.apply(&mut head[nope..], rope, chunk.positions[token]);
+                self.rotary
+                    .apply(&mut head[nope..], rope, chunk.positions[token]);
             }
         }
     }

@@ -72,7 +72,10 @@ fn run(r: &mut ModelRunner, seqs: Vec<SeqBatch>) -> Vec<f32> {
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -100,7 +103,10 @@ fn both_paths_agree_on_a_whole_prompt_and_on_a_chunk_after_a_cached_prefix() {
         let a = tail(&mut prefix, usize::MAX);
         let d = max_diff(&e, &a);
         eprintln!("{file}: chunk after 20 cached tokens, paths differ by {d:.2e}");
-        assert!(d < PATH_TOL, "{file}: chunk after a prefix, paths differ by {d}");
+        assert!(
+            d < PATH_TOL,
+            "{file}: chunk after a prefix, paths differ by {d}"
+        );
     }
 }
 
@@ -131,7 +137,11 @@ fn a_batch_mixing_the_paths_gives_each_sequence_its_own_logits() {
     );
     let (got_a, rest) = got.split_at(30 * vocab);
     let (got_b, got_c) = rest.split_at(vocab);
-    for (name, got, want) in [("a", got_a, &want_a), ("b", got_b, &want_b), ("c", got_c, &want_c)] {
+    for (name, got, want) in [
+        ("a", got_a, &want_a),
+        ("b", got_b, &want_b),
+        ("c", got_c, &want_c),
+    ] {
         let d = max_diff(got, want);
         eprintln!("mixed batch, sequence {name}: differs by {d:.2e}");
         assert!(d < PATH_TOL, "mixed batch, sequence {name}: differs by {d}");

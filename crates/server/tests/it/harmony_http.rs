@@ -198,7 +198,11 @@ async fn messages_api_gives_analysis_as_a_thinking_block_and_final_as_text() {
     assert_eq!(content.len(), 2, "{v}");
     assert_eq!(content[0]["type"], "thinking", "{v}");
     assert_eq!(content[0]["thinking"], "User says hi. Greet back.", "{v}");
-    assert_eq!(content[1], json!({"type": "text", "text": "Hello there!"}), "{v}");
+    assert_eq!(
+        content[1],
+        json!({"type": "text", "text": "Hello there!"}),
+        "{v}"
+    );
     assert_eq!(v["stop_reason"], "end_turn", "{v}");
 
     let mut streamed = body;
@@ -219,7 +223,10 @@ async fn messages_api_gives_analysis_as_a_thinking_block_and_final_as_text() {
         ]
     );
     let message = crate::anthropic_http::reassemble(&events);
-    assert_eq!(message["content"][0]["thinking"], "User says hi. Greet back.");
+    assert_eq!(
+        message["content"][0]["thinking"],
+        "User says hi. Greet back."
+    );
     assert_eq!(message["content"][1]["text"], "Hello there!");
     assert_eq!(message["stop_reason"], "end_turn");
 }
@@ -362,9 +369,17 @@ async fn responses_api_gives_a_commentary_call_as_a_function_call_item() {
     assert_eq!(status, 200, "{v}");
     let got = items(&v["output"]);
     assert_eq!(got.len(), 2, "{v}");
-    assert_eq!(got[0], ("reasoning".into(), "Need the weather.".into()), "{v}");
+    assert_eq!(
+        got[0],
+        ("reasoning".into(), "Need the weather.".into()),
+        "{v}"
+    );
     let call = &v["output"][1];
-    assert_eq!((call["type"].as_str(), call["name"].as_str()), (Some("function_call"), Some("get_weather")), "{v}");
+    assert_eq!(
+        (call["type"].as_str(), call["name"].as_str()),
+        (Some("function_call"), Some("get_weather")),
+        "{v}"
+    );
     let args: Value = serde_json::from_str(call["arguments"].as_str().expect("args")).unwrap();
     assert_eq!(args, json!({"city": "Paris"}));
 
@@ -418,8 +433,7 @@ async fn completions_return_the_reply_without_its_special_tokens() {
     let (status, v) = common::post(server(), "/v1/completions", &body).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(
-        v["choices"][0]["text"],
-        "analysisUser says hi. Greet back.assistantfinalHello there!",
+        v["choices"][0]["text"], "analysisUser says hi. Greet back.assistantfinalHello there!",
         "{v}"
     );
 }

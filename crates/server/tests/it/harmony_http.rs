@@ -268,8 +268,9 @@ async fn messages_api_refuses_a_grammar_that_does_not_compile() {
     let (status, v) = common::post(server(), "/v1/messages", &body).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     let message = v["error"]["message"].as_str().expect("message");
-    assert!(message.contains("guided_grammar"), "{v}");
+    assert!(message.contains("invalid grammar"), "{v}");
 }
 
 fn responses_request(grammar: &str, extra: Value) -> Value {

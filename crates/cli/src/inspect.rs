@@ -7,11 +7,14 @@ use anyhow::{Context, Result};
 use kestrel_kernels::cpu::ops::RopeStyle;
 use kestrel_model::arch::TensorNaming;
 use kestrel_model::config::{
-    ExpertActivation, GemmaConfig, MlpKind, ModelConfig, NormKind, PositionEncoding, RopeScaling,
+    ExpertActivation, GemmaConfig, MlaConfig, MlpKind, ModelConfig, NormKind, PositionEncoding,
+    RopeScaling,
 };
+use kestrel_model::kv_cache::KvCacheShape;
 use kestrel_model::weights::gguf::GgufFile;
 use kestrel_model::weights::safetensors::SafetensorsCheckpoint;
 use kestrel_model::weights::TensorSource;
+use kestrel_model::KvDtype;
 
 #[derive(clap::Args)]
 pub struct InspectArgs {
@@ -285,8 +288,7 @@ fn print_report(r: &Report<'_>, c: &ModelConfig) {
         (r.path, r.format, r.totals, r.file_size, r.template);
     let params: u64 = totals.values().map(|t| t.elements).sum();
     let weight_bytes: u64 = totals.values().map(|t| t.bytes).sum();
-    let kv_per_token =
-        (c.n_layers * 2 * c.n_kv_heads * c.head_dim * std::mem::size_of::<f32>()) as u64;
+    let kv_per_token = kv_bytes_per_token(c);
     let ctx = c.max_position_embeddings as u64;
     println!("model:          {}", path.display());
     println!("format:         {format}");
@@ -296,6 +298,9 @@ fn print_report(r: &Report<'_>, c: &ModelConfig) {
         "layers:         {} (hidden {}, ffn {}, heads {} / kv heads {}, head dim {})",
         c.n_layers, c.hidden_size, c.intermediate_size, c.n_heads, c.n_kv_heads, c.head_dim
     );
+    if let Some(m) = &c.mla {
+        println!("{}", latent_line(c, m));
+    }
     if let Some(m) = &c.moe {
         println!("{}", moe_line(m));
     }
@@ -320,13 +325,49 @@ fn print_report(r: &Report<'_>, c: &ModelConfig) {
     }
     println!("file size:      {:.1} MiB", mib(file_size));
     println!(
-        "memory:         {:.1} MiB weights + KV cache {:.1} KiB/token ({:.1} MiB at the full {} context, f32)",
+        "memory:         {:.1} MiB weights + KV cache {:.1} KiB/token ({kv_per_token} bytes; {:.1} MiB at the full {} context, f32)",
         mib(weight_bytes),
         kv_per_token as f64 / 1024.0,
         mib(kv_per_token * ctx),
         ctx
     );
     println!("chat template:  {}", template_origin(template, c));
+}
+
+/// f32 KV cache bytes per token over all layers, as the runner sizes the cache: K and V rows
+/// of every kv head, or with latent attention one row (latent + rotary key) per layer.
+fn kv_bytes_per_token(c: &ModelConfig) -> u64 {
+    let shape = KvCacheShape {
+        n_layers: c.n_layers,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        block_size: 1,
+        num_blocks: 0,
+        dtype: KvDtype::F32,
+        keys_only: c.mla.is_some(),
+    };
+    shape.bytes_per_token() as u64
+}
+
+/// Latent attention's sizes and its cached row, beside what plain attention with the same
+/// heads would cache.
+fn latent_line(c: &ModelConfig, m: &MlaConfig) -> String {
+    let f32_bytes = std::mem::size_of::<f32>();
+    let plain = c.n_layers * c.n_heads * (m.qk_head_dim() + m.v_head_dim) * f32_bytes;
+    let query = m
+        .q_lora_rank
+        .map_or("direct queries".to_string(), |r| format!("query rank {r}"));
+    format!(
+        "latent attn:    cached row per token and layer = latent {} + rope key {} ({} values; \
+         {query}, nope/rope/value head dims {}/{}/{}); plain attention would cache {:.1} KiB/token",
+        m.kv_lora_rank,
+        m.qk_rope_head_dim,
+        m.cached_dim(),
+        m.qk_nope_head_dim,
+        m.qk_rope_head_dim,
+        m.v_head_dim,
+        plain as f64 / 1024.0
+    )
 }
 
 /// Which chat template chat routes use: the file's, else the family's built-in one.

@@ -63,11 +63,19 @@ pub struct SpeedArgs {
     /// repetitions, and each adapter's load time is reported.
     #[arg(long, num_args = 1..)]
     pub lora: Vec<PathBuf>,
+    /// Latent attention (DeepSeek): prefill chunks of at least this many tokens expand the
+    /// latents into per-head keys and values; shorter ones attend with absorbed queries
+    /// [default: the model's threshold, 32]. A value above `-p` measures the absorbed path.
+    #[arg(long)]
+    pub mla_prefill_min_tokens: Option<usize>,
 }
 
 pub fn run(args: SpeedArgs) -> Result<()> {
     let path = crate::resolve_model(args.model.clone())?;
-    let loaded = crate::load_with_progress(&path)?;
+    let mut loaded = crate::load_with_progress(&path)?;
+    if let Some(n) = args.mla_prefill_min_tokens {
+        loaded.model.set_latent_prefill_min_tokens(n);
+    }
     let bytes_per_token = decode_bytes_per_token(&loaded);
     let vocab = loaded.config.vocab_size as u32;
     let pool = crate::thread_pool(args.threads);

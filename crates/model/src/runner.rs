@@ -160,6 +160,11 @@ impl ModelRunner {
         &self.model
     }
 
+    /// The model, for its run-time settings (the cache and its contents stay as they are).
+    pub fn model_mut(&mut self) -> &mut DecoderModel {
+        &mut self.model
+    }
+
     pub fn kv_shape(&self) -> KvCacheShape {
         self.kv.shape()
     }

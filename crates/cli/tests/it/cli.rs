@@ -190,6 +190,25 @@ fn inspect_names_the_architecture_and_its_features() {
     }
 }
 
+/// Latent attention (the tiny DeepSeek V2, 3 layers, 4 heads, latent 32, rope key 8): the KV
+/// cache holds one row of latent + rotary key per token and layer, 3 × 40 f32 = 480 bytes, not
+/// K and V of every head (3 × 4 × (24 + 16) f32 = 1.9 KiB).
+#[test]
+fn inspect_prints_the_latent_kv_layout() {
+    for name in ["tiny-deepseek-v2", "tiny-deepseek-v2.gguf"] {
+        let path = fixture(name);
+        let text = stdout_of(&kestrel(&["inspect", path.to_str().unwrap()]));
+        for needle in [
+            "KV cache 0.5 KiB/token (480 bytes;",
+            "cached row per token and layer = latent 32 + rope key 8 (40 values;",
+            "direct queries, nope/rope/value head dims 16/8/16",
+            "plain attention would cache 1.9 KiB/token",
+        ] {
+            assert!(text.contains(needle), "{name}: no {needle:?} in\n{text}");
+        }
+    }
+}
+
 /// A GGUF of an architecture Kestrel does not run: the error names it. (tiny-qwen2.gguf with
 /// every `qwen2` renamed `gemma`, so `general.architecture` and its keys say gemma.)
 #[test]

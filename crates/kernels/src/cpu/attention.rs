@@ -165,6 +165,27 @@ impl PagedKv<'_> {
         self.dtype.decode_row(&row, k);
     }
 
+    /// The stored key rows of `kv_head` at `positions`, decoded to f32 by the scalar spec
+    /// into `out` (`head_dim` floats per position, in order). Reads no value array, so it
+    /// serves keys-only caches (latent attention) too.
+    pub fn read_keys(
+        &self,
+        block_table: &[u32],
+        positions: std::ops::Range<usize>,
+        kv_head: usize,
+        out: &mut [f32],
+    ) {
+        let (hd, bs) = (self.head_dim, self.block_size);
+        assert_eq!(out.len(), positions.len() * hd, "read_keys: out size");
+        let tile = self.key_tile();
+        let mut row = vec![0u8; self.dtype.row_bytes(hd)];
+        for (pos, dst) in positions.zip(out.chunks_exact_mut(hd)) {
+            let at = tile.offset(block_table[pos / bs] as usize, kv_head, self.n_kv_heads);
+            tile.gather(&self.k[at..at + tile.bytes()], pos % bs, &mut row);
+            self.dtype.decode_row(&row, dst);
+        }
+    }
+
     /// The layout of this cache's key tiles.
     fn key_tile(&self) -> KeyTile {
         KeyTile {

@@ -170,6 +170,12 @@ fn store_kv_q8_layout() {
     let (mut kd, mut vd) = (vec![0.0; hd], vec![0.0; hd]);
     kv.as_ref().read_row(&[1, 0], 1, 1, &mut kd, &mut vd);
     assert!((kd[3] - 1.0).abs() < 1e-6 && kd == vd, "{kd:?} {vd:?}");
+    // `read_keys` over positions 0..2 of head 1: slot 0 of block 1 was never written (zeros),
+    // position 1 is the row above.
+    let mut keys = vec![9.0; 2 * hd];
+    kv.as_ref().read_keys(&[1, 0], 0..2, 1, &mut keys);
+    assert!(keys[..hd].iter().all(|&x| x == 0.0), "{keys:?}");
+    assert_eq!(keys[hd..], kd[..]);
     let first_tile = n_kv * bs * rb;
     assert_eq!(
         kv.k[..first_tile]

@@ -149,6 +149,17 @@ pub struct DecoderModel {
 }
 
 impl DecoderModel {
+    /// Latent attention (DeepSeek): prefill chunks of at least `n` tokens take the expanded
+    /// path, shorter ones the absorbed one (`usize::MAX`: always absorbed; the default is
+    /// [`super::latent_prefill::EXPANDED_PREFILL_MIN_TOKENS`]). No effect on other models.
+    pub fn set_latent_prefill_min_tokens(&mut self, n: usize) {
+        for layer in &mut self.layers {
+            if let LayerAttention::Latent(a) = &mut layer.attention {
+                a.set_expanded_min_tokens(n);
+            }
+        }
+    }
+
     /// Load from `src`. The RoPE pairing follows the naming and architecture
     /// ([`TensorNaming::rope_style`]): llama.cpp permutes the Q/K rows of Llama-family GGUFs
     /// for interleaved RoPE; HF checkpoints and Qwen GGUFs use the rotate-half (NeoX) pairing.

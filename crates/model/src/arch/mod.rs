@@ -9,6 +9,7 @@ pub(crate) mod feed_forward;
 pub(crate) mod fused_experts;
 pub(crate) mod fused_qkv;
 pub mod latent_attention;
+pub mod latent_prefill;
 pub(crate) mod mlp;
 pub mod moe_block;
 pub mod moe_naming;

@@ -25,6 +25,7 @@ mod golden_gemma3_270m;
 mod golden_smollm2;
 mod golden_tiny_bloom;
 mod golden_tiny_deepseek;
+mod golden_tiny_deepseek_prefill;
 mod golden_tiny_gemma;
 mod golden_tiny_gpt_oss;
 mod golden_tiny_llama;

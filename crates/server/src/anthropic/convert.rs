@@ -103,7 +103,9 @@ fn messages_call(state: &AppState, req: MessagesRequest) -> Result<ChatCall, Api
         kwargs: req.chat_template_kwargs,
     };
     let stream = req.stream.unwrap_or(false);
-    chat_call_of(state, parts, sampling, Some(max_tokens), stream)
+    let mut call = chat_call_of(state, parts, sampling, Some(max_tokens), stream)?;
+    call.structured.guided_grammar = req.guided_grammar;
+    Ok(call)
 }
 
 fn chat_call_of(

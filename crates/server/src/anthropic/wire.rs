@@ -46,6 +46,9 @@ pub struct MessagesRequest {
     /// `thinking` sets `enable_thinking` over them.
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// Extension (vLLM's, as on chat completions): a grammar in llguidance's Lark syntax the
+    /// whole reply follows (constrained decoding; one that does not compile is a 400 `invalid_request_error`).
+    pub guided_grammar: Option<String>,
     /// Accepted and ignored.
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,

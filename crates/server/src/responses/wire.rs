@@ -33,6 +33,9 @@ pub struct ResponsesRequest {
     pub top_p: Option<f64>,
     /// `{"format": {"type": "text" | "json_object" | "json_schema", ..}}`: structured output.
     pub text: Option<TextConfig>,
+    /// Extension (vLLM's, as on chat completions): a grammar in llguidance's Lark syntax the
+    /// whole reply follows; not together with a `text.format` constraint (400).
+    pub guided_grammar: Option<String>,
     /// Up to 16 string pairs, echoed in the response.
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,

@@ -92,6 +92,7 @@ pub fn responses(
         },
         structured: StructuredFields {
             response_format: text_format(request.text.take().and_then(|t| t.format)),
+            guided_grammar: request.guided_grammar.take(),
             ..StructuredFields::default()
         },
         max_tokens: MaxTokens {

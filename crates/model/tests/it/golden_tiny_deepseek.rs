@@ -31,7 +31,10 @@ fn gguf(dir: &str) -> PathBuf {
 /// holds what MLA promises.
 fn check(path: &Path, golden: &str, arch: &str) {
     let (runner, worst) = check_tiny_golden(path, golden, arch);
-    eprintln!("{}: largest top-20 logit difference {worst:.1e}", file_label(path));
+    eprintln!(
+        "{}: largest top-20 logit difference {worst:.1e}",
+        file_label(path)
+    );
     let counts = runner.expert_token_counts().expect("an MoE model counts");
     let total: u64 = (0..counts.len()).map(|i| counts.get(i)).sum();
     assert!(total > 0, "{}: no routed tokens counted", file_label(path));

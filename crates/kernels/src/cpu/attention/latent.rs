@@ -169,6 +169,33 @@ pub(super) struct Query<'a> {
     pub block_table: &'a [u32],
 }
 
+/// A query's working space, cut from one reused buffer: the decoded key tile (`head_dim ×
+/// block_size`), the block's scores, and per head the running max (starting at -inf) and
+/// denominator.
+pub(super) struct Scratch<'b> {
+    pub keys: &'b mut [f32],
+    pub scores: &'b mut [f32],
+    pub max: &'b mut [f32],
+    pub sum: &'b mut [f32],
+}
+
+impl<'b> Scratch<'b> {
+    pub(super) fn new(buf: &'b mut Vec<f32>, hd: usize, bs: usize, heads: usize) -> Self {
+        buf.clear();
+        buf.resize(hd * bs + bs + 2 * heads, 0.0);
+        let (keys, rest) = buf.split_at_mut(hd * bs);
+        let (scores, stats) = rest.split_at_mut(bs);
+        let (max, sum) = stats.split_at_mut(heads);
+        max.fill(f32::NEG_INFINITY);
+        Scratch {
+            keys,
+            scores,
+            max,
+            sum,
+        }
+    }
+}
+
 /// The online softmax of `query`'s heads over keys `0..=pos`, into `out` (`heads ×
 /// value_dim`). `buf` holds the decoded tile, the block's scores, and per head its running
 /// max and denominator. The reference variant.
@@ -181,12 +208,12 @@ fn one_query(
 ) {
     let (hd, bs, vd) = (kv.head_dim, kv.block_size, p.value_dim);
     let heads = query.q.len() / hd;
-    buf.clear();
-    buf.resize(hd * bs + bs + 2 * heads, 0.0);
-    let (keys, rest) = buf.split_at_mut(hd * bs);
-    let (scores, stats) = rest.split_at_mut(bs);
-    let (max, sum) = stats.split_at_mut(heads);
-    max.fill(f32::NEG_INFINITY);
+    let Scratch {
+        keys,
+        scores,
+        max,
+        sum,
+    } = Scratch::new(buf, hd, bs, heads);
     out.fill(0.0);
     let tile = kv.key_tile();
     for b in 0..=query.pos / bs {

@@ -7,7 +7,7 @@
 //! about 2e-7).
 
 use super::key_tile::KeyTile;
-use super::latent::{decode_tile, LatentParams, Query};
+use super::latent::{decode_tile, LatentParams, Query, Scratch};
 use super::{KvDtype, PagedKv};
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::ops::simd_entry;
@@ -24,12 +24,12 @@ fn one_query<const F: bool, const L: usize>(
 ) {
     let (hd, bs, vd) = (kv.head_dim, kv.block_size, p.value_dim);
     let heads = query.q.len() / hd;
-    buf.clear();
-    buf.resize(hd * bs + bs + 2 * heads, 0.0);
-    let (keys, rest) = buf.split_at_mut(hd * bs);
-    let (scores, stats) = rest.split_at_mut(bs);
-    let (max, sum) = stats.split_at_mut(heads);
-    max.fill(f32::NEG_INFINITY);
+    let Scratch {
+        keys,
+        scores,
+        max,
+        sum,
+    } = Scratch::new(buf, hd, bs, heads);
     out.fill(0.0);
     let tile = kv.key_tile();
     for b in 0..=query.pos / bs {

@@ -3,22 +3,14 @@
 //! by), or under a LoRA adapter on the own stream of a worker serving it; its result stream is read until the one answer, a worker's refusal, or the fleet
 //! giving up; the caller gets what `kestrel serve`'s backend would return.
 
-use std::time::{Duration, Instant};
-
 use kestrel_server::error::ApiError;
-use redis::aio::MultiplexedConnection;
 
-use super::relay::{cancel, enqueue, read, stranded};
+use super::relay::{cancel, enqueue, stranded, ResultReader};
 use super::routing::Route;
 use super::GatewayShared;
 use crate::identity::ModelIdentity;
 use crate::pass::PassResult;
 use crate::protocol::{Job, ResultEvent};
-
-/// How long Redis may stay unreachable before the pass fails.
-const REDIS_PATIENCE: Duration = Duration::from_secs(30);
-/// Longest one blocking read of the result stream waits.
-const BLOCK: Duration = Duration::from_millis(1000);
 
 /// Queues `job` (a one-pass kind) for `model` on `route` and waits for its answer.
 pub async fn run_pass(
@@ -50,35 +42,14 @@ async fn follow(
     enqueue(shared, model, &job, route)
         .await
         .map_err(|e| ApiError::Internal(format!("cannot queue the request: {e}")))?;
-    let mut last_id = "0-0".to_string();
-    let mut conn: Option<MultiplexedConnection> = None;
-    let mut failing_since: Option<Instant> = None;
+    let mut reader = ResultReader::new(shared, &request);
     loop {
-        let read = match conn.as_mut() {
-            Some(c) => read(shared, c, &request, &last_id).await,
-            None => match shared.redis.dedicated(BLOCK).await {
-                Ok(c) => {
-                    conn = Some(c);
-                    continue;
-                }
-                Err(e) => Err(e),
-            },
-        };
-        let entries = match read {
-            Ok(entries) => {
-                failing_since = None;
-                entries
-            }
+        let entries = match reader.next().await {
+            Ok(entries) => entries,
             Err(e) => {
-                conn = None;
-                let since = *failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > REDIS_PATIENCE {
-                    return Err(ApiError::Internal(format!(
-                        "lost the connection to the queue: {e}"
-                    )));
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+                return Err(ApiError::Internal(format!(
+                    "lost the connection to the queue: {e}"
+                )));
             }
         };
         if entries.is_empty() {
@@ -87,8 +58,7 @@ async fn follow(
             }
             continue;
         }
-        for (id, entry) in entries {
-            last_id = id;
+        for entry in entries {
             match entry.event {
                 ResultEvent::Pass(result) => return Ok(result),
                 ResultEvent::Rejected { message } => {

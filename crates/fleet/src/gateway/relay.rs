@@ -94,37 +94,16 @@ async fn follow(
         return true;
     }
     let mut splice = Splice::default();
-    let mut last_id = "0-0".to_string();
-    let mut conn: Option<MultiplexedConnection> = None;
-    let mut failing_since: Option<Instant> = None;
+    let mut reader = ResultReader::new(shared, &request);
     let mut first_token = true;
     loop {
-        let read = match conn.as_mut() {
-            Some(c) => read(shared, c, &request, &last_id).await,
-            None => match shared.redis.dedicated(BLOCK).await {
-                Ok(c) => {
-                    conn = Some(c);
-                    continue;
-                }
-                Err(e) => Err(e),
-            },
-        };
-        let entries = match read {
-            Ok(entries) => {
-                failing_since = None;
-                entries
-            }
+        let entries = match reader.next().await {
+            Ok(entries) => entries,
             Err(e) => {
-                conn = None;
-                let since = *failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > REDIS_PATIENCE {
-                    let failure =
-                        EngineFailure::Internal(format!("lost the connection to the queue: {e}"));
-                    send_last(events, admit, failure);
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+                let failure =
+                    EngineFailure::Internal(format!("lost the connection to the queue: {e}"));
+                send_last(events, admit, failure);
+                return true;
             }
         };
         if entries.is_empty() {
@@ -134,8 +113,7 @@ async fn follow(
             }
             continue;
         }
-        for (id, entry) in entries {
-            last_id = id;
+        for entry in entries {
             if splice.is_repeat(entry.attempt, entry.seq) {
                 tracing::debug!(%request, attempt = entry.attempt, seq = ?entry.seq, "dropped a repeated result entry");
                 continue;
@@ -250,8 +228,67 @@ pub(super) async fn enqueue(
     .map(|_| ())
 }
 
+/// Follows one request's result stream in order: each read waits up to [`BLOCK`], a failed
+/// read drops the connection and retries on a fresh one every 200 ms, and a queue that stays
+/// unreachable for [`REDIS_PATIENCE`] ends the reading with its last error.
+pub(super) struct ResultReader<'a> {
+    shared: &'a GatewayShared,
+    request: &'a str,
+    last_id: String,
+    conn: Option<MultiplexedConnection>,
+    failing_since: Option<Instant>,
+}
+
+impl<'a> ResultReader<'a> {
+    pub(super) fn new(shared: &'a GatewayShared, request: &'a str) -> Self {
+        ResultReader {
+            shared,
+            request,
+            last_id: "0-0".to_string(),
+            conn: None,
+            failing_since: None,
+        }
+    }
+
+    /// The entries after those already returned (empty when the wait ran out), or the error
+    /// of a queue unreachable for longer than [`REDIS_PATIENCE`].
+    pub(super) async fn next(&mut self) -> Result<Vec<ResultEntry>, RedisError> {
+        loop {
+            let Some(conn) = self.conn.as_mut() else {
+                match self.shared.redis.dedicated(BLOCK).await {
+                    Ok(c) => self.conn = Some(c),
+                    Err(e) => self.failed(e).await?,
+                }
+                continue;
+            };
+            match read(self.shared, conn, self.request, &self.last_id).await {
+                Ok(entries) => {
+                    self.failing_since = None;
+                    if let Some((id, _)) = entries.last() {
+                        self.last_id = id.clone();
+                    }
+                    return Ok(entries.into_iter().map(|(_, entry)| entry).collect());
+                }
+                Err(e) => self.failed(e).await?,
+            }
+        }
+    }
+
+    /// Drops the connection after `e`; waits before the next try, or gives `e` back once the
+    /// queue has failed for longer than [`REDIS_PATIENCE`].
+    async fn failed(&mut self, e: RedisError) -> Result<(), RedisError> {
+        self.conn = None;
+        let since = *self.failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > REDIS_PATIENCE {
+            return Err(e);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(())
+    }
+}
+
 /// New entries of the request's result stream after `last_id`, waiting up to [`BLOCK`].
-pub(super) async fn read(
+async fn read(
     shared: &GatewayShared,
     conn: &mut MultiplexedConnection,
     request: &str,

@@ -22,7 +22,9 @@
 # MODES="shared cache-aware", CLAIM_IDLE=5 (seconds before a dead worker's requests are re-run),
 # KV_CACHE_MEMORY (passed to the workers when set), WORKER_ARGS (more worker flags, split on
 # spaces, e.g. "--chat-template chatml" for a GGUF without a template), RESULTS (default: a new temp dir),
-# KESTREL_BIN (default: the release build, built first unless BUILD=0), SEED=0.
+# KESTREL_BIN (default: the release build, built first unless BUILD=0), SEED=0,
+# BENCH_TIMEOUT=300 (seconds per request: raise it for large shapes whose first turns queue
+# behind each other's prefill).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/server.sh
@@ -33,7 +35,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --kill-worker-at) kill_at="$2"; shift 2 ;;
     --kill-worker-at=*) kill_at="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     --*) echo "unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -118,6 +120,7 @@ run_bench() {
     --conversations "${CONVERSATIONS:-16}" --turns "${TURNS:-6}" \
     --multi-turn-prefix-tokens "${PREFIX_TOKENS:-1500}" --input-len "${USER_TOKENS:-64}" \
     --output-len "${REPLY_TOKENS:-32}" --think-time "${THINK_TIME:-0.5}" --seed "${SEED:-0}" \
+    --timeout "${BENCH_TIMEOUT:-300}" \
     "${conc[@]}" --no-progress --json-out "$results/$1.json" --plot "$results/$1.png" \
     >"$results/$1.txt" 2>"$results/$1.err" &
   bench_pid=$!

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use kestrel_engine::api::{EngineEvent, EngineRequest, InvalidRequest, RequestLimits};
 use kestrel_engine::sampling::SamplingParams;
 use kestrel_model::tokenizer::TokenizerSpec;
+use kestrel_server::model_slot::ModelState;
 use serde::{Deserialize, Serialize};
 
 use crate::identity::ModelIdentity;
@@ -218,6 +219,17 @@ pub struct WorkerStatus {
     /// Absent: loaded (an older worker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+}
+
+impl WorkerStatus {
+    /// Its model's state as the heartbeat announces it: no state is an older worker's,
+    /// whose model is always loaded; a state this gateway does not know counts as unloaded.
+    pub fn model_state(&self) -> ModelState {
+        match &self.state {
+            None => ModelState::Loaded,
+            Some(s) => ModelState::parse(s).unwrap_or(ModelState::Unloaded),
+        }
+    }
 }
 
 /// A LoRA adapter a worker serves, as its heartbeat announces it.

@@ -19,6 +19,7 @@ use kestrel_engine::handle::{EngineHandle, ResponseStream};
 use kestrel_engine::prompt_pass::{PromptPassError, PromptTokenScore};
 
 use crate::error::ApiError;
+use crate::model_slot::ModelState;
 
 /// The events of one submitted request. Dropping it before the end aborts the request.
 pub struct EventStream {
@@ -101,6 +102,8 @@ pub struct PeerModel {
     pub max_model_len: usize,
     /// The LoRA adapters served on it (listed after it, with it as their `parent`).
     pub adapters: Vec<AdapterCard>,
+    /// Whether it is in memory, where that can change (`None`: always loaded).
+    pub state: Option<ModelState>,
 }
 
 /// What `/health` reports.
@@ -144,6 +147,13 @@ pub trait Backend: Send + Sync + 'static {
     /// of workers of several models), for `/v1/models`; none by default.
     fn peer_models(&self) -> Vec<PeerModel> {
         Vec::new()
+    }
+
+    /// Whether this backend's own model is in memory, where that can change (a gateway in
+    /// front of workers of several models); `None` by default: always loaded, and
+    /// `/v1/models` shows no status, as a server of one model.
+    fn model_state(&self) -> Option<ModelState> {
+        None
     }
 
     /// Problems an operator should see in `/health` (e.g. a fleet worker refused for

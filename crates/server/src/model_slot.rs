@@ -54,6 +54,27 @@ impl ModelState {
             ModelState::Loaded => "loaded",
         }
     }
+
+    /// The state named `s` ([`ModelState::as_str`]'s names); `None` for any other text.
+    pub fn parse(s: &str) -> Option<ModelState> {
+        [
+            ModelState::Unloaded,
+            ModelState::Loading,
+            ModelState::Loaded,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
+
+    /// How soon a request can start on a model in this state: 0 loaded, 1 loading, 2
+    /// unloaded (a router prefers the lower).
+    pub fn start_rank(self) -> u8 {
+        match self {
+            ModelState::Loaded => 0,
+            ModelState::Loading => 1,
+            ModelState::Unloaded => 2,
+        }
+    }
 }
 
 /// One servable model.

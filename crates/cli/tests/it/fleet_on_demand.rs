@@ -3,7 +3,8 @@
 //! and unloads the other, idle one to make room; alternating requests all get `kestrel
 //! serve`'s greedy texts, and the swaps show in the worker's metrics. A job for the unloaded
 //! model while the loaded one is busy waits in the queue (the worker does not take it without
-//! room) and is answered once the busy model is idle.
+//! room) and is answered once the busy model is idle. The gateway's `/v1/models` follows each
+//! model's state as the heartbeats announce it.
 
 use crate::fleet_common;
 
@@ -69,6 +70,28 @@ fn states(redis: &Redis) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The `status` the gateway's `/v1/models` shows for models `a` and `b`.
+fn listed(gw: &str) -> Vec<(String, String)> {
+    let models = request(gw, "GET", "/v1/models", "", LONG).unwrap().json();
+    ["a", "b"]
+        .iter()
+        .map(|name| {
+            let card = models["data"]
+                .as_array()
+                .and_then(|cards| cards.iter().find(|c| c["id"] == *name).cloned())
+                .unwrap_or_default();
+            (
+                name.to_string(),
+                card["status"]["value"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(a: &str, b: &str) -> Vec<(String, String)> {
+    vec![("a".into(), a.into()), ("b".into(), b.into())]
+}
+
 #[test]
 fn a_worker_of_two_models_with_room_for_one_loads_each_on_demand() {
     let (want_a, want_a_long) = reference(&default_model(), "a");
@@ -94,6 +117,10 @@ fn a_worker_of_two_models_with_room_for_one_loads_each_on_demand() {
             ("wd-b".into(), "loaded".into())
         ]
     );
+
+    wait_for(LONG, "the gateway to list a unloaded and b loaded", || {
+        listed(&gw) == pairs("unloaded", "loaded")
+    });
 
     for _ in 0..3 {
         assert_eq!(text(&gw, "a", 8), want_a, "model a after a swap");
@@ -133,4 +160,11 @@ fn a_worker_of_two_models_with_room_for_one_loads_each_on_demand() {
                 ]
         },
     );
+    wait_for(LONG, "the gateway to list b loaded and a unloaded", || {
+        listed(&gw) == pairs("unloaded", "loaded")
+    });
+    assert_eq!(text(&gw, "a", 8), want_a);
+    wait_for(LONG, "the gateway to list a loaded and b unloaded", || {
+        listed(&gw) == pairs("loaded", "unloaded")
+    });
 }

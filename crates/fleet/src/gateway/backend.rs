@@ -21,6 +21,7 @@ use kestrel_engine::constraint::{ConstraintError, GrammarSpec};
 use kestrel_engine::prompt_pass::PromptTokenScore;
 use kestrel_server::backend::{Backend, BackendHealth, Capacity, EventStream, PeerModel};
 use kestrel_server::error::ApiError;
+use kestrel_server::model_slot::ModelState;
 use kestrel_server::request_id;
 use tokio::sync::mpsc::unbounded_channel;
 use tokio::sync::oneshot;
@@ -93,21 +94,20 @@ impl FleetBackend {
         };
         self.admit(model)?;
         let adapter = self.adapter_name(adapter)?;
-        // Under an adapter, to the least busy worker serving it; else to the shared stream.
+        // Under an adapter, to the readiest, least busy worker serving it; else to the
+        // shared stream.
         let route = match &adapter {
             None => Route::shared(Decision::Shared),
             Some(name) => {
                 let view = self.shared.registry.view();
-                let worker = view
+                let workers: Vec<_> = view
                     .workers_of(model.identity())
                     .filter(|w| serves(w, name))
-                    .min_by_key(|w| w.active)
-                    .ok_or_else(|| no_adapter_worker(model, name))?;
-                Route {
-                    worker: Some(worker.worker_id.clone()),
-                    decision: Decision::Adapter,
-                    matched_tokens: 0,
+                    .collect();
+                if workers.is_empty() {
+                    return Err(no_adapter_worker(model, name));
                 }
+                self.shared.router.route_pass(&workers, tokens.len())
             }
         };
         let shared = self.shared.clone();
@@ -289,17 +289,28 @@ impl Backend for FleetBackend {
 
     fn peer_models(&self) -> Vec<PeerModel> {
         let own = self.model.as_ref().map(|m| m.identity().name.as_str());
-        self.shared
-            .models
-            .all()
-            .into_iter()
+        let served = self.shared.models.all();
+        let view = self.shared.registry.view();
+        let several = served.len() > 1;
+        served
+            .iter()
             .filter(|m| Some(m.slot.identity().name.as_str()) != own)
             .map(|m| PeerModel {
                 id: m.slot.identity().name.clone(),
                 max_model_len: m.slot.descriptor.max_total_tokens,
                 adapters: announced_adapters(&self.shared, m.slot.identity()),
+                state: several.then(|| view.model_state(m.slot.identity())),
             })
             .collect()
+    }
+
+    /// On a gateway of several models, the best state among the model's live workers (as
+    /// `kestrel serve` of several models reports each); with one model, none (always
+    /// loaded, as a server of one model).
+    fn model_state(&self) -> Option<ModelState> {
+        let model = self.model.as_ref()?;
+        (self.shared.models.all().len() > 1)
+            .then(|| self.shared.registry.view().model_state(model.identity()))
     }
 
     /// Ready while any served model has a live worker; the load summed over every worker

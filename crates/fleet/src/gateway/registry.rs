@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use kestrel_server::model_slot::ModelState;
 use redis::RedisError;
 
 use crate::binding::{bindings, live_workers};
@@ -60,6 +61,15 @@ impl FleetView {
         model: &'a ModelIdentity,
     ) -> impl Iterator<Item = &'a WorkerStatus> + 'a {
         self.workers.iter().filter(move |w| w.model == *model)
+    }
+
+    /// The state of `model` across its live workers: loaded where any has it in memory,
+    /// else loading where any is loading it, else unloaded (none has it, or none is left).
+    pub fn model_state(&self, model: &ModelIdentity) -> ModelState {
+        self.workers_of(model)
+            .map(WorkerStatus::model_state)
+            .min_by_key(|s| s.start_rank())
+            .unwrap_or(ModelState::Unloaded)
     }
 
     /// Live workers of a bound identity: those requests can reach.

@@ -120,6 +120,11 @@ impl Candidate<'_> {
         busy as f64 / self.status.max_num_seqs.max(1) as f64
     }
 
+    /// 0 with its model in memory, 1 loading, 2 unloaded: a job there waits for the load.
+    fn start_rank(&self) -> u8 {
+        self.status.model_state().start_rank()
+    }
+
     fn has_room(&self) -> bool {
         self.status.waiting == 0
             && self.status.active + self.load.reserved < self.status.max_num_seqs
@@ -127,16 +132,19 @@ impl Candidate<'_> {
 }
 
 /// The scorer. A prompt no worker holds any of goes to the shared stream (the first free
-/// worker takes it). Otherwise, among workers with room, the one with the least prefill
-/// ahead of the request's first token wins (ties: the longer cached prefix, then the less
-/// busy, then the lower KV usage); no worker with room: the shared stream.
+/// worker takes it). Otherwise, among workers with room, those with the model in memory
+/// first (a worker of several models that would have to load it, unloading another, comes
+/// last), the one with the least prefill ahead of the request's first token wins (ties: the
+/// longer cached prefix, then the less busy, then the lower KV usage); no worker with room:
+/// the shared stream.
 pub fn choose(candidates: &[Candidate<'_>]) -> Route {
     if candidates.iter().all(|c| c.matched_tokens == 0) {
         return Route::shared(Decision::Shared);
     }
     let best = candidates.iter().filter(|c| c.has_room()).min_by(|a, b| {
-        a.cost()
-            .cmp(&b.cost())
+        a.start_rank()
+            .cmp(&b.start_rank())
+            .then(a.cost().cmp(&b.cost()))
             .then(b.matched_tokens.cmp(&a.matched_tokens))
             .then(a.busy().total_cmp(&b.busy()))
             .then(a.status.kv_usage.total_cmp(&b.status.kv_usage))
@@ -155,8 +163,9 @@ pub fn choose(candidates: &[Candidate<'_>]) -> Route {
     }
 }
 
-/// The least busy of `workers` (then the one with the least prefill queued, then the lower
-/// KV usage), for a request only they can run.
+/// The readiest of `workers` (model in memory, then loading, then unloaded), then the least
+/// busy, then the one with the least prefill queued, then the lower KV usage: for a request
+/// only they can run.
 fn least_busy(
     workers: &[&WorkerStatus],
     loads: &HashMap<String, WorkerLoad>,
@@ -171,8 +180,9 @@ fn least_busy(
             load: loads.get(&w.worker_id).copied().unwrap_or_default(),
         })
         .min_by(|a, b| {
-            a.busy()
-                .total_cmp(&b.busy())
+            a.start_rank()
+                .cmp(&b.start_rank())
+                .then(a.busy().total_cmp(&b.busy()))
                 .then(a.cost().cmp(&b.cost()))
                 .then(a.status.kv_usage.total_cmp(&b.status.kv_usage))
         });
@@ -246,6 +256,13 @@ impl Router {
     /// cache hit it goes to the least busy of them.
     pub fn route_pinned(&self, req: &EngineRequest, workers: &[&WorkerStatus]) -> Routed {
         self.route_with(req, workers, true)
+    }
+
+    /// Where a one-pass job (embedding, prompt scores) only `workers` can run goes: the
+    /// readiest, least busy of them ([`least_busy`]). Holds nothing on the ledger: the job's
+    /// one forward pass ends it.
+    pub fn route_pass(&self, workers: &[&WorkerStatus], prompt_tokens: usize) -> Route {
+        least_busy(workers, &self.ledger.snapshot(), prompt_tokens)
     }
 
     fn route_with(&self, req: &EngineRequest, workers: &[&WorkerStatus], pinned: bool) -> Routed {
@@ -337,6 +354,7 @@ fn cacheable(req: &EngineRequest, block_size: usize) -> Vec<kestrel_engine::kv::
 mod tests {
     use super::*;
     use crate::identity::ModelIdentity;
+    use kestrel_server::model_slot::ModelState;
 
     fn worker(id: &str, active: usize, kv_usage: f64) -> WorkerStatus {
         WorkerStatus {
@@ -448,6 +466,61 @@ mod tests {
         assert_eq!(
             choose(&[cand(&a, 16), cand(&b, 64)]).worker.as_deref(),
             Some("a")
+        );
+    }
+
+    #[test]
+    fn workers_with_the_model_in_memory_come_first() {
+        let state = |id: &str, active: usize, s: Option<&str>| WorkerStatus {
+            state: s.map(str::to_string),
+            ..worker(id, active, 0.1)
+        };
+        let (loaded, loading, unloaded) = (
+            state("loaded", 3, Some("loaded")),
+            state("loading", 1, Some("loading")),
+            state("unloaded", 0, Some("unloaded")),
+        );
+        // A hit on an idle worker that would have to load the model loses to a busier
+        // worker holding it in memory, even with more prefill queued there.
+        let route = choose(&[
+            pending(cand(&loaded, 16), 200),
+            cand(&loading, 16),
+            cand(&unloaded, 48),
+        ]);
+        assert_eq!(route.worker.as_deref(), Some("loaded"));
+        assert_eq!(
+            choose(&[cand(&loading, 16), cand(&unloaded, 48)])
+                .worker
+                .as_deref(),
+            Some("loading")
+        );
+        // An older worker announces no state: always loaded. An unknown state: unloaded.
+        assert_eq!(worker("old", 0, 0.0).model_state(), ModelState::Loaded);
+        assert_eq!(
+            state("x", 0, Some("warming")).model_state(),
+            ModelState::Unloaded
+        );
+        // A pinned request and a one-pass job without a hit: the readiest, then least busy.
+        let router = Router::new(Routing::CacheAware, 1024);
+        let workers = [&unloaded, &loading, &loaded];
+        assert_eq!(
+            router.route_pass(&workers, 40).worker.as_deref(),
+            Some("loaded")
+        );
+        assert_eq!(
+            router
+                .route_pass(&[&unloaded, &loading], 40)
+                .worker
+                .as_deref(),
+            Some("loading")
+        );
+        let idle_loaded = state("idle", 0, Some("loaded"));
+        assert_eq!(
+            router
+                .route_pass(&[&loaded, &idle_loaded, &unloaded], 40)
+                .worker
+                .as_deref(),
+            Some("idle")
         );
     }
 

@@ -18,13 +18,14 @@ use axum::response::Response;
 
 use crate::error::{json_response, ApiError, OpenAiError};
 use crate::extract::Wire;
+use crate::model_slot::ModelState;
 use crate::openai::api::{Chat, Completions, OpenAiApi, OpenAiContext};
 use crate::openai::best_of::CandidateRanking;
 use crate::openai::prompt_logprobs;
 use crate::openai::stream::OpenAiEncoder;
 use crate::openai::wire::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
-    ErrorBody, ModelCard, ModelList,
+    ErrorBody, ModelCard, ModelList, ModelStatus,
 };
 use crate::request_scope::RequestScope;
 use crate::response_id::{response_id, system_fingerprint};
@@ -108,31 +109,37 @@ pub async fn chat_completions(
 #[utoipa::path(get, path = "/v1/models", responses((status = 200, body = ModelList)))]
 pub async fn models(State(state): State<AppState>) -> Response {
     let base = state.model().model_id.clone();
-    let card = |id: String, root: String, parent: Option<String>| ModelCard {
-        id,
-        object: "model",
-        created: state.created(),
-        owned_by: "kestrel",
-        root,
-        parent,
-        max_model_len: Some(state.limits().max_total_tokens),
-        status: None,
-        aliases: Vec::new(),
-    };
-    let mut data = vec![card(base.clone(), base.clone(), None)];
+    let card =
+        |id: String, root: String, parent: Option<String>, status: Option<ModelState>| ModelCard {
+            id,
+            object: "model",
+            created: state.created(),
+            owned_by: "kestrel",
+            root,
+            parent,
+            max_model_len: Some(state.limits().max_total_tokens),
+            status: status.map(|s| ModelStatus {
+                value: s.as_str(),
+                error: None,
+            }),
+            aliases: Vec::new(),
+        };
+    let own = state.backend().model_state();
+    let mut data = vec![card(base.clone(), base.clone(), None, own)];
     for a in state.backend().adapters() {
         let root = a.path.display().to_string();
-        data.push(card(a.name, root, Some(base.clone())));
+        data.push(card(a.name, root, Some(base.clone()), own));
     }
     for peer in state.backend().peer_models() {
         data.push(ModelCard {
             max_model_len: Some(peer.max_model_len),
-            ..card(peer.id.clone(), peer.id.clone(), None)
+            ..card(peer.id.clone(), peer.id.clone(), None, peer.state)
         });
         for a in peer.adapters {
+            let root = a.path.display().to_string();
             data.push(ModelCard {
                 max_model_len: Some(peer.max_model_len),
-                ..card(a.name, a.path.display().to_string(), Some(peer.id.clone()))
+                ..card(a.name, root, Some(peer.id.clone()), peer.state)
             });
         }
     }

@@ -6,6 +6,7 @@
 //! dispatch in [`super::dispatch`]) guarantees.
 
 pub(crate) mod iq;
+pub(crate) mod iq_tile;
 pub(crate) mod kscales;
 pub(crate) mod load;
 pub(crate) mod nibbles;

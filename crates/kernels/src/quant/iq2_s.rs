@@ -93,7 +93,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq2S>(),
         avx2: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
-        avx512: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx512 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
     );
     v.kernels(DType::IQ2_S, ActFormat::Q8K)
 }
@@ -108,7 +108,6 @@ mod x86 {
     use crate::quant::q8_k::BlockQ8K;
     use crate::quant::x86::iq::rows8;
     use crate::quant::x86::iq::{grid_dot_avx2, grid_tile_avx2, GridSimd};
-    use crate::quant::x86::iq_tile::grid_tile_avx512;
     use crate::quant::TILE;
 
     impl GridSimd for Iq2S {
@@ -141,10 +140,5 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
         grid_tile_avx2::<Iq2S>(n, w, a)
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-        grid_tile_avx512::<Iq2S>(n, w, a)
     }
 }

@@ -85,7 +85,7 @@ pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: grid_quant::scalar_variant::<Iq3Xxs>(),
         avx2: { kquant_vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
-        avx512: { kquant_vec_dot: x86::vec_dot_avx512, vec_dot_tile: x86::tile_avx512 },
+        avx512: { kquant_vec_dot: x86::vec_dot_avx512, vec_dot_tile: x86::tile_avx2 },
     );
     v.kernels(DType::IQ3_XXS, ActFormat::Q8K)
 }
@@ -100,7 +100,6 @@ mod x86 {
     use crate::quant::q8_k::BlockQ8K;
     use crate::quant::x86::iq::{bytes8, gather4};
     use crate::quant::x86::iq::{grid_dot_avx2, grid_dot_avx512, grid_tile_avx2, GridSimd};
-    use crate::quant::x86::iq_tile::grid_tile_avx512;
     use crate::quant::TILE;
 
     impl GridSimd for Iq3Xxs {
@@ -142,10 +141,5 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub(super) fn vec_dot_avx512(w: &[BlockIq3Xxs], a: &[BlockQ8K]) -> f32 {
         grid_dot_avx512::<Iq3Xxs>(w, a)
-    }
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(super) fn tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> [[f32; TILE]; TILE] {
-        grid_tile_avx512::<Iq3Xxs>(n, w, a)
     }
 }

@@ -221,7 +221,7 @@ pub(crate) fn grid_dot_avx512<F: GridSimd>(w: &[F::Block], a: &[BlockQ8K]) -> f3
 /// `lo` and `hi` as the two halves of one register.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) fn join(lo: __m256i, hi: __m256i) -> __m512i {
+fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
@@ -229,7 +229,7 @@ pub(crate) fn join(lo: __m256i, hi: __m256i) -> __m512i {
 /// 128-bit lane (16 weights) holds one group's scale.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) fn scale_pairs(c0: [i16; 2], c1: [i16; 2]) -> __m512i {
+fn scale_pairs(c0: [i16; 2], c1: [i16; 2]) -> __m512i {
     let lo = _mm256_setr_m128i(_mm_set1_epi16(c0[0]), _mm_set1_epi16(c0[1]));
     let hi = _mm256_setr_m128i(_mm_set1_epi16(c1[0]), _mm_set1_epi16(c1[1]));
     join(lo, hi)

@@ -6,7 +6,6 @@
 //! dispatch in [`super::dispatch`]) guarantees.
 
 pub(crate) mod iq;
-pub(crate) mod iq_tile;
 pub(crate) mod kscales;
 pub(crate) mod load;
 pub(crate) mod nibbles;

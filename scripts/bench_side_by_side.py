@@ -9,7 +9,7 @@ after, and names the llama.cpp version (`llama-bench --version`; the build commi
 from its JSON where that prints none). Appends a dated markdown section to OUT.
 
     bench_side_by_side.py --llama-bin DIR --kestrel BIN --out OUT.md --title TITLE \\
-        --model PATH[,pp=512][,depth=N][,kv=f16|q8][,bytes=N][,label=NAME] [--model ...]
+        [--baseline BIN] --model PATH[,pp=512][,depth=N][,kv=f16|q8][,bytes=N][,label=NAME] [--model ...]
                                                                    (pp=0: decode only)
 
 `depth` measures pp and tg after N tokens already in the KV cache (llama-bench `-d N`,
@@ -63,8 +63,8 @@ def llama_run(args, m):
     return {"pp": pp, "tg": pick(0, args.gen), "build": build}
 
 
-def kestrel_run(args, m):
-    cmd = [args.kestrel, "speed", "--model", m["path"], "-p", str(m["pp"]), "-n", str(args.gen),
+def kestrel_run(args, m, binary=None):
+    cmd = [binary or args.kestrel, "speed", "--model", m["path"], "-p", str(m["pp"]), "-n", str(args.gen),
            "-t", str(args.threads), "-r", str(args.reps), "--json", "--kv-cache-dtype", m["kv"]]
     if m["depth"]:
         cmd += ["-d", str(m["depth"])]
@@ -94,10 +94,12 @@ def membw(args):
 
 
 def measure(args, models):
-    runs = {m["label"]: {"llama": [], "kestrel": []} for m in models}
+    runs = {m["label"]: {"llama": [], "kestrel": [], "baseline": []} for m in models}
     for r in range(args.rounds):
         for m in models:
             order = [("llama", llama_run), ("kestrel", kestrel_run)]
+            if args.baseline:
+                order.insert(1, ("baseline", lambda a, m: kestrel_run(a, m, a.baseline)))
             for name, fn in order if r % 2 == 0 else order[::-1]:
                 runs[m["label"]][name].append(fn(args, m))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -136,12 +138,18 @@ def report(args, models, runs, bw_before, bw_after, load):
         "rounds (min-max); ratio of the medians. tg GB/s = bytes a decode step reads (weights, "
         "plus the KV cache at a depth) x tokens/s.",
     ]
+    if args.baseline:
+        lines.append(f"Baseline: `{args.baseline}`, run in the same rounds between the two "
+                     "(its median, and Kestrel / baseline).")
     if args.note:
         lines.append(args.note)
+    base_head = ("| baseline t/s | vs baseline " if args.baseline else "")
     lines += [
         "",
-        "| model | test | Kestrel t/s | llama.cpp t/s | ratio | Kestrel GB/s (% triad) | llama.cpp GB/s (% triad) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| model | test | Kestrel t/s | llama.cpp t/s | ratio " + base_head
+        + "| Kestrel GB/s (% triad) | llama.cpp GB/s (% triad) |",
+        "| --- | --- | ---: | ---: | ---: | " + ("---: | ---: | " if args.baseline else "")
+        + "---: | ---: |",
     ]
     for m in models:
         r = runs[m["label"]]
@@ -152,7 +160,11 @@ def report(args, models, runs, bw_before, bw_after, load):
             km, ks = summary([x[test] for x in r["kestrel"]])
             lm, ls = summary([x[test] for x in r["llama"]])
             bw = (gbs(km), gbs(lm)) if test == "tg" else ("", "")
-            lines.append(f"| {m['label']} | {name} | {ks} | {ls} | {km / lm:.2f}x | {bw[0]} | {bw[1]} |")
+            base = ""
+            if args.baseline:
+                bm, bs = summary([x[test] for x in r["baseline"]])
+                base = f" {bs} | {km / bm:.2f}x |"
+            lines.append(f"| {m['label']} | {name} | {ks} | {ls} | {km / lm:.2f}x |{base} {bw[0]} | {bw[1]} |")
     lines.append("")
     return "\n".join(lines)
 
@@ -161,6 +173,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-bin", required=True)
     ap.add_argument("--kestrel", default="./target/release/kestrel")
+    ap.add_argument("--baseline", default=None,
+                    help="a second kestrel binary measured in the same rounds (e.g. main's)")
     ap.add_argument("--out", default=datetime.date.today().strftime("docs/benchmarks/%Y-%m-%d-side-by-side.md"))
     ap.add_argument("--title", default="Kestrel vs llama.cpp")
     ap.add_argument("--note", default="")

@@ -24,7 +24,7 @@ use super::format::quant_format;
 use super::q8_0::{signed_dot_ref, BlockQ8_0};
 use super::rows::{scalar_variant, QK};
 #[cfg(target_arch = "x86_64")]
-use super::x86::signed_rows;
+use super::x86::{offset, offset_tile, signed_rows};
 use super::{ActFormat, DType, TypeKernels};
 use crate::cpu::Isa;
 
@@ -126,32 +126,57 @@ pub fn vec_dot_ref(w: &[BlockIq4Nl], a: &[BlockQ8_0]) -> f32 {
     signed_dot_ref(w, a, |x| (x.d, quants(x)))
 }
 
-/// The fastest IQ4_NL kernels that `isa` (capped to what this CPU runs) allows. AVX-512 CPUs
-/// run the AVX2 kernels.
+/// The fastest IQ4_NL kernels that `isa` (capped to what this CPU runs) allows.
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: scalar_variant::<Iq4Nl>(),
         avx2: {
             dequantize: signed_rows::dequantize_avx2::<Iq4Nl>,
             vec_dot: signed_rows::vec_dot_avx2::<Iq4Nl>,
+            vec_dot_tile: signed_rows::vec_dot_tile_avx2::<Iq4Nl>,
         },
         avx512: {
-            dequantize: signed_rows::dequantize_avx2::<Iq4Nl>,
-            vec_dot: signed_rows::vec_dot_avx2::<Iq4Nl>,
+            dequantize: signed_rows::dequantize_avx512::<Iq4Nl>,
+            vec_dot: offset::vec_dot_avx512::<Iq4Nl, true>,
+            vec_dot_tile: offset_tile::vec_dot_tile_avx512::<Iq4Nl>,
+            vec_dot_rows: offset::vec_dot_rows_avx512::<Iq4Nl>,
         },
     );
     v.kernels(DType::IQ4_NL, ActFormat::Q8_0)
 }
 
-/// IQ4_NL's unpacking for the shared signed-row kernels: the nibbles looked up in the
-/// codebook with `pshufb`.
+/// IQ4_NL's unpacking for the shared signed-row and offset kernels: the nibbles looked up in
+/// the codebook with `pshufb`. For the AVX-512 offset kernels (`vpdpbusd` takes unsigned
+/// bytes) the table is the codebook plus 128, with offset 128, as Q8_0's `w + 128`.
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{Iq4Nl, CODEBOOK};
-    use crate::quant::x86::nibbles::nibbles_avx2;
+    use crate::quant::x86::nibbles::{nibbles2_avx512, nibbles_avx2};
+    use crate::quant::x86::offset::OffsetBlocks;
     use crate::quant::x86::signed_rows::SignedBlocks;
+
+    /// `CODEBOOK[i] + 128` (1..=241) in every 128-bit lane, as a `pshufb` table.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn biased_codebook_avx512() -> __m512i {
+        // SAFETY: CODEBOOK is exactly 16 readable bytes; the load is unaligned.
+        let t = unsafe { _mm_loadu_si128(CODEBOOK.as_ptr().cast()) };
+        _mm512_broadcast_i32x4(_mm_xor_si128(t, _mm_set1_epi8(-128)))
+    }
+
+    impl OffsetBlocks for Iq4Nl {
+        const OFFSET: i8 = -128;
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn unsigned2_avx512(b0: *const u8, b1: *const u8) -> __m512i {
+            // SAFETY: the caller guarantees whole blocks at `b0` and `b1`; qs is bytes 2..18.
+            let idx = unsafe { nibbles2_avx512(b0.add(2), b1.add(2)) };
+            _mm512_shuffle_epi8(biased_codebook_avx512(), idx)
+        }
+    }
 
     /// The codebook in both 128-bit lanes, as a `pshufb` table.
     #[inline]

@@ -131,14 +131,14 @@ fn quantize_block(x: &[f32]) -> BlockMxfp4 {
 }
 
 /// The fastest MXFP4 kernels that `isa` (capped to what this CPU runs) allows. AVX-512 CPUs
-/// run the AVX2 kernels. The tile kernel (prefill and batched rows: 4 weight rows x 4
+/// run the AVX2 `vec_dot`. The tile kernel (prefill and batched rows: 4 weight rows x 4
 /// activation rows, each weight block unpacked once for the activation rows) has no scalar
 /// slot: without it the product calls `vec_dot` per pair, the reference.
 pub fn kernels(isa: Isa) -> TypeKernels {
     let v = select_variant!(isa,
         scalar: scalar_variant::<Mxfp4>(),
         avx2: { vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
-        avx512: { vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx2 },
+        avx512: { vec_dot: x86::vec_dot_avx2, vec_dot_tile: x86::tile_avx512 },
     );
     v.kernels(DType::MXFP4, ActFormat::Q8_0)
 }
@@ -149,13 +149,17 @@ pub fn kernels(isa: Isa) -> TypeKernels {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{half_scale, BlockMxfp4, KVALUES};
+    use super::{half_scale, BlockMxfp4, KVALUES, QK};
     use crate::quant::q8_0::BlockQ8_0;
     use crate::quant::rows::{cast_blocks, check_dot};
+    use crate::quant::x86::load::load_2x256;
     use crate::quant::x86::load::{load128, load256};
+    use crate::quant::x86::nibbles::nibbles2_avx512;
     use crate::quant::x86::reduce::{f16_to_f32, hsum256};
-    use crate::quant::x86::tile::{from_halves, hsum_half, tile_rows};
-    use crate::quant::x86::tile_scales::Tile;
+    use crate::quant::x86::tile::{
+        add_odd_block, from_halves, hsum_half, reduce_tile_512, tile_rows,
+    };
+    use crate::quant::x86::tile_scales::{pair_scales, spread, Tile};
     use crate::quant::TILE;
 
     /// Bytes of a weight block and of an activation (Q8_0) block.
@@ -248,5 +252,72 @@ mod x86 {
             }
         }
         hsum_half(acc)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(super) fn tile_avx512(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
+        let rows = (w, a);
+        let (nb, wp, ap) = tile_rows(n, w, W, a, A);
+        // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
+        // enabled here.
+        let mut out = unsafe { tile_core_avx512(nb, wp, ap) };
+        add_odd_block(&mut out, nb, |r, j, i| {
+            vec_dot_avx2(QK, &rows.0[r][i * W..][..W], &rows.1[j][i * A..][..A])
+        });
+        out
+    }
+
+    /// `2^(e - 128)` ([`half_scale`]) of the 8 exponent bytes in `e`, as 8 floats.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn half_scales8(e: [u8; 8]) -> __m256 {
+        let e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(e)));
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+    }
+
+    /// The tile over the first `nb / 2 * 2` blocks, two blocks per step: the codes looked up
+    /// as `KVALUES + 128` (unsigned, for `vpdpbusd`), minus `128 sum(a)` once per activation
+    /// block pair; each weight block pair unpacked once for the 4 activation rows.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; every weight row holds `nb`
+    /// MXFP4 blocks and every activation row `nb` Q8_0 blocks.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn tile_core_avx512(nb: usize, w: [*const u8; TILE], a: [*const u8; TILE]) -> Tile {
+        let bias = _mm512_set1_epi8(-128);
+        let table =
+            _mm512_broadcast_i32x4(_mm_xor_si128(load128(&KVALUES, 0), _mm_set1_epi8(-128)));
+        let mut acc = [[_mm512_setzero_ps(); TILE]; TILE];
+        let mut i = 0;
+        while i + 2 <= nb {
+            // SAFETY: blocks i and i+1 < nb of every row are in bounds.
+            let (wq, e, aq, as_) = unsafe {
+                (
+                    w.map(|p| nibbles2_avx512(p.add(i * W + 1), p.add((i + 1) * W + 1))),
+                    std::array::from_fn::<u8, 8, _>(|k| *w[k / 2].add((i + k % 2) * W)),
+                    a.map(|p| load_2x256(p.add(i * A + 2), p.add((i + 1) * A + 2))),
+                    pair_scales(a, i, A),
+                )
+            };
+            let ws = _mm512_castps256_ps512(half_scales8(e));
+            let wq = wq.map(|idx| _mm512_shuffle_epi8(table, idx));
+            let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
+            for j in 0..TILE {
+                let zero = _mm512_setzero_si512();
+                let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, aq[j]));
+                let da = spread(as_, 2 * j as i32);
+                for r in 0..TILE {
+                    let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
+                    let d = _mm512_mul_ps(dw[r], da);
+                    acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
+                }
+            }
+            i += 2;
+        }
+        reduce_tile_512(acc)
     }
 }

@@ -121,7 +121,7 @@ fn variant(isa: Isa) -> Variant {
         avx2: {
             dequantize: x86::dequantize_avx2,
             vec_dot: signed_rows::vec_dot_avx2::<Q8_0>,
-            vec_dot_tile: x86::vec_dot_tile_avx2,
+            vec_dot_tile: signed_rows::vec_dot_tile_avx2::<Q8_0>,
         },
         avx512: {
             dequantize: x86::dequantize_avx512,
@@ -148,9 +148,6 @@ pub(crate) mod x86 {
     use crate::quant::x86::offset::OffsetBlocks;
     use crate::quant::x86::q8::{mul_sum_i8_avx512, prefetch, scale_products2, PREFETCH_AHEAD};
     use crate::quant::x86::signed_rows::{dot_of, SignedBlocks};
-    use crate::quant::x86::tile::{from_halves, hsum_half, tile_rows};
-    use crate::quant::x86::tile_scales::Tile;
-    use crate::quant::TILE;
 
     const B: usize = 34;
 
@@ -266,53 +263,5 @@ pub(crate) mod x86 {
                 }
             }
         }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn vec_dot_tile_avx2(n: usize, w: [&[u8]; TILE], a: [&[u8]; TILE]) -> Tile {
-        let (nb, w, a) = tile_rows(n, w, B, a, B);
-        // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are
-        // enabled here.
-        from_halves(a, |a| unsafe { half_avx2(nb, w, a) })
-    }
-
-    /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step;
-    /// signed products as `|w| * sign(a, w)` (see the module docs).
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; every row holds `nb` blocks.
-    // Not inlined: each tile makes two calls, and one body keeps the 16 AVX2 registers.
-    #[inline(never)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn half_avx2(nb: usize, w: [*const u8; TILE], a: [*const u8; 2]) -> [[f32; TILE]; 2] {
-        let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
-        let ones = _mm256_set1_epi16(1);
-        for i in 0..nb {
-            // SAFETY: block i < nb of every row is in bounds.
-            let (wq, ws, aq, as_) = unsafe {
-                let h = w.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
-                let g = a.map(|p| p.add(i * B).cast::<u16>().read_unaligned() as i16);
-                (
-                    w.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
-                    _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0)),
-                    a.map(|p| _mm256_loadu_si256(p.add(i * B + 2).cast())),
-                    _mm_cvtph_ps(_mm_setr_epi16(g[0], g[1], 0, 0, 0, 0, 0, 0)),
-                )
-            };
-            let wabs = wq.map(|x| _mm256_sign_epi8(x, x));
-            for j in 0..2 {
-                let dd = _mm256_castps128_ps256(_mm_mul_ps(
-                    ws,
-                    _mm_permutevar_ps(as_, _mm_set1_epi32(j as i32)),
-                ));
-                for r in 0..TILE {
-                    let sy = _mm256_sign_epi8(aq[j], wq[r]);
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[r], sy), ones);
-                    let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r as i32));
-                    acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
-                }
-            }
-        }
-        hsum_half(acc)
     }
 }

@@ -1,8 +1,10 @@
-//! The m = 1 multi-row kernels (`q4_0::vec_dot_rows`, `q8_0::vec_dot_rows`) against the scalar
-//! reference dot products, for every ISA this CPU runs, with even and odd block counts.
+//! The m = 1 multi-row kernels (`q4_0::vec_dot_rows`, `q8_0::vec_dot_rows`, IQ4_NL's
+//! `vec_dot_rows`) against the scalar reference dot products, for every ISA this CPU runs, with
+//! even and odd block counts.
 
 use kestrel_kernels::cpu::Isa;
-use kestrel_kernels::quant::{q4_0, q8_0, TILE};
+use kestrel_kernels::quant::{iq4_nl, q4_0, q8_0, TILE};
+use kestrel_kernels::{DType, TypeKernels};
 use rand::{Rng, SeedableRng};
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
@@ -65,6 +67,31 @@ fn q8_0_rows_match_reference() {
                 got,
                 |r| q8_0::vec_dot_ref(&w[r], &a),
                 &format!("Q8_0 {isa:?} n={n}"),
+            );
+            tested += 1;
+        }
+    }
+    assert!(tested > 0 || !Isa::available().contains(&Isa::Avx512Vnni));
+}
+
+#[test]
+fn iq4_nl_rows_match_reference() {
+    let mut tested = 0;
+    for isa in Isa::available() {
+        let Some(rows) = TypeKernels::for_isa(DType::IQ4_NL, isa).vec_dot_rows else {
+            continue;
+        };
+        for n in [32, 64, 96, 2048] {
+            let w: Vec<Vec<iq4_nl::BlockIq4Nl>> = (0..TILE)
+                .map(|r| iq4_nl::quantize_ref(&random(n, 20 + r as u64)))
+                .collect();
+            let a = q8_0::quantize_ref(&random(n, 97));
+            let wb: Vec<&[u8]> = w.iter().map(|x| bytemuck::cast_slice(x)).collect();
+            let got = rows(n, std::array::from_fn(|r| wb[r]), bytemuck::cast_slice(&a));
+            check(
+                got,
+                |r| iq4_nl::vec_dot_ref(&w[r], &a),
+                &format!("IQ4_NL {isa:?} n={n}"),
             );
             tested += 1;
         }

@@ -525,4 +525,10 @@ fn tile_kernels_match_vec_dot_ref() {
         act::quantize_q8_0_ref,
         q8_0::vec_dot_ref,
     );
+    check_tile_kernel(
+        DType::IQ4_NL,
+        iq4_nl::quantize_ref,
+        act::quantize_q8_0_ref,
+        iq4_nl::vec_dot_ref,
+    );
 }

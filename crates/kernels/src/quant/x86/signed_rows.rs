@@ -11,8 +11,11 @@ use std::arch::x86_64::*;
 
 use super::q8::{mul_sum_i8_avx2, scale_product};
 use super::reduce::hsum256;
+use super::tile::{from_halves, hsum_half, tile_rows};
+use super::tile_scales::Tile;
 use crate::quant::format::QuantFormat;
 use crate::quant::rows::{check_dequantize, check_dot, dequantize_scalar, QK};
+use crate::quant::TILE;
 
 /// Bytes per Q8_0 activation block.
 pub(crate) const A: usize = 34;
@@ -58,6 +61,73 @@ pub(crate) fn vec_dot_avx2<F: SignedBlocks>(n: usize, w: &[u8], a: &[u8]) -> f32
     let nb = check_dot(n, w, F::BLOCK, a, A);
     // SAFETY: the rows hold `nb` blocks (checked above); the features are enabled here.
     unsafe { dot_of::<F>(nb, w.as_ptr(), a.as_ptr()) }
+}
+
+/// The AVX2 4 x 4 tile of format `F`: two [`half_avx2`] calls.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn vec_dot_tile_avx2<F: SignedBlocks>(
+    n: usize,
+    w: [&[u8]; TILE],
+    a: [&[u8]; TILE],
+) -> Tile {
+    let (nb, w, a) = tile_rows(n, w, F::BLOCK, a, A);
+    // SAFETY: every row holds `nb` blocks (checked by `tile_rows`); the features are enabled
+    // here; `quants_avx2` reads only within the block it is given.
+    from_halves(a, |a| unsafe {
+        half_avx2(nb, w, a, F::BLOCK, |b| F::quants_avx2(b))
+    })
+}
+
+/// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step; each
+/// weight block unpacked once for both activation rows. Signed products as
+/// `|w| * sign(a, w)` (see [`super::q8`]). `quants(b)` returns the 32 signed quants of the
+/// `block`-byte weight block at `b`, which starts with its `f16` scale.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; every weight row holds `nb` blocks of `block` bytes and
+/// every activation row `nb` Q8_0 blocks; `quants` reads only within its block.
+// Not inlined: each tile makes two calls, and one body keeps the 16 AVX2 registers.
+#[inline(never)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn half_avx2<Q>(
+    nb: usize,
+    w: [*const u8; TILE],
+    a: [*const u8; 2],
+    block: usize,
+    quants: Q,
+) -> [[f32; TILE]; 2]
+where
+    Q: Fn(*const u8) -> __m256i,
+{
+    let mut acc = [[_mm256_setzero_ps(); TILE]; 2];
+    let ones = _mm256_set1_epi16(1);
+    for i in 0..nb {
+        // SAFETY: block i < nb of every row is in bounds.
+        let (wq, ws, aq, as_) = unsafe {
+            let h = w.map(|p| p.add(i * block).cast::<u16>().read_unaligned() as i16);
+            let g = a.map(|p| p.add(i * A).cast::<u16>().read_unaligned() as i16);
+            (
+                w.map(|p| quants(p.add(i * block))),
+                _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0)),
+                a.map(|p| _mm256_loadu_si256(p.add(i * A + 2).cast())),
+                _mm_cvtph_ps(_mm_setr_epi16(g[0], g[1], 0, 0, 0, 0, 0, 0)),
+            )
+        };
+        let wabs = wq.map(|x| _mm256_sign_epi8(x, x));
+        for j in 0..2 {
+            let dd = _mm256_castps128_ps256(_mm_mul_ps(
+                ws,
+                _mm_permutevar_ps(as_, _mm_set1_epi32(j as i32)),
+            ));
+            for r in 0..TILE {
+                let sy = _mm256_sign_epi8(aq[j], wq[r]);
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[r], sy), ones);
+                let d = _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r as i32));
+                acc[j][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[j][r]);
+            }
+        }
+    }
+    hsum_half(acc)
 }
 
 /// The AVX2 `dequantize` of format `F`; a partial last block goes to the reference.

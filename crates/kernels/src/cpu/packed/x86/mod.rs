@@ -2,6 +2,7 @@
 //! their unchecked loads sound, and the decode prefetch.
 
 pub(crate) mod amx;
+pub(crate) mod avx512_bf16;
 mod avx2;
 mod avx512;
 mod q4_k_scales;

@@ -4,11 +4,17 @@
 //!
 //! ```text
 //!   x (m × K f32) ──split──▶ per row: per 32-element step 64 bytes of hi, 64 of lo parts
-//!   threads split the weight rows (in blocks of 4); each thread:
-//!     for each chunk of its blocks (≈ CHUNK_BYTES of weights: stays in L2)
-//!       for each group of 6 activation rows (6 · 4K bytes: in L1 while the chunk runs)
-//!         for each block of 4 weight rows of the chunk: one 4 × 6 register tile over all K
+//!   threads claim units of weight rows (≈ UNIT_BYTES, whole blocks of 4) from a shared
+//!   counter; for each unit claimed (its weights stay in L2):
+//!     for each group of 6 activation rows (6 · 4K bytes: in L1 while the unit runs)
+//!       for each block of 4 weight rows of the unit: one 4 × 6 register tile over all K
 //! ```
+//!
+//! The units are claimed, not dealt out in equal shares, so that a thread the OS preempts
+//! (a busy host) delays the product by a unit, not by its whole share.
+
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::gemm::MatRef;
@@ -19,10 +25,14 @@ use crate::cpu::threadpool::SharedMut;
 #[cfg(target_arch = "x86_64")]
 use crate::cpu::ThreadPool;
 
-/// Weight bytes of the blocks a thread runs every activation group over before moving on
-/// (half of a Zen 4 core's 1 MiB L2).
+/// Weight bytes of a unit of work: the blocks a thread runs every activation group over
+/// before claiming the next unit (in L2; at least one block).
 #[cfg(target_arch = "x86_64")]
-const CHUNK_BYTES: usize = 512 * 1024;
+const UNIT_BYTES: usize = 256 * 1024;
+
+/// Units per thread at least (smaller units where the matrix is small), for balance.
+#[cfg(target_arch = "x86_64")]
+const UNITS_PER_THREAD: usize = 4;
 
 /// `y = x · Wᵀ` on the AVX512-BF16 kernel; `buf` holds the split activations.
 ///
@@ -41,11 +51,18 @@ pub(super) unsafe fn matmul(
     let acts = pack(pool, w.cols, x, m, buf);
     let out = SharedMut::new(y);
     let blocks = w.rows.div_ceil(W_ROWS);
-    pool.broadcast(&|t, n| {
-        let (b0, b1) = (blocks * t / n, blocks * (t + 1) / n);
-        // SAFETY: the caller's contract (CPU, shapes); this thread owns weight rows
-        // [4 b0, 4 b1) of every output row.
-        unsafe { run_blocks(w, acts, m, b0..b1, &out) };
+    let by_bytes = (UNIT_BYTES / (W_ROWS * 2 * w.cols)).max(1);
+    let by_threads = (blocks / (UNITS_PER_THREAD * pool.n_threads())).max(1);
+    let unit = by_bytes.min(by_threads);
+    let next = AtomicUsize::new(0);
+    pool.broadcast(&|_, _| loop {
+        let b0 = next.fetch_add(unit, Ordering::Relaxed);
+        if b0 >= blocks {
+            break;
+        }
+        // SAFETY: the caller's contract (CPU, shapes); the counter hands each unit of
+        // blocks to one thread only, so this thread owns weight rows [4 b0, 4 b1).
+        unsafe { run_blocks(w, acts, m, b0..(b0 + unit).min(blocks), &out) };
     });
 }
 
@@ -87,23 +104,20 @@ unsafe fn run_blocks(
 ) {
     let (w_row, steps) = (2 * w.cols, w.cols / K_STEP);
     let a_row = steps * STEP_BYTES;
-    let chunk = (CHUNK_BYTES / (W_ROWS * w_row)).max(1);
-    for c0 in blocks.clone().step_by(chunk) {
-        for j0 in (0..m).step_by(A_ROWS) {
-            let jn = (m - j0).min(A_ROWS);
-            let a = acts[j0 * a_row..].as_ptr();
-            for b in c0..(c0 + chunk).min(blocks.end) {
-                let r0 = b * W_ROWS;
-                let rn = (w.rows - r0).min(W_ROWS);
-                let wp = w.data[r0 * w_row..].as_ptr();
-                // SAFETY: rows r0..r0 + rn of `w` and j0..j0 + jn of `acts` exist, each with
-                // `steps` steps; the CPU runs the kernel (the caller's contract).
-                let res = unsafe { tile(rn, jn, wp, w_row, a, a_row, steps) };
-                for (j, rj) in res.iter().enumerate().take(jn) {
-                    // SAFETY: this thread owns rows [r0, r0 + rn) of output row j0 + j.
-                    let dst = unsafe { out.slice_mut((j0 + j) * w.rows + r0, rn) };
-                    dst.copy_from_slice(&rj[..rn]);
-                }
+    for j0 in (0..m).step_by(A_ROWS) {
+        let jn = (m - j0).min(A_ROWS);
+        let a = acts[j0 * a_row..].as_ptr();
+        for b in blocks.clone() {
+            let r0 = b * W_ROWS;
+            let rn = (w.rows - r0).min(W_ROWS);
+            let wp = w.data[r0 * w_row..].as_ptr();
+            // SAFETY: rows r0..r0 + rn of `w` and j0..j0 + jn of `acts` exist, each with
+            // `steps` steps; the CPU runs the kernel (the caller's contract).
+            let res = unsafe { tile(rn, jn, wp, w_row, a, a_row, steps) };
+            for (j, rj) in res.iter().enumerate().take(jn) {
+                // SAFETY: this thread owns rows [r0, r0 + rn) of output row j0 + j.
+                let dst = unsafe { out.slice_mut((j0 + j) * w.rows + r0, rn) };
+                dst.copy_from_slice(&rj[..rn]);
             }
         }
     }

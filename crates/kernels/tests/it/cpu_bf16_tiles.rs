@@ -165,8 +165,7 @@ fn tiles_match_reference() {
             {
                 let mut y = vec![f32::NAN; m * rows];
                 matmul_bf16_with(pool, kernel, w, &x, m, &mut y, &mut scratch);
-                for (i, (((&g, &e), &s), &a)) in
-                    y.iter().zip(&want).zip(&mag).zip(&sum).enumerate()
+                for (i, (((&g, &e), &s), &a)) in y.iter().zip(&want).zip(&mag).zip(&sum).enumerate()
                 {
                     let tol = tolerance(kernel, cols, s, a);
                     assert!(

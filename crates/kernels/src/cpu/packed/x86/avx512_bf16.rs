@@ -41,6 +41,7 @@ pub(crate) const STEP_BYTES: usize = 128;
 /// The CPU has AVX-512 F/BW/VL and AVX512-BF16; each weight row holds `64 · steps` readable
 /// bytes and each activation row `STEP_BYTES · steps`.
 #[inline]
+#[allow(clippy::needless_range_loop)] // index loops keep the register tile closure-free
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
 pub(crate) unsafe fn tile<const R: usize, const J: usize>(
     w: *const u8,
@@ -49,32 +50,38 @@ pub(crate) unsafe fn tile<const R: usize, const J: usize>(
     a_stride: usize,
     steps: usize,
 ) -> [[f32; W_ROWS]; J] {
+    // Plain index loops (no closures): the tile must inline into one loop body whatever the
+    // codegen units decide.
     let mut acc = [[_mm512_setzero_ps(); R]; J];
+    let zero = _mm512_setzero_ps();
+    // SAFETY: 64 zero bytes are a valid `__m512bh`.
+    let mut wv: [__m512bh; R] = [unsafe { std::mem::transmute::<__m512, __m512bh>(zero) }; R];
     for s in 0..steps {
-        // SAFETY: step s of each of the R weight rows lies within its `64 · steps` bytes.
-        let wv: [__m512bh; R] =
-            std::array::from_fn(|r| unsafe { load_bh(w.add(r * w_stride + 64 * s)) });
-        for (j, accj) in acc.iter_mut().enumerate() {
+        for r in 0..R {
+            // SAFETY: step s of weight row r lies within its `64 · steps` bytes.
+            wv[r] = unsafe { load_bh(w.add(r * w_stride + 64 * s)) };
+        }
+        for j in 0..J {
             // SAFETY: step s of activation row j: hi parts, then lo parts, within its
             // `STEP_BYTES · steps` bytes.
             let (hi, lo) = unsafe {
                 let p = a.add(j * a_stride + STEP_BYTES * s);
                 (load_bh(p), load_bh(p.add(64)))
             };
-            for (c, &wr) in accj.iter_mut().zip(&wv) {
-                *c = _mm512_dpbf16_ps(*c, wr, hi);
-                *c = _mm512_dpbf16_ps(*c, wr, lo);
+            for r in 0..R {
+                acc[j][r] = _mm512_dpbf16_ps(acc[j][r], wv[r], hi);
+                acc[j][r] = _mm512_dpbf16_ps(acc[j][r], wv[r], lo);
             }
         }
     }
-    acc.map(|row| {
-        let v: [__m512; W_ROWS] =
-            std::array::from_fn(|r| if r < R { row[r] } else { _mm512_setzero_ps() });
-        let mut out = [0.0; W_ROWS];
-        // SAFETY: `out` holds 4 floats.
-        unsafe { _mm_storeu_ps(out.as_mut_ptr(), hsum4(v)) };
-        out
-    })
+    let mut out = [[0.0; W_ROWS]; J];
+    for j in 0..J {
+        let mut v = [zero; W_ROWS];
+        v[..R].copy_from_slice(&acc[j]);
+        // SAFETY: `out[j]` holds 4 floats.
+        unsafe { _mm_storeu_ps(out[j].as_mut_ptr(), hsum4(v)) };
+    }
+    out
 }
 
 /// 32 bf16 values at `p`.
@@ -93,15 +100,24 @@ unsafe fn load_bh(p: *const u8) -> __m512bh {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn hsum4(v: [__m512; 4]) -> __m128 {
     // Per 128-bit lane: t01 = (v0, v1, v0, v1) partial sums, t23 = (v2, v3, v2, v3).
-    let t01 = _mm512_add_ps(_mm512_unpacklo_ps(v[0], v[1]), _mm512_unpackhi_ps(v[0], v[1]));
-    let t23 = _mm512_add_ps(_mm512_unpacklo_ps(v[2], v[3]), _mm512_unpackhi_ps(v[2], v[3]));
+    let t01 = _mm512_add_ps(
+        _mm512_unpacklo_ps(v[0], v[1]),
+        _mm512_unpackhi_ps(v[0], v[1]),
+    );
+    let t23 = _mm512_add_ps(
+        _mm512_unpacklo_ps(v[2], v[3]),
+        _mm512_unpackhi_ps(v[2], v[3]),
+    );
     // Per 128-bit lane: (v0, v1, v2, v3) partial sums.
     let (a, b) = (_mm512_castps_pd(t01), _mm512_castps_pd(t23));
     let u = _mm512_add_ps(
         _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
     );
-    let h = _mm256_add_ps(_mm512_castps512_ps256(u), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(u))));
+    let h = _mm256_add_ps(
+        _mm512_castps512_ps256(u),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(u))),
+    );
     _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h))
 }
 

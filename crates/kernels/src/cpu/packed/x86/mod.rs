@@ -2,9 +2,9 @@
 //! their unchecked loads sound, and the decode prefetch.
 
 pub(crate) mod amx;
-pub(crate) mod avx512_bf16;
 mod avx2;
 mod avx512;
+pub(crate) mod avx512_bf16;
 mod q4_k_scales;
 
 pub(super) use amx::{panel_amx, panel_pair_amx, MIN_ROWS as TILE_MIN_ROWS};

@@ -1,6 +1,7 @@
-//! Products of BF16 weights with several activation rows on AMX-BF16 tiles (`tdpbf16ps`),
-//! chosen once at run time ([`Bf16Kernel`]); CPUs without AMX-BF16 keep the 4 × 4 FMA tiles
-//! of `quant::float_tile` (`f32` activations).
+//! Products of BF16 weights with several activation rows on AMX-BF16 tiles (`tdpbf16ps`) or,
+//! without AMX-BF16, AVX512-BF16 dot products (`vdpbf16ps`), chosen once at run time
+//! ([`Bf16Kernel`]); CPUs with neither keep the 4 × 4 FMA tiles of `quant::float_tile` (`f32`
+//! activations).
 //!
 //! Each activation is split into two bf16 parts ([`split_bf16`]: hi = bf16(x), lo = bf16(x −
 //! hi), 16 significant bits together instead of one bf16's 8) and the weights multiply both,
@@ -11,7 +12,22 @@
 //! values is exact in `f32`; the tile unit sums them in `f32`. The spec is [`matmul_bf16_ref`]:
 //! the exact products of the weights and `hi + lo` summed in `f64`, rounded once. The path is
 //! taken ([`takes`]) for BF16 weights, at least [`MIN_ROWS`] rows, whole 32-element steps, on
-//! a CPU with AMX-BF16.
+//! a CPU with AMX-BF16 or AVX512-BF16.
+//!
+//! Error against the spec, per output `y[j][r]` with `S = Σ_k |W[r][k]| · |x[j][k]|`, `u =
+//! 2⁻²⁴` (half an `f32` ulp at 1) and `K` the row length:
+//!
+//! - AVX512-BF16 ([`Bf16Kernel::Avx512Bf16`], the blocking in `bf16_dot`): `vdpbf16ps` adds
+//!   a lane's two products to its accumulator one at a time, each addition rounded to
+//!   nearest-even (Intel's pseudo-code: odd element first, then even), with denormal inputs
+//!   and outputs flushed to zero. A lane sums `K / 8` products (hi and lo parts of `K / 16`
+//!   elements pairs) and the 16 lanes are added in 4 rounds, so with `|hi| + |lo| ≤ (1 +
+//!   2⁻⁸)|x|` the sums err by at most `γ(K/8 + 4) · (1 + 2⁻⁸) S ≤ (K/8 + 5) u S` (for `K ≤
+//!   2²⁰`), and the spec's single rounding by `u |y|`. Flushing adds at most `2⁻¹²⁶` per
+//!   flushed operand, product or sum: at most `2⁻¹²⁶ (Σ_k (2|W[r][k]| + 2|x[j][k]|) + 3K)`.
+//!   Bound: `|y − spec| ≤ (K/8 + 6) u S + 2⁻¹²⁶ (Σ_k 2(|W[r][k]| + |x[j][k]|) + 3K)`.
+//! - AMX ([`Bf16Kernel::Amx`]): the tile unit sums the exact products in `f32`, so the error
+//!   is of the order of `K u S` (the tests allow `(K + 32) · 2u · S`).
 //!
 //! ```text
 //!   x (m × K f32) ──split, pair-pack──▶ groups of 32 rows: per 32-element step 2 + 2 B tiles
@@ -50,12 +66,20 @@ const CHUNK_BYTES: usize = 768 * 1024;
 pub enum Bf16Kernel {
     /// AMX-BF16 tile products.
     Amx,
+    /// AVX512-BF16 dot products (`vdpbf16ps`), 4 weight rows × 6 activation rows a register
+    /// tile.
+    Avx512Bf16,
 }
 
 impl Bf16Kernel {
-    /// The kernel this process uses: AMX where [`Isa::bf16_tiles`] holds.
+    /// The kernel this process uses: AMX where [`Isa::bf16_tiles`] holds, else AVX512-BF16
+    /// where [`Isa::bf16_dot`] holds.
     pub fn detected() -> Option<Bf16Kernel> {
-        Isa::bf16_tiles().then_some(Bf16Kernel::Amx)
+        if Isa::bf16_tiles() {
+            Some(Bf16Kernel::Amx)
+        } else {
+            Isa::bf16_dot().then_some(Bf16Kernel::Avx512Bf16)
+        }
     }
 
     /// Every kernel this CPU can run (tests compare each with the spec).
@@ -64,12 +88,16 @@ impl Bf16Kernel {
         if Isa::bf16_tiles_supported() {
             v.push(Bf16Kernel::Amx);
         }
+        if Isa::bf16_dot_supported() {
+            v.push(Bf16Kernel::Avx512Bf16);
+        }
         v
     }
 
     fn supported(self) -> bool {
         match self {
             Bf16Kernel::Amx => Isa::bf16_tiles_supported(),
+            Bf16Kernel::Avx512Bf16 => Isa::bf16_dot_supported(),
         }
     }
 }
@@ -167,6 +195,13 @@ pub fn matmul_bf16_with(
         kernel.supported() && fits(&w, m),
         "bf16 tiles: {kernel:?} cannot take this product"
     );
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Bf16Kernel::Avx512Bf16 {
+        // SAFETY: the CPU runs AVX512-BF16 (`supported`, which implies AVX-512 F/BW/VL/VNNI);
+        // `w` is BF16 with whole 32-element steps (`fits`) and the lengths match (`check`).
+        unsafe { super::bf16_dot::matmul(pool, &w, x, m, y, &mut scratch.act) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         let packed = pack(pool, w.cols, x, m, &mut scratch.act);
@@ -281,6 +316,7 @@ fn run_panels(
                             Bf16Kernel::Amx => {
                                 tiles::panel(ap, w_row, steps, b.as_ptr(), two, &mut res)
                             }
+                            Bf16Kernel::Avx512Bf16 => unreachable!("runs in `bf16_dot`"),
                         }
                     };
                     for (n, rn) in res.iter().enumerate().take(rows_n) {

@@ -75,6 +75,30 @@ impl Isa {
         Self::tiles_supported() && amx::bf16()
     }
 
+    /// Whether products of BF16 weights without AMX-BF16 use AVX512-BF16 `vdpbf16ps`
+    /// ([`Isa::bf16_dot_supported`]): the detected ISA is AVX-512 (`KESTREL_ISA=avx2` or
+    /// `scalar` turns it off).
+    pub fn bf16_dot() -> bool {
+        static DOT: OnceLock<bool> = OnceLock::new();
+        *DOT.get_or_init(|| Self::detected() == Isa::Avx512Vnni && Self::bf16_dot_supported())
+    }
+
+    /// Whether this CPU runs AVX512-BF16 (`vdpbf16ps`) on top of [`Isa::Avx512Vnni`]; not
+    /// capped by `KESTREL_ISA`.
+    pub fn bf16_dot_supported() -> bool {
+        static SUPPORTED: OnceLock<bool> = OnceLock::new();
+        *SUPPORTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                Self::supported() == Isa::Avx512Vnni && is_x86_feature_detected!("avx512bf16")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                false
+            }
+        })
+    }
+
     fn probe() -> Isa {
         #[cfg(target_arch = "x86_64")]
         {

@@ -1,6 +1,7 @@
 //! CPU execution: ISA dispatch, thread pool, matrix products, element-wise ops, attention.
 
 pub mod attention;
+mod bf16_dot;
 pub mod bf16_tiles;
 pub mod dispatch;
 pub mod gemm;

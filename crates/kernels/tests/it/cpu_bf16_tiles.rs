@@ -1,10 +1,18 @@
-//! BF16 weights on AMX-BF16 tiles against their spec (`matmul_bf16_ref`:
-//! activations split into bf16 hi + lo parts, exact products summed in `f64`).
+//! BF16 weights on AMX-BF16 tiles and AVX512-BF16 dot products against their spec
+//! (`matmul_bf16_ref`: activations split into bf16 hi + lo parts, exact products summed in
+//! `f64`).
 //!
-//! Tolerance: the tile unit sums the exact products in `f32`, one pair of products at a time
-//! per accumulator (hi and lo parts in turn), so an output's error is at most about
-//! `(K + 32) eps Σ|w x|`; a wrong element, row or pair order, or a lost lo part, gives errors
-//! of the order of `2⁻⁹ Σ|w x|` or more.
+//! Tolerance ([`tolerance`], with `S = Σ_k |w x|` per output, `u = 2⁻²⁴`):
+//! - AMX: the tile unit sums the exact products in `f32`, one pair of products at a time per
+//!   accumulator (hi and lo parts in turn), so an output's error is at most about `(K + 32)
+//!   · 2u · S`.
+//! - AVX512-BF16: `vdpbf16ps` adds each product to its lane's accumulator with one
+//!   nearest-even rounding, flushing denormal operands, products and sums to zero; a lane
+//!   sums `K / 8` products, then 4 rounds add the lanes, so (the module doc of `bf16_tiles`
+//!   derives it) `|y − spec| ≤ (K/8 + 6) u S + 2⁻¹²⁶ (Σ_k 2(|w| + |x|) + 3K)`.
+//!
+//! A wrong element, row or pair order, or a lost lo part, gives errors of the order of `2⁻⁹
+//! S` or more.
 //!
 //! A kernel this CPU lacks is named on stderr as not run; the reference is checked anyway.
 
@@ -42,18 +50,44 @@ fn magnitudes(w: &[f32], x: &[f32], rows: usize, cols: usize, m: usize) -> Vec<f
     out
 }
 
+/// `Σ_k (|w| + |x|)` per output, for the flush-to-zero term of the AVX512-BF16 bound.
+fn sums(w: &[f32], x: &[f32], rows: usize, cols: usize, m: usize) -> Vec<f64> {
+    let mut out = vec![0.0; m * rows];
+    for j in 0..m {
+        for r in 0..rows {
+            out[j * rows + r] = (0..cols)
+                .map(|k| (w[r * cols + k] as f64).abs() + (x[j * cols + k] as f64).abs())
+                .sum();
+        }
+    }
+    out
+}
+
+/// The largest error `kernel` may make on an output of a `cols`-long product with `Σ|w x| =
+/// mag` and `Σ(|w| + |x|) = sum` (see the module doc).
+fn tolerance(kernel: Bf16Kernel, cols: usize, mag: f64, sum: f64) -> f64 {
+    let u = (2.0f64).powi(-24);
+    match kernel {
+        Bf16Kernel::Amx => (cols as f64 + 32.0) * 2.0 * u * mag,
+        Bf16Kernel::Avx512Bf16 => {
+            let flushed = (2.0f64).powi(-126) * (2.0 * sum + 3.0 * cols as f64);
+            (cols as f64 / 8.0 + 6.0) * u * mag + flushed
+        }
+    }
+}
+
 fn tiles_available() -> bool {
     if Bf16Kernel::detected().is_some() {
         return true;
     }
-    eprintln!("no AMX-BF16 on this CPU (or capped): bf16 tile products not run");
+    eprintln!("no AMX-BF16 or AVX512-BF16 on this CPU (or capped): bf16 products not run");
     false
 }
 
 /// The kernels to test, naming on stderr those this CPU lacks.
 fn kernels() -> Vec<Bf16Kernel> {
     let have = Bf16Kernel::available();
-    for k in [Bf16Kernel::Amx] {
+    for k in [Bf16Kernel::Amx, Bf16Kernel::Avx512Bf16] {
         if !have.contains(&k) {
             eprintln!("{k:?} not on this CPU: its products not run");
         }
@@ -124,14 +158,16 @@ fn tiles_match_reference() {
             let mut want = vec![0.0; m * rows];
             matmul_bf16_ref(w, &x, m, &mut want);
             let mag = magnitudes(&wf, &x, rows, cols, m);
+            let sum = sums(&wf, &x, rows, cols, m);
             for (pool, kernel) in pools
                 .iter()
                 .flat_map(|p| kernels().into_iter().map(move |k| (p, k)))
             {
                 let mut y = vec![f32::NAN; m * rows];
                 matmul_bf16_with(pool, kernel, w, &x, m, &mut y, &mut scratch);
-                for (i, ((&g, &e), &s)) in y.iter().zip(&want).zip(&mag).enumerate() {
-                    let tol = (cols as f64 + 32.0) * f32::EPSILON as f64 * s;
+                for (i, (((&g, &e), &s), &a)) in y.iter().zip(&want).zip(&mag).zip(&sum).enumerate()
+                {
+                    let tol = tolerance(kernel, cols, s, a);
                     assert!(
                         ((g - e) as f64).abs() <= tol,
                         "{kernel:?} {rows}x{cols} m={m} threads={}: y[{}][{}] = {g}, spec {e}",
@@ -140,6 +176,49 @@ fn tiles_match_reference() {
                         i % rows
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Tiny activations (lo parts and products below `f32`'s normal range, which `vdpbf16ps`
+/// flushes to zero) and values spread over many binades (cancellation): every kernel stays
+/// within its bound, whose flush term is what covers the tiny case.
+#[test]
+fn tiny_and_spread_values_within_bound() {
+    let mut rng = ChaCha8Rng::seed_from_u64(43);
+    let pool = ThreadPool::new(2);
+    let mut scratch = Scratch::default();
+    let (rows, cols, m) = (9, 256, 19);
+    let (data, wf) = bf16_matrix(rows, cols, &mut rng);
+    let w = MatRef {
+        dtype: DType::BF16,
+        rows,
+        cols,
+        data: &data,
+    };
+    let tiny: Vec<f32> = (0..m * cols)
+        .map(|_| rng.gen_range(-1.0f32..1.0) * 1e-37)
+        .collect();
+    let spread: Vec<f32> = (0..m * cols)
+        .map(|i| rng.gen_range(-1.0f32..1.0) * (2.0f32).powi((i % 41) as i32 - 20))
+        .collect();
+    for x in [tiny, spread] {
+        let mut want = vec![0.0; m * rows];
+        matmul_bf16_ref(w, &x, m, &mut want);
+        let mag = magnitudes(&wf, &x, rows, cols, m);
+        let sum = sums(&wf, &x, rows, cols, m);
+        for kernel in kernels() {
+            let mut y = vec![f32::NAN; m * rows];
+            matmul_bf16_with(&pool, kernel, w, &x, m, &mut y, &mut scratch);
+            for (i, (((&g, &e), &s), &a)) in y.iter().zip(&want).zip(&mag).zip(&sum).enumerate() {
+                let tol = tolerance(kernel, cols, s, a);
+                assert!(
+                    ((g - e) as f64).abs() <= tol,
+                    "{kernel:?}: y[{}][{}] = {g:e}, spec {e:e}, bound {tol:e}",
+                    i / rows,
+                    i % rows
+                );
             }
         }
     }

@@ -4,6 +4,7 @@
 pub(crate) mod amx;
 mod avx2;
 mod avx512;
+pub(crate) mod avx512_bf16;
 mod q4_k_scales;
 
 pub(super) use amx::{panel_amx, panel_pair_amx, MIN_ROWS as TILE_MIN_ROWS};

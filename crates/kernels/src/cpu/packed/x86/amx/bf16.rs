@@ -206,7 +206,7 @@ pub(crate) unsafe fn pack_row(x: *const f32, steps: usize, b: *mut u8, n: usize)
 /// hi), lo = 0 where x − hi is NaN (x not finite).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn split(v: __m512) -> (__m256i, __m256i) {
+pub(crate) fn split(v: __m512) -> (__m256i, __m256i) {
     let hi = bf16_bits(v);
     let hi_f = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
     let d = _mm512_sub_ps(v, hi_f);

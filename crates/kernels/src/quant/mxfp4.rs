@@ -155,11 +155,12 @@ mod x86 {
     use crate::quant::x86::load::load_2x256;
     use crate::quant::x86::load::{load128, load256};
     use crate::quant::x86::nibbles::nibbles2_avx512;
+    use crate::quant::x86::offset_tile::add_offset_step;
     use crate::quant::x86::reduce::{f16_to_f32, hsum256};
     use crate::quant::x86::tile::{
         add_odd_block, from_halves, hsum_half, reduce_tile_512, tile_rows,
     };
-    use crate::quant::x86::tile_scales::{pair_scales, spread, Tile};
+    use crate::quant::x86::tile_scales::{pair_scales, Tile};
     use crate::quant::TILE;
 
     /// Bytes of a weight block and of an activation (Q8_0) block.
@@ -305,17 +306,7 @@ mod x86 {
             };
             let ws = _mm512_castps256_ps512(half_scales8(e));
             let wq = wq.map(|idx| _mm512_shuffle_epi8(table, idx));
-            let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
-            for j in 0..TILE {
-                let zero = _mm512_setzero_si512();
-                let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, aq[j]));
-                let da = spread(as_, 2 * j as i32);
-                for r in 0..TILE {
-                    let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
-                    let d = _mm512_mul_ps(dw[r], da);
-                    acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
-                }
-            }
+            add_offset_step(&mut acc, wq, aq, bias, ws, as_);
             i += 2;
         }
         reduce_tile_512(acc)

@@ -306,18 +306,17 @@ impl LatentAttention {
         let width = self.n_heads * row;
         let (raw, positions) = (&ws.mla.q, &ws.positions[..range.end]);
         let out = &mut ws.q[range.start * width..range.end * width];
-        pool.for_rows(out, width, 1, &|first, rows| {
-            for (i, out) in rows.chunks_exact_mut(width).enumerate() {
-                let token = range.start + first + i;
-                for (h, o) in out.chunks_exact_mut(row).enumerate() {
-                    let q = &raw[(token * self.n_heads + h) * qk..][..qk];
-                    let k_b = &self.k_b[h * c * nope..][..c * nope];
-                    for (v, w) in o[..c].iter_mut().zip(k_b.chunks_exact(nope)) {
-                        *v = dot(w, &q[..nope]);
-                    }
-                    o[c..].copy_from_slice(&q[nope..]);
-                    self.rotary.apply(&mut o[c..], rope, positions[token]);
+        // One (token, head) pair a row: a decode step's heads spread over the threads.
+        pool.for_rows(out, row, 1, &|first, rows| {
+            for (i, o) in rows.chunks_exact_mut(row).enumerate() {
+                let (token, h) = pair(range.start * self.n_heads + first + i, self.n_heads);
+                let q = &raw[(token * self.n_heads + h) * qk..][..qk];
+                let k_b = &self.k_b[h * c * nope..][..c * nope];
+                for (v, w) in o[..c].iter_mut().zip(k_b.chunks_exact(nope)) {
+                    *v = dot(w, &q[..nope]);
                 }
+                o[c..].copy_from_slice(&q[nope..]);
+                self.rotary.apply(&mut o[c..], rope, positions[token]);
             }
         });
     }
@@ -376,15 +375,14 @@ impl LatentAttention {
         let width = self.n_heads * vd;
         let latent = &ws.mla.latent;
         let out = &mut ws.mla.values[range.start * width..range.end * width];
-        pool.for_rows(out, width, 1, &|first, rows| {
-            for (i, out) in rows.chunks_exact_mut(width).enumerate() {
-                let token = range.start + first + i;
-                for (h, o) in out.chunks_exact_mut(vd).enumerate() {
-                    let x = &latent[(token * self.n_heads + h) * c..][..c];
-                    let w = &self.v_b[h * vd * c..][..vd * c];
-                    for (v, wr) in o.iter_mut().zip(w.chunks_exact(c)) {
-                        *v = dot(wr, x);
-                    }
+        // One (token, head) pair a row, as in `absorb_queries`.
+        pool.for_rows(out, vd, 1, &|first, rows| {
+            for (i, o) in rows.chunks_exact_mut(vd).enumerate() {
+                let (token, h) = pair(range.start * self.n_heads + first + i, self.n_heads);
+                let x = &latent[(token * self.n_heads + h) * c..][..c];
+                let w = &self.v_b[h * vd * c..][..vd * c];
+                for (v, wr) in o.iter_mut().zip(w.chunks_exact(c)) {
+                    *v = dot(wr, x);
                 }
             }
         });
@@ -410,7 +408,25 @@ fn spans(pass: &Pass<'_>, expanded: &[bool], want: bool) -> Vec<(usize, usize)> 
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    // Eight independent partial sums, so the compiler keeps them in vector lanes (one
+    // serial sum cannot be reordered into lanes).
+    const L: usize = 8;
+    let n = a.len().min(b.len());
+    let mut acc = [0.0f32; L];
+    for (x, y) in a[..n].chunks_exact(L).zip(b[..n].chunks_exact(L)) {
+        for l in 0..L {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let tail = n - n % L;
+    let rest: f32 = a[tail..n].iter().zip(&b[tail..n]).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + rest
+}
+
+/// The token and head of the `index`-th (token, head) row of a layout of `heads` rows a
+/// token.
+fn pair(index: usize, heads: usize) -> (usize, usize) {
+    (index / heads, index % heads)
 }
 
 /// `kv_b`'s key and value parts of layer `i` in the layout of [`LatentAttention`]: from the

@@ -99,20 +99,37 @@ where
                 pair_scales(a, i, A),
             )
         };
-        let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
-        for j in 0..TILE {
-            let zero = _mm512_setzero_si512();
-            let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, o, aq[j]));
-            let da = spread(as_, 2 * j as i32);
-            for r in 0..TILE {
-                let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
-                let d = _mm512_mul_ps(dw[r], da);
-                acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
-            }
-        }
+        add_offset_step(&mut acc, wq, aq, o, ws, as_);
         i += 2;
     }
     reduce_tile_512(acc)
+}
+
+/// Adds one two-block step of a 4 x 4 tile to `acc`: `wq[r]` the unsigned quants of weight
+/// row `r` (two blocks), `aq[j]` the quants of activation row `j`, `offset` the weights'
+/// offset in every byte (`sum(offset a)` subtracted once per activation row), `ws` and `as_`
+/// the weight and activation rows' pair scales ([`pair_scales`]' layout).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn add_offset_step(
+    acc: &mut [[__m512; TILE]; TILE],
+    wq: [__m512i; TILE],
+    aq: [__m512i; TILE],
+    offset: __m512i,
+    ws: __m512,
+    as_: __m512,
+) {
+    let dw: [__m512; TILE] = std::array::from_fn(|r| spread(ws, 2 * r as i32));
+    for j in 0..TILE {
+        let zero = _mm512_setzero_si512();
+        let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, aq[j]));
+        let da = spread(as_, 2 * j as i32);
+        for r in 0..TILE {
+            let p = _mm512_dpbusd_epi32(init, wq[r], aq[j]);
+            let d = _mm512_mul_ps(dw[r], da);
+            acc[j][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[j][r]);
+        }
+    }
 }
 
 /// 4 weight rows x 2 activation rows (AVX2 has 16 registers), one block per step.

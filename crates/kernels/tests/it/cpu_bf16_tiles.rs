@@ -165,19 +165,37 @@ fn tiles_match_reference() {
             {
                 let mut y = vec![f32::NAN; m * rows];
                 matmul_bf16_with(pool, kernel, w, &x, m, &mut y, &mut scratch);
-                for (i, (((&g, &e), &s), &a)) in y.iter().zip(&want).zip(&mag).zip(&sum).enumerate()
-                {
-                    let tol = tolerance(kernel, cols, s, a);
-                    assert!(
-                        ((g - e) as f64).abs() <= tol,
-                        "{kernel:?} {rows}x{cols} m={m} threads={}: y[{}][{}] = {g}, spec {e}",
-                        pool.n_threads(),
-                        i / rows,
-                        i % rows
-                    );
-                }
+                let at = format!(
+                    "{kernel:?} {rows}x{cols} m={m} threads={}",
+                    pool.n_threads()
+                );
+                assert_within_bound(&at, kernel, cols, rows, &y, &want, &mag, &sum);
             }
         }
+    }
+}
+
+/// Every output `y[i]` within `kernel`'s bound of the spec `want[i]` (`mag`, `sum`: the
+/// product's magnitudes and signed sums per output); `at` names the case in a failure.
+#[allow(clippy::too_many_arguments)]
+fn assert_within_bound(
+    at: &str,
+    kernel: Bf16Kernel,
+    cols: usize,
+    rows: usize,
+    y: &[f32],
+    want: &[f32],
+    mag: &[f64],
+    sum: &[f64],
+) {
+    for (i, (((&g, &e), &s), &a)) in y.iter().zip(want).zip(mag).zip(sum).enumerate() {
+        let tol = tolerance(kernel, cols, s, a);
+        assert!(
+            ((g - e) as f64).abs() <= tol,
+            "{at}: y[{}][{}] = {g:e}, spec {e:e}, bound {tol:e}",
+            i / rows,
+            i % rows
+        );
     }
 }
 
@@ -211,15 +229,16 @@ fn tiny_and_spread_values_within_bound() {
         for kernel in kernels() {
             let mut y = vec![f32::NAN; m * rows];
             matmul_bf16_with(&pool, kernel, w, &x, m, &mut y, &mut scratch);
-            for (i, (((&g, &e), &s), &a)) in y.iter().zip(&want).zip(&mag).zip(&sum).enumerate() {
-                let tol = tolerance(kernel, cols, s, a);
-                assert!(
-                    ((g - e) as f64).abs() <= tol,
-                    "{kernel:?}: y[{}][{}] = {g:e}, spec {e:e}, bound {tol:e}",
-                    i / rows,
-                    i % rows
-                );
-            }
+            assert_within_bound(
+                &format!("{kernel:?}"),
+                kernel,
+                cols,
+                rows,
+                &y,
+                &want,
+                &mag,
+                &sum,
+            );
         }
     }
 }
